@@ -1,0 +1,96 @@
+# kiln build: `make` builds build/kiln and build/libkiln_rt.so; `make test` runs every test.
+# Everything goes under build/. CUDA is needed only for its headers: the driver is dlopen'ed at run time
+# and NVRTC is dlopen'ed too, so the binary runs (and says "no GPU") where there is neither.
+
+CUDA_HOME ?= /usr/local/cuda
+CC ?= cc
+BUILD := build
+PYTHON ?= $(CURDIR)/.venv/bin/python
+
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fPIC -I$(CUDA_HOME)/include \
+	-DKILN_SOURCE_DIR='"$(CURDIR)"'
+CFLAGS ?= -O2
+ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
+# cJSON is not on the GPU machine: ship the shared object beside the binary (rpath $ORIGIN/lib).
+LDLIBS := -lcjson -ldl -lm -lpthread
+RPATH := -Wl,-rpath,'$$ORIGIN/lib'
+
+LIB_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c src/gate/*.c))
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+RT_SRC := $(sort $(wildcard src/runtime/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+RT_OBJ := $(RT_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(sort $(wildcard tests/c/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+HEADERS := $(shell find src -name '*.h')
+
+.PHONY: all deps demo test test-c test-py fuzz fuzz-smoke format format-check clean
+
+all: $(BUILD)/kiln $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libkiln.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln.a $(LDLIBS) $(RPATH)
+
+$(BUILD)/libkiln_rt.so: $(RT_OBJ) $(LIB_OBJ)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS) $(RPATH)
+
+# Copy the third-party shared objects the GPU machine lacks next to the binary.
+$(BUILD)/lib/.stamp:
+	@mkdir -p $(BUILD)/lib
+	cp -L $$(ldconfig -p | awk '/libcjson.so.1 /{print $$NF; exit}') $(BUILD)/lib/
+	cp -L $$(ldconfig -p | awk '/libcmocka.so.0 /{print $$NF; exit}') $(BUILD)/lib/
+	@touch $@
+
+$(BUILD)/tests/%: tests/c/%.c $(BUILD)/libkiln.a $(BUILD)/lib/.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkiln.a -lcmocka $(LDLIBS) \
+		-Wl,-rpath,'$$ORIGIN/../lib'
+
+deps:
+	bash scripts/deps.sh
+
+demo: all
+	bash scripts/demo.sh
+
+test: all $(TEST_BIN) fuzz-smoke
+	bash scripts/test.sh
+
+test-c: all $(TEST_BIN)
+	bash scripts/test.sh c
+
+test-py: all
+	bash scripts/test.sh py
+
+# libFuzzer targets (clang): the safetensors reader and the problem parser.
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -I$(CUDA_HOME)/include
+FUZZ_LIB_SRC := src/util/common.c src/formats/dtype.c src/formats/safetensors.c src/formats/problem.c \
+	src/formats/expr.c
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -Isrc -o $@ $< $(FUZZ_LIB_SRC) -lcjson -lm
+
+fuzz: $(FUZZ_BIN)
+
+FUZZ_SECONDS ?= 30
+fuzz-smoke: $(FUZZ_BIN)
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+format:
+	clang-format -i $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*')
+
+format-check:
+	clang-format --dry-run -Werror $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*')
+
+clean:
+	rm -rf $(BUILD)

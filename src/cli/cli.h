@@ -1,0 +1,9 @@
+/* cli.h: the subcommands of the kiln binary; each takes its own argv (argv[0] = the command name) and
+ * returns the process exit status: 0 done, 1 failed at the task, 2 bad usage or input. */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+int kiln_cmd_eval(int argc, char **argv);
+int kiln_cmd_capture(int argc, char **argv);
+
+#endif

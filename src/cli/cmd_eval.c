@@ -1,0 +1,271 @@
+/* cmd_eval.c: `kiln eval PROBLEM_DIR KERNEL_FILE`: prove and time one candidate (docs/gate.md). */
+#include <dlfcn.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../gate/gate.h"
+#include "cli.h"
+
+static void eval_usage(FILE *f) {
+    fprintf(f,
+            "usage: kiln eval PROBLEM_DIR KERNEL_FILE [options]\n"
+            "\n"
+            "Proves KERNEL_FILE (a candidate written to docs/abi.md) on every workload of the\n"
+            "SOL-ExecBench problem in PROBLEM_DIR against the PyTorch reference, then times it.\n"
+            "\n"
+            "options:\n"
+            "  --backend cuda|cpu   where to run (default: by extension, .cu cuda, .c cpu)\n"
+            "  --device N           GPU ordinal (default 0)\n"
+            "  --json               print one JSON object (docs/gate.md) instead of a table\n"
+            "  --iters N            timed runs per workload (default 50 cuda, 10 cpu)\n"
+            "  --warmup N           untimed runs before timing (default 5 cuda, 1 cpu)\n"
+            "  --sets N             input sets proved per workload (default: all, 3)\n"
+            "  --timeout S          longest one run of the kernel may take (default 10)\n"
+            "  --seed S             seed of the audit draw\n"
+            "  --ref-dir DIR        where the reference data lives or is written\n"
+            "  --no-time            prove only\n"
+            "  -h, --help           this text\n"
+            "\n"
+            "Exit status: 0 with a verdict (any outcome; read it from the output), 2 when no\n"
+            "verdict was possible (bad arguments, malformed problem, no device).\n");
+}
+
+static int parse_int(const char *s, const char *opt, long lo, long hi, long *out) {
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (!s[0] || *end || v < lo || v > hi) {
+        fprintf(stderr, "kiln eval: %s wants an integer in [%ld, %ld], got '%s'\n", opt, lo, hi,
+                s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static const char *default_backend(const char *kernel) {
+    size_t n = strlen(kernel);
+    if (n > 3 && strcmp(kernel + n - 3, ".cu") == 0)
+        return "cuda";
+    if (n > 2 && strcmp(kernel + n - 2, ".c") == 0)
+        return "cpu";
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (h) {
+        dlclose(h);
+        return "cuda";
+    }
+    return "cpu";
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static void print_table(const cJSON *r) {
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(r, "device");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(dev, "name");
+    printf("kiln eval: %s with %s on %s (%s)\n",
+           cJSON_GetObjectItemCaseSensitive(r, "problem")->valuestring,
+           cJSON_GetObjectItemCaseSensitive(r, "kernel")->valuestring,
+           cJSON_GetObjectItemCaseSensitive(r, "backend")->valuestring,
+           cJSON_IsString(name) ? name->valuestring : "?");
+    if (cJSON_IsObject(dev))
+        printf("device ceilings: %.0f GB/s copy, %.0f GFLOP/s fp32\n", num(dev, "ceiling_gbps"),
+               num(dev, "ceiling_gflops"));
+    double cs = num(r, "compile_s");
+    if (!isnan(cs))
+        printf("compiled in %.2f s\n", cs);
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(r, "workloads");
+    if (cJSON_GetArraySize(ws) > 0) {
+        printf("%4s  %-28s %6s %12s %8s %9s %7s %6s %10s\n", "#", "axes", "proved", "time us",
+               "spread%", "GB/s", "SOL%", "S", "ref us");
+        const cJSON *w;
+        cJSON_ArrayForEach(w, ws) {
+            char axes[256] = "";
+            size_t off = 0;
+            const cJSON *a;
+            cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(w, "axes")) {
+                off += (size_t)snprintf(axes + off, off < sizeof axes ? sizeof axes - off : 0,
+                                        "%s%s=%.0f", off ? "," : "", a->string, a->valuedouble);
+                if (off >= sizeof axes)
+                    break;
+            }
+            if (strlen(axes) > 28)
+                strcpy(axes + 25, "...");
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(w, "time_us");
+            printf("%4.0f  %-28s %6.0f %12.2f %8.1f %9.1f %7.1f %6.3f %10.2f\n", num(w, "index"),
+                   axes, num(w, "proved_sets"), num(t, "median"), num(t, "spread_pct"),
+                   num(w, "gbps"), num(w, "sol_pct"), num(w, "sol_score"), num(w, "ref_time_us"));
+        }
+    }
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(r, "summary");
+    if (cJSON_IsObject(sum) && num(sum, "timed") > 0)
+        printf("geomean: %.2f us, SOL %.1f%%, S %.3f\n", num(sum, "time_us_geomean"),
+               num(sum, "sol_pct_geomean"), num(sum, "sol_score_geomean"));
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(r, "outcome");
+    printf("outcome: %s\n", cJSON_IsString(out) ? out->valuestring : "none");
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(r, "evidence");
+    if (cJSON_IsObject(ev) && cJSON_GetArraySize(ev) > 0) {
+        const cJSON *log = cJSON_GetObjectItemCaseSensitive(ev, "log");
+        if (cJSON_IsString(log) && log->valuestring[0]) {
+            printf("compiler log:\n%s\n", log->valuestring);
+            cJSON *copy = cJSON_Duplicate(ev, 1);
+            cJSON_DeleteItemFromObjectCaseSensitive(copy, "log");
+            char *s = cJSON_PrintUnformatted(copy);
+            printf("evidence: %s\n", s);
+            free(s);
+            cJSON_Delete(copy);
+        } else {
+            char *s = cJSON_PrintUnformatted(ev);
+            printf("evidence: %s\n", s);
+            free(s);
+        }
+    }
+}
+
+int kiln_cmd_eval(int argc, char **argv) {
+    enum { OPT_BACKEND = 256, OPT_DEVICE, OPT_JSON, OPT_ITERS, OPT_WARMUP, OPT_SETS, OPT_TIMEOUT,
+           OPT_SEED, OPT_REF_DIR, OPT_NO_TIME };
+    static const struct option longopts[] = {
+        {"backend", required_argument, 0, OPT_BACKEND}, {"device", required_argument, 0, OPT_DEVICE},
+        {"json", no_argument, 0, OPT_JSON},             {"iters", required_argument, 0, OPT_ITERS},
+        {"warmup", required_argument, 0, OPT_WARMUP},   {"sets", required_argument, 0, OPT_SETS},
+        {"timeout", required_argument, 0, OPT_TIMEOUT}, {"seed", required_argument, 0, OPT_SEED},
+        {"ref-dir", required_argument, 0, OPT_REF_DIR}, {"no-time", no_argument, 0, OPT_NO_TIME},
+        {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
+    };
+    kiln_gate_options opt;
+    kiln_gate_options_default(&opt);
+    const char *backend = NULL, *ref_dir = NULL;
+    int json = 0;
+    long v;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_BACKEND:
+            backend = optarg;
+            break;
+        case OPT_DEVICE:
+            if (parse_int(optarg, "--device", 0, 1024, &v))
+                return 2;
+            opt.device = (int)v;
+            break;
+        case OPT_JSON:
+            json = 1;
+            break;
+        case OPT_ITERS:
+            if (parse_int(optarg, "--iters", 1, 100000, &v))
+                return 2;
+            opt.iters = (int)v;
+            break;
+        case OPT_WARMUP:
+            if (parse_int(optarg, "--warmup", 0, 100000, &v))
+                return 2;
+            opt.warmup = (int)v;
+            break;
+        case OPT_SETS:
+            if (parse_int(optarg, "--sets", 1, 1000, &v))
+                return 2;
+            opt.max_sets = (int)v;
+            break;
+        case OPT_TIMEOUT: {
+            char *end = NULL;
+            opt.timeout_s = strtod(optarg, &end);
+            if (!optarg[0] || *end || !(opt.timeout_s > 0) || opt.timeout_s > 86400) {
+                fprintf(stderr, "kiln eval: --timeout wants seconds in (0, 86400], got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        }
+        case OPT_SEED:
+            if (parse_int(optarg, "--seed", 0, 0x7fffffffL, &v))
+                return 2;
+            opt.seed = (uint64_t)v;
+            break;
+        case OPT_REF_DIR:
+            ref_dir = optarg;
+            break;
+        case OPT_NO_TIME:
+            opt.no_time = 1;
+            break;
+        case 'h':
+            eval_usage(stdout);
+            return 0;
+        default:
+            eval_usage(stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 2) {
+        fprintf(stderr, "kiln eval: expected PROBLEM_DIR and KERNEL_FILE (see kiln eval --help)\n");
+        return 2;
+    }
+    const char *problem_dir = argv[optind], *kernel = argv[optind + 1];
+    if (!backend)
+        backend = default_backend(kernel);
+    if (!kiln_backend_find(backend)) {
+        fprintf(stderr, "kiln eval: unknown backend '%s' (use cuda or cpu)\n", backend);
+        return 2;
+    }
+    opt.backend = backend;
+    if (access(kernel, R_OK) != 0) {
+        fprintf(stderr, "kiln eval: %s: cannot read the kernel file\n", kernel);
+        return 2;
+    }
+
+    kiln_err err;
+    kiln_problem *p = NULL;
+    if (kiln_problem_load(problem_dir, &p, &err)) {
+        fprintf(stderr, "kiln eval: %s\n", err.msg);
+        return 2;
+    }
+    int status = 2;
+    kiln_refdata *ref = NULL;
+    if (strcmp(backend, "cuda") == 0) {
+        /* Checked before the reference helper runs, so that a machine without a GPU is told at once. */
+        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (!h) {
+            fprintf(stderr,
+                    "kiln eval: no NVIDIA driver here (libcuda.so.1 not found): the cuda backend "
+                    "needs a GPU; use --backend cpu\n");
+            goto done;
+        }
+        dlclose(h);
+    }
+    if (kiln_refs_ensure(p, strcmp(backend, "cuda") == 0 ? "cuda" : "cpu", ref_dir, json, &ref,
+                         &err)) {
+        fprintf(stderr, "kiln eval: %s\n", err.msg);
+        goto done;
+    }
+    cJSON *result = kiln_gate_eval(p, ref, kernel, &opt);
+    const cJSON *error = cJSON_GetObjectItemCaseSensitive(result, "error");
+    if (cJSON_IsString(error)) {
+        fprintf(stderr, "kiln eval: %s\n", error->valuestring);
+        if (json) {
+            char *s = cJSON_Print(result);
+            printf("%s\n", s);
+            free(s);
+        }
+        status = 2;
+    } else {
+        if (json) {
+            char *s = cJSON_Print(result);
+            printf("%s\n", s);
+            free(s);
+        } else {
+            print_table(result);
+        }
+        status = 0;
+    }
+    cJSON_Delete(result);
+done:
+    kiln_refdata_free(ref);
+    kiln_problem_free(p);
+    return status;
+}

@@ -1,0 +1,262 @@
+/* sol.c: the device's ceilings (copy bandwidth and fp32 FMA rate), measured once by kiln's own kernels
+ * through the same backend that runs candidates and cached per device; and the SOL score. */
+#include "gate.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+/* The copy kernel keeps four 16-byte loads in flight per thread before it stores, which is what it takes
+ * to saturate HBM; the FMA kernel runs eight independent chains per thread to hide FMA latency. */
+static const char cuda_ceiling_src[] =
+    "extern \"C\" __global__ void kiln_ceiling_copy(const uint4 *src, uint4 *dst, long long n16) {\n"
+    "    long long stride = (long long)gridDim.x * blockDim.x;\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    for (; i + 3 * stride < n16; i += 4 * stride) {\n"
+    "        uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];\n"
+    "        dst[i] = a; dst[i + stride] = b; dst[i + 2 * stride] = c; dst[i + 3 * stride] = d;\n"
+    "    }\n"
+    "    for (; i < n16; i += stride) dst[i] = src[i];\n"
+    "}\n"
+    "extern \"C\" __global__ void kiln_ceiling_fma(float *out, long long iters) {\n"
+    "    float v[8];\n"
+    "    for (int k = 0; k < 8; k++) v[k] = threadIdx.x * 1e-3f + k;\n"
+    "    for (long long i = 0; i < iters; i++)\n"
+    "        for (int k = 0; k < 8; k++) v[k] = fmaf(v[k], 0.99991f, 0.00013f);\n"
+    "    float s = 0;\n"
+    "    for (int k = 0; k < 8; k++) s += v[k];\n"
+    "    out[blockIdx.x * blockDim.x + threadIdx.x] = s;\n"
+    "}\n";
+
+static const char cpu_ceiling_src[] =
+    "#include <string.h>\n"
+    "void kiln_ceiling_copy(const void *src, void *dst, int64_t n16) {\n"
+    "    const char *s = src; char *d = dst;\n"
+    "    int64_t n = n16 * 16, chunk = 1 << 20;\n"
+    "    #pragma omp parallel for schedule(static)\n"
+    "    for (int64_t off = 0; off < n; off += chunk)\n"
+    "        memcpy(d + off, s + off, (size_t)(n - off < chunk ? n - off : chunk));\n"
+    "}\n"
+    "void kiln_ceiling_fma(float *out, int64_t iters) {\n"
+    "    #pragma omp parallel\n"
+    "    {\n"
+    "        float v[64];\n"
+    "        for (int k = 0; k < 64; k++) v[k] = omp_get_thread_num() * 1e-3f + k;\n"
+    "        for (int64_t i = 0; i < iters; i++) {\n"
+    "            #pragma omp simd\n"
+    "            for (int k = 0; k < 64; k++) v[k] = fmaf(v[k], 0.99991f, 0.00013f);\n"
+    "        }\n"
+    "        float s = 0;\n"
+    "        for (int k = 0; k < 64; k++) s += v[k];\n"
+    "        out[omp_get_thread_num()] = s;\n"
+    "    }\n"
+    "}\n";
+
+static void add_param(kiln_signature *sig, kiln_param_kind kind, const char *name,
+                      const char *c_type) {
+    kiln_param *p = &sig->p[sig->n++];
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->c_type, sizeof p->c_type, "%s", c_type);
+}
+
+static double median_of(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Runs one launch of entry `reps` times and returns the median time in microseconds. */
+static int time_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan *plan,
+                       void **params, int reps, double *median_us, kiln_err *err) {
+    kiln_timer *t = NULL;
+    double times[16];
+    int rc = be->ops->timer_create(be, &t, err);
+    if (rc)
+        return rc;
+    KILN_ASSERT(reps <= 16);
+    for (int r = -1; r < reps && rc == KILN_OK; r++) {
+        rc = be->ops->timer_start(be, t, err);
+        if (!rc)
+            rc = be->ops->launch(be, m, plan, params, err);
+        if (!rc)
+            rc = be->ops->timer_stop(be, t, err);
+        if (!rc)
+            rc = be->ops->sync(be, err);
+        double us = 0;
+        if (!rc)
+            rc = be->ops->timer_elapsed_us(be, t, &us, err);
+        if (r >= 0)
+            times[r] = us;
+    }
+    be->ops->timer_destroy(be, t);
+    if (rc == KILN_OK)
+        *median_us = median_of(times, reps);
+    return rc;
+}
+
+static int measure(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
+    int cuda = strcmp(be->ops->name, "cuda") == 0;
+    kiln_device_info info;
+    be->ops->device_info(be, &info);
+    kiln_signature copy_sig = {0}, fma_sig = {0};
+    add_param(&copy_sig, KILN_PARAM_PTR, "src", "const void*");
+    add_param(&copy_sig, KILN_PARAM_PTR, "dst", "void*");
+    add_param(&copy_sig, KILN_PARAM_I64, "n16", "int64_t");
+    add_param(&fma_sig, KILN_PARAM_PTR, "out", "float*");
+    add_param(&fma_sig, KILN_PARAM_I64, "iters", "int64_t");
+    kiln_abi copy_abi = {0}, fma_abi = {0};
+    copy_abi.n_launches = fma_abi.n_launches = 1;
+    snprintf(copy_abi.launch[0].entry, sizeof copy_abi.launch[0].entry, "kiln_ceiling_copy");
+    snprintf(fma_abi.launch[0].entry, sizeof fma_abi.launch[0].entry, "kiln_ceiling_fma");
+    const char *src = cuda ? cuda_ceiling_src : cpu_ceiling_src;
+    kiln_module *copy_mod = NULL, *fma_mod = NULL;
+    char *log = NULL;
+    kiln_devptr a = 0, b = 0, f = 0;
+    int rc = be->ops->compile(be, src, &copy_sig, &copy_abi, &copy_mod, &log, err);
+    free(log);
+    log = NULL;
+    if (rc)
+        goto done;
+    rc = be->ops->compile(be, src, &fma_sig, &fma_abi, &fma_mod, &log, err);
+    free(log);
+    if (rc)
+        goto done;
+
+    /* Copy: a buffer well past the last-level cache so that DRAM, not cache, is measured. */
+    size_t n_bytes = (size_t)1 << 30;
+    if (info.mem_bytes && n_bytes > info.mem_bytes / 8)
+        n_bytes = info.mem_bytes / 8;
+    if (!cuda)
+        n_bytes = (size_t)256 << 20;
+    if ((rc = be->ops->alloc(be, n_bytes, &a, err)) || (rc = be->ops->alloc(be, n_bytes, &b, err)))
+        goto done;
+    if ((rc = be->ops->memset8(be, a, 0x3c, n_bytes, err)))
+        goto done;
+    int64_t n16 = (int64_t)(n_bytes / 16);
+    void *copy_params[3] = {&a, &b, &n16};
+    kiln_launch_plan plan = {0};
+    plan.n_launches = 1;
+    snprintf(plan.launch[0].entry, sizeof plan.launch[0].entry, "kiln_ceiling_copy");
+    unsigned sms = info.n_sms > 0 ? (unsigned)info.n_sms : 1;
+    plan.launch[0].grid[0] = sms * 16;
+    plan.launch[0].block[0] = 512;
+    plan.launch[0].grid[1] = plan.launch[0].grid[2] = 1;
+    plan.launch[0].block[1] = plan.launch[0].block[2] = 1;
+    plan.launch[0].cluster[0] = plan.launch[0].cluster[1] = plan.launch[0].cluster[2] = 1;
+    double copy_us = 0;
+    if ((rc = time_launch(be, copy_mod, &plan, copy_params, 9, &copy_us, err)))
+        goto done;
+    out->copy_gbps = 2.0 * (double)n_bytes / (copy_us * 1e-6) / 1e9;
+
+    /* FMA: enough threads to fill every SM, enough iterations to last milliseconds. */
+    unsigned threads = cuda ? sms * 8 * 256 : 1024;
+    if ((rc = be->ops->alloc(be, (size_t)threads * 4, &f, err)))
+        goto done;
+    int64_t iters = cuda ? 4096 : 200000;
+    void *fma_params[2] = {&f, &iters};
+    snprintf(plan.launch[0].entry, sizeof plan.launch[0].entry, "kiln_ceiling_fma");
+    plan.launch[0].grid[0] = cuda ? sms * 8 : 1;
+    plan.launch[0].block[0] = cuda ? 256 : 1;
+    double fma_us = 0;
+    if ((rc = time_launch(be, fma_mod, &plan, fma_params, 5, &fma_us, err)))
+        goto done;
+    /* cpu: every OpenMP thread runs 64 lanes */
+    double lanes = cuda ? (double)threads * 8 : (double)info.n_sms * 64;
+    out->fma_gflops = 2.0 * lanes * (double)iters / (fma_us * 1e-6) / 1e9;
+
+done:
+    if (a)
+        be->ops->free(be, a);
+    if (b)
+        be->ops->free(be, b);
+    if (f)
+        be->ops->free(be, f);
+    if (copy_mod)
+        be->ops->module_free(be, copy_mod);
+    if (fma_mod)
+        be->ops->module_free(be, fma_mod);
+    return rc;
+}
+
+static char *cache_path(const kiln_device_info *info) {
+    const char *base = getenv("KILN_CACHE_DIR");
+    char *dir;
+    if (base && *base)
+        dir = xasprintf("%s/ceilings", base);
+    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
+        dir = xasprintf("%s/kiln/ceilings", getenv("XDG_CACHE_HOME"));
+    else
+        dir = xasprintf("%s/.cache/kiln/ceilings", getenv("HOME") ? getenv("HOME") : "/tmp");
+    char safe[80];
+    size_t k = 0;
+    for (const char *s = info->uuid; *s && k + 1 < sizeof safe; s++)
+        safe[k++] = (char)((*s == '/' || *s == ' ') ? '_' : *s);
+    safe[k] = 0;
+    char *path = xasprintf("%s/%s.json", dir, k ? safe : "unknown");
+    free(dir);
+    return path;
+}
+
+int kiln_ceilings_get(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
+    kiln_device_info info;
+    be->ops->device_info(be, &info);
+    char *path = cache_path(&info);
+    char *text = NULL;
+    int rc = KILN_OK;
+    if (kiln_read_file(path, &text, NULL, NULL) == KILN_OK) {
+        cJSON *j = cJSON_Parse(text);
+        cJSON *bw = cJSON_GetObjectItemCaseSensitive(j, "copy_gbps");
+        cJSON *fl = cJSON_GetObjectItemCaseSensitive(j, "fma_gflops");
+        int ok = cJSON_IsNumber(bw) && cJSON_IsNumber(fl) && bw->valuedouble > 0 &&
+                 fl->valuedouble > 0;
+        if (ok) {
+            out->copy_gbps = bw->valuedouble;
+            out->fma_gflops = fl->valuedouble;
+        }
+        cJSON_Delete(j);
+        free(text);
+        if (ok)
+            goto done;
+    }
+    if ((rc = measure(be, out, err)))
+        goto done;
+    {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "device", info.name);
+        cJSON_AddStringToObject(j, "uuid", info.uuid);
+        cJSON_AddNumberToObject(j, "copy_gbps", out->copy_gbps);
+        cJSON_AddNumberToObject(j, "fma_gflops", out->fma_gflops);
+        cJSON_AddNumberToObject(j, "measured_unix", (double)time(NULL));
+        char *s = cJSON_Print(j);
+        char *dir = xstrdup(path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        /* A cache that cannot be written is not an error: the figures are still good. */
+        if (kiln_mkdirs(dir, NULL) == KILN_OK)
+            kiln_write_file(path, s, strlen(s), NULL);
+        free(dir);
+        free(s);
+        cJSON_Delete(j);
+    }
+done:
+    free(path);
+    return rc;
+}
+
+double kiln_sol_score(double t_us, double t_sol_us, double t_base_us) {
+    if (t_base_us <= 0 || t_us <= 0)
+        return -1;
+    if (t_us <= t_sol_us)
+        return 1.0;
+    if (t_base_us <= t_sol_us)
+        return t_us <= t_base_us ? 1.0 : 0.5 * t_base_us / t_us;
+    double s = 1.0 / (1.0 + (t_us - t_sol_us) / (t_base_us - t_sol_us));
+    return s > 1.0 ? 1.0 : s;
+}
