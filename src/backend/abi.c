@@ -1,0 +1,481 @@
+/* abi.c: the candidate ABI of docs/abi.md: parsing `// kiln:` directives, evaluating them for a
+ * workload, and the parameter list (and its C spelling) that a problem implies. */
+#include "abi.h"
+
+#include <ctype.h>
+#include <string.h>
+
+#include "../formats/expr.h"
+
+/* ---- parsing ---- */
+
+/* Directive lines are short; a longer one is surely not something we should guess at. */
+#define MAX_DIRECTIVE_LEN 4096
+#define MAX_TOKENS 16
+
+typedef struct {
+    const char *s;
+    size_t len;
+} span;
+
+static int is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+static span trim(span t) {
+    while (t.len && is_space(t.s[0])) {
+        t.s++;
+        t.len--;
+    }
+    while (t.len && is_space(t.s[t.len - 1]))
+        t.len--;
+    return t;
+}
+
+static int is_identifier(span t) {
+    if (t.len == 0 || !(isalpha((unsigned char)t.s[0]) || t.s[0] == '_'))
+        return 0;
+    for (size_t i = 1; i < t.len; i++)
+        if (!(isalnum((unsigned char)t.s[i]) || t.s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+/* Splits a directive body into tokens at whitespace outside parentheses. */
+static int tokenize(span body, int line, span *tok, int *n_tok, kiln_err *err) {
+    *n_tok = 0;
+    size_t i = 0;
+    while (i < body.len) {
+        while (i < body.len && is_space(body.s[i]))
+            i++;
+        if (i == body.len)
+            break;
+        size_t start = i;
+        int depth = 0;
+        while (i < body.len && (depth > 0 || !is_space(body.s[i]))) {
+            if (body.s[i] == '(')
+                depth++;
+            else if (body.s[i] == ')' && --depth < 0)
+                return kiln_errf(err, KILN_ERR_COMPILE,
+                                 "line %d: unbalanced ')' in '// kiln:' line", line);
+            i++;
+        }
+        if (depth != 0)
+            return kiln_errf(err, KILN_ERR_COMPILE, "line %d: unbalanced '(' in '// kiln:' line",
+                             line);
+        if (*n_tok == MAX_TOKENS)
+            return kiln_errf(err, KILN_ERR_COMPILE, "line %d: too many words in '// kiln:' line",
+                             line);
+        tok[(*n_tok)++] = (span){body.s + start, i - start};
+    }
+    return KILN_OK;
+}
+
+/* Parses one value: an expression, or a parenthesised tuple of up to max_dims expressions. A value
+ * that merely starts with '(' (like `(n+1)/2`) is an expression: it is a tuple only when the
+ * parenthesis that opens it closes at its very end. */
+static int parse_value(span v, int max_dims, const char *key, int line, char **dims,
+                       kiln_err *err) {
+    if (v.len == 0)
+        return kiln_errf(err, KILN_ERR_COMPILE, "line %d: '%s=' has no value", line, key);
+    int tuple = 0;
+    if (v.s[0] == '(') {
+        int depth = 0;
+        size_t close = 0;
+        for (size_t i = 0; i < v.len; i++) {
+            if (v.s[i] == '(')
+                depth++;
+            else if (v.s[i] == ')' && --depth == 0) {
+                close = i;
+                break;
+            }
+        }
+        tuple = close == v.len - 1;
+    }
+    if (!tuple) {
+        dims[0] = xstrndup(v.s, v.len);
+        return KILN_OK;
+    }
+    span inner = {v.s + 1, v.len - 2};
+    int n = 0, depth = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= inner.len; i++) {
+        if (i < inner.len && inner.s[i] == '(')
+            depth++;
+        else if (i < inner.len && inner.s[i] == ')')
+            depth--;
+        else if (i == inner.len || (inner.s[i] == ',' && depth == 0)) {
+            span part = trim((span){inner.s + start, i - start});
+            if (part.len == 0)
+                return kiln_errf(err, KILN_ERR_COMPILE, "line %d: '%s' has an empty element", line,
+                                 key);
+            if (n == max_dims)
+                return kiln_errf(err, KILN_ERR_COMPILE, "line %d: '%s' has more than %d element%s",
+                                 line, key, max_dims, max_dims == 1 ? "" : "s");
+            dims[n++] = xstrndup(part.s, part.len);
+            start = i + 1;
+        }
+    }
+    return KILN_OK;
+}
+
+static int parse_launch(const span *tok, int n_tok, int line, kiln_launch_spec *ls, kiln_err *err) {
+    if (n_tok < 2)
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "line %d: 'launch' needs an entry point name: "
+                         "// kiln: launch ENTRY grid=X block=X [smem=BYTES] [cluster=X]",
+                         line);
+    if (!is_identifier(tok[1]) || tok[1].len >= sizeof ls->entry)
+        return kiln_errf(err, KILN_ERR_COMPILE, "line %d: '%.*s' is not a valid entry point name",
+                         line, (int)(tok[1].len > 64 ? 64 : tok[1].len), tok[1].s);
+    memcpy(ls->entry, tok[1].s, tok[1].len);
+    ls->entry[tok[1].len] = 0;
+    int seen_grid = 0, seen_block = 0, seen_smem = 0, seen_cluster = 0;
+    for (int i = 2; i < n_tok; i++) {
+        const char *eq = memchr(tok[i].s, '=', tok[i].len);
+        if (!eq)
+            return kiln_errf(err, KILN_ERR_COMPILE,
+                             "line %d: expected key=value, got '%.*s' (spaces are allowed only "
+                             "inside parentheses)",
+                             line, (int)(tok[i].len > 64 ? 64 : tok[i].len), tok[i].s);
+        span key = {tok[i].s, (size_t)(eq - tok[i].s)};
+        span value = {eq + 1, tok[i].len - key.len - 1};
+        char **dims;
+        int max_dims = 3, *seen;
+        const char *name;
+        if (key.len == 4 && !memcmp(key.s, "grid", 4)) {
+            dims = ls->grid, seen = &seen_grid, name = "grid";
+        } else if (key.len == 5 && !memcmp(key.s, "block", 5)) {
+            dims = ls->block, seen = &seen_block, name = "block";
+        } else if (key.len == 7 && !memcmp(key.s, "cluster", 7)) {
+            dims = ls->cluster, seen = &seen_cluster, name = "cluster";
+        } else if (key.len == 4 && !memcmp(key.s, "smem", 4)) {
+            dims = &ls->smem, seen = &seen_smem, name = "smem", max_dims = 1;
+        } else {
+            return kiln_errf(err, KILN_ERR_COMPILE,
+                             "line %d: unknown launch key '%.*s' (expected grid, block, smem or "
+                             "cluster)",
+                             line, (int)(key.len > 64 ? 64 : key.len), key.s);
+        }
+        if (*seen)
+            return kiln_errf(err, KILN_ERR_COMPILE, "line %d: '%s' given twice", line, name);
+        *seen = 1;
+        int rc = parse_value(value, max_dims, name, line, dims, err);
+        if (rc)
+            return rc;
+    }
+    return KILN_OK;
+}
+
+/* Finds the body of a directive: the rest of a line that starts (after blanks) with "// kiln:". */
+static int directive_body(span line, span *body) {
+    span t = trim(line);
+    static const char prefix[] = "// kiln:";
+    if (t.len < sizeof prefix - 1 || memcmp(t.s, prefix, sizeof prefix - 1) != 0)
+        return 0;
+    body->s = t.s + sizeof prefix - 1;
+    body->len = t.len - (sizeof prefix - 1);
+    return 1;
+}
+
+int kiln_abi_parse(const char *source, int require_launch, kiln_abi *out, kiln_err *err) {
+    KILN_ASSERT(source && out);
+    memset(out, 0, sizeof *out);
+    int rc = KILN_OK;
+    int line_no = 0;
+    for (const char *s = source; *s && rc == KILN_OK;) {
+        const char *nl = strchr(s, '\n');
+        span line = {s, nl ? (size_t)(nl - s) : strlen(s)};
+        s = nl ? nl + 1 : s + line.len;
+        line_no++;
+        span body;
+        if (!directive_body(line, &body))
+            continue;
+        if (body.len > MAX_DIRECTIVE_LEN) {
+            rc = kiln_errf(err, KILN_ERR_COMPILE, "line %d: '// kiln:' line is too long", line_no);
+            break;
+        }
+        span tok[MAX_TOKENS];
+        int n_tok;
+        if ((rc = tokenize(body, line_no, tok, &n_tok, err)))
+            break;
+        if (n_tok == 0) {
+            rc = kiln_errf(err, KILN_ERR_COMPILE,
+                           "line %d: empty '// kiln:' line (expected launch or scratch)", line_no);
+        } else if (tok[0].len == 6 && !memcmp(tok[0].s, "launch", 6)) {
+            if (out->n_launches == KILN_MAX_LAUNCHES) {
+                rc = kiln_errf(err, KILN_ERR_COMPILE, "line %d: more than %d launch lines", line_no,
+                               KILN_MAX_LAUNCHES);
+                break;
+            }
+            rc = parse_launch(tok, n_tok, line_no, &out->launch[out->n_launches++], err);
+        } else if (tok[0].len == 7 && !memcmp(tok[0].s, "scratch", 7)) {
+            if (out->scratch)
+                rc = kiln_errf(err, KILN_ERR_COMPILE, "line %d: 'scratch' given twice", line_no);
+            else if (n_tok != 2)
+                rc = kiln_errf(err, KILN_ERR_COMPILE,
+                               "line %d: 'scratch' takes one expression: // kiln: scratch BYTES "
+                               "(spaces are allowed only inside parentheses)",
+                               line_no);
+            else
+                out->scratch = xstrndup(tok[1].s, tok[1].len);
+        } else {
+            rc = kiln_errf(err, KILN_ERR_COMPILE,
+                           "line %d: unknown directive '%.*s' (expected launch or scratch)",
+                           line_no, (int)(tok[0].len > 64 ? 64 : tok[0].len), tok[0].s);
+        }
+    }
+    if (rc == KILN_OK && out->n_launches == 0) {
+        if (require_launch) {
+            rc = kiln_errf(err, KILN_ERR_COMPILE,
+                           "no '// kiln: launch' line: a CUDA candidate must state its launches, "
+                           "e.g. '// kiln: launch my_kernel grid=ceil_div(n,256) block=256'");
+        } else {
+            out->n_launches = 1;
+            strcpy(out->launch[0].entry, "kiln_kernel");
+        }
+    }
+    if (rc)
+        kiln_abi_free(out);
+    return rc;
+}
+
+void kiln_abi_free(kiln_abi *abi) {
+    if (!abi)
+        return;
+    for (int i = 0; i < KILN_MAX_LAUNCHES; i++) {
+        kiln_launch_spec *ls = &abi->launch[i];
+        for (int d = 0; d < 3; d++) {
+            free(ls->grid[d]);
+            free(ls->block[d]);
+            free(ls->cluster[d]);
+        }
+        free(ls->smem);
+    }
+    free(abi->scratch);
+    memset(abi, 0, sizeof *abi);
+}
+
+/* ---- evaluation ---- */
+
+typedef struct {
+    const kiln_problem *p;
+    const kiln_workload *w;
+} axis_ctx;
+
+static int lookup_axis(void *ctx, const char *name, size_t name_len, int64_t *value) {
+    const axis_ctx *a = ctx;
+    for (int i = 0; i < a->p->n_axes; i++) {
+        const char *axis = a->p->axes[i].name;
+        if (axis && strlen(axis) == name_len && memcmp(axis, name, name_len) == 0) {
+            *value = a->w->axis_values[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Evaluates one expression; what names the value in messages ("grid.y of launch 'k'"). */
+static int eval(const char *expr, axis_ctx *ctx, const char *what, int64_t *out, kiln_err *err) {
+    kiln_err e;
+    if (kiln_expr_eval(expr, lookup_axis, ctx, out, &e) != 0)
+        return kiln_errf(err, KILN_ERR_COMPILE, "%s: '%s': %s", what, expr, e.msg);
+    return KILN_OK;
+}
+
+static int eval_dims(char *const exprs[3], const int64_t limit[3], const char *key,
+                     const char *entry, axis_ctx *ctx, unsigned out[3], kiln_err *err) {
+    static const char axis_name[3] = {'x', 'y', 'z'};
+    for (int d = 0; d < 3; d++) {
+        int64_t v = 1;
+        if (exprs[d]) {
+            char what[200];
+            snprintf(what, sizeof what, "%s.%c of launch '%s'", key, axis_name[d], entry);
+            int rc = eval(exprs[d], ctx, what, &v, err);
+            if (rc)
+                return rc;
+        }
+        if (v < 1)
+            return kiln_errf(err, KILN_ERR_RESOURCE,
+                             "launch '%s': %s.%c = %lld (every dimension must be at least 1)",
+                             entry, key, axis_name[d], (long long)v);
+        if (v > limit[d])
+            return kiln_errf(err, KILN_ERR_RESOURCE,
+                             "launch '%s': %s.%c = %lld exceeds the limit %lld", entry, key,
+                             axis_name[d], (long long)v, (long long)limit[d]);
+        out[d] = (unsigned)v;
+    }
+    return KILN_OK;
+}
+
+int kiln_abi_plan(const kiln_abi *abi, const kiln_problem *p, const kiln_workload *w,
+                  kiln_launch_plan *out, kiln_err *err) {
+    static const int64_t grid_limit[3] = {2147483647, 65535, 65535};
+    static const int64_t block_limit[3] = {1024, 1024, 64};
+    /* Clusters are checked against the device by the backend; here only against the grid limits. */
+    static const int64_t cluster_limit[3] = {2147483647, 65535, 65535};
+    KILN_ASSERT(abi && p && w && out);
+    memset(out, 0, sizeof *out);
+    axis_ctx ctx = {p, w};
+    int rc = KILN_OK;
+    for (int i = 0; i < abi->n_launches && rc == KILN_OK; i++) {
+        const kiln_launch_spec *ls = &abi->launch[i];
+        kiln_launch *l = &out->launch[i];
+        snprintf(l->entry, sizeof l->entry, "%s", ls->entry);
+        if ((rc = eval_dims(ls->grid, grid_limit, "grid", ls->entry, &ctx, l->grid, err)) ||
+            (rc = eval_dims(ls->block, block_limit, "block", ls->entry, &ctx, l->block, err)) ||
+            (rc = eval_dims(ls->cluster, cluster_limit, "cluster", ls->entry, &ctx, l->cluster,
+                            err)))
+            break;
+        uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
+        if (threads > 1024) {
+            rc = kiln_errf(err, KILN_ERR_RESOURCE,
+                           "launch '%s': block (%u, %u, %u) has %llu threads (the limit is 1024)",
+                           ls->entry, l->block[0], l->block[1], l->block[2],
+                           (unsigned long long)threads);
+            break;
+        }
+        if (ls->smem) {
+            int64_t smem;
+            char what[200];
+            snprintf(what, sizeof what, "smem of launch '%s'", ls->entry);
+            if ((rc = eval(ls->smem, &ctx, what, &smem, err)))
+                break;
+            if (smem < 0 || smem > (int64_t)UINT32_MAX) {
+                rc = kiln_errf(err, KILN_ERR_RESOURCE,
+                               "launch '%s': smem = %lld bytes is out of range", ls->entry,
+                               (long long)smem);
+                break;
+            }
+            l->smem_bytes = (size_t)smem;
+        }
+        out->n_launches = i + 1;
+    }
+    if (rc == KILN_OK && abi->scratch) {
+        int64_t bytes;
+        rc = eval(abi->scratch, &ctx, "scratch", &bytes, err);
+        if (rc == KILN_OK && bytes < 0)
+            rc = kiln_errf(err, KILN_ERR_RESOURCE, "scratch = %lld bytes is negative",
+                           (long long)bytes);
+        if (rc == KILN_OK)
+            out->scratch_bytes = (size_t)bytes;
+    }
+    if (rc)
+        memset(out, 0, sizeof *out);
+    return rc;
+}
+
+/* ---- signature ---- */
+
+/* Element type of a tensor for the candidate's language. */
+static const char *element_type(kiln_dtype t, int cuda) {
+    switch (t) {
+    case KILN_F64:
+        return "double";
+    case KILN_F32:
+        return "float";
+    case KILN_F16:
+        return cuda ? "__half" : "kiln_f16";
+    case KILN_BF16:
+        return cuda ? "__nv_bfloat16" : "kiln_bf16";
+    case KILN_F8_E4M3:
+    case KILN_F8_E5M2:
+    case KILN_F4_E2M1:
+    case KILN_F4_E2M1X2:
+    case KILN_U8:
+        return "uint8_t";
+    case KILN_I64:
+        return "int64_t";
+    case KILN_I32:
+        return "int32_t";
+    case KILN_I16:
+        return "int16_t";
+    case KILN_I8:
+        return "int8_t";
+    case KILN_BOOL:
+        return "bool";
+    case KILN_DTYPE_COUNT:
+        break;
+    }
+    return "uint8_t";
+}
+
+/* How a scalar of type t travels by value (docs/abi.md section 1). */
+static kiln_param_kind scalar_kind(kiln_dtype t, const char **c_type) {
+    switch (t) {
+    case KILN_F64:
+        *c_type = "double";
+        return KILN_PARAM_F64;
+    case KILN_I64:
+        *c_type = "int64_t";
+        return KILN_PARAM_I64;
+    case KILN_I32:
+    case KILN_I16:
+    case KILN_I8:
+    case KILN_U8:
+        *c_type = "int32_t";
+        return KILN_PARAM_I32;
+    case KILN_BOOL:
+        *c_type = "bool";
+        return KILN_PARAM_BOOL;
+    default:
+        *c_type = "float";
+        return KILN_PARAM_F32;
+    }
+}
+
+static kiln_param *add_param(kiln_signature *sig, kiln_param_kind kind, const char *name,
+                             const char *c_type_fmt, const char *element) {
+    /* A problem with more parameters than this is not one kiln can pass; the loader keeps them
+     * far below it, so running past it is a programmer error. */
+    KILN_ASSERT(sig->n < KILN_MAX_PARAMS);
+    kiln_param *prm = &sig->p[sig->n++];
+    prm->kind = kind;
+    snprintf(prm->name, sizeof prm->name, "%s", name ? name : "");
+    snprintf(prm->c_type, sizeof prm->c_type, c_type_fmt, element);
+    return prm;
+}
+
+void kiln_abi_signature(const kiln_problem *p, int has_scratch, int cuda, kiln_signature *out) {
+    KILN_ASSERT(p && out);
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < p->n_inputs; i++) {
+        const kiln_tensor_spec *t = &p->inputs[i];
+        if (t->is_scalar) {
+            const char *c_type;
+            kiln_param_kind kind = scalar_kind(t->dtype, &c_type);
+            add_param(out, kind, t->name, "%s", c_type);
+        } else {
+            add_param(out, KILN_PARAM_PTR, t->name, "const %s*", element_type(t->dtype, cuda));
+        }
+    }
+    for (int i = 0; i < p->n_outputs; i++)
+        add_param(out, KILN_PARAM_PTR, p->outputs[i].name, "%s*",
+                  element_type(p->outputs[i].dtype, cuda));
+    for (int i = 0; i < p->n_axes; i++)
+        add_param(out, KILN_PARAM_I64, p->axes[i].name, "%s", "int64_t");
+    if (has_scratch)
+        add_param(out, KILN_PARAM_PTR, "kiln_scratch", "%s", "void*");
+}
+
+char *kiln_abi_prototype(const kiln_signature *sig, const char *entry, int cuda) {
+    KILN_ASSERT(sig && entry);
+    char *s = xasprintf("%svoid %s(", cuda ? "extern \"C\" __global__ " : "", entry);
+    size_t len = strlen(s), cap = len + 1;
+    for (int i = 0; i <= sig->n; i++) {
+        char piece[160];
+        if (i < sig->n)
+            snprintf(piece, sizeof piece, "%s%s %s", i ? ", " : "", sig->p[i].c_type,
+                     sig->p[i].name);
+        else
+            snprintf(piece, sizeof piece, "%s)", sig->n == 0 && !cuda ? "void" : "");
+        size_t n = strlen(piece);
+        if (len + n + 1 > cap) {
+            cap = 2 * (len + n + 1);
+            s = xrealloc(s, cap);
+        }
+        memcpy(s + len, piece, n + 1);
+        len += n;
+    }
+    return s;
+}

@@ -1,0 +1,39 @@
+/* backend.c: looks backends up by name and opens and closes them. */
+#include "backend.h"
+
+#include <string.h>
+
+const kiln_backend_ops *kiln_backend_find(const char *name) {
+    if (!name)
+        return NULL;
+    if (strcmp(name, "cuda") == 0)
+        return &kiln_backend_cuda;
+    if (strcmp(name, "cpu") == 0)
+        return &kiln_backend_cpu;
+    return NULL;
+}
+
+int kiln_backend_open(const char *name, int device, kiln_backend **out, kiln_err *err) {
+    KILN_ASSERT(out);
+    *out = NULL;
+    const kiln_backend_ops *ops = kiln_backend_find(name);
+    if (!ops)
+        return kiln_errf(err, KILN_ERR_INVALID, "unknown backend '%s' (expected cuda or cpu)",
+                         name ? name : "(null)");
+    kiln_backend *be = xcalloc(1, sizeof *be);
+    be->ops = ops;
+    int rc = ops->init(be, device, err);
+    if (rc) {
+        free(be);
+        return rc;
+    }
+    *out = be;
+    return KILN_OK;
+}
+
+void kiln_backend_close(kiln_backend *be) {
+    if (!be)
+        return;
+    be->ops->shutdown(be);
+    free(be);
+}
