@@ -14,11 +14,14 @@ ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 # cJSON is not on the GPU machine: ship the shared object beside the binary (rpath $ORIGIN/lib).
 LDLIBS := -lcjson -ldl -lm -lpthread
 RPATH := -Wl,-rpath,'$$ORIGIN/lib'
+# Families register through weak symbols (src/gen/registry.c): link every archive member.
+WHOLE_LIB := -Wl,--whole-archive $(BUILD)/libkiln.a -Wl,--no-whole-archive
 
-LIB_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c src/gate/*.c))
+LIB_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c src/gate/*.c src/gen/*.c))
+TEMPLATES := $(sort $(wildcard src/gen/templates/*))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 RT_SRC := $(sort $(wildcard src/runtime/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/templates.o
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 RT_OBJ := $(RT_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/c/test_*.c))
@@ -35,12 +38,21 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+# Kernel templates are embedded in the binary: nothing needs to sit beside it at run time.
+$(BUILD)/gen/templates.c: $(TEMPLATES) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	bash scripts/embed.sh $@ kiln_embedded_templates $(TEMPLATES)
+
+$(BUILD)/obj/gen/templates.o: $(BUILD)/gen/templates.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
 $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
-	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln.a $(LDLIBS) $(RPATH)
+	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(WHOLE_LIB) $(LDLIBS) $(RPATH)
 
 $(BUILD)/libkiln_rt.so: $(RT_OBJ) $(LIB_OBJ)
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS) $(RPATH)
@@ -54,7 +66,7 @@ $(BUILD)/lib/.stamp:
 
 $(BUILD)/tests/%: tests/c/%.c $(BUILD)/libkiln.a $(BUILD)/lib/.stamp
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkiln.a -lcmocka $(LDLIBS) \
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(WHOLE_LIB) -lcmocka $(LDLIBS) \
 		-Wl,-rpath,'$$ORIGIN/../lib'
 
 deps:

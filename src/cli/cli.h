@@ -5,5 +5,6 @@
 
 int kiln_cmd_eval(int argc, char **argv);
 int kiln_cmd_capture(int argc, char **argv);
+int kiln_cmd_sweep(int argc, char **argv);
 
 #endif

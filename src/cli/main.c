@@ -13,6 +13,7 @@ static const struct {
 } commands[] = {
     {"eval", kiln_cmd_eval, "prove and time one kernel file on a problem directory"},
     {"capture", kiln_cmd_capture, "run a PyTorch script and write its hot ops as problems"},
+    {"sweep", kiln_cmd_sweep, "run every point of the matching kernel families through the gate"},
 };
 
 static void usage(FILE *f) {

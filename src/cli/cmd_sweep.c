@@ -1,0 +1,344 @@
+/* cmd_sweep.c: `kiln sweep PROBLEM_DIR`: enumerates the whole valid space of every family that matches
+ * a problem (or a documented sample of it), proves and times each point through the gate, and prints the
+ * table best last. Before search exists this is how a family is measured; search uses the same families. */
+#include <dlfcn.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../gate/gate.h"
+#include "../gen/family.h"
+#include "cli.h"
+
+static void sweep_usage(FILE *f) {
+    fprintf(f,
+            "usage: kiln sweep PROBLEM_DIR [options]\n"
+            "\n"
+            "Runs every point of the kernel families that match the problem through the gate\n"
+            "(proof, then timing) and prints params, outcome, time, GB/s and SOL %%, best last.\n"
+            "\n"
+            "options:\n"
+            "  --family NAME        only this family (default: every family that matches)\n"
+            "  --backend cuda|cpu   default: cuda when an NVIDIA driver is present, else cpu\n"
+            "  --limit N            at most N points per family, spread evenly over the space\n"
+            "                       (default: all of them)\n"
+            "  --out DIR            where generated sources go (default: PROBLEM_DIR/kiln/sweep,\n"
+            "                       or a temporary directory when that is not writable)\n"
+            "  --iters N, --sets N, --timeout S, --ref-dir DIR   as for kiln eval\n"
+            "  --json               one JSON object with every row\n"
+            "  --list               print the matching families and their spaces, run nothing\n"
+            "  -h, --help           this text\n");
+}
+
+typedef struct {
+    char *params;
+    char *file;
+    char *outcome;
+    double time_us, gbps, sol_pct, score;
+    char *detail;
+} sweep_row;
+
+static int row_cmp(const void *a, const void *b) {
+    const sweep_row *x = a, *y = b;
+    /* failures first, then slowest first: the best row is printed last */
+    int fx = isnan(x->time_us), fy = isnan(y->time_us);
+    if (fx != fy)
+        return fx ? -1 : 1;
+    if (fx)
+        return 0;
+    return x->time_us > y->time_us ? -1 : x->time_us < y->time_us;
+}
+
+static double json_num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Geomean over the workloads of the median time and of GB/s, SOL % and S. */
+static void summarise_result(const cJSON *r, sweep_row *row) {
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(r, "summary");
+    row->time_us = json_num(sum, "time_us_geomean");
+    row->sol_pct = json_num(sum, "sol_pct_geomean");
+    row->score = json_num(sum, "sol_score_geomean");
+    double lg = 0;
+    int n = 0;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(r, "workloads")) {
+        double g = json_num(w, "gbps");
+        if (g > 0) {
+            lg += log(g);
+            n++;
+        }
+    }
+    row->gbps = n ? exp(lg / n) : NAN;
+}
+
+static char *evidence_line(const cJSON *r) {
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(r, "evidence");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(ev, "message");
+    if (cJSON_IsString(msg))
+        return xstrndup(msg->valuestring, 160);
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(ev, "error");
+    if (cJSON_IsString(err))
+        return xstrndup(err->valuestring, 160);
+    const cJSON *e2 = cJSON_GetObjectItemCaseSensitive(r, "error");
+    if (cJSON_IsString(e2))
+        return xstrndup(e2->valuestring, 160);
+    if (cJSON_IsObject(ev) && cJSON_GetArraySize(ev) > 0) {
+        char *s = cJSON_PrintUnformatted(ev);
+        char *t = xstrndup(s, 160);
+        free(s);
+        return t;
+    }
+    return xstrdup("");
+}
+
+int kiln_cmd_sweep(int argc, char **argv) {
+    enum { OPT_FAMILY = 256, OPT_BACKEND, OPT_LIMIT, OPT_OUT, OPT_ITERS, OPT_SETS, OPT_TIMEOUT,
+           OPT_REF_DIR, OPT_JSON, OPT_LIST };
+    static const struct option longopts[] = {
+        {"family", required_argument, 0, OPT_FAMILY}, {"backend", required_argument, 0, OPT_BACKEND},
+        {"limit", required_argument, 0, OPT_LIMIT},   {"out", required_argument, 0, OPT_OUT},
+        {"iters", required_argument, 0, OPT_ITERS},   {"sets", required_argument, 0, OPT_SETS},
+        {"timeout", required_argument, 0, OPT_TIMEOUT}, {"ref-dir", required_argument, 0, OPT_REF_DIR},
+        {"json", no_argument, 0, OPT_JSON},           {"list", no_argument, 0, OPT_LIST},
+        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
+    };
+    kiln_gate_options opt;
+    kiln_gate_options_default(&opt);
+    const char *family = NULL, *backend = NULL, *out_dir = NULL, *ref_dir = NULL;
+    long limit = 0;
+    int json = 0, list = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case OPT_FAMILY: family = optarg; break;
+        case OPT_BACKEND: backend = optarg; break;
+        case OPT_OUT: out_dir = optarg; break;
+        case OPT_REF_DIR: ref_dir = optarg; break;
+        case OPT_JSON: json = 1; break;
+        case OPT_LIST: list = 1; break;
+        case OPT_LIMIT:
+            limit = strtol(optarg, &end, 10);
+            if (!optarg[0] || *end || limit < 1) {
+                fprintf(stderr, "kiln sweep: --limit wants a positive integer, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_ITERS:
+            opt.iters = (int)strtol(optarg, &end, 10);
+            if (!optarg[0] || *end || opt.iters < 1) {
+                fprintf(stderr, "kiln sweep: --iters wants a positive integer, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_SETS:
+            opt.max_sets = (int)strtol(optarg, &end, 10);
+            if (!optarg[0] || *end || opt.max_sets < 1) {
+                fprintf(stderr, "kiln sweep: --sets wants a positive integer, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_TIMEOUT:
+            opt.timeout_s = strtod(optarg, &end);
+            if (!optarg[0] || *end || !(opt.timeout_s > 0)) {
+                fprintf(stderr, "kiln sweep: --timeout wants seconds, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h': sweep_usage(stdout); return 0;
+        default: sweep_usage(stderr); return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr, "kiln sweep: expected one PROBLEM_DIR (see kiln sweep --help)\n");
+        return 2;
+    }
+    const char *problem_dir = argv[optind];
+    if (!backend) {
+        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        backend = h ? "cuda" : "cpu";
+        if (h)
+            dlclose(h);
+    }
+    if (!kiln_backend_find(backend)) {
+        fprintf(stderr, "kiln sweep: unknown backend '%s' (use cuda or cpu)\n", backend);
+        return 2;
+    }
+    int cuda = strcmp(backend, "cuda") == 0;
+    opt.backend = backend;
+    if (family && !kiln_family_find(family)) {
+        fprintf(stderr, "kiln sweep: unknown family '%s'; families:", family);
+        for (int i = 0; i < kiln_family_count(); i++)
+            fprintf(stderr, " %s", kiln_family_at(i)->name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+
+    kiln_err err;
+    kiln_problem *p = NULL;
+    if (kiln_problem_load(problem_dir, &p, &err)) {
+        fprintf(stderr, "kiln sweep: %s\n", err.msg);
+        return 2;
+    }
+    const kiln_family *fams[16];
+    kiln_match matches[16];
+    char why[4096];
+    int n_match = kiln_family_match_all(p, fams, matches, 16, why, sizeof why);
+    if (family) {
+        int k = 0;
+        for (int i = 0; i < n_match; i++)
+            if (strcmp(fams[i]->name, family) == 0) {
+                fams[k] = fams[i];
+                matches[k++] = matches[i];
+            }
+        n_match = k;
+    }
+    if (n_match == 0) {
+        fprintf(stderr, "kiln sweep: no kernel family matches %s%s%s:\n%s", p->name,
+                family ? " in family " : "", family ? family : "", why);
+        kiln_problem_free(p);
+        return 2;
+    }
+    int status = 2;
+    kiln_refdata *ref = NULL;
+    char *dir = NULL;
+    sweep_row *rows = NULL;
+    int n_rows = 0, cap_rows = 0;
+    cJSON *all = cJSON_CreateObject();
+    cJSON *jrows = cJSON_AddArrayToObject(all, "rows");
+
+    for (int i = 0; i < n_match; i++) {
+        int64_t n = kiln_family_space_size(fams[i]);
+        fprintf(list ? stdout : stderr, "kiln sweep: %s matches family %s (%s), space %lld points\n",
+                p->name, fams[i]->name, matches[i].variant, (long long)n);
+    }
+    if (list) {
+        status = 0;
+        goto done;
+    }
+    if (out_dir)
+        dir = xstrdup(out_dir);
+    else if (access(p->dir, W_OK) == 0)
+        dir = xasprintf("%s/kiln/sweep", p->dir);
+    else
+        dir = xasprintf("/tmp/kiln-sweep-%d", (int)getpid());
+    if (kiln_mkdirs(dir, &err)) {
+        fprintf(stderr, "kiln sweep: %s\n", err.msg);
+        goto done;
+    }
+    if (kiln_refs_ensure(p, cuda ? "cuda" : "cpu", ref_dir, json, &ref, &err)) {
+        fprintf(stderr, "kiln sweep: %s\n", err.msg);
+        goto done;
+    }
+    uint64_t *seen = NULL;
+    int n_seen = 0;
+    for (int fi = 0; fi < n_match; fi++) {
+        const kiln_family *f = fams[fi];
+        int64_t space = kiln_family_space_size(f);
+        int64_t n_points = (limit > 0 && space > limit) ? limit : space;
+        int64_t point[KILN_FAMILY_MAX_PARAMS];
+        int n_invalid = 0;
+        for (int64_t k = 0; k < n_points; k++) {
+            /* an even spread over the space when sampling, the whole space otherwise */
+            int64_t index = n_points == space ? k : (k * space) / n_points;
+            kiln_family_point(f, index, point);
+            const char *bad = f->check(p, &matches[fi], point);
+            if (bad) {
+                n_invalid++;
+                if (bad[0] == '!')
+                    free((void *)bad);
+                continue;
+            }
+            char *src = f->emit(p, &matches[fi], point, cuda);
+            uint64_t h = kiln_fnv1a(KILN_FNV_INIT, src, strlen(src));
+            int dup = 0;
+            for (int s = 0; s < n_seen; s++)
+                dup |= seen[s] == h;
+            if (dup) {
+                free(src);
+                continue;
+            }
+            seen = xrealloc(seen, (size_t)(n_seen + 1) * sizeof *seen);
+            seen[n_seen++] = h;
+            char *file = xasprintf("%s/%s-%lld.%s", dir, f->name, (long long)index, cuda ? "cu" : "c");
+            if (kiln_write_file(file, src, strlen(src), &err)) {
+                fprintf(stderr, "kiln sweep: %s\n", err.msg);
+                free(src);
+                free(file);
+                free(seen);
+                goto done;
+            }
+            free(src);
+            char *params = kiln_family_point_str(f, point);
+            fprintf(stderr, "[%s %lld/%lld] %s ... ", f->name, (long long)k + 1,
+                    (long long)n_points, params);
+            cJSON *r = kiln_gate_eval(p, ref, file, &opt);
+            if (n_rows == cap_rows) {
+                cap_rows = cap_rows ? 2 * cap_rows : 16;
+                rows = xrealloc(rows, (size_t)cap_rows * sizeof *rows);
+            }
+            sweep_row *row = &rows[n_rows++];
+            memset(row, 0, sizeof *row);
+            row->params = xasprintf("%s %s", f->name, params);
+            row->file = file;
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "outcome");
+            row->outcome = xstrdup(cJSON_IsString(o) ? o->valuestring : "error");
+            row->time_us = row->gbps = row->sol_pct = row->score = NAN;
+            if (strcmp(row->outcome, "ok") == 0)
+                summarise_result(r, row);
+            row->detail = evidence_line(r);
+            fprintf(stderr, "%s", row->outcome);
+            if (!isnan(row->time_us))
+                fprintf(stderr, " %.2f us", row->time_us);
+            fprintf(stderr, "\n");
+            cJSON *jr = cJSON_CreateObject();
+            cJSON_AddStringToObject(jr, "family", f->name);
+            cJSON_AddStringToObject(jr, "params", params);
+            cJSON_AddStringToObject(jr, "file", file);
+            cJSON_AddItemToObject(jr, "result", r);
+            cJSON_AddItemToArray(jrows, jr);
+            free(params);
+        }
+        if (n_invalid)
+            fprintf(stderr, "kiln sweep: %s: %d of %lld points declined by constraints\n", f->name,
+                    n_invalid, (long long)n_points);
+    }
+    free(seen);
+    qsort(rows, (size_t)n_rows, sizeof *rows, row_cmp);
+    if (json) {
+        char *s = cJSON_Print(all);
+        printf("%s\n", s);
+        free(s);
+    } else {
+        printf("%-52s %-13s %12s %9s %7s %6s\n", "params", "outcome", "time us", "GB/s", "SOL%",
+               "S");
+        for (int i = 0; i < n_rows; i++) {
+            printf("%-52s %-13s %12.2f %9.1f %7.1f %6.3f", rows[i].params, rows[i].outcome,
+                   rows[i].time_us, rows[i].gbps, rows[i].sol_pct, rows[i].score);
+            if (rows[i].detail[0] && strcmp(rows[i].outcome, "ok") != 0)
+                printf("  %s", rows[i].detail);
+            printf("\n");
+        }
+        if (n_rows && !isnan(rows[n_rows - 1].time_us))
+            printf("best: %s (%s)\n", rows[n_rows - 1].params, rows[n_rows - 1].file);
+    }
+    status = 0;
+done:
+    for (int i = 0; i < n_rows; i++) {
+        free(rows[i].params);
+        free(rows[i].file);
+        free(rows[i].outcome);
+        free(rows[i].detail);
+    }
+    free(rows);
+    free(dir);
+    cJSON_Delete(all);
+    kiln_refdata_free(ref);
+    kiln_problem_free(p);
+    return status;
+}

@@ -1,0 +1,110 @@
+/* family.h: a kernel family is one readable unit: a real CUDA template with #define parameters, a
+ * parameter table with domains, constraint predicates that return a reason, launch geometry, byte and
+ * flop counts, a CPU emitter, a matcher that recognises the family in a problem, and the tolerance it
+ * promises. Search and sweep see families only through this interface.
+ *
+ * How a family turns a point of its space into a candidate (docs/families.md): the template defines a
+ * __device__ body with fixed arguments (pointers and sizes); the emitter writes the #define lines of the
+ * point, the `// kiln:` launch directives (expressions over the problem's axis names), the template, and
+ * an `extern "C"` entry point whose parameter list is exactly the problem's ABI signature
+ * (kiln_abi_signature) and that calls the body. So one template serves every problem the matcher accepts,
+ * whatever its axis names or tensor order. */
+#ifndef KILN_FAMILY_H
+#define KILN_FAMILY_H
+
+#include "../backend/abi.h"
+
+#define KILN_FAMILY_MAX_PARAMS 12
+#define KILN_FAMILY_MAX_VALUES 16
+#define KILN_MATCH_MAX_FACTS 24
+
+/* One tunable parameter: its #define name and its domain. */
+typedef struct {
+    const char *name; /* the #define in the template, e.g. "THREADS" */
+    int n_values;
+    int64_t values[KILN_FAMILY_MAX_VALUES];
+    const char *doc; /* one line: what it changes */
+} kiln_family_param;
+
+/* What a matcher learned about a problem: the variant of the family and the facts the emitter needs
+ * (which input is x, the eps, whether a SiLU follows, the row length expression...). */
+typedef struct {
+    char variant[64]; /* e.g. "softmax_lastdim", "rmsnorm_1p_weight", "group_norm_silu" */
+    int n_facts;
+    struct {
+        char key[32];
+        double value;
+    } facts[KILN_MATCH_MAX_FACTS];
+    int input_of_role[8];  /* problem input index for each family-defined role, -1 when absent */
+    int output_of_role[4]; /* problem output index for each role */
+    char rows_expr[256];   /* expressions over axis names, for launch directives and sizes */
+    char cols_expr[256];
+    char extra_expr[4][256];
+    char how[256]; /* one line: how the match was made (for logs and the dashboard) */
+} kiln_match;
+
+typedef struct kiln_family {
+    const char *name;    /* "softmax", "rmsnorm", "layernorm", "groupnorm", "batchnorm", "pool", "eltwise" */
+    const char *summary; /* one line */
+    int n_params;
+    kiln_family_param params[KILN_FAMILY_MAX_PARAMS];
+
+    /* Recognises the family in p. Returns 1 and fills m, or returns 0 and writes why it declined (e.g.
+     * "input x is not contiguous in the captured call", "softmax over dim 1, not the last"). */
+    int (*match)(const kiln_problem *p, kiln_match *m, char *why, size_t why_len);
+
+    /* NULL when point (one value per param, in table order) is valid for every workload of p, else a
+     * static or heap string naming the constraint (heap strings start with '!' and are freed by the
+     * caller after skipping the '!'). */
+    const char *(*check)(const kiln_problem *p, const kiln_match *m, const int64_t *point);
+
+    /* The whole candidate source for point: banner, #defines, `// kiln:` directives, template and entry
+     * point. cuda selects CUDA C; otherwise C for the cpu backend (the point may be ignored there). */
+    char *(*emit)(const kiln_problem *p, const kiln_match *m, const int64_t *point, int cuda);
+
+    /* Minimum bytes and useful flops of workload w (speed of light). */
+    double (*min_bytes)(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
+    double (*flops)(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
+
+    /* The tolerance the family promises for an output of dtype t (never looser than the default). */
+    kiln_tolerance (*tolerance)(kiln_dtype t);
+} kiln_family;
+
+/* The built-in families (registry.c), in the order sweep and search try them. */
+int kiln_family_count(void);
+const kiln_family *kiln_family_at(int i);
+
+const kiln_family *kiln_family_find(const char *name);
+
+/* Size of the parameter space (product of the domains). */
+int64_t kiln_family_space_size(const kiln_family *f);
+/* The point with this index in the space (mixed radix, first parameter fastest). */
+void kiln_family_point(const kiln_family *f, int64_t index, int64_t *point);
+/* "THREADS=256 VEC=8 ROWS=4", caller frees. */
+char *kiln_family_point_str(const kiln_family *f, const int64_t *point);
+
+/* Helpers for emitters. */
+/* The banner every generated file starts with: family, variant, parameters, hash of the body. */
+char *kiln_family_banner(const kiln_family *f, const kiln_match *m, const int64_t *point,
+                         const char *body);
+/* "#define NAME VALUE\n" for every parameter of point. */
+char *kiln_family_defines(const kiln_family *f, const int64_t *point);
+/* The template text of a family, embedded at build time from src/gen/templates/NAME.cu (or .c). */
+const char *kiln_family_template(const char *file_name);
+
+/* The "kiln" object of p's definition.json (capture writes "kind", "aten", "args", "layouts",
+ * "module_class", "aten_ops"... there: docs/capture.md), or NULL when absent or unreadable. The caller
+ * frees it with cJSON_Delete. Matchers read what the op is from here. */
+struct cJSON *kiln_problem_read_kiln(const kiln_problem *p);
+
+/* Match facts. */
+void kiln_match_set(kiln_match *m, const char *key, double value);
+/* Returns the fact or dflt when absent. */
+double kiln_match_get(const kiln_match *m, const char *key, double dflt);
+
+/* Tries every family on p; fills up to max matches (family + match). Returns how many matched; why
+ * collects one line per family that declined. */
+int kiln_family_match_all(const kiln_problem *p, const kiln_family **fams, kiln_match *matches,
+                          int max, char *why, size_t why_len);
+
+#endif
