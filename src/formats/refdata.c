@@ -1,0 +1,298 @@
+/* refdata.c: reads the reference data manifest of a problem, checks that it belongs to the problem
+ * as it is now, and opens its input sets with their tensors checked against the definition. */
+#include "refdata.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    const char *label;
+    kiln_err *err;
+} src;
+
+static int fail(const src *s, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(const src *s, int status, const char *fmt, ...) {
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kiln_errf(s->err, status, "%s: %s", s->label, msg);
+}
+
+static const cJSON *get(const cJSON *obj, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
+
+static int json_int(const cJSON *item, int64_t *out) {
+    if (!cJSON_IsNumber(item))
+        return -1;
+    double v = item->valuedouble;
+    if (!(fabs(v) <= 9007199254740992.0) || v != floor(v))
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* A set's file must stay inside the reference directory. */
+static int path_is_inside(const char *file) {
+    if (!file[0] || file[0] == '/')
+        return 0;
+    for (const char *c = file; *c;) {
+        const char *slash = strchr(c, '/');
+        size_t n = slash ? (size_t)(slash - c) : strlen(c);
+        if (n == 2 && c[0] == '.' && c[1] == '.')
+            return 0;
+        c += n + (slash ? 1 : 0);
+    }
+    return 1;
+}
+
+static int parse_set(const kiln_problem *p, const char *ref_dir, const cJSON *js, const char *field,
+                     const src *s, kiln_refset *set) {
+    if (!cJSON_IsObject(js))
+        return fail(s, KILN_ERR_FORMAT, "%s: not an object", field);
+    const cJSON *file = get(js, "file"), *kind = get(js, "kind"), *seed = get(js, "seed"),
+                *scalars = get(js, "scalars");
+    if (!cJSON_IsString(file) || !path_is_inside(file->valuestring))
+        return fail(s, KILN_ERR_FORMAT, "%s.file: not a relative path inside the directory", field);
+    set->file = kiln_path_join(ref_dir, file->valuestring);
+    struct stat sb;
+    if (stat(set->file, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return fail(s, KILN_ERR_FORMAT, "%s.file: %s does not exist", field, set->file);
+    if (!cJSON_IsString(kind) ||
+        (strcmp(kind->valuestring, "real") != 0 && strcmp(kind->valuestring, "random") != 0))
+        return fail(s, KILN_ERR_FORMAT, "%s.kind: not \"real\" or \"random\"", field);
+    set->is_real = strcmp(kind->valuestring, "real") == 0;
+    int64_t seed_value;
+    if (seed && !cJSON_IsNull(seed) && json_int(seed, &seed_value) != 0)
+        return fail(s, KILN_ERR_FORMAT, "%s.seed: not an integer", field);
+
+    set->scalars = xcalloc((size_t)p->n_inputs + 1, sizeof *set->scalars);
+    if (scalars && !cJSON_IsNull(scalars)) {
+        if (!cJSON_IsObject(scalars))
+            return fail(s, KILN_ERR_FORMAT, "%s.scalars: not an object", field);
+        for (const cJSON *c = scalars->child; c; c = c->next) {
+            int i = kiln_problem_input_index(p, c->string);
+            if (i < 0 || !p->inputs[i].is_scalar)
+                return fail(s, KILN_ERR_FORMAT,
+                            "%s.scalars.%.100s: not a scalar input of the problem", field,
+                            c->string);
+        }
+    }
+    for (int i = 0; i < p->n_inputs; i++) {
+        if (!p->inputs[i].is_scalar)
+            continue;
+        const cJSON *v = cJSON_IsObject(scalars) ? get(scalars, p->inputs[i].name) : NULL;
+        if (!v)
+            return fail(s, KILN_ERR_FORMAT, "%s.scalars.%s: missing", field, p->inputs[i].name);
+        if (cJSON_IsBool(v))
+            set->scalars[i] = cJSON_IsTrue(v) ? 1 : 0;
+        else if (cJSON_IsNumber(v))
+            set->scalars[i] = v->valuedouble;
+        else
+            return fail(s, KILN_ERR_FORMAT, "%s.scalars.%s: not a number or a bool", field,
+                        p->inputs[i].name);
+    }
+    return KILN_OK;
+}
+
+static int parse_workload(const kiln_problem *p, const char *ref_dir, const cJSON *js, int wi,
+                          const src *s, kiln_refworkload *rw) {
+    const kiln_workload *w = &p->workloads[wi];
+    if (!cJSON_IsObject(js))
+        return fail(s, KILN_ERR_FORMAT, "workloads[%d]: not an object", wi);
+    const cJSON *uuid = get(js, "uuid"), *axes = get(js, "axes"), *t = get(js, "ref_time_us"),
+                *sets = get(js, "sets");
+    if (!cJSON_IsString(uuid) || strcmp(uuid->valuestring, w->uuid) != 0)
+        return fail(s, KILN_ERR_FORMAT, "workloads[%d].uuid: not '%s', the problem's workload %d",
+                    wi, w->uuid, wi);
+    if (!cJSON_IsObject(axes))
+        return fail(s, KILN_ERR_FORMAT, "workloads[%d].axes: not an object", wi);
+    if (cJSON_GetArraySize(axes) != p->n_axes)
+        return fail(s, KILN_ERR_FORMAT, "workloads[%d].axes: %d axes, the problem has %d", wi,
+                    cJSON_GetArraySize(axes), p->n_axes);
+    for (int a = 0; a < p->n_axes; a++) {
+        const cJSON *v = get(axes, p->axes[a].name);
+        int64_t value;
+        if (!v || json_int(v, &value) != 0 || value != w->axis_values[a])
+            return fail(s, KILN_ERR_FORMAT,
+                        "workloads[%d].axes.%s: not %" PRId64 " as in the problem", wi,
+                        p->axes[a].name, w->axis_values[a]);
+    }
+    rw->ref_time_us = -1;
+    if (t && !cJSON_IsNull(t)) {
+        if (!cJSON_IsNumber(t) || !(t->valuedouble >= 0) || !isfinite(t->valuedouble))
+            return fail(s, KILN_ERR_FORMAT, "workloads[%d].ref_time_us: not a non-negative number",
+                        wi);
+        rw->ref_time_us = t->valuedouble;
+    }
+    if (!cJSON_IsArray(sets) || cJSON_GetArraySize(sets) == 0)
+        return fail(s, KILN_ERR_FORMAT, "workloads[%d].sets: not a non-empty array", wi);
+    rw->sets = xcalloc((size_t)cJSON_GetArraySize(sets), sizeof *rw->sets);
+    for (const cJSON *c = sets->child; c; c = c->next) {
+        char field[64];
+        snprintf(field, sizeof field, "workloads[%d].sets[%d]", wi, rw->n_sets);
+        int rc = parse_set(p, ref_dir, c, field, s, &rw->sets[rw->n_sets]);
+        rw->n_sets++; /* counted even on failure, so that free releases what parse_set allocated */
+        if (rc != KILN_OK)
+            return rc;
+    }
+    return KILN_OK;
+}
+
+int kiln_refdata_load(const char *ref_dir, const kiln_problem *p, kiln_refdata **out,
+                      kiln_err *err) {
+    KILN_ASSERT(ref_dir && p && out);
+    *out = NULL;
+    char *path = kiln_path_join(ref_dir, "manifest.json");
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    kiln_refdata *r = xcalloc(1, sizeof *r);
+    r->dir = xstrdup(ref_dir);
+    src s = {path, err};
+    int rc = kiln_read_file(path, &text, &len, err);
+    if (rc != KILN_OK)
+        goto done;
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root || !cJSON_IsObject(root)) {
+        rc = fail(&s, KILN_ERR_FORMAT, "not a JSON object");
+        goto done;
+    }
+    const cJSON *version = get(root, "kiln_reference"), *name = get(root, "problem"),
+                *key = get(root, "key"), *device = get(root, "device"),
+                *workloads = get(root, "workloads");
+    if (!cJSON_IsNumber(version)) {
+        rc = fail(&s, KILN_ERR_FORMAT, "kiln_reference: missing (not a kiln reference manifest)");
+        goto done;
+    }
+    if (version->valuedouble != 1) {
+        rc = fail(&s, KILN_ERR_UNSUPPORTED, "kiln_reference: version %g, this kiln reads 1",
+                  version->valuedouble);
+        goto done;
+    }
+    if (!cJSON_IsString(name) || strcmp(name->valuestring, p->name) != 0) {
+        rc = fail(&s, KILN_ERR_FORMAT, "problem: not '%s'", p->name);
+        goto done;
+    }
+    char want_key[17];
+    snprintf(want_key, sizeof want_key, "%016" PRIx64, p->source_key);
+    if (!cJSON_IsString(key) || strcmp(key->valuestring, want_key) != 0) {
+        rc = fail(&s, KILN_ERR_FORMAT,
+                  "key: '%.40s' is not the problem's key %s (the reference data is stale)",
+                  cJSON_IsString(key) ? key->valuestring : "?", want_key);
+        goto done;
+    }
+    if (!cJSON_IsString(device) ||
+        (strcmp(device->valuestring, "cpu") != 0 && strcmp(device->valuestring, "cuda") != 0)) {
+        rc = fail(&s, KILN_ERR_FORMAT, "device: not \"cpu\" or \"cuda\"");
+        goto done;
+    }
+    r->device = xstrdup(device->valuestring);
+    if (!cJSON_IsArray(workloads) || cJSON_GetArraySize(workloads) != p->n_workloads) {
+        rc = fail(&s, KILN_ERR_FORMAT, "workloads: not an array of the problem's %d workloads",
+                  p->n_workloads);
+        goto done;
+    }
+    r->workloads = xcalloc((size_t)p->n_workloads + 1, sizeof *r->workloads);
+    for (const cJSON *c = workloads->child; c; c = c->next) {
+        rc = parse_workload(p, ref_dir, c, r->n_workloads, &s, &r->workloads[r->n_workloads]);
+        r->n_workloads++;
+        if (rc != KILN_OK)
+            goto done;
+    }
+    *out = r;
+    r = NULL;
+done:
+    cJSON_Delete(root);
+    free(text);
+    free(path);
+    kiln_refdata_free(r);
+    return rc;
+}
+
+void kiln_refdata_free(kiln_refdata *r) {
+    if (!r)
+        return;
+    for (int w = 0; w < r->n_workloads; w++) {
+        for (int i = 0; i < r->workloads[w].n_sets; i++) {
+            free(r->workloads[w].sets[i].file);
+            free(r->workloads[w].sets[i].scalars);
+        }
+        free(r->workloads[w].sets);
+    }
+    free(r->workloads);
+    free(r->device);
+    free(r->dir);
+    free(r);
+}
+
+static int check_tensor(const kiln_problem *p, const kiln_workload *w, const kiln_tensor_spec *t,
+                        const char *prefix, const kiln_st *st, const src *s) {
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", prefix, t->name);
+    const kiln_st_tensor *x = kiln_st_find(st, name);
+    if (!x)
+        return fail(s, KILN_ERR_FORMAT, "tensor '%s': missing", name);
+    if (x->dtype != t->dtype)
+        return fail(s, KILN_ERR_FORMAT, "tensor '%s': dtype %s, the problem says %s", name,
+                    kiln_dtype_name(x->dtype), kiln_dtype_name(t->dtype));
+    int64_t shape[KILN_MAX_DIMS];
+    kiln_tensor_shape(p, t, w, shape);
+    int same = x->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = x->shape[d] == shape[d];
+    if (!same) {
+        char have[200], want[200];
+        size_t a = 0, b = 0;
+        a += (size_t)snprintf(have, sizeof have, "[");
+        b += (size_t)snprintf(want, sizeof want, "[");
+        for (int d = 0; d < x->ndim && a < sizeof have; d++)
+            a += (size_t)snprintf(have + a, sizeof have - a, "%s%" PRId64, d ? ", " : "",
+                                  x->shape[d]);
+        for (int d = 0; d < t->ndim && b < sizeof want; d++)
+            b += (size_t)snprintf(want + b, sizeof want - b, "%s%" PRId64, d ? ", " : "", shape[d]);
+        if (a < sizeof have)
+            snprintf(have + a, sizeof have - a, "]");
+        if (b < sizeof want)
+            snprintf(want + b, sizeof want - b, "]");
+        return fail(s, KILN_ERR_FORMAT, "tensor '%s': shape %s, the workload needs %s", name, have,
+                    want);
+    }
+    return KILN_OK;
+}
+
+int kiln_refset_open(const kiln_problem *p, int workload, const kiln_refset *set, kiln_st **out,
+                     kiln_err *err) {
+    KILN_ASSERT(p && set && out && workload >= 0 && workload < p->n_workloads);
+    *out = NULL;
+    src s = {set->file, err};
+    for (int i = 0; i < p->n_outputs; i++)
+        if (p->outputs[i].is_scalar)
+            return fail(&s, KILN_ERR_UNSUPPORTED,
+                        "output '%s' is a scalar: kiln checks tensors only", p->outputs[i].name);
+    kiln_st *st = NULL;
+    int rc = kiln_st_load(set->file, &st, err);
+    if (rc != KILN_OK)
+        return rc;
+    const kiln_workload *w = &p->workloads[workload];
+    for (int i = 0; i < p->n_inputs && rc == KILN_OK; i++)
+        if (!p->inputs[i].is_scalar)
+            rc = check_tensor(p, w, &p->inputs[i], "input.", st, &s);
+    for (int i = 0; i < p->n_outputs && rc == KILN_OK; i++)
+        rc = check_tensor(p, w, &p->outputs[i], "output.", st, &s);
+    if (rc != KILN_OK) {
+        kiln_st_free(st);
+        return rc;
+    }
+    *out = st;
+    return KILN_OK;
+}
