@@ -38,8 +38,7 @@ static int parse_int(const char *s, const char *opt, long lo, long hi, long *out
     char *end = NULL;
     long v = strtol(s, &end, 10);
     if (!s[0] || *end || v < lo || v > hi) {
-        fprintf(stderr, "kiln eval: %s wants an integer in [%ld, %ld], got '%s'\n", opt, lo, hi,
-                s);
+        fprintf(stderr, "kiln eval: %s wants an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
         return -1;
     }
     *out = v;
@@ -128,15 +127,31 @@ static void print_table(const cJSON *r) {
 }
 
 int kiln_cmd_eval(int argc, char **argv) {
-    enum { OPT_BACKEND = 256, OPT_DEVICE, OPT_JSON, OPT_ITERS, OPT_WARMUP, OPT_SETS, OPT_TIMEOUT,
-           OPT_SEED, OPT_REF_DIR, OPT_NO_TIME };
+    enum {
+        OPT_BACKEND = 256,
+        OPT_DEVICE,
+        OPT_JSON,
+        OPT_ITERS,
+        OPT_WARMUP,
+        OPT_SETS,
+        OPT_TIMEOUT,
+        OPT_SEED,
+        OPT_REF_DIR,
+        OPT_NO_TIME
+    };
     static const struct option longopts[] = {
-        {"backend", required_argument, 0, OPT_BACKEND}, {"device", required_argument, 0, OPT_DEVICE},
-        {"json", no_argument, 0, OPT_JSON},             {"iters", required_argument, 0, OPT_ITERS},
-        {"warmup", required_argument, 0, OPT_WARMUP},   {"sets", required_argument, 0, OPT_SETS},
-        {"timeout", required_argument, 0, OPT_TIMEOUT}, {"seed", required_argument, 0, OPT_SEED},
-        {"ref-dir", required_argument, 0, OPT_REF_DIR}, {"no-time", no_argument, 0, OPT_NO_TIME},
-        {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
+        {"backend", required_argument, 0, OPT_BACKEND},
+        {"device", required_argument, 0, OPT_DEVICE},
+        {"json", no_argument, 0, OPT_JSON},
+        {"iters", required_argument, 0, OPT_ITERS},
+        {"warmup", required_argument, 0, OPT_WARMUP},
+        {"sets", required_argument, 0, OPT_SETS},
+        {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"seed", required_argument, 0, OPT_SEED},
+        {"ref-dir", required_argument, 0, OPT_REF_DIR},
+        {"no-time", no_argument, 0, OPT_NO_TIME},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     kiln_gate_options opt;
     kiln_gate_options_default(&opt);
@@ -228,7 +243,8 @@ int kiln_cmd_eval(int argc, char **argv) {
     int status = 2;
     kiln_refdata *ref = NULL;
     if (strcmp(backend, "cuda") == 0) {
-        /* Checked before the reference helper runs, so that a machine without a GPU is told at once. */
+        /* Checked before the reference helper runs, so that a machine without a GPU is told at
+         * once. */
         void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
         if (!h) {
             fprintf(stderr,

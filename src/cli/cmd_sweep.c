@@ -1,6 +1,7 @@
-/* cmd_sweep.c: `kiln sweep PROBLEM_DIR`: enumerates the whole valid space of every family that matches
- * a problem (or a documented sample of it), proves and times each point through the gate, and prints the
- * table best last. Before search exists this is how a family is measured; search uses the same families. */
+/* cmd_sweep.c: `kiln sweep PROBLEM_DIR`: enumerates the whole valid space of every family that
+ * matches a problem (or a documented sample of it), proves and times each point through the gate,
+ * and prints the table best last. Before search exists this is how a family is measured; search
+ * uses the same families. */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <math.h>
@@ -97,15 +98,31 @@ static char *evidence_line(const cJSON *r) {
 }
 
 int kiln_cmd_sweep(int argc, char **argv) {
-    enum { OPT_FAMILY = 256, OPT_BACKEND, OPT_LIMIT, OPT_OUT, OPT_ITERS, OPT_SETS, OPT_TIMEOUT,
-           OPT_REF_DIR, OPT_JSON, OPT_LIST };
+    enum {
+        OPT_FAMILY = 256,
+        OPT_BACKEND,
+        OPT_LIMIT,
+        OPT_OUT,
+        OPT_ITERS,
+        OPT_SETS,
+        OPT_TIMEOUT,
+        OPT_REF_DIR,
+        OPT_JSON,
+        OPT_LIST
+    };
     static const struct option longopts[] = {
-        {"family", required_argument, 0, OPT_FAMILY}, {"backend", required_argument, 0, OPT_BACKEND},
-        {"limit", required_argument, 0, OPT_LIMIT},   {"out", required_argument, 0, OPT_OUT},
-        {"iters", required_argument, 0, OPT_ITERS},   {"sets", required_argument, 0, OPT_SETS},
-        {"timeout", required_argument, 0, OPT_TIMEOUT}, {"ref-dir", required_argument, 0, OPT_REF_DIR},
-        {"json", no_argument, 0, OPT_JSON},           {"list", no_argument, 0, OPT_LIST},
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
+        {"family", required_argument, 0, OPT_FAMILY},
+        {"backend", required_argument, 0, OPT_BACKEND},
+        {"limit", required_argument, 0, OPT_LIMIT},
+        {"out", required_argument, 0, OPT_OUT},
+        {"iters", required_argument, 0, OPT_ITERS},
+        {"sets", required_argument, 0, OPT_SETS},
+        {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"ref-dir", required_argument, 0, OPT_REF_DIR},
+        {"json", no_argument, 0, OPT_JSON},
+        {"list", no_argument, 0, OPT_LIST},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     kiln_gate_options opt;
     kiln_gate_options_default(&opt);
@@ -116,12 +133,24 @@ int kiln_cmd_sweep(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end = NULL;
         switch (c) {
-        case OPT_FAMILY: family = optarg; break;
-        case OPT_BACKEND: backend = optarg; break;
-        case OPT_OUT: out_dir = optarg; break;
-        case OPT_REF_DIR: ref_dir = optarg; break;
-        case OPT_JSON: json = 1; break;
-        case OPT_LIST: list = 1; break;
+        case OPT_FAMILY:
+            family = optarg;
+            break;
+        case OPT_BACKEND:
+            backend = optarg;
+            break;
+        case OPT_OUT:
+            out_dir = optarg;
+            break;
+        case OPT_REF_DIR:
+            ref_dir = optarg;
+            break;
+        case OPT_JSON:
+            json = 1;
+            break;
+        case OPT_LIST:
+            list = 1;
+            break;
         case OPT_LIMIT:
             limit = strtol(optarg, &end, 10);
             if (!optarg[0] || *end || limit < 1) {
@@ -150,8 +179,12 @@ int kiln_cmd_sweep(int argc, char **argv) {
                 return 2;
             }
             break;
-        case 'h': sweep_usage(stdout); return 0;
-        default: sweep_usage(stderr); return 2;
+        case 'h':
+            sweep_usage(stdout);
+            return 0;
+        default:
+            sweep_usage(stderr);
+            return 2;
         }
     }
     if (argc - optind != 1) {
@@ -214,8 +247,9 @@ int kiln_cmd_sweep(int argc, char **argv) {
 
     for (int i = 0; i < n_match; i++) {
         int64_t n = kiln_family_space_size(fams[i]);
-        fprintf(list ? stdout : stderr, "kiln sweep: %s matches family %s (%s), space %lld points\n",
-                p->name, fams[i]->name, matches[i].variant, (long long)n);
+        fprintf(list ? stdout : stderr,
+                "kiln sweep: %s matches family %s (%s), space %lld points\n", p->name,
+                fams[i]->name, matches[i].variant, (long long)n);
     }
     if (list) {
         status = 0;
@@ -265,7 +299,8 @@ int kiln_cmd_sweep(int argc, char **argv) {
             }
             seen = xrealloc(seen, (size_t)(n_seen + 1) * sizeof *seen);
             seen[n_seen++] = h;
-            char *file = xasprintf("%s/%s-%lld.%s", dir, f->name, (long long)index, cuda ? "cu" : "c");
+            char *file =
+                xasprintf("%s/%s-%lld.%s", dir, f->name, (long long)index, cuda ? "cu" : "c");
             if (kiln_write_file(file, src, strlen(src), &err)) {
                 fprintf(stderr, "kiln sweep: %s\n", err.msg);
                 free(src);

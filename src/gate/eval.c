@@ -1,11 +1,12 @@
 /* eval.c: the work of the gate child: compile one candidate, prove it on every input set of every
  * workload, time it, and report each step as a line on a pipe to the watchdog (isolate.c).
  *
- * Why a line protocol: the child may die at any instant (a wild pointer, a trap, a sticky CUDA fault) or
- * hang in a kernel. Everything it learned before that must survive it, so it streams each fact as soon
- * as it is known: "phase ..." lines are heartbeats that also tell the watchdog what the child was doing
- * when it went silent, "workload {json}" carries each finished workload, "outcome NAME {json}" ends a
- * verdict, and "fatal MESSAGE" says that no verdict is possible (no device, unusable reference data). */
+ * Why a line protocol: the child may die at any instant (a wild pointer, a trap, a sticky CUDA
+ * fault) or hang in a kernel. Everything it learned before that must survive it, so it streams each
+ * fact as soon as it is known: "phase ..." lines are heartbeats that also tell the watchdog what
+ * the child was doing when it went silent, "workload {json}" carries each finished workload,
+ * "outcome NAME {json}" ends a verdict, and "fatal MESSAGE" says that no verdict is possible (no
+ * device, unusable reference data). */
 #include "gate.h"
 
 #include <errno.h>
@@ -72,11 +73,11 @@ static kiln_outcome send_fatal(int fd, const char *msg) {
 
 /* One input set of one workload, resident on the device. */
 typedef struct {
-    kiln_st *host;           /* the set's file: inputs and reference outputs */
-    kiln_devptr *in_dev;     /* per input (0 for scalars) */
-    kiln_devptr *out_dev;    /* per output */
-    const void **ref_out;    /* per output: reference bytes in host */
-    const void **in_host;    /* per input: uploaded bytes in host (NULL for scalars) */
+    kiln_st *host;        /* the set's file: inputs and reference outputs */
+    kiln_devptr *in_dev;  /* per input (0 for scalars) */
+    kiln_devptr *out_dev; /* per output */
+    const void **ref_out; /* per output: reference bytes in host */
+    const void **in_host; /* per input: uploaded bytes in host (NULL for scalars) */
     size_t *in_bytes, *out_bytes;
     /* parameter storage, one slot per signature parameter */
     union {
@@ -86,7 +87,7 @@ typedef struct {
         float f32;
         double f64;
         _Bool b;
-    } *values;
+    } * values;
     void **params;
 } set_state;
 
@@ -153,12 +154,23 @@ static int set_load(ctx *c, const kiln_refdata *ref, int si, kiln_devptr scratch
         if (t->is_scalar) {
             double v = rs->scalars[i];
             switch (c->sig->p[k].kind) {
-            case KILN_PARAM_I64: s->values[k].i64 = (int64_t)v; break;
-            case KILN_PARAM_I32: s->values[k].i32 = (int32_t)v; break;
-            case KILN_PARAM_F32: s->values[k].f32 = (float)v; break;
-            case KILN_PARAM_F64: s->values[k].f64 = v; break;
-            case KILN_PARAM_BOOL: s->values[k].b = v != 0; break;
-            case KILN_PARAM_PTR: KILN_ASSERT(!"scalar input with a pointer parameter");
+            case KILN_PARAM_I64:
+                s->values[k].i64 = (int64_t)v;
+                break;
+            case KILN_PARAM_I32:
+                s->values[k].i32 = (int32_t)v;
+                break;
+            case KILN_PARAM_F32:
+                s->values[k].f32 = (float)v;
+                break;
+            case KILN_PARAM_F64:
+                s->values[k].f64 = v;
+                break;
+            case KILN_PARAM_BOOL:
+                s->values[k].b = v != 0;
+                break;
+            case KILN_PARAM_PTR:
+                KILN_ASSERT(!"scalar input with a pointer parameter");
             }
             continue;
         }
@@ -234,8 +246,8 @@ static void add_where(cJSON *ev, ctx *c, int si, const kiln_refdata *ref) {
     cJSON_AddStringToObject(ev, "workload", w->uuid ? w->uuid : "");
     cJSON_AddNumberToObject(ev, "workload_index", c->w);
     cJSON_AddNumberToObject(ev, "set", si);
-    cJSON_AddStringToObject(ev, "set_kind", ref->workloads[c->w].sets[si].is_real ? "real"
-                                                                                    : "random");
+    cJSON_AddStringToObject(ev, "set_kind",
+                            ref->workloads[c->w].sets[si].is_real ? "real" : "random");
 }
 
 static cJSON *number_or_string(double v) {
@@ -334,8 +346,8 @@ static int any_integer_output(const kiln_problem *p) {
 
 /* Proves set si: one poison round for float outputs; for integer outputs two rounds with different
  * poison bytes, an element counting as written when it differs from the poison in either round. */
-static kiln_outcome prove_set(ctx *c, const kiln_refdata *ref, const kiln_launch_plan *plan,
-                              int si, set_state *s, kiln_devptr scratch, void **host_buf) {
+static kiln_outcome prove_set(ctx *c, const kiln_refdata *ref, const kiln_launch_plan *plan, int si,
+                              set_state *s, kiln_devptr scratch, void **host_buf) {
     const kiln_problem *p = c->p;
     int rounds = any_integer_output(p) ? 2 : 1;
     unsigned char **masks = NULL;
@@ -390,9 +402,8 @@ static double percentile(const double *sorted, int n, double q) {
 
 /* Times workload c->w over its sets; fills the timing fields of wj. */
 static kiln_outcome time_workload(ctx *c, const kiln_refdata *ref, const kiln_launch_plan *plan,
-                                  set_state *sets, int n_sets, kiln_devptr scratch,
-                                  void **host_buf, const kiln_gate_options *opt, cJSON *wj,
-                                  double *median_out) {
+                                  set_state *sets, int n_sets, kiln_devptr scratch, void **host_buf,
+                                  const kiln_gate_options *opt, cJSON *wj, double *median_out) {
     int cuda = strcmp(c->be->ops->name, "cuda") == 0;
     int iters = opt->iters > 0 ? opt->iters : (cuda ? 50 : 10);
     int warmup = opt->warmup >= 0 ? opt->warmup : (cuda ? 5 : 1);
@@ -448,11 +459,10 @@ static kiln_outcome time_workload(ctx *c, const kiln_refdata *ref, const kiln_la
     cJSON_AddNumberToObject(tj, "median", med);
     cJSON_AddNumberToObject(tj, "min", times[0]);
     cJSON_AddNumberToObject(tj, "max", times[iters - 1]);
-    cJSON_AddNumberToObject(tj, "spread_pct",
-                            med > 0 ? 100.0 * (percentile(times, iters, 0.9) -
-                                               percentile(times, iters, 0.1)) /
-                                          med
-                                    : 0);
+    cJSON_AddNumberToObject(
+        tj, "spread_pct",
+        med > 0 ? 100.0 * (percentile(times, iters, 0.9) - percentile(times, iters, 0.1)) / med
+                : 0);
     cJSON_AddNumberToObject(tj, "n", iters);
     cJSON_AddNumberToObject(tj, "audit_iteration", audit_i);
     *median_out = med;
@@ -463,8 +473,8 @@ done:
     return result;
 }
 
-/* Pass 0 proves workload c->w on every input set; pass 1 (only once every workload is proved: a kernel
- * that is wrong anywhere is never timed) loads the sets again and times it. */
+/* Pass 0 proves workload c->w on every input set; pass 1 (only once every workload is proved: a
+ * kernel that is wrong anywhere is never timed) loads the sets again and times it. */
 static kiln_outcome eval_workload(ctx *c, const kiln_refdata *ref, const kiln_abi *abi,
                                   const kiln_ceilings *ceil, const kiln_gate_options *opt,
                                   int pass) {
@@ -486,9 +496,9 @@ static kiln_outcome eval_workload(ctx *c, const kiln_refdata *ref, const kiln_ab
         cJSON *ev = cJSON_CreateObject();
         cJSON_AddStringToObject(ev, "message", err.msg);
         cJSON_AddNumberToObject(ev, "workload_index", c->w);
-        result = send_outcome(c->fd, rc == KILN_ERR_RESOURCE ? KILN_OUTCOME_RESOURCE
-                                                             : KILN_OUTCOME_COMPILE_ERROR,
-                              ev);
+        result = send_outcome(
+            c->fd, rc == KILN_ERR_RESOURCE ? KILN_OUTCOME_RESOURCE : KILN_OUTCOME_COMPILE_ERROR,
+            ev);
         goto done;
     }
     if (plan.scratch_bytes && (rc = c->be->ops->alloc(c->be, plan.scratch_bytes, &scratch, &err)))

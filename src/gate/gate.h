@@ -52,14 +52,15 @@ typedef struct {
     double max_abs_err, rel_l2_err;
 } kiln_check;
 
-/* Fills n elements at buf with the poison pattern for dtype; round 0 or 1 selects the pattern (integer
- * types use two patterns so that a value that equals one of them is not taken for unwritten). */
+/* Fills n elements at buf with the poison pattern for dtype; round 0 or 1 selects the pattern
+ * (integer types use two patterns so that a value that equals one of them is not taken for
+ * unwritten). */
 void kiln_poison_fill(kiln_dtype t, void *buf, size_t n, int round);
 /* 1 when element i of buf holds the poison pattern of round. */
 int kiln_poison_is(kiln_dtype t, const void *buf, size_t i, int round);
 
-/* Checks out against ref. written_mask, when non-NULL, has one byte per element (1 = written in some
- * poison round); when NULL, the poison of round 0 is looked for in out itself. */
+/* Checks out against ref. written_mask, when non-NULL, has one byte per element (1 = written in
+ * some poison round); when NULL, the poison of round 0 is looked for in out itself. */
 void kiln_check_output(kiln_dtype t, const void *out, const void *ref, size_t n,
                        const unsigned char *written_mask, const kiln_tolerance *tol,
                        kiln_check *res);
@@ -67,8 +68,8 @@ void kiln_check_output(kiln_dtype t, const void *out, const void *ref, size_t n,
 /* ---- speed of light (sol.c) ---- */
 
 typedef struct {
-    double copy_gbps;    /* bytes read + written per second / 1e9 */
-    double fma_gflops;   /* fp32 FMA rate, 2 flops per FMA, / 1e9 */
+    double copy_gbps;  /* bytes read + written per second / 1e9 */
+    double fma_gflops; /* fp32 FMA rate, 2 flops per FMA, / 1e9 */
 } kiln_ceilings;
 
 /* Measured once per device, cached in $XDG_CACHE_HOME/kiln/ceilings/<uuid>.json. */
@@ -85,8 +86,8 @@ kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
                                  const char *kernel_path, const char *source,
                                  const kiln_gate_options *opt, int fd);
 
-/* Evaluates in a forked child with a watchdog. Returns the result object of docs/gate.md ("--json"),
- * never NULL. */
+/* Evaluates in a forked child with a watchdog. Returns the result object of docs/gate.md
+ * ("--json"), never NULL. */
 cJSON *kiln_gate_eval(const kiln_problem *p, const kiln_refdata *ref, const char *kernel_path,
                       const kiln_gate_options *opt);
 
@@ -97,7 +98,8 @@ cJSON *kiln_gate_eval(const kiln_problem *p, const kiln_refdata *ref, const char
 int kiln_refs_ensure(const kiln_problem *p, const char *device, const char *ref_dir,
                      int quiet_stdout, kiln_refdata **out, kiln_err *err);
 
-/* The Python interpreter kiln uses: $KILN_PYTHON, else <kiln_home>/.venv/bin/python, else python3. */
+/* The Python interpreter kiln uses: $KILN_PYTHON, else <kiln_home>/.venv/bin/python, else python3.
+ */
 const char *kiln_python(void);
 
 #endif

@@ -1,12 +1,13 @@
 /* isolate.c: runs the gate child (eval.c) in a forked process under a watchdog and assembles the
  * result object of docs/gate.md from the lines it streams.
  *
- * The parent never touches the device: CUDA state does not survive fork, and a candidate that faults or
- * hangs must cost only the child. The watchdog's limit applies to the silence between two lines of the
- * child, and the child speaks before and after every run of the candidate, so the limit bounds one run
- * (plus its check) rather than the whole evaluation. Compilation and device set-up get a longer limit.
- * When the child goes silent too long it is killed (timeout); when it dies of a signal, or exits without
- * a verdict, the outcome is crashed, with the phase it was in. */
+ * The parent never touches the device: CUDA state does not survive fork, and a candidate that
+ * faults or hangs must cost only the child. The watchdog's limit applies to the silence between two
+ * lines of the child, and the child speaks before and after every run of the candidate, so the
+ * limit bounds one run (plus its check) rather than the whole evaluation. Compilation and device
+ * set-up get a longer limit. When the child goes silent too long it is killed (timeout); when it
+ * dies of a signal, or exits without a verdict, the outcome is crashed, with the phase it was in.
+ */
 #include "gate.h"
 
 #include <errno.h>
@@ -55,8 +56,7 @@ static void handle_line(watch_state *st, char *line) {
         if (ev)
             *ev++ = 0;
         if (kiln_outcome_parse(rest) >= 0) {
-            cJSON_ReplaceItemInObjectCaseSensitive(st->result, "outcome",
-                                                   cJSON_CreateString(rest));
+            cJSON_ReplaceItemInObjectCaseSensitive(st->result, "outcome", cJSON_CreateString(rest));
             cJSON *e = ev ? cJSON_Parse(ev) : NULL;
             cJSON_ReplaceItemInObjectCaseSensitive(st->result, "evidence",
                                                    e ? e : cJSON_CreateObject());
@@ -70,15 +70,24 @@ static void handle_line(watch_state *st, char *line) {
 
 static const char *signal_name(int sig) {
     switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGABRT: return "SIGABRT";
-    case SIGKILL: return "SIGKILL";
-    case SIGTERM: return "SIGTERM";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGSYS: return "SIGSYS";
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGFPE:
+        return "SIGFPE";
+    case SIGILL:
+        return "SIGILL";
+    case SIGABRT:
+        return "SIGABRT";
+    case SIGKILL:
+        return "SIGKILL";
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGTRAP:
+        return "SIGTRAP";
+    case SIGSYS:
+        return "SIGSYS";
     }
     return "signal";
 }

@@ -21,8 +21,9 @@ int kiln_outcome_parse(const char *name) {
     return -1;
 }
 
-/* Signalling NaNs: arithmetic never produces them (it quiets NaNs), so finding one means the element
- * was never written. Integer types have no such value: two rounds with different bytes are used. */
+/* Signalling NaNs: arithmetic never produces them (it quiets NaNs), so finding one means the
+ * element was never written. Integer types have no such value: two rounds with different bytes are
+ * used. */
 static const uint32_t poison_f32 = 0x7FA5A5A5u;
 static const uint64_t poison_f64 = 0x7FF5A5A5A5A5A5A5ull;
 static const uint16_t poison_bf16 = 0x7FA5u;

@@ -79,8 +79,8 @@ static char *cache_dir_for(const kiln_problem *p, const char *device) {
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
               *s == '_' || *s == '-'))
             *s = '_';
-    char *dir = xasprintf("%s/%s-%016llx-%s", root, name, (unsigned long long)p->source_key,
-                          device);
+    char *dir =
+        xasprintf("%s/%s-%016llx-%s", root, name, (unsigned long long)p->source_key, device);
     free(name);
     free(root);
     return dir;

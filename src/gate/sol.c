@@ -1,28 +1,35 @@
-/* sol.c: the device's ceilings (copy bandwidth and fp32 FMA rate), measured once by kiln's own kernels
- * through the same backend that runs candidates and cached per device; and the SOL score. */
+/* sol.c: the device's ceilings (copy bandwidth and fp32 FMA rate), measured once by kiln's own
+ * kernels through the same backend that runs candidates and cached per device; and the SOL score.
+ */
 #include "gate.h"
 
 #include <math.h>
 #include <string.h>
 #include <time.h>
 
-/* The copy kernel keeps four 16-byte loads in flight per thread before it stores, which is what it takes
- * to saturate HBM; the FMA kernel runs eight independent chains per thread to hide FMA latency. */
+/* The copy kernel keeps four 16-byte loads in flight per thread before it stores, which is what it
+ * takes to saturate HBM; the FMA kernel runs eight independent chains per thread to hide FMA
+ * latency. */
 static const char cuda_ceiling_src[] =
-    "extern \"C\" __global__ void kiln_ceiling_copy(const uint4 *src, uint4 *dst, long long n16) {\n"
+    "extern \"C\" __global__ void kiln_ceiling_copy(const uint4 *src, uint4 *dst, long long n16) "
+    "{\n"
     "    long long stride = (long long)gridDim.x * blockDim.x;\n"
     "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
     "    for (; i + 3 * stride < n16; i += 4 * stride) {\n"
-    "        uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];\n"
+    "        uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * "
+    "stride];\n"
     "        dst[i] = a; dst[i + stride] = b; dst[i + 2 * stride] = c; dst[i + 3 * stride] = d;\n"
     "    }\n"
     "    for (; i < n16; i += stride) dst[i] = src[i];\n"
     "}\n"
-    "extern \"C\" __global__ void kiln_ceiling_copy_once(const uint4 *src, uint4 *dst, long long n16) {\n"
+    "extern \"C\" __global__ void kiln_ceiling_copy_once(const uint4 *src, uint4 *dst, long long "
+    "n16) {\n"
     "    long long i = blockIdx.x * 4LL * blockDim.x + threadIdx.x;\n"
     "    if (i + 3LL * blockDim.x < n16) {\n"
-    "        uint4 a = src[i], b = src[i + blockDim.x], c = src[i + 2 * blockDim.x], d = src[i + 3 * blockDim.x];\n"
-    "        dst[i] = a; dst[i + blockDim.x] = b; dst[i + 2 * blockDim.x] = c; dst[i + 3 * blockDim.x] = d;\n"
+    "        uint4 a = src[i], b = src[i + blockDim.x], c = src[i + 2 * blockDim.x], d = src[i + 3 "
+    "* blockDim.x];\n"
+    "        dst[i] = a; dst[i + blockDim.x] = b; dst[i + 2 * blockDim.x] = c; dst[i + 3 * "
+    "blockDim.x] = d;\n"
     "    } else {\n"
     "        for (int k = 0; k < 4 && i + k * (long long)blockDim.x < n16; k++)\n"
     "            dst[i + k * blockDim.x] = src[i + k * blockDim.x];\n"
@@ -163,23 +170,24 @@ static int measure(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
     plan.launch[0].block[1] = plan.launch[0].block[2] = 1;
     plan.launch[0].cluster[0] = plan.launch[0].cluster[1] = plan.launch[0].cluster[2] = 1;
     /* The ceiling is the best of several shapes of copy: no single geometry is the fastest on every
-     * part, and a ceiling below what a candidate reaches would report more than 100% of light speed. */
+     * part, and a ceiling below what a candidate reaches would report more than 100% of light
+     * speed. */
     static const struct {
         const char *entry;
         unsigned blocks_per_sm, threads; /* blocks_per_sm 0: one block per 4*threads vectors */
     } shapes[] = {
-        {"kiln_ceiling_copy", 16, 512}, {"kiln_ceiling_copy", 8, 1024},
-        {"kiln_ceiling_copy", 32, 256}, {"kiln_ceiling_copy_once", 0, 256},
+        {"kiln_ceiling_copy", 16, 512},     {"kiln_ceiling_copy", 8, 1024},
+        {"kiln_ceiling_copy", 32, 256},     {"kiln_ceiling_copy_once", 0, 256},
         {"kiln_ceiling_copy_once", 0, 512}, {"kiln_ceiling_copy_once", 0, 1024},
     };
     double best_us = 0;
     for (size_t k = 0; k < (cuda ? sizeof shapes / sizeof shapes[0] : 1); k++) {
         snprintf(plan.launch[0].entry, sizeof plan.launch[0].entry, "%s", shapes[k].entry);
         plan.launch[0].block[0] = shapes[k].threads;
-        plan.launch[0].grid[0] = shapes[k].blocks_per_sm
-                                     ? sms * shapes[k].blocks_per_sm
-                                     : (unsigned)((n16 + 4 * shapes[k].threads - 1) /
-                                                  (4 * shapes[k].threads));
+        plan.launch[0].grid[0] =
+            shapes[k].blocks_per_sm
+                ? sms * shapes[k].blocks_per_sm
+                : (unsigned)((n16 + 4 * shapes[k].threads - 1) / (4 * shapes[k].threads));
         double us = 0;
         if ((rc = time_launch(be, copy_mod, &plan, copy_params, 9, &us, err)))
             goto done;
@@ -247,8 +255,8 @@ int kiln_ceilings_get(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
         cJSON *j = cJSON_Parse(text);
         cJSON *bw = cJSON_GetObjectItemCaseSensitive(j, "copy_gbps");
         cJSON *fl = cJSON_GetObjectItemCaseSensitive(j, "fma_gflops");
-        int ok = cJSON_IsNumber(bw) && cJSON_IsNumber(fl) && bw->valuedouble > 0 &&
-                 fl->valuedouble > 0;
+        int ok =
+            cJSON_IsNumber(bw) && cJSON_IsNumber(fl) && bw->valuedouble > 0 && fl->valuedouble > 0;
         if (ok) {
             out->copy_gbps = bw->valuedouble;
             out->fma_gflops = fl->valuedouble;

@@ -1,14 +1,15 @@
 /* family.h: a kernel family is one readable unit: a real CUDA template with #define parameters, a
- * parameter table with domains, constraint predicates that return a reason, launch geometry, byte and
- * flop counts, a CPU emitter, a matcher that recognises the family in a problem, and the tolerance it
- * promises. Search and sweep see families only through this interface.
+ * parameter table with domains, constraint predicates that return a reason, launch geometry, byte
+ * and flop counts, a CPU emitter, a matcher that recognises the family in a problem, and the
+ * tolerance it promises. Search and sweep see families only through this interface.
  *
- * How a family turns a point of its space into a candidate (docs/families.md): the template defines a
- * __device__ body with fixed arguments (pointers and sizes); the emitter writes the #define lines of the
- * point, the `// kiln:` launch directives (expressions over the problem's axis names), the template, and
- * an `extern "C"` entry point whose parameter list is exactly the problem's ABI signature
- * (kiln_abi_signature) and that calls the body. So one template serves every problem the matcher accepts,
- * whatever its axis names or tensor order. */
+ * How a family turns a point of its space into a candidate (docs/families.md): the template defines
+ * a
+ * __device__ body with fixed arguments (pointers and sizes); the emitter writes the #define lines
+ * of the point, the `// kiln:` launch directives (expressions over the problem's axis names), the
+ * template, and an `extern "C"` entry point whose parameter list is exactly the problem's ABI
+ * signature (kiln_abi_signature) and that calls the body. So one template serves every problem the
+ * matcher accepts, whatever its axis names or tensor order. */
 #ifndef KILN_FAMILY_H
 #define KILN_FAMILY_H
 
@@ -44,29 +45,33 @@ typedef struct {
 } kiln_match;
 
 typedef struct kiln_family {
-    const char *name;    /* "softmax", "rmsnorm", "layernorm", "groupnorm", "batchnorm", "pool", "eltwise" */
+    const char
+        *name; /* "softmax", "rmsnorm", "layernorm", "groupnorm", "batchnorm", "pool", "eltwise" */
     const char *summary; /* one line */
     int n_params;
     kiln_family_param params[KILN_FAMILY_MAX_PARAMS];
 
-    /* Recognises the family in p. Returns 1 and fills m, or returns 0 and writes why it declined (e.g.
-     * "input x is not contiguous in the captured call", "softmax over dim 1, not the last"). */
+    /* Recognises the family in p. Returns 1 and fills m, or returns 0 and writes why it declined
+     * (e.g. "input x is not contiguous in the captured call", "softmax over dim 1, not the last").
+     */
     int (*match)(const kiln_problem *p, kiln_match *m, char *why, size_t why_len);
 
-    /* NULL when point (one value per param, in table order) is valid for every workload of p, else a
-     * static or heap string naming the constraint (heap strings start with '!' and are freed by the
-     * caller after skipping the '!'). */
+    /* NULL when point (one value per param, in table order) is valid for every workload of p, else
+     * a static or heap string naming the constraint (heap strings start with '!' and are freed by
+     * the caller after skipping the '!'). */
     const char *(*check)(const kiln_problem *p, const kiln_match *m, const int64_t *point);
 
-    /* The whole candidate source for point: banner, #defines, `// kiln:` directives, template and entry
-     * point. cuda selects CUDA C; otherwise C for the cpu backend (the point may be ignored there). */
+    /* The whole candidate source for point: banner, #defines, `// kiln:` directives, template and
+     * entry point. cuda selects CUDA C; otherwise C for the cpu backend (the point may be ignored
+     * there). */
     char *(*emit)(const kiln_problem *p, const kiln_match *m, const int64_t *point, int cuda);
 
     /* Minimum bytes and useful flops of workload w (speed of light). */
     double (*min_bytes)(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
     double (*flops)(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
 
-    /* The tolerance the family promises for an output of dtype t (never looser than the default). */
+    /* The tolerance the family promises for an output of dtype t (never looser than the default).
+     */
     kiln_tolerance (*tolerance)(kiln_dtype t);
 } kiln_family;
 
@@ -93,8 +98,8 @@ char *kiln_family_defines(const kiln_family *f, const int64_t *point);
 const char *kiln_family_template(const char *file_name);
 
 /* The "kiln" object of p's definition.json (capture writes "kind", "aten", "args", "layouts",
- * "module_class", "aten_ops"... there: docs/capture.md), or NULL when absent or unreadable. The caller
- * frees it with cJSON_Delete. Matchers read what the op is from here. */
+ * "module_class", "aten_ops"... there: docs/capture.md), or NULL when absent or unreadable. The
+ * caller frees it with cJSON_Delete. Matchers read what the op is from here. */
 struct cJSON *kiln_problem_read_kiln(const kiln_problem *p);
 
 /* Match facts. */

@@ -1,6 +1,6 @@
-/* registry.c: the list of built-in kernel families, in the order sweep and search try them. Each family
- * lives in its own file (src/gen/<name>.c) with its template in src/gen/templates/; a family is declared
- * weak here so that the list holds exactly the families linked in. */
+/* registry.c: the list of built-in kernel families, in the order sweep and search try them. Each
+ * family lives in its own file (src/gen/<name>.c) with its template in src/gen/templates/; a family
+ * is declared weak here so that the list holds exactly the families linked in. */
 #include "family.h"
 
 #define FAMILY(sym) extern const kiln_family sym __attribute__((weak));

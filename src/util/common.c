@@ -10,17 +10,28 @@
 
 const char *kiln_strerror(int status) {
     switch (status) {
-    case KILN_OK: return "ok";
-    case KILN_ERR_IO: return "i/o error";
-    case KILN_ERR_FORMAT: return "malformed input";
-    case KILN_ERR_INVALID: return "invalid argument";
-    case KILN_ERR_UNSUPPORTED: return "unsupported";
-    case KILN_ERR_NO_DEVICE: return "no device";
-    case KILN_ERR_BACKEND: return "backend failure";
-    case KILN_ERR_COMPILE: return "compile error";
-    case KILN_ERR_RESOURCE: return "resource limit";
-    case KILN_ERR_LAUNCH: return "launch failure";
-    case KILN_ERR_CHILD: return "child process failure";
+    case KILN_OK:
+        return "ok";
+    case KILN_ERR_IO:
+        return "i/o error";
+    case KILN_ERR_FORMAT:
+        return "malformed input";
+    case KILN_ERR_INVALID:
+        return "invalid argument";
+    case KILN_ERR_UNSUPPORTED:
+        return "unsupported";
+    case KILN_ERR_NO_DEVICE:
+        return "no device";
+    case KILN_ERR_BACKEND:
+        return "backend failure";
+    case KILN_ERR_COMPILE:
+        return "compile error";
+    case KILN_ERR_RESOURCE:
+        return "resource limit";
+    case KILN_ERR_LAUNCH:
+        return "launch failure";
+    case KILN_ERR_CHILD:
+        return "child process failure";
     }
     return "unknown status";
 }

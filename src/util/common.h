@@ -1,4 +1,5 @@
-/* common.h: status codes, error messages, allocation and small helpers shared by every layer of kiln. */
+/* common.h: status codes, error messages, allocation and small helpers shared by every layer of
+ * kiln. */
 #ifndef KILN_COMMON_H
 #define KILN_COMMON_H
 
@@ -10,16 +11,16 @@
 /* Runtime outcomes of library calls (programmer errors use KILN_ASSERT instead). */
 typedef enum {
     KILN_OK = 0,
-    KILN_ERR_IO,          /* a file could not be opened, read or written */
-    KILN_ERR_FORMAT,      /* a file's content is malformed (bad JSON, missing field, lying header) */
-    KILN_ERR_INVALID,     /* a bad argument or a bad combination of arguments */
+    KILN_ERR_IO,      /* a file could not be opened, read or written */
+    KILN_ERR_FORMAT,  /* a file's content is malformed (bad JSON, missing field, lying header) */
+    KILN_ERR_INVALID, /* a bad argument or a bad combination of arguments */
     KILN_ERR_UNSUPPORTED, /* valid input that kiln does not handle (yet) */
     KILN_ERR_NO_DEVICE,   /* the backend has no device: no driver, no GPU */
     KILN_ERR_BACKEND,     /* the driver, compiler or runtime failed */
     KILN_ERR_COMPILE,     /* a candidate did not compile */
-    KILN_ERR_RESOURCE,    /* a launch asks for more than the device has (registers, shared memory) */
-    KILN_ERR_LAUNCH,      /* a launch or an asynchronous kernel failed (illegal address, trap) */
-    KILN_ERR_CHILD,       /* an isolated child process failed or spoke nonsense */
+    KILN_ERR_RESOURCE, /* a launch asks for more than the device has (registers, shared memory) */
+    KILN_ERR_LAUNCH,   /* a launch or an asynchronous kernel failed (illegal address, trap) */
+    KILN_ERR_CHILD,    /* an isolated child process failed or spoke nonsense */
 } kiln_status;
 
 /* Human-readable name of a status ("io error", "malformed file", ...). */
@@ -32,9 +33,11 @@ typedef struct {
 
 /* Formats msg into err (if err is non-NULL) and returns status, so that callers write
  * `return kiln_errf(err, KILN_ERR_FORMAT, "%s: field 'axes' is missing", path);`. */
-int kiln_errf(kiln_err *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int kiln_errf(kiln_err *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-/* Programmer errors: abort with file:line. Never used on data that comes from a file or a candidate. */
+/* Programmer errors: abort with file:line. Never used on data that comes from a file or a
+ * candidate. */
 #define KILN_ASSERT(cond)                                                                          \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
@@ -65,9 +68,9 @@ char *kiln_path_join(const char *dir, const char *name);
 #define KILN_FNV_INIT 0xcbf29ce484222325ULL
 uint64_t kiln_fnv1a(uint64_t h, const void *data, size_t len);
 
-/* The kiln installation directory (holds python/ and src/backend/kiln_cpu.h): $KILN_HOME when set, else
- * the directory above the running binary's build/ when it holds python/kiln, else the source directory
- * the binary was built from. Never NULL; do not free. */
+/* The kiln installation directory (holds python/ and src/backend/kiln_cpu.h): $KILN_HOME when set,
+ * else the directory above the running binary's build/ when it holds python/kiln, else the source
+ * directory the binary was built from. Never NULL; do not free. */
 const char *kiln_home(void);
 
 /* Monotonic clock in seconds. */
