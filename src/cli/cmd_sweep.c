@@ -257,7 +257,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
     }
     if (out_dir)
         dir = xstrdup(out_dir);
-    else if (access(p->dir, W_OK) == 0)
+    else if (kiln_dir_writable(p->dir))
         dir = xasprintf("%s/kiln/sweep", p->dir);
     else
         dir = xasprintf("/tmp/kiln-sweep-%d", (int)getpid());

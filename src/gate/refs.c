@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,7 +99,7 @@ int kiln_refs_ensure(const kiln_problem *p, const char *device, const char *ref_
         char *manifest = kiln_path_join(in_problem, "manifest.json");
         int has = access(manifest, R_OK) == 0;
         free(manifest);
-        if (has || access(p->dir, W_OK) == 0) {
+        if (has || kiln_dir_writable(p->dir)) {
             dir = in_problem;
         } else {
             free(in_problem);

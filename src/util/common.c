@@ -171,6 +171,11 @@ int kiln_mkdirs(const char *path, kiln_err *err) {
     return rc;
 }
 
+int kiln_dir_writable(const char *dir) {
+    struct stat st;
+    return access(dir, W_OK) == 0 && stat(dir, &st) == 0 && (st.st_mode & 0222) != 0;
+}
+
 char *kiln_path_join(const char *dir, const char *name) {
     size_t n = strlen(dir);
     if (n > 0 && dir[n - 1] == '/')

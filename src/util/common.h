@@ -61,6 +61,9 @@ int kiln_read_file(const char *path, char **out, size_t *len_out, kiln_err *err)
 int kiln_write_file(const char *path, const void *data, size_t len, kiln_err *err);
 /* mkdir -p. */
 int kiln_mkdirs(const char *path, kiln_err *err);
+/* 1 when kiln may write into dir: access() allows it AND the directory has a write bit (root passes
+ * access() on anything, but a directory published without write bits is not ours to fill). */
+int kiln_dir_writable(const char *dir);
 /* path joined with name; caller frees. */
 char *kiln_path_join(const char *dir, const char *name);
 
