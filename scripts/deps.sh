@@ -30,5 +30,5 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -r python/requirements.txt
+.venv/bin/python -m pip install -q -r python/requirements.txt -r python/requirements-examples.txt
 echo "kiln deps: done"

@@ -1,0 +1,878 @@
+"""kiln capture: runs an unmodified PyTorch script with kiln watching, ranks its aten ops by device time
+and writes the ops that matter as SOL-ExecBench problems on the script's own tensors.
+
+    python -m kiln.capture SCRIPT.py --out RUN [--top N] [--max-bytes B] [--device auto|cuda|cpu]
+                           [--random-sets K] [--no-reference] [-- SCRIPT ARGS...]
+
+(`kiln capture` execs exactly this.) Everything after `--` goes to the script, whose sys.argv is
+[SCRIPT, *args] and which runs as __main__ with its own directory first on sys.path, as `python SCRIPT`
+would run it. What it writes (docs/capture.md has the formats and the reasons):
+
+  RUN/problems/<name>/definition.json   reference calling the captured aten overload (or a leaf module's
+                                        forward, "kind": "module"), plus "kiln": {calls, share, ...}
+  RUN/problems/<name>/workload.jsonl    workload 0: the real captured tensors; then random sets drawn
+                                        with the real tensors' statistics
+  RUN/problems/<name>/tensors/          real.safetensors, real_outputs.safetensors, random<j>.safetensors
+  RUN/problems/<name>/kiln/ref-<dev>/   reference data for the gate (kiln.reference.build_reference)
+  RUN/model.json                        every op in call order: module path, producer -> consumer edges,
+                                        device time, the problem each call belongs to
+  RUN/capture.json                      wall times, device, versions, script, what was skipped and why
+
+Exit status: 0 captured; 1 the script failed, did no tensor work, or a problem could not be written;
+2 bad invocation. The script's own exception is shown with its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+USAGE = ("python -m kiln.capture SCRIPT.py --out RUN [--top N] [--max-bytes B] [--device auto|cuda|cpu] "
+         "[--random-sets K] [--no-reference] [-- SCRIPT ARGS...]")
+DEFAULT_MAX_BYTES = 2 << 30
+REFERENCE_SETS = 3  # input sets the gate proves on, real + random, per problem at least
+HOLD_FLOOR_BYTES = 4 << 30  # host copies held during the run: max(8 x --max-bytes, this), <= half of free RAM
+HEADER_BYTES_PER_TENSOR = 192  # safetensors header entry of one tensor, at most (names are short)
+HEADER_BYTES_PER_FILE = 16
+KILN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class CaptureError(Exception):
+    """A failure to report as one clear message (no kiln traceback); code is the exit status."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------------------------------
+# Arguments.
+
+
+def parse_bytes(text: str) -> int:
+    """'2GiB', '512M', '1e9', '4096' -> bytes (K/M/G/T are powers of 1024 with or without 'iB')."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*", text)
+    if not m:
+        raise CaptureError(f"--max-bytes {text!r}: expected a size such as 2GiB, 512M or 1000000", 2)
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        hint = ""
+        if "unrecognized arguments" in message:
+            hint = " (arguments for the script go after `--`)"
+        raise CaptureError(f"{message}{hint}\nusage: {USAGE}", 2)
+
+
+def parse_args(argv: list) -> argparse.Namespace:
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
+    else:
+        script_args = []
+    if "--out" not in argv and not any(a.startswith("--out=") for a in argv) and "--out" in script_args:
+        raise CaptureError("--out must come before `--` (everything after `--` goes to the script)"
+                           f"\nusage: {USAGE}", 2)
+    p = _Parser(prog="kiln capture", usage=USAGE, add_help=True,
+                description="Capture the ops of a PyTorch script as kiln problems.")
+    p.add_argument("script", help="the Python script to run, unmodified")
+    p.add_argument("--out", required=True, help="run directory to write (problems/, model.json, ...)")
+    p.add_argument("--top", type=int, default=20, help="problems to write per kind (default 20)")
+    p.add_argument("--max-bytes", default=str(DEFAULT_MAX_BYTES),
+                   help="most bytes of tensors saved in all (default 2GiB)")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                   help="whose time ranks the ops: CUDA kernel time or CPU time (default: cuda if present)")
+    p.add_argument("--random-sets", type=int, default=2, help="random workloads per problem (default 2)")
+    p.add_argument("--no-reference", action="store_true",
+                   help="do not build the gate's reference data (kiln eval builds it when needed)")
+    p.add_argument("--quiet", action="store_true", help="print only the ranked table")
+    opts = p.parse_args(argv)
+    opts.script_args = script_args
+    opts.max_bytes = parse_bytes(opts.max_bytes)
+    if opts.top < 1:
+        raise CaptureError(f"--top {opts.top}: expected at least 1", 2)
+    if opts.random_sets < 0:
+        raise CaptureError(f"--random-sets {opts.random_sets}: expected 0 or more", 2)
+    if not os.path.exists(opts.script):
+        raise CaptureError(f"no such script: {opts.script}", 2)
+    if not os.path.isfile(opts.script):
+        raise CaptureError(f"not a file: {opts.script}", 2)
+    return opts
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running the script.
+
+
+def _host_memory_available() -> Optional[int]:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _user_traceback(exc: BaseException, script: str) -> str:
+    """The script's exception with kiln's, runpy's and the dispatch machinery's frames left out."""
+    skip = (KILN_DIR + os.sep, os.path.join("torch", "utils", "_python_dispatch.py"),
+            os.path.join("torch", "autograd", "profiler.py"), "runpy.py", "<frozen runpy>")
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not any(s in f.filename for s in skip)]
+    lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines)
+
+
+def run_script(opts, recorder, log) -> float:
+    """Runs the script under the recorder; returns its wall time. Raises CaptureError if it fails."""
+    import runpy
+
+    script = os.path.abspath(opts.script)
+    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    sys.argv = [opts.script] + list(opts.script_args)
+    if sys.path:
+        sys.path[0] = os.path.dirname(script)
+    else:
+        sys.path.insert(0, os.path.dirname(script))
+    failure = None
+    t0 = time.perf_counter()
+    try:
+        recorder.install_hooks()
+        try:
+            with recorder.mode():
+                runpy.run_path(script, run_name="__main__")
+        finally:
+            recorder.remove_hooks()
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            failure = (f"the script exited with status {e.code}", None)
+    except KeyboardInterrupt:
+        raise CaptureError("interrupted", 130)
+    except BaseException as e:  # the script's own error: show it as Python would
+        failure = (f"the script failed: {type(e).__name__}: {' '.join(str(e).split())[:500]}", e)
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+    wall = time.perf_counter() - t0
+    if failure is not None:
+        message, exc = failure
+        if exc is not None:
+            sys.stderr.write(_user_traceback(exc, script))
+            import torch
+            if isinstance(exc, torch.OutOfMemoryError):
+                message += (" (out of device memory; kiln keeps its copies on the host, so the script "
+                            "needs this memory by itself)")
+        raise CaptureError(message, 1)
+    return wall
+
+
+# ---------------------------------------------------------------------------------------------------
+# Device time per call from the profiler.
+
+
+def op_times_us(prof, use_cuda: bool) -> tuple:
+    """({call index: time in µs}, total profiled device time in µs). On CUDA the time of a call is the
+    duration of every kernel launched inside its kiln#<index> range; on CPU it is the range's CPU time."""
+    from torch.autograd import DeviceType
+    times: dict = {}
+    total = 0.0
+    events = prof.events() or []
+    for e in events:
+        if e.device_type != DeviceType.CPU:
+            continue
+        if use_cuda:
+            total += sum(k.duration for k in e.kernels if not k.name.startswith("kiln#"))
+        if not e.name.startswith("kiln#"):
+            continue
+        try:
+            index = int(e.name[5:])
+        except ValueError:
+            continue
+        if use_cuda:
+            t, stack = 0.0, [e]
+            while stack:
+                ev = stack.pop()
+                t += sum(k.duration for k in ev.kernels if not k.name.startswith("kiln#"))
+                stack.extend(ev.cpu_children)
+        else:
+            t = e.cpu_time_total
+        times[index] = times.get(index, 0.0) + float(t)
+    if not use_cuda:
+        total = sum(times.values())
+    return times, total
+
+
+# ---------------------------------------------------------------------------------------------------
+# Grouping and ranking.
+
+
+@dataclass
+class Group:
+    """Calls with one signature: one potential problem."""
+    key: tuple
+    func: Any
+    op_ids: list = field(default_factory=list)  # ids in model.json
+    time_us: float = 0.0
+    paths: list = field(default_factory=list)
+    no_problem: Optional[str] = None
+    problem: Optional[str] = None
+    skipped: Optional[str] = None
+    shapes: str = ""
+
+    @property
+    def calls(self) -> int:
+        return len(self.op_ids)
+
+
+def _fmt_shapes(inputs) -> str:
+    from kiln.capture_problem import DTYPE_SHORT, shape_sig
+    parts = [f"{shape_sig(m.shape)} {DTYPE_SHORT.get(m.dtype, str(m.dtype))}" for _, _, m in inputs]
+    text = ", ".join(parts)
+    return text if len(text) <= 44 else text[:43] + "…"
+
+
+def _add_unique(items: list, value: str, limit: int = 64) -> None:
+    if value not in items and len(items) < limit:
+        items.append(value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The capture.
+
+
+class Capture:
+    def __init__(self, opts, log):
+        self.opts = opts
+        self.log = log
+        self.out = os.path.abspath(opts.out)
+        self.wall: dict = {}
+        self.written: list = []   # problem summaries for capture.json
+        self.skipped: list = []
+        self.bytes_written = 0
+        self.names: set = set()
+        self.write_error: Optional[str] = None
+
+    # ---- set-up and run ------------------------------------------------------------------------------
+
+    def prepare_out(self) -> None:
+        if os.path.exists(self.out) and not os.path.isdir(self.out):
+            raise CaptureError(f"--out {self.opts.out}: exists and is not a directory", 2)
+        try:
+            os.makedirs(self.out, exist_ok=True)
+            for name in ("problems",):
+                path = os.path.join(self.out, name)
+                if os.path.isdir(path):
+                    shutil.rmtree(path)  # a previous capture's problems: replaced, never mixed
+            for name in ("model.json", "capture.json"):
+                path = os.path.join(self.out, name)
+                if os.path.exists(path):
+                    os.remove(path)
+            os.makedirs(os.path.join(self.out, "problems"))
+        except OSError as e:
+            raise CaptureError(f"--out {self.opts.out}: {e.strerror or e}", 2)
+
+    def run(self) -> int:
+        t_start = time.perf_counter()
+        self.prepare_out()
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        from kiln.capture_record import Recorder
+
+        device = self.opts.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise CaptureError("--device cuda: PyTorch sees no CUDA device (use --device cpu)", 2)
+        self.device = device
+        # Host copies are made before the ranking is known, so more is held than will be written.
+        avail = _host_memory_available()
+        hold_cap = max(8 * self.opts.max_bytes, HOLD_FLOOR_BYTES)
+        if avail is not None:
+            hold_cap = min(hold_cap, avail // 2)
+        # Before the first module forward, copies are provisional (model construction and .to() are not
+        # the model; a script that never calls a module keeps them): they get at most --max-bytes.
+        self.recorder = rec = Recorder(device, hold_cap, min(self.opts.max_bytes, hold_cap), self.opts.max_bytes)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        if not self.opts.quiet:
+            self.log(f"kiln capture: running {self.opts.script} {' '.join(self.opts.script_args)}".rstrip()
+                     + f" (timing on {device})")
+        try:
+            prof = profile(activities=activities, acc_events=True)
+            prof.__enter__()
+        except Exception as e:
+            raise CaptureError(f"cannot start the PyTorch profiler: {e}", 1)
+        try:
+            self.wall["script_s"] = run_script(self.opts, rec, self.log)
+        finally:
+            try:
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                prof.__exit__(None, None, None)
+            except Exception as e:  # a script that ran its own profiler, for instance
+                self.profile_error = str(e)
+        # numerics switches the script may have set: a reference run elsewhere must set them the same way
+        self.torch_flags = {"matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+                            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+        t0 = time.perf_counter()
+        try:
+            self.times, self.profiled_total_us = op_times_us(prof, device == "cuda")
+        except Exception as e:  # no times: the ops are still captured, in call order
+            self.profile_error = getattr(self, "profile_error", None) or f"{type(e).__name__}: {e}"
+            self.times, self.profiled_total_us = {}, 0.0
+        del prof
+        self.wall["profile_parse_s"] = time.perf_counter() - t0
+        self.select_ops()
+        t0 = time.perf_counter()
+        self.write_problems()
+        self.wall["problems_s"] = time.perf_counter() - t0
+        self.write_model_json()
+        self.wall["total_s"] = time.perf_counter() - t_start
+        self.write_capture_json()
+        self.print_table()
+        return 1 if self.write_error else 0
+
+    # ---- ops, groups, ranking ------------------------------------------------------------------------
+
+    def select_ops(self) -> None:
+        rec = self.recorder
+        in_module = [op for op in rec.ops if op.frame_id is not None]
+        ops = [op for op in rec.ops if op.in_scope and (op.frame_id is not None or not rec.seen_forward)]
+        if rec.seen_forward:
+            ops = in_module
+        else:
+            rec.samples.update(rec.provisional)  # a functional script: everything it did is the model
+        if not ops:
+            where = "inside its module forwards" if rec.seen_forward else ""
+            raise CaptureError(f"the script ran but did no tensor work kiln could see {where}".rstrip()
+                               + " (no CUDA/CPU aten op was dispatched); is the model called in this script?", 1)
+        if self.device == "cuda" and not any(m.device == "cuda" for op in ops for _, _, m in op.inputs) \
+                and not any(m.device == "cuda" for op in ops for _, m in op.outputs):
+            raise CaptureError("the script did no CUDA tensor work (its ops ran on the CPU); "
+                               "capture it with --device cpu, or move the model to CUDA", 1)
+        self.ops = ops
+        self.op_id = {op.index: i for i, op in enumerate(ops)}  # call index -> model.json id
+        self.op_time = [self.times.get(op.index, 0.0) for op in ops]
+        self.total_us = sum(self.op_time)
+        groups: dict = {}
+        for i, op in enumerate(ops):
+            g = groups.get(op.key)
+            if g is None:
+                g = groups[op.key] = Group(op.key, op.func, no_problem=op.no_problem,
+                                           shapes=_fmt_shapes(op.inputs))
+            g.op_ids.append(i)
+            g.time_us += self.op_time[i]
+            _add_unique(g.paths, op.module_path)
+        self.groups = sorted(groups.values(), key=lambda g: (-g.time_us, g.op_ids[0]))
+        self.group_of = {}
+        for gi, g in enumerate(self.groups):
+            for i in g.op_ids:
+                self.group_of[i] = gi
+        # leaf-module groups: their calls' ops, by model.json id
+        self.module_groups = []
+        for key, mg in rec.module_groups.items():
+            calls, t, paths = [], 0.0, []
+            for path, positions in mg["frames"]:
+                ids = [self.op_id[rec.ops[p].index] for p in positions if rec.ops[p].index in self.op_id]
+                calls.append(ids)
+                t += sum(self.op_time[i] for i in ids)
+                _add_unique(paths, path)
+            self.module_groups.append({"key": key, "cls": mg["cls"], "trace": mg["trace"], "calls": calls,
+                                       "time_us": t, "paths": paths, "problem": None, "skipped": None})
+        self.module_groups.sort(key=lambda m: -m["time_us"])
+        self.module_problem_of: dict = {}
+
+    def share(self, t: float) -> float:
+        return t / self.total_us if self.total_us > 0 else 0.0
+
+    # ---- problems --------------------------------------------------------------------------------------
+
+    def unique_name(self, base: str) -> str:
+        name, k = base, 2
+        while name in self.names:
+            name = f"{base}_{k}"
+            k += 1
+        self.names.add(name)
+        return name
+
+    def write_problems(self) -> None:
+        """The top --top aten signatures and the top --top leaf-module signatures (by time) become problems.
+        Bytes are planned before anything is written: first the real tensors of every candidate, in order
+        of time share, while they fit in --max-bytes; then random sets with what is left."""
+        top = self.opts.top
+        eligible = [g for g in self.groups if g.no_problem is None][:top]
+        modules = self.module_groups[:top]
+        cands = [c for c in (self.aten_candidate(g) for g in eligible) if c is not None]
+        cands += [c for c in (self.module_candidate(m) for m in modules) if c is not None]
+        cands.sort(key=lambda c: -c.share)
+        budget = self.opts.max_bytes
+        planned = []
+        for c in cands:
+            if c.real_bytes <= budget:
+                budget -= c.real_bytes
+                planned.append(c)
+            else:
+                c.skip(f"over --max-bytes: its real tensors need {_fmt_bytes(c.real_bytes)}, "
+                       f"{_fmt_bytes(budget)} of {_fmt_bytes(self.opts.max_bytes)} left")
+        for c in planned:
+            c.n_random = self.opts.random_sets if c.per_set == 0 else min(self.opts.random_sets, budget // c.per_set)
+            budget -= c.n_random * c.per_set
+        for c in planned:
+            if self.write_error:
+                c.skip(self.write_error)
+            else:
+                self.emit_problem(c)
+        for g in eligible:
+            if g.skipped:
+                self.skipped.append({"op": op_label_of(g.func), "shapes": g.shapes, "calls": g.calls,
+                                     "share": round(self.share(g.time_us), 6), "reason": g.skipped})
+        for m in modules:
+            if m["skipped"]:
+                self.skipped.append({"module": m["cls"], "paths": m["paths"][:3], "calls": len(m["calls"]),
+                                     "share": round(self.share(m["time_us"]), 6), "reason": m["skipped"]})
+            elif m["problem"]:
+                for ids in m["calls"]:
+                    for i in ids:
+                        self.module_problem_of[i] = m["problem"]
+        self.recorder.samples.clear()  # the held tensors are no longer needed
+        for m in self.module_groups:
+            m["trace"] = None
+
+    def aten_candidate(self, g: Group) -> Optional["Candidate"]:
+        from kiln.capture_problem import aten_reference, problem_name
+        rec = self.recorder
+        sample = rec.samples.get(g.key)
+        if sample is None:
+            g.skipped = "tensors not held: " + rec.not_held.get(g.key, "no call of this signature was held")
+            return None
+        inputs = [(n, s) for n, s, is_out in zip(sample.flat_names, sample.inputs, sample.flat_is_out)
+                  if not is_out]
+        kept = [k for k, s in enumerate(sample.outputs) if s.data.numel() > 0]
+        if not kept:
+            g.skipped = "no non-empty tensor output"
+            return None
+        outputs = [(f"out{j}", sample.outputs[k]) for j, k in enumerate(kept)]
+        try:
+            source = aten_reference(sample, [n for n, _ in inputs], kept)
+        except ValueError as e:
+            g.skipped = f"cannot write the reference: {e}"
+            return None
+        func = sample.func
+        label = op_label_of(func)
+        share = self.share(g.time_us)
+        op = self.ops[g.op_ids[0]]
+        name = self.unique_name(problem_name(f"{func._opname}_{func._overloadname}",
+                                             [s.shape for _, s in inputs[:2]], inputs[0][1].dtype))
+        kiln = {
+            "kind": "aten", "aten": label, "calls": g.calls,
+            "device_time_us": round(g.time_us, 3), "share": round(share, 6), "time_source": self.time_source,
+            "module_paths": g.paths, "grad_mode": sample.grad_mode, "capture_device": self.device,
+            "args": op.args_json, "first_call": g.op_ids[0], "torch_flags": self.torch_flags,
+        }
+        kiln.update(_layout_fields(inputs, outputs))
+        dropped = [k for k in range(len(sample.outputs)) if k not in kept]
+        if dropped:
+            kiln["dropped_outputs"] = {"indices": dropped, "why": "empty (0 elements)"}
+        description = (f"{label} captured from {os.path.basename(self.opts.script)}: {g.calls} call(s), "
+                       f"{100 * share:.1f}% of {self.time_source} time; first at {g.paths[0] or '<root>'}. "
+                       f"Tensors are stored in memory order (kiln.layouts).")
+        c = Candidate(name, func._opname, description, inputs, outputs, source, kiln, share,
+                      {"kind": "aten", "aten": label, "group": self.groups.index(g)})
+        c.on_skip = lambda why: setattr(g, "skipped", why)
+        c.on_ok = lambda: setattr(g, "problem", name)
+        c.release = lambda: self.names.discard(name)
+        return c
+
+    def module_candidate(self, m: dict) -> Optional["Candidate"]:
+        from kiln.capture_problem import module_reference, problem_name
+        tr = m["trace"]
+        if tr is None:
+            m["skipped"] = "tensors not held (the first call of this module signature was not sampled)"
+            return None
+        inputs = [(name, stored) for name, _, stored, _ in tr.inputs]
+        if any(s is None for _, s in inputs) or any(s is None for _, s, _ in tr.outputs):
+            m["skipped"] = "tensors not held"
+            return None
+        kept = [k for k, (_, s, _) in enumerate(tr.outputs) if s.data.numel() > 0]
+        if not kept:
+            m["skipped"] = "no non-empty tensor output"
+            return None
+        outputs = [(f"out{j}", tr.outputs[k][1]) for j, k in enumerate(kept)]
+        try:
+            source = module_reference(tr, kept)
+        except ValueError as e:
+            m["skipped"] = f"cannot write the reference: {e}"
+            return None
+        acts = [s for (_, _, s, origin) in tr.inputs if origin == "activation"] or [inputs[0][1]]
+        name = self.unique_name(problem_name(f"module_{m['cls']}", [acts[0].shape], acts[0].dtype))
+        share = self.share(m["time_us"])
+        first_path = m["paths"][0]
+        kiln = {
+            "kind": "module", "module_class": m["cls"], "calls": len(m["calls"]),
+            "device_time_us": round(m["time_us"], 3), "share": round(share, 6), "time_source": self.time_source,
+            "module_paths": m["paths"], "grad_mode": tr.grad_mode, "capture_device": self.device,
+            "aten_ops": [op_label_of(f) for f, *_ in tr.lines],
+            "input_origins": {n: (f"{first_path}.{n}" if origin == "parameter" else origin)
+                              for n, _, _, origin in tr.inputs},
+            "first_call_ops": m["calls"][0] if m["calls"] else [], "torch_flags": self.torch_flags,
+        }
+        kiln.update(_layout_fields(inputs, outputs))
+        description = (f"forward of the leaf module {m['cls']} (a chain of pointwise/reduction aten ops) "
+                       f"captured from {os.path.basename(self.opts.script)}: {len(m['calls'])} call(s), "
+                       f"{100 * share:.1f}% of {self.time_source} time; first at {first_path}.")
+        c = Candidate(name, f"module:{m['cls']}", description, inputs, outputs, source, kiln, share,
+                      {"kind": "module", "module_class": m["cls"]})
+        c.on_skip = lambda why: m.__setitem__("skipped", why)
+        c.on_ok = lambda: m.__setitem__("problem", name)
+        c.release = lambda: self.names.discard(name)
+        return c
+
+    def emit_problem(self, c: "Candidate") -> None:
+        """Writes, checks and (unless --no-reference) builds the reference data of one problem."""
+        import torch
+
+        from kiln.capture_problem import DTYPE_NAMES, Axes, random_like, write_problem
+        name, inputs, outputs, kiln = c.name, c.inputs, c.outputs, c.kiln
+        axes = Axes()
+        definition = {
+            "name": name,
+            "op_type": c.op_type,
+            "description": c.description,
+            "axes": axes.axes,
+            "custom_inputs_entrypoint": None,
+            "inputs": {n: {"shape": axes.shape(s.data.shape), "dtype": DTYPE_NAMES[s.dtype]} for n, s in inputs},
+            "outputs": {n: {"shape": axes.shape(s.data.shape), "dtype": DTYPE_NAMES[s.dtype]} for n, s in outputs},
+            "reference": c.source,
+            "constraints": [],
+            "kiln": kiln,
+        }
+        randoms = []
+        for j in range(1, c.n_random + 1):
+            gen = torch.Generator().manual_seed(_seed_of(name, j))
+            randoms.append({n: random_like(s.data, gen).contiguous() for n, s in inputs})
+        problem_dir = os.path.join(self.out, "problems", name)
+        t0 = time.perf_counter()
+        try:
+            n_bytes = write_problem(problem_dir, definition, inputs, outputs, randoms, {})
+        except OSError as e:
+            shutil.rmtree(problem_dir, ignore_errors=True)
+            self.write_error = f"cannot write under {self.opts.out}: {e.strerror or e}"
+            c.skip(self.write_error)
+            return
+        del randoms
+        check = self.check_problem(problem_dir, outputs, c.n_random)
+        if check.get("fatal"):
+            shutil.rmtree(problem_dir, ignore_errors=True)
+            c.skip(check["fatal"])
+            return
+        self.bytes_written += n_bytes
+        self.written.append(dict(c.summary, name=name, calls=kiln["calls"], share=kiln["share"],
+                                 device_time_us=kiln["device_time_us"], bytes=n_bytes,
+                                 random_workloads=check["random_workloads"], real_check=check["real"],
+                                 reference=check.get("reference"), seconds=round(time.perf_counter() - t0, 3)))
+        c.on_ok()
+
+    def check_problem(self, problem_dir: str, outputs: list, n_random: int) -> dict:
+        """Runs the reference on the real inputs (it must reproduce the model's outputs) and on every
+        random workload (a random set the reference rejects is dropped), then builds the reference data."""
+        from kiln.capture_problem import compare, rewrite_workloads
+        from kiln.reference import (ProblemError, ReferenceFailure, build_reference, load_problem,
+                                    load_reference, materialize_inputs, run_reference)
+        result: dict = {"random_workloads": n_random}
+        try:
+            problem = load_problem(problem_dir)
+            reference = load_reference(problem)
+        except (ProblemError, ReferenceFailure) as e:
+            return {"fatal": f"kiln's own problem files do not load: {e}", "real": None, "random_workloads": 0}
+        try:
+            w0 = problem.workloads[0]
+            try:
+                got = run_reference(reference, problem, w0, materialize_inputs(problem, w0, self.device))
+            except (ProblemError, ReferenceFailure) as e:
+                return {"fatal": f"the reference does not run on the captured tensors: {e}", "real": None,
+                        "random_workloads": 0}
+            checks = {}
+            for name, stored in outputs:  # compared where the reference ran (big outputs on the GPU)
+                out = got[name].detach()
+                checks[name] = compare(out, stored.data.to(out.device))
+            result["real"] = {"ok": all(c["ok"] for c in checks.values()), "outputs": checks}
+            bad_random = None
+            for w in problem.workloads[1:]:
+                try:
+                    run_reference(reference, problem, w, materialize_inputs(problem, w, self.device))
+                except (ProblemError, ReferenceFailure) as e:
+                    bad_random = str(e)
+                    break
+            if bad_random is not None:
+                rewrite_workloads(problem_dir, 1)
+                result["random_workloads"] = 0
+                result["random_dropped"] = bad_random[:300]
+        finally:
+            reference.close()
+            del reference
+        if not self.opts.no_reference:
+            t0 = time.perf_counter()
+            out_dir = os.path.join(problem_dir, "kiln", f"ref-{self.device}")
+            result["reference"] = "built"
+            # The gate proves on >= 3 input sets, >= 2 of them random: the random workloads are sets
+            # already, so each workload gets only as many extra sets as are missing (a random set
+            # that the reference rejects there leaves the workloads' own sets).
+            wanted = max(1, REFERENCE_SETS - result["random_workloads"])
+            for n_sets in sorted({wanted, 1}, reverse=True):
+                try:
+                    build_reference(problem_dir, out_dir=out_dir, device=self.device, n_sets=n_sets, quiet=True)
+                    result["reference"] = f"built ({n_sets} sets per workload)"
+                    break
+                except (ProblemError, ReferenceFailure) as e:
+                    result["reference"] = f"failed: {' '.join(str(e).split())[:300]}"
+            result["reference_s"] = round(time.perf_counter() - t0, 3)
+        return result
+
+    # ---- outputs ---------------------------------------------------------------------------------------
+
+    @property
+    def time_source(self) -> str:
+        return "CUDA kernel" if self.device == "cuda" else "CPU"
+
+    def write_model_json(self) -> None:
+        from kiln.capture_problem import DTYPE_NAMES, dump_json
+        rec = self.recorder
+
+        def tmeta(m):
+            return {"shape": list(m.shape), "dtype": DTYPE_NAMES.get(m.dtype, str(m.dtype).replace("torch.", "")),
+                    "stride": list(m.stride), "device": m.device}
+
+        produced_by: dict = {}
+        ops_json = []
+        edges = []
+        consumed: list = []
+        for i, op in enumerate(self.ops):
+            g = self.groups[self.group_of[i]]
+            ins = []
+            for arg, tid, meta in op.inputs:
+                ins.append(dict({"arg": arg, "tensor": tid}, **tmeta(meta)))
+                if tid in produced_by:
+                    edges.append([produced_by[tid], i, tid])
+                else:
+                    consumed.append(tid)
+            outs = []
+            for tid, meta in op.outputs:
+                outs.append(dict({"tensor": tid}, **tmeta(meta)))
+                produced_by[tid] = i
+            ops_json.append({
+                "id": i, "aten": op_label_of(op.func), "module": op.module_path, "module_class": op.module_class,
+                "pass": op.pass_index, "grad_mode": op.grad_mode, "inputs": ins, "outputs": outs,
+                "args": op.args_json, "time_us": round(self.op_time[i], 3), "group": self.group_of[i],
+                "problem": g.problem, "module_problem": self.module_problem_of.get(i),
+            })
+        graph_inputs = []
+        seen = set()
+        for tid in consumed:
+            if tid in seen or tid in produced_by:
+                continue
+            seen.add(tid)
+            info = rec.tensors[tid]
+            kind, name = info.origin, info.name
+            if tid in rec.tid_names:
+                name, kind = rec.tid_names[tid]
+            elif info.producer >= 0:
+                kind = "outside"
+                src = next((op for op in rec.ops if op.index == info.producer), None)
+                name = f"made by {op_label_of(src.func)} outside the model" if src else "made outside the model"
+            graph_inputs.append(dict({"tensor": tid, "kind": kind, "name": name}, **tmeta(info.meta)))
+        groups_json = [{
+            "group": gi, "aten": op_label_of(g.func), "shapes": g.shapes, "calls": g.calls,
+            "time_us": round(g.time_us, 3), "share": round(self.share(g.time_us), 6), "problem": g.problem,
+            "not_a_problem": g.no_problem, "skipped": g.skipped, "module_paths": g.paths[:8],
+        } for gi, g in enumerate(self.groups)]
+        modules_json = [{
+            "module_class": m["cls"], "calls": len(m["calls"]), "time_us": round(m["time_us"], 3),
+            "share": round(self.share(m["time_us"]), 6), "problem": m["problem"], "skipped": m["skipped"],
+            "module_paths": m["paths"][:8], "ops_of_first_call": m["calls"][0] if m["calls"] else [],
+        } for m in self.module_groups]
+        model = {
+            "kiln_model": 1,
+            "script": self.opts.script, "args": self.opts.script_args, "device": self.device,
+            "time_source": self.time_source, "time_unit": "us", "total_time_us": round(self.total_us, 3),
+            "passes": rec.n_passes, "n_ops": len(self.ops),
+            "notes": ("ops: every non-metadata aten call inside the model's module forwards, in call order "
+                      "(views and other metadata calls are folded into tensor identity). A tensor id names one "
+                      "value: an in-place write makes a new id. edges: [producer op id, consumer op id, tensor "
+                      "id]. A consumed tensor no op produced is a graph input."),
+            "ops": ops_json, "edges": edges, "graph_inputs": graph_inputs, "groups": groups_json,
+            "module_groups": modules_json,
+        }
+        dump_json(os.path.join(self.out, "model.json"), model)
+
+    def write_capture_json(self) -> None:
+        import torch
+
+        from kiln.capture_problem import dump_json
+        rec = self.recorder
+        versions = {"torch": torch.__version__, "python": platform.python_version()}
+        for mod in ("transformers", "torchvision"):
+            if mod in sys.modules:
+                versions[mod] = getattr(sys.modules[mod], "__version__", None)
+        info = {
+            "kiln_capture": 1,
+            "script": self.opts.script, "args": self.opts.script_args, "out": self.opts.out,
+            "device": self.device,
+            "device_name": torch.cuda.get_device_name() if self.device == "cuda" else platform.processor() or "cpu",
+            "versions": versions,
+            "wall_s": {k: round(v, 3) for k, v in self.wall.items()},
+            "time_source": self.time_source, "total_time_us": round(self.total_us, 3),
+            "profiled_device_total_us": round(self.profiled_total_us, 3),
+            "passes": rec.n_passes, "n_ops": len(self.ops), "n_calls_dispatched": rec.n_calls,
+            "n_metadata_calls": rec.n_meta, "n_signatures": len(self.groups),
+            "max_bytes": self.opts.max_bytes, "bytes_written": self.bytes_written,
+            "top": self.opts.top, "random_sets": self.opts.random_sets,
+            "problems": self.written, "skipped": self.skipped,
+            "holding": {"cap_bytes": rec.hold_cap, "disabled": rec.holding_disabled},
+            "torch_flags": self.torch_flags,
+            "internal_errors": rec.internal_errors,
+        }
+        if getattr(self, "profile_error", None):
+            info["profile_error"] = self.profile_error
+        dump_json(os.path.join(self.out, "capture.json"), info)
+
+    def print_table(self) -> None:
+        rows = max(self.opts.top, 10)
+        w = self.log
+        w("")
+        passes = (f"{self.recorder.n_passes} forward pass(es)" if self.recorder.seen_forward
+                  else "a script without module forwards")
+        w(f"kiln capture: {os.path.basename(self.opts.script)} on {self.device} — {len(self.ops)} ops in "
+          f"{passes}, {len(self.groups)} signatures, {self.total_us / 1e3:.3f} ms of {self.time_source} time")
+        w(f"{'#':>3}  {'op':34s} {'shapes':44s} {'calls':>5} {'time ms':>9} {'share':>6}  problem")
+        for k, g in enumerate(self.groups[:rows]):
+            status = g.problem or (f"- {g.no_problem}" if g.no_problem
+                                   else f"skipped: {g.skipped}" if g.skipped else "-")
+            w(f"{k + 1:>3}  {op_label_of(g.func)[6:][:34]:34s} {g.shapes:44s} {g.calls:>5} "
+              f"{g.time_us / 1e3:>9.3f} {100 * self.share(g.time_us):>5.1f}%  {status}")
+        rest = self.groups[rows:]
+        if rest:
+            t = sum(g.time_us for g in rest)
+            more = f"({len(rest)} more signatures)"
+            w(f"{'':>3}  {more:34s} {'':44s} {sum(g.calls for g in rest):>5} "
+              f"{t / 1e3:>9.3f} {100 * self.share(t):>5.1f}%")
+        if self.module_groups:
+            w("")
+            w(f"{'#':>3}  {'leaf module (fused forward)':34s} {'first path':44s} {'calls':>5} "
+              f"{'time ms':>9} {'share':>6}  problem")
+            for k, m in enumerate(self.module_groups[:rows]):
+                status = m["problem"] or (f"skipped: {m['skipped']}" if m["skipped"] else "-")
+                path = m["paths"][0] if m["paths"] else ""
+                path = path if len(path) <= 44 else "…" + path[-43:]
+                w(f"{k + 1:>3}  {m['cls'][:34]:34s} {path:44s} {len(m['calls']):>5} {m['time_us'] / 1e3:>9.3f} "
+                  f"{100 * self.share(m['time_us']):>5.1f}%  {status}")
+        w("")
+        n_bytes = self.bytes_written
+        w(f"wrote {len(self.written)} problem(s) ({_fmt_bytes(n_bytes)} of tensors) to "
+          f"{os.path.join(self.opts.out, 'problems')}; model.json and capture.json in {self.opts.out}")
+        bad = [p["name"] for p in self.written if p.get("real_check") and not p["real_check"]["ok"]]
+        if bad:
+            w(f"WARNING: the reference does not reproduce the model's outputs for: {', '.join(bad)}")
+        failed = [p["name"] for p in self.written if str(p.get("reference", "")).startswith("failed")]
+        if failed:
+            w(f"WARNING: reference data could not be built for: {', '.join(failed)}")
+        if self.skipped:
+            w(f"skipped {len(self.skipped)} of the top signatures:")
+            for s in self.skipped:
+                what = s.get("op") or f"module {s.get('module')}"
+                w(f"  {what} [{s.get('shapes') or ', '.join(s.get('paths') or [])}] "
+                  f"({100 * s['share']:.1f}%): {s['reason']}")
+        if self.recorder.holding_disabled:
+            w(f"note: {self.recorder.holding_disabled}")
+        if getattr(self, "profile_error", None):
+            w(f"note: the profiler failed ({self.profile_error}); times are missing")
+        if self.recorder.internal_errors:
+            w(f"note: {len(self.recorder.internal_errors)} internal recorder error(s), see capture.json")
+        w(f"capture wall time {self.wall.get('total_s', 0):.1f} s (script {self.wall.get('script_s', 0):.1f} s, "
+          f"problems and references {self.wall.get('problems_s', 0):.1f} s)")
+        if self.write_error:
+            w(f"kiln capture: {self.write_error}")
+
+
+@dataclass
+class Candidate:
+    """A problem about to be written: everything but its random sets, which wait for the byte plan."""
+    name: str
+    op_type: str
+    description: str
+    inputs: list   # [(name, Stored)]
+    outputs: list  # [(name, Stored)]
+    source: str
+    kiln: dict
+    share: float
+    summary: dict
+    n_random: int = 0
+    on_skip: Any = None
+    on_ok: Any = None
+    release: Any = None
+
+    @property
+    def real_bytes(self) -> int:
+        """Bytes of real.safetensors + real_outputs.safetensors, headers included (an upper bound)."""
+        return (sum(s.nbytes + HEADER_BYTES_PER_TENSOR for _, s in self.inputs + self.outputs)
+                + 2 * HEADER_BYTES_PER_FILE)
+
+    @property
+    def per_set(self) -> int:
+        """Bytes of one random<j>.safetensors."""
+        return sum(s.nbytes + HEADER_BYTES_PER_TENSOR for _, s in self.inputs) + HEADER_BYTES_PER_FILE
+
+    def skip(self, why: str) -> None:
+        self.on_skip(why)
+        self.release()
+
+
+def _layout_fields(inputs: list, outputs: list) -> dict:
+    both = inputs + outputs
+    return {"shapes": {n: list(s.shape) for n, s in both}, "strides": {n: list(s.stride) for n, s in both},
+            "storage_offsets": {n: s.offset for n, s in both}, "layouts": {n: s.layout_json() for n, s in both},
+            "real_outputs": "tensors/real_outputs.safetensors"}
+
+
+def op_label_of(func) -> str:
+    from kiln.capture_record import op_label
+    return op_label(func)
+
+
+def _seed_of(name: str, j: int) -> int:
+    from kiln.problem import fnv1a64
+    return (fnv1a64(name.encode()) + j) % (1 << 62)
+
+
+def _fmt_bytes(n: float) -> str:
+    from kiln.capture_record import _fmt_bytes as f
+    return f(n)
+
+
+def main(argv: Optional[list] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = parse_args(argv)
+        return Capture(opts, lambda line: print(line, flush=True)).run()
+    except CaptureError as e:
+        sys.stdout.flush()
+        print(f"kiln capture: {e}", file=sys.stderr, flush=True)
+        return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

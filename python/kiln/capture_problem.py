@@ -1,0 +1,401 @@
+"""Problem writing for `kiln capture`: how a held tensor is stored, how a captured aten call or a traced
+leaf-module forward becomes a reference `run()`, and how a problem directory (definition.json,
+workload.jsonl, tensors/*.safetensors) is written in the SOL-ExecBench schema.
+
+Layouts. Kernels receive dense row-major tensors (docs/abi.md), and the reference receives exactly what the
+workload stores. A captured tensor is therefore stored in its *memory order*: a tensor whose elements are
+dense in some dimension order (channels-last activations, a transposed weight) is stored as that dense
+permutation, and the reference permutes it back — a free view with exactly the captured strides — before
+the call; a dimension broadcast with stride 0 (an expanded attention mask) is stored once and expanded
+again in the reference. So the reference calls the captured overload on tensors with the captured strides,
+and a kernel reads the bytes the model really has. Outputs are returned in their memory order the same way.
+Only tensors with gaps or overlaps (slices of a larger buffer) are stored as a contiguous copy; the
+reference then receives them contiguous, and their captured strides and storage offsets are kept in
+definition.json ("kiln": {"strides", "storage_offsets"}) for the install gate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+DTYPE_NAMES = {
+    torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
+    torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2",
+    torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8",
+    torch.uint8: "uint8", torch.bool: "bool",
+}
+DTYPE_SHORT = {
+    torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.float8_e4m3fn: "f8e4m3", torch.float8_e5m2: "f8e5m2", torch.int64: "i64", torch.int32: "i32",
+    torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "b8",
+}
+# The gate's default tolerances (docs/gate.md), used to check that a reference reproduces the model.
+TOLERANCE = {
+    torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2), torch.float16: (1e-3, 1e-2),
+    torch.float64: (1e-8, 1e-7),
+}
+_UUID_NAMESPACE = uuid.UUID("6b696c6e-6361-7074-7572-650000000001")
+
+
+@dataclass
+class Stored:
+    """A held copy of a tensor on the host, in memory order (see the module docstring)."""
+    data: torch.Tensor   # contiguous host tensor as stored
+    shape: tuple         # the captured shape
+    stride: tuple        # the captured strides
+    offset: int          # the captured storage offset
+    dtype: torch.dtype
+    perm: Optional[list]    # the captured tensor (before expansion) is data.permute(inverse(perm))
+    expand: bool            # the captured tensor is that, expanded to shape
+    exact: bool             # the reference can rebuild the captured strides
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel() * self.data.element_size()
+
+    def layout_json(self) -> dict:
+        if not self.exact:
+            kind = "contiguous_copy"
+        elif self.perm is None and not self.expand:
+            kind = "contiguous"
+        else:
+            kind = "memory_order"
+        out = {"stored": kind, "stored_shape": list(self.data.shape)}
+        if self.perm is not None:
+            out["permute"] = list(self.perm)
+        if self.expand:
+            out["expand"] = list(self.shape)
+        return out
+
+
+def store_tensor(t: torch.Tensor) -> Stored:
+    """A host copy of t in memory order. Raises what the copy raises (out of memory)."""
+    with torch.inference_mode(False), torch.no_grad():
+        t = t.detach()
+        shape, stride = tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride())
+        base = t
+        expand = False
+        for d in range(t.dim()):
+            if stride[d] == 0 and shape[d] > 1:
+                base = base.narrow(d, 0, 1)
+                expand = True
+        perm = None
+        exact = True
+        if not base.is_contiguous():
+            order = sorted(range(base.dim()), key=lambda d: (-base.stride(d), d))
+            if base.permute(order).is_contiguous():
+                perm = order
+                base = base.permute(order)
+            else:
+                base, exact, expand = t, False, False
+        data = base.to("cpu", copy=True).contiguous()
+        return Stored(data, shape, stride, int(t.storage_offset()), t.dtype, perm, expand, exact)
+
+
+def inverse_perm(perm: list) -> list:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reference source.
+
+
+def literal(value, names: dict) -> str:
+    """Python source for a constant argument; Slots and variables become their names."""
+    from kiln.capture_record import Slot, _Var
+    if isinstance(value, Slot):
+        return names[value.index]
+    if isinstance(value, _Var):
+        return value.name
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v, names) for v in value) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(literal(v, names) for v in value)
+        return "(" + inner + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, (torch.SymInt,)):
+        return repr(int(value))
+    if isinstance(value, int):
+        return repr(value)
+    if isinstance(value, (float, torch.SymFloat)):
+        value = float(value)
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "float('-inf')"
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, torch.dtype):
+        return str(value)  # 'torch.float32'
+    if isinstance(value, torch.device):
+        return "DEVICE"
+    if isinstance(value, (torch.layout, torch.memory_format)):
+        return str(value)  # 'torch.strided', 'torch.channels_last'
+    raise ValueError(f"cannot write a {type(value).__name__} as a constant")
+
+
+def uses_device(value) -> bool:
+    if isinstance(value, torch.device):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(uses_device(v) for v in value)
+    if isinstance(value, dict):
+        return any(uses_device(v) for v in value.values())
+    return False
+
+
+def restore_lines(name: str, stored: Stored) -> list:
+    """Lines that turn the stored (memory-order) input back into the captured layout."""
+    lines = []
+    if not stored.exact:
+        lines.append(f"# {name}: captured with strides {list(stored.stride)} at storage offset "
+                     f"{stored.offset}; received contiguous")
+        return lines
+    expr = name
+    notes = []
+    if stored.perm is not None:
+        expr += f".permute({', '.join(str(i) for i in inverse_perm(stored.perm))})"
+        notes.append("stored in memory order")
+    if stored.expand:
+        expr += f".expand({', '.join(str(s) for s in stored.shape)})"
+        notes.append("broadcast dims stored once")
+    if expr != name:
+        lines.append(f"{name} = {expr}  # captured strides {list(stored.stride)} ({'; '.join(notes)})")
+    return lines
+
+
+def output_expr(expr: str, stored: Stored) -> str:
+    """The returned expression of an output, in the memory order it is stored in."""
+    if not stored.exact:
+        return f"{expr}.contiguous()"
+    if stored.perm is not None:
+        return f"{expr}.permute({', '.join(str(i) for i in stored.perm)})"
+    return expr
+
+
+def _accessors(struct, base: str) -> list:
+    """The expressions of every tensor in a recorded return structure ("T" or nested lists)."""
+    if struct == ("str", "T"):
+        return [base]
+    if isinstance(struct, tuple) and struct and struct[0] in ("L", "U"):
+        out = []
+        for i, s in enumerate(struct[1]):
+            out.extend(_accessors(s, f"{base}[{i}]"))
+        return out
+    return []
+
+
+def header(grad_mode: str) -> list:
+    lines = ["import torch", "", ""]
+    if grad_mode != "grad":
+        lines.append("@torch.no_grad()")
+    return lines
+
+
+def aten_reference(sample, input_names: list, kept_outputs: list) -> str:
+    """The reference of a captured aten call: one call of the exact overload with the non-tensor
+    arguments baked in. input_names: run() parameters (flat tensor args that are not out= buffers);
+    kept_outputs: indices of the flat outputs that are problem outputs."""
+    names: dict = {}
+    body: list = []
+    params = []
+    for i, (n, is_out) in enumerate(zip(sample.flat_names, sample.flat_is_out)):
+        names[i] = n
+        if not is_out:
+            params.append(n)
+    func = sample.func
+    need_device = uses_device(sample.struct_args) or uses_device(sample.struct_kwargs) or any(sample.flat_is_out)
+    if need_device:
+        body.append(f"DEVICE = {params[0]}.device")
+    for i, n in enumerate(sample.flat_names):
+        st = sample.inputs[i]
+        if st is None:
+            continue
+        body.extend(restore_lines(n, st))
+        if sample.flat_mutated[i]:
+            body.append(f"{n} = {n}.clone()  # the op writes into it")
+    for i, n in enumerate(sample.flat_names):
+        if sample.flat_is_out[i]:
+            out_meta = sample.out_buffers[i]
+            body.append(f"{n} = torch.empty_strided({list(out_meta.shape)}, {list(out_meta.stride)}, "
+                        f"dtype={out_meta.dtype}, device=DEVICE)  # out= buffer")
+    args = [literal(a, names) for a in sample.struct_args]
+    args += [f"{k}={literal(v, names)}" for k, v in sample.struct_kwargs.items()]
+    body.append(f"result = torch.ops.{func.namespace}.{func._opname}.{func._overloadname}({', '.join(args)})")
+    exprs = _accessors(sample.output_struct, "result")
+    rets = [output_expr(exprs[k], sample.outputs[k]) for k in kept_outputs]
+    body.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ",)"))
+    lines = header(sample.grad_mode) + [f"def run({', '.join(params)}):"] + ["    " + b for b in body]
+    return "\n".join(lines) + "\n"
+
+
+def module_reference(trace, kept_outputs: list) -> str:
+    """The reference of a traced leaf-module forward: its aten calls as straight-line code."""
+    params = [name for name, *_ in trace.inputs]
+    body: list = []
+    need_device = any(uses_device(a) or uses_device(k) for _, a, k, _ in trace.lines)
+    if need_device:
+        body.append(f"DEVICE = {params[0]}.device")
+    for name, _, stored, _ in trace.inputs:
+        body.extend(restore_lines(name, stored))
+        if name in trace.mutated_inputs:
+            body.append(f"{name} = {name}.clone()  # written in place by the module")
+    for func, sargs, skwargs, out_names in trace.lines:
+        args = [literal(a, {}) for a in sargs] + [f"{k}={literal(v, {})}" for k, v in skwargs.items()]
+        call = f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}({', '.join(args)})"
+        if out_names is None:
+            body.append(call)
+        elif isinstance(out_names, str):
+            body.append(f"{out_names} = {call}")
+        else:
+            lhs = ", ".join(n or "_" for n in out_names)
+            body.append(f"{lhs}{',' if len(out_names) == 1 else ''} = {call}")
+    rets = [output_expr(trace.outputs[k][0], trace.outputs[k][1]) for k in kept_outputs]
+    body.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ",)"))
+    grad_mode = trace.grad_mode
+    lines = header(grad_mode) + [f"def run({', '.join(params)}):"] + ["    " + b for b in body]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Names, axes and files.
+
+
+def shape_sig(shape) -> str:
+    return "x".join(str(s) for s in shape) if len(shape) else "scalar"
+
+
+def problem_name(stem: str, shapes: list, dtype) -> str:
+    """'<stem>_<shape>[_<shape>]_<dtype>' (the first one or two input shapes, the first input's dtype),
+    anything but [A-Za-z0-9_] replaced, at most 96 characters."""
+    text = f"{stem}_{'_'.join(shape_sig(s) for s in shapes)}_{DTYPE_SHORT.get(dtype, 'x')}"
+    text = re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")
+    return text[:96]
+
+
+class Axes:
+    """Const axes named by value (`n4096`): a captured problem has one shape; equal sizes share an axis."""
+
+    def __init__(self):
+        self.axes: dict = {}
+
+    def shape(self, shape) -> list:
+        names = []
+        for s in shape:
+            name = f"n{int(s)}"
+            self.axes.setdefault(name, {"type": "const", "value": int(s)})
+            names.append(name)
+        return names
+
+
+def write_safetensors(path: str, tensors: dict) -> int:
+    """Writes tensors (contiguous host tensors) and returns the file size."""
+    import safetensors.torch
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, tmp)
+    os.replace(tmp, path)
+    return os.path.getsize(path)
+
+
+def random_like(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A random tensor with t's statistics: kiln.reference.random_like_stats (the gate's own draw), plus
+    one structural rule: a 1-D integer tensor that is sorted (offsets, cumulative counts) stays sorted."""
+    from kiln.reference import random_like_stats
+    drawn = random_like_stats(t, generator)
+    if not t.dtype.is_floating_point and t.dtype != torch.bool and t.dim() == 1 and t.numel() > 1:
+        if bool((t[1:] >= t[:-1]).all()):
+            drawn = torch.sort(drawn).values
+    return drawn
+
+
+def workload_line(name: str, index: int, kind: str, input_names: list, file: str, extra: dict) -> dict:
+    return {
+        "uuid": str(uuid.uuid5(_UUID_NAMESPACE, f"{name}/{index}/{kind}")),
+        "axes": {},
+        "inputs": {n: {"type": "safetensors", "path": file, "tensor_key": n} for n in input_names},
+        "kiln": dict({"set": kind}, **extra),
+    }
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor) -> dict:
+    """How far out is from ref, with the gate's default tolerance of the dtype: {ok, max_abs_err, ...}."""
+    if out.shape != ref.shape or out.dtype != ref.dtype:
+        return {"ok": False, "why": f"shape/dtype {list(out.shape)} {out.dtype} vs {list(ref.shape)} {ref.dtype}"}
+    if not ref.dtype.is_floating_point:
+        bad = int((out != ref).sum())
+        return {"ok": bad == 0, "n_bad": bad}
+    a, b = out.double(), ref.double()
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    if not torch.equal(nan_a, nan_b):
+        return {"ok": False, "why": "NaN positions differ"}
+    inf_b = torch.isinf(b)
+    if not torch.equal(torch.isinf(a), inf_b) or not torch.equal(a[inf_b], b[inf_b]):
+        return {"ok": False, "why": "Inf positions differ"}
+    fin = ~(nan_b | inf_b)
+    a, b = a[fin], b[fin]
+    if b.numel() == 0:
+        return {"ok": True, "max_abs_err": 0.0}
+    atol, rtol = TOLERANCE.get(ref.dtype, (1e-3, 1e-2))
+    err = (a - b).abs()
+    max_abs = float(err.max())
+    n_bad = int((err > atol + rtol * b.abs()).sum())
+    return {"ok": n_bad == 0, "max_abs_err": max_abs, "n_bad": n_bad}
+
+
+def dump_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def write_problem(problem_dir: str, definition: dict, inputs: list, outputs: list, random_sets: list,
+                  workload_extra: dict) -> int:
+    """Writes one problem directory. inputs/outputs: [(name, Stored)]; random_sets: [{name: tensor}].
+    Returns the bytes written under tensors/."""
+    os.makedirs(os.path.join(problem_dir, "tensors"), exist_ok=True)
+    names = [n for n, _ in inputs]
+    n_bytes = write_safetensors(os.path.join(problem_dir, "tensors", "real.safetensors"),
+                                {n: s.data for n, s in inputs})
+    n_bytes += write_safetensors(os.path.join(problem_dir, "tensors", "real_outputs.safetensors"),
+                                 {n: s.data for n, s in outputs})
+    lines = [workload_line(definition["name"], 0, "real", names, "tensors/real.safetensors", workload_extra)]
+    for j, tensors in enumerate(random_sets, start=1):
+        file = f"tensors/random{j}.safetensors"
+        n_bytes += write_safetensors(os.path.join(problem_dir, file), tensors)
+        lines.append(workload_line(definition["name"], j, "random", names, file, {"seed": j}))
+    dump_json(os.path.join(problem_dir, "definition.json"), definition)
+    with open(os.path.join(problem_dir, "workload.jsonl"), "w") as f:
+        for line in lines:
+            f.write(json.dumps(line, allow_nan=False) + "\n")
+    return n_bytes
+
+
+def rewrite_workloads(problem_dir: str, keep: int) -> None:
+    """Keeps only the first `keep` workloads (and their random files)."""
+    path = os.path.join(problem_dir, "workload.jsonl")
+    with open(path) as f:
+        lines = [line for line in f if line.strip()]
+    for line in lines[keep:]:
+        obj = json.loads(line)
+        for desc in obj["inputs"].values():
+            p = os.path.join(problem_dir, desc["path"])
+            if os.path.exists(p):
+                os.remove(p)
+    with open(path, "w") as f:
+        f.writelines(lines[:keep])
