@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kiln-bench}
 mkdir -p "$OUT"
 export KILN_PYTHON=${KILN_PYTHON:-python3}
-export KILN_CACHE_DIR="$OUT/cache"
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-cache}
 export PYTHONUNBUFFERED=1
 summary="$OUT/summary.txt"
 : >"$summary"
@@ -39,7 +39,7 @@ build/kiln eval examples/softmax_bf16 examples/softmax_bf16/softmax.cu --backend
     >"$OUT/example_softmax_2.json" 2>"$OUT/example_softmax_2.err"
 if [ -d .carry/solbench/rmsnorm_h4096 ]; then
     build/kiln eval .carry/solbench/rmsnorm_h4096 examples/rmsnorm/rmsnorm_h4096.cu --backend cuda \
-        --ref-dir "$OUT/ref-rmsnorm" >"$OUT/solbench_rmsnorm.txt" 2>&1
+        --ref-dir /tmp/kiln-ref-rmsnorm >"$OUT/solbench_rmsnorm.txt" 2>&1
     cat "$OUT/solbench_rmsnorm.txt"
     note "solbench rmsnorm_h4096: $(grep -E '^outcome|^geomean' "$OUT/solbench_rmsnorm.txt" | tr '\n' ' ')"
 else
