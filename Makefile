@@ -12,12 +12,13 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fPIC -I$(CUDA_HO
 CFLAGS ?= -O2
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 # cJSON is not on the GPU machine: ship the shared object beside the binary (rpath $ORIGIN/lib).
-LDLIBS := -lcjson -ldl -lm -lpthread
+LDLIBS := -lcjson -lsqlite3 -ldl -lm -lpthread
 RPATH := -Wl,-rpath,'$$ORIGIN/lib'
 # Families register through weak symbols (src/gen/registry.c): link every archive member.
 WHOLE_LIB := -Wl,--whole-archive $(BUILD)/libkiln.a -Wl,--no-whole-archive
 
-LIB_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c src/gate/*.c src/gen/*.c))
+LIB_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c src/gate/*.c src/gen/*.c \
+	src/store/*.c src/search/*.c))
 TEMPLATES := $(sort $(wildcard src/gen/templates/*))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 RT_SRC := $(sort $(wildcard src/runtime/*.c))
@@ -62,6 +63,7 @@ $(BUILD)/lib/.stamp:
 	@mkdir -p $(BUILD)/lib
 	cp -L $$(ldconfig -p | awk '/libcjson.so.1 /{print $$NF; exit}') $(BUILD)/lib/
 	cp -L $$(ldconfig -p | awk '/libcmocka.so.0 /{print $$NF; exit}') $(BUILD)/lib/
+	cp -L $$(ldconfig -p | awk '/libsqlite3.so.0 /{print $$NF; exit}') $(BUILD)/lib/
 	@touch $@
 
 $(BUILD)/tests/%: tests/c/%.c $(BUILD)/libkiln.a $(BUILD)/lib/.stamp

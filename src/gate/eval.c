@@ -98,6 +98,8 @@ typedef struct {
     kiln_module *mod;
     int fd;
     int w;
+    double *max_abs_err; /* per workload, the largest error its proofs saw (reported with ok) */
+    double *rel_l2_err;
 } ctx;
 
 static kiln_tolerance output_tolerance(const kiln_problem *p, const kiln_workload *w, int o) {
@@ -270,8 +272,13 @@ static kiln_outcome check_set(ctx *c, const kiln_refdata *ref, int si, set_state
         kiln_tolerance tol = output_tolerance(p, w, o);
         kiln_check chk;
         kiln_check_output(t, host_buf[o], s->ref_out[o], n, masks ? masks[o] : NULL, &tol, &chk);
-        if (chk.outcome == KILN_OUTCOME_OK)
+        if (chk.outcome == KILN_OUTCOME_OK) {
+            if (chk.max_abs_err > c->max_abs_err[c->w])
+                c->max_abs_err[c->w] = chk.max_abs_err;
+            if (chk.rel_l2_err > c->rel_l2_err[c->w])
+                c->rel_l2_err[c->w] = chk.rel_l2_err;
             continue;
+        }
         cJSON *ev = cJSON_CreateObject();
         add_where(ev, c, si, ref);
         cJSON_AddStringToObject(ev, "output", p->outputs[o].name);
@@ -525,6 +532,8 @@ static kiln_outcome eval_workload(ctx *c, const kiln_refdata *ref, const kiln_ab
     if (pass == 0 && !opt->no_time)
         goto done; /* timed, and reported, in pass 1 */
     cJSON_AddNumberToObject(wj, "proved_sets", n_sets);
+    cJSON_AddNumberToObject(wj, "max_abs_err", c->max_abs_err[c->w]);
+    cJSON_AddNumberToObject(wj, "rel_l2_err", c->rel_l2_err[c->w]);
     double min_bytes = kiln_problem_min_bytes(p, w);
     double ref_us = ref->workloads[c->w].ref_time_us;
     cJSON_AddNumberToObject(wj, "min_bytes", min_bytes);
@@ -658,6 +667,8 @@ kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
     send_line(fd, "compiled %.6f", kiln_now_s() - t0);
 
     ctx c = {.p = p, .be = be, .sig = &sig, .mod = mod, .fd = fd, .w = 0};
+    c.max_abs_err = xcalloc((size_t)p->n_workloads + 1, sizeof *c.max_abs_err);
+    c.rel_l2_err = xcalloc((size_t)p->n_workloads + 1, sizeof *c.rel_l2_err);
     for (int pass = 0; pass < (opt->no_time ? 1 : 2); pass++)
         for (int w = 0; w < p->n_workloads && result == KILN_OUTCOME_OK; w++) {
             c.w = w;
@@ -665,6 +676,8 @@ kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
         }
     if (result == KILN_OUTCOME_OK)
         send_outcome(fd, KILN_OUTCOME_OK, cJSON_CreateObject());
+    free(c.max_abs_err);
+    free(c.rel_l2_err);
     be->ops->module_free(be, mod);
 done:
     kiln_abi_free(&abi);
