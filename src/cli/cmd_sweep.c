@@ -274,20 +274,27 @@ int kiln_cmd_sweep(int argc, char **argv) {
     for (int fi = 0; fi < n_match; fi++) {
         const kiln_family *f = fams[fi];
         int64_t space = kiln_family_space_size(f);
-        int64_t n_points = (limit > 0 && space > limit) ? limit : space;
         int64_t point[KILN_FAMILY_MAX_PARAMS];
-        int n_invalid = 0;
-        for (int64_t k = 0; k < n_points; k++) {
-            /* an even spread over the space when sampling, the whole space otherwise */
-            int64_t index = n_points == space ? k : (k * space) / n_points;
+        /* The constraint predicates are cheap: list the valid points first, then take all of them or
+         * an even spread of --limit of them, so that sampling never lands on rejected points. */
+        int64_t *valid = xmalloc((size_t)(space > 0 ? space : 1) * sizeof *valid);
+        int64_t n_valid = 0;
+        for (int64_t index = 0; index < space; index++) {
             kiln_family_point(f, index, point);
             const char *bad = f->check(p, &matches[fi], point);
             if (bad) {
-                n_invalid++;
                 if (bad[0] == '!')
                     free((void *)bad);
                 continue;
             }
+            valid[n_valid++] = index;
+        }
+        int64_t n_points = (limit > 0 && n_valid > limit) ? limit : n_valid;
+        fprintf(stderr, "kiln sweep: %s: %lld of %lld points satisfy the constraints; running %lld\n",
+                f->name, (long long)n_valid, (long long)space, (long long)n_points);
+        for (int64_t k = 0; k < n_points; k++) {
+            int64_t index = valid[n_points == n_valid ? k : (k * n_valid) / n_points];
+            kiln_family_point(f, index, point);
             char *src = f->emit(p, &matches[fi], point, cuda);
             uint64_t h = kiln_fnv1a(KILN_FNV_INIT, src, strlen(src));
             int dup = 0;
@@ -306,6 +313,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
                 free(src);
                 free(file);
                 free(seen);
+                free(valid);
                 goto done;
             }
             free(src);
@@ -339,9 +347,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
             cJSON_AddItemToArray(jrows, jr);
             free(params);
         }
-        if (n_invalid)
-            fprintf(stderr, "kiln sweep: %s: %d of %lld points declined by constraints\n", f->name,
-                    n_invalid, (long long)n_points);
+        free(valid);
     }
     free(seen);
     qsort(rows, (size_t)n_rows, sizeof *rows, row_cmp);
