@@ -12,7 +12,7 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fPIC -I$(CUDA_HO
 CFLAGS ?= -O2
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 # cJSON is not on the GPU machine: ship the shared object beside the binary (rpath $ORIGIN/lib).
-LDLIBS := -lcjson -lsqlite3 -ldl -lm -lpthread
+LDLIBS := -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
 RPATH := -Wl,-rpath,'$$ORIGIN/lib'
 # Families register through weak symbols (src/gen/registry.c): link every archive member.
 WHOLE_LIB := -Wl,--whole-archive $(BUILD)/libkiln.a -Wl,--no-whole-archive
@@ -22,6 +22,15 @@ LIB_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c src/ga
 TEMPLATES := $(sort $(wildcard src/gen/templates/*))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 RT_SRC := $(sort $(wildcard src/runtime/*.c))
+# The dashboard (kiln serve) is linked into the binary only, never into libkiln_rt.so. Its assets are
+# embedded like the templates: web/assets/ plus Chart.js and highlight.js from Debian's packages
+# libjs-chart.js and libjs-highlight.js (scripts/deps.sh installs them).
+WEB_SRC := $(sort $(wildcard src/web/*.c))
+JS_DIR ?= /usr/share/javascript
+WEB_ASSETS := $(sort $(wildcard web/assets/*)) $(JS_DIR)/chart.js/chart.min.js \
+	$(JS_DIR)/highlight.js/highlight.min.js $(JS_DIR)/highlight.js/styles/github.css
+WEB_OBJ := $(WEB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/web/assets.o
+WEB_LDLIBS := -lmicrohttpd
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/templates.o
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 RT_OBJ := $(RT_SRC:%.c=$(BUILD)/obj/%.o)
@@ -33,7 +42,7 @@ HEADERS := $(shell find src -name '*.h')
 
 .PHONY: all deps demo test test-c test-py fuzz fuzz-smoke format format-check clean
 
-all: $(BUILD)/kiln $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp
+all: $(BUILD)/kiln $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp $(BUILD)/lib/libmicrohttpd.so.12
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -48,12 +57,24 @@ $(BUILD)/obj/gen/templates.o: $(BUILD)/gen/templates.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+$(BUILD)/gen/assets.c: $(WEB_ASSETS) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	bash scripts/embed.sh $@ kiln_web_assets $(WEB_ASSETS)
+
+$(BUILD)/obj/web/assets.o: $(BUILD)/gen/assets.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -O0 -c $< -o $@
+
+$(JS_DIR)/%:
+	@echo "$@ is missing: the dashboard embeds Debian's libjs-chart.js and libjs-highlight.js" \
+		"(make deps installs them)" >&2; exit 1
+
 $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
-	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(WHOLE_LIB) $(LDLIBS) $(RPATH)
+$(BUILD)/kiln: $(CLI_OBJ) $(WEB_OBJ) $(BUILD)/libkiln.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(WEB_OBJ) $(WHOLE_LIB) $(LDLIBS) $(WEB_LDLIBS) $(RPATH)
 
 $(BUILD)/libkiln_rt.so: $(RT_OBJ) $(LIB_OBJ)
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS) $(RPATH)
@@ -65,6 +86,18 @@ $(BUILD)/lib/.stamp:
 	cp -L $$(ldconfig -p | awk '/libcmocka.so.0 /{print $$NF; exit}') $(BUILD)/lib/
 	cp -L $$(ldconfig -p | awk '/libsqlite3.so.0 /{print $$NF; exit}') $(BUILD)/lib/
 	@touch $@
+
+# libmicrohttpd (the dashboard) is not there either (it needs libgnutls.so.30, which apt itself needs).
+$(BUILD)/lib/libmicrohttpd.so.12:
+	@mkdir -p $(BUILD)/lib
+	cp -L $$(ldconfig -p | awk '/libmicrohttpd.so.12 /{print $$NF; exit}') $@
+
+# The dashboard's test links the web objects, which libkiln.a does not hold.
+$(BUILD)/tests/test_web: tests/c/test_web.c $(WEB_OBJ) $(BUILD)/libkiln.a $(BUILD)/lib/.stamp \
+		$(BUILD)/lib/libmicrohttpd.so.12
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(WEB_OBJ) $(WHOLE_LIB) -lcmocka $(LDLIBS) $(WEB_LDLIBS) \
+		-Wl,-rpath,'$$ORIGIN/../lib'
 
 $(BUILD)/tests/%: tests/c/%.c $(BUILD)/libkiln.a $(BUILD)/lib/.stamp
 	@mkdir -p $(dir $@)

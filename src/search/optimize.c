@@ -1,0 +1,1226 @@
+/* optimize.c: the coordinator of `kiln optimize RUN`: loads the problems hottest first, opens (or
+ * resumes) the store, builds the blackboard, forks the agents and the gates, watches them, draws
+ * the progress, and at the end writes RUN/library and the final table.
+ *
+ * The processes, and why the coordinator does so little.
+ *
+ * The work of a run is compiling (CPU-bound, parallel: K agent processes), and proving and timing
+ * (one GPU, one candidate at a time: one gate process per GPU, the only process that touches that
+ * GPU). The coordinator does neither. It never initialises CUDA (a CUDA context does not survive
+ * fork, and its children must be able to); it counts the GPUs from CUDA_VISIBLE_DEVICES or
+ * /dev/nvidia*. Everything the coordinator knows about a problem (its definition, the families that
+ * match it, its reference data, RUN/model.json) it loads before forking, so the children inherit it
+ * for free and read-only. The shared, changing state is on the blackboard (blackboard.c); the
+ * durable state is in the store (RUN/kiln.db), where each process writes through its own
+ * connection, one short transaction per fact: an agent its candidates and tree nodes, a gate each
+ * verdict the moment it has it, the coordinator the rest (events, node statistics, metadata).
+ *
+ * Processes that die are data. The coordinator reaps its children with waitpid. An agent that died
+ * loses at most the proposal it was making: the coordinator takes back the virtual loss and the
+ * node it held (the worker slot on the blackboard says which) and forks a new agent of the same
+ * kind. A gate that died (a sticky CUDA error ends the gate, not only the evaluation child) loses
+ * the candidate it held: the coordinator records it as `crashed`, with the signal, and forks a new
+ * gate (event "gate_restart"). A slot that keeps dying is retired after 20 restarts; a run with no
+ * gate left stops with an error.
+ *
+ * Resume (resume.c). kill -9 can hit any process at any instant; what was committed stays. A rerun
+ * of `kiln optimize RUN` rebuilds each tree on the blackboard from the store's nodes and candidates
+ * and recomputes visits and values by backing up every stored result again (so the tree's
+ * statistics never depend on a flush that may not have happened). A candidate with a result is
+ * finished and never evaluated again; a candidate without one is queued again; a node without a
+ * candidate (an agent died between the two inserts) is dropped. The incumbent is the store's,
+ * drafts are the store's meta keys "draft.<problem>.<k>". Budgets count all candidates of all runs,
+ * so a rerun with the same --budget finishes the run and one with a larger budget extends it.
+ *
+ * Stopping. The run ends when every problem's budget is spent or its space exhausted and nothing is
+ * queued or in a gate, when --time has passed, or on SIGINT/SIGTERM. Then the coordinator raises
+ * the blackboard's stop flag: agents drop what they were proposing, gates finish the evaluation in
+ * hand (so its verdict is committed), and all of them exit; a second signal (or a gate that does
+ * not finish within its grace) is answered with SIGKILL, which loses only that evaluation. Last
+ * come the final flush of the tree statistics, RUN/library (library.c), and the table. */
+#include "optimize.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sqlite3.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "library.h"
+#include "optimize_impl.h"
+
+#define KILN_OPT_VERSION "0.1.0"
+#define MAX_RESTARTS 20
+
+static volatile sig_atomic_t coord_signals;
+
+static void on_signal(int sig) {
+    (void)sig;
+    coord_signals++;
+}
+
+void kiln_optimize_options_default(kiln_optimize_options *o) {
+    memset(o, 0, sizeof *o);
+    o->budget = 50;
+    o->plateau = 8;
+    o->retime_rounds = 3;
+    o->seed = 0x6b696c6e5eedULL;
+}
+
+int kiln_optimize_count_gpus(void) {
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis) {
+        int n = 0;
+        const char *s = vis;
+        while (*s) {
+            while (*s == ' ' || *s == ',')
+                s++;
+            if (!*s)
+                break;
+            /* CUDA stops at the first invalid entry; "-1" hides every device */
+            if (*s == '-')
+                break;
+            n++;
+            while (*s && *s != ',')
+                s++;
+        }
+        return n;
+    }
+    glob_t g;
+    int n = 0;
+    if (glob("/dev/nvidia[0-9]*", 0, NULL, &g) == 0) {
+        n = (int)g.gl_pathc;
+        globfree(&g);
+    }
+    return n;
+}
+
+static double now_s(void) {
+    return kiln_now_s();
+}
+
+static void nap_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Problems.
+ * --------------------------------------------------------------------------------------------- */
+
+static char *abs_path(const char *p) {
+    char buf[4096];
+    if (realpath(p, buf))
+        return xstrdup(buf);
+    return xstrdup(p);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The problem directories of RUN/problems, sorted by name (the share sorts them later). */
+static int list_run_problems(const char *run_dir, char ***out) {
+    char *pdir = kiln_path_join(run_dir, "problems");
+    DIR *d = opendir(pdir);
+    int n = 0, cap = 0;
+    char **dirs = NULL;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.')
+                continue;
+            char *dir = kiln_path_join(pdir, e->d_name);
+            char *def = kiln_path_join(dir, "definition.json");
+            if (access(def, R_OK) == 0) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 16;
+                    dirs = xrealloc(dirs, (size_t)cap * sizeof *dirs);
+                }
+                dirs[n++] = dir;
+            } else {
+                free(dir);
+            }
+            free(def);
+        }
+        closedir(d);
+    }
+    free(pdir);
+    if (n > 1)
+        qsort(dirs, (size_t)n, sizeof *dirs, cmp_str);
+    *out = dirs;
+    return n;
+}
+
+static int cmp_share(const void *a, const void *b) {
+    const kiln_opt_problem *x = a, *y = b;
+    /* hottest first; unknown shares after every known one, in the given order */
+    if (x->share != y->share)
+        return x->share > y->share ? -1 : 1;
+    return 0;
+}
+
+static double kiln_number(const cJSON *kiln, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(kiln, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* Loads one problem's definition and its "kiln" numbers; a problem that does not load is kept with
+ * its reason, so that the table and the events say why it was not searched. */
+static void problem_load(kiln_opt_problem *pr, const char *dir) {
+    memset(pr, 0, sizeof *pr);
+    pr->dir = abs_path(dir);
+    pr->share = -1;
+    pr->eager_us = -1;
+    pr->compile_us = -1;
+    pr->bb = -1;
+    kiln_err err;
+    if (kiln_problem_load(pr->dir, &pr->p, &err) != KILN_OK) {
+        pr->p = NULL;
+        pr->skip = xasprintf("does not load: %s", err.msg);
+        return;
+    }
+    cJSON *kiln = kiln_problem_read_kiln(pr->p);
+    if (kiln) {
+        pr->share = kiln_number(kiln, "share");
+        double cu = kiln_number(kiln, "compile_us");
+        if (cu < 0)
+            cu = kiln_number(kiln, "torch_compile_us");
+        pr->compile_us = cu;
+        cJSON_Delete(kiln);
+    }
+}
+
+static const char *problem_name(const kiln_opt_problem *pr) {
+    if (pr->p)
+        return pr->p->name;
+    const char *slash = strrchr(pr->dir, '/');
+    return slash ? slash + 1 : pr->dir;
+}
+
+static double refs_eager_us(const kiln_refdata *ref) {
+    double lg = 0;
+    int n = 0;
+    for (int w = 0; w < ref->n_workloads; w++)
+        if (ref->workloads[w].ref_time_us > 0) {
+            lg += log(ref->workloads[w].ref_time_us);
+            n++;
+        }
+    return n ? exp(lg / n) : -1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Workers.
+ * --------------------------------------------------------------------------------------------- */
+
+/* Forks workers first..last. SQLite must not see a fork with a connection open: the child would
+ * inherit the library's per-file bookkeeping (locks, the WAL index mapping) of a connection it
+ * does not own, and its own connection to the same file would share it. So the coordinator closes
+ * its connection around every fork and opens it again after. */
+static void spawn_range(kiln_opt_ctx *c, int first, int last) {
+    if (c->store) {
+        kiln_store_close(c->store);
+        c->store = NULL;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    for (int worker = first; worker <= last; worker++) {
+        kiln_bb_lock(c->bb);
+        int role = kiln_bb_worker_at(c->bb, worker)->role;
+        kiln_bb_unlock(c->bb);
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (role == KILN_BB_ROLE_AGENT)
+                kiln_opt_agent_main(c, worker);
+            kiln_opt_gate_main(c, worker);
+        }
+        if (pid > 0) {
+            kiln_bb_lock(c->bb);
+            kiln_bb_worker_at(c->bb, worker)->pid = (int32_t)pid;
+            kiln_bb_unlock(c->bb);
+        }
+    }
+    kiln_err err;
+    for (int tries = 0; tries < 50 && !c->store; tries++) {
+        if (kiln_store_open(c->run_dir, 0, &c->store, &err) != KILN_OK) {
+            c->store = NULL;
+            nap_ms(100);
+        }
+    }
+    if (!c->store)
+        fprintf(stderr, "kiln optimize: cannot open the store again: %s\n", err.msg);
+}
+
+static void spawn(kiln_opt_ctx *c, int worker) {
+    spawn_range(c, worker, worker);
+}
+
+static const char *signal_text(int status, char *buf, size_t n) {
+    if (WIFSIGNALED(status))
+        snprintf(buf, n, "signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, n, "exit status %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return buf;
+}
+
+static void kill_orphans(kiln_opt_ctx *c);
+
+static double col_num(sqlite3_stmt *st, int i) {
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_double(st, i);
+}
+
+/* The verdict the store already holds for a candidate (a gate that died after its insert): 1 and
+ * the numbers, or 0. */
+static int stored_verdict(kiln_store *s, int64_t cand, int *ok, double *time_us, double *score,
+                          int *score_known) {
+    sqlite3_stmt *st = NULL;
+    int found = 0;
+    if (sqlite3_prepare_v2(
+            kiln_store_db(s),
+            "SELECT outcome, time_us, json_extract(result_json, "
+            "'$.summary.sol_score_geomean') FROM latest_result WHERE candidate_id = ?1",
+            -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_int64(st, 1, cand);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *o = sqlite3_column_text(st, 0);
+        *ok = o && strcmp((const char *)o, "ok") == 0;
+        *time_us = col_num(st, 1);
+        *score_known = sqlite3_column_type(st, 2) == SQLITE_FLOAT ||
+                       sqlite3_column_type(st, 2) == SQLITE_INTEGER;
+        *score = *score_known ? sqlite3_column_double(st, 2) : -1;
+        found = 1;
+    }
+    sqlite3_finalize(st);
+    return found;
+}
+
+/* A worker died: release what it held, record it, and (unless stopping) start another. */
+static void worker_died(kiln_opt_ctx *c, int worker, int status, int stopping) {
+    kiln_store *s = c->store; /* spawn() at the end replaces it */
+    kiln_bb *bb = c->bb;
+    char why[128];
+    signal_text(status, why, sizeof why);
+    /* a gate may die after committing its verdict and before saying so on the blackboard: the
+     * store's verdict then stands, and no second (crashed) result is made up */
+    int64_t held = 0;
+    kiln_bb_lock(bb);
+    kiln_bb_worker *w = kiln_bb_worker_at(bb, worker);
+    if (w->role == KILN_BB_ROLE_GATE && w->slot >= 0) {
+        kiln_bb_slot *sl = kiln_bb_slot_at(bb, w->slot);
+        if (sl->state == KILN_BB_SLOT_TAKEN && sl->gate == worker)
+            held = sl->candidate_id;
+    }
+    kiln_bb_unlock(bb);
+    int had = 0, v_ok = 0, v_known = 0;
+    double v_time = -1, v_score = -1;
+    if (held && !stopping && s)
+        had = stored_verdict(s, held, &v_ok, &v_time, &v_score, &v_known);
+    int64_t first_ok = 0;
+    kiln_bb_lock(bb);
+    int role = w->role, kind = w->kind, pid = w->pid;
+    int64_t crashed_cand = 0, crashed_problem = 0;
+    if (role == KILN_BB_ROLE_AGENT && w->held_node >= 0) {
+        kiln_bb_node *n = kiln_bb_node_at(bb, w->held_node);
+        kiln_mcts_virtual_loss(bb, w->held_node, -1);
+        if (n->status == KILN_BB_NODE_CREATING) {
+            kiln_bb_problem *P = kiln_bb_problem_at(bb, n->problem);
+            kiln_bb_node_kill(bb, w->held_node);
+            if (P->made > 0)
+                P->made--;
+            if (P->pending > 0)
+                P->pending--;
+            if (P->draft_state == KILN_BB_DRAFT_ACTIVE && n->draft == P->draft_count &&
+                n->draft > 0) {
+                if (P->draft_made > 0)
+                    P->draft_made--;
+                if (P->draft_pending > 0)
+                    P->draft_pending--;
+            }
+            kiln_bb_touch(bb, n->problem);
+        }
+        w->held_node = -1;
+    }
+    if (role == KILN_BB_ROLE_GATE && w->slot >= 0) {
+        kiln_bb_slot *sl = kiln_bb_slot_at(bb, w->slot);
+        if (sl->state == KILN_BB_SLOT_TAKEN && sl->gate == worker) {
+            if (stopping) {
+                /* killed by us at the end: nothing recorded, the rerun evaluates it */
+                kiln_mcts_virtual_loss(bb, sl->node, -1);
+                kiln_bb_problem *P = kiln_bb_problem_at(bb, sl->problem);
+                if (P->pending > 0)
+                    P->pending--;
+                kiln_bb_queue_done(bb, w->slot, -1, 0);
+            } else if (had && sl->candidate_id == held) {
+                crashed_problem = kiln_bb_problem_at(bb, sl->problem)->store_id;
+                double r =
+                    kiln_mcts_result(bb, sl->node, v_ok, v_time, v_known ? v_score : -1, &c->mcts);
+                if (v_ok && kiln_mcts_incumbent_check(bb, sl->problem, v_time) == 1) {
+                    kiln_mcts_incumbent_set(bb, sl->problem, sl->node, v_time,
+                                            v_known ? v_score : -1, -1, &c->mcts);
+                    first_ok = sl->candidate_id;
+                }
+                kiln_mcts_draft_maybe_close(bb, sl->problem);
+                kiln_bb_queue_done(bb, w->slot, v_ok ? KILN_OUTCOME_OK : KILN_OUTCOME_CRASHED, r);
+            } else {
+                crashed_cand = sl->candidate_id;
+                crashed_problem = kiln_bb_problem_at(bb, sl->problem)->store_id;
+                kiln_mcts_result(bb, sl->node, 0, -1, 0, &c->mcts);
+                kiln_mcts_draft_maybe_close(bb, sl->problem);
+                kiln_bb_queue_done(bb, w->slot, KILN_OUTCOME_CRASHED, 0);
+            }
+        }
+        w->slot = -1;
+    }
+    int restarts = ++w->restarts;
+    int retire = stopping || restarts > MAX_RESTARTS;
+    if (retire)
+        w->role = KILN_BB_ROLE_NONE;
+    w->pid = 0;
+    kiln_bb_unlock(bb);
+    if (role == KILN_BB_ROLE_GATE)
+        kill_orphans(c);
+    if (stopping)
+        return;
+    if (first_ok && s)
+        kiln_store_incumbent_set(s, crashed_problem, first_ok, NULL);
+    if (crashed_cand && s) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "kiln_eval", 1);
+        cJSON_AddStringToObject(r, "backend", c->backend);
+        cJSON_AddStringToObject(r, "outcome", "crashed");
+        cJSON *ev = cJSON_AddObjectToObject(r, "evidence");
+        cJSON_AddStringToObject(ev, "phase", "gate");
+        char *e = xasprintf("the gate process (pid %d) died of %s while evaluating it", pid, why);
+        cJSON_AddStringToObject(ev, "error", e);
+        free(e);
+        cJSON_AddArrayToObject(r, "workloads");
+        cJSON_AddNullToObject(r, "summary");
+        char *json = cJSON_PrintUnformatted(r);
+        kiln_store_result_insert(s, crashed_cand, "crashed", json, -1, -1, -1, 0, NULL);
+        free(json);
+        cJSON_Delete(r);
+    }
+    char who[64];
+    if (role == KILN_BB_ROLE_GATE)
+        snprintf(who, sizeof who, "gate for device %d", kind);
+    else
+        snprintf(who, sizeof who, "agent %s", kiln_agent_name(kind));
+    char *msg = xasprintf("%s (pid %d) died of %s%s; %s", who, pid, why,
+                          crashed_cand ? " holding a candidate, recorded as crashed"
+                          : had        ? " after recording its candidate's verdict"
+                                       : "",
+                          retire ? "retired after too many restarts" : "restarted");
+    if (s)
+        kiln_store_event(s, crashed_problem,
+                         role == KILN_BB_ROLE_GATE ? "gate_restart" : "agent_restart", msg, NULL);
+    fprintf(stderr, "kiln optimize: %s\n", msg);
+    free(msg);
+    if (!retire)
+        spawn(c, worker);
+}
+
+static int worker_of_pid(kiln_opt_ctx *c, pid_t pid);
+
+/* The coordinator is a child subreaper: the evaluation child of a gate that died is handed to it
+ * instead of to init. Such an orphan may still be running a candidate on the GPU that a new gate is
+ * about to use, so every child that is not a known worker is killed (and reaped by reap()). */
+static void kill_orphans(kiln_opt_ctx *c) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+    char *text = NULL;
+    if (kiln_read_file(path, &text, NULL, NULL) != KILN_OK)
+        return;
+    for (char *tok = strtok(text, " \n"); tok; tok = strtok(NULL, " \n")) {
+        pid_t pid = (pid_t)atoi(tok);
+        if (pid > 0 && worker_of_pid(c, pid) < 0)
+            kill(pid, SIGKILL);
+    }
+    free(text);
+}
+
+static int worker_of_pid(kiln_opt_ctx *c, pid_t pid) {
+    kiln_bb_header *h = kiln_bb_hdr(c->bb);
+    for (int i = 0; i < h->n_workers; i++)
+        if (kiln_bb_worker_at(c->bb, i)->pid == pid)
+            return i;
+    return -1;
+}
+
+static int reap(kiln_opt_ctx *c, int stopping) {
+    int n = 0, status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        int w = worker_of_pid(c, pid);
+        if (w >= 0)
+            worker_died(c, w, status, stopping);
+        n++;
+    }
+    return n;
+}
+
+static int live_workers(kiln_opt_ctx *c, int role) {
+    kiln_bb_lock(c->bb);
+    kiln_bb_header *h = kiln_bb_hdr(c->bb);
+    int n = 0;
+    for (int i = 0; i < h->n_workers; i++) {
+        kiln_bb_worker *w = kiln_bb_worker_at(c->bb, i);
+        n += w->pid > 0 && (role == 0 || w->role == role);
+    }
+    kiln_bb_unlock(c->bb);
+    return n;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Node statistics, progress, table.
+ * --------------------------------------------------------------------------------------------- */
+
+static const char *node_status_name(int st) {
+    switch (st) {
+    case KILN_BB_NODE_ROOT:
+        return "open";
+    case KILN_BB_NODE_DONE:
+        return "done";
+    case KILN_BB_NODE_FAILED:
+        return "failed";
+    default:
+        return "pending";
+    }
+}
+
+/* Saves the visits/value/best/status of nodes that changed (the coordinator is the only writer of
+ * node statistics; a resume recomputes them anyway). */
+static void flush_nodes(kiln_opt_ctx *c, int final) {
+    kiln_store *s = c->store;
+    kiln_bb *bb = c->bb;
+    if (!s)
+        return;
+    kiln_bb_lock(bb);
+    kiln_bb_header *h = kiln_bb_hdr(bb);
+    int n = 0;
+    kiln_bb_node *copy = xmalloc((size_t)(h->n_nodes + 1) * sizeof *copy);
+    for (int i = 0; i < h->n_nodes; i++) {
+        kiln_bb_node *nd = kiln_bb_node_at(bb, i);
+        if (final && nd->status == KILN_BB_NODE_QUEUED)
+            nd->flags |= KILN_BB_FLAG_DIRTY; /* saved as open: its candidate waits for a rerun */
+        if (!(nd->flags & KILN_BB_FLAG_DIRTY) || (nd->flags & KILN_BB_FLAG_FOREIGN) ||
+            nd->store_node_id <= 0 || nd->status == KILN_BB_NODE_DEAD ||
+            nd->status == KILN_BB_NODE_CREATING)
+            continue;
+        nd->flags &= ~KILN_BB_FLAG_DIRTY;
+        copy[n++] = *nd;
+    }
+    kiln_bb_unlock(bb);
+    for (int i = 0; i < n; i++) {
+        kiln_bb_node *nd = &copy[i];
+        const kiln_family *f = nd->family >= 0 ? kiln_family_at(nd->family) : NULL;
+        char *params = f ? kiln_family_point_str(f, nd->params) : xstrdup("");
+        kiln_store_node sn = {0};
+        sn.id = nd->store_node_id;
+        sn.problem_id = kiln_bb_problem_at(bb, nd->problem)->store_id;
+        sn.candidate_id = nd->candidate_id;
+        sn.draft = nd->draft;
+        sn.family = f ? f->name : NULL;
+        sn.params = params;
+        sn.visits = nd->visits;
+        sn.value_sum = nd->value_sum;
+        sn.best = nd->best;
+        sn.status =
+            final && nd->status == KILN_BB_NODE_QUEUED ? "open" : node_status_name(nd->status);
+        kiln_store_node_update(s, &sn, NULL);
+        free(params);
+    }
+    free(copy);
+}
+
+typedef struct {
+    int made, budget, pending, done, ok, dups, exhausted, draft_active, drafts;
+    double best_us, best_score, best_sol;
+    uint32_t generation;
+} progress_row;
+
+static void progress_rows(kiln_opt_ctx *c, progress_row *rows) {
+    kiln_bb_lock(c->bb);
+    int n = kiln_bb_hdr(c->bb)->n_problems;
+    for (int i = 0; i < n; i++) {
+        kiln_bb_problem *P = kiln_bb_problem_at(c->bb, i);
+        progress_row *r = &rows[i];
+        r->made = P->made;
+        r->budget = P->budget;
+        r->pending = P->pending;
+        r->done = P->done;
+        r->ok = P->ok;
+        r->dups = P->dups;
+        r->exhausted = P->exhausted;
+        r->draft_active = P->draft_state == KILN_BB_DRAFT_ACTIVE;
+        r->drafts = P->draft_count;
+        r->best_us = P->incumbent_node >= 0 ? P->best_time_us : -1;
+        r->best_score = P->best_score;
+        r->best_sol = P->best_sol_pct;
+        r->generation = P->generation;
+    }
+    kiln_bb_unlock(c->bb);
+}
+
+static void progress_line(kiln_opt_ctx *c, int i, const progress_row *r, char *buf, size_t n) {
+    const char *name = c->problems[c->of_bb[i]].p->name;
+    char bar[21];
+    int filled = r->budget > 0 ? (int)(20.0 * r->done / r->budget + 0.5) : 0;
+    if (r->exhausted && r->pending == 0)
+        filled = 20;
+    if (filled > 20)
+        filled = 20;
+    for (int k = 0; k < 20; k++)
+        bar[k] = k < filled ? '#' : '.';
+    bar[20] = 0;
+    char best[64] = "best -";
+    if (r->best_us > 0)
+        snprintf(best, sizeof best, "best %.2f us", r->best_us);
+    char score[32] = "S -";
+    if (r->best_score >= 0)
+        snprintf(score, sizeof score, "S %.3f", r->best_score);
+    snprintf(buf, n, "%-40.40s [%s] %3d/%-3d candidates  %-18s %-8s ok %d, failed %d%s%s", name,
+             bar, r->done, r->budget, best, score, r->ok, r->done - r->ok,
+             r->exhausted ? ", space exhausted" : "", r->draft_active ? ", in a draft" : "");
+}
+
+typedef struct {
+    int tty;
+    int lines_drawn;
+    uint32_t *seen;
+    double last;
+} progress_state;
+
+static void progress_draw(kiln_opt_ctx *c, progress_state *ps, int force) {
+    if (c->opt.quiet)
+        return;
+    int n = kiln_bb_hdr(c->bb)->n_problems;
+    if (n == 0)
+        return;
+    progress_row *rows = xcalloc((size_t)n, sizeof *rows);
+    progress_rows(c, rows);
+    char line[512];
+    if (ps->tty) {
+        if (ps->lines_drawn)
+            fprintf(stderr, "\033[%dA", ps->lines_drawn);
+        for (int i = 0; i < n; i++) {
+            progress_line(c, i, &rows[i], line, sizeof line);
+            fprintf(stderr, "\r\033[2K%s\n", line);
+        }
+        ps->lines_drawn = n;
+    } else {
+        for (int i = 0; i < n; i++) {
+            if (!force && rows[i].generation == ps->seen[i])
+                continue;
+            ps->seen[i] = rows[i].generation;
+            progress_line(c, i, &rows[i], line, sizeof line);
+            fprintf(stderr, "%s\n", line);
+        }
+    }
+    fflush(stderr);
+    free(rows);
+}
+
+static void print_table(kiln_opt_ctx *c, const char *stop_reason) {
+    int n = c->n_problems;
+    progress_row *rows = NULL;
+    int nb = c->bb ? kiln_bb_hdr(c->bb)->n_problems : 0;
+    rows = xcalloc((size_t)(nb + 1), sizeof *rows);
+    if (c->bb)
+        progress_rows(c, rows);
+    if (c->opt.json) {
+        cJSON *out = cJSON_CreateObject();
+        cJSON_AddStringToObject(out, "run", c->run_dir);
+        cJSON_AddStringToObject(out, "backend", c->backend);
+        cJSON_AddStringToObject(out, "stopped", stop_reason);
+        cJSON *arr = cJSON_AddArrayToObject(out, "problems");
+        for (int i = 0; i < n; i++) {
+            kiln_opt_problem *pr = &c->problems[i];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "problem", problem_name(pr));
+#define NUM_OR_NULL(key, v)                                                                        \
+    do {                                                                                           \
+        if ((v) >= 0)                                                                              \
+            cJSON_AddNumberToObject(o, key, v);                                                    \
+        else                                                                                       \
+            cJSON_AddNullToObject(o, key);                                                         \
+    } while (0)
+            NUM_OR_NULL("share", pr->share);
+            NUM_OR_NULL("eager_us", pr->eager_us);
+            NUM_OR_NULL("compile_us", pr->compile_us);
+            if (pr->bb >= 0) {
+                progress_row *r = &rows[pr->bb];
+                NUM_OR_NULL("best_us", r->best_us);
+                NUM_OR_NULL("speedup",
+                            r->best_us > 0 && pr->eager_us > 0 ? pr->eager_us / r->best_us : -1);
+                NUM_OR_NULL("sol_pct", r->best_us > 0 ? r->best_sol : -1);
+                NUM_OR_NULL("score", r->best_us > 0 ? r->best_score : -1);
+                cJSON_AddNumberToObject(o, "candidates", r->made);
+                cJSON_AddNumberToObject(o, "results", r->done);
+                cJSON_AddNumberToObject(o, "ok", r->ok);
+                cJSON_AddNumberToObject(o, "duplicates", r->dups);
+                cJSON_AddNumberToObject(o, "drafts", r->drafts);
+                cJSON_AddBoolToObject(o, "exhausted", r->exhausted);
+            } else {
+                cJSON_AddStringToObject(o, "skipped", pr->skip ? pr->skip : "skipped");
+            }
+#undef NUM_OR_NULL
+            cJSON_AddItemToArray(arr, o);
+        }
+        char *s = cJSON_Print(out);
+        printf("%s\n", s);
+        free(s);
+        cJSON_Delete(out);
+        free(rows);
+        return;
+    }
+    printf("%-44s %7s %10s %10s %10s %8s %6s %6s\n", "problem", "share", "eager us", "compile us",
+           "best us", "speedup", "SOL %", "cands");
+    for (int i = 0; i < n; i++) {
+        kiln_opt_problem *pr = &c->problems[i];
+        char share[16] = "-", eager[24] = "-", comp[24] = "null", best[24] = "-", sp[16] = "-",
+             sol[16] = "-", cands[16] = "-";
+        if (pr->share >= 0)
+            snprintf(share, sizeof share, "%.1f%%", 100 * pr->share);
+        if (pr->eager_us > 0)
+            snprintf(eager, sizeof eager, "%.2f", pr->eager_us);
+        if (pr->compile_us > 0)
+            snprintf(comp, sizeof comp, "%.2f", pr->compile_us);
+        if (pr->bb >= 0) {
+            progress_row *r = &rows[pr->bb];
+            snprintf(cands, sizeof cands, "%d", r->made);
+            if (r->best_us > 0) {
+                snprintf(best, sizeof best, "%.2f", r->best_us);
+                if (pr->eager_us > 0)
+                    snprintf(sp, sizeof sp, "%.2fx", pr->eager_us / r->best_us);
+                if (r->best_sol >= 0)
+                    snprintf(sol, sizeof sol, "%.1f", r->best_sol);
+            }
+        }
+        printf("%-44.44s %7s %10s %10s %10s %8s %6s %6s", problem_name(pr), share, eager, comp,
+               best, sp, sol, cands);
+        if (pr->bb < 0)
+            printf("  skipped: %.100s", pr->skip ? pr->skip : "?");
+        printf("\n");
+    }
+    free(rows);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The run.
+ * --------------------------------------------------------------------------------------------- */
+
+static int parse_specialists(const char *list, int *kinds, int max, kiln_err *err) {
+    int n = 0;
+    char *copy = xstrdup(list);
+    for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
+        while (*tok == ' ')
+            tok++;
+        int k = kiln_agent_parse(tok);
+        if (k < 0) {
+            kiln_errf(err, KILN_ERR_INVALID,
+                      "unknown specialist '%s' (geometry, vector, algorithm, fusion, random)", tok);
+            free(copy);
+            return -1;
+        }
+        if (n < max)
+            kinds[n++] = k;
+    }
+    free(copy);
+    if (n == 0)
+        kiln_errf(err, KILN_ERR_INVALID, "--specialists names no specialist");
+    return n ? n : -1;
+}
+
+static void ctx_free(kiln_opt_ctx *c) {
+    for (int i = 0; i < c->n_problems; i++) {
+        kiln_opt_problem *pr = &c->problems[i];
+        free(pr->dir);
+        free(pr->skip);
+        kiln_refdata_free(pr->ref);
+        kiln_problem_free(pr->p);
+    }
+    free(c->problems);
+    free(c->of_bb);
+    free(c->run_dir);
+    free(c->cand_dir);
+    free(c->log_path);
+    cJSON_Delete(c->model);
+}
+
+static void stop_workers(kiln_opt_ctx *c) {
+    kiln_bb_set_stop(c->bb);
+    /* agents stop at once; a gate finishes the evaluation in hand, within its grace */
+    double grace = 30 + (c->gate_opt.timeout_s > 0 ? c->gate_opt.timeout_s : 10);
+    double t0 = now_s();
+    int killed = 0;
+    while (live_workers(c, 0) > 0) {
+        reap(c, 1);
+        if (!killed && (coord_signals > 1 || now_s() - t0 > grace)) {
+            kiln_bb_lock(c->bb);
+            kiln_bb_header *h = kiln_bb_hdr(c->bb);
+            for (int i = 0; i < h->n_workers; i++) {
+                int pid = kiln_bb_worker_at(c->bb, i)->pid;
+                if (pid > 0)
+                    kill(pid, SIGKILL);
+            }
+            kiln_bb_unlock(c->bb);
+            killed = 1;
+        }
+        nap_ms(20);
+    }
+    kill_orphans(c);
+    reap(c, 1);
+}
+
+int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
+    kiln_opt_ctx ctx;
+    kiln_opt_ctx *c = &ctx;
+    memset(c, 0, sizeof *c);
+    c->opt = *o;
+    if (!o->run_dir || !o->run_dir[0])
+        return kiln_errf(err, KILN_ERR_INVALID, "no RUN directory given"), 2;
+    if (o->budget < 1)
+        return kiln_errf(err, KILN_ERR_INVALID, "--budget must be at least 1"), 2;
+
+    /* backend */
+    const char *backend = o->backend;
+    if (!backend)
+        backend = kiln_optimize_count_gpus() > 0 ? "cuda" : "cpu";
+    if (strcmp(backend, "cuda") != 0 && strcmp(backend, "cpu") != 0)
+        return kiln_errf(err, KILN_ERR_INVALID, "unknown backend '%s' (use cuda or cpu)", backend),
+               2;
+    c->backend = backend;
+    c->cuda = strcmp(backend, "cuda") == 0;
+    c->n_gates = o->gates > 0 ? o->gates : (c->cuda ? kiln_optimize_count_gpus() : 1);
+    if (c->n_gates < 1)
+        return kiln_errf(err, KILN_ERR_NO_DEVICE,
+                         "--backend cuda: no GPU is visible (CUDA_VISIBLE_DEVICES, /dev/nvidia*)"),
+               2;
+    if (c->n_gates > 16)
+        c->n_gates = 16;
+    int kinds[KILN_OPT_MAX_WORKERS];
+    int n_kinds = 0;
+    if (o->specialists) {
+        n_kinds = parse_specialists(o->specialists, kinds, KILN_OPT_MAX_WORKERS, err);
+        if (n_kinds < 0)
+            return 2;
+    } else {
+        static const int dflt[] = {KILN_AGENT_GEOMETRY, KILN_AGENT_ALGORITHM, KILN_AGENT_VECTOR,
+                                   KILN_AGENT_FUSION, KILN_AGENT_RANDOM};
+        n_kinds = 5;
+        memcpy(kinds, dflt, sizeof dflt);
+    }
+    c->n_agents = o->agents > 0 ? o->agents : (o->specialists ? n_kinds : (c->cuda ? 4 : 2));
+    if (c->n_agents > KILN_OPT_MAX_WORKERS - 16)
+        c->n_agents = KILN_OPT_MAX_WORKERS - 16;
+    for (int i = 0; i < c->n_agents; i++)
+        c->agent_kind[i] = kinds[i % n_kinds];
+    c->max_inflight = 2 * c->n_gates > 2 ? 2 * c->n_gates : 2;
+    c->max_inflight_total = 2 * c->n_gates + c->n_agents;
+    c->coordinator = getpid();
+    kiln_mcts_config_default(&c->mcts);
+    c->mcts.plateau = o->plateau;
+    kiln_gate_options_default(&c->gate_opt);
+    c->gate_opt.backend = backend;
+    if (o->iters > 0)
+        c->gate_opt.iters = o->iters;
+    if (o->sets > 0)
+        c->gate_opt.max_sets = o->sets;
+    if (o->timeout_s > 0)
+        c->gate_opt.timeout_s = o->timeout_s;
+
+    /* the run directory, its lock, its store */
+    if (kiln_mkdirs(o->run_dir, err) != KILN_OK)
+        return 2;
+    c->run_dir = abs_path(o->run_dir);
+    for (int tries = 0;; tries++) {
+        kiln_err lerr;
+        if (kiln_store_lock(c->run_dir, &lerr) == KILN_OK)
+            break;
+        /* The note names a coordinator that is dead: the run was killed (kill -9 of its group)
+         * and its last processes are still exiting, holding the inherited lock for a moment. Wait
+         * for them (10 s at most); a live holder is another run: refuse at once. */
+        const char *at = strstr(lerr.msg, "(pid ");
+        long holder = at ? strtol(at + 5, NULL, 10) : 0;
+        if (holder <= 0 || tries >= 100 || kill((pid_t)holder, 0) == 0 || errno == EPERM) {
+            if (err)
+                *err = lerr;
+            free(c->run_dir);
+            return 2;
+        }
+        nap_ms(100);
+    }
+    kiln_store *s = NULL;
+    int status = 2;
+    kiln_bb *bb = NULL;
+    char *bb_name = NULL;
+    if (kiln_store_open(c->run_dir, 0, &s, err) != KILN_OK)
+        goto done;
+    {
+        /* candidates of one backend mean nothing to the other: a different backend is a new RUN */
+        char *was = kiln_store_meta_get(s, KILN_META_BACKEND);
+        int other = was && strcmp(was, backend) != 0;
+        if (other)
+            kiln_errf(err, KILN_ERR_INVALID,
+                      "%s was optimised with --backend %s; resume it with --backend %s, or use "
+                      "another RUN directory for %s",
+                      c->run_dir, was, was, backend);
+        free(was);
+        if (other)
+            goto done;
+    }
+    c->cand_dir = kiln_path_join(c->run_dir, "candidates");
+    char *logs = kiln_path_join(c->run_dir, "logs");
+    c->log_path = kiln_path_join(logs, "gate.log");
+    int mk = kiln_mkdirs(c->cand_dir, err) || kiln_mkdirs(logs, err);
+    free(logs);
+    if (mk)
+        goto done;
+
+    /* the problems, hottest first */
+    char **dirs = NULL;
+    int n_dirs = 0;
+    if (o->n_problem_dirs > 0) {
+        n_dirs = o->n_problem_dirs;
+        dirs = xmalloc((size_t)n_dirs * sizeof *dirs);
+        for (int i = 0; i < n_dirs; i++)
+            dirs[i] = xstrdup(o->problem_dirs[i]);
+    } else {
+        n_dirs = list_run_problems(c->run_dir, &dirs);
+    }
+    if (n_dirs == 0) {
+        kiln_errf(err, KILN_ERR_INVALID,
+                  "%s/problems holds no problem directory (a definition.json in each); run kiln "
+                  "capture first, or name problem directories after RUN",
+                  c->run_dir);
+        free(dirs);
+        goto done;
+    }
+    c->problems = xcalloc((size_t)n_dirs, sizeof *c->problems);
+    for (int i = 0; i < n_dirs; i++) {
+        problem_load(&c->problems[i], dirs[i]);
+        free(dirs[i]);
+    }
+    free(dirs);
+    c->n_problems = n_dirs;
+    /* a stable sort: qsort is not, so sort indices by (share desc, position) */
+    for (int i = 1; i < c->n_problems; i++)
+        for (int j = i; j > 0 && cmp_share(&c->problems[j - 1], &c->problems[j]) > 0; j--) {
+            kiln_opt_problem t = c->problems[j];
+            c->problems[j] = c->problems[j - 1];
+            c->problems[j - 1] = t;
+        }
+    if (o->top > 0 && o->top < c->n_problems) {
+        for (int i = o->top; i < c->n_problems; i++) {
+            kiln_opt_problem *pr = &c->problems[i];
+            free(pr->dir);
+            free(pr->skip);
+            kiln_problem_free(pr->p);
+        }
+        c->n_problems = o->top;
+    }
+    {
+        char *model_path = kiln_path_join(c->run_dir, "model.json");
+        char *text = NULL;
+        if (kiln_read_file(model_path, &text, NULL, NULL) == KILN_OK)
+            c->model = cJSON_Parse(text);
+        free(text);
+        free(model_path);
+    }
+
+    /* families and reference data; every problem gets its row in the store, searched or not */
+    int n_active = 0;
+    for (int i = 0; i < c->n_problems; i++) {
+        kiln_opt_problem *pr = &c->problems[i];
+        if (!pr->skip) {
+            char why[4096];
+            pr->n_fams = kiln_family_match_all(pr->p, pr->fams, pr->matches, KILN_OPT_MAX_FAMILIES,
+                                               why, sizeof why);
+            if (pr->n_fams == 0) {
+                size_t l = strlen(why);
+                while (l && why[l - 1] == '\n')
+                    why[--l] = 0;
+                for (char *q = why; *q; q++)
+                    if (*q == '\n')
+                        *q = ';';
+                pr->skip = kiln_family_count() == 0
+                               ? xstrdup("no kernel family is linked into this kiln")
+                               : xasprintf("no kernel family matches: %s", why);
+            }
+        }
+        if (!pr->skip) {
+            kiln_err rerr;
+            if (!o->quiet)
+                fprintf(stderr, "kiln optimize: %s: reference data on %s\n", pr->p->name,
+                        c->cuda ? "cuda" : "cpu");
+            if (kiln_refs_ensure(pr->p, c->cuda ? "cuda" : "cpu", NULL, 1, &pr->ref, &rerr) !=
+                KILN_OK)
+                pr->skip = xasprintf("no reference data: %s", rerr.msg);
+            else
+                pr->eager_us = refs_eager_us(pr->ref);
+        }
+        kiln_store_problem sp = {0};
+        sp.name = problem_name(pr);
+        sp.dir = pr->dir;
+        sp.share = pr->share;
+        sp.eager_us = pr->eager_us;
+        sp.compile_us = pr->compile_us;
+        sp.sol_us = -1;
+        if (kiln_store_problem_upsert(s, &sp, &pr->store_id, err) != KILN_OK)
+            goto done;
+        if (pr->skip) {
+            kiln_store_event(s, pr->store_id, "skip", pr->skip, NULL);
+            if (!o->quiet)
+                fprintf(stderr, "kiln optimize: %s: skipped: %s\n", problem_name(pr), pr->skip);
+        } else {
+            n_active++;
+        }
+    }
+    if (n_active == 0) {
+        kiln_errf(err, KILN_ERR_UNSUPPORTED,
+                  "no problem can be optimised (every one was skipped; "
+                  "the reasons are above and in the store's events)");
+        status = 1;
+        print_table(c, "nothing to do");
+        goto done;
+    }
+
+    /* what the store already has, to size the blackboard */
+    kiln_opt_resumed *rps = xcalloc((size_t)c->n_problems, sizeof *rps);
+    int64_t total_nodes = 0, total_cands = 0;
+    for (int i = 0; i < c->n_problems; i++) {
+        if (c->problems[i].skip)
+            continue;
+        if (kiln_opt_resume_read(s, c->problems[i].store_id, &rps[i], err) != KILN_OK) {
+            for (int k = 0; k <= i; k++)
+                kiln_opt_resume_free(&rps[k]);
+            free(rps);
+            goto done;
+        }
+        total_nodes += rps[i].n_nodes;
+        total_cands += rps[i].n_cands;
+    }
+    kiln_bb_caps caps;
+    caps.max_problems = n_active;
+    caps.max_nodes = (int32_t)(total_nodes + (int64_t)n_active * ((int64_t)o->budget + 16) + 64);
+    caps.dedupe_slots = (int32_t)(4 * (caps.max_nodes + total_cands)); /* binary + source */
+    caps.queue_slots = (int32_t)(64 + total_cands + (int64_t)n_active * c->max_inflight);
+    caps.max_workers = c->n_agents + c->n_gates + 1;
+    kiln_bb_sweep_stale();
+    bb_name = kiln_bb_name_for(c->run_dir, getpid());
+    if (kiln_bb_create(bb_name, &caps, &bb, err) != KILN_OK) {
+        for (int k = 0; k < c->n_problems; k++)
+            kiln_opt_resume_free(&rps[k]);
+        free(rps);
+        goto done;
+    }
+    c->bb = bb;
+    c->of_bb = xmalloc((size_t)n_active * sizeof *c->of_bb);
+    int requeued = 0, resumed_results = 0;
+    for (int i = 0; i < c->n_problems; i++) {
+        kiln_opt_problem *pr = &c->problems[i];
+        if (pr->skip)
+            continue;
+        int b = kiln_bb_problem_add(bb, pr->store_id, pr->p->name);
+        pr->bb = b;
+        c->of_bb[b] = i;
+        kiln_bb_problem *P = kiln_bb_problem_at(bb, b);
+        P->budget = o->budget;
+        P->n_families = pr->n_fams;
+        for (int k = 0; k < pr->n_fams; k++) {
+            for (int r = 0; r < kiln_family_count(); r++)
+                if (kiln_family_at(r) == pr->fams[k])
+                    P->family[k] = r;
+        }
+        requeued += kiln_opt_tree_build(c, s, b, &rps[i]);
+        for (int k = 0; k < rps[i].n_cands; k++)
+            resumed_results += rps[i].cands[k].has_result;
+    }
+    for (int k = 0; k < c->n_problems; k++)
+        kiln_opt_resume_free(&rps[k]);
+    free(rps);
+
+    /* metadata and the start event */
+    kiln_store_meta_set(s, KILN_META_BACKEND, backend, NULL);
+    kiln_store_meta_set(s, KILN_META_KILN_VERSION, KILN_OPT_VERSION, NULL);
+    {
+        char *started = kiln_store_meta_get(s, KILN_META_STARTED);
+        if (!started) {
+            char t[32];
+            snprintf(t, sizeof t, "%lld", (long long)time(NULL));
+            kiln_store_meta_set(s, KILN_META_STARTED, t, NULL);
+        }
+        free(started);
+        char *msg = xasprintf("kiln optimize: %d problems (%d searched), budget %d per problem, "
+                              "%d agents, %d gates on %s%s; resumed %d results, %d candidates "
+                              "queued again",
+                              c->n_problems, n_active, o->budget, c->n_agents, c->n_gates, backend,
+                              o->time_s > 0 ? ", time limit" : "", resumed_results, requeued);
+        kiln_store_event(s, 0, "start", msg, NULL);
+        if (total_cands > 0) {
+            char *rm = xasprintf("resumed: %d results kept, %d candidates queued again",
+                                 resumed_results, requeued);
+            kiln_store_event(s, 0, "resume", rm, NULL);
+            free(rm);
+        }
+        if (!o->quiet)
+            fprintf(stderr, "%s\n", msg);
+        free(msg);
+    }
+
+    /* the workers */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction old_int, old_term;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    coord_signals = 0;
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    kiln_bb_lock(bb);
+    for (int g = 0; g < c->n_gates; g++)
+        kiln_bb_worker_add(bb, KILN_BB_ROLE_GATE, g);
+    for (int a = 0; a < c->n_agents; a++)
+        kiln_bb_worker_add(bb, KILN_BB_ROLE_AGENT, c->agent_kind[a]);
+    int n_workers = kiln_bb_hdr(bb)->n_workers;
+    kiln_bb_unlock(bb);
+    c->store = s; /* from here on the coordinator's connection lives in c->store (spawn) */
+    s = NULL;
+    spawn_range(c, 0, n_workers - 1);
+
+    /* watch */
+    progress_state ps = {0};
+    ps.tty = isatty(2);
+    ps.seen = xcalloc((size_t)n_active, sizeof *ps.seen);
+    for (int i = 0; i < n_active; i++)
+        ps.seen[i] = (uint32_t)-1;
+    double t_start = now_s(), last_flush = t_start, last_draw = 0;
+    const char *stop_reason = "done";
+    status = 0;
+    for (;;) {
+        if (coord_signals) {
+            stop_reason = "interrupted";
+            break;
+        }
+        if (o->time_s > 0 && now_s() - t_start >= o->time_s) {
+            stop_reason = "time limit";
+            break;
+        }
+        reap(c, 0);
+        kiln_bb_lock(bb);
+        int finished = 1;
+        for (int i = 0; i < n_active; i++) {
+            kiln_bb_problem *P = kiln_bb_problem_at(bb, i);
+            if (!kiln_mcts_problem_finished(P) || P->pending > 0)
+                finished = 0;
+        }
+        if (kiln_bb_queue_busy(bb) > 0)
+            finished = 0;
+        uint64_t gate_errors = kiln_bb_hdr(bb)->gate_errors_in_row;
+        kiln_bb_unlock(bb);
+        if (finished)
+            break;
+        if (gate_errors >= 3) {
+            kiln_errf(err, KILN_ERR_BACKEND,
+                      "the gate could not evaluate %llu candidates in a row (see the gate_error "
+                      "events); stopping",
+                      (unsigned long long)gate_errors);
+            stop_reason = "gate errors";
+            status = 1;
+            break;
+        }
+        if (live_workers(c, KILN_BB_ROLE_AGENT) == 0) {
+            kiln_errf(err, KILN_ERR_INVALID, "every agent process was retired; stopping");
+            stop_reason = "no agent";
+            status = 1;
+            break;
+        }
+        if (live_workers(c, KILN_BB_ROLE_GATE) == 0) {
+            kiln_errf(err, KILN_ERR_BACKEND, "every gate process was retired; stopping");
+            stop_reason = "no gate";
+            status = 1;
+            break;
+        }
+        double now = now_s();
+        if (now - last_flush > 1.0) {
+            flush_nodes(c, 0);
+            last_flush = now;
+        }
+        if (now - last_draw > (ps.tty ? 0.2 : 0.5)) {
+            progress_draw(c, &ps, 0);
+            last_draw = now;
+        }
+        nap_ms(50);
+    }
+    stop_workers(c);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    flush_nodes(c, 1);
+    s = c->store;
+    c->store = NULL;
+    if (!s) {
+        kiln_errf(err, KILN_ERR_IO, "%s: the store could not be opened again after a fork",
+                  c->run_dir);
+        status = 1;
+        print_table(c, stop_reason);
+        goto done;
+    }
+    progress_draw(c, &ps, 1);
+    free(ps.seen);
+    {
+        char *msg =
+            xasprintf("kiln optimize stopped: %s after %.1f s", stop_reason, now_s() - t_start);
+        kiln_store_event(s, 0, "done", msg, NULL);
+        free(msg);
+    }
+
+    /* the artifact */
+    {
+        kiln_library_options lo;
+        memset(&lo, 0, sizeof lo);
+        lo.backend = backend;
+        kiln_library_report rep;
+        memset(&rep, 0, sizeof rep);
+        kiln_err lerr;
+        if (kiln_library_write(s, c->run_dir, &lo, &rep, &lerr) != KILN_OK) {
+            fprintf(stderr, "kiln optimize: writing %s/library failed: %s\n", c->run_dir, lerr.msg);
+            if (status == 0) {
+                kiln_errf(err, KILN_ERR_IO, "writing the library failed: %s", lerr.msg);
+                status = 1;
+            }
+        } else if (!o->quiet) {
+            fprintf(stderr, "kiln optimize: wrote %s/library (%d entries)\n", c->run_dir,
+                    rep.n_entries);
+            if (rep.warnings[0])
+                fprintf(stderr, "%s", rep.warnings);
+        }
+    }
+    print_table(c, stop_reason);
+    if (status == 0 && strcmp(stop_reason, "interrupted") == 0) {
+        kiln_errf(err, KILN_ERR_INVALID,
+                  "interrupted; everything finished is in the store: run the same command to "
+                  "resume");
+        status = 1;
+    }
+
+done:
+    if (bb) {
+        kiln_bb_detach(bb);
+        kiln_bb_unlink(bb_name);
+    }
+    free(bb_name);
+    if (s)
+        kiln_store_close(s);
+    kiln_store_unlock();
+    ctx_free(c);
+    return status;
+}

@@ -1,0 +1,120 @@
+/* optimize_impl.h: what the coordinator (optimize.c) shares with the agent and gate processes it
+ * forks (workers.c): the run's context, inherited through fork and never changed after it. */
+#ifndef KILN_OPTIMIZE_IMPL_H
+#define KILN_OPTIMIZE_IMPL_H
+
+#include <cjson/cJSON.h>
+#include <sys/types.h>
+
+#include "../gate/gate.h"
+#include "../gen/family.h"
+#include "../store/store.h"
+#include "agents.h"
+#include "blackboard.h"
+#include "mcts.h"
+#include "optimize.h"
+
+#define KILN_OPT_MAX_FAMILIES KILN_BB_MAX_FAMILIES
+#define KILN_OPT_MAX_WORKERS 64
+
+/* One problem of the run, as the coordinator loaded it. */
+typedef struct {
+    char *dir;         /* absolute problem directory */
+    kiln_problem *p;   /* NULL when it did not load */
+    kiln_refdata *ref; /* reference data on the run's device */
+    double share;      /* "kiln".share, < 0 unknown */
+    double eager_us;   /* geomean of the reference's own times, < 0 unknown */
+    double compile_us; /* torch.compile time when the definition says, < 0 unknown */
+    int n_fams;
+    const kiln_family *fams[KILN_OPT_MAX_FAMILIES];
+    kiln_match matches[KILN_OPT_MAX_FAMILIES];
+    int64_t store_id;
+    int bb;     /* blackboard problem index, -1 when skipped */
+    char *skip; /* why it is not searched, or NULL */
+} kiln_opt_problem;
+
+typedef struct {
+    kiln_optimize_options opt;
+    char *run_dir;  /* absolute */
+    char *cand_dir; /* RUN/candidates */
+    char *log_path; /* RUN/logs/gate.log: one line per gate evaluation (eval, done, retime) */
+    const char *backend;
+    int cuda;
+    int n_problems;
+    kiln_opt_problem *problems;
+    int *of_bb; /* blackboard problem index -> problems[] index */
+    kiln_bb *bb;
+    kiln_mcts_config mcts;
+    kiln_gate_options gate_opt;
+    cJSON *model; /* RUN/model.json, NULL when absent */
+    int n_gates;
+    int n_agents;
+    int agent_kind[KILN_OPT_MAX_WORKERS];
+    int max_inflight;       /* candidates of one problem being made, queued or in a gate */
+    int max_inflight_total; /* the same over all problems */
+    pid_t coordinator;      /* the coordinator's pid (workers watch it) */
+    kiln_store *store;      /* the coordinator's connection while workers run; NULL in workers */
+} kiln_opt_ctx;
+
+/* ---- resume (resume.c) ---- */
+
+/* A problem's rows in the store, as resume reads them. */
+typedef struct {
+    int64_t id, parent_id, candidate_id;
+    int draft;
+    char *family, *params;
+    int bb; /* blackboard node, -1 when not rebuilt */
+} kiln_opt_rnode;
+
+typedef struct {
+    int64_t id, node_id, result_id;
+    uint64_t hash, source_hash;
+    int draft;
+    int has_result, ok, score_known;
+    double time_us, score, sol_pct;
+} kiln_opt_rcand;
+
+typedef struct {
+    int n_nodes, n_cands;
+    kiln_opt_rnode *nodes;
+    kiln_opt_rcand *cands;
+    int64_t incumbent_id;
+} kiln_opt_resumed;
+
+/* Reads problem pid's nodes, candidates (with their latest verdicts) and incumbent from the store.
+ * KILN_ERR_FORMAT when the store cannot be read. */
+int kiln_opt_resume_read(kiln_store *s, int64_t pid, kiln_opt_resumed *rp, kiln_err *err);
+void kiln_opt_resume_free(kiln_opt_resumed *rp);
+
+/* Builds blackboard problem pi's tree from rp (or a fresh root, inserted into the store), restores
+ * counters, dedupe entries, the incumbent and the drafts, and queues every candidate without a
+ * result. Under no lock: the workers are not forked yet. Returns how many were queued again. */
+int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed *rp);
+
+/* The process loops; both end with _exit. worker is the blackboard worker slot. */
+void kiln_opt_agent_main(kiln_opt_ctx *c, int worker) __attribute__((noreturn));
+void kiln_opt_gate_main(kiln_opt_ctx *c, int worker) __attribute__((noreturn));
+
+/* RUN/candidates/<id>.<cu|c>; caller frees. */
+char *kiln_opt_candidate_path(const kiln_opt_ctx *c, int64_t candidate_id);
+
+/* The slot of the registry family index fam among problem's families, or -1. */
+int kiln_opt_family_slot(const kiln_opt_problem *pr, int fam);
+
+/* Parses "NAME=V NAME=V" into a point of f (params not named keep their first value). */
+void kiln_opt_parse_params(const kiln_family *f, const char *text, int64_t *point);
+
+/* Whether a gate result JSON carries a verdict; fills the columns of kiln_store_result_insert and
+ * whether the SOL score is known. Returns the outcome or -1 when there is none. */
+int kiln_opt_result_read(const cJSON *r, double *time_us, double *spread_pct, double *sol_pct,
+                         double *score, int *score_known);
+
+/* Writes a draft's state as the store meta key "draft.<problem_id>.<k>" ("open <slice>", "closed",
+ * "promoted"), so that a resumed run knows which drafts are over. */
+void kiln_opt_draft_meta(kiln_store *s, int64_t problem_id, int k, const char *state, int slice);
+
+/* Appends one line to RUN/logs/gate.log (O_APPEND, one write: lines of several gates never mix). */
+void kiln_opt_log(const kiln_opt_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif
