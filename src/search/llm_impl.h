@@ -1,0 +1,32 @@
+/* llm_impl.h: what the llm agent's two files (llm.c: asking; llm_prompt.c: the prompt and its
+ * context) share: a growing string, UTF-8 repair, and a look at the store's llm_exchange table. */
+#ifndef KILN_LLM_IMPL_H
+#define KILN_LLM_IMPL_H
+
+#include <sqlite3.h>
+
+#include "llm.h"
+
+/* A growing NUL-terminated string; zero-initialise, then add; take hands the heap string over. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} llm_buf;
+
+void llm_buf_add(llm_buf *b, const char *s, size_t n);
+void llm_buf_puts(llm_buf *b, const char *s);
+void llm_buf_printf(llm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The string ("" when nothing was added); b is empty again. */
+char *llm_buf_take(llm_buf *b);
+
+/* A copy of n bytes that is valid UTF-8 without NUL bytes: each byte that starts no valid sequence
+ * becomes '?', NUL becomes a space. Never fails. */
+char *llm_utf8_clean(const char *s, size_t n);
+
+/* 1 when the store has llm_exchange (a run where the agent never ran has not). */
+int llm_exchange_table_exists(sqlite3 *db);
+
+/* The system message of every request. */
+const char *llm_system_prompt(void);
+
+#endif
