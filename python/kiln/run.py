@@ -1,0 +1,145 @@
+"""kiln run: runs an unmodified PyTorch script with a kiln library installed.
+
+    python -m kiln.run [--library DIR] [--entries all|NAME,...] [--strict] [--stats] [--stats-json PATH]
+                       SCRIPT.py [SCRIPT ARGS...]
+
+(`kiln run` execs exactly this.) The library is --library, else $KILN_LIBRARY; it may be RUN/library or
+RUN. Everything from SCRIPT.py on belongs to the script, which runs as __main__ with sys.argv =
+[SCRIPT, *args] and its own directory first on sys.path, as `python SCRIPT args` would run it. Put `--`
+before the script when its name starts with a dash.
+
+A library that libkiln_rt refuses (another device, another kiln build, a damaged manifest or kernel) is
+reported on stderr and the script runs eagerly, unchanged; --strict makes that exit 1 instead. --stats
+prints the installation and its hits and misses to stderr when the script ends; --stats-json writes them
+as JSON. Exit status: the script's own; 2 for a bad invocation (no library given, no such script).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Optional
+
+USAGE = ("kiln run [--library DIR] [--entries all|NAME,...] [--strict] [--stats] "
+         "[--stats-json PATH] SCRIPT.py [SCRIPT ARGS...]")
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_args(argv: list) -> dict:
+    """kiln's options come before the script; everything after the script is the script's."""
+    opts = {"library": os.environ.get("KILN_LIBRARY") or None, "entries": None, "strict": False,
+            "stats": False, "stats_json": None, "script": None, "script_args": []}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            i += 1
+            break
+        if not a.startswith("-") or a == "-":
+            break
+        name, eq, value = a.partition("=")
+        if name in ("-h", "--help"):
+            raise UsageError("help")
+        if name in ("--library", "--entries", "--stats-json"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"{name} needs a value")
+                value = argv[i + 1]
+                i += 1
+            opts[name[2:].replace("-", "_")] = value
+        elif name == "--strict":
+            opts["strict"] = True
+        elif name == "--stats":
+            opts["stats"] = True
+        else:
+            raise UsageError(f"unknown option {a} (options for the script go after the script's name)")
+        i += 1
+    if i >= len(argv):
+        raise UsageError("no script given")
+    opts["script"], opts["script_args"] = argv[i], argv[i + 1:]
+    if not opts["library"]:
+        raise UsageError("no library: pass --library RUN/library or set KILN_LIBRARY")
+    if not os.path.isfile(opts["script"]):
+        raise UsageError(f"no such script: {opts['script']}")
+    if opts["entries"] and opts["entries"] != "all":
+        opts["entries"] = [n for n in opts["entries"].split(",") if n]
+    return opts
+
+
+def run_script(script: str, script_args: list) -> int:
+    """Runs script as __main__, as `python script args` would; returns its exit status."""
+    import runpy
+    path = os.path.abspath(script)
+    saved_argv, saved_path0 = sys.argv, (sys.path[0] if sys.path else None)
+    sys.argv = [script] + list(script_args)
+    if sys.path:
+        sys.path[0] = os.path.dirname(path)
+    else:
+        sys.path.insert(0, os.path.dirname(path))
+    try:
+        runpy.run_path(path, run_name="__main__")
+        return 0
+    except SystemExit as e:
+        if e.code is None:
+            return 0
+        if isinstance(e.code, int):
+            return e.code
+        print(e.code, file=sys.stderr)
+        return 1
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+
+
+def main(argv: Optional[list] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = parse_args(argv)
+    except UsageError as e:
+        if str(e) == "help":
+            print(__doc__)
+            return 0
+        print(f"kiln run: {e}\nusage: {USAGE}", file=sys.stderr)
+        return 2
+
+    from kiln.install import KilnError, install, uninstall
+    inst = None
+    try:
+        inst = install(opts["library"], entries=opts["entries"])
+    except KilnError as e:
+        print(f"kiln run: {e}", file=sys.stderr)
+        if opts["strict"]:
+            return 1
+        print("kiln run: running the script eagerly", file=sys.stderr)
+    if inst is not None and opts["stats"]:
+        print(inst.summary(), file=sys.stderr, flush=True)
+    try:
+        status = run_script(opts["script"], opts["script_args"])
+    finally:
+        if inst is not None:
+            stats = inst.stats()
+            if opts["stats"]:
+                print(f"kiln run: {stats['hits']} kernel calls by kiln, {stats['misses']} fell back to "
+                      "PyTorch", file=sys.stderr)
+                for target, c in stats["targets"].items():
+                    print(f"  {target:40s} hits {c['hits']:>8}  misses {c['misses']:>8}  "
+                          f"grad fallbacks {c['grad_fallbacks']:>6}", file=sys.stderr)
+            if opts["stats_json"]:
+                record = {"library": inst.library.path, "installed": inst.installed, "skipped": inst.skipped,
+                          "notes": inst.notes, "stats": stats}
+                with open(opts["stats_json"], "w") as f:
+                    json.dump(record, f, indent=1)
+            uninstall()
+        elif opts["stats_json"]:
+            with open(opts["stats_json"], "w") as f:
+                json.dump({"library": opts["library"], "installed": [], "refused": True}, f, indent=1)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
