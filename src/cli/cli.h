@@ -6,5 +6,11 @@
 int kiln_cmd_eval(int argc, char **argv);
 int kiln_cmd_capture(int argc, char **argv);
 int kiln_cmd_sweep(int argc, char **argv);
+int kiln_cmd_optimize(int argc, char **argv);
+int kiln_cmd_run(int argc, char **argv);
+int kiln_cmd_tune(int argc, char **argv);
+int kiln_cmd_submit(int argc, char **argv);
+int kiln_cmd_llm_try(int argc, char **argv);
+int kiln_cmd_serve(int argc, char **argv);
 
 #endif

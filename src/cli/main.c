@@ -14,6 +14,12 @@ static const struct {
     {"eval", kiln_cmd_eval, "prove and time one kernel file on a problem directory"},
     {"capture", kiln_cmd_capture, "run a PyTorch script and write its hot ops as problems"},
     {"sweep", kiln_cmd_sweep, "run every point of the matching kernel families through the gate"},
+    {"optimize", kiln_cmd_optimize, "search kernels for a run's problems: agents, gates, MCTS"},
+    {"run", kiln_cmd_run, "run an unmodified PyTorch script with a kiln library installed"},
+    {"tune", kiln_cmd_tune, "capture + optimize + install check + report, for one script"},
+    {"submit", kiln_cmd_submit, "hand in a kernel for a problem of a run: gated and recorded"},
+    {"llm-try", kiln_cmd_llm_try, "ask an OpenAI-compatible endpoint for kernels; gate them"},
+    {"serve", kiln_cmd_serve, "serve a run's dashboard on localhost, live while it optimizes"},
 };
 
 static void usage(FILE *f) {
