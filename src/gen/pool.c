@@ -1,0 +1,797 @@
+/* pool.c: the pool family: adaptive and global average pooling over the two spatial dims of NCHW
+ * and channels-last activations (aten::adaptive_avg_pool2d, aten::_adaptive_avg_pool2d, and
+ * aten::mean.dim over H and W), for float32, bfloat16 and float16.
+ *
+ * What the data looks like. A captured activation is stored in its memory order
+ * (capture_problem.py): an NCHW tensor as rows of H*W contiguous values, one row per (n, c); a
+ * channels-last one as [N, H*W, C], rows of C contiguous channels. Global pooling is then two
+ * different reductions: NCHW sums each contiguous row (ResNet's end: 49 values per row, 131072
+ * rows), channels-last sums H*W rows of C values into one row (a column reduction). Every byte is
+ * read once and the output is 1/(H*W) of the input, so the floor is the input's bytes over the copy
+ * bandwidth; what separates a good kernel from eager here is that the read is coalesced, 16 bytes
+ * wide and has enough in flight.
+ *
+ * The algorithms (POOL_ALGO):
+ *  - tile (NCHW): a block copies the contiguous range of its THREADS/GROUP rows into shared memory
+ *    with aligned 16-byte loads, then each group of GROUP lanes sums one row from shared memory.
+ * Rows of 49 floats are 196 bytes, never 16-byte aligned, and a thread per row reading global
+ * memory would touch 32 rows 196 bytes apart per warp load; staging makes the global side a plain
+ *    streaming copy whatever the row length, and shared memory (eight times the bandwidth of HBM
+ * per SM) absorbs the irregular part. Best for short rows.
+ *  - direct (NCHW): GROUP lanes (or the whole block) read their row straight from global memory: a
+ *    scalar head up to 16-byte alignment, aligned vectors, a scalar tail. Best for long rows (an
+ *    early-layer 56x56 map). With SPLIT > 1 the SPLIT blocks of a thread-block cluster share a row
+ * and add their partial sums through distributed shared memory, so few long rows still fill 132 SMs
+ *    without a second launch or zeroed scratch (whose memset would sit in the timed region).
+ *  - channels-last: a thread owns VEC channels (16 bytes) and walks positions; a warp load is a
+ *    coalesced run of channels. GROUP lanes per channel vector split the positions (more loads in
+ *    flight, more blocks for small batches) and add up in shared memory; SPLIT shares them across a
+ *    cluster as above.
+ *  - window: general adaptive output sizes, one thread per output (per VEC channels channels-last),
+ *    summing its window as PyTorch bounds it. It is also valid, if slower, for global pooling.
+ * Sums are fp32 in every algorithm and the mean is rounded once into the output type. The order of
+ * additions differs from PyTorch's, well inside the default tolerances (means of up to thousands of
+ * values; a tree-shaped sum is more accurate than a running one).
+ *
+ * The space: SPLIT x THREADS x VBYTES x UNROLL x GROUP x PLAN. PLAN is relative to the variant
+ * (0: its primary algorithm, tile for short NCHW rows, direct for long ones, channels-last, window
+ * for adaptive sizes; 1: the other NCHW algorithm; 2: window) and VBYTES is the load width in bytes
+ * (POOL_VEC = VBYTES / element size), so that the first value of every domain is the expert default
+ * for any dtype and variant: point 0, which every even sample of the space (sweep --limit)
+ * includes, is the kernel one would write by hand. The parameters a sample spreads are the last
+ * ones. check() keeps points distinct (parameters an algorithm ignores must sit at their first
+ * value) and drops the ones whose shared memory does not fit or whose threads would mostly idle.
+ *
+ * The CPU emission ignores the GPU parameters: it is one C loop nest per layout, and its banner
+ * names the first point of the space so that sweep's dedupe runs it once. */
+#include "family.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <string.h>
+
+enum { P_SPLIT, P_THREADS, P_VBYTES, P_UNROLL, P_GROUP, P_PLAN, P_COUNT };
+/* The template's algorithms (POOL_ALGO) and the plans of the space (POOL_PLAN): plan 0 is the
+ * variant's primary algorithm, 1 the alternative (direct, for NCHW rows), 2 the window. */
+enum { ALGO_TILE, ALGO_DIRECT, ALGO_CL, ALGO_WINDOW };
+enum { PLAN_PRIMARY, PLAN_ALTERNATIVE, PLAN_WINDOW };
+enum { MODE_NCHW, MODE_NHWC };
+
+/* Rows up to this many values are staged through shared memory by default (the tile). */
+#define POOL_SHORT_ROW 512
+/* Largest dynamic shared memory a block may opt into on sm_90 (227 KiB). */
+#define POOL_MAX_SMEM 232448
+
+extern const kiln_family kiln_family_pool;
+
+/* ---- small helpers ---- */
+
+typedef struct {
+    char *s;
+    size_t len, cap;
+} pool_sb;
+
+static void sb_printf(pool_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(pool_sb *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->len + (size_t)n + 1 > b->cap) {
+        b->cap = 2 * (b->len + (size_t)n + 1) + 256;
+        b->s = xrealloc(b->s, b->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* snprintf through a va_list: expressions are checked for length by their users, not by GCC. */
+static void fmt_into(char *out, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fmt_into(char *out, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int dtype_ok(kiln_dtype t) {
+    return t == KILN_F32 || t == KILN_BF16 || t == KILN_F16;
+}
+
+static const char *cuda_type(kiln_dtype t) {
+    return t == KILN_BF16 ? "__nv_bfloat16" : t == KILN_F16 ? "__half" : "float";
+}
+
+/* The size of stored dim d of tensor t as an expression over axis names. */
+static void dim_expr(const kiln_problem *p, const kiln_tensor_spec *t, int d, char *out, size_t n) {
+    if (t->axis[d] >= 0)
+        snprintf(out, n, "%s", p->axes[t->axis[d]].name);
+    else
+        snprintf(out, n, "%lld", (long long)t->literal[d]);
+}
+
+/* The product of stored dims [d0, d1) of t as an expression ("1" when empty). */
+static void prod_expr(const kiln_problem *p, const kiln_tensor_spec *t, int d0, int d1, char *out,
+                      size_t n) {
+    size_t off = 0;
+    out[0] = 0;
+    for (int d = d0; d < d1; d++) {
+        char e[96];
+        dim_expr(p, t, d, e, sizeof e);
+        off += (size_t)snprintf(out + off, off < n ? n - off : 0, "%s(%s)", off ? "*" : "", e);
+    }
+    if (!out[0])
+        snprintf(out, n, "1");
+}
+
+/* ---- what the op is: the "kiln" object (capture), a module's reference, or op_type ---- */
+
+typedef struct {
+    int x;            /* problem input index of the pooled tensor */
+    int out_h, out_w; /* 1 and 1 for global pooling */
+    int red[2];       /* reduced logical dims (normalised); -1 when "the last two" */
+    int n_red;
+    int perm[KILN_MAX_DIMS]; /* stored dim j holds logical dim perm[j] */
+    int has_perm;
+    int out_perm[KILN_MAX_DIMS];
+    int out_has_perm;
+} pool_op;
+
+/* Reads a layouts entry: permute (stored order) and whether dims were broadcast (expand). */
+static int read_layout(const cJSON *kiln, const char *name, int *perm, int *has_perm, int *expand) {
+    *has_perm = 0;
+    *expand = 0;
+    const cJSON *lay =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(kiln, "layouts"), name);
+    if (!cJSON_IsObject(lay))
+        return 0;
+    *expand = cJSON_GetObjectItemCaseSensitive(lay, "expand") != NULL;
+    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(lay, "permute");
+    if (!cJSON_IsArray(pm))
+        return 0;
+    int n = cJSON_GetArraySize(pm);
+    if (n > KILN_MAX_DIMS)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(pm, i);
+        if (!cJSON_IsNumber(v))
+            return -1;
+        perm[i] = v->valueint;
+    }
+    *has_perm = 1;
+    return n;
+}
+
+/* Integers of a JSON list (or one integer) into out; returns the count or -1. */
+static int json_ints(const cJSON *v, int *out, int max) {
+    if (cJSON_IsNumber(v)) {
+        out[0] = v->valueint;
+        return 1;
+    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > max)
+        return -1;
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e))
+            return -1;
+        out[n++] = e->valueint;
+    }
+    return n;
+}
+
+/* The op of a captured aten call from its label and "args" ({"args": [...], "kwargs": {...}}). */
+static int op_from_aten(const char *label, const cJSON *args, pool_op *op, char *why, size_t n) {
+    const cJSON *pos = cJSON_GetObjectItemCaseSensitive(args, "args");
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(args, "kwargs");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(pos, 0), "tensor");
+    const int adaptive = strcmp(label, "aten::adaptive_avg_pool2d.default") == 0 ||
+                         strcmp(label, "aten::_adaptive_avg_pool2d.default") == 0;
+    if (!adaptive && strcmp(label, "aten::mean.dim") != 0) {
+        snprintf(why, n, "%s is not average pooling", label);
+        return 0;
+    }
+    if (!cJSON_IsNumber(t)) {
+        snprintf(why, n, "%s: the first argument is not a tensor", label);
+        return 0;
+    }
+    op->x = t->valueint;
+    if (adaptive) {
+        int sz[2];
+        const cJSON *os = cJSON_GetArrayItem(pos, 1);
+        if (!os)
+            os = cJSON_GetObjectItemCaseSensitive(kw, "output_size");
+        int k = json_ints(os, sz, 2);
+        if (k == 1)
+            sz[1] = sz[0];
+        if (k < 1 || sz[0] < 1 || sz[1] < 1) {
+            snprintf(why, n, "%s: output_size is not two positive integers", label);
+            return 0;
+        }
+        op->out_h = sz[0];
+        op->out_w = sz[1];
+        op->n_red = 0; /* the last two logical dims */
+        return 1;
+    }
+    {
+        const cJSON *dims = cJSON_GetArrayItem(pos, 1);
+        if (!dims)
+            dims = cJSON_GetObjectItemCaseSensitive(kw, "dim");
+        op->n_red = json_ints(dims, op->red, 2);
+        if (op->n_red != 2) {
+            snprintf(why, n, "aten::mean.dim over %s dims, not the two spatial ones",
+                     op->n_red < 0    ? "unreadable"
+                     : op->n_red == 1 ? "one of the"
+                                      : "other");
+            return 0;
+        }
+        op->out_h = op->out_w = 1;
+        return 1;
+    }
+}
+
+/* A module problem: its reference must be one pooling call, read from the text capture wrote
+ * (`v0 = torch.ops.aten.mean.dim(x, [-1, -2], True)`). */
+static int op_from_module(const kiln_problem *p, const cJSON *kiln, pool_op *op, char *why,
+                          size_t n) {
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(kiln, "aten_ops");
+    if (cJSON_GetArraySize(ops) != 1 || !cJSON_IsString(cJSON_GetArrayItem(ops, 0))) {
+        snprintf(why, n, "module %s is not a single pooling op",
+                 cJSON_IsString(cJSON_GetObjectItemCaseSensitive(kiln, "module_class"))
+                     ? cJSON_GetObjectItemCaseSensitive(kiln, "module_class")->valuestring
+                     : "?");
+        return 0;
+    }
+    const char *label = cJSON_GetArrayItem(ops, 0)->valuestring;
+    const char *call = p->reference ? strstr(p->reference, "torch.ops.aten.") : NULL;
+    const char *paren = call ? strchr(call, '(') : NULL;
+    if (!paren) {
+        snprintf(why, n, "module reference has no aten call to read");
+        return 0;
+    }
+    /* (NAME, [a, b]) or (NAME, [a, b], True|False) */
+    char name[64] = "";
+    const char *s = paren + 1;
+    int k = 0;
+    while (*s && (isalnum((unsigned char)*s) || *s == '_') && k < 63)
+        name[k++] = *s++;
+    name[k] = 0;
+    int vals[2], nv = 0;
+    const char *lb = strchr(s, '[');
+    const char *rb = lb ? strchr(lb, ']') : NULL;
+    const char *close = strchr(s, ')');
+    if (!lb || !rb || !close || rb > close) {
+        snprintf(why, n, "cannot read the arguments of %s in the module reference", label);
+        return 0;
+    }
+    for (const char *q = lb + 1; q < rb && nv < 2;) {
+        char *end;
+        long v = strtol(q, &end, 10);
+        if (end == q)
+            break;
+        vals[nv++] = (int)v;
+        q = end;
+        while (q < rb && (*q == ',' || *q == ' '))
+            q++;
+    }
+    int xi = kiln_problem_input_index(p, name);
+    if (xi < 0 || nv < 1) {
+        snprintf(why, n, "cannot read the arguments of %s in the module reference", label);
+        return 0;
+    }
+    cJSON *args = cJSON_CreateObject();
+    cJSON *pos = cJSON_AddArrayToObject(args, "args");
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "tensor", xi);
+    cJSON_AddItemToArray(pos, t);
+    cJSON_AddItemToArray(pos, cJSON_CreateIntArray(vals, nv));
+    int ok = op_from_aten(label, args, op, why, n);
+    cJSON_Delete(args);
+    return ok;
+}
+
+/* ---- the match ---- */
+
+static int pool_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
+    pool_op op;
+    memset(&op, 0, sizeof op);
+    op.x = -1;
+    cJSON *kiln = kiln_problem_read_kiln(p);
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(kiln, "kind");
+    int ok = 0;
+    char how[96] = "";
+    if (cJSON_IsString(kind) && strcmp(kind->valuestring, "aten") == 0) {
+        const cJSON *aten = cJSON_GetObjectItemCaseSensitive(kiln, "aten");
+        if (!cJSON_IsString(aten))
+            snprintf(why, why_len, "captured aten call without a label");
+        else
+            ok = op_from_aten(aten->valuestring, cJSON_GetObjectItemCaseSensitive(kiln, "args"),
+                              &op, why, why_len);
+        if (ok)
+            snprintf(how, sizeof how, "%s", aten->valuestring);
+    } else if (cJSON_IsString(kind) && strcmp(kind->valuestring, "module") == 0) {
+        ok = op_from_module(p, kiln, &op, why, why_len);
+        snprintf(how, sizeof how, "module");
+    } else if (kiln && cJSON_IsString(kind)) {
+        snprintf(why, why_len, "a \"%s\" problem, not a captured pooling call", kind->valuestring);
+    } else {
+        /* a hand-written problem: NCHW average pooling named by op_type */
+        static const char *const names[] = {
+            "adaptive_avg_pool2d", "global_avg_pool", "global_avg_pool2d", "avg_pool", "pool",
+            "adaptive_avg_pool"};
+        for (size_t i = 0; p->op_type && i < sizeof names / sizeof names[0]; i++)
+            ok |= strcmp(p->op_type, names[i]) == 0;
+        if (!ok)
+            snprintf(why, why_len, "no \"kiln\" object and op_type '%s' is not average pooling",
+                     p->op_type ? p->op_type : "");
+        else if (p->n_inputs < 1 || p->n_outputs != 1)
+            ok = 0, snprintf(why, why_len, "pooling wants one input tensor and one output");
+        if (ok) {
+            op.x = 0;
+            const kiln_tensor_spec *o = &p->outputs[0];
+            op.out_h = op.out_w = 1;
+            if (o->ndim == p->inputs[0].ndim && o->ndim >= 3) {
+                /* [..., OH, OW]: literal or const axes give the adaptive size */
+                int64_t v[2];
+                for (int k = 0; k < 2; k++) {
+                    int d = o->ndim - 2 + k;
+                    v[k] = o->axis[d] < 0                                ? o->literal[d]
+                           : p->axes[o->axis[d]].kind == KILN_AXIS_CONST ? p->axes[o->axis[d]].value
+                                                                         : -1;
+                }
+                if (v[0] < 1 || v[1] < 1)
+                    ok = 0, snprintf(why, why_len, "output size of the pooling is not constant");
+                op.out_h = (int)v[0];
+                op.out_w = (int)v[1];
+            }
+            snprintf(how, sizeof how, "op_type");
+        }
+    }
+    if (!ok) {
+        cJSON_Delete(kiln);
+        return 0;
+    }
+    if (op.x < 0 || op.x >= p->n_inputs || p->inputs[op.x].is_scalar) {
+        snprintf(why, why_len, "the pooled argument is not an input tensor");
+        cJSON_Delete(kiln);
+        return 0;
+    }
+    if (p->n_outputs != 1) {
+        snprintf(why, why_len, "pooling has one output, the problem %d", p->n_outputs);
+        cJSON_Delete(kiln);
+        return 0;
+    }
+    const kiln_tensor_spec *x = &p->inputs[op.x], *y = &p->outputs[0];
+    const int r = x->ndim;
+    int expand = 0, out_expand = 0;
+    int np = read_layout(kiln, x->name, op.perm, &op.has_perm, &expand);
+    int onp = read_layout(kiln, y->name, op.out_perm, &op.out_has_perm, &out_expand);
+    cJSON_Delete(kiln);
+    if (!dtype_ok(x->dtype) || !dtype_ok(y->dtype)) {
+        snprintf(why, why_len, "dtype %s -> %s (pool handles float32, bfloat16, float16)",
+                 kiln_dtype_name(x->dtype), kiln_dtype_name(y->dtype));
+        return 0;
+    }
+    if (r < 2 || r > 4) {
+        snprintf(why, why_len, "input %s has %d dims (pool wants 2 to 4)", x->name, r);
+        return 0;
+    }
+    if (expand) {
+        snprintf(why, why_len, "input %s is a broadcast (expanded) tensor", x->name);
+        return 0;
+    }
+    if (np < 0 || (op.has_perm && np != r) || onp < 0) {
+        snprintf(why, why_len, "unreadable layout of %s", x->name);
+        return 0;
+    }
+    if (!op.has_perm)
+        for (int j = 0; j < r; j++)
+            op.perm[j] = j;
+    /* which stored dims are reduced */
+    int red[2];
+    if (op.n_red == 0) {
+        red[0] = r - 2;
+        red[1] = r - 1;
+    } else {
+        for (int k = 0; k < 2; k++)
+            red[k] = op.red[k] < 0 ? op.red[k] + r : op.red[k];
+        if (red[0] == red[1] || red[0] < 0 || red[1] < 0 || red[0] >= r || red[1] >= r) {
+            snprintf(why, why_len, "mean over dims [%d, %d] of a %d-d tensor", op.red[0], op.red[1],
+                     r);
+            return 0;
+        }
+    }
+    int at[2] = {-1, -1}; /* stored positions of the reduced logical dims */
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < r; j++)
+            if (op.perm[j] == red[k])
+                at[k] = j;
+    if (at[0] < 0 || at[1] < 0) {
+        snprintf(why, why_len, "layout of %s does not name every dim", x->name);
+        return 0;
+    }
+    int lo = at[0] < at[1] ? at[0] : at[1], hi = at[0] < at[1] ? at[1] : at[0];
+    int mode;
+    if (lo == r - 2 && hi == r - 1)
+        mode = MODE_NCHW;
+    else if (r >= 3 && lo == r - 3 && hi == r - 2)
+        mode = MODE_NHWC;
+    else {
+        snprintf(why, why_len,
+                 "the reduced dims of %s are not its innermost (NCHW) nor the two before the "
+                 "channels (channels-last) in memory",
+                 x->name);
+        return 0;
+    }
+    const int global = op.out_h == 1 && op.out_w == 1;
+    if (!global) {
+        /* windows need H and W in their logical order, and the output in the input's order */
+        if (at[0] > at[1] && op.n_red == 0) {
+            snprintf(why, why_len, "H and W of %s are transposed in memory", x->name);
+            return 0;
+        }
+        int same = y->ndim == r;
+        for (int j = 0; same && j < r; j++)
+            same = (op.out_has_perm ? op.out_perm[j] : j) == op.perm[j];
+        if (!same) {
+            snprintf(why, why_len, "output %s is not stored in the order of %s", y->name, x->name);
+            return 0;
+        }
+    }
+    /* sizes per workload, in stored order */
+    int64_t len_max = 0, rows_max = 0, c_max = 0, c_min = INT64_MAX, c_gcd = 0;
+    for (int wi = 0; wi < p->n_workloads; wi++) {
+        int64_t xs[KILN_MAX_DIMS], ys[KILN_MAX_DIMS];
+        kiln_tensor_shape(p, x, &p->workloads[wi], xs);
+        int64_t y_count = kiln_tensor_shape(p, y, &p->workloads[wi], ys);
+        int64_t rows = 1, h = xs[lo], w = xs[hi], c = mode == MODE_NHWC ? xs[r - 1] : 1;
+        for (int d = 0; d < lo; d++)
+            rows *= xs[d];
+        if (h < 1 || w < 1 || rows < 1 || c < 1) {
+            snprintf(why, why_len, "workload %d: an empty tensor", wi);
+            return 0;
+        }
+        if (y_count != rows * c * op.out_h * op.out_w) {
+            snprintf(why, why_len, "workload %d: output %s has %lld values, pooling makes %lld", wi,
+                     y->name, (long long)y_count, (long long)(rows * c * op.out_h * op.out_w));
+            return 0;
+        }
+        if (!global && (ys[r - (mode == MODE_NHWC ? 3 : 2)] != op.out_h ||
+                        ys[r - (mode == MODE_NHWC ? 2 : 1)] != op.out_w)) {
+            snprintf(why, why_len, "workload %d: output %s is not [.., %d, %d]", wi, y->name,
+                     op.out_h, op.out_w);
+            return 0;
+        }
+        len_max = h * w > len_max ? h * w : len_max;
+        rows_max = rows > rows_max ? rows : rows_max;
+        c_max = c > c_max ? c : c_max;
+        c_min = c < c_min ? c : c_min;
+        c_gcd = gcd64(c_gcd, c);
+    }
+    snprintf(m->variant, sizeof m->variant, "%s_%s", global ? "global" : "adaptive",
+             mode == MODE_NCHW ? "nchw" : "channels_last");
+    kiln_match_set(m, "mode", mode);
+    kiln_match_set(m, "global", global);
+    kiln_match_set(m, "out_h", op.out_h);
+    kiln_match_set(m, "out_w", op.out_w);
+    kiln_match_set(m, "esize_in", (double)kiln_dtype_size(x->dtype));
+    kiln_match_set(m, "len_max", (double)len_max);
+    kiln_match_set(m, "rows_max", (double)rows_max);
+    kiln_match_set(m, "c_max", (double)c_max);
+    kiln_match_set(m, "c_min", (double)c_min);
+    kiln_match_set(m, "c_gcd", (double)c_gcd);
+    m->input_of_role[0] = op.x;
+    m->output_of_role[0] = 0;
+    prod_expr(p, x, 0, lo, m->extra_expr[0], sizeof m->extra_expr[0]); /* rows (NCHW) / n */
+    if (mode == MODE_NHWC)
+        dim_expr(p, x, r - 1, m->extra_expr[1], sizeof m->extra_expr[1]);
+    else
+        snprintf(m->extra_expr[1], sizeof m->extra_expr[1], "1");
+    dim_expr(p, x, lo, m->extra_expr[2], sizeof m->extra_expr[2]);
+    dim_expr(p, x, hi, m->extra_expr[3], sizeof m->extra_expr[3]);
+    fmt_into(m->rows_expr, sizeof m->rows_expr, "%s*%s", m->extra_expr[0], m->extra_expr[1]);
+    fmt_into(m->cols_expr, sizeof m->cols_expr, "(%s)*(%s)", m->extra_expr[2], m->extra_expr[3]);
+    snprintf(m->how, sizeof m->how, "%s on %s (%s), %s", how, x->name,
+             mode == MODE_NCHW ? "NCHW rows" : "channels-last", global ? "1x1" : "adaptive");
+    return 1;
+}
+
+/* ---- constraints ---- */
+
+/* The algorithm a plan means for the matched variant, or -1 with a reason. */
+static int plan_algo(const kiln_match *m, int64_t plan, const char **why) {
+    const int mode = (int)kiln_match_get(m, "mode", 0),
+              global = (int)kiln_match_get(m, "global", 1);
+    if (!global) {
+        *why = "adaptive pooling has one plan, the window (PLAN 0)";
+        return plan == PLAN_PRIMARY ? ALGO_WINDOW : -1;
+    }
+    if (plan == PLAN_WINDOW)
+        return ALGO_WINDOW;
+    if (mode == MODE_NHWC) {
+        *why = "channels-last has no alternative plan";
+        return plan == PLAN_PRIMARY ? ALGO_CL : -1;
+    }
+    /* NCHW rows: the tile for short rows (a late 7x7 or 14x14 map), direct reads for long ones */
+    const int short_rows = kiln_match_get(m, "len_max", 1) <= POOL_SHORT_ROW;
+    return (plan == PLAN_PRIMARY) == short_rows ? ALGO_TILE : ALGO_DIRECT;
+}
+
+static const char *pool_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
+    (void)p;
+    const int mode = (int)kiln_match_get(m, "mode", 0);
+    const int64_t esize = (int64_t)kiln_match_get(m, "esize_in", 4);
+    const int64_t len_max = (int64_t)kiln_match_get(m, "len_max", 1);
+    const int64_t c_max = (int64_t)kiln_match_get(m, "c_max", 1);
+    const int64_t c_gcd = (int64_t)kiln_match_get(m, "c_gcd", 1);
+    const int64_t threads = pt[P_THREADS], group = pt[P_GROUP], vec = pt[P_VBYTES] / esize;
+    const int64_t unroll = pt[P_UNROLL], split = pt[P_SPLIT];
+    const int64_t lanes = group == 0 ? threads : group;
+    const char *why = "";
+    const int algo = plan_algo(m, pt[P_PLAN], &why);
+    if (algo < 0)
+        return why;
+    if (vec < 1)
+        return "VBYTES is less than one input element";
+    switch (algo) {
+    case ALGO_TILE:
+        if (group == 0 || group > 32 || group > threads)
+            return "tile: GROUP must be 1..32 lanes of a warp";
+        if (split != 1)
+            return "tile: SPLIT does not apply";
+        if ((threads / lanes) * len_max * esize + 16 > POOL_MAX_SMEM)
+            return "tile: THREADS/GROUP rows do not fit in shared memory";
+        if (lanes > 2 * len_max && group > 1)
+            return "tile: more lanes than values per row";
+        return NULL;
+    case ALGO_DIRECT:
+        if (group > threads || group == threads)
+            return "direct: GROUP must be below THREADS (0 means the whole block)";
+        if (lanes * vec > 2 * len_max && lanes > 1)
+            return "direct: most lanes would idle on rows this short";
+        if (split > 1 && len_max < 2 * split * lanes * vec)
+            return "direct: SPLIT blocks would idle on rows this short";
+        return NULL;
+    case ALGO_CL:
+        if (group == 0 || group > 32 || group > threads)
+            return "channels-last: GROUP must be 1..32 lanes along the positions";
+        if (c_gcd % vec)
+            return "channels-last: VEC (VBYTES / element size) must divide the channel count";
+        if ((threads / lanes) * vec > 2 * c_max && threads > 64)
+            return "channels-last: most channel threads would idle";
+        if (lanes > 2 * len_max && lanes > 1)
+            return "channels-last: more lanes than positions";
+        if (split > 1 && len_max < split * lanes)
+            return "channels-last: SPLIT blocks would idle on this few positions";
+        return NULL;
+    default: /* window: the parameters it ignores stay at their first value (no duplicates) */
+        if (group != kiln_family_pool.params[P_GROUP].values[0] || split != 1 ||
+            unroll != kiln_family_pool.params[P_UNROLL].values[0])
+            return "window: GROUP, SPLIT and UNROLL do not apply";
+        if (mode == MODE_NCHW && pt[P_VBYTES] != kiln_family_pool.params[P_VBYTES].values[0])
+            return "window: NCHW reads one value per thread: VBYTES does not apply";
+        if (mode == MODE_NHWC && c_gcd % vec)
+            return "window: VEC (VBYTES / element size) must divide the channel count";
+        return NULL;
+    }
+}
+
+/* ---- emission ---- */
+
+/* The entry point's prototype with __launch_bounds__ (CUDA). */
+static char *entry_prototype(const kiln_problem *p, int cuda, int64_t threads) {
+    kiln_signature sig;
+    kiln_abi_signature(p, 0, cuda, &sig);
+    char *proto = kiln_abi_prototype(&sig, "pool_kernel", cuda);
+    if (!cuda)
+        return proto;
+    char *at = strstr(proto, "void pool_kernel(");
+    KILN_ASSERT(at);
+    *at = 0;
+    char *s = xasprintf("%svoid __launch_bounds__(%lld) %s", proto, (long long)threads,
+                        at + strlen("void "));
+    free(proto);
+    return s;
+}
+
+static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
+    const kiln_tensor_spec *x = &p->inputs[m->input_of_role[0]], *y = &p->outputs[0];
+    const int mode = (int)kiln_match_get(m, "mode", 0);
+    const int oh = (int)kiln_match_get(m, "out_h", 1), ow = (int)kiln_match_get(m, "out_w", 1);
+    const char *N = m->extra_expr[0], *C = m->extra_expr[1], *H = m->extra_expr[2],
+               *W = m->extra_expr[3];
+    const size_t esize = kiln_dtype_size(x->dtype);
+    const int64_t threads = pt[P_THREADS], group = pt[P_GROUP];
+    const int64_t split = pt[P_SPLIT], lanes = group == 0 ? threads : group;
+    const char *unused;
+    const int algo = plan_algo(m, pt[P_PLAN], &unused);
+    const int64_t vec =
+        algo == ALGO_WINDOW && mode == MODE_NCHW ? 1 : pt[P_VBYTES] / (int64_t)esize;
+    KILN_ASSERT(algo >= 0 && vec >= 1); /* check() accepted the point */
+    pool_sb b = {0};
+    char *defs = kiln_family_defines(&kiln_family_pool, pt);
+    sb_printf(&b,
+              "%s#define POOL_ALGO %d\n#define POOL_VEC %lld\n#define POOL_TIN %s\n#define "
+              "POOL_TOUT %s\n#define POOL_ENTRY_DEFINED 1\n",
+              defs, algo, (long long)vec, cuda_type(x->dtype), cuda_type(y->dtype));
+    free(defs);
+    char call[1024];
+    switch (algo) {
+    case ALGO_TILE:
+        sb_printf(&b,
+                  "// kiln: launch pool_kernel grid=ceil_div(%s,%lld) block=%lld "
+                  "smem=%lld*%s*%s*%zu+16\n",
+                  N, (long long)(threads / lanes), (long long)threads, (long long)(threads / lanes),
+                  H, W, esize);
+        fmt_into(call, sizeof call, "pool_tile(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s));",
+                 x->name, y->name, N, H, W);
+        break;
+    case ALGO_DIRECT:
+        sb_printf(&b, "// kiln: launch pool_kernel grid=ceil_div(%s,%lld)*%lld block=%lld", N,
+                  (long long)(threads / lanes), (long long)split, (long long)threads);
+        if (split > 1)
+            sb_printf(&b, " cluster=%lld", (long long)split);
+        sb_printf(&b, "\n");
+        fmt_into(call, sizeof call, "pool_direct(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s));",
+                 x->name, y->name, N, H, W);
+        break;
+    case ALGO_CL:
+        sb_printf(&b, "// kiln: launch pool_kernel grid=%s*ceil_div(%s,%lld)*%lld block=%lld", N, C,
+                  (long long)(threads / lanes * vec), (long long)split, (long long)threads);
+        if (split > 1)
+            sb_printf(&b, " cluster=%lld", (long long)split);
+        sb_printf(&b, "\n");
+        fmt_into(call, sizeof call, "pool_cl(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s), %s);",
+                 x->name, y->name, N, H, W, C);
+        break;
+    default:
+        if (mode == MODE_NCHW) {
+            sb_printf(&b, "// kiln: launch pool_kernel grid=ceil_div(%s*%d,%lld) block=%lld\n", N,
+                      oh * ow, (long long)threads, (long long)threads);
+            fmt_into(call, sizeof call, "pool_window_nchw(%s, %s, %s, %s, %s, %d, %d);", x->name,
+                     y->name, N, H, W, oh, ow);
+        } else {
+            sb_printf(&b,
+                      "// kiln: launch pool_kernel grid=ceil_div(%s*%d*(%s/%lld),%lld) "
+                      "block=%lld\n",
+                      N, oh * ow, C, (long long)vec, (long long)threads, (long long)threads);
+            fmt_into(call, sizeof call, "pool_window_nhwc(%s, %s, %s, %s, %s, %s, %d, %d);",
+                     x->name, y->name, N, H, W, C, oh, ow);
+        }
+    }
+    sb_printf(&b, "%s", kiln_family_template("pool.cu"));
+    char *proto = entry_prototype(p, 1, threads);
+    sb_printf(&b, "\n%s {\n    %s\n}\n", proto, call);
+    free(proto);
+    char *banner = kiln_family_banner(&kiln_family_pool, m, pt, b.s);
+    char *src = xasprintf("%s%s", banner, b.s);
+    free(banner);
+    free(b.s);
+    return src;
+}
+
+static void cpu_conv(kiln_dtype t, const char **type, const char **load, const char **store) {
+    if (t == KILN_BF16) {
+        *type = "kiln_bf16";
+        *load = "kiln_bf16_to_float(v)";
+        *store = "kiln_float_to_bf16(f)";
+    } else if (t == KILN_F16) {
+        *type = "kiln_f16";
+        *load = "kiln_f16_to_float(v)";
+        *store = "kiln_float_to_f16(f)";
+    } else {
+        *type = "float";
+        *load = "(v)";
+        *store = "(f)";
+    }
+}
+
+static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
+    const kiln_tensor_spec *x = &p->inputs[m->input_of_role[0]], *y = &p->outputs[0];
+    const int mode = (int)kiln_match_get(m, "mode", 0);
+    const int global = (int)kiln_match_get(m, "global", 1);
+    const int oh = (int)kiln_match_get(m, "out_h", 1), ow = (int)kiln_match_get(m, "out_w", 1);
+    const char *N = m->extra_expr[0], *C = m->extra_expr[1], *H = m->extra_expr[2],
+               *W = m->extra_expr[3];
+    const char *ti, *li, *si, *to, *lo, *so;
+    cpu_conv(x->dtype, &ti, &li, &si);
+    cpu_conv(y->dtype, &to, &lo, &so);
+    (void)si;
+    (void)lo;
+    pool_sb b = {0};
+    sb_printf(&b,
+              "// cpu: the GPU parameters do not apply\n#define POOL_TIN %s\n#define POOL_LOAD(v) "
+              "%s\n#define POOL_TOUT %s\n#define POOL_STORE(f) %s\n",
+              ti, li, to, so);
+    sb_printf(&b, "%s", kiln_family_template("pool_cpu.c"));
+    char *proto = entry_prototype(p, 0, 0);
+    sb_printf(&b, "\n// kiln: launch pool_kernel\n%s {\n    ", proto);
+    free(proto);
+    if (!global)
+        sb_printf(&b, "pool_cpu_window(%s, %s, %s, %s, %s, %s, %d, %d, %d);", x->name, y->name, N,
+                  H, W, C, oh, ow, mode == MODE_NHWC);
+    else if (mode == MODE_NHWC)
+        sb_printf(&b, "pool_cpu_cl(%s, %s, %s, (%s) * (%s), %s);", x->name, y->name, N, H, W, C);
+    else
+        sb_printf(&b, "pool_cpu_rows(%s, %s, %s, (%s) * (%s));", x->name, y->name, N, H, W);
+    sb_printf(&b, "\n}\n");
+    int64_t first[KILN_FAMILY_MAX_PARAMS];
+    kiln_family_point(&kiln_family_pool, 0, first);
+    char *banner = kiln_family_banner(&kiln_family_pool, m, first, b.s);
+    char *src = xasprintf("%s%s", banner, b.s);
+    free(banner);
+    free(b.s);
+    return src;
+}
+
+static char *pool_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
+    return cuda ? emit_cuda(p, m, pt) : emit_cpu(p, m);
+}
+
+/* Every input value read once and every output written once is all pooling must move. */
+static double pool_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
+    (void)m;
+    return kiln_problem_min_bytes(p, w);
+}
+
+/* One add per input value (and one divide per output, not counted). */
+static double pool_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
+    int64_t shape[KILN_MAX_DIMS];
+    return (double)kiln_tensor_shape(p, &p->inputs[m->input_of_role[0]], w, shape);
+}
+
+static kiln_tolerance pool_tolerance(kiln_dtype t) {
+    return kiln_tolerance_default(t);
+}
+
+const kiln_family kiln_family_pool = {
+    .name = "pool",
+    .summary = "adaptive/global average pooling over H,W (NCHW rows, channels-last columns)",
+    .n_params = P_COUNT,
+    .params =
+        {
+            /* first values: the expert default, which a sparse sample (sweep --limit) always
+             * includes; the slow parameters (last) are the ones a sample spreads */
+            [P_SPLIT] = {"POOL_SPLIT",
+                         4,
+                         {1, 2, 4, 8},
+                         "blocks of a cluster sharing one reduction over DSMEM (direct, "
+                         "channels-last)"},
+            [P_THREADS] = {"POOL_THREADS", 5, {256, 128, 512, 1024, 64}, "threads per block"},
+            [P_VBYTES] = {"POOL_VBYTES",
+                          4,
+                          {16, 8, 4, 2},
+                          "bytes per input load (POOL_VEC = VBYTES / element size)"},
+            [P_UNROLL] = {"POOL_UNROLL", 3, {4, 2, 1}, "loads in flight per thread"},
+            [P_GROUP] = {"POOL_GROUP",
+                         7,
+                         {4, 1, 2, 8, 16, 32, 0},
+                         "lanes per row (tile, direct; 0: the block) or along the positions per "
+                         "channel vector (channels-last)"},
+            [P_PLAN] = {"POOL_PLAN",
+                        3,
+                        {PLAN_PRIMARY, PLAN_ALTERNATIVE, PLAN_WINDOW},
+                        "0 the variant's primary algorithm (NCHW: tile for rows up to 512 "
+                        "values, else direct; channels-last; adaptive: window), 1 the other NCHW "
+                        "one, 2 window"},
+        },
+    .match = pool_match,
+    .check = pool_check,
+    .emit = pool_emit,
+    .min_bytes = pool_min_bytes,
+    .flops = pool_flops,
+    .tolerance = pool_tolerance,
+};
