@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../search/optimize.h"
+#include "../web/server.h"
 #include "cli.h"
 
 static void optimize_usage(FILE *f) {
@@ -36,6 +37,8 @@ static void optimize_usage(FILE *f) {
         "  --seed S             the agents' random seed\n"
         "  --json               the final table as one JSON object\n"
         "  --quiet              no progress lines\n"
+        "  --serve[=PORT]       serve the dashboard (kiln serve) while the run goes, default\n"
+        "                       port 8470 on 127.0.0.1\n"
         "  -h, --help           this text\n"
         "\n"
         "Exit status: 0 done; 1 the run failed or was interrupted (resume with the same\n"
@@ -80,7 +83,8 @@ int kiln_cmd_optimize(int argc, char **argv) {
         OPT_TIMEOUT,
         OPT_SEED,
         OPT_JSON,
-        OPT_QUIET
+        OPT_QUIET,
+        OPT_SERVE
     };
     static const struct option longopts[] = {
         {"budget", required_argument, 0, OPT_BUDGET},
@@ -98,11 +102,13 @@ int kiln_cmd_optimize(int argc, char **argv) {
         {"seed", required_argument, 0, OPT_SEED},
         {"json", no_argument, 0, OPT_JSON},
         {"quiet", no_argument, 0, OPT_QUIET},
+        {"serve", optional_argument, 0, OPT_SERVE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     kiln_optimize_options o;
     kiln_optimize_options_default(&o);
+    int serve_port = -1; /* -1: no dashboard */
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -163,6 +169,11 @@ int kiln_cmd_optimize(int argc, char **argv) {
         case OPT_QUIET:
             o.quiet = 1;
             break;
+        case OPT_SERVE:
+            serve_port = 8470;
+            if (optarg)
+                bad = parse_int("--serve", optarg, 0, &serve_port) || serve_port > 65535;
+            break;
         case 'h':
             optimize_usage(stdout);
             return 0;
@@ -182,7 +193,24 @@ int kiln_cmd_optimize(int argc, char **argv) {
     o.problem_dirs = (const char **)(argv + optind + 1);
     kiln_err err;
     err.msg[0] = 0;
+    /* The dashboard runs in a forked child (kiln_web_spawn) so that the coordinator stays
+     * single-threaded and may go on forking its agents and gates. */
+    pid_t web_pid = 0;
+    if (serve_port >= 0) {
+        kiln_web_options wo;
+        kiln_web_options_default(&wo);
+        wo.run_dir = o.run_dir;
+        wo.port = serve_port;
+        int port = 0;
+        if (kiln_web_spawn(&wo, &web_pid, &port, &err)) {
+            fprintf(stderr, "kiln optimize: --serve: %s\n", err.msg);
+            return 2;
+        }
+        fprintf(stderr, "kiln optimize: dashboard on http://127.0.0.1:%d/\n", port);
+    }
     int status = kiln_optimize_run(&o, &err);
+    if (web_pid > 0)
+        kiln_web_spawn_stop(web_pid);
     if (status != 0 && err.msg[0])
         fprintf(stderr, "kiln optimize: %s\n", err.msg);
     return status;
