@@ -2,7 +2,8 @@
 
     python -m kiln.tune SCRIPT.py [--out RUN] [--backend cuda|cpu] [--budget N] [--top N]
                         [--compile | --no-compile] [--rounds R] [--margin M]
-                        [--library DIR] [--skip-capture] [--skip-optimize] [-- SCRIPT ARGS...]
+                        [--library DIR] [--skip-capture] [--skip-optimize] [--serve[=PORT]]
+                        [-- SCRIPT ARGS...]
 
 (`kiln tune` execs exactly this.) Four steps, each printed as it runs:
 
@@ -86,6 +87,9 @@ def parse_args(argv: list) -> argparse.Namespace:
     p.add_argument("--library", help="check this library; skips capture and optimize")
     p.add_argument("--skip-capture", action="store_true", help="use RUN's existing capture")
     p.add_argument("--skip-optimize", action="store_true", help="use RUN/library as it is")
+    p.add_argument("--serve", nargs="?", const="8470", metavar="PORT",
+                   help="serve the dashboard while kiln optimize runs (kiln optimize --serve; default "
+                        "port 8470 on 127.0.0.1)")
     opts = p.parse_args(argv)
     opts.script_args = script_args
     if not os.path.isfile(opts.script):
@@ -156,6 +160,8 @@ def step_optimize(opts, report: dict) -> None:
         cmd += ["--budget", str(opts.budget)]
     if opts.top:
         cmd += ["--top", str(opts.top)]
+    if opts.serve is not None:
+        cmd += [f"--serve={opts.serve}"]
     _log(f"kiln tune [2/4] optimize: {' '.join(cmd)}")
     t0 = time.perf_counter()
     rc = subprocess.call(cmd, env=_env())
