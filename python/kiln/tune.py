@@ -50,7 +50,7 @@ from typing import Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USAGE = ("kiln tune SCRIPT.py [--out RUN] [--backend cuda|cpu] [--budget N] [--top N] "
          "[--compile|--no-compile] [--rounds R] [--margin M] [--library DIR] [--skip-capture] "
-         "[--skip-optimize] [-- SCRIPT ARGS...]")
+         "[--skip-optimize] [--serve[=PORT]] [-- SCRIPT ARGS...]")
 
 
 class TuneError(Exception):

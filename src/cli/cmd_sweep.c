@@ -275,8 +275,8 @@ int kiln_cmd_sweep(int argc, char **argv) {
         const kiln_family *f = fams[fi];
         int64_t space = kiln_family_space_size(f);
         int64_t point[KILN_FAMILY_MAX_PARAMS];
-        /* The constraint predicates are cheap: list the valid points first, then take all of them or
-         * an even spread of --limit of them, so that sampling never lands on rejected points. */
+        /* The constraint predicates are cheap: list the valid points first, then take all of them
+         * or an even spread of --limit of them, so that sampling never lands on rejected points. */
         int64_t *valid = xmalloc((size_t)(space > 0 ? space : 1) * sizeof *valid);
         int64_t n_valid = 0;
         for (int64_t index = 0; index < space; index++) {
@@ -290,7 +290,8 @@ int kiln_cmd_sweep(int argc, char **argv) {
             valid[n_valid++] = index;
         }
         int64_t n_points = (limit > 0 && n_valid > limit) ? limit : n_valid;
-        fprintf(stderr, "kiln sweep: %s: %lld of %lld points satisfy the constraints; running %lld\n",
+        fprintf(stderr,
+                "kiln sweep: %s: %lld of %lld points satisfy the constraints; running %lld\n",
                 f->name, (long long)n_valid, (long long)space, (long long)n_points);
         for (int64_t k = 0; k < n_points; k++) {
             int64_t index = valid[n_points == n_valid ? k : (k * n_valid) / n_points];

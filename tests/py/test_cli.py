@@ -13,7 +13,7 @@ def kiln(*args):
     return subprocess.run([str(KILN), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("cmd", ["eval", "sweep"])
+@pytest.mark.parametrize("cmd", ["eval", "sweep", "optimize", "serve", "submit", "llm-try", "tune"])
 def test_help(cmd):
     r = kiln(cmd, "--help")
     assert r.returncode == 0
@@ -23,7 +23,7 @@ def test_help(cmd):
 def test_top_level_help_lists_commands():
     r = kiln("--help")
     assert r.returncode == 0
-    for cmd in ("eval", "capture", "sweep"):
+    for cmd in ("eval", "capture", "sweep", "optimize", "submit", "llm-try", "serve", "run", "tune"):
         assert f"  {cmd}" in r.stdout
 
 
