@@ -1,0 +1,519 @@
+/* groupnorm.c: kiln's groupnorm family: group normalisation over [N, C, *] (native_group_norm or
+ * group_norm, affine or not, with mean/rstd outputs when captured), with a fused SiLU as a variant;
+ * its table, matcher, constraints and emitters. The template is src/gen/templates/groupnorm.cu.
+ *
+ * The hard case is batch 1 with 32 groups of 2^20-2^22 elements (a VAE decoder): 32 rows for 132
+ * SMs, each 4-16 MiB, with 128 MiB-1 GiB in all (L2 is 60 MB). The minimum traffic is x read once
+ * and y written once, but every output of a row needs statistics of the whole row, so a one-pass
+ * kernel must keep the row on chip across CTAs until its statistics are known. Four modes cover the
+ * ground (the template's header has the mechanics):
+ *   0  a CTA per row, the last tiles kept on chip, the others read twice: many small rows;
+ *   1  a row split over GN_SPLIT CTAs in two launches through kiln_scratch: always safe, reads x
+ *      twice (the second pass in reverse CTA order so that its first slices hit L2);
+ *   2  a row split over GN_SPLIT CTAs in one launch, each slice in registers + shared memory; the
+ *      CTAs of a row meet at a counter in kiln_scratch (tickets make it deadlock-free whenever a
+ *      row's CTAs can be resident together, GN_SPLIT <= 128): x read once, the SOL design;
+ *   3  a cluster of GN_SPLIT <= 16 CTAs per row exchanging partials through DSMEM: x read once, no
+ *      counters, for rows a cluster can hold (up to ~3.5 MiB).
+ * The vector width and the shared-memory stages are derived from the problem (gn_geometry), not
+ * searched: the widest vector dividing H*W and the fewest stages that hold a slice are never worse.
+ *
+ * Statistics are Chan's merge of exact per-tile (mean, M2) pairs, fp32; rstd = rsqrt(var + eps)
+ * with the biased variance, and y = x * a + b' with a = rstd * w[c], b' = b[c] - mean * a, as
+ * PyTorch's CUDA kernel writes it. The default tolerances hold with margin. */
+#include "chnorm.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { GN_X, GN_W, GN_B, GN_EPS };                 /* input roles */
+enum { GN_Y, GN_MEAN, GN_RSTD };                   /* output roles */
+enum { GP_MODE, GP_SPLIT, GP_THREADS, GP_UNROLL }; /* parameter positions */
+
+/* Shared memory mode 0 stages a row in (more would cost CTAs per SM more than it saves). */
+#define GN_ROW_SMEM (96 * 1024)
+/* Sizes of one workload: x is [N, C, *spatial], HW the product of the spatial sizes. */
+typedef struct {
+    int64_t N, C, HW, G, M, rows;
+} gn_dims;
+
+static void gn_dims_of(const kiln_problem *p, const kiln_match *m, const kiln_workload *w,
+                       gn_dims *d) {
+    const kiln_tensor_spec *x = &p->inputs[m->input_of_role[GN_X]];
+    int64_t s[KILN_MAX_DIMS];
+    kiln_tensor_shape(p, x, w, s);
+    d->N = s[0], d->C = s[1], d->HW = chn_dims_prod(s, 2, x->ndim);
+    d->G = (int64_t)kiln_match_get(m, "groups", 1);
+    d->M = d->G > 0 ? d->C / d->G * d->HW : 0;
+    d->rows = d->N * d->G;
+}
+
+/* Checks shapes, dtypes and layouts of a recognised group norm and fills the expressions. */
+static int gn_validate(const kiln_problem *p, kiln_match *m, const cJSON *kiln, char *why,
+                       size_t wl) {
+    const kiln_tensor_spec *x = &p->inputs[m->input_of_role[GN_X]];
+    const kiln_tensor_spec *y = &p->outputs[m->output_of_role[GN_Y]];
+    if (x->ndim < 2) {
+        snprintf(why, wl, "input %s has %d dimensions; group norm needs [N, C, ...]", x->name,
+                 x->ndim);
+        return 0;
+    }
+    if (!chn_is_float(x->dtype) || !chn_is_float(y->dtype)) {
+        snprintf(why, wl, "dtype %s -> %s: only float32, bfloat16 and float16",
+                 kiln_dtype_name(x->dtype), kiln_dtype_name(y->dtype));
+        return 0;
+    }
+    if (!chn_same_shape(p, x, y)) {
+        snprintf(why, wl, "output %s does not have the shape of input %s", y->name, x->name);
+        return 0;
+    }
+    int px[KILN_MAX_DIMS], py[KILN_MAX_DIMS];
+    if (!chn_layout_perm(kiln, x->name, x->ndim, px, why, wl) ||
+        !chn_layout_perm(kiln, y->name, y->ndim, py, why, wl))
+        return 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (px[d] != d || py[d] != d) {
+            snprintf(why, wl,
+                     "%s is stored in memory order (channels-last); this group norm reads "
+                     "[N, C, *] only",
+                     px[d] != d ? x->name : y->name);
+            return 0;
+        }
+    for (int r = GN_W; r <= GN_B; r++) {
+        int i = m->input_of_role[r];
+        if (i < 0)
+            continue;
+        const kiln_tensor_spec *t = &p->inputs[i];
+        if (t->is_scalar || t->ndim != 1 || !chn_same_dim(p, t, 0, x, 1) ||
+            !chn_is_float(t->dtype)) {
+            snprintf(why, wl, "%s %s is not a float vector of C = %s's dimension 1",
+                     r == GN_W ? "weight" : "bias", t->name, x->name);
+            return 0;
+        }
+    }
+    for (int r = GN_MEAN; r <= GN_RSTD; r++) {
+        int o = m->output_of_role[r];
+        if (o < 0)
+            continue;
+        const kiln_tensor_spec *t = &p->outputs[o];
+        if (t->ndim != 2 || !chn_same_dim(p, t, 0, x, 0) || !chn_is_float(t->dtype)) {
+            snprintf(why, wl, "output %s is not a float [N, groups] tensor", t->name);
+            return 0;
+        }
+    }
+    int64_t G = (int64_t)kiln_match_get(m, "groups", 0);
+    for (int w = 0; w < p->n_workloads; w++) {
+        gn_dims d;
+        gn_dims_of(p, m, &p->workloads[w], &d);
+        if (G < 1 || d.C % G != 0) {
+            snprintf(why, wl, "C = %lld is not a multiple of %lld groups (workload %d)",
+                     (long long)d.C, (long long)G, w);
+            return 0;
+        }
+        for (int r = GN_MEAN; r <= GN_RSTD; r++) {
+            int64_t s[KILN_MAX_DIMS];
+            int o = m->output_of_role[r];
+            if (o >= 0 && (kiln_tensor_shape(p, &p->outputs[o], &p->workloads[w], s), s[1] != G)) {
+                snprintf(why, wl, "output %s is not [N, %lld]", p->outputs[o].name, (long long)G);
+                return 0;
+            }
+        }
+    }
+    chn_dims_expr(p, x, 0, 1, m->rows_expr, sizeof m->rows_expr);
+    chn_dims_expr(p, x, 1, 2, m->extra_expr[0], sizeof m->extra_expr[0]);
+    chn_dims_expr(p, x, 2, x->ndim, m->cols_expr, sizeof m->cols_expr);
+    return 1;
+}
+
+/* [cast to float] group_norm | native_group_norm [silu | sigmoid, mul] [cast] */
+static int gn_from_chain(const kiln_problem *p, const chn_chain *ch, kiln_match *m, char *why,
+                         size_t wl) {
+    int k = 0, x = -1, mid = -1, silu = 0;
+    const chn_step *st = &ch->step[0];
+    if (ch->n > 1 && chn_is_cast(st)) {
+        if (st->arg[0].kind != ARG_INPUT || (mid = chn_cast_dtype(st)) < 0) {
+            snprintf(why, wl, "the cast before the group norm is not of an input to a float type");
+            return 0;
+        }
+        x = st->arg[0].index;
+        k = 1;
+    }
+    st = &ch->step[k];
+    int native = chn_op_is(st, "native_group_norm.default", NULL);
+    if (!native && !chn_op_is(st, "group_norm.default", NULL)) {
+        snprintf(why, wl, "step %d is aten::%s, not a group norm", k, st->op);
+        return 0;
+    }
+    if (k == 0 && st->arg[0].kind == ARG_INPUT)
+        x = st->arg[0].index;
+    else if (k == 0 || !chn_arg_is_value(&st->arg[0], k - 1)) {
+        snprintf(why, wl, "the group norm's input is not a problem input");
+        return 0;
+    }
+    int w, b;
+    const chn_arg *ag = &st->arg[native ? 6 : 1], *ae = &st->arg[native ? 7 : 4];
+    if (!chn_optional_input(&st->arg[native ? 1 : 2], &w) ||
+        !chn_optional_input(&st->arg[native ? 2 : 3], &b)) {
+        snprintf(why, wl, "the group norm's weight or bias is computed, not a problem input");
+        return 0;
+    }
+    if (ag->kind != ARG_NUM || ag->num < 1 || ag->num != floor(ag->num)) {
+        snprintf(why, wl, "the number of groups is not a constant");
+        return 0;
+    }
+    if (ae->kind != ARG_NUM && ae->kind != ARG_ABSENT) {
+        snprintf(why, wl, "eps is not a constant");
+        return 0;
+    }
+    if (native && p->n_workloads > 0) {
+        /* N, C, HxW of the captured call must be the input's (a reshaped call is not ours) */
+        int64_t s[KILN_MAX_DIMS];
+        const kiln_tensor_spec *t = &p->inputs[x];
+        kiln_tensor_shape(p, t, &p->workloads[0], s);
+        if (t->ndim < 2 || chn_num_or(&st->arg[3], -1) != s[0] ||
+            chn_num_or(&st->arg[4], -1) != s[1] ||
+            chn_num_or(&st->arg[5], -1) != chn_dims_prod(s, 2, t->ndim)) {
+            snprintf(why, wl, "native_group_norm's N, C, HxW are not the input's shape");
+            return 0;
+        }
+    }
+    int gn_step = k++;
+    if (k < ch->n && chn_op_is(&ch->step[k], "silu.default", "silu_.default") &&
+        chn_arg_is_value(&ch->step[k].arg[0], gn_step)) {
+        silu = 1, k++;
+    } else if (k + 1 < ch->n && chn_op_is(&ch->step[k], "sigmoid.default", NULL) &&
+               chn_arg_is_value(&ch->step[k].arg[0], gn_step) &&
+               chn_op_is(&ch->step[k + 1], "mul.Tensor", NULL)) {
+        const chn_arg *a0 = &ch->step[k + 1].arg[0], *a1 = &ch->step[k + 1].arg[1];
+        if ((chn_arg_is_value(a0, gn_step) && chn_arg_is_value(a1, k)) ||
+            (chn_arg_is_value(a1, gn_step) && chn_arg_is_value(a0, k)))
+            silu = 2, k += 2;
+    }
+    if (k < ch->n && chn_is_cast(&ch->step[k]) && chn_arg_is_value(&ch->step[k].arg[0], k - 1)) {
+        if (chn_cast_dtype(&ch->step[k]) < 0) {
+            snprintf(why, wl, "the cast after the group norm is not to a float type");
+            return 0;
+        }
+        k++;
+    }
+    if (k != ch->n) {
+        snprintf(why, wl, "step %d (aten::%s) does not continue a group_norm[+silu] pattern", k,
+                 ch->step[k].op);
+        return 0;
+    }
+    if (!strcmp(ch->kind, "aten")) {
+        if (ch->n_kept < 1 || ch->kept[0] != 0) {
+            snprintf(why, wl, "the problem does not return the group norm's output");
+            return 0;
+        }
+        m->output_of_role[GN_Y] = 0;
+        for (int j = 1; j < ch->n_kept; j++)
+            m->output_of_role[ch->kept[j] == 1 ? GN_MEAN : GN_RSTD] = j;
+        if ((m->output_of_role[GN_MEAN] < 0) != (m->output_of_role[GN_RSTD] < 0)) {
+            snprintf(why, wl, "the problem returns only one of mean and rstd");
+            return 0;
+        }
+    } else {
+        if (p->n_outputs != 1 || ch->ret_step != ch->n - 1 || ch->ret_slot != 0) {
+            snprintf(why, wl, "the problem returns something other than the last op's value");
+            return 0;
+        }
+        m->output_of_role[GN_Y] = 0;
+    }
+    m->input_of_role[GN_X] = x, m->input_of_role[GN_W] = w, m->input_of_role[GN_B] = b;
+    kiln_match_set(m, "groups", ag->num);
+    kiln_match_set(m, "eps", chn_num_or(ae, 1e-5));
+    kiln_match_set(m, "silu", silu);
+    kiln_match_set(m, "mid", mid >= 0 ? mid : (int)p->inputs[x].dtype);
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(ch->kiln, "module_class");
+    snprintf(m->how, sizeof m->how, "%s%s%.48s: aten::%.60s, %g groups, eps %g%s%s", ch->kind,
+             cJSON_IsString(cls) ? " " : "", cJSON_IsString(cls) ? cls->valuestring : "", st->op,
+             ag->num, chn_num_or(ae, 1e-5), silu ? ", fused silu" : "",
+             mid >= 0 ? ", cast to float first" : "");
+    return 1;
+}
+
+/* A hand-written problem: op_type, input names, shapes. */
+static int gn_from_op_type(const kiln_problem *p, kiln_match *m, char *why, size_t wl) {
+    const char *op = p->op_type ? p->op_type : "";
+    int silu = !strcmp(op, "group_norm_silu") || !strcmp(op, "groupnorm_silu");
+    if (!silu && strcmp(op, "group_norm") && strcmp(op, "groupnorm")) {
+        snprintf(why, wl, "no \"kiln\" object and op_type '%s' is not group_norm[_silu]", op);
+        return 0;
+    }
+    int x = chn_input_named(p, CHN_X_NAMES, -1);
+    for (int i = 0; x < 0 && i < p->n_inputs; i++)
+        if (!p->inputs[i].is_scalar && p->inputs[i].ndim >= 2)
+            x = i;
+    if (x < 0 || p->n_outputs < 1) {
+        snprintf(why, wl, "no [N, C, ...] input or no output");
+        return 0;
+    }
+    double G = 0;
+    static const char *const g_axes[] = {"num_groups", "groups", "group", "G", NULL};
+    for (int k = 0; g_axes[k] && G == 0; k++) {
+        int a = kiln_problem_axis_index(p, g_axes[k]);
+        if (a >= 0 && p->axes[a].kind == KILN_AXIS_CONST)
+            G = (double)p->axes[a].value;
+    }
+    if (p->n_outputs == 3) {
+        m->output_of_role[GN_MEAN] = 1, m->output_of_role[GN_RSTD] = 2;
+        if (G == 0 && p->n_workloads > 0 && p->outputs[1].ndim == 2) {
+            int64_t s[KILN_MAX_DIMS];
+            kiln_tensor_shape(p, &p->outputs[1], &p->workloads[0], s);
+            G = (double)s[1];
+        }
+    } else if (p->n_outputs != 1) {
+        snprintf(why, wl, "%d outputs: expected y, or y, mean and rstd", p->n_outputs);
+        return 0;
+    }
+    if (G < 1) {
+        snprintf(why, wl,
+                 "the number of groups is not stated (a const axis num_groups, or a "
+                 "mean output [N, groups])");
+        return 0;
+    }
+    m->output_of_role[GN_Y] = 0;
+    m->input_of_role[GN_X] = x;
+    m->input_of_role[GN_W] = chn_input_named(p, CHN_W_NAMES, 1);
+    m->input_of_role[GN_B] = chn_input_named(p, CHN_B_NAMES, 1);
+    m->input_of_role[GN_EPS] = chn_scalar_named(p, CHN_EPS_NAMES);
+    kiln_match_set(m, "groups", G);
+    kiln_match_set(m, "eps", chn_eps_from_reference(p, 1e-5));
+    kiln_match_set(m, "silu", silu);
+    kiln_match_set(m, "mid", (int)p->inputs[x].dtype);
+    snprintf(m->how, sizeof m->how, "op_type %s: %g groups, eps %s", op, G,
+             m->input_of_role[GN_EPS] >= 0 ? "from input" : "from the reference or 1e-5");
+    return 1;
+}
+
+static int gn_match(const kiln_problem *p, kiln_match *m, char *why, size_t wl) {
+    chn_chain ch;
+    int no_kiln, ok;
+    if (chn_chain_load(p, &ch, &no_kiln, why, wl))
+        ok = gn_from_chain(p, &ch, m, why, wl);
+    else
+        ok = no_kiln && gn_from_op_type(p, m, why, wl);
+    if (ok) {
+        ok = gn_validate(p, m, ch.kiln, why, wl);
+        int silu = (int)kiln_match_get(m, "silu", 0);
+        snprintf(m->variant, sizeof m->variant, "group_norm%s%s", silu ? "_silu" : "",
+                 m->output_of_role[GN_MEAN] >= 0 ? "_stats" : "");
+    }
+    chn_chain_free(&ch);
+    return ok;
+}
+
+/* What a point implies for p besides its parameters: the vector width (the widest, up to 16 bytes
+ * of x, that divides H*W in every workload: never slower for a stream, so not searched) and the
+ * shared-memory stages (the fewest that keep a CTA's slice on chip). */
+typedef struct {
+    int64_t vec, tile, stage, smem, max_m, max_per;
+} gn_geo;
+
+static void gn_geometry(const kiln_problem *p, const kiln_match *m, const int64_t *pt, gn_geo *g) {
+    const int64_t mode = pt[GP_MODE], split = pt[GP_SPLIT];
+    const int64_t sx = (int64_t)kiln_dtype_size(p->inputs[m->input_of_role[GN_X]].dtype);
+    memset(g, 0, sizeof *g);
+    g->vec = 16 / sx > 8 ? 8 : 16 / sx;
+    for (int w = 0; w < p->n_workloads; w++) {
+        gn_dims d;
+        gn_dims_of(p, m, &p->workloads[w], &d);
+        while (g->vec > 1 && d.HW % g->vec)
+            g->vec /= 2;
+        g->max_m = d.M > g->max_m ? d.M : g->max_m;
+    }
+    g->tile = pt[GP_THREADS] * g->vec * pt[GP_UNROLL];
+    g->max_per =
+        chn_cdiv(chn_cdiv(g->max_m, split), g->vec) * g->vec; /* elements of a CTA's slice */
+    int64_t need = chn_cdiv(g->max_per, g->tile) - 1;
+    if (need < 0 || mode == 1 || (mode == 0 && need * g->tile * sx > GN_ROW_SMEM))
+        need = 0;
+    g->stage = need;
+    g->smem = need * g->tile * sx;
+}
+
+static const char *gn_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
+    const int64_t mode = pt[GP_MODE], split = pt[GP_SPLIT];
+    gn_geo g;
+    gn_geometry(p, m, pt, &g);
+    if ((mode == 0) != (split == 1))
+        return "GN_SPLIT: 1 is mode 0 (a CTA per row), modes 1-3 split rows over 2 or more CTAs";
+    if (mode == 3 && split > 16)
+        return "GN_MODE 3: a cluster has at most 16 CTAs";
+    if (pt[GP_THREADS] == 1024 &&
+        pt[GP_UNROLL] * g.vec * (int64_t)kiln_dtype_size(p->inputs[m->input_of_role[GN_X]].dtype) >
+            64)
+        return "GN_UNROLL: 128 bytes of tile per thread spill in the 64 registers a 1024-thread "
+               "CTA allows";
+    int64_t max_rows = 0;
+    for (int w = 0; w < p->n_workloads; w++) {
+        gn_dims d;
+        gn_dims_of(p, m, &p->workloads[w], &d);
+        if (d.M >= (INT64_C(1) << 31) || d.rows * split >= (INT64_C(1) << 31))
+            return "a group of 2^31 elements or more (32-bit offsets)";
+        max_rows = d.rows > max_rows ? d.rows : max_rows;
+    }
+    if (mode != 0 && g.max_per < pt[GP_THREADS] * g.vec)
+        return "GN_SPLIT: slices smaller than one vector per thread";
+    if ((mode == 2 || mode == 3) && g.smem > CHN_MAX_SMEM)
+        return xasprintf("!GN_MODE %lld: a slice of %lld elements does not fit on chip (one tile "
+                         "in registers and 200 KiB of shared memory); split the row further",
+                         (long long)mode, (long long)g.max_per);
+    /* dominated points, rejected so that a sample of the space is spent on points that can win:
+     * fewer CTAs than SMs while the rows could be split (further) */
+    const int64_t max_split = mode == 3 ? 16 : 128;
+    if (mode == 0 && max_rows < CHN_SMS / 2 && g.max_m >= 4 * g.tile)
+        return "GN_MODE 0: so few rows leave most SMs idle; split them (modes 1-3)";
+    if (mode != 0 && max_rows * split < CHN_SMS && split < max_split &&
+        chn_cdiv(g.max_m, 2 * split) >= pt[GP_THREADS] * g.vec)
+        return "GN_SPLIT: fewer CTAs than SMs while a finer split is possible";
+    return NULL;
+}
+
+/* #defines of the problem's variant (types and flags), for CUDA or C. */
+static void gn_variant_defines(chn_buf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
+    const int x = m->input_of_role[GN_X], w = m->input_of_role[GN_W], bi = m->input_of_role[GN_B];
+    const int y = m->output_of_role[GN_Y], mo = m->output_of_role[GN_MEAN];
+    kiln_dtype tw = w >= 0 ? p->inputs[w].dtype : KILN_F32;
+    kiln_dtype tb = bi >= 0 ? p->inputs[bi].dtype : KILN_F32;
+    kiln_dtype tm = mo >= 0 ? p->outputs[mo].dtype : KILN_F32;
+    if (cuda) {
+        chn_buf_add(b,
+                    "#define GN_TX %s\n#define GN_TY %s\n#define GN_TW %s\n#define GN_TB %s\n"
+                    "#define GN_TM %s\n",
+                    chn_cuda_type(p->inputs[x].dtype), chn_cuda_type(p->outputs[y].dtype),
+                    chn_cuda_type(tw), chn_cuda_type(tb), chn_cuda_type(tm));
+    } else {
+        chn_cpu_type_defines(b, "GN", "X", p->inputs[x].dtype, 0);
+        chn_cpu_type_defines(b, "GN", "W", tw, 0);
+        chn_cpu_type_defines(b, "GN", "B", tb, 0);
+        chn_cpu_type_defines(b, "GN", "Y", p->outputs[y].dtype, 1);
+        chn_cpu_type_defines(b, "GN", "M", tm, 1);
+    }
+    chn_buf_add(b,
+                "#define GN_HAS_W %d\n#define GN_HAS_B %d\n#define GN_HAS_STATS %d\n"
+                "#define GN_SILU %d\n#define GN_MID %d\n",
+                w >= 0, bi >= 0, mo >= 0, (int)kiln_match_get(m, "silu", 0),
+                chn_mid_code((kiln_dtype)kiln_match_get(m, "mid", KILN_F32)));
+}
+
+/* The arguments every body takes after x: w, b, y, mean, rstd, N, C, HW, G, eps. */
+static void gn_body_args(chn_buf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
+    chn_ptr_arg(b, p, m->input_of_role[GN_W], -1, "const GN_TW *");
+    chn_buf_add(b, ", ");
+    chn_ptr_arg(b, p, m->input_of_role[GN_B], -1, "const GN_TB *");
+    chn_buf_add(b, ", ");
+    chn_ptr_arg(b, p, -1, m->output_of_role[GN_Y], "GN_TY *");
+    chn_buf_add(b, ", ");
+    chn_ptr_arg(b, p, -1, m->output_of_role[GN_MEAN], "GN_TM *");
+    chn_buf_add(b, ", ");
+    chn_ptr_arg(b, p, -1, m->output_of_role[GN_RSTD], "GN_TM *");
+    const char *ll = cuda ? "long long" : "int64_t";
+    chn_buf_add(b, ", (%s)%s, (%s)%s, (%s)%s, %d, ", ll, m->rows_expr, ll, m->extra_expr[0], ll,
+                m->cols_expr, (int)kiln_match_get(m, "groups", 1));
+    if (m->input_of_role[GN_EPS] >= 0)
+        chn_buf_add(b, "(float)%s", p->inputs[m->input_of_role[GN_EPS]].name);
+    else
+        chn_buf_add(b, "(float)%.17g", kiln_match_get(m, "eps", 1e-5));
+}
+
+static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
+    const kiln_family *f = &kiln_family_groupnorm;
+    const int mode = (int)pt[GP_MODE], G = (int)kiln_match_get(m, "groups", 1);
+    const char *x = p->inputs[m->input_of_role[GN_X]].name;
+    chn_buf b = {0};
+    kiln_signature sig;
+    kiln_abi_signature(p, cuda && (mode == 1 || mode == 2), cuda, &sig);
+    if (!cuda) {
+        gn_variant_defines(&b, p, m, 0);
+        chn_buf_add(&b, "// kiln: launch gn_cpu\n%s\nvoid gn_cpu(",
+                    kiln_family_template("groupnorm_cpu.c"));
+        chn_params_of(&sig, &b);
+        chn_buf_add(&b, ") {\n    gn_cpu_run(%s, ", x);
+        gn_body_args(&b, p, m, 0);
+        chn_buf_add(&b, ");\n}\n");
+        return chn_with_banner(f, m, pt, 0, &b);
+    }
+    const int64_t threads = pt[GP_THREADS], split = pt[GP_SPLIT];
+    gn_geo g;
+    gn_geometry(p, m, pt, &g);
+    char *defs = kiln_family_defines(f, pt);
+    chn_buf_add(&b, "%s#define GN_VEC %lld\n#define GN_STAGE %lld\n", defs, (long long)g.vec,
+                (long long)g.stage);
+    free(defs);
+    gn_variant_defines(&b, p, m, 1);
+    const long long smem = (long long)g.smem;
+    char rows[300];
+    snprintf(rows, sizeof rows, "%s*%d", m->rows_expr, G);
+    switch (mode) {
+    case 0:
+        chn_buf_add(&b, "// kiln: launch gn_main grid=%s block=%lld smem=%lld\n", rows,
+                    (long long)threads, smem);
+        break;
+    case 1:
+        chn_buf_add(&b,
+                    "// kiln: scratch 16*%s*%lld\n"
+                    "// kiln: launch gn_partial grid=%s*%lld block=%lld\n"
+                    "// kiln: launch gn_apply grid=%s*%lld block=%lld\n",
+                    rows, (long long)split, rows, (long long)split, (long long)threads, rows,
+                    (long long)split, (long long)threads);
+        break;
+    case 2:
+        chn_buf_add(&b,
+                    "// kiln: scratch 16*%s*%lld+4*%s+16\n"
+                    "// kiln: launch gn_main grid=%s*%lld block=%lld smem=%lld\n",
+                    rows, (long long)split, rows, rows, (long long)split, (long long)threads, smem);
+        break;
+    default:
+        chn_buf_add(&b, "// kiln: launch gn_main grid=%s*%lld block=%lld smem=%lld cluster=%lld\n",
+                    rows, (long long)split, (long long)threads, smem, (long long)split);
+        break;
+    }
+    chn_buf_add(&b, "%s\n", kiln_family_template("groupnorm.cu"));
+    static const char *const body[] = {"gn_rows_body", "gn_apply_body", "gn_coop_body",
+                                       "gn_cluster_body"};
+    if (mode == 1) {
+        chn_buf_add(&b, "extern \"C\" __global__ void __launch_bounds__(GN_THREADS) gn_partial(");
+        chn_params_of(&sig, &b);
+        chn_buf_add(&b,
+                    ") {\n    gn_partial_body(%s, (long long)%s, (long long)%s, (long long)%s, %d, "
+                    "kiln_scratch);\n}\n\n",
+                    x, m->rows_expr, m->extra_expr[0], m->cols_expr, G);
+    }
+    chn_buf_add(&b, "extern \"C\" __global__ void __launch_bounds__(GN_THREADS, GN_MIN_BLOCKS) %s(",
+                mode == 1 ? "gn_apply" : "gn_main");
+    chn_params_of(&sig, &b);
+    chn_buf_add(&b, ") {\n    %s(%s, ", body[mode], x);
+    gn_body_args(&b, p, m, 1);
+    chn_buf_add(&b, "%s);\n}\n", mode == 1 || mode == 2 ? ", kiln_scratch" : "");
+    return chn_with_banner(f, m, pt, 1, &b);
+}
+
+static double gn_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
+    /* statistics 3, normalisation 2, the tile's second pass 3; SiLU ~6 more */
+    return chn_flops_per_element(p, m, w, kiln_match_get(m, "silu", 0) ? 14 : 8);
+}
+
+const kiln_family kiln_family_groupnorm = {
+    .name = "groupnorm",
+    .summary = "group norm over [N, C, *] (native_group_norm), fused SiLU; rows split for batch 1",
+    .n_params = 4,
+    .params =
+        {
+            {"GN_MODE",
+             4,
+             {0, 1, 2, 3},
+             "0 a CTA per row; 1 GN_SPLIT CTAs per row, two launches (x read twice); 2 GN_SPLIT "
+             "CTAs per row with slices on chip meeting at a row counter; 3 a cluster of GN_SPLIT"},
+            {"GN_SPLIT", 8, {1, 2, 4, 8, 16, 32, 64, 128}, "CTAs per row (1: mode 0)"},
+            {"GN_THREADS", 3, {256, 512, 1024}, "threads per CTA"},
+            {"GN_UNROLL", 3, {2, 4, 8}, "16-byte vectors per thread per tile: its loads in flight"},
+        },
+    .match = gn_match,
+    .check = gn_check,
+    .emit = gn_emit,
+    .min_bytes = chn_min_bytes,
+    .flops = gn_flops,
+    .tolerance = chn_tolerance,
+};
