@@ -134,10 +134,10 @@ fuzz-smoke: $(FUZZ_BIN)
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 format:
-	clang-format -i $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*')
+	clang-format -i $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*' -not -path 'tests/data/*')
 
 format-check:
-	clang-format --dry-run -Werror $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*')
+	clang-format --dry-run -Werror $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*' -not -path 'tests/data/*')
 
 clean:
 	rm -rf $(BUILD)

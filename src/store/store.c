@@ -434,9 +434,10 @@ static int check_header(const char *path, int read_only, kiln_err *err) {
         return read_only
                    ? kiln_errf(err, KILN_ERR_FORMAT, "%s is not a kiln store (empty file)", path)
                    : KILN_OK;
-    /* The content is left to SQLite (SQLITE_NOTADB, SQLITE_CORRUPT): opening and closing a descriptor of
-     * the database file here would drop every POSIX lock this process holds on it through another
-     * connection, after which a writer may checkpoint and delete the WAL under a live reader. */
+    /* The content is left to SQLite (SQLITE_NOTADB, SQLITE_CORRUPT): opening and closing a
+     * descriptor of the database file here would drop every POSIX lock this process holds on it
+     * through another connection, after which a writer may checkpoint and delete the WAL under a
+     * live reader. */
     return KILN_OK;
 }
 

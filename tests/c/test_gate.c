@@ -1,4 +1,5 @@
-/* test_gate.c: the gate's element checks (poison, unwritten, NaN policy, tolerance) and the SOL score. */
+/* test_gate.c: the gate's element checks (poison, unwritten, NaN policy, tolerance) and the SOL
+ * score. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -87,7 +88,8 @@ static void test_matching_infinities_and_nans_pass(void **state) {
 
 static void test_zeros_fail_on_small_reference(void **state) {
     (void)state;
-    /* Every element is within atol of zero: only the relative L2 test catches an all-zero answer. */
+    /* Every element is within atol of zero: only the relative L2 test catches an all-zero answer.
+     */
     float ref[8], out[8] = {0};
     for (int i = 0; i < 8; i++)
         ref[i] = 1e-6f * (float)(i + 1);
