@@ -465,11 +465,21 @@ int kiln_store_open(const char *run_dir, int read_only, kiln_store **out, kiln_e
         goto fail;
     if (!read_only) {
         char mode[32];
-        rc = query_text(s, "PRAGMA journal_mode", mode, sizeof mode, "reading the journal mode",
-                        err);
-        if (!rc && strcmp(mode, "wal") != 0)
-            rc = query_text(s, "PRAGMA journal_mode = WAL", mode, sizeof mode,
-                            "switching to WAL mode", err);
+        /* Several processes may create the store at once. Switching the journal mode escalates a
+         * shared lock to an exclusive one, and SQLite answers SQLITE_BUSY at once, without its busy
+         * handler, when two connections try that together (it would deadlock otherwise): retry. */
+        for (int attempt = 0;; attempt++) {
+            rc = query_text(s, "PRAGMA journal_mode", mode, sizeof mode, "reading the journal mode",
+                            err);
+            if (!rc && strcmp(mode, "wal") != 0)
+                rc = query_text(s, "PRAGMA journal_mode = WAL", mode, sizeof mode,
+                                "switching to WAL mode", err);
+            int busy = (sqlite3_errcode(s->db) & 0xff) == SQLITE_BUSY ||
+                       (sqlite3_errcode(s->db) & 0xff) == SQLITE_LOCKED;
+            if (!rc || !busy || attempt >= 200)
+                break;
+            usleep(50000);
+        }
         if (!rc && strcmp(mode, "wal") != 0)
             rc = kiln_errf(err, KILN_ERR_IO, "%s: cannot switch to WAL mode (journal mode '%s')",
                            s->path, mode);
