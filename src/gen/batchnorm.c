@@ -306,13 +306,14 @@ static const char *bn_check(const kiln_problem *p, const kiln_match *m, const in
     return NULL;
 }
 
-static void bn_variant_defines(chn_buf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
+static void bn_variant_defines(kiln_strbuf *b, const kiln_problem *p, const kiln_match *m,
+                               int cuda) {
     static const char *const roles[] = {"X", "W", "B", "RM", "RV", "R"};
     for (int r = BN_X; r <= BN_R; r++) {
         int i = m->input_of_role[r];
         kiln_dtype t = i >= 0 ? p->inputs[i].dtype : KILN_F32;
         if (cuda)
-            chn_buf_add(b, "#define BN_T%s %s\n", roles[r], chn_cuda_type(t));
+            kiln_strbuf_printf(b, "#define BN_T%s %s\n", roles[r], chn_cuda_type(t));
         else
             chn_cpu_type_defines(b, "BN", roles[r], t, 0);
     }
@@ -320,84 +321,87 @@ static void bn_variant_defines(chn_buf *b, const kiln_problem *p, const kiln_mat
     kiln_dtype ty = p->outputs[m->output_of_role[BN_Y]].dtype;
     kiln_dtype ts = so >= 0 ? p->outputs[so].dtype : KILN_F32;
     if (cuda) {
-        chn_buf_add(b, "#define BN_TY %s\n#define BN_TS %s\n", chn_cuda_type(ty),
-                    chn_cuda_type(ts));
+        kiln_strbuf_printf(b, "#define BN_TY %s\n#define BN_TS %s\n", chn_cuda_type(ty),
+                           chn_cuda_type(ts));
     } else {
         chn_cpu_type_defines(b, "BN", "Y", ty, 1);
         chn_cpu_type_defines(b, "BN", "S", ts, 1);
     }
-    chn_buf_add(b,
-                "#define BN_HAS_W %d\n#define BN_HAS_B %d\n#define BN_ADD %d\n#define BN_RELU %d\n"
-                "#define BN_SAVE %d\n#define BN_MID %d\n",
-                m->input_of_role[BN_W] >= 0, m->input_of_role[BN_B] >= 0,
-                m->input_of_role[BN_R] >= 0, (int)kiln_match_get(m, "relu", 0), so >= 0,
-                chn_mid_code((kiln_dtype)kiln_match_get(m, "mid", KILN_F32)));
+    kiln_strbuf_printf(
+        b,
+        "#define BN_HAS_W %d\n#define BN_HAS_B %d\n#define BN_ADD %d\n#define BN_RELU %d\n"
+        "#define BN_SAVE %d\n#define BN_MID %d\n",
+        m->input_of_role[BN_W] >= 0, m->input_of_role[BN_B] >= 0, m->input_of_role[BN_R] >= 0,
+        (int)kiln_match_get(m, "relu", 0), so >= 0,
+        chn_mid_code((kiln_dtype)kiln_match_get(m, "mid", KILN_F32)));
 }
 
 /* x, w, b, rm, rv, r, y, save_mean, save_invstd, outer, C, inner, eps */
-static void bn_body_args(chn_buf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
+static void bn_body_args(kiln_strbuf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
     static const char *const types[] = {"const BN_TX *",  "const BN_TW *",  "const BN_TB *",
                                         "const BN_TRM *", "const BN_TRV *", "const BN_TR *"};
     for (int r = BN_X; r <= BN_R; r++) {
         chn_ptr_arg(b, p, m->input_of_role[r], -1, types[r]);
-        chn_buf_add(b, ", ");
+        kiln_strbuf_printf(b, ", ");
     }
     chn_ptr_arg(b, p, -1, m->output_of_role[BN_Y], "BN_TY *");
-    chn_buf_add(b, ", ");
+    kiln_strbuf_printf(b, ", ");
     chn_ptr_arg(b, p, -1, m->output_of_role[BN_SMEAN], "BN_TS *");
-    chn_buf_add(b, ", ");
+    kiln_strbuf_printf(b, ", ");
     chn_ptr_arg(b, p, -1, m->output_of_role[BN_SINV], "BN_TS *");
     const char *ll = cuda ? "long long" : "int64_t";
-    chn_buf_add(b, ", (%s)%s, (%s)%s, (%s)%s, ", ll, m->rows_expr, ll, m->extra_expr[0], ll,
-                m->cols_expr);
+    kiln_strbuf_printf(b, ", (%s)%s, (%s)%s, (%s)%s, ", ll, m->rows_expr, ll, m->extra_expr[0], ll,
+                       m->cols_expr);
     if (m->input_of_role[BN_EPS] >= 0)
-        chn_buf_add(b, "(float)%s", p->inputs[m->input_of_role[BN_EPS]].name);
+        kiln_strbuf_printf(b, "(float)%s", p->inputs[m->input_of_role[BN_EPS]].name);
     else
-        chn_buf_add(b, "(float)%.17g", kiln_match_get(m, "eps", 1e-5));
+        kiln_strbuf_printf(b, "(float)%.17g", kiln_match_get(m, "eps", 1e-5));
 }
 
 static char *bn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
     const kiln_family *f = &kiln_family_batchnorm;
-    chn_buf b = {0};
+    kiln_strbuf b = {0};
     kiln_signature sig;
     kiln_abi_signature(p, 0, cuda, &sig);
     if (!cuda) {
         bn_variant_defines(&b, p, m, 0);
-        chn_buf_add(&b, "// kiln: launch bn_cpu\n%s\nvoid bn_cpu(",
-                    kiln_family_template("batchnorm_cpu.c"));
+        kiln_strbuf_printf(&b, "// kiln: launch bn_cpu\n%s\nvoid bn_cpu(",
+                           kiln_family_template("batchnorm_cpu.c"));
         chn_params_of(&sig, &b);
-        chn_buf_add(&b, ") {\n    bn_cpu_run(");
+        kiln_strbuf_printf(&b, ") {\n    bn_cpu_run(");
         bn_body_args(&b, p, m, 0);
-        chn_buf_add(&b, ");\n}\n");
+        kiln_strbuf_printf(&b, ");\n}\n");
         return chn_with_banner(f, m, pt, 0, &b);
     }
     const int64_t mode = pt[BP_MODE], threads = pt[BP_THREADS], grid = pt[BP_GRID];
     const int64_t vec = bn_vec(p, m, mode), tile = threads * vec * pt[BP_UNROLL];
     char *defs = kiln_family_defines(f, pt);
-    chn_buf_add(&b, "%s#define BN_VEC %lld\n", defs, (long long)vec);
+    kiln_strbuf_printf(&b, "%s#define BN_VEC %lld\n", defs, (long long)vec);
     free(defs);
     bn_variant_defines(&b, p, m, 1);
     const char *outer = m->rows_expr, *C = m->extra_expr[0], *inner = m->cols_expr;
     char tiles[900];
     snprintf(tiles, sizeof tiles, "ceil_div(%s*%s*%s,%lld)", outer, C, inner, (long long)tile);
     if (mode == 1)
-        chn_buf_add(&b, "// kiln: launch bn_main grid=(%s*%s,ceil_div(%s,%lld)) block=%lld\n",
-                    outer, C, inner, (long long)tile, (long long)threads);
+        kiln_strbuf_printf(&b,
+                           "// kiln: launch bn_main grid=(%s*%s,ceil_div(%s,%lld)) block=%lld\n",
+                           outer, C, inner, (long long)tile, (long long)threads);
     else if (grid == 0)
-        chn_buf_add(&b, "// kiln: launch bn_main grid=%s block=%lld", tiles, (long long)threads);
+        kiln_strbuf_printf(&b, "// kiln: launch bn_main grid=%s block=%lld", tiles,
+                           (long long)threads);
     else
-        chn_buf_add(&b, "// kiln: launch bn_main grid=min(%s,%lld) block=%lld", tiles,
-                    (long long)(CHN_SMS * grid), (long long)threads);
+        kiln_strbuf_printf(&b, "// kiln: launch bn_main grid=min(%s,%lld) block=%lld", tiles,
+                           (long long)(CHN_SMS * grid), (long long)threads);
     if (mode == 0)
-        chn_buf_add(&b, " smem=%s*8\n", C);
+        kiln_strbuf_printf(&b, " smem=%s*8\n", C);
     else if (mode == 2)
-        chn_buf_add(&b, "\n");
-    chn_buf_add(&b, "%s\n", kiln_family_template("batchnorm.cu"));
-    chn_buf_add(&b, "extern \"C\" __global__ void __launch_bounds__(BN_THREADS) bn_main(");
+        kiln_strbuf_printf(&b, "\n");
+    kiln_strbuf_printf(&b, "%s\n", kiln_family_template("batchnorm.cu"));
+    kiln_strbuf_printf(&b, "extern \"C\" __global__ void __launch_bounds__(BN_THREADS) bn_main(");
     chn_params_of(&sig, &b);
-    chn_buf_add(&b, ") {\n    bn_run(");
+    kiln_strbuf_printf(&b, ") {\n    bn_run(");
     bn_body_args(&b, p, m, 1);
-    chn_buf_add(&b, ");\n}\n");
+    kiln_strbuf_printf(&b, ");\n}\n");
     return chn_with_banner(f, m, pt, 1, &b);
 }
 

@@ -30,24 +30,6 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
- * A growable string. */
-
-void chn_buf_add(chn_buf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        b->cap = 2 * (b->len + (size_t)n + 1);
-        b->s = xrealloc(b->s, b->cap);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-/* ---------------------------------------------------------------------------------------------
  * The op chain of a problem. */
 
 /* Positional parameter names of the overloads the patterns use; keyword arguments land by name. */
@@ -516,7 +498,7 @@ int chn_mid_code(kiln_dtype t) {
 }
 
 /* C (cpu) type, load-to-float and store-from-float spellings of a dtype. */
-void chn_cpu_type_defines(chn_buf *b, const char *prefix, const char *role, kiln_dtype t,
+void chn_cpu_type_defines(kiln_strbuf *b, const char *prefix, const char *role, kiln_dtype t,
                           int store) {
     const char *ty = t == KILN_BF16 ? "kiln_bf16" : t == KILN_F16 ? "kiln_f16" : "float";
     const char *ld = t == KILN_BF16  ? "kiln_bf16_to_float"
@@ -525,8 +507,9 @@ void chn_cpu_type_defines(chn_buf *b, const char *prefix, const char *role, kiln
     const char *st = t == KILN_BF16  ? "kiln_float_to_bf16"
                      : t == KILN_F16 ? "kiln_float_to_f16"
                                      : "";
-    chn_buf_add(b, "#define %s_T%s %s\n", prefix, role, ty);
-    chn_buf_add(b, "#define %s_%s%s(v) %s(v)\n", prefix, store ? "S" : "L", role, store ? st : ld);
+    kiln_strbuf_printf(b, "#define %s_T%s %s\n", prefix, role, ty);
+    kiln_strbuf_printf(b, "#define %s_%s%s(v) %s(v)\n", prefix, store ? "S" : "L", role,
+                       store ? st : ld);
 }
 
 /* Sizes of tensor t in every workload must agree with dimension d of tensor u. */
@@ -658,25 +641,25 @@ const char *const CHN_B_NAMES[] = {"bias", "beta", "b", NULL};
 const char *const CHN_EPS_NAMES[] = {"eps", "epsilon", NULL};
 
 /* The parameter list of an entry point (CUDA or C types) from the problem's ABI signature. */
-void chn_params_of(const kiln_signature *sig, chn_buf *b) {
+void chn_params_of(const kiln_signature *sig, kiln_strbuf *b) {
     for (int i = 0; i < sig->n; i++)
-        chn_buf_add(b, "%s%s %s", i ? ", " : "", sig->p[i].c_type, sig->p[i].name);
+        kiln_strbuf_printf(b, "%s%s %s", i ? ", " : "", sig->p[i].c_type, sig->p[i].name);
 }
 
 /* A pointer argument: the problem's tensor for a role, or a typed null. */
-void chn_ptr_arg(chn_buf *b, const kiln_problem *p, int in_index, int out_index,
+void chn_ptr_arg(kiln_strbuf *b, const kiln_problem *p, int in_index, int out_index,
                  const char *null_type) {
     if (in_index >= 0)
-        chn_buf_add(b, "%s", p->inputs[in_index].name);
+        kiln_strbuf_printf(b, "%s", p->inputs[in_index].name);
     else if (out_index >= 0)
-        chn_buf_add(b, "%s", p->outputs[out_index].name);
+        kiln_strbuf_printf(b, "%s", p->outputs[out_index].name);
     else
-        chn_buf_add(b, "(%s)0", null_type);
+        kiln_strbuf_printf(b, "(%s)0", null_type);
 }
 
 /* The whole candidate: banner over the body (CPU banners name no parameters: they do not apply). */
 char *chn_with_banner(const kiln_family *f, const kiln_match *m, const int64_t *pt, int cuda,
-                      chn_buf *body) {
+                      kiln_strbuf *body) {
     kiln_family bare = *f;
     if (!cuda)
         bare.n_params = 0;

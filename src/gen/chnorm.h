@@ -16,14 +16,6 @@ extern const kiln_family kiln_family_groupnorm, kiln_family_batchnorm;
  * shaped less well). */
 #define CHN_SMS 132
 
-/* ---- a growable string ---- */
-typedef struct {
-    char *s;
-    size_t len, cap;
-} chn_buf;
-
-void chn_buf_add(chn_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* ---- the op chain of a problem ---- */
 
 enum { ARG_ABSENT, ARG_INPUT, ARG_VALUE, ARG_NUM, ARG_BOOL, ARG_NULL, ARG_TEXT };
@@ -84,7 +76,7 @@ const char *chn_cuda_type(kiln_dtype t); /* "float", "__nv_bfloat16", "__half" *
 int chn_mid_code(kiln_dtype t);          /* the templates' *_MID: 0 fp32, 1 bf16, 2 fp16 */
 /* "#define PREFIX_T<ROLE> type" and "#define PREFIX_L<ROLE>(v)" (load to float) or, with store,
  * "PREFIX_S<ROLE>(v)" (store from float) for the cpu templates. */
-void chn_cpu_type_defines(chn_buf *b, const char *prefix, const char *role, kiln_dtype t,
+void chn_cpu_type_defines(kiln_strbuf *b, const char *prefix, const char *role, kiln_dtype t,
                           int store);
 
 /* Dimension dt of t equals dimension du of u in every workload; the whole shapes do. */
@@ -117,14 +109,14 @@ extern const char *const CHN_X_NAMES[], *const CHN_W_NAMES[], *const CHN_B_NAMES
 /* ---- emitting ---- */
 
 /* "type name, type name, ..." of an entry point from the problem's ABI signature. */
-void chn_params_of(const kiln_signature *sig, chn_buf *b);
+void chn_params_of(const kiln_signature *sig, kiln_strbuf *b);
 /* A pointer argument: input in_index's name, else output out_index's, else "(null_type)0". */
-void chn_ptr_arg(chn_buf *b, const kiln_problem *p, int in_index, int out_index,
+void chn_ptr_arg(kiln_strbuf *b, const kiln_problem *p, int in_index, int out_index,
                  const char *null_type);
 /* The candidate: the banner over body, then body (which it frees). CPU banners name no
  * parameters: they do not apply, and identical sources let sweep dedupe them. */
 char *chn_with_banner(const kiln_family *f, const kiln_match *m, const int64_t *pt, int cuda,
-                      chn_buf *body);
+                      kiln_strbuf *body);
 
 /* ---- the family interface's shared parts ---- */
 double chn_flops_per_element(const kiln_problem *p, const kiln_match *m, const kiln_workload *w,

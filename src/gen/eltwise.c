@@ -74,27 +74,6 @@ extern const kiln_family kiln_family_eltwise;
 
 /* ---- small helpers ---- */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-} elt_sb;
-
-static void sb_printf(elt_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(elt_sb *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        b->cap = 2 * (b->len + (size_t)n + 1) + 256;
-        b->s = xrealloc(b->s, b->cap);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 static void fmt_into(char *out, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void fmt_into(char *out, size_t n, const char *fmt, ...) {
@@ -1298,7 +1277,7 @@ static void op_expr(const elt_val *x, const char *a, const char *b, char *out, s
 /* Straight-line code computing every live op value from the lane's operands: the inputs are
  * already in `elt_v<id>` (or are scalars/constants), each op becomes `float elt_v<id> = ...;`
  * rounded to its dtype. */
-static void emit_ops(elt_sb *b, const kiln_problem *p, const elt_chain *ch, int cuda,
+static void emit_ops(kiln_strbuf *b, const kiln_problem *p, const elt_chain *ch, int cuda,
                      const char *indent) {
     int used[ELT_MAX_VALUES] = {0}; /* an operand of another live op */
     for (int v = 0; v < ch->n; v++)
@@ -1326,7 +1305,7 @@ static void emit_ops(elt_sb *b, const kiln_problem *p, const elt_chain *ch, int 
                             : x->dtype == KILN_BF16 ? "elt_rbf"
                             : x->dtype == KILN_F16  ? "elt_rhf"
                                                     : "";
-        sb_printf(b, "%sconst float elt_v%d = %s(%s);\n", indent, v, round, rhs);
+        kiln_strbuf_printf(b, "%sconst float elt_v%d = %s(%s);\n", indent, v, round, rhs);
     }
 }
 
@@ -1352,27 +1331,27 @@ static int stride_var(const char *stride) {
 
 /* Offsets `elt_o<i>` of every read input for element `e` in `idx` arithmetic: coordinates over
  * the merged dims (none to compute for one dim), then one multiply-add per dim an input walks. */
-static void emit_offsets(elt_sb *b, const elt_shape *sh, const char *idx, const char *indent) {
+static void emit_offsets(kiln_strbuf *b, const elt_shape *sh, const char *idx, const char *indent) {
     if (sh->D == 1) {
-        sb_printf(b, "%sconst %s elt_c0 = elt_e;\n", indent, idx);
+        kiln_strbuf_printf(b, "%sconst %s elt_c0 = elt_e;\n", indent, idx);
     } else {
-        sb_printf(b, "%s%s elt_t = elt_e;\n", indent, idx);
+        kiln_strbuf_printf(b, "%s%s elt_t = elt_e;\n", indent, idx);
         for (int g = sh->D - 1; g > 0; g--)
-            sb_printf(b, "%sconst %s elt_c%d = elt_t %% elt_n%d;\n%selt_t /= elt_n%d;\n", indent,
-                      idx, g, g, indent, g);
-        sb_printf(b, "%sconst %s elt_c0 = elt_t;\n", indent, idx);
+            kiln_strbuf_printf(b, "%sconst %s elt_c%d = elt_t %% elt_n%d;\n%selt_t /= elt_n%d;\n",
+                               indent, idx, g, g, indent, g);
+        kiln_strbuf_printf(b, "%sconst %s elt_c0 = elt_t;\n", indent, idx);
     }
     for (int i = 0; i < sh->n_in; i++) {
-        sb_printf(b, "%sconst %s elt_o%d = 0", indent, idx, i);
+        kiln_strbuf_printf(b, "%sconst %s elt_o%d = 0", indent, idx, i);
         for (int g = 0; g < sh->D; g++) {
             if (!strcmp(sh->stride[i][g], "1"))
-                sb_printf(b, " + elt_c%d", g);
+                kiln_strbuf_printf(b, " + elt_c%d", g);
             else if (stride_var(sh->stride[i][g]))
-                sb_printf(b, " + elt_c%d * elt_st%d_%d", g, i, g);
+                kiln_strbuf_printf(b, " + elt_c%d * elt_st%d_%d", g, i, g);
         }
-        sb_printf(b, ";\n");
+        kiln_strbuf_printf(b, ";\n");
     }
-    sb_printf(b, "%s(void)elt_c0;\n", indent);
+    kiln_strbuf_printf(b, "%s(void)elt_c0;\n", indent);
 }
 
 static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
@@ -1384,106 +1363,113 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
     KILN_ASSERT(vec >= 1); /* check() accepted the point */
     const int idx64 = sh->total_max + threads * unroll * vec * 2 > ((int64_t)1 << 31);
     const char *idx = "elt_idx";
-    elt_sb b = {0};
+    kiln_strbuf b = {0};
     char *defs = kiln_family_defines(&kiln_family_eltwise, pt);
-    sb_printf(&b, "%s#define ELT_VEC %lld\n#define ELT_IDX64 %d\n#define ELT_CHAIN_DEFINED 1\n",
-              defs, (long long)vec, idx64);
+    kiln_strbuf_printf(
+        &b, "%s#define ELT_VEC %lld\n#define ELT_IDX64 %d\n#define ELT_CHAIN_DEFINED 1\n", defs,
+        (long long)vec, idx64);
     free(defs);
     if (grid == 0)
-        sb_printf(&b, "// kiln: launch elt_kernel grid=ceil_div(%s,%lld) block=%lld\n", sh->total,
-                  (long long)(threads * unroll * vec), (long long)threads);
+        kiln_strbuf_printf(&b, "// kiln: launch elt_kernel grid=ceil_div(%s,%lld) block=%lld\n",
+                           sh->total, (long long)(threads * unroll * vec), (long long)threads);
     else
-        sb_printf(&b, "// kiln: launch elt_kernel grid=min(%lld,ceil_div(%s,%lld)) block=%lld\n",
-                  (long long)(grid * ELT_SMS), sh->total, (long long)(threads * unroll * vec),
-                  (long long)threads);
-    sb_printf(&b, "%s", kiln_family_template("eltwise.cu"));
+        kiln_strbuf_printf(
+            &b, "// kiln: launch elt_kernel grid=min(%lld,ceil_div(%s,%lld)) block=%lld\n",
+            (long long)(grid * ELT_SMS), sh->total, (long long)(threads * unroll * vec),
+            (long long)threads);
+    kiln_strbuf_printf(&b, "%s", kiln_family_template("eltwise.cu"));
     /* the chain */
-    sb_printf(&b, "\nstruct elt_chain {\n");
+    kiln_strbuf_printf(&b, "\nstruct elt_chain {\n");
     for (int i = 0; i < sh->n_in; i++) {
         kiln_dtype t = p->inputs[sh->in_idx[i]].dtype;
-        sb_printf(&b, "    const %s *__restrict__ in%d;\n", cuda_type(t), i);
+        kiln_strbuf_printf(&b, "    const %s *__restrict__ in%d;\n", cuda_type(t), i);
         if (sh->inner_bcast[i])
-            sb_printf(&b, "    %s r%d[ELT_UNROLL];\n", cuda_type(t), i);
+            kiln_strbuf_printf(&b, "    %s r%d[ELT_UNROLL];\n", cuda_type(t), i);
         else
-            sb_printf(&b, "    elt_raw<ELT_VEC * %zu>::t r%d[ELT_UNROLL];\n", kiln_dtype_size(t),
-                      i);
+            kiln_strbuf_printf(&b, "    elt_raw<ELT_VEC * %zu>::t r%d[ELT_UNROLL];\n",
+                               kiln_dtype_size(t), i);
         for (int g = 0; g < sh->D; g++)
             if (stride_var(sh->stride[i][g]))
-                sb_printf(&b, "    %s elt_st%d_%d;\n", idx, i, g);
+                kiln_strbuf_printf(&b, "    %s elt_st%d_%d;\n", idx, i, g);
     }
     for (int o = 0; o < p->n_outputs; o++)
-        sb_printf(&b, "    %s *__restrict__ out%d;\n", cuda_type(p->outputs[o].dtype), o);
+        kiln_strbuf_printf(&b, "    %s *__restrict__ out%d;\n", cuda_type(p->outputs[o].dtype), o);
     for (int g = 1; g < sh->D; g++)
-        sb_printf(&b, "    %s elt_n%d;\n", idx, g);
+        kiln_strbuf_printf(&b, "    %s elt_n%d;\n", idx, g);
     for (int i = 0; i < p->n_inputs; i++)
         if (p->inputs[i].is_scalar)
-            sb_printf(&b, "    float sc_%s;\n", p->inputs[i].name);
+            kiln_strbuf_printf(&b, "    float sc_%s;\n", p->inputs[i].name);
     /* load(u, e) */
-    sb_printf(&b, "    __device__ __forceinline__ void load(int u, %s elt_e) {\n", idx);
+    kiln_strbuf_printf(&b, "    __device__ __forceinline__ void load(int u, %s elt_e) {\n", idx);
     emit_offsets(&b, sh, idx, "        ");
     for (int i = 0; i < sh->n_in; i++) {
         kiln_dtype t = p->inputs[sh->in_idx[i]].dtype;
         if (sh->inner_bcast[i])
-            sb_printf(&b, "        r%d[u] = elt_ldb(in%d + elt_o%d);\n", i, i, i);
+            kiln_strbuf_printf(&b, "        r%d[u] = elt_ldb(in%d + elt_o%d);\n", i, i, i);
         else
-            sb_printf(&b, "        r%d[u] = elt_ld<ELT_VEC * %zu>(in%d + elt_o%d);\n", i,
-                      kiln_dtype_size(t), i, i);
+            kiln_strbuf_printf(&b, "        r%d[u] = elt_ld<ELT_VEC * %zu>(in%d + elt_o%d);\n", i,
+                               kiln_dtype_size(t), i, i);
     }
-    sb_printf(&b, "    }\n");
+    kiln_strbuf_printf(&b, "    }\n");
     /* compute_store(u, e) */
-    sb_printf(&b, "    __device__ __forceinline__ void compute_store(int u, %s elt_e) {\n", idx);
+    kiln_strbuf_printf(&b, "    __device__ __forceinline__ void compute_store(int u, %s elt_e) {\n",
+                       idx);
     for (int o = 0; o < p->n_outputs; o++)
-        sb_printf(&b, "        elt_raw<ELT_VEC * %zu>::t w%d;\n",
-                  kiln_dtype_size(p->outputs[o].dtype), o);
-    sb_printf(&b, "#pragma unroll\n        for (int k = 0; k < ELT_VEC; k++) {\n");
+        kiln_strbuf_printf(&b, "        elt_raw<ELT_VEC * %zu>::t w%d;\n",
+                           kiln_dtype_size(p->outputs[o].dtype), o);
+    kiln_strbuf_printf(&b, "#pragma unroll\n        for (int k = 0; k < ELT_VEC; k++) {\n");
     for (int i = 0; i < sh->n_in; i++) {
         kiln_dtype t = p->inputs[sh->in_idx[i]].dtype;
         if (sh->inner_bcast[i])
-            sb_printf(&b, "            const float elt_v%d = elt_f(r%d[u]);\n", sh->in_val[i], i);
+            kiln_strbuf_printf(&b, "            const float elt_v%d = elt_f(r%d[u]);\n",
+                               sh->in_val[i], i);
         else
-            sb_printf(&b,
-                      "            const float elt_v%d = elt_f(reinterpret_cast<const %s "
-                      "*>(&r%d[u])[k]);\n",
-                      sh->in_val[i], cuda_type(t), i);
+            kiln_strbuf_printf(&b,
+                               "            const float elt_v%d = elt_f(reinterpret_cast<const %s "
+                               "*>(&r%d[u])[k]);\n",
+                               sh->in_val[i], cuda_type(t), i);
     }
     emit_ops(&b, p, ch, 1, "            ");
     for (int o = 0; o < p->n_outputs; o++)
-        sb_printf(&b, "            reinterpret_cast<%s *>(&w%d)[k] = elt_to<%s>(elt_v%d);\n",
-                  cuda_type(p->outputs[o].dtype), o, cuda_type(p->outputs[o].dtype),
-                  ch->out_val[o]);
-    sb_printf(&b, "        }\n");
+        kiln_strbuf_printf(
+            &b, "            reinterpret_cast<%s *>(&w%d)[k] = elt_to<%s>(elt_v%d);\n",
+            cuda_type(p->outputs[o].dtype), o, cuda_type(p->outputs[o].dtype), ch->out_val[o]);
+    kiln_strbuf_printf(&b, "        }\n");
     for (int o = 0; o < p->n_outputs; o++)
-        sb_printf(&b, "        elt_st<ELT_VEC * %zu>(out%d + elt_e, w%d);\n",
-                  kiln_dtype_size(p->outputs[o].dtype), o, o);
-    sb_printf(&b, "    }\n");
+        kiln_strbuf_printf(&b, "        elt_st<ELT_VEC * %zu>(out%d + elt_e, w%d);\n",
+                           kiln_dtype_size(p->outputs[o].dtype), o, o);
+    kiln_strbuf_printf(&b, "    }\n");
     /* scalar(e): one element, the tail of a flat output */
-    sb_printf(&b, "    __device__ __forceinline__ void scalar(%s elt_e) {\n", idx);
+    kiln_strbuf_printf(&b, "    __device__ __forceinline__ void scalar(%s elt_e) {\n", idx);
     emit_offsets(&b, sh, idx, "        ");
     for (int i = 0; i < sh->n_in; i++)
-        sb_printf(&b, "        const float elt_v%d = elt_f(in%d[elt_o%d]);\n", sh->in_val[i], i, i);
+        kiln_strbuf_printf(&b, "        const float elt_v%d = elt_f(in%d[elt_o%d]);\n",
+                           sh->in_val[i], i, i);
     emit_ops(&b, p, ch, 1, "        ");
     for (int o = 0; o < p->n_outputs; o++)
-        sb_printf(&b, "        out%d[elt_e] = elt_to<%s>(elt_v%d);\n", o,
-                  cuda_type(p->outputs[o].dtype), ch->out_val[o]);
-    sb_printf(&b, "    }\n};\n\n");
+        kiln_strbuf_printf(&b, "        out%d[elt_e] = elt_to<%s>(elt_v%d);\n", o,
+                           cuda_type(p->outputs[o].dtype), ch->out_val[o]);
+    kiln_strbuf_printf(&b, "    }\n};\n\n");
     /* the entry point */
     char *proto = entry_prototype(p, 1, threads);
-    sb_printf(&b, "%s {\n    elt_chain elt_obj;\n", proto);
+    kiln_strbuf_printf(&b, "%s {\n    elt_chain elt_obj;\n", proto);
     free(proto);
     for (int i = 0; i < sh->n_in; i++) {
-        sb_printf(&b, "    elt_obj.in%d = %s;\n", i, p->inputs[sh->in_idx[i]].name);
+        kiln_strbuf_printf(&b, "    elt_obj.in%d = %s;\n", i, p->inputs[sh->in_idx[i]].name);
         for (int g = 0; g < sh->D; g++)
             if (stride_var(sh->stride[i][g]))
-                sb_printf(&b, "    elt_obj.elt_st%d_%d = (%s)(%s);\n", i, g, idx, sh->stride[i][g]);
+                kiln_strbuf_printf(&b, "    elt_obj.elt_st%d_%d = (%s)(%s);\n", i, g, idx,
+                                   sh->stride[i][g]);
     }
     for (int o = 0; o < p->n_outputs; o++)
-        sb_printf(&b, "    elt_obj.out%d = %s;\n", o, p->outputs[o].name);
+        kiln_strbuf_printf(&b, "    elt_obj.out%d = %s;\n", o, p->outputs[o].name);
     for (int g = 1; g < sh->D; g++)
-        sb_printf(&b, "    elt_obj.elt_n%d = (%s)(%s);\n", g, idx, sh->size[g]);
+        kiln_strbuf_printf(&b, "    elt_obj.elt_n%d = (%s)(%s);\n", g, idx, sh->size[g]);
     for (int i = 0; i < p->n_inputs; i++)
         if (p->inputs[i].is_scalar)
-            sb_printf(&b, "    elt_obj.sc_%s = (float)%s;\n", p->inputs[i].name, p->inputs[i].name);
-    sb_printf(&b, "    elt_drive(elt_obj, (%s)(%s));\n}\n", idx, sh->total);
+            kiln_strbuf_printf(&b, "    elt_obj.sc_%s = (float)%s;\n", p->inputs[i].name,
+                               p->inputs[i].name);
+    kiln_strbuf_printf(&b, "    elt_drive(elt_obj, (%s)(%s));\n}\n", idx, sh->total);
     char *banner = kiln_family_banner(&kiln_family_eltwise, m, pt, b.s);
     char *src = xasprintf("%s%s", banner, b.s);
     free(banner);
@@ -1501,66 +1487,71 @@ static const char *cpu_store(kiln_dtype t) {
 static char *emit_cpu(const kiln_problem *p, const kiln_match *m, const elt_problem *ep) {
     const elt_chain *ch = &ep->ch;
     const elt_shape *sh = &ep->sh;
-    elt_sb b = {0};
-    sb_printf(&b, "// cpu: the GPU parameters do not apply\n%s",
-              kiln_family_template("eltwise_cpu.c"));
+    kiln_strbuf b = {0};
+    kiln_strbuf_printf(&b, "// cpu: the GPU parameters do not apply\n%s",
+                       kiln_family_template("eltwise_cpu.c"));
     char *proto = entry_prototype(p, 0, 0);
-    sb_printf(&b, "\n// kiln: launch elt_kernel\n%s {\n", proto);
+    kiln_strbuf_printf(&b, "\n// kiln: launch elt_kernel\n%s {\n", proto);
     free(proto);
-    sb_printf(&b, "    const int64_t elt_total = %s;\n", sh->total);
+    kiln_strbuf_printf(&b, "    const int64_t elt_total = %s;\n", sh->total);
     const char *ind;
     if (sh->D == 1) {
-        sb_printf(&b,
-                  "#pragma omp parallel for simd schedule(static) if (elt_total > "
-                  "ELT_CPU_PAR_MIN)\n    for (int64_t elt_e = 0; elt_e < elt_total; elt_e++) {\n");
+        kiln_strbuf_printf(
+            &b, "#pragma omp parallel for simd schedule(static) if (elt_total > "
+                "ELT_CPU_PAR_MIN)\n    for (int64_t elt_e = 0; elt_e < elt_total; elt_e++) {\n");
         for (int i = 0; i < sh->n_in; i++)
-            sb_printf(&b, "        const int64_t elt_o%d = elt_e * (%s);\n", i, sh->stride[i][0]);
+            kiln_strbuf_printf(&b, "        const int64_t elt_o%d = elt_e * (%s);\n", i,
+                               sh->stride[i][0]);
         ind = "        ";
     } else {
         const int D = sh->D;
         for (int g = 0; g < D; g++)
-            sb_printf(&b, "    const int64_t elt_n%d = %s;\n", g, sh->size[g]);
+            kiln_strbuf_printf(&b, "    const int64_t elt_n%d = %s;\n", g, sh->size[g]);
         for (int i = 0; i < sh->n_in; i++)
             for (int g = 0; g < D; g++)
-                sb_printf(&b, "    const int64_t elt_st%d_%d = %s;\n", i, g, sh->stride[i][g]);
-        sb_printf(&b,
-                  "#pragma omp parallel for schedule(static) if (elt_total > ELT_CPU_PAR_MIN)\n"
-                  "    for (int64_t elt_r = 0; elt_r < elt_total / elt_n%d; elt_r++) {\n"
-                  "        int64_t elt_t = elt_r;\n",
-                  D - 1);
+                kiln_strbuf_printf(&b, "    const int64_t elt_st%d_%d = %s;\n", i, g,
+                                   sh->stride[i][g]);
+        kiln_strbuf_printf(
+            &b,
+            "#pragma omp parallel for schedule(static) if (elt_total > ELT_CPU_PAR_MIN)\n"
+            "    for (int64_t elt_r = 0; elt_r < elt_total / elt_n%d; elt_r++) {\n"
+            "        int64_t elt_t = elt_r;\n",
+            D - 1);
         for (int g = D - 2; g > 0; g--)
-            sb_printf(
+            kiln_strbuf_printf(
                 &b,
                 "        const int64_t elt_c%d = elt_t %% elt_n%d;\n        elt_t /= elt_n%d;\n", g,
                 g, g);
-        sb_printf(&b, "        const int64_t elt_c0 = elt_t;\n");
+        kiln_strbuf_printf(&b, "        const int64_t elt_c0 = elt_t;\n");
         for (int i = 0; i < sh->n_in; i++) {
-            sb_printf(&b, "        const int64_t elt_b%d = 0", i);
+            kiln_strbuf_printf(&b, "        const int64_t elt_b%d = 0", i);
             for (int g = 0; g < D - 1; g++)
-                sb_printf(&b, " + elt_c%d * elt_st%d_%d", g, i, g);
-            sb_printf(&b, ";\n");
+                kiln_strbuf_printf(&b, " + elt_c%d * elt_st%d_%d", g, i, g);
+            kiln_strbuf_printf(&b, ";\n");
         }
-        sb_printf(&b,
-                  "#pragma omp simd\n        for (int64_t elt_j = 0; elt_j < elt_n%d; elt_j++) "
-                  "{\n            const int64_t elt_e = elt_r * elt_n%d + elt_j;\n",
-                  D - 1, D - 1);
+        kiln_strbuf_printf(
+            &b,
+            "#pragma omp simd\n        for (int64_t elt_j = 0; elt_j < elt_n%d; elt_j++) "
+            "{\n            const int64_t elt_e = elt_r * elt_n%d + elt_j;\n",
+            D - 1, D - 1);
         for (int i = 0; i < sh->n_in; i++)
-            sb_printf(&b, "            const int64_t elt_o%d = elt_b%d + elt_j * elt_st%d_%d;\n", i,
-                      i, i, D - 1);
+            kiln_strbuf_printf(
+                &b, "            const int64_t elt_o%d = elt_b%d + elt_j * elt_st%d_%d;\n", i, i, i,
+                D - 1);
         ind = "            ";
     }
     for (int i = 0; i < sh->n_in; i++) {
         const kiln_tensor_spec *t = &p->inputs[sh->in_idx[i]];
-        sb_printf(&b, "%sconst float elt_v%d = %s(%s[elt_o%d]);\n", ind, sh->in_val[i],
-                  cpu_load(t->dtype), t->name, i);
+        kiln_strbuf_printf(&b, "%sconst float elt_v%d = %s(%s[elt_o%d]);\n", ind, sh->in_val[i],
+                           cpu_load(t->dtype), t->name, i);
     }
     emit_ops(&b, p, ch, 0, ind);
     for (int o = 0; o < p->n_outputs; o++)
-        sb_printf(&b, "%s%s[elt_e] = %s(elt_v%d);\n", ind, p->outputs[o].name,
-                  cpu_store(p->outputs[o].dtype), ch->out_val[o]);
+        kiln_strbuf_printf(&b, "%s%s[elt_e] = %s(elt_v%d);\n", ind, p->outputs[o].name,
+                           cpu_store(p->outputs[o].dtype), ch->out_val[o]);
     if (sh->D > 1)
-        sb_printf(&b, "        }\n");
-    sb_printf(&b, "    }\n}\n");
+        kiln_strbuf_printf(&b, "        }\n");
+    kiln_strbuf_printf(&b, "    }\n}\n");
     int64_t first[KILN_FAMILY_MAX_PARAMS];
     kiln_family_point(&kiln_family_eltwise, 0, first);
     char *banner = kiln_family_banner(&kiln_family_eltwise, m, first, b.s);

@@ -372,18 +372,20 @@ static const char *gn_check(const kiln_problem *p, const kiln_match *m, const in
 }
 
 /* #defines of the problem's variant (types and flags), for CUDA or C. */
-static void gn_variant_defines(chn_buf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
+static void gn_variant_defines(kiln_strbuf *b, const kiln_problem *p, const kiln_match *m,
+                               int cuda) {
     const int x = m->input_of_role[GN_X], w = m->input_of_role[GN_W], bi = m->input_of_role[GN_B];
     const int y = m->output_of_role[GN_Y], mo = m->output_of_role[GN_MEAN];
     kiln_dtype tw = w >= 0 ? p->inputs[w].dtype : KILN_F32;
     kiln_dtype tb = bi >= 0 ? p->inputs[bi].dtype : KILN_F32;
     kiln_dtype tm = mo >= 0 ? p->outputs[mo].dtype : KILN_F32;
     if (cuda) {
-        chn_buf_add(b,
-                    "#define GN_TX %s\n#define GN_TY %s\n#define GN_TW %s\n#define GN_TB %s\n"
-                    "#define GN_TM %s\n",
-                    chn_cuda_type(p->inputs[x].dtype), chn_cuda_type(p->outputs[y].dtype),
-                    chn_cuda_type(tw), chn_cuda_type(tb), chn_cuda_type(tm));
+        kiln_strbuf_printf(
+            b,
+            "#define GN_TX %s\n#define GN_TY %s\n#define GN_TW %s\n#define GN_TB %s\n"
+            "#define GN_TM %s\n",
+            chn_cuda_type(p->inputs[x].dtype), chn_cuda_type(p->outputs[y].dtype),
+            chn_cuda_type(tw), chn_cuda_type(tb), chn_cuda_type(tm));
     } else {
         chn_cpu_type_defines(b, "GN", "X", p->inputs[x].dtype, 0);
         chn_cpu_type_defines(b, "GN", "W", tw, 0);
@@ -391,56 +393,56 @@ static void gn_variant_defines(chn_buf *b, const kiln_problem *p, const kiln_mat
         chn_cpu_type_defines(b, "GN", "Y", p->outputs[y].dtype, 1);
         chn_cpu_type_defines(b, "GN", "M", tm, 1);
     }
-    chn_buf_add(b,
-                "#define GN_HAS_W %d\n#define GN_HAS_B %d\n#define GN_HAS_STATS %d\n"
-                "#define GN_SILU %d\n#define GN_MID %d\n",
-                w >= 0, bi >= 0, mo >= 0, (int)kiln_match_get(m, "silu", 0),
-                chn_mid_code((kiln_dtype)kiln_match_get(m, "mid", KILN_F32)));
+    kiln_strbuf_printf(b,
+                       "#define GN_HAS_W %d\n#define GN_HAS_B %d\n#define GN_HAS_STATS %d\n"
+                       "#define GN_SILU %d\n#define GN_MID %d\n",
+                       w >= 0, bi >= 0, mo >= 0, (int)kiln_match_get(m, "silu", 0),
+                       chn_mid_code((kiln_dtype)kiln_match_get(m, "mid", KILN_F32)));
 }
 
 /* The arguments every body takes after x: w, b, y, mean, rstd, N, C, HW, G, eps. */
-static void gn_body_args(chn_buf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
+static void gn_body_args(kiln_strbuf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
     chn_ptr_arg(b, p, m->input_of_role[GN_W], -1, "const GN_TW *");
-    chn_buf_add(b, ", ");
+    kiln_strbuf_printf(b, ", ");
     chn_ptr_arg(b, p, m->input_of_role[GN_B], -1, "const GN_TB *");
-    chn_buf_add(b, ", ");
+    kiln_strbuf_printf(b, ", ");
     chn_ptr_arg(b, p, -1, m->output_of_role[GN_Y], "GN_TY *");
-    chn_buf_add(b, ", ");
+    kiln_strbuf_printf(b, ", ");
     chn_ptr_arg(b, p, -1, m->output_of_role[GN_MEAN], "GN_TM *");
-    chn_buf_add(b, ", ");
+    kiln_strbuf_printf(b, ", ");
     chn_ptr_arg(b, p, -1, m->output_of_role[GN_RSTD], "GN_TM *");
     const char *ll = cuda ? "long long" : "int64_t";
-    chn_buf_add(b, ", (%s)%s, (%s)%s, (%s)%s, %d, ", ll, m->rows_expr, ll, m->extra_expr[0], ll,
-                m->cols_expr, (int)kiln_match_get(m, "groups", 1));
+    kiln_strbuf_printf(b, ", (%s)%s, (%s)%s, (%s)%s, %d, ", ll, m->rows_expr, ll, m->extra_expr[0],
+                       ll, m->cols_expr, (int)kiln_match_get(m, "groups", 1));
     if (m->input_of_role[GN_EPS] >= 0)
-        chn_buf_add(b, "(float)%s", p->inputs[m->input_of_role[GN_EPS]].name);
+        kiln_strbuf_printf(b, "(float)%s", p->inputs[m->input_of_role[GN_EPS]].name);
     else
-        chn_buf_add(b, "(float)%.17g", kiln_match_get(m, "eps", 1e-5));
+        kiln_strbuf_printf(b, "(float)%.17g", kiln_match_get(m, "eps", 1e-5));
 }
 
 static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
     const kiln_family *f = &kiln_family_groupnorm;
     const int mode = (int)pt[GP_MODE], G = (int)kiln_match_get(m, "groups", 1);
     const char *x = p->inputs[m->input_of_role[GN_X]].name;
-    chn_buf b = {0};
+    kiln_strbuf b = {0};
     kiln_signature sig;
     kiln_abi_signature(p, cuda && (mode == 1 || mode == 2), cuda, &sig);
     if (!cuda) {
         gn_variant_defines(&b, p, m, 0);
-        chn_buf_add(&b, "// kiln: launch gn_cpu\n%s\nvoid gn_cpu(",
-                    kiln_family_template("groupnorm_cpu.c"));
+        kiln_strbuf_printf(&b, "// kiln: launch gn_cpu\n%s\nvoid gn_cpu(",
+                           kiln_family_template("groupnorm_cpu.c"));
         chn_params_of(&sig, &b);
-        chn_buf_add(&b, ") {\n    gn_cpu_run(%s, ", x);
+        kiln_strbuf_printf(&b, ") {\n    gn_cpu_run(%s, ", x);
         gn_body_args(&b, p, m, 0);
-        chn_buf_add(&b, ");\n}\n");
+        kiln_strbuf_printf(&b, ");\n}\n");
         return chn_with_banner(f, m, pt, 0, &b);
     }
     const int64_t threads = pt[GP_THREADS], split = pt[GP_SPLIT];
     gn_geo g;
     gn_geometry(p, m, pt, &g);
     char *defs = kiln_family_defines(f, pt);
-    chn_buf_add(&b, "%s#define GN_VEC %lld\n#define GN_STAGE %lld\n", defs, (long long)g.vec,
-                (long long)g.stage);
+    kiln_strbuf_printf(&b, "%s#define GN_VEC %lld\n#define GN_STAGE %lld\n", defs, (long long)g.vec,
+                       (long long)g.stage);
     free(defs);
     gn_variant_defines(&b, p, m, 1);
     const long long smem = (long long)g.smem;
@@ -448,45 +450,50 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     snprintf(rows, sizeof rows, "%s*%d", m->rows_expr, G);
     switch (mode) {
     case 0:
-        chn_buf_add(&b, "// kiln: launch gn_main grid=%s block=%lld smem=%lld\n", rows,
-                    (long long)threads, smem);
+        kiln_strbuf_printf(&b, "// kiln: launch gn_main grid=%s block=%lld smem=%lld\n", rows,
+                           (long long)threads, smem);
         break;
     case 1:
-        chn_buf_add(&b,
-                    "// kiln: scratch 16*%s*%lld\n"
-                    "// kiln: launch gn_partial grid=%s*%lld block=%lld\n"
-                    "// kiln: launch gn_apply grid=%s*%lld block=%lld\n",
-                    rows, (long long)split, rows, (long long)split, (long long)threads, rows,
-                    (long long)split, (long long)threads);
+        kiln_strbuf_printf(&b,
+                           "// kiln: scratch 16*%s*%lld\n"
+                           "// kiln: launch gn_partial grid=%s*%lld block=%lld\n"
+                           "// kiln: launch gn_apply grid=%s*%lld block=%lld\n",
+                           rows, (long long)split, rows, (long long)split, (long long)threads, rows,
+                           (long long)split, (long long)threads);
         break;
     case 2:
-        chn_buf_add(&b,
-                    "// kiln: scratch 16*%s*%lld+4*%s+16\n"
-                    "// kiln: launch gn_main grid=%s*%lld block=%lld smem=%lld\n",
-                    rows, (long long)split, rows, rows, (long long)split, (long long)threads, smem);
+        kiln_strbuf_printf(&b,
+                           "// kiln: scratch 16*%s*%lld+4*%s+16\n"
+                           "// kiln: launch gn_main grid=%s*%lld block=%lld smem=%lld\n",
+                           rows, (long long)split, rows, rows, (long long)split, (long long)threads,
+                           smem);
         break;
     default:
-        chn_buf_add(&b, "// kiln: launch gn_main grid=%s*%lld block=%lld smem=%lld cluster=%lld\n",
-                    rows, (long long)split, (long long)threads, smem, (long long)split);
+        kiln_strbuf_printf(
+            &b, "// kiln: launch gn_main grid=%s*%lld block=%lld smem=%lld cluster=%lld\n", rows,
+            (long long)split, (long long)threads, smem, (long long)split);
         break;
     }
-    chn_buf_add(&b, "%s\n", kiln_family_template("groupnorm.cu"));
+    kiln_strbuf_printf(&b, "%s\n", kiln_family_template("groupnorm.cu"));
     static const char *const body[] = {"gn_rows_body", "gn_apply_body", "gn_coop_body",
                                        "gn_cluster_body"};
     if (mode == 1) {
-        chn_buf_add(&b, "extern \"C\" __global__ void __launch_bounds__(GN_THREADS) gn_partial(");
+        kiln_strbuf_printf(
+            &b, "extern \"C\" __global__ void __launch_bounds__(GN_THREADS) gn_partial(");
         chn_params_of(&sig, &b);
-        chn_buf_add(&b,
-                    ") {\n    gn_partial_body(%s, (long long)%s, (long long)%s, (long long)%s, %d, "
-                    "kiln_scratch);\n}\n\n",
-                    x, m->rows_expr, m->extra_expr[0], m->cols_expr, G);
+        kiln_strbuf_printf(
+            &b,
+            ") {\n    gn_partial_body(%s, (long long)%s, (long long)%s, (long long)%s, %d, "
+            "kiln_scratch);\n}\n\n",
+            x, m->rows_expr, m->extra_expr[0], m->cols_expr, G);
     }
-    chn_buf_add(&b, "extern \"C\" __global__ void __launch_bounds__(GN_THREADS, GN_MIN_BLOCKS) %s(",
-                mode == 1 ? "gn_apply" : "gn_main");
+    kiln_strbuf_printf(
+        &b, "extern \"C\" __global__ void __launch_bounds__(GN_THREADS, GN_MIN_BLOCKS) %s(",
+        mode == 1 ? "gn_apply" : "gn_main");
     chn_params_of(&sig, &b);
-    chn_buf_add(&b, ") {\n    %s(%s, ", body[mode], x);
+    kiln_strbuf_printf(&b, ") {\n    %s(%s, ", body[mode], x);
     gn_body_args(&b, p, m, 1);
-    chn_buf_add(&b, "%s);\n}\n", mode == 1 || mode == 2 ? ", kiln_scratch" : "");
+    kiln_strbuf_printf(&b, "%s);\n}\n", mode == 1 || mode == 2 ? ", kiln_scratch" : "");
     return chn_with_banner(f, m, pt, 1, &b);
 }
 

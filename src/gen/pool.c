@@ -67,27 +67,6 @@ extern const kiln_family kiln_family_pool;
 
 /* ---- small helpers ---- */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-} pool_sb;
-
-static void sb_printf(pool_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(pool_sb *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        b->cap = 2 * (b->len + (size_t)n + 1) + 256;
-        b->s = xrealloc(b->s, b->cap);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 /* snprintf through a va_list: expressions are checked for length by their users, not by GCC. */
 static void fmt_into(char *out, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -621,60 +600,64 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
     const int64_t vec =
         algo == ALGO_WINDOW && mode == MODE_NCHW ? 1 : pt[P_VBYTES] / (int64_t)esize;
     KILN_ASSERT(algo >= 0 && vec >= 1); /* check() accepted the point */
-    pool_sb b = {0};
+    kiln_strbuf b = {0};
     char *defs = kiln_family_defines(&kiln_family_pool, pt);
-    sb_printf(&b,
-              "%s#define POOL_ALGO %d\n#define POOL_VEC %lld\n#define POOL_TIN %s\n#define "
-              "POOL_TOUT %s\n#define POOL_ENTRY_DEFINED 1\n",
-              defs, algo, (long long)vec, cuda_type(x->dtype), cuda_type(y->dtype));
+    kiln_strbuf_printf(
+        &b,
+        "%s#define POOL_ALGO %d\n#define POOL_VEC %lld\n#define POOL_TIN %s\n#define "
+        "POOL_TOUT %s\n#define POOL_ENTRY_DEFINED 1\n",
+        defs, algo, (long long)vec, cuda_type(x->dtype), cuda_type(y->dtype));
     free(defs);
     char call[1024];
     switch (algo) {
     case ALGO_TILE:
-        sb_printf(&b,
-                  "// kiln: launch pool_kernel grid=ceil_div(%s,%lld) block=%lld "
-                  "smem=%lld*%s*%s*%zu+16\n",
-                  N, (long long)(threads / lanes), (long long)threads, (long long)(threads / lanes),
-                  H, W, esize);
+        kiln_strbuf_printf(&b,
+                           "// kiln: launch pool_kernel grid=ceil_div(%s,%lld) block=%lld "
+                           "smem=%lld*%s*%s*%zu+16\n",
+                           N, (long long)(threads / lanes), (long long)threads,
+                           (long long)(threads / lanes), H, W, esize);
         fmt_into(call, sizeof call, "pool_tile(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s));",
                  x->name, y->name, N, H, W);
         break;
     case ALGO_DIRECT:
-        sb_printf(&b, "// kiln: launch pool_kernel grid=ceil_div(%s,%lld)*%lld block=%lld", N,
-                  (long long)(threads / lanes), (long long)split, (long long)threads);
+        kiln_strbuf_printf(&b, "// kiln: launch pool_kernel grid=ceil_div(%s,%lld)*%lld block=%lld",
+                           N, (long long)(threads / lanes), (long long)split, (long long)threads);
         if (split > 1)
-            sb_printf(&b, " cluster=%lld", (long long)split);
-        sb_printf(&b, "\n");
+            kiln_strbuf_printf(&b, " cluster=%lld", (long long)split);
+        kiln_strbuf_printf(&b, "\n");
         fmt_into(call, sizeof call, "pool_direct(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s));",
                  x->name, y->name, N, H, W);
         break;
     case ALGO_CL:
-        sb_printf(&b, "// kiln: launch pool_kernel grid=%s*ceil_div(%s,%lld)*%lld block=%lld", N, C,
-                  (long long)(threads / lanes * vec), (long long)split, (long long)threads);
+        kiln_strbuf_printf(
+            &b, "// kiln: launch pool_kernel grid=%s*ceil_div(%s,%lld)*%lld block=%lld", N, C,
+            (long long)(threads / lanes * vec), (long long)split, (long long)threads);
         if (split > 1)
-            sb_printf(&b, " cluster=%lld", (long long)split);
-        sb_printf(&b, "\n");
+            kiln_strbuf_printf(&b, " cluster=%lld", (long long)split);
+        kiln_strbuf_printf(&b, "\n");
         fmt_into(call, sizeof call, "pool_cl(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s), %s);",
                  x->name, y->name, N, H, W, C);
         break;
     default:
         if (mode == MODE_NCHW) {
-            sb_printf(&b, "// kiln: launch pool_kernel grid=ceil_div(%s*%d,%lld) block=%lld\n", N,
-                      oh * ow, (long long)threads, (long long)threads);
+            kiln_strbuf_printf(&b,
+                               "// kiln: launch pool_kernel grid=ceil_div(%s*%d,%lld) block=%lld\n",
+                               N, oh * ow, (long long)threads, (long long)threads);
             fmt_into(call, sizeof call, "pool_window_nchw(%s, %s, %s, %s, %s, %d, %d);", x->name,
                      y->name, N, H, W, oh, ow);
         } else {
-            sb_printf(&b,
-                      "// kiln: launch pool_kernel grid=ceil_div(%s*%d*(%s/%lld),%lld) "
-                      "block=%lld\n",
-                      N, oh * ow, C, (long long)vec, (long long)threads, (long long)threads);
+            kiln_strbuf_printf(&b,
+                               "// kiln: launch pool_kernel grid=ceil_div(%s*%d*(%s/%lld),%lld) "
+                               "block=%lld\n",
+                               N, oh * ow, C, (long long)vec, (long long)threads,
+                               (long long)threads);
             fmt_into(call, sizeof call, "pool_window_nhwc(%s, %s, %s, %s, %s, %s, %d, %d);",
                      x->name, y->name, N, H, W, C, oh, ow);
         }
     }
-    sb_printf(&b, "%s", kiln_family_template("pool.cu"));
+    kiln_strbuf_printf(&b, "%s", kiln_family_template("pool.cu"));
     char *proto = entry_prototype(p, 1, threads);
-    sb_printf(&b, "\n%s {\n    %s\n}\n", proto, call);
+    kiln_strbuf_printf(&b, "\n%s {\n    %s\n}\n", proto, call);
     free(proto);
     char *banner = kiln_family_banner(&kiln_family_pool, m, pt, b.s);
     char *src = xasprintf("%s%s", banner, b.s);
@@ -711,23 +694,26 @@ static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
     cpu_conv(y->dtype, &to, &lo, &so);
     (void)si;
     (void)lo;
-    pool_sb b = {0};
-    sb_printf(&b,
-              "// cpu: the GPU parameters do not apply\n#define POOL_TIN %s\n#define POOL_LOAD(v) "
-              "%s\n#define POOL_TOUT %s\n#define POOL_STORE(f) %s\n",
-              ti, li, to, so);
-    sb_printf(&b, "%s", kiln_family_template("pool_cpu.c"));
+    kiln_strbuf b = {0};
+    kiln_strbuf_printf(
+        &b,
+        "// cpu: the GPU parameters do not apply\n#define POOL_TIN %s\n#define POOL_LOAD(v) "
+        "%s\n#define POOL_TOUT %s\n#define POOL_STORE(f) %s\n",
+        ti, li, to, so);
+    kiln_strbuf_printf(&b, "%s", kiln_family_template("pool_cpu.c"));
     char *proto = entry_prototype(p, 0, 0);
-    sb_printf(&b, "\n// kiln: launch pool_kernel\n%s {\n    ", proto);
+    kiln_strbuf_printf(&b, "\n// kiln: launch pool_kernel\n%s {\n    ", proto);
     free(proto);
     if (!global)
-        sb_printf(&b, "pool_cpu_window(%s, %s, %s, %s, %s, %s, %d, %d, %d);", x->name, y->name, N,
-                  H, W, C, oh, ow, mode == MODE_NHWC);
+        kiln_strbuf_printf(&b, "pool_cpu_window(%s, %s, %s, %s, %s, %s, %d, %d, %d);", x->name,
+                           y->name, N, H, W, C, oh, ow, mode == MODE_NHWC);
     else if (mode == MODE_NHWC)
-        sb_printf(&b, "pool_cpu_cl(%s, %s, %s, (%s) * (%s), %s);", x->name, y->name, N, H, W, C);
+        kiln_strbuf_printf(&b, "pool_cpu_cl(%s, %s, %s, (%s) * (%s), %s);", x->name, y->name, N, H,
+                           W, C);
     else
-        sb_printf(&b, "pool_cpu_rows(%s, %s, %s, (%s) * (%s));", x->name, y->name, N, H, W);
-    sb_printf(&b, "\n}\n");
+        kiln_strbuf_printf(&b, "pool_cpu_rows(%s, %s, %s, (%s) * (%s));", x->name, y->name, N, H,
+                           W);
+    kiln_strbuf_printf(&b, "\n}\n");
     int64_t first[KILN_FAMILY_MAX_PARAMS];
     kiln_family_point(&kiln_family_pool, 0, first);
     char *banner = kiln_family_banner(&kiln_family_pool, m, first, b.s);

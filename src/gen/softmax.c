@@ -67,28 +67,6 @@ enum { SCALE_NONE = 0, SCALE_ARG = 1, SCALE_TENSOR = 2, SCALE_CONST = 3 };
 
 /* ---- small helpers ---- */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *piece = NULL;
-    int n = vasprintf(&piece, fmt, ap);
-    va_end(ap);
-    KILN_ASSERT(n >= 0 && piece);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        b->cap = 2 * (b->len + (size_t)n + 1);
-        b->s = xrealloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->len, piece, (size_t)n + 1);
-    b->len += (size_t)n;
-    free(piece);
-}
-
 /* The template's dtype code: 0 float32, 1 bfloat16, 2 float16, -1 anything else. */
 static int dt_code(kiln_dtype t) {
     return t == KILN_F32 ? 0 : t == KILN_BF16 ? 1 : t == KILN_F16 ? 2 : -1;
@@ -899,69 +877,75 @@ static const char *smx_check(const kiln_problem *p, const kiln_match *m, const i
 /* ---- emitters ---- */
 
 /* The problem facts as #defines (shared by the CUDA and the C template). */
-static void emit_facts(sbuf *b, const kiln_match *m) {
-    sb_add(b, "#define SMX_TIN %d\n", (int)kiln_match_get(m, "tin", 0));
-    sb_add(b, "#define SMX_TOUT %d\n", (int)kiln_match_get(m, "tout", 0));
-    sb_add(b, "#define SMX_HAS_MASK %d\n", (int)kiln_match_get(m, "has_mask", 0));
-    sb_add(b, "#define SMX_TMASK %d\n", (int)kiln_match_get(m, "tmask", 0));
-    sb_add(b, "#define SMX_MASK_DIRECT %d\n", (int)kiln_match_get(m, "mask_direct", 0));
-    sb_add(b, "#define SMX_HAS_SCALE %d\n", (int)kiln_match_get(m, "has_scale", 0));
-    sb_add(b, "#define SMX_ROUND_SCALED %d\n", (int)kiln_match_get(m, "round_scaled", -1));
-    sb_add(b, "#define SMX_ROUND_MASKED %d\n", (int)kiln_match_get(m, "round_masked", -1));
-    sb_add(b, "#define SMX_ROUND_RESULT %d\n", (int)kiln_match_get(m, "round_result", -1));
+static void emit_facts(kiln_strbuf *b, const kiln_match *m) {
+    kiln_strbuf_printf(b, "#define SMX_TIN %d\n", (int)kiln_match_get(m, "tin", 0));
+    kiln_strbuf_printf(b, "#define SMX_TOUT %d\n", (int)kiln_match_get(m, "tout", 0));
+    kiln_strbuf_printf(b, "#define SMX_HAS_MASK %d\n", (int)kiln_match_get(m, "has_mask", 0));
+    kiln_strbuf_printf(b, "#define SMX_TMASK %d\n", (int)kiln_match_get(m, "tmask", 0));
+    kiln_strbuf_printf(b, "#define SMX_MASK_DIRECT %d\n", (int)kiln_match_get(m, "mask_direct", 0));
+    kiln_strbuf_printf(b, "#define SMX_HAS_SCALE %d\n", (int)kiln_match_get(m, "has_scale", 0));
+    kiln_strbuf_printf(b, "#define SMX_ROUND_SCALED %d\n",
+                       (int)kiln_match_get(m, "round_scaled", -1));
+    kiln_strbuf_printf(b, "#define SMX_ROUND_MASKED %d\n",
+                       (int)kiln_match_get(m, "round_masked", -1));
+    kiln_strbuf_printf(b, "#define SMX_ROUND_RESULT %d\n",
+                       (int)kiln_match_get(m, "round_result", -1));
 }
 
 /* The entry point's body: rows, cols, the mask's broadcast strides, the scale, and the call. */
-static void emit_call(sbuf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
+static void emit_call(kiln_strbuf *b, const kiln_problem *p, const kiln_match *m, int cuda) {
     const kiln_tensor_spec *x = &p->inputs[m->input_of_role[ROLE_X]];
-    sb_add(b, "    const int64_t smx_rows = %s;\n", m->rows_expr);
-    sb_add(b, "    const int64_t smx_cols = %s;\n", m->cols_expr);
-    sb_add(b, "    smx_bcast smx_mb;\n    smx_mb.n = 0;\n");
+    kiln_strbuf_printf(b, "    const int64_t smx_rows = %s;\n", m->rows_expr);
+    kiln_strbuf_printf(b, "    const int64_t smx_cols = %s;\n", m->cols_expr);
+    kiln_strbuf_printf(b, "    smx_bcast smx_mb;\n    smx_mb.n = 0;\n");
     int imask = m->input_of_role[ROLE_MASK];
     if (imask >= 0 && !kiln_match_get(m, "mask_direct", 0)) {
         const kiln_tensor_spec *mk = &p->inputs[imask];
-        sb_add(b,
-               "    {\n        int64_t smx_run = 1; /* the mask's rows per step along a dim */\n");
+        kiln_strbuf_printf(
+            b, "    {\n        int64_t smx_run = 1; /* the mask's rows per step along a dim */\n");
         int k = 0;
         for (int d = x->ndim - 2; d >= 0; d--, k++) {
             char xe[96];
             dim_expr(p, x, d, xe, sizeof xe);
             int md = d - (x->ndim - mk->ndim);
-            sb_add(b, "        smx_mb.size[%d] = %s;\n", k, xe);
+            kiln_strbuf_printf(b, "        smx_mb.size[%d] = %s;\n", k, xe);
             if (md < 0) {
-                sb_add(b, "        smx_mb.stride[%d] = 0;\n", k);
+                kiln_strbuf_printf(b, "        smx_mb.stride[%d] = 0;\n", k);
             } else {
                 char me[96];
                 dim_expr(p, mk, md, me, sizeof me);
-                sb_add(b, "        smx_mb.stride[%d] = (%s) == 1 ? 0 : smx_run;\n", k, me);
-                sb_add(b, "        smx_run *= %s;\n", me);
+                kiln_strbuf_printf(b, "        smx_mb.stride[%d] = (%s) == 1 ? 0 : smx_run;\n", k,
+                                   me);
+                kiln_strbuf_printf(b, "        smx_run *= %s;\n", me);
             }
         }
-        sb_add(b, "        (void)smx_run;\n        smx_mb.n = %d;\n    }\n", k);
+        kiln_strbuf_printf(b, "        (void)smx_run;\n        smx_mb.n = %d;\n    }\n", k);
     }
     int kind = (int)kiln_match_get(m, "scale_kind", SCALE_NONE);
     int iscale = m->input_of_role[ROLE_SCALE];
     if (kind == SCALE_ARG)
-        sb_add(b, "    const float smx_scale = (float)(%s);\n", p->inputs[iscale].name);
+        kiln_strbuf_printf(b, "    const float smx_scale = (float)(%s);\n", p->inputs[iscale].name);
     else if (kind == SCALE_TENSOR) {
         int code = (int)kiln_match_get(m, "tscale", 0);
         if (cuda)
-            sb_add(b,
-                   "    const float smx_scale = smx_dt<%d>::f32(*(const smx_dt<%d>::t *)(%s));\n",
-                   code, code, p->inputs[iscale].name);
+            kiln_strbuf_printf(
+                b, "    const float smx_scale = smx_dt<%d>::f32(*(const smx_dt<%d>::t *)(%s));\n",
+                code, code, p->inputs[iscale].name);
         else
-            sb_add(b, "    const float smx_scale = smx_get(%d, %s, 0);\n", code,
-                   p->inputs[iscale].name);
+            kiln_strbuf_printf(b, "    const float smx_scale = smx_get(%d, %s, 0);\n", code,
+                               p->inputs[iscale].name);
     } else if (kind == SCALE_CONST)
-        sb_add(b, "    const float smx_scale = %.9gf;\n", kiln_match_get(m, "scale_const", 1));
+        kiln_strbuf_printf(b, "    const float smx_scale = %.9gf;\n",
+                           kiln_match_get(m, "scale_const", 1));
     else
-        sb_add(b, "    const float smx_scale = 1.0f;\n");
-    sb_add(b,
-           "    smx_softmax((const void *)%s, %s%s%s, smx_scale, (void *)%s, smx_rows, smx_cols, "
-           "%s);\n",
-           x->name, imask >= 0 ? "(const void *)" : "", imask >= 0 ? p->inputs[imask].name : "",
-           imask >= 0 ? "" : (cuda ? "nullptr" : "NULL"), p->outputs[0].name,
-           cuda ? "smx_mb" : "&smx_mb");
+        kiln_strbuf_printf(b, "    const float smx_scale = 1.0f;\n");
+    kiln_strbuf_printf(
+        b,
+        "    smx_softmax((const void *)%s, %s%s%s, smx_scale, (void *)%s, smx_rows, smx_cols, "
+        "%s);\n",
+        x->name, imask >= 0 ? "(const void *)" : "", imask >= 0 ? p->inputs[imask].name : "",
+        imask >= 0 ? "" : (cuda ? "nullptr" : "NULL"), p->outputs[0].name,
+        cuda ? "smx_mb" : "&smx_mb");
 }
 
 static char *emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
@@ -976,38 +960,40 @@ static char *emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_m
         int64_t vs = cdiv(cols / q.vec, q.split);
         vslice_max = vs > vslice_max ? vs : vslice_max;
     }
-    sbuf b = {0};
+    kiln_strbuf b = {0};
     char *defs = kiln_family_defines(f, pt);
-    sb_add(&b, "%s", defs);
+    kiln_strbuf_printf(&b, "%s", defs);
     free(defs);
     emit_facts(&b, m);
-    sb_add(&b, "#define SMX_MAXV %lld\n",
-           (long long)(q.cache == 1 ? (cdiv(vslice_max, q.tpr) > 0 ? cdiv(vslice_max, q.tpr) : 1)
-                                    : 1));
+    kiln_strbuf_printf(&b, "#define SMX_MAXV %lld\n",
+                       (long long)(q.cache == 1
+                                       ? (cdiv(vslice_max, q.tpr) > 0 ? cdiv(vslice_max, q.tpr) : 1)
+                                       : 1));
     char groups[600];
     if (q.persist > 0)
         snprintf(groups, sizeof groups, "min(ceil_div(%s,%lld),%lld)", m->rows_expr, (long long)rpb,
                  (long long)(SMX_SMS * q.persist));
     else
         snprintf(groups, sizeof groups, "ceil_div(%s,%lld)", m->rows_expr, (long long)rpb);
-    sb_add(&b, "// kiln: launch kiln_softmax grid=%lld*%s block=%lld", (long long)q.split, groups,
-           (long long)q.threads);
+    kiln_strbuf_printf(&b, "// kiln: launch kiln_softmax grid=%lld*%s block=%lld",
+                       (long long)q.split, groups, (long long)q.threads);
     if (q.cache == 2)
-        sb_add(&b, " smem=%lld*ceil_div(ceil_div(%s/%lld,%lld)*%lld,16)*16", (long long)rpb,
-               m->cols_expr, (long long)q.vec, (long long)q.split, (long long)(q.vec * esize));
+        kiln_strbuf_printf(&b, " smem=%lld*ceil_div(ceil_div(%s/%lld,%lld)*%lld,16)*16",
+                           (long long)rpb, m->cols_expr, (long long)q.vec, (long long)q.split,
+                           (long long)(q.vec * esize));
     if (q.split > 1)
-        sb_add(&b, " cluster=%lld", (long long)q.split);
-    sb_add(&b, "\n");
+        kiln_strbuf_printf(&b, " cluster=%lld", (long long)q.split);
+    kiln_strbuf_printf(&b, "\n");
     const char *tmpl = kiln_family_template("softmax.cu");
     KILN_ASSERT(tmpl);
-    sb_add(&b, "%s\n", tmpl);
+    kiln_strbuf_printf(&b, "%s\n", tmpl);
     kiln_signature sig;
     kiln_abi_signature(p, 0, 1, &sig);
     char *proto = kiln_abi_prototype(&sig, "__launch_bounds__(SMX_THREADS) kiln_softmax", 1);
-    sb_add(&b, "%s {\n", proto);
+    kiln_strbuf_printf(&b, "%s {\n", proto);
     free(proto);
     emit_call(&b, p, m, 1);
-    sb_add(&b, "}\n");
+    kiln_strbuf_printf(&b, "}\n");
     char *banner = kiln_family_banner(f, m, pt, b.s);
     char *out = xasprintf("%s%s", banner, b.s);
     free(banner);
@@ -1017,19 +1003,19 @@ static char *emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_m
 
 /* The C source for the cpu backend: no geometry, so one source per problem (sweep dedupes it). */
 static char *emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m) {
-    sbuf b = {0};
+    kiln_strbuf b = {0};
     emit_facts(&b, m);
-    sb_add(&b, "// kiln: launch kiln_softmax\n");
+    kiln_strbuf_printf(&b, "// kiln: launch kiln_softmax\n");
     const char *tmpl = kiln_family_template("softmax_cpu.c");
     KILN_ASSERT(tmpl);
-    sb_add(&b, "%s\n", tmpl);
+    kiln_strbuf_printf(&b, "%s\n", tmpl);
     kiln_signature sig;
     kiln_abi_signature(p, 0, 0, &sig);
     char *proto = kiln_abi_prototype(&sig, "kiln_softmax", 0);
-    sb_add(&b, "%s {\n", proto);
+    kiln_strbuf_printf(&b, "%s {\n", proto);
     free(proto);
     emit_call(&b, p, m, 0);
-    sb_add(&b, "}\n");
+    kiln_strbuf_printf(&b, "}\n");
     uint64_t h = kiln_fnv1a(KILN_FNV_INIT, b.s, strlen(b.s));
     char *out = xasprintf("// Generated by kiln: family %s, variant %s\n"
                           "// params: none on cpu (the GPU geometry does not apply)\n"

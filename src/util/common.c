@@ -96,6 +96,22 @@ char *xasprintf(const char *fmt, ...) {
     return p;
 }
 
+void kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    KILN_ASSERT(n >= 0);
+    if (b->len + (size_t)n + 1 > b->cap) {
+        b->cap = 2 * (b->len + (size_t)n + 1) + 256;
+        b->s = xrealloc(b->s, b->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
 int kiln_read_file(const char *path, char **out, size_t *len_out, kiln_err *err) {
     *out = NULL;
     FILE *f = fopen(path, "rb");

@@ -55,6 +55,16 @@ char *xstrndup(const char *s, size_t n);
 /* printf into a fresh heap string. */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A growable string (generated kernel sources, JSON text): zero-initialise, append, take .s, free
+ * it. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} kiln_strbuf;
+
+/* Appends printf output; s stays NUL-terminated. */
+void kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Reads a whole file into a NUL-terminated heap buffer; *len_out (optional) gets its length. */
 int kiln_read_file(const char *path, char **out, size_t *len_out, kiln_err *err);
 /* Writes len bytes to path atomically (write to path.tmp, then rename). */
