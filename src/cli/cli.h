@@ -3,6 +3,8 @@
 #ifndef KILN_CLI_H
 #define KILN_CLI_H
 
+#include "../gate/gate.h"
+
 int kiln_cmd_eval(int argc, char **argv);
 int kiln_cmd_capture(int argc, char **argv);
 int kiln_cmd_sweep(int argc, char **argv);
@@ -16,5 +18,11 @@ int kiln_cmd_serve(int argc, char **argv);
 /* Hands the process over to `python -m MODULE` with argv[1..] (capture, run, tune): returns only
  * when the interpreter cannot be started (status 2, message printed). */
 int kiln_cli_exec_python(const char *command, const char *module, int argc, char **argv);
+
+/* The gate options several commands share (--iters, --sets, --timeout): parses value into g for the
+ * option called name. 0 when parsed, 2 after printing "kiln COMMAND: --name wants ..." on a bad
+ * value. */
+int kiln_cli_gate_option(const char *command, const char *name, const char *value,
+                         kiln_gate_options *g);
 
 #endif

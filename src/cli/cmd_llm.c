@@ -171,28 +171,16 @@ int kiln_cmd_llm_try(int argc, char **argv) {
             }
             break;
         case OPT_ITERS:
-            gate.iters = (int)strtol(optarg, &end, 10);
-            if (!optarg[0] || *end || gate.iters < 1 || gate.iters > 100000) {
-                fprintf(stderr, "kiln llm-try: --iters wants an integer in [1, 100000], got '%s'\n",
-                        optarg);
+            if (kiln_cli_gate_option("llm-try", "iters", optarg, &gate))
                 return 2;
-            }
             break;
         case OPT_SETS:
-            gate.max_sets = (int)strtol(optarg, &end, 10);
-            if (!optarg[0] || *end || gate.max_sets < 1 || gate.max_sets > 1000) {
-                fprintf(stderr, "kiln llm-try: --sets wants an integer in [1, 1000], got '%s'\n",
-                        optarg);
+            if (kiln_cli_gate_option("llm-try", "sets", optarg, &gate))
                 return 2;
-            }
             break;
         case OPT_TIMEOUT:
-            gate.timeout_s = strtod(optarg, &end);
-            if (!optarg[0] || *end || !(gate.timeout_s > 0 && gate.timeout_s <= 86400)) {
-                fprintf(stderr, "kiln llm-try: --timeout wants seconds in (0, 86400], got '%s'\n",
-                        optarg);
+            if (kiln_cli_gate_option("llm-try", "timeout", optarg, &gate))
                 return 2;
-            }
             break;
         case OPT_REF_DIR:
             ref_dir = optarg;

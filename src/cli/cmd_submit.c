@@ -566,7 +566,6 @@ int kiln_cmd_submit(int argc, char **argv) {
     int json = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char *end = NULL;
         switch (c) {
         case OPT_JSON:
             json = 1;
@@ -579,28 +578,16 @@ int kiln_cmd_submit(int argc, char **argv) {
             }
             break;
         case OPT_ITERS:
-            gate.iters = (int)strtol(optarg, &end, 10);
-            if (!optarg[0] || *end || gate.iters < 1 || gate.iters > 100000) {
-                fprintf(stderr, "kiln submit: --iters wants an integer in [1, 100000], got '%s'\n",
-                        optarg);
+            if (kiln_cli_gate_option("submit", "iters", optarg, &gate))
                 return 2;
-            }
             break;
         case OPT_SETS:
-            gate.max_sets = (int)strtol(optarg, &end, 10);
-            if (!optarg[0] || *end || gate.max_sets < 1 || gate.max_sets > 1000) {
-                fprintf(stderr, "kiln submit: --sets wants an integer in [1, 1000], got '%s'\n",
-                        optarg);
+            if (kiln_cli_gate_option("submit", "sets", optarg, &gate))
                 return 2;
-            }
             break;
         case OPT_TIMEOUT:
-            gate.timeout_s = strtod(optarg, &end);
-            if (!optarg[0] || *end || !(gate.timeout_s > 0 && gate.timeout_s <= 86400)) {
-                fprintf(stderr, "kiln submit: --timeout wants seconds in (0, 86400], got '%s'\n",
-                        optarg);
+            if (kiln_cli_gate_option("submit", "timeout", optarg, &gate))
                 return 2;
-            }
             break;
         case OPT_REF_DIR:
             ref_dir = optarg;
