@@ -52,6 +52,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Shared memory a block may use without opting in (static + dynamic). */
 #define CUDA_DEFAULT_SMEM_BYTES (48 * 1024)
@@ -410,6 +411,56 @@ static void first_error_line(const char *log, char *out, size_t cap) {
     }
 }
 
+/* The cubin cache: <cache>/cubin/<key>.cubin (docs/gate.md). NULL when KILN_CUBIN_CACHE=0. */
+static char *cubin_cache_file(const uint64_t key[2]) {
+    const char *off = getenv("KILN_CUBIN_CACHE");
+    if (off && strcmp(off, "0") == 0)
+        return NULL;
+    char *dir = kiln_cache_path("cubin");
+    char *path = xasprintf("%s/%016llx%016llx.cubin", dir, (unsigned long long)key[0],
+                           (unsigned long long)key[1]);
+    free(dir);
+    return path;
+}
+
+/* 1 when path holds a cubin (an ELF image); anything else is ignored, never trusted. */
+static int cubin_cache_read(const char *path, char **cubin, size_t *len) {
+    char *data = NULL;
+    size_t n = 0;
+    if (kiln_read_file(path, &data, &n, NULL) != KILN_OK)
+        return 0;
+    if (n < 64 || memcmp(data,
+                         "\x7f"
+                         "ELF",
+                         4) != 0) {
+        free(data);
+        return 0;
+    }
+    *cubin = data;
+    *len = n;
+    return 1;
+}
+
+/* Best effort: a cache that cannot be written costs only the next compile. */
+static void cubin_cache_write(const char *path, const char *cubin, size_t len) {
+    char *dir = xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    char *tmp = xasprintf("%s.%d.%lx", path, (int)getpid(), (unsigned long)pthread_self());
+    if (kiln_mkdirs(dir, NULL) == KILN_OK) {
+        FILE *f = fopen(tmp, "wb");
+        if (f) {
+            int ok = fwrite(cubin, 1, len, f) == len;
+            ok &= fclose(f) == 0;
+            if (!ok || rename(tmp, path) != 0)
+                unlink(tmp);
+        }
+    }
+    free(tmp);
+    free(dir);
+}
+
 int kiln_cuda_compile_only(const char *source, const char *arch, char **cubin, size_t *cubin_len,
                            char **log, kiln_err *err) {
     KILN_ASSERT(source && cubin && cubin_len);
@@ -446,12 +497,29 @@ int kiln_cuda_compile_only(const char *source, const char *arch, char **cubin, s
     for (int i = 0; i < nvrtc_n_incs; i++)
         opts[n_opts++] = nvrtc_incs[i];
 
+    /* The same source with the same options is the same cubin: agents compile a candidate (to
+     * hash its binary) before the gate loads it, and a sweep compiles on every core first. */
+    uint64_t key[2] = {KILN_FNV_INIT, 0x84222325cbf29ce4ULL};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < n_opts; i++)
+            key[k] = kiln_fnv1a(key[k], opts[i], strlen(opts[i]) + 1);
+        key[k] = kiln_fnv1a(key[k], prelude, strlen(prelude) + 1);
+        key[k] = kiln_fnv1a(key[k], source, strlen(source));
+    }
+    char *cached_path = cubin_cache_file(key);
+    if (cached_path && cubin_cache_read(cached_path, cubin, cubin_len)) {
+        free(cached_path);
+        return KILN_OK;
+    }
+
     nvrtcProgram prog = NULL;
     nvrtcResult r =
         nvrtc.nvrtcCreateProgram(&prog, source, "candidate.cu", N_SHIMS + 1, hdr_text, hdr_name);
-    if (r != NVRTC_SUCCESS)
+    if (r != NVRTC_SUCCESS) {
+        free(cached_path);
         return kiln_errf(err, KILN_ERR_BACKEND, "nvrtcCreateProgram: %s",
                          nvrtc.nvrtcGetErrorString(r));
+    }
     nvrtcResult cr = nvrtc.nvrtcCompileProgram(prog, n_opts, opts);
     size_t log_size = 0;
     char *text = NULL;
@@ -493,9 +561,12 @@ int kiln_cuda_compile_only(const char *source, const char *arch, char **cubin, s
                 *cubin = NULL;
             } else {
                 *cubin_len = n;
+                if (cached_path)
+                    cubin_cache_write(cached_path, *cubin, n);
             }
         }
     }
+    free(cached_path);
     nvrtc.nvrtcDestroyProgram(&prog);
     if (log)
         *log = text;

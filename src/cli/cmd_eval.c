@@ -1,4 +1,4 @@
-/* cmd_eval.c: `kiln eval PROBLEM_DIR KERNEL_FILE`: prove and time one candidate (docs/gate.md). */
+/* cmd_eval.c: `kiln eval PROBLEM_DIR KERNEL_FILE...`: prove and time candidates (docs/gate.md). */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <math.h>
@@ -12,10 +12,12 @@
 
 static void eval_usage(FILE *f) {
     fprintf(f,
-            "usage: kiln eval PROBLEM_DIR KERNEL_FILE [options]\n"
+            "usage: kiln eval PROBLEM_DIR KERNEL_FILE [KERNEL_FILE...] [options]\n"
             "\n"
             "Proves KERNEL_FILE (a candidate written to docs/abi.md) on every workload of the\n"
             "SOL-ExecBench problem in PROBLEM_DIR against the PyTorch reference, then times it.\n"
+            "Several kernel files go through one gate session in turn (one device context; a\n"
+            "crash or hang still costs only its own verdict); --json then prints an array.\n"
             "\n"
             "options:\n"
             "  --backend cuda|cpu   where to run (default: by extension, .cu cuda, .c cpu)\n"
@@ -126,6 +128,21 @@ static void print_table(const cJSON *r) {
     }
 }
 
+/* Prints one result (unless it goes into an array printed later); 2 when it carries an error. */
+static int report(const cJSON *result, int json, int in_array) {
+    const cJSON *error = cJSON_GetObjectItemCaseSensitive(result, "error");
+    if (cJSON_IsString(error))
+        fprintf(stderr, "kiln eval: %s\n", error->valuestring);
+    if (json && !in_array) {
+        char *s = cJSON_Print(result);
+        printf("%s\n", s);
+        free(s);
+    } else if (!json && !cJSON_IsString(error)) {
+        print_table(result);
+    }
+    return cJSON_IsString(error) ? 2 : 0;
+}
+
 int kiln_cmd_eval(int argc, char **argv) {
     enum {
         OPT_BACKEND = 256,
@@ -217,22 +234,26 @@ int kiln_cmd_eval(int argc, char **argv) {
             return 2;
         }
     }
-    if (argc - optind != 2) {
-        fprintf(stderr, "kiln eval: expected PROBLEM_DIR and KERNEL_FILE (see kiln eval --help)\n");
+    if (argc - optind < 2) {
+        fprintf(stderr,
+                "kiln eval: expected PROBLEM_DIR and KERNEL_FILE... (see kiln eval --help)\n");
         return 2;
     }
-    const char *problem_dir = argv[optind], *kernel = argv[optind + 1];
+    const char *problem_dir = argv[optind];
+    char **kernels = argv + optind + 1;
+    int n_kernels = argc - optind - 1;
     if (!backend)
-        backend = default_backend(kernel);
+        backend = default_backend(kernels[0]);
     if (!kiln_backend_find(backend)) {
         fprintf(stderr, "kiln eval: unknown backend '%s' (use cuda or cpu)\n", backend);
         return 2;
     }
     opt.backend = backend;
-    if (access(kernel, R_OK) != 0) {
-        fprintf(stderr, "kiln eval: %s: cannot read the kernel file\n", kernel);
-        return 2;
-    }
+    for (int k = 0; k < n_kernels; k++)
+        if (access(kernels[k], R_OK) != 0) {
+            fprintf(stderr, "kiln eval: %s: cannot read the kernel file\n", kernels[k]);
+            return 2;
+        }
 
     kiln_err err;
     kiln_problem *p = NULL;
@@ -259,27 +280,30 @@ int kiln_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "kiln eval: %s\n", err.msg);
         goto done;
     }
-    cJSON *result = kiln_gate_eval(p, ref, kernel, &opt);
-    const cJSON *error = cJSON_GetObjectItemCaseSensitive(result, "error");
-    if (cJSON_IsString(error)) {
-        fprintf(stderr, "kiln eval: %s\n", error->valuestring);
-        if (json) {
-            char *s = cJSON_Print(result);
-            printf("%s\n", s);
-            free(s);
-        }
-        status = 2;
-    } else {
-        if (json) {
-            char *s = cJSON_Print(result);
-            printf("%s\n", s);
-            free(s);
-        } else {
-            print_table(result);
-        }
-        status = 0;
+    status = 0;
+    if (n_kernels == 1) {
+        cJSON *result = kiln_gate_eval(p, ref, kernels[0], &opt);
+        status = report(result, json, 0);
+        cJSON_Delete(result);
+        goto done;
     }
-    cJSON_Delete(result);
+    kiln_gate_session *session = kiln_gate_session_new(&opt);
+    cJSON *all = cJSON_CreateArray();
+    for (int k = 0; k < n_kernels; k++) {
+        cJSON *result = kiln_gate_session_eval(session, p, ref, kernels[k], &opt);
+        if (!json)
+            printf("%s== %s\n", k ? "\n" : "", kernels[k]);
+        if (report(result, json, 1))
+            status = 2;
+        cJSON_AddItemToArray(all, result);
+    }
+    kiln_gate_session_free(session);
+    if (json) {
+        char *s = cJSON_Print(all);
+        printf("%s\n", s);
+        free(s);
+    }
+    cJSON_Delete(all);
 done:
     kiln_refdata_free(ref);
     kiln_problem_free(p);

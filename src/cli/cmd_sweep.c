@@ -3,13 +3,16 @@
  * and prints the table best last. Before search exists this is how a family is measured; search
  * uses the same families. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../backend/cuda_backend.h"
 #include "../gate/gate.h"
 #include "../gen/family.h"
 #include "cli.h"
@@ -24,12 +27,16 @@ static void sweep_usage(FILE *f) {
             "options:\n"
             "  --family NAME        only this family (default: every family that matches)\n"
             "  --backend cuda|cpu   default: cuda when an NVIDIA driver is present, else cpu\n"
-            "  --limit N            at most N points per family, spread evenly over the space\n"
-            "                       (default: all of them)\n"
+            "  --limit N            at most N points per family (default: all of them)\n"
+            "  --sample even|random how --limit picks them: spread evenly over the valid space\n"
+            "                       (default), or drawn uniformly at random\n"
+            "  --seed N             the random draw's seed (default 1)\n"
             "  --out DIR            where generated sources go (default: PROBLEM_DIR/kiln/sweep,\n"
             "                       or a temporary directory when that is not writable)\n"
             "  --iters N, --sets N, --timeout S, --ref-dir DIR   as for kiln eval\n"
             "  --json               one JSON object with every row\n"
+            "  --jsonl FILE         also append each row to FILE as one JSON line as soon as it\n"
+            "                       is measured (a sweep cut short keeps its rows)\n"
             "  --list               print the matching families and their spaces, run nothing\n"
             "  -h, --help           this text\n");
 }
@@ -97,6 +104,63 @@ static char *evidence_line(const cJSON *r) {
     return xstrdup("");
 }
 
+typedef struct {
+    const kiln_family *family;
+    char *params, *file, *source;
+    uint64_t hash;
+} sweep_job;
+
+typedef struct {
+    sweep_job *jobs;
+    int n;
+    int next; /* the next job to compile; under lock */
+    pthread_mutex_t lock;
+} compile_queue;
+
+static void *compile_worker(void *arg) {
+    compile_queue *q = arg;
+    for (;;) {
+        pthread_mutex_lock(&q->lock);
+        int k = q->next++;
+        pthread_mutex_unlock(&q->lock);
+        if (k >= q->n)
+            return NULL;
+        char *cubin = NULL, *log = NULL;
+        size_t len = 0;
+        /* the result lands in the cubin cache; compile errors are the gate's to report */
+        kiln_cuda_compile_only(q->jobs[k].source, getenv("KILN_CUDA_ARCH"), &cubin, &len, &log,
+                               NULL);
+        free(cubin);
+        free(log);
+    }
+}
+
+/* Compiles every job's source with NVRTC on every core, so that the gate (one candidate at a
+ * time) finds the cubins in the cache instead of compiling each in turn. */
+static void precompile(sweep_job *jobs, int n) {
+    if (n < 2 || !kiln_cuda_have_nvrtc())
+        return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_threads = cores > 1 ? (int)(cores < 32 ? cores : 32) : 1;
+    if (n_threads > n)
+        n_threads = n;
+    compile_queue q = {.jobs = jobs, .n = n, .next = 0};
+    pthread_mutex_init(&q.lock, NULL);
+    pthread_t *th = xcalloc((size_t)n_threads, sizeof *th);
+    double t0 = kiln_now_s();
+    int started = 0;
+    for (int i = 0; i < n_threads; i++)
+        started += pthread_create(&th[started], NULL, compile_worker, &q) == 0;
+    if (started == 0)
+        compile_worker(&q);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    fprintf(stderr, "kiln sweep: compiled %d sources on %d threads in %.1f s\n", n,
+            started ? started : 1, kiln_now_s() - t0);
+    free(th);
+    pthread_mutex_destroy(&q.lock);
+}
+
 int kiln_cmd_sweep(int argc, char **argv) {
     enum {
         OPT_FAMILY = 256,
@@ -108,6 +172,9 @@ int kiln_cmd_sweep(int argc, char **argv) {
         OPT_TIMEOUT,
         OPT_REF_DIR,
         OPT_JSON,
+        OPT_JSONL,
+        OPT_SAMPLE,
+        OPT_SEED,
         OPT_LIST
     };
     static const struct option longopts[] = {
@@ -120,6 +187,9 @@ int kiln_cmd_sweep(int argc, char **argv) {
         {"timeout", required_argument, 0, OPT_TIMEOUT},
         {"ref-dir", required_argument, 0, OPT_REF_DIR},
         {"json", no_argument, 0, OPT_JSON},
+        {"jsonl", required_argument, 0, OPT_JSONL},
+        {"sample", required_argument, 0, OPT_SAMPLE},
+        {"seed", required_argument, 0, OPT_SEED},
         {"list", no_argument, 0, OPT_LIST},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -128,7 +198,9 @@ int kiln_cmd_sweep(int argc, char **argv) {
     kiln_gate_options_default(&opt);
     const char *family = NULL, *backend = NULL, *out_dir = NULL, *ref_dir = NULL;
     long limit = 0;
-    int json = 0, list = 0, c;
+    int json = 0, list = 0, random_sample = 0, c;
+    uint64_t seed = 1;
+    FILE *jsonl = NULL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end = NULL;
@@ -150,6 +222,28 @@ int kiln_cmd_sweep(int argc, char **argv) {
             break;
         case OPT_LIST:
             list = 1;
+            break;
+        case OPT_JSONL:
+            if (jsonl)
+                fclose(jsonl);
+            if (!(jsonl = fopen(optarg, "a"))) {
+                fprintf(stderr, "kiln sweep: --jsonl %s: %s\n", optarg, strerror(errno));
+                return 2;
+            }
+            break;
+        case OPT_SAMPLE:
+            if (strcmp(optarg, "even") != 0 && strcmp(optarg, "random") != 0) {
+                fprintf(stderr, "kiln sweep: --sample wants even or random, got '%s'\n", optarg);
+                return 2;
+            }
+            random_sample = strcmp(optarg, "random") == 0;
+            break;
+        case OPT_SEED:
+            seed = strtoull(optarg, &end, 10);
+            if (!optarg[0] || *end) {
+                fprintf(stderr, "kiln sweep: --seed wants an integer, got '%s'\n", optarg);
+                return 2;
+            }
             break;
         case OPT_LIMIT:
             limit = strtol(optarg, &end, 10);
@@ -237,7 +331,8 @@ int kiln_cmd_sweep(int argc, char **argv) {
         kiln_problem_free(p);
         return 2;
     }
-    int status = 2;
+    int status = 2, write_failed = 0;
+    kiln_gate_session *session = NULL;
     kiln_refdata *ref = NULL;
     char *dir = NULL;
     sweep_row *rows = NULL;
@@ -269,14 +364,18 @@ int kiln_cmd_sweep(int argc, char **argv) {
         fprintf(stderr, "kiln sweep: %s\n", err.msg);
         goto done;
     }
-    uint64_t *seen = NULL;
-    int n_seen = 0;
+    /* 1. every point to run, its source written; 2. on cuda, compiled on every core (the cubin
+     * cache keeps them for the gate); 3. each through the gate, one at a time. */
+    sweep_job *jobs = NULL;
+    int n_jobs = 0;
+    uint64_t rng = seed ^ 0x9e3779b97f4a7c15ULL;
     for (int fi = 0; fi < n_match; fi++) {
         const kiln_family *f = fams[fi];
         int64_t space = kiln_family_space_size(f);
         int64_t point[KILN_FAMILY_MAX_PARAMS];
         /* The constraint predicates are cheap: list the valid points first, then take all of them
-         * or an even spread of --limit of them, so that sampling never lands on rejected points. */
+         * or --limit of them (an even spread, or uniformly at random), so that sampling never
+         * lands on rejected points. */
         int64_t *valid = xmalloc((size_t)(space > 0 ? space : 1) * sizeof *valid);
         int64_t n_valid = 0;
         for (int64_t index = 0; index < space; index++) {
@@ -290,67 +389,103 @@ int kiln_cmd_sweep(int argc, char **argv) {
             valid[n_valid++] = index;
         }
         int64_t n_points = (limit > 0 && n_valid > limit) ? limit : n_valid;
+        if (random_sample && n_points < n_valid) {
+            /* a partial Fisher-Yates shuffle: the first n_points are a uniform sample */
+            for (int64_t k = 0; k < n_points; k++) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                int64_t r = k + (int64_t)(rng % (uint64_t)(n_valid - k));
+                int64_t t = valid[k];
+                valid[k] = valid[r];
+                valid[r] = t;
+            }
+        }
         fprintf(stderr,
-                "kiln sweep: %s: %lld of %lld points satisfy the constraints; running %lld\n",
-                f->name, (long long)n_valid, (long long)space, (long long)n_points);
+                "kiln sweep: %s: %lld of %lld points satisfy the constraints; running %lld%s\n",
+                f->name, (long long)n_valid, (long long)space, (long long)n_points,
+                random_sample && n_points < n_valid ? " drawn at random" : "");
         for (int64_t k = 0; k < n_points; k++) {
-            int64_t index = valid[n_points == n_valid ? k : (k * n_valid) / n_points];
+            int64_t index =
+                valid[n_points == n_valid || random_sample ? k : (k * n_valid) / n_points];
             kiln_family_point(f, index, point);
             char *src = f->emit(p, &matches[fi], point, cuda);
             uint64_t h = kiln_fnv1a(KILN_FNV_INIT, src, strlen(src));
             int dup = 0;
-            for (int s = 0; s < n_seen; s++)
-                dup |= seen[s] == h;
+            for (int q = 0; q < n_jobs; q++)
+                dup |= jobs[q].hash == h;
             if (dup) {
                 free(src);
                 continue;
             }
-            seen = xrealloc(seen, (size_t)(n_seen + 1) * sizeof *seen);
-            seen[n_seen++] = h;
             char *file =
                 xasprintf("%s/%s-%lld.%s", dir, f->name, (long long)index, cuda ? "cu" : "c");
             if (kiln_write_file(file, src, strlen(src), &err)) {
                 fprintf(stderr, "kiln sweep: %s\n", err.msg);
                 free(src);
                 free(file);
-                free(seen);
                 free(valid);
-                goto done;
+                write_failed = 1;
+                goto jobs_done;
             }
-            free(src);
-            char *params = kiln_family_point_str(f, point);
-            fprintf(stderr, "[%s %lld/%lld] %s ... ", f->name, (long long)k + 1,
-                    (long long)n_points, params);
-            cJSON *r = kiln_gate_eval(p, ref, file, &opt);
-            if (n_rows == cap_rows) {
-                cap_rows = cap_rows ? 2 * cap_rows : 16;
-                rows = xrealloc(rows, (size_t)cap_rows * sizeof *rows);
-            }
-            sweep_row *row = &rows[n_rows++];
-            memset(row, 0, sizeof *row);
-            row->params = xasprintf("%s %s", f->name, params);
-            row->file = file;
-            const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "outcome");
-            row->outcome = xstrdup(cJSON_IsString(o) ? o->valuestring : "error");
-            row->time_us = row->gbps = row->sol_pct = row->score = NAN;
-            if (strcmp(row->outcome, "ok") == 0)
-                summarise_result(r, row);
-            row->detail = evidence_line(r);
-            fprintf(stderr, "%s", row->outcome);
-            if (!isnan(row->time_us))
-                fprintf(stderr, " %.2f us", row->time_us);
-            fprintf(stderr, "\n");
-            cJSON *jr = cJSON_CreateObject();
-            cJSON_AddStringToObject(jr, "family", f->name);
-            cJSON_AddStringToObject(jr, "params", params);
-            cJSON_AddStringToObject(jr, "file", file);
-            cJSON_AddItemToObject(jr, "result", r);
-            cJSON_AddItemToArray(jrows, jr);
-            free(params);
+            jobs = xrealloc(jobs, (size_t)(n_jobs + 1) * sizeof *jobs);
+            jobs[n_jobs++] = (sweep_job){.family = f,
+                                         .params = kiln_family_point_str(f, point),
+                                         .file = file,
+                                         .source = src,
+                                         .hash = h};
         }
         free(valid);
     }
-    free(seen);
+    if (cuda)
+        precompile(jobs, n_jobs);
+
+    session = kiln_gate_session_new(&opt);
+    for (int k = 0; k < n_jobs; k++) {
+        sweep_job *jb = &jobs[k];
+        fprintf(stderr, "[%d/%d] %s %s ... ", k + 1, n_jobs, jb->family->name, jb->params);
+        cJSON *r = kiln_gate_session_eval(session, p, ref, jb->file, &opt);
+        if (n_rows == cap_rows) {
+            cap_rows = cap_rows ? 2 * cap_rows : 16;
+            rows = xrealloc(rows, (size_t)cap_rows * sizeof *rows);
+        }
+        sweep_row *row = &rows[n_rows++];
+        memset(row, 0, sizeof *row);
+        row->params = xasprintf("%s %s", jb->family->name, jb->params);
+        row->file = xstrdup(jb->file);
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "outcome");
+        row->outcome = xstrdup(cJSON_IsString(o) ? o->valuestring : "error");
+        row->time_us = row->gbps = row->sol_pct = row->score = NAN;
+        if (strcmp(row->outcome, "ok") == 0)
+            summarise_result(r, row);
+        row->detail = evidence_line(r);
+        fprintf(stderr, "%s", row->outcome);
+        if (!isnan(row->time_us))
+            fprintf(stderr, " %.2f us", row->time_us);
+        fprintf(stderr, "\n");
+        cJSON *jr = cJSON_CreateObject();
+        cJSON_AddStringToObject(jr, "family", jb->family->name);
+        cJSON_AddStringToObject(jr, "params", jb->params);
+        cJSON_AddStringToObject(jr, "file", jb->file);
+        cJSON_AddItemToObject(jr, "result", r);
+        if (jsonl) {
+            /* one line per row as soon as it is known: a sweep cut short keeps what it measured */
+            char *line = cJSON_PrintUnformatted(jr);
+            fprintf(jsonl, "%s\n", line);
+            fflush(jsonl);
+            free(line);
+        }
+        cJSON_AddItemToArray(jrows, jr);
+    }
+jobs_done:
+    for (int k = 0; k < n_jobs; k++) {
+        free(jobs[k].params);
+        free(jobs[k].file);
+        free(jobs[k].source);
+    }
+    free(jobs);
+    if (write_failed)
+        goto done;
     qsort(rows, (size_t)n_rows, sizeof *rows, row_cmp);
     if (json) {
         char *s = cJSON_Print(all);
@@ -371,6 +506,9 @@ int kiln_cmd_sweep(int argc, char **argv) {
     }
     status = 0;
 done:
+    kiln_gate_session_free(session);
+    if (jsonl)
+        fclose(jsonl);
     for (int i = 0; i < n_rows; i++) {
         free(rows[i].params);
         free(rows[i].file);

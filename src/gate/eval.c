@@ -110,6 +110,62 @@ static kiln_tolerance output_tolerance(const kiln_problem *p, const kiln_workloa
     return kiln_tolerance_default(p->outputs[o].dtype);
 }
 
+/* The persistent gate child (kiln_gate_serve) keeps the host copies of the input sets it loaded,
+ * so that the next candidate on the same problem skips reading them again. Only on cuda: a device
+ * kernel cannot write the child's host memory, a cpu candidate could. */
+typedef struct {
+    const kiln_refset *rs;
+    kiln_st *st;
+    size_t bytes;
+} cached_set;
+
+static struct {
+    int on;
+    size_t limit, bytes;
+    int n, cap;
+    cached_set *v;
+} set_cache;
+
+static void set_cache_clear(void) {
+    for (int i = 0; i < set_cache.n; i++)
+        kiln_st_free(set_cache.v[i].st);
+    set_cache.n = 0;
+    set_cache.bytes = 0;
+}
+
+static int set_cache_open(const kiln_problem *p, int w, const kiln_refset *rs, kiln_st **out,
+                          kiln_err *err) {
+    if (!set_cache.on)
+        return kiln_refset_open(p, w, rs, out, err);
+    for (int i = 0; i < set_cache.n; i++)
+        if (set_cache.v[i].rs == rs) {
+            *out = set_cache.v[i].st;
+            return KILN_OK;
+        }
+    int rc = kiln_refset_open(p, w, rs, out, err);
+    if (rc)
+        return rc;
+    size_t bytes = 0;
+    for (int i = 0; i < kiln_st_count(*out); i++)
+        bytes += kiln_st_at(*out, i)->n_bytes;
+    if (set_cache.bytes + bytes > set_cache.limit)
+        set_cache_clear();
+    if (set_cache.n == set_cache.cap) {
+        set_cache.cap = set_cache.cap ? 2 * set_cache.cap : 16;
+        set_cache.v = xrealloc(set_cache.v, (size_t)set_cache.cap * sizeof *set_cache.v);
+    }
+    set_cache.v[set_cache.n++] = (cached_set){rs, *out, bytes};
+    set_cache.bytes += bytes;
+    return KILN_OK;
+}
+
+static void set_cache_release(kiln_st *st) {
+    for (int i = 0; set_cache.on && i < set_cache.n; i++)
+        if (set_cache.v[i].st == st)
+            return;
+    kiln_st_free(st);
+}
+
 static void set_free(ctx *c, set_state *s) {
     const kiln_problem *p = c->p;
     for (int i = 0; s->in_dev && i < p->n_inputs; i++)
@@ -126,7 +182,8 @@ static void set_free(ctx *c, set_state *s) {
     free(s->out_bytes);
     free(s->values);
     free(s->params);
-    kiln_st_free(s->host);
+    if (s->host)
+        set_cache_release(s->host);
     memset(s, 0, sizeof *s);
 }
 
@@ -138,7 +195,7 @@ static int set_load(ctx *c, const kiln_refdata *ref, int si, kiln_devptr scratch
     const kiln_workload *w = &p->workloads[c->w];
     const kiln_refset *rs = &ref->workloads[c->w].sets[si];
     memset(s, 0, sizeof *s);
-    int rc = kiln_refset_open(p, c->w, rs, &s->host, err);
+    int rc = set_cache_open(p, c->w, rs, &s->host, err);
     if (rc)
         return rc;
     s->in_dev = xcalloc((size_t)p->n_inputs, sizeof *s->in_dev);
@@ -587,53 +644,58 @@ done:
     return result;
 }
 
-kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
-                                 const char *kernel_path, const char *source,
-                                 const kiln_gate_options *opt, int fd) {
-    (void)kernel_path;
+/* Opens the backend and gets its ceilings; sends "fatal" and returns non-zero when it cannot. */
+static int gate_open(const kiln_gate_options *opt, int fd, kiln_backend **be, kiln_ceilings *ceil) {
     kiln_err err;
-    kiln_backend *be = NULL;
-    kiln_abi abi;
-    memset(&abi, 0, sizeof abi);
-    kiln_outcome result = KILN_OUTCOME_OK;
-    int cuda = strcmp(opt->backend, "cuda") == 0;
-
     send_line(fd, "phase init");
-    int rc = kiln_backend_open(opt->backend, opt->device, &be, &err);
-    if (rc)
-        return send_fatal(fd, err.msg);
-    kiln_device_info info;
-    be->ops->device_info(be, &info);
-
+    if (kiln_backend_open(opt->backend, opt->device, be, &err)) {
+        send_fatal(fd, err.msg);
+        return -1;
+    }
     send_line(fd, "phase ceilings");
-    kiln_ceilings ceil;
-    if ((rc = kiln_ceilings_get(be, &ceil, &err))) {
+    if (kiln_ceilings_get(*be, ceil, &err)) {
         char *m = xasprintf("measuring the device's ceilings failed: %s", err.msg);
         send_fatal(fd, m);
         free(m);
-        result = KILN_OUTCOME_CRASHED;
-        goto done;
+        kiln_backend_close(*be);
+        *be = NULL;
+        return -1;
     }
-    {
-        cJSON *dj = cJSON_CreateObject();
-        cJSON_AddStringToObject(dj, "name", info.name);
-        cJSON_AddStringToObject(dj, "uuid", info.uuid);
-        cJSON_AddNumberToObject(dj, "sms", info.n_sms);
-        cJSON_AddNumberToObject(dj, "l2_bytes", (double)info.l2_bytes);
-        if (cuda) {
-            char cc[16];
-            snprintf(cc, sizeof cc, "%d.%d", info.cc_major, info.cc_minor);
-            cJSON_AddStringToObject(dj, "compute_capability", cc);
-        }
-        cJSON_AddNumberToObject(dj, "ceiling_gbps", ceil.copy_gbps);
-        cJSON_AddNumberToObject(dj, "ceiling_gflops", ceil.fma_gflops);
-        send_json(fd, "device", dj);
-        cJSON_Delete(dj);
-    }
+    return 0;
+}
 
+static void send_device(int fd, kiln_backend *be, const kiln_ceilings *ceil) {
+    kiln_device_info info;
+    be->ops->device_info(be, &info);
+    cJSON *dj = cJSON_CreateObject();
+    cJSON_AddStringToObject(dj, "name", info.name);
+    cJSON_AddStringToObject(dj, "uuid", info.uuid);
+    cJSON_AddNumberToObject(dj, "sms", info.n_sms);
+    cJSON_AddNumberToObject(dj, "l2_bytes", (double)info.l2_bytes);
+    if (strcmp(be->ops->name, "cuda") == 0) {
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", info.cc_major, info.cc_minor);
+        cJSON_AddStringToObject(dj, "compute_capability", cc);
+    }
+    cJSON_AddNumberToObject(dj, "ceiling_gbps", ceil->copy_gbps);
+    cJSON_AddNumberToObject(dj, "ceiling_gflops", ceil->fma_gflops);
+    send_json(fd, "device", dj);
+    cJSON_Delete(dj);
+}
+
+/* Compiles source and proves and times it on an open backend. */
+static kiln_outcome eval_candidate(kiln_backend *be, const kiln_ceilings *ceil,
+                                   const kiln_problem *p, const kiln_refdata *ref,
+                                   const char *source, const kiln_gate_options *opt, int fd) {
+    kiln_err err;
+    kiln_abi abi;
+    memset(&abi, 0, sizeof abi);
+    kiln_outcome result = KILN_OUTCOME_OK;
+    int cuda = strcmp(be->ops->name, "cuda") == 0;
+    send_device(fd, be, ceil);
     send_line(fd, "phase compile");
     double t0 = kiln_now_s();
-    rc = kiln_abi_parse(source, cuda, &abi, &err);
+    int rc = kiln_abi_parse(source, cuda, &abi, &err);
     if (rc) {
         cJSON *ev = cJSON_CreateObject();
         cJSON_AddStringToObject(ev, "message", err.msg);
@@ -672,7 +734,7 @@ kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
     for (int pass = 0; pass < (opt->no_time ? 1 : 2); pass++)
         for (int w = 0; w < p->n_workloads && result == KILN_OUTCOME_OK; w++) {
             c.w = w;
-            result = eval_workload(&c, ref, &abi, &ceil, opt, pass);
+            result = eval_workload(&c, ref, &abi, ceil, opt, pass);
         }
     if (result == KILN_OUTCOME_OK)
         send_outcome(fd, KILN_OUTCOME_OK, cJSON_CreateObject());
@@ -681,8 +743,81 @@ kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
     be->ops->module_free(be, mod);
 done:
     kiln_abi_free(&abi);
+    return result;
+}
+
+kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
+                                 const char *kernel_path, const char *source,
+                                 const kiln_gate_options *opt, int fd) {
+    (void)kernel_path;
+    kiln_backend *be = NULL;
+    kiln_ceilings ceil;
+    if (gate_open(opt, fd, &be, &ceil))
+        return KILN_OUTCOME_CRASHED;
+    kiln_outcome result = eval_candidate(be, &ceil, p, ref, source, opt, fd);
     /* After a sticky CUDA fault the context is unusable: the caller exits this process anyway. */
     if (result != KILN_OUTCOME_CRASHED)
         kiln_backend_close(be);
     return result;
+}
+
+/* Reads one line from fd into buf (without the newline); 0 at end of file. */
+static int read_command(int fd, char *buf, size_t cap) {
+    size_t n = 0;
+    for (;;) {
+        char ch;
+        ssize_t r = read(fd, &ch, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return 0;
+        if (ch == '\n')
+            break;
+        if (n + 1 < cap)
+            buf[n++] = ch;
+    }
+    buf[n] = 0;
+    return 1;
+}
+
+void kiln_gate_serve(const kiln_gate_pair *pairs, int n_pairs, const kiln_gate_options *opt,
+                     int cmd_fd, int fd) {
+    kiln_backend *be = NULL;
+    kiln_ceilings ceil;
+    if (gate_open(opt, fd, &be, &ceil)) {
+        send_line(fd, "done");
+        return;
+    }
+    set_cache.on = strcmp(opt->backend, "cuda") == 0;
+    const char *gb = getenv("KILN_GATE_CACHE_GB");
+    set_cache.limit = (size_t)((gb && atof(gb) >= 0 ? atof(gb) : 32.0) * (1 << 30));
+    char line[8192];
+    while (read_command(cmd_fd, line, sizeof line)) {
+        /* eval PAIR ITERS WARMUP MAX_SETS SEED NO_TIME TIMEOUT PATH */
+        kiln_gate_options o = *opt;
+        int pi = -1, used = 0;
+        unsigned long long seed = 0;
+        if (sscanf(line, "eval %d %d %d %d %llu %d %lf %n", &pi, &o.iters, &o.warmup, &o.max_sets,
+                   &seed, &o.no_time, &o.timeout_s, &used) < 7 ||
+            used == 0 || pi < 0 || pi >= n_pairs) {
+            send_fatal(fd, "the gate child got a malformed command");
+            send_line(fd, "done");
+            continue;
+        }
+        o.seed = seed;
+        const char *path = line + used;
+        char *source = NULL;
+        kiln_err err;
+        kiln_outcome result;
+        if (kiln_read_file(path, &source, NULL, &err) != KILN_OK)
+            result = send_fatal(fd, err.msg);
+        else
+            result = eval_candidate(be, &ceil, pairs[pi].p, pairs[pi].ref, source, &o, fd);
+        free(source);
+        send_line(fd, "done");
+        if (result == KILN_OUTCOME_CRASHED)
+            return; /* the context may be lost: the parent starts a fresh child */
+    }
+    set_cache_clear();
+    kiln_backend_close(be);
 }

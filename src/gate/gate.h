@@ -91,6 +91,38 @@ kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
 cJSON *kiln_gate_eval(const kiln_problem *p, const kiln_refdata *ref, const char *kernel_path,
                       const kiln_gate_options *opt);
 
+/* ---- the persistent gate (isolate.c) ---- */
+
+/* A problem with its reference data, as the gate child knows them. */
+typedef struct {
+    const kiln_problem *p;
+    const kiln_refdata *ref;
+} kiln_gate_pair;
+
+/* The gate child of a session: opens the backend once, then evaluates one candidate per command
+ * line read from cmd_fd ("eval PAIR ITERS WARMUP MAX_SETS SEED NO_TIME TIMEOUT PATH") and ends each
+ * evaluation with a "done" line on fd. Returns at end of file on cmd_fd, when the backend cannot
+ * be opened, or after a crashed outcome (the process then exits: its context may be lost). */
+void kiln_gate_serve(const kiln_gate_pair *pairs, int n_pairs, const kiln_gate_options *opt,
+                     int cmd_fd, int fd);
+
+/* A gate session keeps one child (and its device context, ceilings and the host copies of the
+ * input sets) alive from one candidate to the next, where kiln_gate_eval forks one per candidate.
+ * The child is started on first use and again after any crash, timeout or fatal; a candidate that
+ * crashed or timed out in a child that had already run others is evaluated once more in a fresh
+ * child, so that a verdict never comes from damage an earlier candidate left behind. Problems and
+ * reference data passed to eval must stay alive and unchanged while the session lives. */
+typedef struct kiln_gate_session kiln_gate_session;
+
+/* backend and device come from opt; later evals may vary the other fields. */
+kiln_gate_session *kiln_gate_session_new(const kiln_gate_options *opt);
+/* As kiln_gate_eval, through the session's child; the result also says "gate_child": "fresh" or
+ * "reused". */
+cJSON *kiln_gate_session_eval(kiln_gate_session *s, const kiln_problem *p, const kiln_refdata *ref,
+                              const char *kernel_path, const kiln_gate_options *opt);
+/* Stops the child (end of file on its commands, then SIGKILL after a grace period). */
+void kiln_gate_session_free(kiln_gate_session *s);
+
 /* ---- reference data (refs.c) ---- */
 
 /* Finds the reference data for p on device ("cpu"/"cuda") or builds it with the Python helper.

@@ -15,6 +15,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@ typedef struct {
     cJSON *result;
     cJSON *workloads;
     int have_outcome;
+    int done; /* the session child's "done" line */
     char *fatal;
 } watch_state;
 
@@ -62,6 +65,8 @@ static void handle_line(watch_state *st, char *line) {
                                                    e ? e : cJSON_CreateObject());
             st->have_outcome = 1;
         }
+    } else if (strcmp(line, "done") == 0) {
+        st->done = 1;
     } else if (strcmp(line, "fatal") == 0) {
         free(st->fatal);
         st->fatal = xstrdup(rest);
@@ -146,24 +151,110 @@ static void summarise(cJSON *result, int n_workloads) {
     cJSON_ReplaceItemInObjectCaseSensitive(result, "summary", sum);
 }
 
+static void watch_init(watch_state *st, const kiln_problem *p, const char *kernel_path,
+                       const kiln_gate_options *opt) {
+    memset(st, 0, sizeof *st);
+    st->workload = -1;
+    st->result = cJSON_CreateObject();
+    cJSON_AddNumberToObject(st->result, "kiln_eval", 1);
+    cJSON_AddStringToObject(st->result, "problem", p->name);
+    cJSON_AddStringToObject(st->result, "problem_dir", p->dir);
+    cJSON_AddStringToObject(st->result, "kernel", kernel_path);
+    cJSON_AddStringToObject(st->result, "backend", opt->backend);
+    cJSON_AddNullToObject(st->result, "device");
+    cJSON_AddNullToObject(st->result, "outcome");
+    cJSON_AddNullToObject(st->result, "evidence");
+    cJSON_AddNullToObject(st->result, "compile_s");
+    st->workloads = cJSON_AddArrayToObject(st->result, "workloads");
+    cJSON_AddNullToObject(st->result, "summary");
+}
+
+/* Reads the child's lines from fd until end of file or, when until_done, its "done" line. The
+ * limit applies to the silence between two lines; on timeout the child is killed and the outcome
+ * is timeout. Returns 1 on timeout. */
+static int watch(watch_state *st, int fd, pid_t pid, const kiln_gate_options *opt, int until_done) {
+    size_t cap = 1 << 16, len = 0;
+    char *buf = xmalloc(cap);
+    int timed_out = 0;
+    double long_limit = opt->timeout_s > 120 ? opt->timeout_s : 120;
+    while (!(until_done && st->done)) {
+        int setup = st->phase[0] == 0 || strcmp(st->phase, "init") == 0 ||
+                    strcmp(st->phase, "ceilings") == 0 || strcmp(st->phase, "compile") == 0 ||
+                    strcmp(st->phase, "load") == 0;
+        double limit = setup ? long_limit : opt->timeout_s;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, (int)(limit * 1000));
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0) {
+            timed_out = 1;
+            kill(pid, SIGKILL);
+            cJSON *ev = cJSON_CreateObject();
+            add_phase(ev, st);
+            cJSON_AddNumberToObject(ev, "limit_s", limit);
+            set_outcome(st, KILN_OUTCOME_TIMEOUT, ev);
+            break;
+        }
+        if (len + 4096 > cap) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+        ssize_t got = read(fd, buf + len, cap - len - 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        len += (size_t)got;
+        char *start = buf, *nl;
+        while ((nl = memchr(start, '\n', len - (size_t)(start - buf)))) {
+            *nl = 0;
+            handle_line(st, start);
+            start = nl + 1;
+        }
+        len -= (size_t)(start - buf);
+        memmove(buf, start, len);
+    }
+    free(buf);
+    return timed_out;
+}
+
+/* The verdict when the child ended (status from waitpid) without one, the error of a fatal, and
+ * the summary. */
+static void watch_finish(watch_state *st, const kiln_problem *p, int timed_out, int status) {
+    if (!timed_out && !st->have_outcome && !st->fatal) {
+        cJSON *ev = cJSON_CreateObject();
+        add_phase(ev, st);
+        if (WIFSIGNALED(status)) {
+            cJSON_AddStringToObject(ev, "signal", signal_name(WTERMSIG(status)));
+            char *e = xasprintf("the gate child died of %s (signal %d)",
+                                signal_name(WTERMSIG(status)), WTERMSIG(status));
+            cJSON_AddStringToObject(ev, "error", e);
+            free(e);
+        } else {
+            cJSON_AddNullToObject(ev, "signal");
+            char *e = xasprintf("the gate child exited with status %d before a verdict",
+                                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+            cJSON_AddStringToObject(ev, "error", e);
+            free(e);
+        }
+        set_outcome(st, KILN_OUTCOME_CRASHED, ev);
+    }
+    if (st->fatal && !st->have_outcome)
+        cJSON_AddStringToObject(st->result, "error", st->fatal);
+    free(st->fatal);
+    st->fatal = NULL;
+    summarise(st->result, p->n_workloads);
+}
+
+static void reap(pid_t pid, int *status) {
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+    }
+}
+
 cJSON *kiln_gate_eval(const kiln_problem *p, const kiln_refdata *ref, const char *kernel_path,
                       const kiln_gate_options *opt) {
     watch_state st;
-    memset(&st, 0, sizeof st);
-    st.workload = -1;
-    st.result = cJSON_CreateObject();
-    cJSON_AddNumberToObject(st.result, "kiln_eval", 1);
-    cJSON_AddStringToObject(st.result, "problem", p->name);
-    cJSON_AddStringToObject(st.result, "problem_dir", p->dir);
-    cJSON_AddStringToObject(st.result, "kernel", kernel_path);
-    cJSON_AddStringToObject(st.result, "backend", opt->backend);
-    cJSON_AddNullToObject(st.result, "device");
-    cJSON_AddNullToObject(st.result, "outcome");
-    cJSON_AddNullToObject(st.result, "evidence");
-    cJSON_AddNullToObject(st.result, "compile_s");
-    st.workloads = cJSON_AddArrayToObject(st.result, "workloads");
-    cJSON_AddNullToObject(st.result, "summary");
-
+    watch_init(&st, p, kernel_path, opt);
     char *source = NULL;
     kiln_err err;
     if (kiln_read_file(kernel_path, &source, NULL, &err) != KILN_OK) {
@@ -197,75 +288,181 @@ cJSON *kiln_gate_eval(const kiln_problem *p, const kiln_refdata *ref, const char
     }
     close(fds[1]);
     free(source);
-
-    size_t cap = 1 << 16, len = 0;
-    char *buf = xmalloc(cap);
-    int timed_out = 0;
-    double long_limit = opt->timeout_s > 120 ? opt->timeout_s : 120;
-    for (;;) {
-        int setup = st.phase[0] == 0 || strcmp(st.phase, "init") == 0 ||
-                    strcmp(st.phase, "ceilings") == 0 || strcmp(st.phase, "compile") == 0 ||
-                    strcmp(st.phase, "load") == 0;
-        double limit = setup ? long_limit : opt->timeout_s;
-        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
-        int pr = poll(&pfd, 1, (int)(limit * 1000));
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr == 0) {
-            timed_out = 1;
-            kill(pid, SIGKILL);
-            cJSON *ev = cJSON_CreateObject();
-            add_phase(ev, &st);
-            cJSON_AddNumberToObject(ev, "limit_s", limit);
-            set_outcome(&st, KILN_OUTCOME_TIMEOUT, ev);
-            break;
-        }
-        if (len + 4096 > cap) {
-            cap *= 2;
-            buf = xrealloc(buf, cap);
-        }
-        ssize_t got = read(fds[0], buf + len, cap - len - 1);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            break;
-        len += (size_t)got;
-        char *start = buf, *nl;
-        while ((nl = memchr(start, '\n', len - (size_t)(start - buf)))) {
-            *nl = 0;
-            handle_line(&st, start);
-            start = nl + 1;
-        }
-        len -= (size_t)(start - buf);
-        memmove(buf, start, len);
-    }
-    free(buf);
+    int timed_out = watch(&st, fds[0], pid, opt, 0);
     close(fds[0]);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!timed_out && !st.have_outcome && !st.fatal) {
-        cJSON *ev = cJSON_CreateObject();
-        add_phase(ev, &st);
-        if (WIFSIGNALED(status)) {
-            cJSON_AddStringToObject(ev, "signal", signal_name(WTERMSIG(status)));
-            char *e = xasprintf("the gate child died of %s (signal %d)",
-                                signal_name(WTERMSIG(status)), WTERMSIG(status));
-            cJSON_AddStringToObject(ev, "error", e);
-            free(e);
-        } else {
-            cJSON_AddNullToObject(ev, "signal");
-            char *e = xasprintf("the gate child exited with status %d before a verdict",
-                                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-            cJSON_AddStringToObject(ev, "error", e);
-            free(e);
-        }
-        set_outcome(&st, KILN_OUTCOME_CRASHED, ev);
-    }
-    if (st.fatal && !st.have_outcome) {
-        cJSON_AddStringToObject(st.result, "error", st.fatal);
-    }
-    free(st.fatal);
-    summarise(st.result, p->n_workloads);
+    reap(pid, &status);
+    watch_finish(&st, p, timed_out, status);
     return st.result;
+}
+
+/* ---- the session ---- */
+
+struct kiln_gate_session {
+    kiln_gate_options opt;
+    char backend[16];
+    kiln_gate_pair *pairs;
+    int n_pairs, cap_pairs;
+    int n_known; /* pairs that existed when the child was forked: the child can use only these */
+    pid_t pid;   /* 0: no child */
+    int sock;
+    int evals; /* evaluations the current child has finished */
+};
+
+kiln_gate_session *kiln_gate_session_new(const kiln_gate_options *opt) {
+    kiln_gate_session *s = xcalloc(1, sizeof *s);
+    s->opt = *opt;
+    snprintf(s->backend, sizeof s->backend, "%s", opt->backend);
+    s->opt.backend = s->backend;
+    s->sock = -1;
+    return s;
+}
+
+static void session_stop(kiln_gate_session *s) {
+    if (!s->pid)
+        return;
+    close(s->sock);
+    s->sock = -1;
+    /* end of file on its commands ends the child; a child busy elsewhere is killed */
+    int status = 0;
+    for (int i = 0; i < 200; i++) {
+        pid_t r = waitpid(s->pid, &status, WNOHANG);
+        if (r == s->pid || (r < 0 && errno != EINTR))
+            break;
+        if (i == 199) {
+            kill(s->pid, SIGKILL);
+            reap(s->pid, &status);
+            break;
+        }
+        usleep(10000);
+    }
+    s->pid = 0;
+    s->evals = 0;
+}
+
+static int session_start(kiln_gate_session *s) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(sv[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        /* the other signals keep the dispositions of the caller (kiln optimize's gates ignore
+         * Ctrl-C and let the coordinator stop them in order) */
+        signal(SIGPIPE, SIG_IGN);
+        kiln_gate_serve(s->pairs, s->n_pairs, &s->opt, sv[1], sv[1]);
+        _exit(0);
+    }
+    close(sv[1]);
+    s->pid = pid;
+    s->sock = sv[0];
+    s->n_known = s->n_pairs;
+    s->evals = 0;
+    return 0;
+}
+
+/* One evaluation through the session's child; *reused says whether that child had run others. */
+static cJSON *session_eval_once(kiln_gate_session *s, int pi, const char *kernel_path,
+                                const kiln_gate_options *opt, int *reused) {
+    const kiln_problem *p = s->pairs[pi].p;
+    watch_state st;
+    watch_init(&st, p, kernel_path, opt);
+    if (!s->pid && session_start(s) != 0) {
+        cJSON_AddStringToObject(st.result, "error", "could not start the gate child");
+        return st.result;
+    }
+    *reused = s->evals > 0;
+    char *cmd =
+        xasprintf("eval %d %d %d %d %llu %d %.17g %s\n", pi, opt->iters, opt->warmup, opt->max_sets,
+                  (unsigned long long)opt->seed, opt->no_time, opt->timeout_s, kernel_path);
+    size_t len = strlen(cmd), off = 0;
+    while (off < len) {
+        ssize_t w = send(s->sock, cmd + off, len - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    free(cmd);
+    int timed_out = off == len ? watch(&st, s->sock, s->pid, opt, 1) : 0;
+    int status = 0;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(st.result, "outcome");
+    int crashed = cJSON_IsString(o) && strcmp(o->valuestring, "crashed") == 0;
+    if (st.done && !crashed && !st.fatal) {
+        s->evals++;
+    } else if (st.done) {
+        session_stop(s); /* the child exits after a crash or a fatal: wait for it */
+    } else {
+        /* killed by the watchdog, or dead: its status says how it ended */
+        if (!timed_out)
+            kill(s->pid, SIGKILL);
+        reap(s->pid, &status);
+        close(s->sock);
+        s->sock = -1;
+        s->pid = 0;
+        s->evals = 0;
+    }
+    watch_finish(&st, p, timed_out, status);
+    cJSON_AddStringToObject(st.result, "gate_child", *reused ? "reused" : "fresh");
+    return st.result;
+}
+
+cJSON *kiln_gate_session_eval(kiln_gate_session *s, const kiln_problem *p, const kiln_refdata *ref,
+                              const char *kernel_path, const kiln_gate_options *opt) {
+    if (strchr(kernel_path, '\n') || strlen(kernel_path) > 4000) {
+        watch_state st;
+        watch_init(&st, p, kernel_path, opt);
+        cJSON_AddStringToObject(st.result, "error", "the kernel path is too long or has a newline");
+        return st.result;
+    }
+    if (access(kernel_path, R_OK) != 0) {
+        watch_state st;
+        watch_init(&st, p, kernel_path, opt);
+        char *m = xasprintf("%s: cannot read: %s", kernel_path, strerror(errno));
+        cJSON_AddStringToObject(st.result, "error", m);
+        free(m);
+        return st.result;
+    }
+    int pi = -1;
+    for (int i = 0; i < s->n_pairs; i++)
+        if (s->pairs[i].p == p && s->pairs[i].ref == ref)
+            pi = i;
+    if (pi < 0) {
+        if (s->n_pairs == s->cap_pairs) {
+            s->cap_pairs = s->cap_pairs ? 2 * s->cap_pairs : 8;
+            s->pairs = xrealloc(s->pairs, (size_t)s->cap_pairs * sizeof *s->pairs);
+        }
+        s->pairs[s->n_pairs] = (kiln_gate_pair){p, ref};
+        pi = s->n_pairs++;
+    }
+    if (pi >= s->n_known)
+        session_stop(s); /* the child was forked before this problem existed */
+    int reused = 0;
+    cJSON *r = session_eval_once(s, pi, kernel_path, opt, &reused);
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "outcome");
+    if (reused && cJSON_IsString(o) &&
+        (strcmp(o->valuestring, "crashed") == 0 || strcmp(o->valuestring, "timeout") == 0)) {
+        /* an earlier candidate may have left the child damaged: ask a fresh one */
+        cJSON_Delete(r);
+        r = session_eval_once(s, pi, kernel_path, opt, &reused);
+        cJSON_AddBoolToObject(r, "retried_fresh", 1);
+    }
+    return r;
+}
+
+void kiln_gate_session_free(kiln_gate_session *s) {
+    if (!s)
+        return;
+    session_stop(s);
+    free(s->pairs);
+    free(s);
 }

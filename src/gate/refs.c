@@ -65,15 +65,7 @@ static int run_helper(const kiln_problem *p, const char *device, const char *out
 }
 
 static char *cache_dir_for(const kiln_problem *p, const char *device) {
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *base = getenv("KILN_CACHE_DIR");
-    char *root;
-    if (base && *base)
-        root = xasprintf("%s/ref", base);
-    else if (xdg && *xdg)
-        root = xasprintf("%s/kiln/ref", xdg);
-    else
-        root = xasprintf("%s/.cache/kiln/ref", getenv("HOME") ? getenv("HOME") : "/tmp");
+    char *root = kiln_cache_path("ref");
     /* Problem names come from files: keep only characters that cannot leave the cache folder. */
     char *name = xstrdup(p->name);
     for (char *s = name; *s; s++)

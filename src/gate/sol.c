@@ -227,14 +227,7 @@ done:
 }
 
 static char *cache_path(const kiln_device_info *info) {
-    const char *base = getenv("KILN_CACHE_DIR");
-    char *dir;
-    if (base && *base)
-        dir = xasprintf("%s/ceilings", base);
-    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
-        dir = xasprintf("%s/kiln/ceilings", getenv("XDG_CACHE_HOME"));
-    else
-        dir = xasprintf("%s/.cache/kiln/ceilings", getenv("HOME") ? getenv("HOME") : "/tmp");
+    char *dir = kiln_cache_path("ceilings");
     char safe[80];
     size_t k = 0;
     for (const char *s = info->uuid; *s && k + 1 < sizeof safe; s++)

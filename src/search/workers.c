@@ -617,11 +617,15 @@ static char *ensure_candidate_file(kiln_opt_ctx *c, kiln_store *s, int64_t id) {
     return path;
 }
 
+/* The gate process's session: one evaluation child that keeps the device context (and the input
+ * sets) from one candidate to the next, restarted after a crash or a hang (gate.h). */
+static kiln_gate_session *gate_session;
+
 /* Times a candidate in the re-timing: the median geomean of an ok evaluation, or -1. */
 static double retime_one(kiln_opt_ctx *c, const kiln_opt_problem *pr, const char *path, int64_t id,
                          const kiln_gate_options *opt) {
     kiln_opt_log(c, "retime %lld pid=%d", (long long)id, (int)getpid());
-    cJSON *r = kiln_gate_eval(pr->p, pr->ref, path, opt);
+    cJSON *r = kiln_gate_session_eval(gate_session, pr->p, pr->ref, path, opt);
     double t, spread, sol, score;
     int known;
     int o = kiln_opt_result_read(r, &t, &spread, &sol, &score, &known);
@@ -735,7 +739,7 @@ static void gate_once(kiln_opt_ctx *c, kiln_store *s, int worker, kiln_gate_opti
     kiln_opt_problem *pr = &c->problems[c->of_bb[sl.problem]];
     char *path = ensure_candidate_file(c, s, sl.candidate_id);
     kiln_opt_log(c, "eval %lld pid=%d", (long long)sl.candidate_id, (int)getpid());
-    cJSON *r = kiln_gate_eval(pr->p, pr->ref, path, opt);
+    cJSON *r = kiln_gate_session_eval(gate_session, pr->p, pr->ref, path, opt);
     double t, spread, sol, score;
     int known = 0;
     int outcome = kiln_opt_result_read(r, &t, &spread, &sol, &score, &known);
@@ -844,8 +848,10 @@ void kiln_opt_gate_main(kiln_opt_ctx *c, int worker) {
     kiln_store *s = worker_store(c, "gate");
     kiln_gate_options opt = c->gate_opt;
     opt.device = device;
+    gate_session = kiln_gate_session_new(&opt);
     while (!stopping(c))
         gate_once(c, s, worker, &opt);
+    kiln_gate_session_free(gate_session);
     kiln_store_close(s);
     _exit(0);
 }

@@ -208,6 +208,16 @@ uint64_t kiln_fnv1a(uint64_t h, const void *data, size_t len) {
     return h;
 }
 
+char *kiln_cache_path(const char *sub) {
+    const char *base = getenv("KILN_CACHE_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    if (base && *base)
+        return xasprintf("%s/%s", base, sub);
+    if (xdg && *xdg)
+        return xasprintf("%s/kiln/%s", xdg, sub);
+    return xasprintf("%s/.cache/kiln/%s", getenv("HOME") ? getenv("HOME") : "/tmp", sub);
+}
+
 double kiln_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -86,6 +86,10 @@ uint64_t kiln_fnv1a(uint64_t h, const void *data, size_t len);
  * directory the binary was built from. Never NULL; do not free. */
 const char *kiln_home(void);
 
+/* kiln's cache folder joined with sub ("ceilings", "ref", "cubin"): $KILN_CACHE_DIR/sub, else
+ * $XDG_CACHE_HOME/kiln/sub, else ~/.cache/kiln/sub. Caller frees; the folder may not exist yet. */
+char *kiln_cache_path(const char *sub);
+
 /* Monotonic clock in seconds. */
 double kiln_now_s(void);
 

@@ -196,6 +196,35 @@ def test_run_goes_on_after_a_crash_and_a_hang(refs):
     check_ok(good, "softmax_f32", ITERS)
 
 
+def test_one_session_evaluates_several_kernels_and_survives_crashes_and_hangs(refs):
+    """`kiln eval PROBLEM K1 K2 ...` runs every kernel through one gate session: the child that
+    holds the device is reused from one verdict to the next, a kernel that crashed or hung in a
+    reused child is judged again by a fresh one (so an earlier kernel's damage never decides), and
+    the session goes on with a fresh child afterwards."""
+    names = ["good_softmax.c", "wrong_softmax.c", "compile_error.c", "good_softmax.c",
+             "crash_softmax.c", "good_softmax.c", "loop_softmax.c", "good_softmax.c"]
+    args = ["eval", f"{PROBLEMS}/softmax_f32", *[f"{K}/{n}" for n in names], "--backend", "cpu",
+            "--json", "--ref-dir", refs / "softmax_f32-cpu", *FAST, "--timeout", 2]
+    p = run_kiln(args)
+    assert p.returncode == 0, p.stderr[-3000:]
+    results = json.loads(p.stdout)
+    assert isinstance(results, list) and len(results) == len(names), p.stdout[:2000]
+    got = [(r["outcome"], r["gate_child"], r.get("retried_fresh", False)) for r in results]
+    assert got == [
+        ("ok", "fresh", False),
+        ("mismatch", "reused", False),       # a wrong answer does not cost the child
+        ("compile_error", "reused", False),
+        ("ok", "reused", False),
+        ("crashed", "fresh", True),          # judged again by a fresh child: still a crash
+        ("ok", "fresh", False),              # a new child after the crash
+        ("timeout", "fresh", True),
+        ("ok", "fresh", False),
+    ], got
+    assert results[4]["evidence"]["signal"] == "SIGSEGV", results[4]["evidence"]
+    for r in (results[0], results[3], results[5], results[7]):
+        check_ok(r, "softmax_f32", ITERS)
+
+
 # ---- reference data ----------------------------------------------------------------------------
 
 def test_reference_data_is_built_in_the_problem_dir_and_rebuilt_when_stale(tmp_path):
