@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include <glob.h>
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -158,6 +159,76 @@ static void test_nvrtc_compile_only(void **state) {
         fail_msg("%s\n%s", err.msg, log ? log : "");
     free(cubin);
     free(log);
+}
+
+/* The cubin cache: a second compile of the same source is read back, byte for byte; a damaged
+ * cache file is ignored and rewritten; KILN_CUBIN_CACHE=0 writes nothing. */
+static void test_cubin_cache(void **state) {
+    (void)state;
+    need_nvrtc();
+    char dir[] = "/tmp/kiln-cubin-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *saved = getenv("KILN_CACHE_DIR") ? xstrdup(getenv("KILN_CACHE_DIR")) : NULL;
+    setenv("KILN_CACHE_DIR", dir, 1);
+    unsetenv("KILN_CUBIN_CACHE");
+    char src[256];
+    snprintf(src, sizeof src,
+             "extern \"C\" __global__ void k(float *y) { y[threadIdx.x] = %d.0f; }\n",
+             (int)getpid());
+    char *a = NULL, *b = NULL, *log = NULL;
+    size_t la = 0, lb = 0;
+    kiln_err err = {{0}};
+    assert_int_equal(kiln_cuda_compile_only(src, "sm_90", &a, &la, &log, &err), KILN_OK);
+    free(log);
+    char *cdir = xasprintf("%s/cubin", dir);
+    glob_t g;
+    char *pattern = xasprintf("%s/*.cubin", cdir);
+    assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+    assert_int_equal((int)g.gl_pathc, 1);
+    char *file = xstrdup(g.gl_pathv[0]);
+    globfree(&g);
+    double t0 = kiln_now_s();
+    assert_int_equal(kiln_cuda_compile_only(src, "sm_90", &b, &lb, NULL, &err), KILN_OK);
+    printf("    cached cubin read back in %.2f ms\n", (kiln_now_s() - t0) * 1e3);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(b);
+    /* damaged: not an ELF image */
+    assert_int_equal(kiln_write_file(file,
+                                     "garbage, not a cubin, long enough to be read as one....."
+                                     "..............",
+                                     70, NULL),
+                     KILN_OK);
+    assert_int_equal(kiln_cuda_compile_only(src, "sm_90", &b, &lb, NULL, &err), KILN_OK);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(b);
+    char *text = NULL;
+    size_t n = 0;
+    assert_int_equal(kiln_read_file(file, &text, &n, NULL), KILN_OK);
+    assert_int_equal(n, la);
+    assert_memory_equal(text, a, la);
+    free(text);
+    /* another architecture is another entry; with the cache off nothing is written */
+    setenv("KILN_CUBIN_CACHE", "0", 1);
+    assert_int_equal(kiln_cuda_compile_only(src, "sm_80", &b, &lb, NULL, &err), KILN_OK);
+    free(b);
+    assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+    assert_int_equal((int)g.gl_pathc, 1);
+    globfree(&g);
+    unsetenv("KILN_CUBIN_CACHE");
+    unlink(file);
+    rmdir(cdir);
+    rmdir(dir);
+    free(a);
+    free(file);
+    free(pattern);
+    free(cdir);
+    if (saved)
+        setenv("KILN_CACHE_DIR", saved, 1);
+    else
+        unsetenv("KILN_CACHE_DIR");
+    free(saved);
 }
 
 static void test_nvrtc_errors(void **state) {
@@ -592,6 +663,7 @@ int main(int argc, char **argv) {
         return fault_child(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvrtc_compile_only),
+        cmocka_unit_test(test_cubin_cache),
         cmocka_unit_test(test_nvrtc_errors),
         cmocka_unit_test(test_device_info),
         cmocka_unit_test(test_scale_runs),
