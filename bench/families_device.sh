@@ -2,7 +2,8 @@
 # families_device.sh: the kernel families on the H200 in one call: for each problem directory given (default:
 # bench/problems/*), `kiln sweep --backend cuda` over the matching families (at most $LIMIT points each),
 # and PyTorch eager / torch.compile on the same problem ($MODES), then one table: eager vs torch.compile vs
-# kiln's best vs speed of light, on each problem's largest workload. Logs and JSON go to $OUT.
+# kiln's best vs speed of light, on each problem's largest workload. Logs and JSON go to $OUT; each sweep streams
+# its rows (--jsonl), so one cut by $SWEEP_TIMEOUT still counts the points it measured.
 #   OUT=/tmp/x LIMIT=8 MODES=eager,default,max-autotune-no-cudagraphs bash bench/families_device.sh [DIR...]
 set -u
 cd "$(dirname "$0")/.."
@@ -19,9 +20,10 @@ problems=("$@")
 for p in "${problems[@]}"; do
     name=$(basename "$p")
     echo "== $name"
-    timeout "${SWEEP_TIMEOUT:-300}" build/kiln sweep "$p" --backend cuda --limit "$LIMIT" $SWEEP_OPTS --json \
-        --ref-dir "/tmp/kiln-ref/$name" --out "/tmp/kiln-sweep/$name" \
-        >"$OUT/sweep/$name.json" 2>"$OUT/sweep/$name.log"
+    rm -f "$OUT/sweep/$name.jsonl"
+    timeout "${SWEEP_TIMEOUT:-300}" build/kiln sweep "$p" --backend cuda --limit "$LIMIT" $SWEEP_OPTS \
+        --jsonl "$OUT/sweep/$name.jsonl" --out "/tmp/kiln-sweep/$name" \
+        >/dev/null 2>"$OUT/sweep/$name.log"
     echo "sweep exit $? ($(grep -c ' ok' "$OUT/sweep/$name.log") ok)"
 done
 "$KILN_PYTHON" bench/torch_problem.py --modes "$MODES" "${problems[@]}" >"$OUT/torch.jsonl" 2>"$OUT/torch.log"
@@ -37,15 +39,12 @@ cols = ["problem", "workload"] + [m for m in modes] + ["kiln best", "family para
         "vs eager", "vs best compile"]
 print("| " + " | ".join(cols) + " |")
 print("|" + "---|" * len(cols))
-for f in sorted((out / "sweep").glob("*.json")):
+for f in sorted((out / "sweep").glob("*.jsonl")):
     name = f.stem
     t = torch_rows.get(name, {})
     best = None
-    try:
-        data = json.loads(f.read_text() or "{}")
-    except json.JSONDecodeError:
-        data = {}
-    for row in data.get("rows", []):
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.startswith("{")]
+    for row in rows:
         r = row["result"]
         if r.get("outcome") != "ok":
             continue

@@ -51,7 +51,9 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Shared memory a block may use without opting in (static + dynamic). */
@@ -572,6 +574,104 @@ int kiln_cuda_compile_only(const char *source, const char *arch, char **cubin, s
         *log = text;
     else
         free(text);
+    return rc;
+}
+
+/* Writes all of buf, or fails. */
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, size_t n) {
+    char *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+int kiln_cuda_compile_apart(const char *source, const char *arch, char **cubin, size_t *cubin_len,
+                            char **log, kiln_err *err) {
+    *cubin = NULL;
+    *cubin_len = 0;
+    if (log)
+        *log = NULL;
+    int fds[2];
+    if (pipe(fds) != 0)
+        return kiln_errf(err, KILN_ERR_BACKEND, "pipe: %s", strerror(errno));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return kiln_errf(err, KILN_ERR_BACKEND, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        /* the answer: status, message, log and cubin, each a length and its bytes */
+        close(fds[0]);
+        char *c = NULL, *l = NULL;
+        size_t n = 0;
+        kiln_err e = {{0}};
+        int32_t rc = kiln_cuda_compile_only(source, arch, &c, &n, &l, &e);
+        uint64_t lens[3] = {strlen(e.msg), l ? strlen(l) : 0, c ? n : 0};
+        int bad = write_all(fds[1], &rc, sizeof rc) || write_all(fds[1], lens, sizeof lens) ||
+                  write_all(fds[1], e.msg, lens[0]) || write_all(fds[1], l ? l : "", lens[1]) ||
+                  write_all(fds[1], c ? c : "", lens[2]);
+        _exit(bad ? 1 : 0);
+    }
+    close(fds[1]);
+    int32_t rc = KILN_ERR_BACKEND;
+    uint64_t lens[3] = {0, 0, 0};
+    char *msg = NULL, *l = NULL, *c = NULL;
+    int ok = read_all(fds[0], &rc, sizeof rc) == 0 && read_all(fds[0], lens, sizeof lens) == 0 &&
+             lens[0] < sizeof err->msg && lens[1] < (1u << 30) && lens[2] < (1u << 30);
+    if (ok) {
+        msg = xcalloc(lens[0] + 1, 1);
+        l = xcalloc(lens[1] + 1, 1);
+        c = xmalloc(lens[2] + 1);
+        ok = read_all(fds[0], msg, lens[0]) == 0 && read_all(fds[0], l, lens[1]) == 0 &&
+             read_all(fds[0], c, lens[2]) == 0;
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!ok) {
+        free(msg);
+        free(l);
+        free(c);
+        return kiln_errf(err, KILN_ERR_BACKEND, "the NVRTC child process died (status %d)", status);
+    }
+    if (rc != KILN_OK)
+        kiln_errf(err, rc, "%s", msg);
+    free(msg);
+    if (log && lens[1])
+        *log = l;
+    else
+        free(l);
+    if (rc == KILN_OK) {
+        *cubin = c;
+        *cubin_len = lens[2];
+    } else {
+        free(c);
+    }
     return rc;
 }
 

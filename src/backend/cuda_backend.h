@@ -14,6 +14,12 @@
 int kiln_cuda_compile_only(const char *source, const char *arch, char **cubin, size_t *cubin_len,
                            char **log, kiln_err *err);
 
+/* kiln_cuda_compile_only in a forked child, for a process that will fork CUDA users later: once a
+ * process has used NVRTC, cuInit fails in the children it forks (CUDA_ERROR_NOT_INITIALIZED, seen
+ * on the H200 with NVRTC 13). Same results and statuses; KILN_ERR_BACKEND when the child dies. */
+int kiln_cuda_compile_apart(const char *source, const char *arch, char **cubin, size_t *cubin_len,
+                            char **log, kiln_err *err);
+
 /* 1 when an NVRTC library can be loaded here (whether or not there is a GPU). */
 int kiln_cuda_have_nvrtc(void);
 

@@ -326,7 +326,7 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
         kiln_err cerr;
         binary_hash = 0;
         int crc =
-            kiln_cuda_compile_only(source, getenv("KILN_CUDA_ARCH"), &cubin, &len, &log, &cerr);
+            kiln_cuda_compile_apart(source, getenv("KILN_CUDA_ARCH"), &cubin, &len, &log, &cerr);
         if (crc == KILN_OK) {
             binary_hash = kiln_fnv1a(KILN_FNV_INIT, cubin, len);
             if (!binary_hash)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../backend/cuda_backend.h"
@@ -117,6 +118,8 @@ typedef struct {
     pthread_mutex_t lock;
 } compile_queue;
 
+static void precompile_here(sweep_job *jobs, int n);
+
 static void *compile_worker(void *arg) {
     compile_queue *q = arg;
     for (;;) {
@@ -136,9 +139,29 @@ static void *compile_worker(void *arg) {
 }
 
 /* Compiles every job's source with NVRTC on every core, so that the gate (one candidate at a
- * time) finds the cubins in the cache instead of compiling each in turn. */
+ * time) finds the cubins in the cache instead of compiling each in turn. In a child process: once
+ * a process has used NVRTC, the CUDA driver no longer initialises in the children it forks (seen
+ * on the H200: cuInit answers CUDA_ERROR_NOT_INITIALIZED), and the gate's children are forked from
+ * this one. */
 static void precompile(sweep_job *jobs, int n) {
-    if (n < 2 || !kiln_cuda_have_nvrtc())
+    if (n < 2)
+        return;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return; /* the gate compiles each in turn */
+    if (pid == 0) {
+        precompile_here(jobs, n);
+        _exit(0);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+}
+
+static void precompile_here(sweep_job *jobs, int n) {
+    if (!kiln_cuda_have_nvrtc())
         return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int n_threads = cores > 1 ? (int)(cores < 32 ? cores : 32) : 1;
@@ -342,9 +365,20 @@ int kiln_cmd_sweep(int argc, char **argv) {
 
     for (int i = 0; i < n_match; i++) {
         int64_t n = kiln_family_space_size(fams[i]);
-        fprintf(list ? stdout : stderr,
-                "kiln sweep: %s matches family %s (%s), space %lld points\n", p->name,
-                fams[i]->name, matches[i].variant, (long long)n);
+        fprintf(list ? stdout : stderr, "kiln sweep: %s matches family %s (%s), space %lld points",
+                p->name, fams[i]->name, matches[i].variant, (long long)n);
+        if (list) {
+            int64_t point[KILN_FAMILY_MAX_PARAMS], n_valid = 0;
+            for (int64_t index = 0; index < n; index++) {
+                kiln_family_point(fams[i], index, point);
+                const char *bad = fams[i]->check(p, &matches[i], point);
+                n_valid += bad == NULL;
+                if (bad && bad[0] == '!')
+                    free((void *)bad);
+            }
+            fprintf(stdout, ", %lld valid", (long long)n_valid);
+        }
+        fprintf(list ? stdout : stderr, "\n");
     }
     if (list) {
         status = 0;

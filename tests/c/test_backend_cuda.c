@@ -231,6 +231,29 @@ static void test_cubin_cache(void **state) {
     free(saved);
 }
 
+/* The same compile in a forked child: the same cubin, the same statuses and log. */
+static void test_compile_apart(void **state) {
+    (void)state;
+    need_nvrtc();
+    char *a = NULL, *b = NULL, *log = NULL;
+    size_t la = 0, lb = 0;
+    kiln_err err = {{0}};
+    assert_int_equal(kiln_cuda_compile_only(bf16_src, "sm_90", &a, &la, NULL, &err), KILN_OK);
+    assert_int_equal(kiln_cuda_compile_apart(bf16_src, "sm_90", &b, &lb, &log, &err), KILN_OK);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(a);
+    free(b);
+    free(log);
+    const char *bad = "extern \"C\" __global__ void k(float *y) { y[0] = nope; }\n";
+    assert_int_equal(kiln_cuda_compile_apart(bad, "sm_90", &b, &lb, &log, &err), KILN_ERR_COMPILE);
+    assert_null(b);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "nope"));
+    assert_non_null(strstr(err.msg, "NVRTC"));
+    free(log);
+}
+
 static void test_nvrtc_errors(void **state) {
     (void)state;
     need_nvrtc();
@@ -664,6 +687,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvrtc_compile_only),
         cmocka_unit_test(test_cubin_cache),
+        cmocka_unit_test(test_compile_apart),
         cmocka_unit_test(test_nvrtc_errors),
         cmocka_unit_test(test_device_info),
         cmocka_unit_test(test_scale_runs),

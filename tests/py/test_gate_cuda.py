@@ -174,6 +174,36 @@ def test_good_kernel_after_a_timeout(refs):
     check_ok(cuda_eval("softmax_f32", "good_softmax_f32.cu", refs, *FAST), "softmax_f32", ITERS)
 
 
+def test_one_session_survives_sticky_faults_and_hangs(refs):
+    """Several kernels through one gate session (`kiln eval PROBLEM K1 K2 ...`): the CUDA context is
+    reused while verdicts are clean; an illegal address or a trap kills it, the fault is judged again
+    by a fresh child (still crashed), and the next good kernel gets a fresh context."""
+    import json
+    from gate_util import PROBLEMS, run_kiln
+    names = ["good_softmax_f32.cu", "wrong.cu", "good_softmax_f32.cu", "illegal_address.cu",
+             "good_softmax_f32.cu", "good_softmax_f32.cu", "trap.cu", "loop.cu",
+             "good_softmax_f32.cu"]
+    p = run_kiln(["eval", f"{PROBLEMS}/softmax_f32", *[f"{K}/{n}" for n in names], "--backend",
+                  "cuda", "--json", "--ref-dir", refs / "softmax_f32-cuda", *FAST, "--timeout",
+                  TIMEOUT_S], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    results = json.loads(p.stdout)
+    got = [(r["outcome"], r["gate_child"], r.get("retried_fresh", False)) for r in results]
+    assert got == [
+        ("ok", "fresh", False),
+        ("mismatch", "reused", False),
+        ("ok", "reused", False),
+        ("crashed", "fresh", True),
+        ("ok", "fresh", False),
+        ("ok", "reused", False),
+        ("crashed", "fresh", True),
+        ("timeout", "fresh", False),         # the child after a crash is fresh: no second look
+        ("ok", "fresh", False),
+    ], got
+    for i in (0, 2, 4, 5, 8):
+        check_ok(results[i], "softmax_f32", ITERS)
+
+
 # ---- the fast kernel on the large problem ------------------------------------------------------
 
 BIG_ITERS = 50

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# search_device.sh: the search-efficiency benchmark of issue 5 in one call, on cuda. For each problem directory
+# given: `kiln optimize` (MCTS + specialist agents, one run over all problems) at $BUDGET candidates per problem,
+# a uniform random sample of the same family space at the same budget (`kiln sweep --sample random`), and the
+# exhaustive best (`kiln sweep` over every valid point). Then one table: best time per problem for each, the
+# geomeans, MCTS vs random and MCTS as a share of exhaustive. Sweeps stream their rows (--jsonl), so a sweep cut
+# by its time limit still counts what it measured (and the table says it was cut).
+# DEADLINE_S bounds the whole script: each step's time limit is cut to what is left of it.
+#   OUT=/tmp/x BUDGET=50 EXHAUSTIVE_S=90 DEADLINE_S=480 bash bench/search_device.sh DIR...
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kiln-search}
+BUDGET=${BUDGET:-50}
+BACKEND=${BACKEND:-cuda}
+EXHAUSTIVE_S=${EXHAUSTIVE_S:-90}
+OPT_S=${OPT_S:-240}
+GATE_OPTS=${GATE_OPTS:---sets 1 --iters 20}
+DEADLINE_S=${DEADLINE_S:-900}
+export KILN_PYTHON=${KILN_PYTHON:-python3}
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-cache}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT/random" "$OUT/exhaustive"
+problems=("$@")
+[ ${#problems[@]} -eq 0 ] && { echo "usage: $0 PROBLEM_DIR..." >&2; exit 2; }
+
+t0=$(date +%s)
+# the smaller of $1 and what is left of the deadline (keeping 15 s for the table)
+limit() {
+    local left=$((DEADLINE_S - ($(date +%s) - t0) - 15))
+    [ "$left" -lt "$1" ] && echo $((left > 1 ? left : 1)) || echo "$1"
+}
+if [ "${SKIP_OPTIMIZE:-0}" = 1 ]; then
+    echo "== kiln optimize skipped: $OUT/optimize.json is kept"
+else
+echo "== kiln optimize, budget $BUDGET per problem ($(( $(date +%s) - t0 )) s)"
+rm -rf /tmp/kiln-search-run
+timeout -k 30 "$(limit "$OPT_S")" build/kiln optimize /tmp/kiln-search-run "${problems[@]}" --backend "$BACKEND" --budget "$BUDGET" --time "$(limit $((OPT_S - 30)))" \
+    $GATE_OPTS --json --quiet >"$OUT/optimize.json" 2>"$OUT/optimize.log"
+echo "optimize exit $?"
+fi
+for p in "${problems[@]}"; do
+    name=$(basename "$p")
+    echo "== $name: random $BUDGET ($(( $(date +%s) - t0 )) s)"
+    rm -f "$OUT/random/$name.jsonl"
+    timeout "$(limit "${RANDOM_S:-120}")" build/kiln sweep "$p" --backend "$BACKEND" --limit "$BUDGET" --sample random --seed 7 $GATE_OPTS \
+        --out "/tmp/kiln-search-sweep/random-$name" --jsonl "$OUT/random/$name.jsonl" \
+        >/dev/null 2>"$OUT/random/$name.log"
+    echo "random exit $?"
+done
+for p in "${problems[@]}"; do
+    name=$(basename "$p")
+    echo "== $name: exhaustive ($(( $(date +%s) - t0 )) s)"
+    rm -f "$OUT/exhaustive/$name.jsonl"
+    timeout "$(limit "$EXHAUSTIVE_S")" build/kiln sweep "$p" --backend "$BACKEND" $GATE_OPTS \
+        --out "/tmp/kiln-search-sweep/all-$name" --jsonl "$OUT/exhaustive/$name.jsonl" \
+        >/dev/null 2>"$OUT/exhaustive/$name.log"
+    echo "exhaustive exit $?"
+done
+"$KILN_PYTHON" bench/search_table.py "$OUT" "${problems[@]}" | tee "$OUT/table.md"
