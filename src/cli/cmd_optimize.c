@@ -41,8 +41,21 @@ static void optimize_usage(FILE *f) {
         "                       port 8470 on 127.0.0.1\n"
         "  -h, --help           this text\n"
         "\n"
+        "The llm agent (off unless --llm-url is given; docs/agents.md): N of the agent\n"
+        "processes ask an OpenAI-compatible endpoint (vLLM, llama.cpp server, Ollama, a hosted\n"
+        "API) for a faster kernel than the node MCTS picks, with its time, SOL %% and the\n"
+        "failures below it in the prompt; each kernel is a candidate like any other (agent\n"
+        "\"llm\"). Problems no family matches are searched by the llm agents alone. An llm\n"
+        "agent stops when --llm-token-budget is spent or after 8 exchanges in a row without a\n"
+        "new candidate; the others go on.\n"
+        "  --llm-agents N        agent processes that are llm agents (default 1); with\n"
+        "                        --agents K they are N of the K, and at least one built-in\n"
+        "                        agent stays\n"
+        "%s"
+        "\n"
         "Exit status: 0 done; 1 the run failed or was interrupted (resume with the same\n"
-        "command); 2 bad usage, a store locked by another run, or a corrupt store.\n");
+        "command); 2 bad usage, a store locked by another run, or a corrupt store.\n",
+        kiln_llm_options_help());
 }
 
 static int parse_int(const char *opt, const char *arg, int min, int *out) {
@@ -84,7 +97,9 @@ int kiln_cmd_optimize(int argc, char **argv) {
         OPT_SEED,
         OPT_JSON,
         OPT_QUIET,
-        OPT_SERVE
+        OPT_SERVE,
+        OPT_LLM_AGENTS,
+        OPT_LLM /* every other --llm-* option: kiln_llm_parse_option reads it by name */
     };
     static const struct option longopts[] = {
         {"budget", required_argument, 0, OPT_BUDGET},
@@ -103,15 +118,30 @@ int kiln_cmd_optimize(int argc, char **argv) {
         {"json", no_argument, 0, OPT_JSON},
         {"quiet", no_argument, 0, OPT_QUIET},
         {"serve", optional_argument, 0, OPT_SERVE},
+        {"llm-agents", required_argument, 0, OPT_LLM_AGENTS},
+        {"llm-url", required_argument, 0, OPT_LLM},
+        {"llm-model", required_argument, 0, OPT_LLM},
+        {"llm-key-env", required_argument, 0, OPT_LLM},
+        {"llm-temperature", required_argument, 0, OPT_LLM},
+        {"llm-max-tokens", required_argument, 0, OPT_LLM},
+        {"llm-timeout", required_argument, 0, OPT_LLM},
+        {"llm-connect-timeout", required_argument, 0, OPT_LLM},
+        {"llm-retries", required_argument, 0, OPT_LLM},
+        {"llm-backoff", required_argument, 0, OPT_LLM},
+        {"llm-token-budget", required_argument, 0, OPT_LLM},
+        {"llm-max-reply", required_argument, 0, OPT_LLM},
+        {"llm-feedback", required_argument, 0, OPT_LLM},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     kiln_optimize_options o;
     kiln_optimize_options_default(&o);
-    int serve_port = -1; /* -1: no dashboard */
-    int c;
+    int serve_port = -1;           /* -1: no dashboard */
+    const char *llm_option = NULL; /* an --llm-* option given (it needs --llm-url) */
+    kiln_err err;
+    int c, li = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
         int bad = 0;
         switch (c) {
         case OPT_BUDGET:
@@ -174,6 +204,20 @@ int kiln_cmd_optimize(int argc, char **argv) {
             if (optarg)
                 bad = parse_int("--serve", optarg, 0, &serve_port) || serve_port > 65535;
             break;
+        case OPT_LLM_AGENTS:
+            bad = parse_int("--llm-agents", optarg, 1, &o.llm_agents) || o.llm_agents > 16;
+            if (o.llm_agents > 16)
+                fprintf(stderr, "kiln optimize: --llm-agents wants at most 16\n");
+            llm_option = longopts[li].name;
+            break;
+        case OPT_LLM:
+            if (kiln_llm_parse_option(&o.llm, longopts[li].name, optarg, &err) != 1) {
+                fprintf(stderr, "kiln optimize: %s\n", err.msg);
+                bad = 1;
+            }
+            if (strcmp(longopts[li].name, "llm-url") != 0)
+                llm_option = longopts[li].name;
+            break;
         case 'h':
             optimize_usage(stdout);
             return 0;
@@ -188,10 +232,16 @@ int kiln_cmd_optimize(int argc, char **argv) {
         fprintf(stderr, "kiln optimize: expected RUN (see kiln optimize --help)\n");
         return 2;
     }
+    if (llm_option && !o.llm.url) {
+        fprintf(stderr,
+                "kiln optimize: --%s needs --llm-url (the llm agent is off without an "
+                "endpoint; docs/agents.md)\n",
+                llm_option);
+        return 2;
+    }
     o.run_dir = argv[optind];
     o.n_problem_dirs = argc - optind - 1;
     o.problem_dirs = (const char **)(argv + optind + 1);
-    kiln_err err;
     err.msg[0] = 0;
     /* The dashboard runs in a forked child (kiln_web_spawn) so that the coordinator stays
      * single-threaded and may go on forking its agents and gates. */

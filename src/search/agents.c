@@ -15,7 +15,7 @@
 #include <strings.h>
 
 static const char *const agent_names[KILN_AGENT_COUNT] = {"geometry", "vector", "algorithm",
-                                                          "fusion", "random"};
+                                                          "fusion",   "random", "llm"};
 
 const char *kiln_agent_name(int kind) {
     return kind >= 0 && kind < KILN_AGENT_COUNT ? agent_names[kind] : "other";
@@ -212,6 +212,10 @@ int kiln_agent_propose(int kind, const kiln_agent_problem *ap, int parent_slot,
                        kiln_proposal *out) {
     memset(out, 0, sizeof *out);
     out->used = kind;
+    if (kind == KILN_AGENT_LLM) {
+        snprintf(out->note, sizeof out->note, "the llm agent writes kernels, not points");
+        return -1;
+    }
     if (ap->n_families <= 0) {
         snprintf(out->note, sizeof out->note, "no family matches the problem");
         return -1;

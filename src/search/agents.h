@@ -1,7 +1,8 @@
 /* agents.h: the specialists of `kiln optimize`: each proposes a child of a search-tree node in its
  * own way (a step in launch geometry, in vector width and unrolling, a change of algorithm or
  * family, a fusion hint, or a random point). Pure functions of the problem, the parent's point and
- * a random state; the agent process loop that calls them is in optimize.c. */
+ * a random state; the agent process loops that call them are in workers.c, which also runs the
+ * llm agent (a whole kernel from a language model, llm.h, instead of a point). */
 #ifndef KILN_AGENTS_H
 #define KILN_AGENTS_H
 
@@ -15,10 +16,12 @@ typedef enum {
     KILN_AGENT_ALGORITHM, /* another family that matches, or one step of an algorithm param */
     KILN_AGENT_FUSION,    /* reads RUN/model.json; records fusion opportunities; else a neighbour */
     KILN_AGENT_RANDOM,    /* a random valid point: drafts' restarts and the baseline */
+    KILN_AGENT_LLM,       /* a whole kernel from an OpenAI-compatible endpoint (llm.h): only with
+                             --llm-url, never through kiln_agent_propose */
     KILN_AGENT_COUNT
 } kiln_agent_kind;
 
-/* "geometry", "vector", "algorithm", "fusion", "random". */
+/* "geometry", "vector", "algorithm", "fusion", "random", "llm". */
 const char *kiln_agent_name(int kind);
 /* The kind with this name, or -1. */
 int kiln_agent_parse(const char *name);
@@ -53,8 +56,8 @@ uint64_t kiln_agent_rand(uint64_t *state);
  * problem's root (a starting point: the first valid point of a family in index order on attempt 0,
  * a random valid point after). attempt counts the caller's retries for this node (0, 1, ...), so
  * that a retry after a duplicate moves further. Every proposal passes the family's check. Returns
- * 0, or -1 when no valid point was found (out->note says why). Never aborts on a family's answers.
- */
+ * 0, or -1 when no valid point was found or kind is KILN_AGENT_LLM (out->note says why). Never
+ * aborts on a family's answers. */
 int kiln_agent_propose(int kind, const kiln_agent_problem *ap, int parent_slot,
                        const int64_t *parent_point, int attempt, uint64_t *rng, kiln_proposal *out);
 

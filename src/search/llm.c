@@ -19,7 +19,8 @@
  *   - transport: libcurl with a connect timeout and a total timeout per request; 5xx, 429, timeouts
  *     and lost connections are retried a bounded number of times with exponential back-off (a
  *     Retry-After is honoured up to the same cap), anything else is final; the outcomes are
- *     `timeout`, `http_error`, `unreachable`;
+ *     `timeout`, `http_error`, `unreachable`, and `cancelled` when the caller (kiln optimize, on
+ *     its way out) abandons a request rather than wait out its reply;
  *   - size: the body is read into a buffer that refuses to grow past max_reply_bytes (a declared
  *     Content-Length over it is refused before the first byte of the body), so a runaway server
  *     costs at most that much memory: `no_kernel`, "reply too large";
@@ -220,12 +221,22 @@ static double now_unix_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void sleep_s(double s) {
-    if (!(s > 0))
-        return;
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+static int cancelled(const kiln_llm_config *cfg) {
+    return cfg->cancelled && cfg->cancelled(cfg->cancel_arg);
+}
+
+/* Sleeps s seconds, in slices of at most 0.2 s while cfg can cancel; returns 1 when cancelled. */
+static int sleep_s(const kiln_llm_config *cfg, double s) {
+    while (s > 0) {
+        if (cancelled(cfg))
+            return 1;
+        double slice = cfg->cancelled && s > 0.2 ? 0.2 : s;
+        struct timespec ts = {(time_t)slice, (long)((slice - floor(slice)) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        s -= slice;
     }
+    return cancelled(cfg);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -353,8 +364,8 @@ const char *kiln_llm_options_help(void) {
 }
 
 const char *kiln_llm_outcome_name(kiln_llm_outcome o) {
-    static const char *names[] = {"kernel",     "no_kernel",   "timeout",
-                                  "http_error", "unreachable", "budget"};
+    static const char *names[] = {"kernel",      "no_kernel", "timeout",  "http_error",
+                                  "unreachable", "budget",    "cancelled"};
     return (unsigned)o < KILN_LLM_OUTCOME_COUNT ? names[o] : "unknown";
 }
 
@@ -716,6 +727,13 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud) {
     return n;
 }
 
+/* libcurl's progress callback (about once a second while idle): non-zero abandons the transfer. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow) {
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return cancelled(ud);
+}
+
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
     reply_buf *r = ud;
     size_t n = size * nmemb;
@@ -775,6 +793,11 @@ static CURLcode http_once(const kiln_llm_config *cfg, const char *url, const cha
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    if (cfg->cancelled) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)cfg);
+    }
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
@@ -918,6 +941,12 @@ int kiln_llm_propose(const kiln_llm_config *cfg, const kiln_llm_context *ctx, ch
         return KILN_OK;
     }
 
+    if (cancelled(cfg)) {
+        status->outcome = KILN_LLM_CANCELLED;
+        set_reason(status, "cancelled before the request was sent");
+        return KILN_OK;
+    }
+
     /* the endpoint's model, asked once per process and URL */
     static char *listed_model, *listed_url;
     char *model = NULL;
@@ -927,6 +956,11 @@ int kiln_llm_propose(const kiln_llm_config *cfg, const kiln_llm_context *ctx, ch
         model = xstrdup(listed_model);
     } else {
         model = first_model(cfg, err);
+        if (!model && cancelled(cfg)) {
+            status->outcome = KILN_LLM_CANCELLED;
+            set_reason(status, "cancelled while asking the endpoint for its model");
+            return KILN_OK;
+        }
         if (!model)
             return KILN_ERR_INVALID;
         free(listed_model);
@@ -974,7 +1008,7 @@ int kiln_llm_propose(const kiln_llm_config *cfg, const kiln_llm_context *ctx, ch
         rc = http_once(cfg, url, body, &r, &http, cmsg, sizeof cmsg);
         status->attempts = attempt + 1;
         status->http_status = (int)http;
-        if (r.too_large)
+        if (r.too_large || rc == CURLE_ABORTED_BY_CALLBACK)
             break;
         int again = (rc != CURLE_OK && retryable_curl(rc)) ||
                     (rc == CURLE_OK && (http == 429 || (http >= 500 && http <= 599)));
@@ -985,7 +1019,10 @@ int kiln_llm_propose(const kiln_llm_config *cfg, const kiln_llm_context *ctx, ch
             wait = r.retry_after_s;
         if (wait > LLM_BACKOFF_CAP_S)
             wait = LLM_BACKOFF_CAP_S;
-        sleep_s(wait);
+        if (sleep_s(cfg, wait)) {
+            rc = CURLE_ABORTED_BY_CALLBACK; /* the last attempt's failure is not the outcome */
+            break;
+        }
         backoff = backoff * 2 > LLM_BACKOFF_CAP_S ? LLM_BACKOFF_CAP_S : backoff * 2;
     }
     status->latency_ms = (kiln_now_s() - t0) * 1e3;
@@ -999,6 +1036,10 @@ int kiln_llm_propose(const kiln_llm_config *cfg, const kiln_llm_context *ctx, ch
         char *head = llm_utf8_clean(r.p ? r.p : "", keep);
         reply_text = xasprintf("%s\n[kiln: reply abandoned: over %zu bytes]", head, r.limit);
         free(head);
+    } else if (rc == CURLE_ABORTED_BY_CALLBACK) {
+        status->outcome = KILN_LLM_CANCELLED;
+        set_reason(status, "abandoned by the caller after %d%s (kiln is stopping)",
+                   status->attempts, tries);
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
         status->outcome = KILN_LLM_TIMEOUT;
         set_reason(status, "no reply from %s within %.3g s (%d%s)", shown, cfg->timeout_s,

@@ -36,6 +36,12 @@ typedef struct {
      * across processes and resumes; without one, it counts this process. */
     kiln_store *store;
     int64_t problem_id; /* the store's problem id (with a store) */
+
+    /* Optional: asked about once a second while a request is in flight or a retry waits; when it
+     * returns non-zero the request is abandoned (outcome KILN_LLM_CANCELLED). kiln optimize stops
+     * its llm agents with it instead of waiting out a reply. */
+    int (*cancelled)(void *arg);
+    void *cancel_arg;
 } kiln_llm_config;
 
 /* The defaults above; url and model NULL (then the agent is off). */
@@ -73,6 +79,10 @@ typedef struct {
     double node_time_us; /* geomean of the medians over workloads, < 0 unknown */
     double node_sol_pct; /* geomean SOL %, < 0 unknown */
     double ref_time_us;  /* PyTorch eager (geomean), < 0 unknown */
+    /* the problem's incumbent (its fastest proved kernel), 0 / <= 0 when there is none: at the
+     * root the model is asked for a new kernel that beats it instead of a first one */
+    int64_t best_candidate_id;
+    double best_time_us;
     int n_feedback;
     const kiln_llm_feedback *feedback; /* most recent first */
     const char
@@ -84,7 +94,8 @@ typedef struct {
 /* Fills ctx from the store for the node whose candidate is node_candidate_id (0: the root): its
  * source and latest verdict, the feedback of its failed children and of the model's replies for it
  * that held no kernel (most recent first, at most max_feedback), the device and ceilings of the
- * problem's most recent gate result that names them, and the reference's time. ctx must start
+ * problem's most recent gate result that names them, the reference's time, and the problem's
+ * incumbent with its time. ctx must start
  * zeroed (or be one this function filled before); ctx->problem, ctx->backend and ctx->task are the
  * caller's; device fields the caller set (> 0 / non-NULL) are kept. KILN_ERR_INVALID when the
  * candidate is not one of the problem's. */
@@ -106,10 +117,11 @@ typedef enum {
     KILN_LLM_HTTP_ERROR,  /* the endpoint answered with an error status (after the retries) */
     KILN_LLM_UNREACHABLE, /* no connection (refused, DNS, TLS) on every attempt */
     KILN_LLM_BUDGET,      /* the token budget is spent: nothing was asked */
+    KILN_LLM_CANCELLED,   /* cfg->cancelled said stop before a reply came */
     KILN_LLM_OUTCOME_COUNT
 } kiln_llm_outcome;
 
-/* "kernel", "no_kernel", "timeout", "http_error", "unreachable", "budget". */
+/* "kernel", "no_kernel", "timeout", "http_error", "unreachable", "budget", "cancelled". */
 const char *kiln_llm_outcome_name(kiln_llm_outcome o);
 
 typedef struct {

@@ -137,7 +137,8 @@ int kiln_llm_context_load(kiln_store *s, int64_t problem_id, int64_t node_candid
     ctx->owned = o;
     ctx->node_candidate_id = node_candidate_id;
     ctx->node_source = NULL;
-    ctx->node_time_us = ctx->node_sol_pct = ctx->ref_time_us = -1;
+    ctx->node_time_us = ctx->node_sol_pct = ctx->ref_time_us = ctx->best_time_us = -1;
+    ctx->best_candidate_id = 0;
     ctx->n_feedback = 0;
     ctx->feedback = NULL;
     sqlite3_stmt *st = NULL;
@@ -163,12 +164,20 @@ int kiln_llm_context_load(kiln_store *s, int64_t problem_id, int64_t node_candid
         ctx->node_sol_pct = col_num(st, 3);
         sqlite3_finalize(st);
     }
-    if (sqlite3_prepare_v2(db, "SELECT eager_us FROM problem WHERE id = ?1", -1, &st, NULL) !=
-        SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT p.eager_us, r.candidate_id, r.time_us FROM problem p LEFT JOIN "
+                           "result r ON r.id = (SELECT max(id) FROM result x WHERE x.candidate_id "
+                           "= p.incumbent_id) AND r.outcome = 'ok' WHERE p.id = ?1",
+                           -1, &st, NULL) != SQLITE_OK)
         goto sql_error;
     sqlite3_bind_int64(st, 1, problem_id);
-    if (sqlite3_step(st) == SQLITE_ROW)
+    if (sqlite3_step(st) == SQLITE_ROW) {
         ctx->ref_time_us = col_num(st, 0);
+        if (sqlite3_column_type(st, 1) != SQLITE_NULL && col_num(st, 2) > 0) {
+            ctx->best_candidate_id = sqlite3_column_int64(st, 1);
+            ctx->best_time_us = col_num(st, 2);
+        }
+    }
     sqlite3_finalize(st);
 
     /* the device, from the most recent verdict that names one */
@@ -455,6 +464,12 @@ char *kiln_llm_prompt(const kiln_llm_context *ctx) {
         llm_buf_puts(&b,
                      "\nWrite a faster kernel for the same problem. It must stay correct on every "
                      "workload.\n");
+    } else if (ctx->best_candidate_id > 0 && ctx->best_time_us > 0) {
+        llm_buf_printf(&b,
+                       "\n# Task\n\nThe fastest kernel for this problem so far (candidate %lld) "
+                       "takes %.3f us. Write a new one from scratch, by another approach if you "
+                       "can, that is correct and faster.\n",
+                       (long long)ctx->best_candidate_id, ctx->best_time_us);
     } else {
         llm_buf_puts(
             &b, "\n# Task\n\nThere is no kernel for this problem yet. Write a correct and fast "

@@ -55,7 +55,16 @@
  * incumbent, A B A B A B (the gate does it, three rounds by default, each a full gate evaluation),
  * and replaces it only when its median is lower by more than the noise: by more than max(1%, the
  * larger of the two sides' spreads, (max - min) / median over the rounds). Every decision, won or
- * lost, is recorded as a store event with both medians and the margin. */
+ * lost, is recorded as a store event with both medians and the margin.
+ *
+ * The llm agent's selection (kiln_mcts_select_open). A language model is not bound to a family's
+ * points: it can always write something new, so exhaustion, saturation and the other agents'
+ * failed expansions do not stop it. What it needs is a verdict: "make this faster" is worth a
+ * request only for a kernel that passed and was timed. So it descends by the same UCT and the same
+ * widening, but only into children that proved ok; a node whose other children all failed is
+ * expanded again (their failures are the prompt's feedback); and where the only way down is a
+ * child whose verdict is not in yet, it waits rather than ask about a kernel without its time. It
+ * never opens a draft or enters the active one: drafts restart the families' search. */
 #include "mcts.h"
 
 #include <math.h>
@@ -103,23 +112,26 @@ void kiln_mcts_virtual_loss(kiln_bb *bb, int node, int delta) {
     }
 }
 
+/* A draft root under the problem's root that selection from the root does not enter: a closed
+ * draft, or the active one (entered directly). */
+static int draft_hidden(const kiln_bb_problem *P, int parent, const kiln_bb_node *ch) {
+    if (parent != P->root || ch->draft <= 0 || ch->draft > KILN_BB_MAX_DRAFTS)
+        return 0;
+    int k = ch->draft;
+    if (P->draft_fate[k] == KILN_BB_FATE_CLOSED)
+        return 1;
+    return P->draft_fate[k] == KILN_BB_FATE_OPEN && P->draft_state == KILN_BB_DRAFT_ACTIVE &&
+           k == P->draft_count;
+}
+
 /* A child that selection may descend into from parent. */
 static int selectable(kiln_bb *bb, const kiln_bb_problem *P, int parent, const kiln_bb_node *ch) {
     if (ch->status == KILN_BB_NODE_DEAD || ch->status == KILN_BB_NODE_CREATING)
         return 0;
     if (ch->flags & KILN_BB_FLAG_SATURATED)
         return 0;
-    if (parent == P->root && ch->draft > 0 && ch->draft <= KILN_BB_MAX_DRAFTS) {
-        /* a draft root under the problem's root */
-        int k = ch->draft;
-        if (P->draft_fate[k] == KILN_BB_FATE_CLOSED)
-            return 0;
-        if (P->draft_fate[k] == KILN_BB_FATE_OPEN && P->draft_state == KILN_BB_DRAFT_ACTIVE &&
-            k == P->draft_count)
-            return 0; /* the active draft is entered directly, never from the root */
-    }
     (void)bb;
-    return 1;
+    return !draft_hidden(P, parent, ch);
 }
 
 static int can_expand(const kiln_bb_node *n, const kiln_mcts_config *c) {
@@ -201,6 +213,50 @@ int kiln_mcts_select(kiln_bb *bb, int pi, const kiln_mcts_config *c, kiln_mcts_p
     int n = descend(bb, pi, P->root, c);
     if (n < 0)
         return -1;
+    out->node = n;
+    out->draft = kiln_bb_node_at(bb, n)->draft;
+    kiln_mcts_virtual_loss(bb, n, +1);
+    return 0;
+}
+
+int kiln_mcts_select_open(kiln_bb *bb, int pi, const kiln_mcts_config *c, kiln_mcts_pick *out) {
+    memset(out, 0, sizeof *out);
+    out->node = -1;
+    kiln_bb_problem *P = kiln_bb_problem_at(bb, pi);
+    if (P->root < 0)
+        return -1;
+    int n = P->root;
+    for (;;) {
+        kiln_bb_node *node = kiln_bb_node_at(bb, n);
+        if (node->n_children < kiln_mcts_widen_limit(c, (double)node->visits))
+            break;
+        double n_eff = effective_visits(node);
+        int best = -1, waiting = 0;
+        double best_v = -INFINITY;
+        for (int ch = node->first_child; ch >= 0; ch = kiln_bb_node_at(bb, ch)->next_sibling) {
+            kiln_bb_node *child = kiln_bb_node_at(bb, ch);
+            if (draft_hidden(P, n, child))
+                continue;
+            if (child->status == KILN_BB_NODE_CREATING || child->status == KILN_BB_NODE_QUEUED) {
+                waiting = 1;
+                continue;
+            }
+            if (child->status != KILN_BB_NODE_DONE)
+                continue;
+            double v = kiln_mcts_uct(c, n_eff, child);
+            if (v >= best_v) { /* ties go to the older child, as in descend() */
+                best_v = v;
+                best = ch;
+            }
+        }
+        if (best >= 0) {
+            n = best;
+            continue;
+        }
+        if (waiting)
+            return -1; /* a verdict is coming: ask about it once it is in */
+        break;         /* every child failed: expand this node again, with their failures */
+    }
     out->node = n;
     out->draft = kiln_bb_node_at(bb, n)->draft;
     kiln_mcts_virtual_loss(bb, n, +1);

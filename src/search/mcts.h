@@ -45,6 +45,15 @@ typedef struct {
  * exhausted when that root is the problem's). */
 int kiln_mcts_select(kiln_bb *bb, int pi, const kiln_mcts_config *c, kiln_mcts_pick *out);
 
+/* Under the lock. The selection of an agent that can always write something new (the llm agent;
+ * mcts.c's essay says why it differs): UCT with progressive widening from the problem's root,
+ * descending only into children that proved ok (and never into a closed or the active draft),
+ * ignoring exhaustion, saturation and failed expansions. A node whose children all failed is
+ * expanded again. Returns 0 with out->node (virtual loss added as kiln_mcts_select does; never a
+ * draft root to make), or -1 when nothing can be asked now: the only way down is a child whose
+ * verdict is not in yet. */
+int kiln_mcts_select_open(kiln_bb *bb, int pi, const kiln_mcts_config *c, kiln_mcts_pick *out);
+
 /* Under the lock. Virtual loss on node and every ancestor (+1 or -1, never below 0). */
 void kiln_mcts_virtual_loss(kiln_bb *bb, int node, int delta);
 

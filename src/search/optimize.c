@@ -32,6 +32,13 @@
  * drafts are the store's meta keys "draft.<problem>.<k>". Budgets count all candidates of all runs,
  * so a rerun with the same --budget finishes the run and one with a larger budget extends it.
  *
+ * The llm agents (with --llm-url; workers.c). A language model is not bound to a family's space, so
+ * a problem whose space the built-in agents exhausted stays open while an llm agent still asks, and
+ * a problem no family matches is searched by the llm agents alone. Such an agent ends itself (it
+ * clears its worker slot and exits, and is not restarted) when the token budget is spent or the
+ * endpoint keeps giving nothing new; then those problems are over. At least one built-in agent
+ * always runs, so the families' search goes on however the endpoint behaves.
+ *
  * Stopping. The run ends when every problem's budget is spent or its space exhausted and nothing is
  * queued or in a gate, when --time has passed, or on SIGINT/SIGTERM. Then the coordinator raises
  * the blackboard's stop flag: agents drop what they were proposing, gates finish the evaluation in
@@ -72,6 +79,7 @@ void kiln_optimize_options_default(kiln_optimize_options *o) {
     o->plateau = 8;
     o->retime_rounds = 3;
     o->seed = 0x6b696c6e5eedULL;
+    kiln_llm_config_default(&o->llm);
 }
 
 int kiln_optimize_count_gpus(void) {
@@ -313,6 +321,13 @@ static void worker_died(kiln_opt_ctx *c, int worker, int status, int stopping) {
     int64_t held = 0;
     kiln_bb_lock(bb);
     kiln_bb_worker *w = kiln_bb_worker_at(bb, worker);
+    if (w->role == KILN_BB_ROLE_NONE) {
+        /* it retired itself (an llm agent with nothing left to ask) after giving back what it
+         * held, and its own event says why: not restarted */
+        w->pid = 0;
+        kiln_bb_unlock(bb);
+        return;
+    }
     if (w->role == KILN_BB_ROLE_GATE && w->slot >= 0) {
         kiln_bb_slot *sl = kiln_bb_slot_at(bb, w->slot);
         if (sl->state == KILN_BB_SLOT_TAKEN && sl->gate == worker)
@@ -478,6 +493,18 @@ static int live_workers(kiln_opt_ctx *c, int role) {
     return n;
 }
 
+/* Under the lock. llm agents still asking: one that spent its token budget or gave up has retired
+ * itself (role NONE) and no longer keeps a problem open. */
+static int llm_agents_asking(kiln_opt_ctx *c) {
+    kiln_bb_header *h = kiln_bb_hdr(c->bb);
+    int n = 0;
+    for (int i = 0; i < h->n_workers; i++) {
+        kiln_bb_worker *w = kiln_bb_worker_at(c->bb, i);
+        n += w->role == KILN_BB_ROLE_AGENT && w->kind == KILN_AGENT_LLM;
+    }
+    return n;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Node statistics, progress, table.
  * --------------------------------------------------------------------------------------------- */
@@ -541,7 +568,7 @@ static void flush_nodes(kiln_opt_ctx *c, int final) {
 }
 
 typedef struct {
-    int made, budget, pending, done, ok, dups, exhausted, draft_active, drafts;
+    int made, budget, pending, done, ok, dups, exhausted, draft_active, drafts, llm_only;
     double best_us, best_score, best_sol;
     uint32_t generation;
 } progress_row;
@@ -559,6 +586,7 @@ static void progress_rows(kiln_opt_ctx *c, progress_row *rows) {
         r->ok = P->ok;
         r->dups = P->dups;
         r->exhausted = P->exhausted;
+        r->llm_only = P->n_families == 0;
         r->draft_active = P->draft_state == KILN_BB_DRAFT_ACTIVE;
         r->drafts = P->draft_count;
         r->best_us = P->incumbent_node >= 0 ? P->best_time_us : -1;
@@ -573,7 +601,7 @@ static void progress_line(kiln_opt_ctx *c, int i, const progress_row *r, char *b
     const char *name = c->problems[c->of_bb[i]].p->name;
     char bar[21];
     int filled = r->budget > 0 ? (int)(20.0 * r->done / r->budget + 0.5) : 0;
-    if (r->exhausted && r->pending == 0)
+    if (r->exhausted && !r->llm_only && r->pending == 0)
         filled = 20;
     if (filled > 20)
         filled = 20;
@@ -588,7 +616,10 @@ static void progress_line(kiln_opt_ctx *c, int i, const progress_row *r, char *b
         snprintf(score, sizeof score, "S %.3f", r->best_score);
     snprintf(buf, n, "%-40.40s [%s] %3d/%-3d candidates  %-18s %-8s ok %d, failed %d%s%s", name,
              bar, r->done, r->budget, best, score, r->ok, r->done - r->ok,
-             r->exhausted ? ", space exhausted" : "", r->draft_active ? ", in a draft" : "");
+             r->llm_only    ? ", llm only"
+             : r->exhausted ? ", space exhausted"
+                            : "",
+             r->draft_active ? ", in a draft" : "");
 }
 
 typedef struct {
@@ -724,6 +755,12 @@ static int parse_specialists(const char *list, int *kinds, int max, kiln_err *er
         while (*tok == ' ')
             tok++;
         int k = kiln_agent_parse(tok);
+        if (k == KILN_AGENT_LLM) {
+            kiln_errf(err, KILN_ERR_INVALID,
+                      "llm is not a built-in specialist: give --llm-url URL (and --llm-agents N)");
+            free(copy);
+            return -1;
+        }
         if (k < 0) {
             kiln_errf(err, KILN_ERR_INVALID,
                       "unknown specialist '%s' (geometry, vector, algorithm, fusion, random)", tok);
@@ -818,11 +855,24 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
         n_kinds = 5;
         memcpy(kinds, dflt, sizeof dflt);
     }
-    c->n_agents = o->agents > 0 ? o->agents : (o->specialists ? n_kinds : (c->cuda ? 4 : 2));
-    if (c->n_agents > KILN_OPT_MAX_WORKERS - 16)
-        c->n_agents = KILN_OPT_MAX_WORKERS - 16;
-    for (int i = 0; i < c->n_agents; i++)
+    /* N of the K agent processes are llm agents; at least one built-in agent stays, since it is
+     * what spends the budget while the model is slow, down or out of tokens */
+    int n_llm = o->llm.url ? (o->llm_agents > 0 ? o->llm_agents : 1) : 0;
+    if (n_llm > KILN_OPT_MAX_WORKERS / 2)
+        n_llm = KILN_OPT_MAX_WORKERS / 2;
+    int n_builtin = o->agents > 0    ? o->agents - n_llm
+                    : o->specialists ? n_kinds
+                                     : (c->cuda ? 4 : 2) - n_llm;
+    if (n_builtin < 1)
+        n_builtin = 1;
+    if (n_builtin > KILN_OPT_MAX_WORKERS - 16 - n_llm)
+        n_builtin = KILN_OPT_MAX_WORKERS - 16 - n_llm;
+    c->n_agents = n_builtin + n_llm;
+    c->n_llm_agents = n_llm;
+    for (int i = 0; i < n_builtin; i++)
         c->agent_kind[i] = kinds[i % n_kinds];
+    for (int i = n_builtin; i < c->n_agents; i++)
+        c->agent_kind[i] = KILN_AGENT_LLM;
     c->max_inflight = 2 * c->n_gates > 2 ? 2 * c->n_gates : 2;
     c->max_inflight_total = 2 * c->n_gates + c->n_agents;
     c->coordinator = getpid();
@@ -940,6 +990,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     int n_active = 0;
     for (int i = 0; i < c->n_problems; i++) {
         kiln_opt_problem *pr = &c->problems[i];
+        char *no_family = NULL;
         if (!pr->skip) {
             char why[4096];
             pr->n_fams = kiln_family_match_all(pr->p, pr->fams, pr->matches, KILN_OPT_MAX_FAMILIES,
@@ -951,9 +1002,14 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                 for (char *q = why; *q; q++)
                     if (*q == '\n')
                         *q = ';';
-                pr->skip = kiln_family_count() == 0
-                               ? xstrdup("no kernel family is linked into this kiln")
-                               : xasprintf("no kernel family matches: %s", why);
+                no_family = kiln_family_count() == 0
+                                ? xstrdup("no kernel family is linked into this kiln")
+                                : xasprintf("no kernel family matches: %s", why);
+                /* a language model needs no family: with llm agents the problem is theirs alone */
+                if (c->n_llm_agents == 0) {
+                    pr->skip = no_family;
+                    no_family = NULL;
+                }
             }
         }
         if (!pr->skip) {
@@ -982,7 +1038,15 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                 fprintf(stderr, "kiln optimize: %s: skipped: %s\n", problem_name(pr), pr->skip);
         } else {
             n_active++;
+            if (no_family) {
+                char *msg = xasprintf("%s; only the llm agents search it", no_family);
+                kiln_store_event(s, pr->store_id, "llm", msg, NULL);
+                if (!o->quiet)
+                    fprintf(stderr, "kiln optimize: %s: %s\n", problem_name(pr), msg);
+                free(msg);
+            }
         }
+        free(no_family);
     }
     if (n_active == 0) {
         kiln_errf(err, KILN_ERR_UNSUPPORTED,
@@ -1041,6 +1105,8 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                     P->family[k] = r;
         }
         requeued += kiln_opt_tree_build(c, s, b, &rps[i]);
+        if (pr->n_fams == 0)
+            P->exhausted = 1; /* no point to propose: the built-in agents pass it by */
         for (int k = 0; k < rps[i].n_cands; k++)
             resumed_results += rps[i].cands[k].has_result;
     }
@@ -1049,6 +1115,8 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     free(rps);
 
     /* metadata and the start event */
+    if (c->n_llm_agents > 0 && kiln_llm_store_init(s, err) != KILN_OK)
+        goto done;
     kiln_store_meta_set(s, KILN_META_BACKEND, backend, NULL);
     kiln_store_meta_set(s, KILN_META_KILN_VERSION, KILN_OPT_VERSION, NULL);
     {
@@ -1059,11 +1127,15 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
             kiln_store_meta_set(s, KILN_META_STARTED, t, NULL);
         }
         free(started);
-        char *msg = xasprintf("kiln optimize: %d problems (%d searched), budget %d per problem, "
-                              "%d agents, %d gates on %s%s; resumed %d results, %d candidates "
-                              "queued again",
-                              c->n_problems, n_active, o->budget, c->n_agents, c->n_gates, backend,
-                              o->time_s > 0 ? ", time limit" : "", resumed_results, requeued);
+        char llm[64] = "";
+        if (c->n_llm_agents > 0)
+            snprintf(llm, sizeof llm, " (%d of them llm)", c->n_llm_agents);
+        char *msg =
+            xasprintf("kiln optimize: %d problems (%d searched), budget %d per problem, "
+                      "%d agents%s, %d gates on %s%s; resumed %d results, %d candidates "
+                      "queued again",
+                      c->n_problems, n_active, o->budget, c->n_agents, llm, c->n_gates, backend,
+                      o->time_s > 0 ? ", time limit" : "", resumed_results, requeued);
         kiln_store_event(s, 0, "start", msg, NULL);
         if (total_cands > 0) {
             char *rm = xasprintf("resumed: %d results kept, %d candidates queued again",
@@ -1118,9 +1190,12 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
         reap(c, 0);
         kiln_bb_lock(bb);
         int finished = 1;
+        /* a space the built-in agents exhausted is not the end while an llm agent still asks */
+        int asking = llm_agents_asking(c) > 0;
         for (int i = 0; i < n_active; i++) {
             kiln_bb_problem *P = kiln_bb_problem_at(bb, i);
-            if (!kiln_mcts_problem_finished(P) || P->pending > 0)
+            int over = P->made >= P->budget || (P->exhausted && !asking);
+            if (!over || P->pending > 0)
                 finished = 0;
         }
         if (kiln_bb_queue_busy(bb) > 0)

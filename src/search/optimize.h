@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "../util/common.h"
+#include "llm.h"
 
 typedef struct {
     const char *run_dir; /* RUN: holds kiln.db, candidates/, library/ (created if missing) */
@@ -26,6 +27,10 @@ typedef struct {
     uint64_t seed;           /* agents' random seed; default fixed */
     int json;                /* print the final table as one JSON object on stdout */
     int quiet;               /* no progress lines */
+    /* The llm agent (docs/agents.md): off while llm.url is NULL. Its store, problem and
+     * cancellation are set per agent process; the rest is the command line's --llm-* options. */
+    kiln_llm_config llm;
+    int llm_agents; /* agent processes that are llm agents; <= 0: 1 (with llm.url) */
 } kiln_optimize_options;
 
 void kiln_optimize_options_default(kiln_optimize_options *o);

@@ -49,6 +49,7 @@ typedef struct {
     cJSON *model; /* RUN/model.json, NULL when absent */
     int n_gates;
     int n_agents;
+    int n_llm_agents; /* of n_agents: the llm agents (opt.llm), the last ones */
     int agent_kind[KILN_OPT_MAX_WORKERS];
     int max_inflight;       /* candidates of one problem being made, queued or in a gate */
     int max_inflight_total; /* the same over all problems */

@@ -311,6 +311,21 @@ typedef struct {
     int incumbent_family;
 } agent_step;
 
+/* Under the lock: st->pick names the node to expand; copies what the agent needs of it and marks
+ * it held by the worker (whose death gives its virtual loss back). */
+static void agent_hold(kiln_opt_ctx *c, int worker, agent_step *st) {
+    kiln_bb_problem *P = kiln_bb_problem_at(c->bb, st->pi);
+    st->parent = st->pick.node;
+    kiln_bb_node *n = kiln_bb_node_at(c->bb, st->parent);
+    st->parent_family = n->family;
+    memcpy(st->parent_params, n->params, sizeof st->parent_params);
+    st->parent_store_node = n->store_node_id;
+    st->parent_candidate = n->candidate_id;
+    st->incumbent_family =
+        P->incumbent_node >= 0 ? kiln_bb_node_at(c->bb, P->incumbent_node)->family : -1;
+    kiln_bb_worker_at(c->bb, worker)->held_node = st->parent;
+}
+
 /* Under the lock: select; fills st. Returns 0 with a node to expand, -1 when there is nothing to
  * do right now. */
 static int agent_select(kiln_opt_ctx *c, int worker, agent_step *st) {
@@ -325,15 +340,7 @@ static int agent_select(kiln_opt_ctx *c, int worker, agent_step *st) {
         kiln_bb_touch(c->bb, st->pi);
         return -1;
     }
-    st->parent = st->pick.node;
-    kiln_bb_node *n = kiln_bb_node_at(c->bb, st->parent);
-    st->parent_family = n->family;
-    memcpy(st->parent_params, n->params, sizeof st->parent_params);
-    st->parent_store_node = n->store_node_id;
-    st->parent_candidate = n->candidate_id;
-    st->incumbent_family =
-        P->incumbent_node >= 0 ? kiln_bb_node_at(c->bb, P->incumbent_node)->family : -1;
-    kiln_bb_worker_at(c->bb, worker)->held_node = st->parent;
+    agent_hold(c, worker, st);
     return 0;
 }
 
@@ -363,6 +370,121 @@ static void agent_unmake(kiln_opt_ctx *c, int worker, int child) {
     }
     kiln_bb_worker_at(c->bb, worker)->held_node = -1;
     kiln_bb_touch(c->bb, n->problem);
+}
+
+/* A child an agent reserved on the blackboard (kiln_mcts_child_add: CREATING, held by the worker)
+ * together with what it made. */
+typedef struct {
+    int child;
+    const kiln_family *family; /* NULL: a kernel no family made (the llm agent) */
+    const int64_t *point;      /* the family's point (with a family) */
+    const char *agent;         /* candidate.agent in the store */
+    const char *src;
+    uint64_t source_hash, bin_hash;
+    int compiled, compile_failed; /* candidate_hash()'s answers */
+    const char *compile_log;
+} agent_made;
+
+/* Records a reserved child: node row, candidate row, the node's link to it, then the file the gate
+ * reads; a compile error found by the agent is answered at once, anything else is queued for the
+ * gate. Returns the candidate's id, or 0 when it could not be recorded (the child is given back)
+ * or the run stopped before it was queued. */
+static int64_t agent_record(kiln_opt_ctx *c, kiln_store *s, int worker, const agent_step *st,
+                            const kiln_opt_problem *pr, const agent_made *m) {
+    kiln_bb *bb = c->bb;
+    int child = m->child;
+    const kiln_family *f = m->family;
+    char *params = f ? kiln_family_point_str(f, m->point) : xstrdup("");
+    kiln_err err;
+    kiln_store_node sn = {0};
+    sn.problem_id = pr->store_id;
+    /* a draft's root is a root of its own in the store (docs/store.md), under the problem's root on
+     * the blackboard */
+    sn.parent_id = st->pick.make_draft_root ? 0 : st->parent_store_node;
+    sn.draft = st->pick.draft;
+    sn.family = f ? f->name : NULL;
+    sn.params = params;
+    sn.status = "pending";
+    int64_t cand_id = 0;
+    int ok = kiln_store_node_insert(s, &sn, &err) == KILN_OK;
+    if (ok) {
+        kiln_store_candidate cand = {0};
+        cand.problem_id = pr->store_id;
+        cand.parent_id = st->parent_candidate;
+        cand.node_id = sn.id;
+        cand.agent = m->agent;
+        cand.family = f ? f->name : NULL;
+        cand.params = params;
+        cand.draft = st->pick.draft;
+        cand.source = m->src;
+        cand.source_hash = m->source_hash;
+        cand.binary_hash = (m->compiled || !c->cuda) ? m->bin_hash : 0;
+        cand.compile_log = m->compile_log;
+        ok = kiln_store_candidate_insert(s, &cand, &cand_id, &err) == KILN_OK;
+        if (ok) {
+            sn.candidate_id = cand_id;
+            kiln_store_node_update(s, &sn, NULL);
+        }
+    }
+    char *path = ok ? kiln_opt_candidate_path(c, cand_id) : NULL;
+    if (ok && kiln_write_file(path, m->src, strlen(m->src), &err) != KILN_OK)
+        ok = 0;
+    if (!ok) {
+        fprintf(stderr, "kiln optimize: agent %s: %s: candidate not recorded: %s\n", m->agent,
+                pr->p->name, err.msg);
+        kiln_bb_lock(bb);
+        agent_unmake(c, worker, child);
+        kiln_bb_unlock(bb);
+        nap_ms(100);
+        cand_id = 0;
+    } else if (m->compile_failed) {
+        cJSON *r = compile_error_result(c, pr, path, m->compile_log ? m->compile_log : "");
+        char *json = cJSON_PrintUnformatted(r);
+        cJSON_Delete(r);
+        kiln_store_result_insert(s, cand_id, "compile_error", json, -1, -1, -1, 0, NULL);
+        free(json);
+        kiln_bb_lock(bb);
+        kiln_bb_node *n = kiln_bb_node_at(bb, child);
+        n->candidate_id = cand_id;
+        n->store_node_id = sn.id;
+        n->owner = -1;
+        kiln_mcts_result(bb, child, 0, -1, 0, &c->mcts);
+        int closed = kiln_mcts_draft_maybe_close(bb, st->pi);
+        kiln_bb_worker_at(bb, worker)->held_node = -1;
+        kiln_bb_worker_at(bb, worker)->work_done++;
+        kiln_bb_unlock(bb);
+        if (closed) {
+            kiln_opt_draft_meta(s, pr->store_id, closed, "closed", 0);
+            kiln_store_event(s, pr->store_id, "draft", "draft closed without beating the incumbent",
+                             NULL);
+        }
+    } else {
+        for (;;) {
+            kiln_bb_lock(bb);
+            kiln_bb_node *n = kiln_bb_node_at(bb, child);
+            n->candidate_id = cand_id;
+            n->store_node_id = sn.id;
+            int slot = kiln_bb_queue_push(bb, st->pi, child, cand_id);
+            if (slot >= 0) {
+                n->status = KILN_BB_NODE_QUEUED;
+                n->owner = -1;
+                kiln_bb_worker_at(bb, worker)->held_node = -1;
+                kiln_bb_worker_at(bb, worker)->work_done++;
+                kiln_bb_touch(bb, st->pi);
+            }
+            kiln_bb_unlock(bb);
+            if (slot >= 0)
+                break;
+            if (stopping(c)) {
+                cand_id = 0; /* the node stays held, and the exit path gives it back */
+                break;
+            }
+            nap_ms(20); /* the ring is full: the gate will free a slot */
+        }
+    }
+    free(path);
+    free(params);
+    return cand_id;
 }
 
 static void agent_once(kiln_opt_ctx *c, kiln_store *s, int worker, int kind, uint64_t *rng) {
@@ -467,94 +589,296 @@ static void agent_once(kiln_opt_ctx *c, kiln_store *s, int worker, int kind, uin
         return;
     }
 
-    /* Record it: node row, candidate row, the node's link to it, then the file the gate reads. */
-    const kiln_family *f = pr->fams[prop.slot];
-    char *params = kiln_family_point_str(f, prop.point);
+    agent_made m = {.child = child,
+                    .family = pr->fams[prop.slot],
+                    .point = prop.point,
+                    .agent = kiln_agent_name(prop.used),
+                    .src = src,
+                    .source_hash = source_hash,
+                    .bin_hash = bin_hash,
+                    .compiled = compiled,
+                    .compile_failed = compile_failed,
+                    .compile_log = compile_log};
+    agent_record(c, s, worker, &st, pr, &m);
+    free(src);
+    free(compile_log);
+}
+
+/* Under the lock: gives back what the worker holds: a node it was making, or a selection's virtual
+ * loss. */
+static void agent_release_held(kiln_opt_ctx *c, int worker) {
+    kiln_bb_worker *w = kiln_bb_worker_at(c->bb, worker);
+    if (w->held_node >= 0) {
+        kiln_bb_node *n = kiln_bb_node_at(c->bb, w->held_node);
+        if (n->status == KILN_BB_NODE_CREATING)
+            agent_unmake(c, worker, w->held_node);
+        else
+            kiln_mcts_virtual_loss(c->bb, w->held_node, -1);
+        w->held_node = -1;
+    }
+}
+
+/* The end of an agent process: what it holds goes back, its store closes. */
+static void agent_exit(kiln_opt_ctx *c, kiln_store *s, int worker) __attribute__((noreturn));
+static void agent_exit(kiln_opt_ctx *c, kiln_store *s, int worker) {
+    kiln_bb_lock(c->bb);
+    agent_release_held(c, worker);
+    kiln_bb_unlock(c->bb);
+    kiln_store_close(s);
+    _exit(0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The llm agent: a kernel from a language model (llm.h) instead of a family's point.
+ *
+ * One loop: select a node that has a verdict (kiln_mcts_select_open), tell the model about it
+ * (the problem, the device and its ceilings from the store, the node's source, time and SOL %, the
+ * failures below it), take one kernel from the reply, and hand it in exactly as the built-in agents
+ * do: the same hashes, the same dedupe, the same compile check, the same record and queue. A reply
+ * without a kernel, a timeout or an HTTP error is an outcome: the exchange is in the store's
+ * llm_exchange (a no_kernel reply is fed back in the node's next prompt), an event says it, and the
+ * agent asks again. It stops for good, clearing its worker slot, when the run's token budget is
+ * spent or LLM_FRUITLESS_LIMIT exchanges in a row made no new candidate: the endpoint is not
+ * helping, and a problem it kept open (exhausted, or no family) must be allowed to end.
+ * --------------------------------------------------------------------------------------------- */
+
+#define LLM_FRUITLESS_LIMIT 8
+
+typedef struct {
+    int fruitless;      /* exchanges in a row that made no new candidate */
+    int64_t dup_parent; /* the node (its candidate id) whose last kernel was a duplicate, -1 */
+    int64_t dup_of;     /* the candidate it duplicated (0: unknown) */
+} llm_state;
+
+static int llm_cancelled(void *arg) {
+    return stopping(arg);
+}
+
+/* Naps ms milliseconds, or until the run stops. */
+static void nap_unless_stopping(kiln_opt_ctx *c, int ms) {
+    for (int t = 0; t < ms && !stopping(c); t += 100)
+        nap_ms(ms - t < 100 ? ms - t : 100);
+}
+
+/* Under the lock: the node for the llm agent's next request: in the hottest problem with budget
+ * left (exhausted or not: the model is not bound to the families) and room in flight, the one
+ * kiln_mcts_select_open picks. Returns 0 with st filled, -1 when nothing can be asked now. */
+static int llm_select(kiln_opt_ctx *c, int worker, agent_step *st) {
+    memset(st, 0, sizeof *st);
+    kiln_bb_header *h = kiln_bb_hdr(c->bb);
+    if (kiln_bb_queue_busy(c->bb) >= h->caps.queue_slots - 1)
+        return -1;
+    int in_flight = 0;
+    for (int i = 0; i < h->n_problems; i++)
+        in_flight += kiln_bb_problem_at(c->bb, i)->pending;
+    if (in_flight >= c->max_inflight_total)
+        return -1;
+    for (int i = 0; i < h->n_problems; i++) {
+        kiln_bb_problem *P = kiln_bb_problem_at(c->bb, i);
+        if (P->root < 0 || P->made >= P->budget || P->pending >= c->max_inflight)
+            continue;
+        if (kiln_mcts_select_open(c->bb, i, &c->mcts, &st->pick) != 0)
+            continue;
+        st->pi = i;
+        agent_hold(c, worker, st);
+        return 0;
+    }
+    return -1;
+}
+
+/* Under no lock: the request made nothing: the selection's virtual loss goes back. It is not a
+ * failed expansion of the node: the built-in agents may still expand it. */
+static void llm_release(kiln_opt_ctx *c, int worker) {
+    kiln_bb_lock(c->bb);
+    agent_release_held(c, worker);
+    kiln_bb_unlock(c->bb);
+}
+
+static void llm_retire(kiln_opt_ctx *c, kiln_store *s, int worker, const char *why)
+    __attribute__((noreturn));
+static void llm_retire(kiln_opt_ctx *c, kiln_store *s, int worker, const char *why) {
+    char *msg =
+        xasprintf("llm agent (pid %d) stops: %s; the other agents go on", (int)getpid(), why);
+    kiln_store_event(s, 0, "llm", msg, NULL);
+    fprintf(stderr, "kiln optimize: %s\n", msg);
+    free(msg);
+    kiln_bb_lock(c->bb);
+    agent_release_held(c, worker);
+    kiln_bb_worker_at(c->bb, worker)->role = KILN_BB_ROLE_NONE; /* not restarted */
+    kiln_bb_unlock(c->bb);
+    kiln_store_close(s);
+    _exit(0);
+}
+
+/* An exchange made no new candidate: count it, and stop after LLM_FRUITLESS_LIMIT in a row. */
+static void llm_fruitless(kiln_opt_ctx *c, kiln_store *s, int worker, llm_state *ls) {
+    if (++ls->fruitless < LLM_FRUITLESS_LIMIT)
+        return;
+    char why[128];
+    snprintf(why, sizeof why, "%d exchanges in a row made no new candidate (see the llm events)",
+             ls->fruitless);
+    llm_retire(c, s, worker, why);
+}
+
+/* Under the lock: the candidate a dedupe entry stands for (0 while its agent is still recording
+ * it). */
+static int64_t dedupe_candidate(kiln_bb *bb, const kiln_bb_dedupe *e) {
+    if (e->candidate_id > 0)
+        return e->candidate_id;
+    return e->node >= 0 ? kiln_bb_node_at(bb, e->node)->candidate_id : 0;
+}
+
+static void llm_once(kiln_opt_ctx *c, kiln_store *s, int worker, llm_state *ls) {
+    kiln_bb *bb = c->bb;
+    agent_step st;
+    kiln_bb_lock(bb);
+    int rc = llm_select(c, worker, &st);
+    kiln_bb_unlock(bb);
+    if (rc != 0) {
+        nap_ms(50);
+        return;
+    }
+    kiln_opt_problem *pr = &c->problems[c->of_bb[st.pi]];
+    char node[64];
+    if (st.parent_candidate > 0)
+        snprintf(node, sizeof node, "candidate %lld", (long long)st.parent_candidate);
+    else
+        snprintf(node, sizeof node, "the root");
+
+    kiln_llm_config cfg = c->opt.llm;
+    cfg.store = s;
+    cfg.problem_id = pr->store_id;
+    cfg.cancelled = llm_cancelled;
+    cfg.cancel_arg = c;
+    kiln_llm_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.problem = pr->p;
+    ctx.backend = c->backend;
+    char task[256];
+    if (ls->dup_parent == st.parent_candidate && ls->dup_of > 0) {
+        snprintf(task, sizeof task,
+                 "your last answer for this kernel was the same binary as candidate %lld, which "
+                 "kiln has measured already: write a different kernel.",
+                 (long long)ls->dup_of);
+        ctx.task = task;
+    }
     kiln_err err;
-    kiln_store_node sn = {0};
-    sn.problem_id = pr->store_id;
-    /* a draft's root is a root of its own in the store (docs/store.md), under the problem's root on
-     * the blackboard */
-    sn.parent_id = st.pick.make_draft_root ? 0 : st.parent_store_node;
-    sn.draft = st.pick.draft;
-    sn.family = f->name;
-    sn.params = params;
-    sn.status = "pending";
-    int64_t cand_id = 0;
-    int ok = kiln_store_node_insert(s, &sn, &err) == KILN_OK;
-    if (ok) {
-        kiln_store_candidate cand = {0};
-        cand.problem_id = pr->store_id;
-        cand.parent_id = st.parent_candidate;
-        cand.node_id = sn.id;
-        cand.agent = kiln_agent_name(prop.used);
-        cand.family = f->name;
-        cand.params = params;
-        cand.draft = st.pick.draft;
-        cand.source = src;
-        cand.source_hash = source_hash;
-        cand.binary_hash = (compiled || !c->cuda) ? bin_hash : 0;
-        cand.compile_log = compile_log;
-        ok = kiln_store_candidate_insert(s, &cand, &cand_id, &err) == KILN_OK;
-        if (ok) {
-            sn.candidate_id = cand_id;
-            kiln_store_node_update(s, &sn, NULL);
+    char *kernel = NULL;
+    kiln_llm_status lst;
+    memset(&lst, 0, sizeof lst);
+    rc = kiln_llm_context_load(s, pr->store_id, st.parent_candidate, cfg.max_feedback, &ctx, &err);
+    if (rc == KILN_OK)
+        rc = kiln_llm_propose(&cfg, &ctx, &kernel, &lst, &err);
+    kiln_llm_context_clear(&ctx);
+    if (rc != KILN_OK) {
+        /* nothing was asked: the endpoint names no model, or the store could not be read; an
+         * endpoint that is still starting gets a little time */
+        llm_release(c, worker);
+        char *msg = xasprintf("llm agent: nothing asked for %s: %s", node, err.msg);
+        kiln_store_event(s, pr->store_id, "llm", msg, NULL);
+        if (ls->fruitless == 0)
+            fprintf(stderr, "kiln optimize: %s\n", msg);
+        free(msg);
+        nap_unless_stopping(c, 1000 << (ls->fruitless < 5 ? ls->fruitless : 5));
+        llm_fruitless(c, s, worker, ls);
+        return;
+    }
+    if (lst.outcome == KILN_LLM_BUDGET)
+        llm_retire(c, s, worker, lst.reason);
+    if (stopping(c) || lst.outcome == KILN_LLM_CANCELLED) {
+        llm_release(c, worker);
+        free(kernel);
+        return;
+    }
+    if (!kernel) {
+        llm_release(c, worker);
+        char *msg = xasprintf("llm agent: %s for %s: %s", kiln_llm_outcome_name(lst.outcome), node,
+                              lst.reason);
+        kiln_store_event(s, pr->store_id, "llm", msg, NULL);
+        free(msg);
+        llm_fruitless(c, s, worker, ls);
+        return;
+    }
+
+    /* the kernel, handed in as every agent hands in its candidates: source hash, binary hash (and
+     * on cuda the compile check), dedupe, the budget, the record */
+    uint64_t source_hash = kiln_fnv1a(KILN_FNV_INIT, kernel, strlen(kernel));
+    uint64_t bin_hash = source_hash;
+    int compile_failed = 0, compiled = 0, child = -1;
+    char *compile_log = NULL;
+    int64_t dup_of = -1; /* >= 0: a binary seen before (its candidate; 0 while being recorded) */
+    kiln_bb_lock(bb);
+    kiln_bb_dedupe *e = kiln_bb_dedupe_find(bb, st.pi, source_hash);
+    if (e)
+        dup_of = dedupe_candidate(bb, e);
+    kiln_bb_unlock(bb);
+    if (dup_of < 0)
+        bin_hash = candidate_hash(c, kernel, source_hash, &compile_failed, &compile_log, &compiled);
+    kiln_bb_lock(bb);
+    kiln_bb_problem *P = kiln_bb_problem_at(bb, st.pi);
+    if (dup_of < 0) {
+        e = kiln_bb_dedupe_find(bb, st.pi, bin_hash);
+        if (!e)
+            e = kiln_bb_dedupe_find(bb, st.pi, source_hash);
+        if (e)
+            dup_of = dedupe_candidate(bb, e);
+    }
+    if (dup_of >= 0) {
+        P->dups++;
+        kiln_bb_touch(bb, st.pi);
+    } else if (P->made < P->budget) {
+        static const int64_t no_point[KILN_BB_MAX_PARAMS];
+        child = kiln_mcts_child_add(bb, &st.pick, -1, no_point, 0, KILN_AGENT_LLM, worker);
+        if (child >= 0) {
+            kiln_bb_dedupe_insert(bb, st.pi, bin_hash, child, 0, NULL);
+            if (source_hash != bin_hash)
+                kiln_bb_dedupe_insert(bb, st.pi, source_hash, child, 0, NULL);
+            kiln_bb_worker_at(bb, worker)->held_node = child;
+        } else {
+            kiln_bb_worker_at(bb, worker)->held_node = -1; /* child_add gave the loss back */
         }
     }
-    char *path = ok ? kiln_opt_candidate_path(c, cand_id) : NULL;
-    if (ok && kiln_write_file(path, src, strlen(src), &err) != KILN_OK)
-        ok = 0;
-    if (!ok) {
-        fprintf(stderr, "kiln optimize: agent %s: %s: candidate not recorded: %s\n",
-                kiln_agent_name(kind), pr->p->name, err.msg);
-        kiln_bb_lock(bb);
-        agent_unmake(c, worker, child);
-        kiln_bb_unlock(bb);
-        nap_ms(100);
-    } else if (compile_failed) {
-        cJSON *r = compile_error_result(c, pr, path, compile_log ? compile_log : "");
-        char *json = cJSON_PrintUnformatted(r);
-        cJSON_Delete(r);
-        kiln_store_result_insert(s, cand_id, "compile_error", json, -1, -1, -1, 0, NULL);
-        free(json);
-        kiln_bb_lock(bb);
-        kiln_bb_node *n = kiln_bb_node_at(bb, child);
-        n->candidate_id = cand_id;
-        n->store_node_id = sn.id;
-        n->owner = -1;
-        kiln_mcts_result(bb, child, 0, -1, 0, &c->mcts);
-        int closed = kiln_mcts_draft_maybe_close(bb, st.pi);
-        kiln_bb_worker_at(bb, worker)->held_node = -1;
-        kiln_bb_worker_at(bb, worker)->work_done++;
-        kiln_bb_unlock(bb);
-        if (closed) {
-            kiln_opt_draft_meta(s, pr->store_id, closed, "closed", 0);
-            kiln_store_event(s, pr->store_id, "draft", "draft closed without beating the incumbent",
-                             NULL);
+    kiln_bb_unlock(bb);
+    if (child >= 0) {
+        agent_made m = {.child = child,
+                        .family = NULL, /* no family made it */
+                        .agent = kiln_agent_name(KILN_AGENT_LLM),
+                        .src = kernel,
+                        .source_hash = source_hash,
+                        .bin_hash = bin_hash,
+                        .compiled = compiled,
+                        .compile_failed = compile_failed,
+                        .compile_log = compile_log};
+        int64_t cand = agent_record(c, s, worker, &st, pr, &m);
+        if (cand > 0) {
+            kiln_llm_exchange_link(s, lst.exchange_id, cand, NULL);
+            ls->fruitless = 0;
+            ls->dup_parent = -1;
+            ls->dup_of = 0;
         }
     } else {
-        for (;;) {
-            kiln_bb_lock(bb);
-            kiln_bb_node *n = kiln_bb_node_at(bb, child);
-            n->candidate_id = cand_id;
-            n->store_node_id = sn.id;
-            int slot = kiln_bb_queue_push(bb, st.pi, child, cand_id);
-            if (slot >= 0) {
-                n->status = KILN_BB_NODE_QUEUED;
-                n->owner = -1;
-                kiln_bb_worker_at(bb, worker)->held_node = -1;
-                kiln_bb_worker_at(bb, worker)->work_done++;
-                kiln_bb_touch(bb, st.pi);
-            }
-            kiln_bb_unlock(bb);
-            if (slot >= 0 || stopping(c))
-                break;  /* stopping: the node stays held, and the exit path gives it back */
-            nap_ms(20); /* the ring is full: the gate will free a slot */
+        llm_release(c, worker);
+        char *msg;
+        if (dup_of > 0)
+            msg = xasprintf("llm agent: its kernel for %s is candidate %lld's binary again", node,
+                            (long long)dup_of);
+        else if (dup_of == 0)
+            msg = xasprintf("llm agent: its kernel for %s is a binary seen before", node);
+        else /* the other agents spent the budget (or filled the tree) while the model wrote */
+            msg = xasprintf("llm agent: its kernel for %s came after the problem's budget was "
+                            "spent; not recorded",
+                            node);
+        kiln_store_event(s, pr->store_id, "llm", msg, NULL);
+        free(msg);
+        if (dup_of >= 0) {
+            if (dup_of > 0)
+                kiln_llm_exchange_link(s, lst.exchange_id, dup_of, NULL);
+            ls->dup_parent = st.parent_candidate;
+            ls->dup_of = dup_of;
+            llm_fruitless(c, s, worker, ls);
         }
     }
-    free(path);
-    free(params);
-    free(src);
+    free(kernel);
     free(compile_log);
 }
 
@@ -564,6 +888,13 @@ void kiln_opt_agent_main(kiln_opt_ctx *c, int worker) {
     int kind = kiln_bb_worker_at(c->bb, worker)->kind;
     kiln_bb_unlock(c->bb);
     kiln_store *s = worker_store(c, "agent");
+    if (kind == KILN_AGENT_LLM) {
+        llm_state ls;
+        memset(&ls, 0, sizeof ls);
+        while (!stopping(c))
+            llm_once(c, s, worker, &ls);
+        agent_exit(c, s, worker);
+    }
     if (kind == KILN_AGENT_FUSION) {
         /* the fusion agent reads model.json first, for every problem no fusion agent has read */
         kiln_bb_header *h = kiln_bb_hdr(c->bb);
@@ -581,19 +912,7 @@ void kiln_opt_agent_main(kiln_opt_ctx *c, int worker) {
         c->opt.seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(worker + 1)) ^ ((uint64_t)getpid() << 32);
     while (!stopping(c))
         agent_once(c, s, worker, kind, &rng);
-    kiln_bb_lock(c->bb);
-    kiln_bb_worker *w = kiln_bb_worker_at(c->bb, worker);
-    if (w->held_node >= 0) {
-        kiln_bb_node *n = kiln_bb_node_at(c->bb, w->held_node);
-        if (n->status == KILN_BB_NODE_CREATING)
-            agent_unmake(c, worker, w->held_node);
-        else
-            kiln_mcts_virtual_loss(c->bb, w->held_node, -1);
-        w->held_node = -1;
-    }
-    kiln_bb_unlock(c->bb);
-    kiln_store_close(s);
-    _exit(0);
+    agent_exit(c, s, worker);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 /* test_llm.c: the llm agent's parts that need no server: kernel extraction from model replies
  * (fences, <think>, several blocks, cut-off blocks, and random bytes that must never crash or yield
  * invalid UTF-8), endpoint URL forms, option parsing, the prompt's sections, the context read from
- * a store (failed children, replies without a kernel), and the outcomes of an unreachable endpoint
- * and of a configuration that cannot work. The HTTP paths are tested against a live local server
- * in tests/py/test_llm.py. */
+ * a store (failed children, replies without a kernel, the incumbent the root must beat), and the
+ * outcomes of an unreachable endpoint, of a caller that cancels and of a configuration that cannot
+ * work. The HTTP paths are tested against a live local server in tests/py/test_llm.py (kiln
+ * llm-try) and tests/py/test_optimize_llm.py (kiln optimize --llm-url). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -261,6 +262,11 @@ static void test_prompt_sections(void **state) {
     kiln_problem_free(p);
 }
 
+static int always(void *arg) {
+    (void)arg;
+    return 1;
+}
+
 static void test_unreachable_and_bad_config(void **state) {
     (void)state;
     kiln_problem *p = NULL;
@@ -295,6 +301,13 @@ static void test_unreachable_and_bad_config(void **state) {
     /* the unreachable attempt used no tokens, so the budget is not spent yet */
     assert_int_equal(st2.outcome, KILN_LLM_UNREACHABLE);
     assert_string_equal(kiln_llm_outcome_name(KILN_LLM_BUDGET), "budget");
+    /* a caller that is stopping: nothing is sent */
+    cfg.cancelled = always;
+    assert_int_equal(kiln_llm_propose(&cfg, &ctx, &k, &st2, &err), KILN_OK);
+    assert_null(k);
+    assert_int_equal(st2.outcome, KILN_LLM_CANCELLED);
+    assert_int_equal(st2.attempts, 0);
+    assert_string_equal(kiln_llm_outcome_name(KILN_LLM_CANCELLED), "cancelled");
     kiln_problem_free(p);
 }
 
@@ -372,11 +385,22 @@ static void test_context_from_store(void **state) {
     assert_non_null(strstr(ctx.feedback[0].detail, "its source was"));
     assert_string_equal(ctx.feedback[1].outcome, "no_kernel");
     assert_non_null(strstr(ctx.feedback[1].detail, "no fenced code block"));
+    assert_int_equal(ctx.best_candidate_id, 0); /* no incumbent yet */
     /* loading again (the root now) resets what came from the store */
+    assert_int_equal(kiln_store_incumbent_set(s, pid, parent, &err), KILN_OK);
     assert_int_equal(kiln_llm_context_load(s, pid, 0, 6, &ctx, &err), KILN_OK);
     assert_null(ctx.node_source);
     assert_int_equal(ctx.n_feedback, 1);
     assert_string_equal(ctx.feedback[0].outcome, "crashed");
+    /* with an incumbent, the root asks for a new kernel that beats it, not for a first one */
+    assert_int_equal(ctx.best_candidate_id, parent);
+    assert_true(ctx.best_time_us == 8.0);
+    char *prompt = kiln_llm_prompt(&ctx);
+    char *want = xasprintf("so far (candidate %lld) takes 8.000 us", (long long)parent);
+    assert_non_null(strstr(prompt, want));
+    assert_null(strstr(prompt, "There is no kernel for this problem yet"));
+    free(want);
+    free(prompt);
     kiln_llm_context_clear(&ctx);
     /* a candidate of another problem is refused */
     assert_int_equal(kiln_llm_context_load(s, pid + 1, parent, 6, &ctx, &err), KILN_ERR_INVALID);

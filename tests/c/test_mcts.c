@@ -1,5 +1,5 @@
 /* test_mcts.c: the search policy on a real blackboard: UCT, virtual loss, progressive widening,
- * backup, drafts, exhaustion and the incumbent rule. */
+ * backup, drafts, exhaustion, the llm agent's open selection and the incumbent rule. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -348,6 +348,73 @@ static void test_exhaustion(void **state) {
     drop_tree(bb);
 }
 
+/* One open selection (the llm agent's) that must pick `want`; its virtual loss is given back. */
+static void open_picks(kiln_bb *bb, const kiln_mcts_config *c, int want) {
+    kiln_mcts_pick pick;
+    assert_int_equal(kiln_mcts_select_open(bb, 0, c, &pick), 0);
+    assert_int_equal(pick.node, want);
+    assert_int_equal(pick.make_draft_root, 0);
+    assert_int_equal(pick.draft_opened, 0);
+    assert_int_equal(kiln_bb_node_at(bb, want)->virtual_loss, 1);
+    kiln_mcts_virtual_loss(bb, want, -1);
+}
+
+static void test_select_open(void **state) {
+    (void)state;
+    kiln_mcts_config c;
+    kiln_mcts_config_default(&c);
+    kiln_bb *bb = make_tree(50);
+    kiln_bb_problem *P = kiln_bb_problem_at(bb, 0);
+    int root = P->root;
+    int64_t pt[KILN_BB_MAX_PARAMS] = {0};
+    /* an empty tree: the root (a first kernel) */
+    kiln_mcts_pick pick;
+    assert_int_equal(kiln_mcts_select_open(bb, 0, &c, &pick), 0);
+    assert_int_equal(pick.node, root);
+    int a = kiln_mcts_child_add(bb, &pick, -1, pt, 0, 0, -1);
+    kiln_bb_node_at(bb, a)->status = KILN_BB_NODE_QUEUED;
+    /* the root is at its widening limit and its child's verdict is not in: nothing to ask yet */
+    assert_int_equal(kiln_mcts_select_open(bb, 0, &c, &pick), -1);
+    assert_int_equal(kiln_bb_node_at(bb, root)->virtual_loss, 1); /* the child's, pending */
+    /* it proved ok: the next question is how to beat it */
+    kiln_mcts_result(bb, a, 1, 10.0, 0.6, &c);
+    open_picks(bb, &c, a);
+    /* what stops the built-in agents does not stop it */
+    P->exhausted = 1;
+    kiln_bb_node_at(bb, a)->flags |= KILN_BB_FLAG_SATURATED;
+    kiln_bb_node_at(bb, a)->expand_fail = 1000;
+    open_picks(bb, &c, a);
+    assert_int_equal(kiln_mcts_select(bb, 0, &c, &pick), -1); /* (the built-in selection stops) */
+    drop_tree(bb);
+
+    /* a failed child is never descended into: a node whose children all failed is asked again */
+    bb = make_tree(50);
+    P = kiln_bb_problem_at(bb, 0);
+    root = P->root;
+    assert_int_equal(kiln_mcts_select_open(bb, 0, &c, &pick), 0);
+    int f = kiln_mcts_child_add(bb, &pick, -1, pt, 0, 0, -1);
+    kiln_mcts_result(bb, f, 0, -1, 0, &c);
+    open_picks(bb, &c, root);
+    /* an ok child beside it is where the search goes, past the failed one */
+    assert_int_equal(kiln_mcts_select_open(bb, 0, &c, &pick), 0);
+    int g = kiln_mcts_child_add(bb, &pick, -1, pt, 0, 0, -1);
+    kiln_mcts_result(bb, g, 1, 10.0, 0.6, &c);
+    open_picks(bb, &c, g);
+    /* the active draft is not entered from the root, however good its root looks */
+    int d = add_node(bb, root, 1, 1.0);
+    kiln_bb_node_at(bb, d)->draft = 1;
+    P->draft_count = 1;
+    P->draft_state = KILN_BB_DRAFT_ACTIVE;
+    P->draft_root = d;
+    P->draft_fate[1] = KILN_BB_FATE_OPEN;
+    open_picks(bb, &c, g);
+    /* once promoted it competes like any branch, and wins on its value */
+    P->draft_state = KILN_BB_DRAFT_NONE;
+    P->draft_fate[1] = KILN_BB_FATE_PROMOTED;
+    open_picks(bb, &c, d);
+    drop_tree(bb);
+}
+
 static void test_incumbent_rule(void **state) {
     (void)state;
     kiln_mcts_config c;
@@ -394,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_draft_opens_after_plateau),
         cmocka_unit_test(test_draft_promoted),
         cmocka_unit_test(test_exhaustion),
+        cmocka_unit_test(test_select_open),
         cmocka_unit_test(test_incumbent_rule),
     };
     return cmocka_run_group_tests_name("mcts", tests, NULL, NULL);

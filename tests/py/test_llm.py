@@ -1,5 +1,5 @@
 """test_llm.py: the llm agent against a local OpenAI-compatible server that this test starts on
-loopback (http.server, port 0) with scripted replies.
+loopback (llm_server.py: http.server, port 0) with scripted replies.
 
 One `kiln llm-try` run on the cpu backend meets, in order: (a) a correct kernel, (b) one that does
 not compile, (c) prose without code, (d) a reply slower than --llm-timeout, (e) HTTP 500 on every
@@ -15,17 +15,15 @@ endpoint nothing about the other commands changes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from gate_util import KILN, ROOT, kiln_env
+from llm_server import Server, user_prompt, without_proxies
 
 pytestmark = pytest.mark.skipif(not KILN.exists(), reason="build/kiln is missing: run make first")
 
@@ -36,128 +34,9 @@ SECRET = "sk-kiln-test-7f3a9c2e51d84b06"
 TIMEOUT_S = 1.0
 
 
-class Scripted(BaseHTTPRequestHandler):
-    """Answers each POST with the next step of the server's script; records every request."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _send(self, status: int, body: bytes, length: bool = True, ctype="application/json"):
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        if length:
-            self.send_header("Content-Length", str(len(body)))
-        else:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        try:
-            self.wfile.write(body)
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def do_GET(self):
-        if self.path.rstrip("/").endswith("/models"):
-            self._send(200, json.dumps({"object": "list", "data": [{"id": "test-model"}]}).encode())
-        else:
-            self._send(404, b'{"error": "not found"}')
-
-    def do_POST(self):
-        srv = self.server
-        length = int(self.headers.get("Content-Length", "0"))
-        raw = self.rfile.read(length)
-        with srv.lock:
-            srv.requests.append({"path": self.path, "auth": self.headers.get("Authorization"),
-                                 "raw": raw.decode("utf-8", "replace"), "body": json.loads(raw)})
-            step = srv.script.pop(0) if srv.script else ("prose",)
-        kind = step[0]
-        if kind == "kernel":
-            self._send(200, completion(f"Here is the kernel.\n\n```c\n{step[1]}```\n\nIt is fast.",
-                                       srv.tokens))
-        elif kind == "prose":
-            self._send(200, completion("Use a two-pass algorithm with shared memory; it will be "
-                                       "much faster than the reference.", srv.tokens))
-        elif kind == "slow":
-            time.sleep(step[1])
-            self._send(200, completion(f"```c\n{GOOD}```", srv.tokens))
-        elif kind == "status":
-            self._send(step[1], json.dumps({"error": {"message": step[2]}}).encode())
-        elif kind == "echo_key":
-            msg = f"invalid api key in header '{self.headers.get('Authorization')}'"
-            self._send(401, json.dumps({"error": {"message": msg}}).encode())
-        elif kind == "huge_stream":  # no Content-Length: the cap is met while reading
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            try:
-                self.wfile.write(b'{"choices":[{"message":{"content":"')
-                chunk = b"x" * 65536
-                for _ in range(48):  # 3 MiB
-                    self.wfile.write(chunk)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            self.close_connection = True
-        elif kind == "huge_declared":  # a Content-Length over the cap: refused before the body
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(64 << 20))
-            self.end_headers()
-            try:
-                self.wfile.write(b"{" * 4096)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            self.close_connection = True
-        elif kind == "garbage":
-            self._send(200, step[1], ctype="application/octet-stream")
-        else:
-            raise AssertionError(f"unknown step {step}")
-
-
-def completion(content: str, tokens: int) -> bytes:
-    return json.dumps({
-        "id": "chatcmpl-test", "object": "chat.completion", "model": "test-model",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": content}}],
-        "usage": {"prompt_tokens": tokens - 100, "completion_tokens": 100, "total_tokens": tokens},
-    }).encode()
-
-
-class Server:
-    def __init__(self, script, tokens=1000):
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-        self.httpd.daemon_threads = True
-        self.httpd.script = list(script)
-        self.httpd.requests = []
-        self.httpd.lock = threading.Lock()
-        self.httpd.tokens = tokens
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    @property
-    def requests(self) -> list:
-        return self.httpd.requests
-
-
 def env_with_key() -> dict:
-    env = kiln_env()
+    env = without_proxies(kiln_env())
     env["KILN_LLM_API_KEY"] = SECRET
-    for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                  "all_proxy"):
-        env.pop(proxy, None)
     return env
 
 
@@ -181,12 +60,6 @@ def llm_try(run: Path, url: str, *extra, ref_dir: Path, timeout=600):
 @pytest.fixture(scope="module")
 def ref_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("llm-ref") / "softmax_f32-cpu"
-
-
-def user_prompt(request: dict) -> str:
-    msgs = request["body"]["messages"]
-    assert [m["role"] for m in msgs] == ["system", "user"], msgs
-    return msgs[1]["content"]
 
 
 def test_llm_try_every_kind_of_reply(tmp_path, ref_dir):
