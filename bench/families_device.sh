@@ -2,8 +2,11 @@
 # families_device.sh: the kernel families on the H200 in one call: for each problem directory given (default:
 # bench/problems/*), `kiln sweep --backend cuda` over the matching families (at most $LIMIT points each),
 # and PyTorch eager / torch.compile on the same problem ($MODES), then one table: eager vs torch.compile vs
-# kiln's best vs speed of light, on each problem's largest workload. Logs and JSON go to $OUT; each sweep streams
+# kiln's best vs speed of light, on each problem's largest workload, with "copy us": a plain device copy of the
+# same bytes timed the same way (the floor that launch, ramp-up and tail leave at that size). Logs and JSON go to $OUT; each sweep streams
 # its rows (--jsonl), so one cut by $SWEEP_TIMEOUT still counts the points it measured.
+# REUSE=1 keeps a problem's rows already in $OUT/sweep/NAME.jsonl (another script's sweep of it) instead of
+# sweeping it again.
 #   OUT=/tmp/x LIMIT=8 MODES=eager,default,max-autotune-no-cudagraphs bash bench/families_device.sh [DIR...]
 set -u
 cd "$(dirname "$0")/.."
@@ -20,6 +23,10 @@ problems=("$@")
 for p in "${problems[@]}"; do
     name=$(basename "$p")
     echo "== $name"
+    if [ "${REUSE:-0}" = 1 ] && [ -s "$OUT/sweep/$name.jsonl" ]; then
+        echo "kept $OUT/sweep/$name.jsonl (REUSE=1)"
+        continue
+    fi
     rm -f "$OUT/sweep/$name.jsonl"
     timeout "${SWEEP_TIMEOUT:-300}" build/kiln sweep "$p" --backend cuda --limit "$LIMIT" $SWEEP_OPTS \
         --jsonl "$OUT/sweep/$name.jsonl" --out "/tmp/kiln-sweep/$name" \
@@ -36,7 +43,7 @@ for line in (out / "torch.jsonl").read_text().splitlines():
         r = json.loads(line)
         torch_rows[r["problem"]] = r
 cols = ["problem", "workload"] + [m for m in modes] + ["kiln best", "family params", "SOL us", "SOL %", "S",
-        "vs eager", "vs best compile"]
+        "copy us", "vs eager", "vs best compile"]
 print("| " + " | ".join(cols) + " |")
 print("|" + "---|" * len(cols))
 for f in sorted((out / "sweep").glob("*.jsonl")):
@@ -64,10 +71,10 @@ for f in sorted((out / "sweep").glob("*.jsonl")):
         eager = t.get("eager_us")
         cells = [name, json.dumps(w.get("axes"))] + [fmt(v) for v in mode_us] + [
             f"{us:.1f}", params, f"{w.get('sol_time_us', 0):.1f}", f"{w.get('sol_pct', 0):.1f}",
-            f"{w.get('sol_score') or 0:.3f}", f"{eager / us:.2f}x" if eager else "—",
+            f"{w.get('sol_score') or 0:.3f}", fmt(t.get("copy_us")), f"{eager / us:.2f}x" if eager else "—",
             f"{min(comp) / us:.2f}x" if comp else "—"]
     else:
         reason = (out / "sweep" / (name + ".log")).read_text().strip().splitlines()[-1:] or ["no ok candidate"]
-        cells = [name, "—"] + [fmt(v) for v in mode_us] + ["no ok candidate", reason[0][:80], "", "", "", "", ""]
+        cells = [name, "—"] + [fmt(v) for v in mode_us] + ["no ok candidate", reason[0][:80], "", "", "", "", "", ""]
     print("| " + " | ".join(cells) + " |")
 PYEOF
