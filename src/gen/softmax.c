@@ -1041,8 +1041,8 @@ static double smx_min_bytes(const kiln_problem *p, const kiln_match *m, const ki
     return kiln_problem_min_bytes(p, w);
 }
 
-/* Per element: max, subtract (folded into an FMA with the log2(e) scale), exp, add, multiply; one
- * more each for the scale and the mask. */
+/* Per element: max, subtract, exp, add, multiply (the kernel's log2(e) factor for ex2 is not
+ * counted); one more each for the scale and the mask. */
 static double smx_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
     int64_t rows, cols;
     rows_cols(p, m, w, &rows, &cols);

@@ -9,8 +9,10 @@
  * -inf and fully masked rows, scales, long rows (clusters) and many rows (persistent grids). The
  * space times these problems is a few thousand valid points; a deterministic, evenly spaced sample
  * (every k-th valid point of each problem, the first and the last included, ~140 in all) is
- * compiled, and 16 hand-picked points that cover every code path are emulated; the whole file takes
- * well under a minute on two idle cores. */
+ * compiled, and 16 hand-picked points that cover every code path are emulated. Rows masked as
+ * attention masks them (-inf and finfo.min prefixes and suffixes, Gemma's causal finfo.min) run
+ * through the C emission and 13 more emulated points, checked against PyTorch's semantics computed
+ * here. The whole file takes under a minute on two idle cores. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -201,6 +203,31 @@ static const char vec_def[] =
     "'bfloat16'}}, " REF "}";
 static const char vec_wl[] =
     "{'uuid': 'a', 'axes': {'n': 1000}, 'inputs': {'x': {'type': 'random'}}}\n";
+
+/* float32 x + a float32 mask of x's shape, rows of 7, 33 and 4097 elements: the masked rows of
+ * masked_inputs (-inf and finfo.min prefixes and suffixes, fully masked rows) */
+static const char masked_def[] =
+    "{'name': 'masked', 'op_type': 'softmax', 'axes': {'rows': {'type': 'var'}, 'cols': {'type': "
+    "'var'}}, 'inputs': {'x': {'shape': ['rows', 'cols'], 'dtype': 'float32'}, 'mask': {'shape': "
+    "['rows', 'cols'], 'dtype': 'float32'}}, 'outputs': {'y': {'shape': ['rows', 'cols'], "
+    "'dtype': 'float32'}}, " REF "}";
+static const char masked_wl[] =
+    "{'uuid': 'a', 'axes': {'rows': 12, 'cols': 7}, 'inputs': {'x': {'type': 'random'}, 'mask': "
+    "{'type': 'random'}}}\n"
+    "{'uuid': 'b', 'axes': {'rows': 12, 'cols': 33}, 'inputs': {'x': {'type': 'random'}, "
+    "'mask': {'type': 'random'}}}\n"
+    "{'uuid': 'c', 'axes': {'rows': 12, 'cols': 4097}, 'inputs': {'x': {'type': 'random'}, "
+    "'mask': {'type': 'random'}}}\n";
+
+/* Gemma-like attention probabilities: bf16 scores whose causal half is bf16's finfo.min (masked
+ * before the softmax, as eager attention does), softmax(x, dtype=float32) */
+static const char causal_def[] =
+    "{'name': 'causal', 'op_type': 'softmax', 'axes': {'h': {'type': 'var'}, 'q': {'type': "
+    "'var'}, 'k': {'type': 'var'}}, 'inputs': {'x': {'shape': ['h', 'q', 'k'], 'dtype': "
+    "'bfloat16'}}, 'outputs': {'y': {'shape': ['h', 'q', 'k'], 'dtype': 'float32'}}, " REF "}";
+static const char causal_wl[] =
+    "{'uuid': 'a', 'axes': {'h': 2, 'q': 8, 'k': 4096}, 'inputs': {'x': {'type': 'random'}}}\n"
+    "{'uuid': 'b', 'axes': {'h': 1, 'q': 5, 'k': 520}, 'inputs': {'x': {'type': 'random'}}}\n";
 
 /* ---- tests ---- */
 
@@ -713,6 +740,146 @@ static void emu_inputs(const prob *pr, const kiln_workload *w, emu_tensors *in) 
     }
 }
 
+#define F32_LOWEST (-3.4028234663852886e38)  /* torch.finfo(torch.float32).min */
+#define BF16_LOWEST (-3.3895313892515355e38) /* torch.finfo(torch.bfloat16).min */
+
+/* x as the [rows, cols] matrix the softmax sees: its row count and length in workload w. */
+static void x_rows_cols(const prob *pr, const kiln_workload *w, int64_t *rows, int64_t *cols) {
+    const kiln_tensor_spec *x = &pr->p->inputs[pr->m.input_of_role[0]];
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t n = kiln_tensor_shape(pr->p, x, w, shape);
+    *cols = x->ndim ? shape[x->ndim - 1] : 1;
+    *rows = n / *cols;
+}
+
+/* Inputs of the masked problem: x ~ 3 N(0, 1) and a mask of x's shape that is, by row r % 12 (h
+ * half the row): 0 0; 1-3 -inf prefixes of 1, h and all but the last entry; 4 -inf everywhere
+ * (NaN); 5 a finfo.min prefix of h; 6 the same on scores of -1e32, whose sum overflows to -inf
+ * in fp32; 7 finfo.min everywhere (finite logits: uniform); 8 a finfo.min suffix after the first
+ * third (the causal mask); 9 a -inf suffix after h; 10 -inf for the first h, finfo.min for the
+ * rest (uniform over the rest); 11 a shift of 1e4 (softmax(x + 1e4) = softmax(x)). */
+static void masked_inputs(const prob *pr, const kiln_workload *w, emu_tensors *in) {
+    emu_inputs(pr, w, in);
+    int ix = pr->m.input_of_role[0], imask = pr->m.input_of_role[1];
+    assert_true(imask >= 0 && pr->p->inputs[ix].dtype == KILN_F32 &&
+                pr->p->inputs[imask].dtype == KILN_F32 && kiln_match_get(&pr->m, "mask_direct", 0));
+    int64_t rows, cols;
+    x_rows_cols(pr, w, &rows, &cols);
+    float *x = in->host[ix], *mask = in->host[imask];
+    const int64_t h = cols / 2;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float *xe = &x[r * cols + c], *k = &mask[r * cols + c];
+            switch (r % 12) {
+            case 0:
+                *k = 0.0f;
+                break;
+            case 1:
+            case 2:
+            case 3: {
+                const int64_t len = r % 12 == 1 ? 1 : r % 12 == 2 ? h : cols - 1;
+                *k = c < len ? -INFINITY : 0.0f;
+                break;
+            }
+            case 4:
+                *k = -INFINITY;
+                break;
+            case 5:
+                *k = c < h ? (float)F32_LOWEST : 0.0f;
+                break;
+            case 6:
+                *xe = c < h ? -1e32f : *xe;
+                *k = c < h ? (float)F32_LOWEST : 0.0f;
+                break;
+            case 7:
+                *k = (float)F32_LOWEST;
+                break;
+            case 8:
+                *k = c > cols / 3 ? (float)F32_LOWEST : 0.0f;
+                break;
+            case 9:
+                *k = c >= h ? -INFINITY : 0.0f;
+                break;
+            case 10:
+                *k = c < h ? -INFINITY : (float)F32_LOWEST;
+                break;
+            default:
+                *k = 1e4f;
+                break;
+            }
+        }
+}
+
+/* Inputs of the causal problem ([h, q, k] bf16 scores): row i of each head keeps its first
+ * 1 + i * k / q scores (row 0 one score, as in a prefill) and the rest are bf16's finfo.min. */
+static void causal_inputs(const prob *pr, const kiln_workload *w, emu_tensors *in) {
+    emu_inputs(pr, w, in);
+    const kiln_tensor_spec *x = &pr->p->inputs[pr->m.input_of_role[0]];
+    assert_true(x->ndim == 3 && x->dtype == KILN_BF16);
+    int64_t shape[KILN_MAX_DIMS];
+    kiln_tensor_shape(pr->p, x, w, shape);
+    const int64_t q = shape[1], k = shape[2];
+    for (int64_t r = 0; r < shape[0] * q; r++)
+        for (int64_t c = 1 + (r % q) * k / q; c < k; c++)
+            kiln_dtype_store(KILN_BF16, in->host[pr->m.input_of_role[0]], (size_t)(r * k + c),
+                             BF16_LOWEST);
+}
+
+/* The output y of workload w against PyTorch's softmax(x [+ mask], -1), computed here in double
+ * from the float32 logits (x widened, plus the mask of x's shape): a row whose max is -inf is NaN;
+ * an entry that is -inf, or finfo.min-like below a finite max, is exactly 0; the rest agree
+ * within the default tolerance. Returns how many exact zeros were checked. */
+static size_t expect_reference(const prob *pr, const kiln_workload *w, const emu_tensors *in,
+                               const void *y, const char *what, int wi) {
+    const int ix = pr->m.input_of_role[0], imask = pr->m.input_of_role[1];
+    assert_true(pr->m.input_of_role[2] < 0 && !kiln_match_get(&pr->m, "has_scale", 0));
+    assert_true(kiln_match_get(&pr->m, "round_masked", -1) == -1 &&
+                kiln_match_get(&pr->m, "round_result", -1) == -1);
+    assert_true(imask < 0 || kiln_match_get(&pr->m, "mask_direct", 0));
+    const kiln_dtype ty = pr->p->outputs[0].dtype;
+    const kiln_tolerance tol = kiln_tolerance_default(ty);
+    int64_t rows, cols;
+    x_rows_cols(pr, w, &rows, &cols);
+    double *lg = xmalloc(sizeof(double) * (size_t)cols);
+    size_t n_zero = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY, s = 0.0;
+        for (int64_t c = 0; c < cols; c++) {
+            const size_t e = (size_t)(r * cols + c);
+            float v = (float)kiln_dtype_load(pr->p->inputs[ix].dtype, in->host[ix], e);
+            if (imask >= 0)
+                v += (float)kiln_dtype_load(pr->p->inputs[imask].dtype, in->host[imask], e);
+            lg[c] = v;
+            m = v > m ? v : m;
+        }
+        for (int64_t c = 0; c < cols; c++)
+            s += exp(lg[c] - m);
+        for (int64_t c = 0; c < cols; c++) {
+            const size_t e = (size_t)(r * cols + c);
+            const double a = kiln_dtype_load(ty, y, e);
+            if (m == -INFINITY) {
+                if (!isnan(a))
+                    fail_msg("%s workload %d row %lld: a fully masked row, element %lld is %g, "
+                             "expected NaN as in PyTorch",
+                             what, wi, (long long)r, (long long)c, a);
+            } else if (lg[c] - m < -1e30) {
+                if (a != 0.0)
+                    fail_msg("%s workload %d row %lld: masked element %lld (logit %g, max %g) is "
+                             "%g, expected exactly 0",
+                             what, wi, (long long)r, (long long)c, lg[c], m, a);
+                n_zero++;
+            } else {
+                const double b = exp(lg[c] - m) / s;
+                if (!(fabs(a - b) <= tol.atol + tol.rtol * fabs(b)))
+                    fail_msg("%s workload %d row %lld: element %lld is %g, expected %g", what, wi,
+                             (long long)r, (long long)c, a, b);
+            }
+        }
+    }
+    free(lg);
+    return n_zero;
+}
+
 /* A source compiled on the cpu backend (KILN_CC selects the compiler). */
 typedef struct {
     kiln_module *mod;
@@ -791,9 +958,13 @@ static void emu_free(emu_tensors *t) {
         free(t->host[i]);
 }
 
-/* Emulates the CUDA kernel of point `settings` and compares it with the C emission. */
+typedef void (*emu_fill_fn)(const prob *pr, const kiln_workload *w, emu_tensors *in);
+
+/* Emulates the CUDA kernel of point `settings` on the inputs fill makes and compares it with the C
+ * emission; with check_ref, both are also checked against PyTorch's semantics (expect_reference).
+ */
 static void emulate(kiln_backend *be, const char *name, const char *def, const char *wl,
-                    const char *settings) {
+                    const char *settings, emu_fill_fn fill, int check_ref) {
     prob pr;
     load(&pr, def, wl);
     assert_true(pr.matched);
@@ -816,9 +987,15 @@ static void emulate(kiln_backend *be, const char *name, const char *def, const c
         if (tensor_elems(pr.p, &pr.p->outputs[0], w) > EMU_MAX_ELEMENTS)
             continue;
         emu_tensors in, out_emu, out_c;
-        emu_inputs(&pr, w, &in);
+        fill(&pr, w, &in);
         emu_run(be, &pr, &m_emu, w, &in, &out_emu, what);
         emu_run(be, &pr, &m_c, w, &in, &out_c, what);
+        if (check_ref) {
+            char what_c[300];
+            snprintf(what_c, sizeof what_c, "%s (the C emission)", name);
+            assert_true(expect_reference(&pr, w, &in, out_c.host[0], what_c, wi) > 0);
+            assert_true(expect_reference(&pr, w, &in, out_emu.host[0], what, wi) > 0);
+        }
         const kiln_tensor_spec *y = &pr.p->outputs[0];
         kiln_tolerance tol = kiln_tolerance_default(y->dtype);
         size_t n = tensor_elems(pr.p, y, w), n_nan = 0;
@@ -887,7 +1064,84 @@ static void test_emulated_kernels(void **state) {
         {"f16_f32", f16_f32_def, f16_f32_wl, "SMX_TPR=32 SMX_THREADS=64"},
     };
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++)
-        emulate(be, pts[i].name, pts[i].def, pts[i].wl, pts[i].settings);
+        emulate(be, pts[i].name, pts[i].def, pts[i].wl, pts[i].settings, emu_inputs, 0);
+    printf("    %zu points emulated in %.1f s\n", sizeof pts / sizeof pts[0], kiln_now_s() - t0);
+    kiln_backend_close(be);
+}
+
+/* The C emission (any point: the cpu source ignores it) on the inputs fill makes, against PyTorch's
+ * semantics (expect_reference). */
+static void cpu_against_reference(kiln_backend *be, const char *name, const char *def,
+                                  const char *wl, emu_fill_fn fill) {
+    prob pr;
+    load(&pr, def, wl);
+    assert_true(pr.matched);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    kiln_family_point(fam, 0, pt);
+    char *c_src = fam->emit(pr.p, &pr.m, pt, 0);
+    emu_module m_c;
+    emu_compile(be, &pr, c_src, NULL, &m_c, name);
+    for (int wi = 0; wi < pr.p->n_workloads; wi++) {
+        const kiln_workload *w = &pr.p->workloads[wi];
+        emu_tensors in, out;
+        fill(&pr, w, &in);
+        emu_run(be, &pr, &m_c, w, &in, &out, name);
+        assert_true(expect_reference(&pr, w, &in, out.host[0], name, wi) > 0);
+        emu_free(&in);
+        emu_free(&out);
+    }
+    be->ops->module_free(be, m_c.mod);
+    kiln_abi_free(&m_c.abi);
+    free(c_src);
+    unload(&pr);
+}
+
+/* Rows with -inf and finfo.min entries, as attention masks make them (a causal mask of finfo.min
+ * on Gemma's scores: the H200 gate found the online kernels NaN there while the two-pass ones were
+ * right; max * log2(e) overflowed to -inf for a part whose max is finfo.min). First the C emission
+ * alone, then every reduction path of the CUDA kernels, online and two-pass, each against PyTorch's
+ * semantics: a thread, a chunk, a warp or a cluster block whose part of a row is all masked merges
+ * as nothing, a row of finite finfo.min logits is uniform, a row of -inf is NaN, and masked
+ * entries are exact zeros. */
+static void test_masked_rows(void **state) {
+    (void)state;
+    kiln_backend *be = NULL;
+    kiln_err err;
+    assert_int_equal(kiln_backend_open("cpu", 0, &be, &err), KILN_OK);
+    cpu_against_reference(be, "masked", masked_def, masked_wl, masked_inputs);
+    cpu_against_reference(be, "causal", causal_def, causal_wl, causal_inputs);
+    if (system("command -v ${CXX:-g++} >/dev/null 2>&1") != 0) {
+        printf("SKIP: no C++ compiler (g++ or $CXX) to build the emulated kernels\n");
+        kiln_backend_close(be);
+        skip();
+    }
+    double t0 = kiln_now_s();
+    static const struct {
+        const char *name, *def, *wl, *settings;
+        emu_fill_fn fill;
+    } pts[] = {
+        /* rows of 7, 33 and 4097: one element per vector */
+        {"masked", masked_def, masked_wl, "SMX_TPR=64 SMX_THREADS=128", masked_inputs},
+        {"masked", masked_def, masked_wl, "SMX_TPR=64 SMX_THREADS=128 SMX_ONLINE=0", masked_inputs},
+        {"masked", masked_def, masked_wl, "SMX_TPR=32 SMX_THREADS=64 SMX_CACHE=0 SMX_UNROLL=2",
+         masked_inputs},
+        {"masked", masked_def, masked_wl,
+         "SMX_TPR=32 SMX_THREADS=64 SMX_CACHE=0 SMX_UNROLL=2 SMX_ONLINE=0", masked_inputs},
+        {"masked", masked_def, masked_wl, "SMX_TPR=8 SMX_THREADS=64 SMX_CACHE=0", masked_inputs},
+        {"masked", masked_def, masked_wl, "SMX_TPR=128 SMX_THREADS=128 SMX_CACHE=2", masked_inputs},
+        {"masked", masked_def, masked_wl, "SMX_SPLIT=4 SMX_TPR=32 SMX_THREADS=64", masked_inputs},
+        {"masked", masked_def, masked_wl, "SMX_SPLIT=4 SMX_TPR=32 SMX_THREADS=64 SMX_ONLINE=0",
+         masked_inputs},
+        {"masked", masked_def, masked_wl, "SMX_SPLIT=2 SMX_TPR=64 SMX_THREADS=64 SMX_CACHE=2",
+         masked_inputs},
+        /* the Gemma row's shape: bf16 rows of 4096 in vectors of 8, causal finfo.min */
+        {"causal", causal_def, causal_wl, "SMX_TPR=32 SMX_THREADS=64", causal_inputs},
+        {"causal", causal_def, causal_wl, "SMX_TPR=32 SMX_THREADS=64 SMX_ONLINE=0", causal_inputs},
+        {"causal", causal_def, causal_wl, "SMX_TPR=256 SMX_THREADS=512", causal_inputs},
+        {"causal", causal_def, causal_wl, "SMX_SPLIT=2 SMX_TPR=32 SMX_THREADS=64", causal_inputs},
+    };
+    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++)
+        emulate(be, pts[i].name, pts[i].def, pts[i].wl, pts[i].settings, pts[i].fill, 1);
     printf("    %zu points emulated in %.1f s\n", sizeof pts / sizeof pts[0], kiln_now_s() - t0);
     kiln_backend_close(be);
 }
@@ -917,6 +1171,7 @@ int main(void) {
         cmocka_unit_test(test_speed_of_light),
         cmocka_unit_test(test_valid_points_compile),
         cmocka_unit_test(test_emulated_kernels),
+        cmocka_unit_test(test_masked_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

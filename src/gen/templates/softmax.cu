@@ -29,9 +29,18 @@
 // loop over the row groups (a persistent grid for many short rows).
 //
 // Semantics kept from PyTorch: a row whose logits are all -inf (fully masked) is NaN, a row with
-// +inf or NaN is NaN; sums never turn NaN from an empty slice (a (max, sum) of (-inf, 0) is the
-// identity). exp is ex2.approx (relative error ~2^-22) of x*log2(e) - max*log2(e); the error of the
-// second product is the same for the whole row and cancels in the normalisation.
+// +inf or NaN is NaN, a row of finite logits is finite (finfo.min ones included: a row of them all
+// is uniform), and a logit of -inf or finfo.min below a finite max gives exactly 0. Sums never
+// turn NaN from an empty or masked part: a (max, sum) of (-inf, 0) is the identity of the merge.
+//
+// exp is ex2.approx (relative error ~2^-22) of (x - max) * log2(e), max being the max of the part
+// the sum covers (a thread's, a chunk's or the row's). Not x*log2(e) - max*log2(e) in one FMA,
+// although that saves an add: max*log2(e) overflows to -inf for the finite maxima of masked parts
+// (finfo.min, -3.4e38, which attention masks add: the part's exponents become +inf and its sum
+// inf, then inf * 0 = NaN where the merge scales it by e^(finfo.min - max)), and its rounding,
+// up to 2^-24 of max*log2(e), differs between the parts an online merge combines and does not
+// cancel. One extra add per element, the same for every thread, is free in a kernel bound by
+// memory and ex2.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -292,8 +301,24 @@ __device__ __forceinline__ unsigned char *smx_dynamic_smem() {
 }
 // ---- hardware: end ----
 
-// The factor e^(a - b) that moves a sum from max a to max b; 1 when a == b, so that merging two
-// empty parts ((-inf, 0) with (-inf, 0)) stays (-inf, 0) instead of NaN.
+// The max that a part's exponents are taken against: the part's max m, or 0 when m is -inf (every
+// logit of the part is -inf: e^(-inf - 0) = 0 for each, where e^(-inf - -inf) would be NaN).
+__device__ __forceinline__ float smx_base(float m) {
+    return m == -INFINITY ? 0.0f : m;
+}
+
+// e^(x - base) for a logit x of a part, base = smx_base(the part's max): at most 1 (1 at the max,
+// also when the max is finfo.min), exactly 0 for x = -inf and for x - base below about -87 (ftz),
+// NaN for NaN and for x = base = +inf.
+__device__ __forceinline__ float smx_exp(float x, float base) {
+    return smx_exp2((x - base) * SMX_LOG2E);
+}
+
+// The factor e^(a - b) that moves a sum from max a to max b (b >= a, the merged max). 1 when
+// a == b, so that merging two masked parts ((-inf, 0) with (-inf, 0)) adds 0 instead of NaN
+// (e^(-inf - -inf)); 0 for a part of -inf or finfo.min under a finite max. The sums it scales are
+// finite (every term is at most 1) unless the row has NaN or +inf, so the product is never
+// inf * 0 in a row PyTorch gives numbers for.
 __device__ __forceinline__ float smx_rescale(float a, float b) {
     return a == b ? 1.0f : smx_exp2((a - b) * SMX_LOG2E);
 }
@@ -457,13 +482,13 @@ __device__ __forceinline__ smx_pair smx_pass_online(const smx_in_t *xs, int64_t 
 #pragma unroll
             for (int i = 0; i < SMX_VEC; i++)
                 cm = fmaxf(cm, t[u][i]);
-        const float mL = (cm == -INFINITY ? 0.0f : cm) * SMX_LOG2E;
+        const float base = smx_base(cm);
         float cs = 0.0f;
 #pragma unroll
         for (int u = 0; u < SMX_UNROLL; u++)
 #pragma unroll
             for (int i = 0; i < SMX_VEC; i++)
-                cs += smx_exp2(fmaf(t[u][i], SMX_LOG2E, -mL));
+                cs += smx_exp(t[u][i], base);
         acc.s = acc.s * smx_rescale(acc.m, cm) + cs;
         acc.m = cm;
     }
@@ -499,7 +524,7 @@ __device__ __forceinline__ float smx_pass_max(const smx_in_t *xs, int64_t xs_bas
 template <int HINT>
 __device__ __forceinline__ float smx_pass_sum(const smx_in_t *xs, int64_t xs_base,
                                               const smx_mask_t *mr, float scale, int64_t vb,
-                                              int64_t ve, int lane, float mL) {
+                                              int64_t ve, int lane, float base) {
     float s = 0.0f;
     for (int64_t v0 = vb + lane; v0 < ve; v0 += (int64_t)SMX_TPR * SMX_UNROLL) {
         float t[SMX_UNROLL][SMX_VEC];
@@ -517,7 +542,7 @@ __device__ __forceinline__ float smx_pass_sum(const smx_in_t *xs, int64_t xs_bas
         for (int u = 0; u < SMX_UNROLL; u++)
 #pragma unroll
             for (int i = 0; i < SMX_VEC; i++)
-                s += smx_exp2(fmaf(t[u][i], SMX_LOG2E, -mL));
+                s += smx_exp(t[u][i], base);
     }
     return s;
 }
@@ -525,7 +550,7 @@ __device__ __forceinline__ float smx_pass_sum(const smx_in_t *xs, int64_t xs_bas
 template <int HINT>
 __device__ __forceinline__ void
 smx_pass_write(const smx_in_t *xs, int64_t xs_base, const smx_mask_t *mr, float scale,
-               smx_out_t *yr, int64_t vb, int64_t ve, int lane, float mL, float inv) {
+               smx_out_t *yr, int64_t vb, int64_t ve, int lane, float base, float inv) {
     for (int64_t v0 = vb + lane; v0 < ve; v0 += (int64_t)SMX_TPR * SMX_UNROLL) {
         float t[SMX_UNROLL][SMX_VEC];
 #pragma unroll
@@ -540,7 +565,7 @@ smx_pass_write(const smx_in_t *xs, int64_t xs_base, const smx_mask_t *mr, float 
             if (v < ve) {
 #pragma unroll
                 for (int i = 0; i < SMX_VEC; i++)
-                    t[u][i] = smx_exp2(fmaf(t[u][i], SMX_LOG2E, -mL));
+                    t[u][i] = smx_exp(t[u][i], base);
                 smx_write(yr + v * SMX_VEC, t[u], inv);
             }
         }
@@ -606,27 +631,26 @@ __device__ __forceinline__ void smx_softmax(const void *x_, const void *mask_, f
             for (int j = 0; j < SMX_VEC; j++)
                 m = fmaxf(m, buf_v[i][j]);
 #if SMX_ONLINE
-        const float mL = (m == -INFINITY ? 0.0f : m) * SMX_LOG2E;
+        const float base = smx_base(m);
         smx_pair part = {m, 0.0f};
 #pragma unroll
         for (int i = 0; i < SMX_MAXV; i++)
 #pragma unroll
             for (int j = 0; j < SMX_VEC; j++) {
-                buf_v[i][j] = smx_exp2(fmaf(buf_v[i][j], SMX_LOG2E, -mL));
+                buf_v[i][j] = smx_exp(buf_v[i][j], base);
                 part.s += buf_v[i][j];
             }
         const smx_pair tot = smx_reduce<SMX_OP_PAIR>(part, sh, buf);
         const float k = smx_rescale(m, tot.m) * (1.0f / tot.s);
 #else
         smx_pair part = {m, 0.0f};
-        const float M = smx_reduce<SMX_OP_MAX>(part, sh, buf).m;
-        const float mL = (M == -INFINITY ? 0.0f : M) * SMX_LOG2E;
+        const float base = smx_base(smx_reduce<SMX_OP_MAX>(part, sh, buf).m);
         part.s = 0.0f;
 #pragma unroll
         for (int i = 0; i < SMX_MAXV; i++)
 #pragma unroll
             for (int j = 0; j < SMX_VEC; j++) {
-                buf_v[i][j] = smx_exp2(fmaf(buf_v[i][j], SMX_LOG2E, -mL));
+                buf_v[i][j] = smx_exp(buf_v[i][j], base);
                 part.s += buf_v[i][j];
             }
         const float k = 1.0f / smx_reduce<SMX_OP_SUM>(part, sh, buf).s;
@@ -662,12 +686,10 @@ __device__ __forceinline__ void smx_softmax(const void *x_, const void *mask_, f
         part.m = smx_pass_max<SMX_H_FIRST>(xs, xs_base, mr, scale, vb, ve, lane);
         part.s = 0.0f;
         const float M = smx_reduce<SMX_OP_MAX>(part, sh, buf).m;
-        part.s = smx_pass_sum<SMX_H_FIRST>(xs, xs_base, mr, scale, vb, ve, lane,
-                                           (M == -INFINITY ? 0.0f : M) * SMX_LOG2E);
+        part.s = smx_pass_sum<SMX_H_FIRST>(xs, xs_base, mr, scale, vb, ve, lane, smx_base(M));
         const float S = smx_reduce<SMX_OP_SUM>(part, sh, buf).s;
 #endif
-        smx_pass_write<SMX_H_LAST>(xs, xs_base, mr, scale, yr, vb, ve, lane,
-                                   (M == -INFINITY ? 0.0f : M) * SMX_LOG2E, 1.0f / S);
+        smx_pass_write<SMX_H_LAST>(xs, xs_base, mr, scale, yr, vb, ve, lane, smx_base(M), 1.0f / S);
 #undef SMX_H_FIRST
 #undef SMX_H_LAST
 #endif

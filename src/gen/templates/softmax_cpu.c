@@ -78,8 +78,10 @@ static inline int64_t smx_mask_row(int64_t row, const smx_bcast *mb) {
     return off;
 }
 
-/* x: [rows, cols]; mask: rows of cols elements, row smx_mask_row(r); y: [rows, cols]. A row of
- * -inf gives NaN (exp(-inf - -inf)), as PyTorch does. */
+/* x: [rows, cols]; mask: rows of cols elements, row smx_mask_row(r); y: [rows, cols]. exp(x - max)
+ * against the row's max, as PyTorch computes it and as softmax.cu does per part: a row of -inf
+ * gives NaN (exp(-inf - -inf)), a row of finfo.min logits (finite) is uniform, and a -inf or
+ * finfo.min logit under a finite max is exactly 0. */
 static void smx_softmax(const void *x, const void *mask, float scale, void *y, int64_t rows,
                         int64_t cols, const smx_bcast *mb) {
     (void)mask;
