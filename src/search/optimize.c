@@ -968,14 +968,32 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
             c->problems[j] = c->problems[j - 1];
             c->problems[j - 1] = t;
         }
-    if (o->top > 0 && o->top < c->n_problems) {
-        for (int i = o->top; i < c->n_problems; i++) {
+    if (o->top > 0) {
+        /* the P hottest problems that some agent can search (a family matches, or llm agents
+         * run), and the unsearchable ones hotter than the last of them (listed as skipped): a
+         * model whose hottest ops are GEMMs still gets its P norms and softmaxes searched */
+        int kept = 0, searchable = 0;
+        for (int i = 0; i < c->n_problems; i++) {
             kiln_opt_problem *pr = &c->problems[i];
-            free(pr->dir);
-            free(pr->skip);
-            kiln_problem_free(pr->p);
+            int can = 0;
+            if (!pr->skip) {
+                const kiln_family *fams[KILN_OPT_MAX_FAMILIES];
+                kiln_match matches[KILN_OPT_MAX_FAMILIES];
+                char why[512];
+                can = c->n_llm_agents > 0 ||
+                      kiln_family_match_all(pr->p, fams, matches, KILN_OPT_MAX_FAMILIES, why,
+                                            sizeof why) > 0;
+            }
+            if (searchable < o->top) {
+                searchable += can;
+                c->problems[kept++] = *pr;
+            } else {
+                free(pr->dir);
+                free(pr->skip);
+                kiln_problem_free(pr->p);
+            }
         }
-        c->n_problems = o->top;
+        c->n_problems = kept;
     }
     {
         char *model_path = kiln_path_join(c->run_dir, "model.json");
