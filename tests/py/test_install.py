@@ -19,7 +19,9 @@ written here from the problems' definitions (the `library` fixture says which pa
 - hits and misses are counted through Installation.stats().
 
 Where PyTorch sees a GPU, test_cuda_* build a cuda library the same way and check hits, exact misses and a
-replay inside a captured CUDA graph; elsewhere they skip and say so."""
+replay inside a captured CUDA graph; elsewhere they skip and say so. KILN_TEST_CUDA_RUN=RUN makes them use a
+run that `kiln tune --backend cuda` already made of tiny_model.py with --rows 256 --hidden 4096 (as
+bench/install_device.sh does, to fit its time) instead of tuning one here."""
 
 import glob
 import json
@@ -578,6 +580,18 @@ def test_kiln_tune_report(library):
         pytest.skip(f"the library was built by hand: {library['source']}")
 
 
+def test_tune_bare_launch_runs_the_kernel(opened):
+    """tune's bare launch, the baseline of its "hit overhead" column, is the fast path a gate hit ends with
+    (arguments made once, no ctypes conversion), and it really runs the entry's kernel."""
+    from kiln.tune import EntryBench
+    e = next(e for e in opened.entries if e.name.startswith("softmax_int"))
+    b = EntryBench(e, opened, {})
+    launch = b.raw(opened)
+    b.outputs[0].zero_()
+    assert launch() == 0
+    torch.testing.assert_close(b.outputs[0], torch.softmax(b.inputs[0], -1), rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------------
 # cuda (skips without a GPU).
 
@@ -585,8 +599,12 @@ def test_kiln_tune_report(library):
 def cuda_library(tmp_path_factory):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device visible to PyTorch: the cuda install tests run on the GPU machine")
-    run = str(tmp_path_factory.mktemp("install_cuda"))
     rows, hidden = 256, 4096
+    given = os.environ.get("KILN_TEST_CUDA_RUN")
+    if given:  # a run that `kiln tune --backend cuda` made of tiny_model.py at these sizes (bench/install_device.sh)
+        assert os.path.exists(os.path.join(given, "library", "manifest.json")), given
+        return {"dir": os.path.join(given, "library"), "run": given, "rows": rows, "hidden": hidden, "tune": None}
+    run = str(tmp_path_factory.mktemp("install_cuda"))
     tune = _kiln(["tune", SCRIPT, "--out", run, "--backend", "cuda", "--budget", "8", "--rounds", "3",
                   "--", "--device", "cuda", "--rows", str(rows), "--hidden", str(hidden), "--iters", "3"],
                  timeout=1800)
