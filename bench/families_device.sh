@@ -33,7 +33,7 @@ for p in "${problems[@]}"; do
         >/dev/null 2>"$OUT/sweep/$name.log"
     echo "sweep exit $? ($(grep -c ' ok' "$OUT/sweep/$name.log") ok)"
 done
-"$KILN_PYTHON" bench/torch_problem.py --modes "$MODES" "${problems[@]}" >"$OUT/torch.jsonl" 2>"$OUT/torch.log"
+timeout "${TORCH_TIMEOUT:-900}" "$KILN_PYTHON" bench/torch_problem.py --modes "$MODES" "${problems[@]}" >"$OUT/torch.jsonl" 2>"$OUT/torch.log"
 "$KILN_PYTHON" - "$OUT" "$MODES" <<'PYEOF' | tee "$OUT/table.md"
 import json, pathlib, sys
 out, modes = pathlib.Path(sys.argv[1]), sys.argv[2].split(",")
