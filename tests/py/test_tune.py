@@ -58,3 +58,44 @@ def test_interrupt_still_writes_the_report(tmp_path, monkeypatch):
     report = json.load(open(out / "report.json"))
     assert report["error"] == "interrupted (SIGINT)"
     assert "**Stopped**: interrupted (SIGINT)" in (out / "report.md").read_text()
+
+
+def test_entries_are_dropped_until_the_model_is_faster(monkeypatch, tmp_path):
+    """Two entries that each won per call, but the model forward was slower with both: the one that saves
+    the least per forward is dropped first, install.json says why, the model is timed again, and the loop
+    stops as soon as kiln is faster (the compile figures of the first timing are kept)."""
+    lib = types.SimpleNamespace(path=str(tmp_path), manifest_digest=lambda: "d")
+    timings = iter([{"eager_ms": 5.0, "kiln_ms": 5.2, "entry_hits_per_forward": {"b": 4}}])
+
+    def time_model(root, lib_, opts, timer, compile_too):
+        assert compile_too is False
+        return next(timings)
+    monkeypatch.setattr(tune, "time_model", time_model)
+    report = {"model": {"eager_ms": 5.0, "kiln_ms": 5.6, "compile_ms": 3.0,
+                        "entry_hits_per_forward": {"a": 1, "b": 4}}}
+    entries = [{"name": "a", "installed": True, "op_eager_us": 50.0, "op_kiln_us": 40.0},
+               {"name": "b", "installed": True, "op_eager_us": 80.0, "op_kiln_us": 60.0}]
+    decisions = {"a": {"install": True, "reason": "won"}, "b": {"install": True, "reason": "won"}}
+    tune._drop_until_faster(None, lib, None, None, report, decisions, entries)
+    # a saved 10 us x 1 hit, b 20 us x 4: a goes; then 5.2 ms is still not below 5.0 ms: b goes too
+    assert [e["installed"] for e in entries] == [False, False]
+    assert entries[0]["reason"].startswith("dropped: the model forward was not faster")
+    assert [d["entry"] for d in report["model_dropped"]] == ["a", "b"]
+    saved = json.loads((tmp_path / "install.json").read_text())
+    assert saved["entries"]["a"]["install"] is False and saved["entries"]["b"]["install"] is False
+    # nothing left installed: the forward is eager's, not timed again
+    assert report["model"]["kiln_ms"] == 5.0 and "nothing installed" in report["model"]["kiln_note"]
+
+
+def test_dropping_stops_once_the_model_is_faster(monkeypatch, tmp_path):
+    lib = types.SimpleNamespace(path=str(tmp_path), manifest_digest=lambda: "d")
+    monkeypatch.setattr(tune, "time_model", lambda *a: {"eager_ms": 5.0, "kiln_ms": 4.5,
+                                                        "entry_hits_per_forward": {"b": 4}})
+    report = {"model": {"eager_ms": 5.0, "kiln_ms": 5.1, "compile_ms": 3.0,
+                        "entry_hits_per_forward": {"a": 1, "b": 4}}}
+    entries = [{"name": "a", "installed": True, "op_eager_us": 50.0, "op_kiln_us": 40.0},
+               {"name": "b", "installed": True, "op_eager_us": 80.0, "op_kiln_us": 60.0}]
+    decisions = {"a": {"install": True, "reason": "won"}, "b": {"install": True, "reason": "won"}}
+    tune._drop_until_faster(None, lib, None, None, report, decisions, entries)
+    assert [e["installed"] for e in entries] == [False, True]
+    assert report["model"]["kiln_ms"] == 4.5 and report["model"]["compile_ms"] == 3.0
