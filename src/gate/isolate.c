@@ -28,7 +28,23 @@ typedef struct {
     int have_outcome;
     int done; /* the session child's "done" line */
     char *fatal;
+    double t0, phase_t0; /* when the evaluation began, when the current phase began */
+    cJSON *phase_s;      /* seconds spent per phase, as the child's lines tell it */
 } watch_state;
+
+/* Adds the time since the current phase began to its total. */
+static void phase_close(watch_state *st, double now) {
+    if (!st->phase_s)
+        st->phase_s = cJSON_CreateObject();
+    if (st->phase[0]) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(st->phase_s, st->phase);
+        if (v)
+            cJSON_SetNumberValue(v, v->valuedouble + (now - st->phase_t0));
+        else
+            cJSON_AddNumberToObject(st->phase_s, st->phase, now - st->phase_t0);
+    }
+    st->phase_t0 = now;
+}
 
 static void handle_line(watch_state *st, char *line) {
     char *rest = strchr(line, ' ');
@@ -40,6 +56,7 @@ static void handle_line(watch_state *st, char *line) {
         char name[32] = {0};
         int w = -1, s = -1;
         if (sscanf(rest, "%31s %d %d", name, &w, &s) >= 1) {
+            phase_close(st, kiln_now_s());
             snprintf(st->phase, sizeof st->phase, "%s", name);
             st->workload = w;
         }
@@ -167,6 +184,7 @@ static void watch_init(watch_state *st, const kiln_problem *p, const char *kerne
     cJSON_AddNullToObject(st->result, "compile_s");
     st->workloads = cJSON_AddArrayToObject(st->result, "workloads");
     cJSON_AddNullToObject(st->result, "summary");
+    st->t0 = st->phase_t0 = kiln_now_s();
 }
 
 /* Reads the child's lines from fd until end of file or, when until_done, its "done" line. The
@@ -244,6 +262,12 @@ static void watch_finish(watch_state *st, const kiln_problem *p, int timed_out, 
     free(st->fatal);
     st->fatal = NULL;
     summarise(st->result, p->n_workloads);
+    /* where the evaluation's wall time went (the last phase ends with the verdict) */
+    double now = kiln_now_s();
+    phase_close(st, now);
+    cJSON_AddItemToObject(st->result, "phase_s", st->phase_s);
+    st->phase_s = NULL;
+    cJSON_AddNumberToObject(st->result, "wall_s", now - st->t0);
 }
 
 static void reap(pid_t pid, int *status) {
