@@ -171,16 +171,22 @@ static kiln_store *worker_store(kiln_opt_ctx *c, const char *who) {
  * Agents.
  * --------------------------------------------------------------------------------------------- */
 
-/* Under the lock: the hottest problem that still has budget and room in the gate's queue. */
-static int pick_problem(kiln_opt_ctx *c) {
+/* Under the lock: 1 when the gates' queue has a free slot and the agents are not too far ahead of
+ * the gates (MCTS wants each result before the next choice). */
+static int gates_have_room(kiln_opt_ctx *c) {
     kiln_bb_header *h = kiln_bb_hdr(c->bb);
     if (kiln_bb_queue_busy(c->bb) >= h->caps.queue_slots - 1)
-        return -1;
-    /* agents must not run far ahead of the gates: MCTS wants each result before the next choice */
+        return 0;
     int in_flight = 0;
     for (int i = 0; i < h->n_problems; i++)
         in_flight += kiln_bb_problem_at(c->bb, i)->pending;
-    if (in_flight >= c->max_inflight_total)
+    return in_flight < c->max_inflight_total;
+}
+
+/* Under the lock: the hottest problem that still has budget and room in the gate's queue. */
+static int pick_problem(kiln_opt_ctx *c) {
+    kiln_bb_header *h = kiln_bb_hdr(c->bb);
+    if (!gates_have_room(c))
         return -1;
     for (int i = 0; i < h->n_problems; i++) {
         kiln_bb_problem *P = kiln_bb_problem_at(c->bb, i);
@@ -666,12 +672,7 @@ static void nap_unless_stopping(kiln_opt_ctx *c, int ms) {
 static int llm_select(kiln_opt_ctx *c, int worker, agent_step *st) {
     memset(st, 0, sizeof *st);
     kiln_bb_header *h = kiln_bb_hdr(c->bb);
-    if (kiln_bb_queue_busy(c->bb) >= h->caps.queue_slots - 1)
-        return -1;
-    int in_flight = 0;
-    for (int i = 0; i < h->n_problems; i++)
-        in_flight += kiln_bb_problem_at(c->bb, i)->pending;
-    if (in_flight >= c->max_inflight_total)
+    if (!gates_have_room(c))
         return -1;
     for (int i = 0; i < h->n_problems; i++) {
         kiln_bb_problem *P = kiln_bb_problem_at(c->bb, i);
