@@ -45,6 +45,7 @@ EXPECTED = {
     "f32_chain_const_scale": "softmax_scale_mask",
     "bf16_scale_mask_f32": "softmax_scale_mask_cast",
     "f16_scale_mask": "softmax_scale_mask",
+    "f32_masked_rows": "softmax_mask",
 }
 
 
