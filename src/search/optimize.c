@@ -843,6 +843,12 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                2;
     if (c->n_gates > 16)
         c->n_gates = 16;
+    if (c->cuda && o->gates > 0 && o->gates > kiln_optimize_count_gpus())
+        fprintf(
+            stderr,
+            "kiln optimize: warning: %d gates on %d GPU(s): gates that share a GPU disturb each "
+            "other's timings\n",
+            o->gates, kiln_optimize_count_gpus());
     int kinds[KILN_OPT_MAX_WORKERS];
     int n_kinds = 0;
     if (o->specialists) {
@@ -1177,8 +1183,13 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     coord_signals = 0;
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     kiln_bb_lock(bb);
+    /* gate g drives device g; more gates than devices share them round robin (the cpu backend
+     * has the one device 0, and its gates run candidates on different cores) */
+    int n_devices = c->cuda ? kiln_optimize_count_gpus() : 1;
+    if (n_devices < 1)
+        n_devices = 1;
     for (int g = 0; g < c->n_gates; g++)
-        kiln_bb_worker_add(bb, KILN_BB_ROLE_GATE, g);
+        kiln_bb_worker_add(bb, KILN_BB_ROLE_GATE, g % n_devices);
     for (int a = 0; a < c->n_agents; a++)
         kiln_bb_worker_add(bb, KILN_BB_ROLE_AGENT, c->agent_kind[a]);
     int n_workers = kiln_bb_hdr(bb)->n_workers;

@@ -393,6 +393,21 @@ def test_time_limit_and_named_problems(template, tmp_path):
     assert (run2 / "library" / "manifest.json").exists()
 
 
+def test_two_gates_share_the_work(template, tmp_path):
+    """--gates 2 on cpu: both gates take candidates (the cpu backend has one device: gates share it, on
+    different cores), every candidate is evaluated once, and no gate reports an error."""
+    run = new_run(template, tmp_path, "two-gates")
+    r = run_optimize(run, "--gates", 2, "--budget", 3, "--json")
+    assert r.returncode == 0, r.stderr
+    assert "2 gates on cpu" in query(run, "SELECT message FROM event WHERE kind = 'start'")[0][0]
+    assert query(run, "SELECT COUNT(*) FROM event WHERE kind = 'gate_error'")[0][0] == 0, \
+        query(run, "SELECT message FROM event WHERE kind = 'gate_error'")
+    assert_every_candidate_has_a_result(run)
+    pids = {m.group(1) for m in re.finditer(r"eval \d+ pid=(\d+)", (run / "logs" / "gate.log").read_text())}
+    assert len(pids) == 2, (run / "logs" / "gate.log").read_text()
+    assert all(p["results"] >= 1 for p in json.loads(r.stdout)["problems"] if p.get("candidates"))
+
+
 def fnv1a(data: bytes) -> int:
     h = 0xcbf29ce484222325
     for b in data:
