@@ -854,6 +854,48 @@ static void get_candidates(api *a) {
         reply_json(a, j);
 }
 
+/* The llm agent's exchanges about candidate id (docs/agents.md): the one that made it ("made"), and
+ * those asked about it that made nothing ("asked": no kernel, an error). Absent in stores without
+ * the llm_exchange table. Prompts and replies are cut to LLM_TEXT_MAX characters. */
+#define LLM_TEXT_MAX 65536
+static void add_llm_exchanges(api *a, cJSON *j, int64_t id) {
+    sqlite3_stmt *st = prep(a, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                               "name = 'llm_exchange'");
+    int have = step(a, st) == 1;
+    sqlite3_finalize(st);
+    cJSON *list = cJSON_AddArrayToObject(j, "llm");
+    if (!have)
+        return;
+    st = prep(a, "SELECT id, CASE WHEN candidate_id IS ?1 THEN 'made' ELSE 'asked' END, model, "
+                 "status, reason, http_status, attempts, tokens, latency_ms, created_unix_s, "
+                 "substr(request_json, 1, ?2), length(request_json), substr(reply_text, 1, ?2), "
+                 "length(reply_text) FROM llm_exchange WHERE candidate_id = ?1 OR "
+                 "(parent_id = ?1 AND candidate_id IS NULL) ORDER BY id LIMIT 100");
+    if (st) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int(st, 2, LLM_TEXT_MAX);
+    }
+    while (step(a, st) == 1) {
+        static const char *const keys[] = {"id",         "role",          "model",    "status",
+                                           "reason",     "http_status",   "attempts", "tokens",
+                                           "latency_ms", "created_unix_s"};
+        cJSON *x = cJSON_CreateObject();
+        for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++)
+            add_col(x, keys[i], st, i);
+        /* the request as sent (a chat body: its messages are the prompt), whole when it fits */
+        if (sqlite3_column_int64(st, 11) <= LLM_TEXT_MAX)
+            add_json_col(x, "request", st, 10);
+        else
+            cJSON_AddNullToObject(x, "request");
+        add_col(x, "reply", st, 12);
+        cJSON_AddBoolToObject(x, "truncated",
+                              sqlite3_column_int64(st, 11) > LLM_TEXT_MAX ||
+                                  sqlite3_column_int64(st, 13) > LLM_TEXT_MAX);
+        cJSON_AddItemToArray(list, x);
+    }
+    sqlite3_finalize(st);
+}
+
 /* GET /api/candidates/ID: everything the candidate page shows. */
 static void get_candidate(api *a, int64_t id) {
     static const char *const allowed[] = {NULL};
@@ -943,6 +985,7 @@ static void get_candidate(api *a, int64_t id) {
         cJSON_AddItemToArray(children, c);
     }
     sqlite3_finalize(st);
+    add_llm_exchanges(a, j, id);
     if (a->failed)
         cJSON_Delete(j);
     else

@@ -20,12 +20,14 @@ their candidates, the llm agent gives up after 8 fruitless exchanges, the run en
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -159,6 +161,23 @@ def test_llm_agent_proposes_in_optimize(problems, tmp_path):
     assert any(f"http_error for candidate {cid}" in m for m in llm), llm
     assert any("stops: token budget spent" in m and "of 2500 tokens" in m for m in llm), llm
     assert "(1 of them llm)" in events(run, "start")[0]
+
+    # the dashboard's candidate page gets the three exchanges: the one that made it, the two since
+    serve = subprocess.Popen([str(KILN), "serve", str(run), "--port", "0"], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        m = re.search(r"http://[^/\s]+:(\d+)/", serve.stdout.readline())
+        assert m, serve.stderr.read()[-2000:]
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"http://127.0.0.1:{m.group(1)}/api/candidates/{cid}", timeout=30) as resp:
+            page = json.loads(resp.read())
+    finally:
+        serve.terminate()
+        serve.wait(timeout=20)
+    got = [(x["role"], x["status"]) for x in page["llm"]]
+    assert got == [("made", "kernel"), ("asked", "no_kernel"), ("asked", "http_error")], got
+    assert "# Problem `scale_bf16`" in page["llm"][0]["request"]["messages"][-1]["content"]
+    assert "```" in page["llm"][0]["reply"] and page["llm"][1]["reason"] == "no fenced code block in the reply"
 
     # the key is nowhere kiln keeps or prints anything
     assert SECRET not in r.stdout and SECRET not in r.stderr

@@ -726,6 +726,21 @@ async function showCandidate(id) {
   } else {
     view.append(el('h3', {}, 'Diff against its parent', el('small', {text: 'none: a child of the root'})));
   }
+  const llm = c.llm || [];
+  if (llm.length) {
+    view.append(el('h3', {}, 'The language model', el('small', {text: 'the exchange that made this kernel, and what was asked about it since'})));
+    for (const x of llm) {
+      const msgs = (x.request && Array.isArray(x.request.messages)) ? x.request.messages : [];
+      view.append(el('details', {class: 'llm', 'data-testid': 'llm-exchange', 'data-status': x.status},
+        el('summary', {},
+          el('span', {text: x.role === 'made' ? 'made it' : 'asked about it'}), ' ', badge(x.status), ' ',
+          el('span', {class: 'muted', text: `${x.model} · ${x.tokens} tokens · ${x.attempts} attempt(s)` +
+            (isNum(x.latency_ms) ? ` · ${(x.latency_ms / 1000).toFixed(1)} s` : '') + (x.reason ? ` · ${x.reason}` : '')})),
+        ...msgs.map((m) => el('div', {}, el('h4', {text: m.role}), el('pre', {class: 'log', text: String(m.content ?? '')}))),
+        el('h4', {text: 'reply'}), el('pre', {class: 'log', text: x.reply ?? '(none)'}),
+        x.truncated ? el('div', {class: 'muted', text: `cut at ${65536} characters`}) : ''));
+    }
+  }
   const log = c.compile_log || (r.evidence && r.evidence.log);
   view.append(el('h3', {text: 'Compile log'}),
     log ? el('pre', {class: 'log', 'data-testid': 'compile-log', text: log})
