@@ -37,6 +37,8 @@ static void sweep_usage(FILE *f) {
             "  --json               one JSON object with every row\n"
             "  --jsonl FILE         also append each row to FILE as one JSON line as soon as it\n"
             "                       is measured (a sweep cut short keeps its rows)\n"
+            "  --resume             with --jsonl: points that FILE already has a verdict for are\n"
+            "                       not run again (their rows join the table)\n"
             "  --list               print the matching families and their spaces, run nothing\n"
             "  -h, --help           this text\n");
 }
@@ -108,7 +110,38 @@ typedef struct {
     const kiln_family *family;
     char *params, *file, *source;
     uint64_t hash;
+    const cJSON *kept; /* --resume: the result an earlier run of the sweep wrote for this point */
 } sweep_job;
+
+/* --resume: the rows of an earlier run in the --jsonl file that carry a verdict (an outcome). */
+static cJSON *read_rows(const char *path) {
+    cJSON *rows = cJSON_CreateArray();
+    char *text = NULL;
+    if (kiln_read_file(path, &text, NULL, NULL) != KILN_OK)
+        return rows;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *row = cJSON_Parse(line);
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(row, "result");
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(row, "family")) &&
+            cJSON_IsString(cJSON_GetObjectItemCaseSensitive(row, "params")) &&
+            cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "outcome")))
+            cJSON_AddItemToArray(rows, row);
+        else
+            cJSON_Delete(row); /* cut mid-line, or no verdict: that point runs again */
+    }
+    free(text);
+    return rows;
+}
+
+static const cJSON *find_row(const cJSON *rows, const char *family, const char *params) {
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows) {
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(row, "family")->valuestring, family) == 0 &&
+            strcmp(cJSON_GetObjectItemCaseSensitive(row, "params")->valuestring, params) == 0)
+            return row;
+    }
+    return NULL;
+}
 
 /* Compiles every job's source with NVRTC, one process per core, so that the gate (one candidate at
  * a time) finds the cubins in the cache instead of compiling each in turn. Processes, not threads:
@@ -136,6 +169,8 @@ static pid_t precompile_start(sweep_job *jobs, int n) {
         kids[w] = fork();
         if (kids[w] == 0) {
             for (int k = w; k < n; k += n_procs) {
+                if (jobs[k].kept)
+                    continue;
                 char *cubin = NULL, *log = NULL;
                 size_t len = 0;
                 /* the result lands in the cubin cache; compile errors are the gate's to report */
@@ -175,6 +210,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
         OPT_REF_DIR,
         OPT_JSON,
         OPT_JSONL,
+        OPT_RESUME,
         OPT_SAMPLE,
         OPT_SEED,
         OPT_LIST
@@ -190,6 +226,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
         {"ref-dir", required_argument, 0, OPT_REF_DIR},
         {"json", no_argument, 0, OPT_JSON},
         {"jsonl", required_argument, 0, OPT_JSONL},
+        {"resume", no_argument, 0, OPT_RESUME},
         {"sample", required_argument, 0, OPT_SAMPLE},
         {"seed", required_argument, 0, OPT_SEED},
         {"list", no_argument, 0, OPT_LIST},
@@ -203,6 +240,9 @@ int kiln_cmd_sweep(int argc, char **argv) {
     int json = 0, list = 0, random_sample = 0, c;
     uint64_t seed = 1;
     FILE *jsonl = NULL;
+    const char *jsonl_path = NULL;
+    int resume = 0;
+    cJSON *earlier = NULL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end = NULL;
@@ -228,10 +268,14 @@ int kiln_cmd_sweep(int argc, char **argv) {
         case OPT_JSONL:
             if (jsonl)
                 fclose(jsonl);
+            jsonl_path = optarg;
             if (!(jsonl = fopen(optarg, "a"))) {
                 fprintf(stderr, "kiln sweep: --jsonl %s: %s\n", optarg, strerror(errno));
                 return 2;
             }
+            break;
+        case OPT_RESUME:
+            resume = 1;
             break;
         case OPT_SAMPLE:
             if (strcmp(optarg, "even") != 0 && strcmp(optarg, "random") != 0) {
@@ -285,6 +329,10 @@ int kiln_cmd_sweep(int argc, char **argv) {
     }
     if (argc - optind != 1) {
         fprintf(stderr, "kiln sweep: expected one PROBLEM_DIR (see kiln sweep --help)\n");
+        return 2;
+    }
+    if (resume && !jsonl_path) {
+        fprintf(stderr, "kiln sweep: --resume reads the rows of --jsonl FILE: give both\n");
         return 2;
     }
     const char *problem_dir = argv[optind];
@@ -373,6 +421,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
         fprintf(stderr, "kiln sweep: %s\n", err.msg);
         goto done;
     }
+    earlier = resume ? read_rows(jsonl_path) : cJSON_CreateArray();
     /* 1. every point to run, its source written; 2. on cuda, compiled on every core (the cubin
      * cache keeps them for the gate) while the reference data is found or built; 3. each through
      * the gate, one at a time. */
@@ -439,11 +488,13 @@ int kiln_cmd_sweep(int argc, char **argv) {
                 goto jobs_done;
             }
             jobs = xrealloc(jobs, (size_t)(n_jobs + 1) * sizeof *jobs);
+            char *params = kiln_family_point_str(f, point);
             jobs[n_jobs++] = (sweep_job){.family = f,
-                                         .params = kiln_family_point_str(f, point),
+                                         .params = params,
                                          .file = file,
                                          .source = src,
-                                         .hash = h};
+                                         .hash = h,
+                                         .kept = find_row(earlier, f->name, params)};
         }
         free(valid);
     }
@@ -460,7 +511,11 @@ int kiln_cmd_sweep(int argc, char **argv) {
     for (int k = 0; k < n_jobs; k++) {
         sweep_job *jb = &jobs[k];
         fprintf(stderr, "[%d/%d] %s %s ... ", k + 1, n_jobs, jb->family->name, jb->params);
-        cJSON *r = kiln_gate_session_eval(session, p, ref, jb->file, &opt);
+        cJSON *r = jb->kept
+                       ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(jb->kept, "result"), 1)
+                       : kiln_gate_session_eval(session, p, ref, jb->file, &opt);
+        if (jb->kept)
+            fprintf(stderr, "(kept from %s) ", jsonl_path);
         if (n_rows == cap_rows) {
             cap_rows = cap_rows ? 2 * cap_rows : 16;
             rows = xrealloc(rows, (size_t)cap_rows * sizeof *rows);
@@ -484,7 +539,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
         cJSON_AddStringToObject(jr, "params", jb->params);
         cJSON_AddStringToObject(jr, "file", jb->file);
         cJSON_AddItemToObject(jr, "result", r);
-        if (jsonl) {
+        if (jsonl && !jb->kept) {
             /* one line per row as soon as it is known: a sweep cut short keeps what it measured */
             char *line = cJSON_PrintUnformatted(jr);
             fprintf(jsonl, "%s\n", line);
@@ -523,6 +578,7 @@ jobs_done:
     status = 0;
 done:
     kiln_gate_session_free(session);
+    cJSON_Delete(earlier);
     if (jsonl)
         fclose(jsonl);
     for (int i = 0; i < n_rows; i++) {

@@ -123,3 +123,37 @@ def test_bench_rows_match():
         m = re.search(r"matches family softmax \(([a-z_]+)\), space (\d+) points", r.stdout)
         assert m, f"{d.name}: {r.stdout[-1000:]}"
         assert int(m.group(2)) > 0
+
+
+def test_sweep_random_sample_streamed_rows_and_resume(tmp_path: Path):
+    """--sample random --seed: a reproducible uniform draw; --jsonl: each row as one line when measured;
+    --resume: a second run keeps the rows the file has and evaluates nothing again."""
+    need_kiln()
+    problem = DATA / "f32_odd"
+
+    def run(*extra):
+        cmd = [str(KILN), "sweep", str(problem), "--backend", "cpu", "--iters", "2", "--json",
+               "--out", str(tmp_path / "src"), "--ref-dir", str(tmp_path / "ref"), *map(str, extra)]
+        r = subprocess.run(cmd, cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r, json.loads(r.stdout)["rows"]
+
+    r1, a = run("--limit", 5, "--sample", "random", "--seed", 1)
+    assert "running 5 drawn at random" in r1.stderr
+    _, b = run("--limit", 5, "--sample", "random", "--seed", 1)
+    _, c = run("--limit", 5, "--sample", "random", "--seed", 2)
+    assert [x["params"] for x in a] == [x["params"] for x in b]  # the same seed, the same draw
+    assert [x["params"] for x in a] != [x["params"] for x in c]
+
+    rows = tmp_path / "rows.jsonl"
+    _, first = run("--limit", 3, "--jsonl", rows)
+    lines = [json.loads(x) for x in rows.read_text().splitlines()]
+    assert [x["params"] for x in lines] == [x["params"] for x in first]
+    assert all(x["result"]["outcome"] == "ok" for x in lines)
+    r2, again = run("--limit", 3, "--jsonl", rows, "--resume")
+    assert r2.stderr.count("(kept from") == len(first) > 0
+    assert [x["result"] for x in again] == [x["result"] for x in first]
+    assert len(rows.read_text().splitlines()) == len(lines)  # nothing appended
+    r3 = subprocess.run([str(KILN), "sweep", str(problem), "--resume"], cwd=ROOT, env=kiln_env(),
+                        capture_output=True, text=True, timeout=60)
+    assert r3.returncode == 2 and "--jsonl" in r3.stderr
