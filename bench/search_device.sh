@@ -50,9 +50,11 @@ done
 for p in "${problems[@]}"; do
     name=$(basename "$p")
     echo "== $name: exhaustive ($(( $(date +%s) - t0 )) s)"
-    rm -f "$OUT/exhaustive/$name.jsonl"
+    # RESUME=1 with the previous call's $OUT/exhaustive/*.jsonl in place continues cut sweeps
+    [ "${RESUME:-0}" = 1 ] || rm -f "$OUT/exhaustive/$name.jsonl"
     timeout "$(limit "$EXHAUSTIVE_S")" build/kiln sweep "$p" --backend "$BACKEND" $GATE_OPTS \
         --out "/tmp/kiln-search-sweep/all-$name" --jsonl "$OUT/exhaustive/$name.jsonl" \
+        $([ "${RESUME:-0}" = 1 ] && echo --resume) \
         >/dev/null 2>"$OUT/exhaustive/$name.log"
     echo "exhaustive exit $?"
 done
