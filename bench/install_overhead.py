@@ -2,13 +2,15 @@
 graph (issue 6; run by bench/install_device.sh on the GPU machine, works on a cpu library too).
 
     python bench/install_overhead.py --library RUN/library [--script MODEL.py] [--rounds R] [--calls N]
-                                     [--json PATH] [-- SCRIPT ARGS...]
+                                     [--dispatch python|cpp|both] [--json PATH] [-- SCRIPT ARGS...]
 
 For every usable entry of the library, on tensors with exactly the gate's dtype, shape and strides (the
 calls `kiln tune` times, kiln.tune.EntryBench), in R alternating rounds of N calls each:
 
 - eager         the op (or the module) through PyTorch's dispatcher, kiln not installed;
-- kiln hit      the same call with the library installed: the Python gate admits it and launches kiln's kernel;
+- kiln hit      the same call with the library installed: the gate admits it and launches kiln's kernel
+                (--dispatch: the Python kernel and gate, kiln.install's default; cpp: the C++ dispatcher
+                kernel of python/kiln/_dispatch.cpp; both: each, installed in turn within every round);
 - bare launch   kiln's kernel alone through libkiln_rt, arguments made once (what a hit ends with);
 - miss          a call the gate must refuse, eager and with kiln installed: another shape (the first axis
                 halved: the usual miss in a model, refused at the first comparison) and a start one element
@@ -23,6 +25,10 @@ Then, on cuda, each entry's call is captured in a torch.cuda.CUDAGraph with kiln
 new values, the graph is replayed, and the outputs are compared with eager on the same inputs at the
 entry's gate tolerance; with --script, the model found the way `kiln tune` finds it (its busiest root module)
 gets the same check as a whole. A graph that had recorded nothing of kiln's would replay stale outputs.
+
+With --dispatch both the JSON's "entries" are the Python path's rows (what install_device.sh reads) and
+"by_dispatch" has both; a table is printed per path. The bare launch is a ctypes call from Python (what the
+Python gate ends with); the C++ path calls kiln_rt_launch directly, so its hit overhead can be below zero.
 
 Exit status: 0 measured (whatever the figures); 1 no entry could be measured; 2 bad usage.
 """
@@ -57,6 +63,8 @@ def parse_args(argv: list) -> argparse.Namespace:
                                     "whole-model graph check); its arguments go after --")
     p.add_argument("--rounds", type=int, default=15, help="alternating rounds (default 15)")
     p.add_argument("--calls", type=int, default=200, help="calls per timed loop (default 200)")
+    p.add_argument("--dispatch", default="python", choices=("python", "cpp", "both"),
+                   help="the dispatch path(s) of kiln.install to time (default python)")
     p.add_argument("--json", help="write every figure here")
     opts = p.parse_args(argv)
     opts.script_args = script_args
@@ -118,13 +126,17 @@ def other_shape(b, entry) -> Optional[list]:
 # ---------------------------------------------------------------------------------------------------
 # The measurement.
 
-def measure(lib, benches: dict, model, opts, clock: Clock) -> dict:
-    """{entry: {figure: {"host": [..], "stream": [..]}, "hits": n, "misses": n}} over opts.rounds rounds."""
+def measure(lib, benches: dict, model, opts, clock: Clock, modes: tuple = ("python",)) -> dict:
+    """{mode: {entry: {figure: {"host": [..], "stream": [..]}, "hits": n, "misses": n}}} over opts.rounds
+    rounds; in each round eager, then each dispatch mode installed in turn, then the bare launch."""
     import kiln
-    kinds = ("eager", "kiln", "bare", "eager_miss_shape", "kiln_miss_shape", "eager_miss_align",
-             "kiln_miss_align")
+    from kiln.install import _resolve_overload
+    shared = ("eager", "bare", "eager_miss_shape", "eager_miss_align")
+    own = ("kiln", "kiln_miss_shape", "kiln_miss_align")
+    kinds = shared + tuple(f"{k}@{m}" for m in modes for k in own)
     samples = {n: {k: {"host": [], "stream": []} for k in kinds} for n in benches}
-    counts = {n: {"hits": 0, "hit_calls": 0, "misses": 0, "miss_calls": 0} for n in benches}
+    counts = {m: {n: {"hits": 0, "hit_calls": 0, "misses": 0, "miss_calls": 0} for n in benches} for m in modes}
+    paths = {m: {} for m in modes}
     n = opts.calls
 
     def timed(name, kind, fn):
@@ -142,39 +154,48 @@ def measure(lib, benches: dict, model, opts, clock: Clock) -> dict:
             if b.shape_miss is not None:
                 timed(name, "eager_miss_shape", lambda b=b: b.call(b.shape_miss))
             timed(name, "eager_miss_align", lambda b=b: b.call(b.miss_inputs))
-        inst = kiln.install(lib, model=model, entries=list(benches))
-        try:
-            for name, b in benches.items():
-                target = b.entry.target
-                before = inst.stats()
-                timed(name, "kiln", lambda b=b: b.call(b.inputs))
-                after = inst.stats()
-                counts[name]["hits"] += after["entries"].get(name, {}).get("hits", 0) - \
-                    before["entries"].get(name, {}).get("hits", 0)
-                counts[name]["hit_calls"] += 2 * n
-                before = after
-                if b.shape_miss is not None:
-                    timed(name, "kiln_miss_shape", lambda b=b: b.call(b.shape_miss))
-                timed(name, "kiln_miss_align", lambda b=b: b.call(b.miss_inputs))
-                after = inst.stats()
-                tb, ta = before["targets"].get(target, {}), after["targets"].get(target, {})
-                counts[name]["misses"] += ta.get("misses", 0) - tb.get("misses", 0)
-                counts[name]["miss_calls"] += 2 * n * (2 if b.shape_miss is not None else 1)
-                timed(name, "bare", b.bare)
-        finally:
-            kiln.uninstall()
-    out = {}
+        for mode in modes:
+            inst = kiln.install(lib, model=model, entries=list(benches), dispatch=mode)
+            try:
+                for name, b in benches.items():
+                    target = b.entry.target
+                    if b.entry.kind == "aten":  # stats and paths are keyed by the op's name (aten::rsqrt)
+                        target = _resolve_overload(b.entry.aten).name()
+                    paths[mode][name] = inst.dispatch.get(target, "python") if b.entry.kind == "aten" else \
+                        "python (module entry)"
+                    before = inst.stats()
+                    timed(name, f"kiln@{mode}", lambda b=b: b.call(b.inputs))
+                    after = inst.stats()
+                    counts[mode][name]["hits"] += after["entries"].get(name, {}).get("hits", 0) - \
+                        before["entries"].get(name, {}).get("hits", 0)
+                    counts[mode][name]["hit_calls"] += 2 * n
+                    before = after
+                    if b.shape_miss is not None:
+                        timed(name, f"kiln_miss_shape@{mode}", lambda b=b: b.call(b.shape_miss))
+                    timed(name, f"kiln_miss_align@{mode}", lambda b=b: b.call(b.miss_inputs))
+                    after = inst.stats()
+                    tb, ta = before["targets"].get(target, {}), after["targets"].get(target, {})
+                    counts[mode][name]["misses"] += ta.get("misses", 0) - tb.get("misses", 0)
+                    counts[mode][name]["miss_calls"] += 2 * n * (2 if b.shape_miss is not None else 1)
+            finally:
+                kiln.uninstall()
+        for name, b in benches.items():
+            timed(name, "bare", b.bare)
+    out = {m: {} for m in modes}
     for name, s in samples.items():
-        med = {k: {w: (statistics.median(v[w]) if v[w] else None) for w in ("host", "stream")}
-               for k, v in s.items()}
-        row = {"target": benches[name].entry.target, "median_us": med, "rounds": opts.rounds, "calls": n,
-               **counts[name]}
-        for w in ("host", "stream"):
-            row[f"hit_overhead_{w}_us"] = med["kiln"][w] - med["bare"][w]
-            for m in ("shape", "align"):
-                e, k = med[f"eager_miss_{m}"][w], med[f"kiln_miss_{m}"][w]
-                row[f"miss_{m}_overhead_{w}_us"] = None if e is None or k is None else k - e
-        out[name] = row
+        allmed = {k: {w: (statistics.median(v[w]) if v[w] else None) for w in ("host", "stream")}
+                  for k, v in s.items()}
+        for mode in modes:
+            med = {k: allmed[k] for k in shared}
+            med.update({k: allmed[f"{k}@{mode}"] for k in own})
+            row = {"target": benches[name].entry.target, "dispatch": mode, "path": paths[mode].get(name),
+                   "median_us": med, "rounds": opts.rounds, "calls": n, **counts[mode][name]}
+            for w in ("host", "stream"):
+                row[f"hit_overhead_{w}_us"] = med["kiln"][w] - med["bare"][w]
+                for m in ("shape", "align"):
+                    e, k = med[f"eager_miss_{m}"][w], med[f"kiln_miss_{m}"][w]
+                    row[f"miss_{m}_overhead_{w}_us"] = None if e is None or k is None else k - e
+            out[mode][name] = row
     return out
 
 
@@ -198,13 +219,13 @@ def _close(got, want, rtol: float, atol: float) -> tuple:
     return ok, diff
 
 
-def graph_check_entry(lib, b, model) -> dict:
+def graph_check_entry(lib, b, model, dispatch: str = "python") -> dict:
     """Captures b's call with kiln installed, replays it on new inputs, compares with eager."""
     import torch
 
     import kiln
     static = [t.clone() if t.is_floating_point() else t for t in b.inputs]
-    inst = kiln.install(lib, model=model, entries=[b.entry.name])
+    inst = kiln.install(lib, model=model, entries=[b.entry.name], dispatch=dispatch)
     try:
         b.call(static)  # warm-up outside the capture (allocations, lazy initialisation)
         torch.cuda.synchronize()
@@ -227,7 +248,7 @@ def graph_check_entry(lib, b, model) -> dict:
             "rtol": rtol, "atol": atol}
 
 
-def graph_check_model(lib, root) -> dict:
+def graph_check_model(lib, root, dispatch: str = "python") -> dict:
     """The model's forward captured with the library installed, replayed on new inputs, against eager."""
     import torch
 
@@ -236,7 +257,7 @@ def graph_check_model(lib, root) -> dict:
     model, args, kwargs = root.module, root.args, root.kwargs
     static = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
     with _grad_context(root.grad_mode):
-        inst = kiln.install(lib, model=model, entries="all")
+        inst = kiln.install(lib, model=model, entries="all", dispatch=dispatch)
         try:
             model(*args, **kwargs)
             torch.cuda.synchronize()
@@ -263,9 +284,9 @@ def _f(v, spec=".2f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def print_tables(rows: dict, graphs: dict, model_graph: Optional[dict], device: str) -> None:
-    print(f"\n## kiln install overhead on {device} (host us per call, median; hit overhead = kiln hit - bare "
-          f"launch, miss overhead = kiln miss - eager miss; limit {LIMIT_US:g} us)\n")
+def print_tables(rows: dict, graphs: dict, model_graph: Optional[dict], device: str, dispatch: str = "python") -> None:
+    print(f"\n## kiln install overhead on {device}, dispatch={dispatch} (host us per call, median; hit overhead = "
+          f"kiln hit - bare launch, miss overhead = kiln miss - eager miss; limit {LIMIT_US:g} us)\n")
     print("| entry | replaces | eager | kiln hit | bare launch | hit overhead | miss eager (shape / misaligned) | "
           "miss kiln (shape / misaligned) | miss overhead (shape / misaligned) | hits, misses counted | "
           f"<= {LIMIT_US:g} us | CUDA graph replay |")
@@ -283,7 +304,8 @@ def print_tables(rows: dict, graphs: dict, model_graph: Optional[dict], device: 
                                        f"{g.get('kiln_calls_recorded')} kiln launches recorded)"
                                        if "error" not in g else f"error: {g['error']}")
         counted = f"{r['hits']}/{r['hit_calls']} hits, {r['misses']}/{r['miss_calls']} misses"
-        print(f"| {name} | {r['target']} | {_f(m['eager']['host'])} | {_f(m['kiln']['host'])} | "
+        target = r["target"] + (f" ({r['path']})" if r.get("path") else "")
+        print(f"| {name} | {target} | {_f(m['eager']['host'])} | {_f(m['kiln']['host'])} | "
               f"{_f(m['bare']['host'])} | {_f(hit)} | {_f(m['eager_miss_shape']['host'])} / "
               f"{_f(m['eager_miss_align']['host'])} | {_f(m['kiln_miss_shape']['host'])} / "
               f"{_f(m['kiln_miss_align']['host'])} | {_f(r['miss_shape_overhead_host_us'])} / "
@@ -308,7 +330,8 @@ def main(argv: Optional[list] = None) -> int:
         root = roots[0] if roots else None
     model = root.module if root else None
     modules = dict(model.named_modules()) if model is not None else {}
-    rows, benches, graphs = {}, {}, {}
+    modes = ("python", "cpp") if opts.dispatch == "both" else (opts.dispatch,)
+    rows, benches, graphs = {}, {}, {m: {} for m in modes}
     with torch.inference_mode():
         for e in lib.entries:
             if e.disabled:
@@ -323,28 +346,46 @@ def main(argv: Optional[list] = None) -> int:
                 rows[e.name] = {"target": e.target, "error": f"cannot measure: {why}"}
         if not benches:
             print("install_overhead: no entry could be measured", file=sys.stderr)
-            print_tables(rows, {}, None, device)
+            print_tables(rows, {}, None, device, opts.dispatch)
             return 1
         clock = Clock(cuda)
-        rows.update(measure(lib, benches, model, opts, clock))
+        measured = measure(lib, benches, model, opts, clock, modes)
+        by_mode = {m: {**rows, **measured[m]} for m in modes}
         if cuda:
-            for name, b in benches.items():
-                try:
-                    graphs[name] = graph_check_entry(lib, b, model)
-                except Exception as why:  # noqa: BLE001 - a failed capture is a result
-                    graphs[name] = {"ok": False, "error": f"{type(why).__name__}: {' '.join(str(why).split())[:200]}"}
-    model_graph = None
+            for m in modes:
+                for name, b in benches.items():
+                    try:
+                        graphs[m][name] = graph_check_entry(lib, b, model, m)
+                    except Exception as why:  # noqa: BLE001 - a failed capture is a result
+                        graphs[m][name] = {"ok": False,
+                                           "error": f"{type(why).__name__}: {' '.join(str(why).split())[:200]}"}
+    model_graph = {m: None for m in modes}
     if cuda and root is not None:
-        try:
-            model_graph = graph_check_model(lib, root)
-        except Exception as why:  # noqa: BLE001
-            model_graph = {"ok": False, "error": f"{type(why).__name__}: {' '.join(str(why).split())[:200]}"}
-    print_tables(rows, graphs, model_graph, device)
+        for m in modes:
+            try:
+                model_graph[m] = graph_check_model(lib, root, m)
+            except Exception as why:  # noqa: BLE001
+                model_graph[m] = {"ok": False, "error": f"{type(why).__name__}: {' '.join(str(why).split())[:200]}"}
+    for m in modes:
+        print_tables(by_mode[m], graphs[m], model_graph[m], device, m)
+    if len(modes) > 1:
+        print("## hit / miss overhead per call by dispatch path (host us, median; miss = misaligned start)\n")
+        print("| entry | " + " | ".join(f"{m} hit | {m} miss" for m in modes) + " |")
+        print("|---|" + "---:|---:|" * len(modes))
+        for name in benches:
+            cells = []
+            for m in modes:
+                r = by_mode[m][name]
+                cells += [_f(r["hit_overhead_host_us"]), _f(r["miss_align_overhead_host_us"])]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        print()
     if opts.json:
+        first = modes[0]
         with open(opts.json, "w") as f:
             json.dump({"library": lib.path, "device": device, "backend": lib.backend, "torch": torch.__version__,
-                       "limit_us": LIMIT_US, "entries": rows, "graph": graphs, "model_graph": model_graph},
-                      f, indent=1, default=str)
+                       "limit_us": LIMIT_US, "dispatch": first, "entries": by_mode[first], "graph": graphs[first],
+                       "model_graph": model_graph[first], "by_dispatch": by_mode, "graph_by_dispatch": graphs,
+                       "model_graph_by_dispatch": model_graph}, f, indent=1, default=str)
             f.write("\n")
     lib.close()
     return 0

@@ -39,6 +39,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import threading
 import warnings
@@ -762,6 +763,239 @@ def _any_requires_grad(args, kwargs) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Opt-in C++ dispatch for aten entries (issue 6): kiln.install(..., dispatch="cpp"|"auto") or KILN_DISPATCH.
+# python/kiln/_dispatch.cpp, built on demand with torch.utils.cpp_extension.load into kiln's cache, registers
+# one boxed C++ kernel per (overload, key) with the same gate as the generated Python one; an overload whose
+# captured call it cannot express (or any overload, when the extension cannot be built) stays on the Python
+# path, with the reason in Installation.notes. Module entries always stay Python.
+
+DISPATCH_MODES = ("python", "cpp", "auto")
+_DISPATCH_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_dispatch.cpp")
+_DISPATCH_ABI = 1
+_dispatch_ext: dict = {}  # "cpu" / "cuda" -> the built module, or the KilnError that says why there is none
+_A_TENSOR, _A_NONE, _A_BOOL, _A_NUMBER, _A_INTLIST, _A_STR, _A_DTYPE, _A_DEFAULT = range(8)  # _dispatch.cpp
+
+
+def _dispatch_mode(dispatch: Optional[str]) -> str:
+    mode = dispatch if dispatch is not None else (os.environ.get("KILN_DISPATCH") or "python")
+    if mode not in DISPATCH_MODES:
+        raise KilnError(f"kiln: dispatch={mode!r}: one of {', '.join(DISPATCH_MODES)}")
+    return mode
+
+
+def cache_dir(sub: str) -> str:
+    """kiln's cache folder joined with sub, as src/util/common.c has it: $KILN_CACHE_DIR/sub, else
+    $XDG_CACHE_HOME/kiln/sub, else ~/.cache/kiln/sub."""
+    base = os.environ.get("KILN_CACHE_DIR")
+    if not base:
+        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                            "kiln")
+    return os.path.join(base, sub)
+
+
+def dispatch_extension(cuda: bool = False):
+    """The C++ dispatch extension for a cpu (or cuda) library, built once per process (and cached on disk
+    by torch.utils.cpp_extension). Raises KilnError with the reason when it cannot be had; the failure is
+    remembered for the process."""
+    variant = "cuda" if cuda else "cpu"
+    got = _dispatch_ext.get(variant)
+    if isinstance(got, KilnError):
+        raise got
+    if got is None:
+        try:
+            got = _build_dispatch_extension(variant)
+        except KilnError as why:
+            _dispatch_ext[variant] = why
+            raise
+        _dispatch_ext[variant] = got
+    return got
+
+
+def _build_dispatch_extension(variant: str):
+    import shutil
+
+    import torch
+    import logging
+    log = logging.getLogger("torch.utils.cpp_extension")  # "No CUDA runtime is found" on a machine without a GPU
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    except ImportError as e:  # a torch without its extension tools
+        raise KilnError(f"torch.utils.cpp_extension is not available: {e}") from None
+    finally:
+        log.setLevel(level)
+    cxx = os.environ.get("CXX") or "c++"
+    if not shutil.which(cxx.split()[0]):
+        raise KilnError(f"no C++ compiler: {cxx!r} is not on PATH (install g++, or set CXX)")
+    path = os.environ.get("PATH", "")
+    if not shutil.which("ninja"):  # cpp_extension.load runs `ninja` from PATH; pip's ninja lives beside python
+        dirs = [os.path.dirname(sys.executable)]
+        try:
+            import ninja
+            dirs.insert(0, ninja.BIN_DIR)
+        except (ImportError, AttributeError):
+            pass
+        found = next((d for d in dirs if os.access(os.path.join(d, "ninja"), os.X_OK)), None)
+        if found is None:
+            raise KilnError("no ninja, which torch.utils.cpp_extension.load needs: pip install ninja "
+                            "(python/requirements.txt) or apt-get install ninja-build")
+        path = found + os.pathsep + path
+    build_dir = cache_dir(os.path.join("dispatch", f"torch-{torch.__version__}-py{sys.version_info[0]}"
+                                                   f"{sys.version_info[1]}-{variant}"))
+    flags = ["-O2"] + (["-DKILN_WITH_CUDA"] if variant == "cuda" else [])
+    old_path, old_arch = os.environ.get("PATH"), os.environ.get("TORCH_CUDA_ARCH_LIST")
+    try:
+        os.makedirs(build_dir, exist_ok=True)
+        os.environ["PATH"] = path
+        if variant == "cuda" and not old_arch:  # no .cu file is compiled, but load() asks for an arch list,
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"  # which it cannot find without a visible GPU
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = cpp_extension.load(name=f"kiln_dispatch_{variant}", sources=[_DISPATCH_SOURCE], extra_cflags=flags,
+                                     build_directory=build_dir, with_cuda=variant == "cuda", verbose=False)
+    except Exception as e:  # noqa: BLE001 - a build that fails is a reason, not a crash
+        text = str(e)
+        lines = [ln for ln in text.splitlines() if "error" in ln.lower()] or text.splitlines() or [type(e).__name__]
+        raise KilnError(f"kiln's C++ dispatch extension did not build in {build_dir}: "
+                        f"{' | '.join(ln.strip() for ln in lines[:3])[:600]}") from None
+    finally:
+        for name, old in (("PATH", old_path), ("TORCH_CUDA_ARCH_LIST", old_arch)):
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+    if getattr(mod, "ABI", None) != _DISPATCH_ABI:
+        raise KilnError(f"kiln's C++ dispatch extension in {build_dir} speaks ABI {getattr(mod, 'ABI', None)}, "
+                        f"this kiln {_DISPATCH_ABI}")
+    return mod
+
+
+def _cpp_equals_default(value, arg) -> bool:
+    """Whether PyTorch's argument parsing would leave this captured value out (it equals the default, same
+    type): a Python kernel never sees such a call with the argument, so the Python gate never admits it."""
+    if not arg.has_default_value():
+        return False
+    d = arg.default_value
+    if d is None or type(d) is bool:
+        return value is d
+    return type(value) is type(d) and value == d
+
+
+def _cpp_arg(t, arg) -> tuple:
+    """One schema argument's spec for _dispatch.cpp from the captured template (_Unsupported otherwise)."""
+    import torch
+    ty = arg.type
+    if isinstance(ty, torch.OptionalType):
+        ty = ty.getElementType()
+    if isinstance(t, _Slot):
+        if not isinstance(ty, torch.TensorType):
+            raise _Unsupported(f"a tensor captured at '{arg.name}' ({arg.type})")
+        return (_A_TENSOR, t.index)
+    if t is None:
+        return (_A_NONE,)
+    if type(t) is bool:
+        return (_A_BOOL, t)
+    if type(t) in (int, float):
+        return (_A_NUMBER, float(t), t if type(t) is int else None)
+    if type(t) is str:
+        if str(ty) == "ScalarType" and t.startswith("torch.") and t[6:] in _DTYPES:
+            return (_A_DTYPE, t[6:])
+        if isinstance(ty, torch.StringType):
+            return (_A_STR, t)
+    if type(t) is list and all(type(v) is int for v in t):
+        return (_A_INTLIST, t)
+    raise _Unsupported(f"'{arg.name}' captured as {t!r} ({arg.type})")
+
+
+def _cpp_entry_spec(ae: "_AtenEntry", op) -> dict:
+    """An aten entry as _dispatch.cpp's register_override takes it: one spec per schema argument, tensors."""
+    import ctypes as c
+    e = ae.gate.entry
+    if not ae.simple:
+        raise _Unsupported("tensors inside a structure (a tensor list)")
+    args = [_template(a) for a in e.args.get("args", [])]
+    kwargs = {k: _template(v) for k, v in (e.args.get("kwargs") or {}).items()}
+    schema = op._schema.arguments
+    names = {a.name for a in schema}
+    if len(args) > len(schema) or any(k not in names for k in kwargs):
+        raise _Unsupported("the captured call does not fit the schema")
+    specs = []
+    for i, a in enumerate(schema):
+        if i < len(args):
+            if a.kwarg_only:
+                raise _Unsupported(f"'{a.name}' captured as positional")
+            t = args[i]
+            if i == len(args) - 1 and not isinstance(t, _Slot) and _cpp_equals_default(t, a):
+                raise _Unsupported(f"'{a.name}' captured at its default (the Python gate never sees it)")
+            specs.append(_cpp_arg(t, a))
+        elif a.name in kwargs:
+            if not a.kwarg_only or _cpp_equals_default(kwargs[a.name], a):
+                raise _Unsupported(f"'{a.name}' captured as a keyword at its default or positional")
+            specs.append(_cpp_arg(kwargs[a.name], a))
+        elif a.has_default_value():
+            specs.append((_A_DEFAULT,))
+        else:
+            raise _Unsupported(f"'{a.name}' was not captured")
+    copies = [(g.get("layout") or {}).get("stored") == "contiguous_copy" for g in e.inputs]
+    hits = (c.c_int64 * 1)()
+    return {
+        "name": e.name, "index": e.index, "args": specs,
+        "inputs": [(list(g["shape"]), list(g["strides"]), g["dtype"], cp) for g, cp in zip(e.inputs, copies)],
+        "outputs": [(list(g["shape"]), list(g["strides"]), g["dtype"]) for g in e.outputs],
+        "scratch_bytes": max(e.scratch_bytes, 1) if e.has_scratch else 0,
+        "hits_addr": c.addressof(hits), "_hits": hits,
+    }
+
+
+def _install_cpp(inst: "Installation", overrides: list) -> list:
+    """Registers the C++ kernel for each override it can serve; returns the overrides left to Python."""
+    import ctypes as c
+    mode = inst.dispatch_mode
+    if mode == "python" or not overrides:
+        return overrides
+    lib = inst.library
+    try:
+        ext = dispatch_extension(lib.is_cuda)
+    except KilnError as why:
+        inst.notes.append(f"dispatch={mode}: the C++ path is not available ({why}); aten entries use the "
+                          "Python path")
+        if mode == "cpp":
+            warnings.warn(f"kiln: dispatch='cpp' fell back to the Python path: {why}", RuntimeWarning, stacklevel=4)
+        inst.dispatch.update((ov.op.name(), "python") for ov in overrides)
+        return overrides
+    launch = c.cast(lib._launch_fast, c.c_void_p).value
+    last_error = c.cast(_rt().kiln_rt_last_error, c.c_void_p).value
+    rest = []
+    for ov in overrides:
+        try:
+            specs = [_cpp_entry_spec(ae, ov.op) for ae in ov.entries]
+        except _Unsupported as why:
+            inst.notes.append(f"{ov.op.name()}: Python dispatch ({why})")
+            rest.append(ov)
+            continue
+        counts = (c.c_int64 * 3)()
+        schema = ov.op._schema
+        try:
+            reg = ext.register_override(schema.name, schema.overload_name, ov.key, ov.mode == "inplace",
+                                        bool(ov.composite), lib.is_cuda, lib.device_index, lib._handle.value,
+                                        launch, last_error, c.addressof(counts), specs)
+        except (RuntimeError, ValueError, TypeError) as why:
+            inst.notes.append(f"{ov.op.name()}: Python dispatch (the C++ kernel was refused: {why})")
+            rest.append(ov)
+            continue
+        inst._cpp_regs.append((reg, counts, specs))  # the counters live as long as the registration
+        inst._target_counts[ov.op.name()] = counts
+        for ae, spec in zip(ov.entries, specs):
+            inst._entry_counts[ae.gate.entry.name] = spec["_hits"]
+        inst.dispatch[ov.op.name()] = "cpp"
+        inst.installed += [ae.gate.entry.name for ae in ov.entries]
+    for ov in rest:
+        inst.dispatch[ov.op.name()] = "python"
+    return rest
+
+
+# ---------------------------------------------------------------------------------------------------
 # Module replacement.
 
 _ACTIVATION_PREFIX = "input"
@@ -794,6 +1028,130 @@ class _ModuleEntry:
         self.paths = set(entry.module_paths)
 
 
+# ---------------------------------------------------------------------------------------------------
+# Module entries inside torch.compile: one custom op per entry.
+
+_OP_NAMESPACE = "kiln"
+
+
+def _op_name(entry_name: str, taken: set) -> str:
+    """An operator name from an entry name: letters, digits and _ only, not starting with a digit, unique
+    among `taken` (a suffix _2, _3, ... where two entry names sanitise alike)."""
+    base = re.sub(r"[^0-9A-Za-z_]", "_", entry_name) or "entry"
+    if base[0].isdigit():
+        base = "e_" + base
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+def _gate_copy(t, shape: tuple, stride: tuple, dtype):
+    """t copied into a new tensor with exactly the gate's shape, strides and dtype, at the allocator's
+    (aligned) start. Dimensions the gate has broadcast (stride 0) are copied from index 0 only."""
+    import torch
+    out = torch.empty_strided(shape, stride, dtype=dtype, device=t.device)
+    dst, src = out, t
+    for d, st in enumerate(stride):
+        if st == 0 and shape[d] > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    dst.copy_(src)
+    return out
+
+
+def _register_module_ops(mentries: list, key: str, inst: "Installation"):
+    """Defines kiln::<entry> for each module entry (mentry.op becomes its OpOverload) in one
+    torch.library.Library that uninstall destroys. Returns the Library.
+
+    - schema: (Tensor t0, ..., Tensor tn) -> Tensor, the gate's inputs in gate order, tagged
+      needs_exact_strides so that inductor hands the op tensors with the strides it was traced with;
+    - fake (meta) kernel: torch.empty_strided with the gate's output shape, strides and dtype on the
+      input's device: all dynamo and inductor need to know;
+    - real kernel (the library's dispatch key): the entry's generated gate (_Gate.hit) and launch. The
+      module binding calls the op only after checking, on what dynamo guards (dtype, shape, strides,
+      device, grad mode and requires_grad), that the gate admits the call, so what can still differ at
+      run time is what a trace cannot see: the start address (16-byte alignment) and, should inductor
+      choose another layout, the strides. Such inputs are copied into gate-shaped dense tensors
+      (aligned by the allocator) and the kernel runs on the copies, so the op is correct on any input of
+      the gate's shape and dtype. A call that would need a gradient never reaches the op."""
+    import torch
+    oplib = torch.library.Library(_OP_NAMESPACE, "FRAGMENT")
+    taken: set = set()
+    tags = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
+    try:
+        for me in mentries:
+            gate = me.gate
+            name = _op_name(me.entry.name, taken)
+            n = len(gate.inputs)
+            oplib.define(f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> Tensor", tags=tags)
+            oplib.impl(name, _module_op_kernel(gate, me.entry, inst), key)
+            torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", _module_op_fake(gate), lib=oplib)
+            me.op = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
+            me.op_name = f"{_OP_NAMESPACE}::{name}"
+    except BaseException:
+        oplib._destroy()
+        for me in mentries:
+            me.op = None
+        raise
+    return oplib
+
+
+def _module_op_fake(gate: _Gate):
+    import torch
+    (shape, stride, dtype), = gate.outputs
+    empty_strided = torch.empty_strided
+
+    def kiln_module_op_fake(*ts):
+        return empty_strided(shape, stride, dtype=dtype, device=ts[0].device)
+    return kiln_module_op_fake
+
+
+def _module_op_kernel(gate: _Gate, entry: Entry, inst: "Installation"):
+    import torch
+    hit, specs, GRAD, no_grad = gate.hit, gate.inputs, _GRAD, torch.no_grad
+    counts = inst._target_counts.setdefault(f"module {entry.module_class}", [0, 0, 0])
+
+    def kiln_module_op(*ts):
+        outs = hit(*ts)
+        if outs is None or outs is GRAD:  # misaligned, or a layout the trace did not see: gate-shaped copies
+            with no_grad():  # kiln's kernels are forward-only; the binding never sends a call needing a gradient
+                if outs is GRAD:
+                    outs = hit(*ts)
+                if outs is None and all(t.dtype is d and t.shape == s for t, (s, _, d) in zip(ts, specs)):
+                    ts = [t if t.stride() == st and not t.data_ptr() % ALIGN else _gate_copy(t, s, st, d)
+                          for t, (s, st, d) in zip(ts, specs)]
+                    outs = hit(*ts)
+            if outs is None or outs is GRAD:
+                raise KilnError(f"kiln: {entry.name}: the op was called on tensors its gate cannot admit "
+                                f"({', '.join(f'{t.dtype} {tuple(t.shape)} on {t.device}' for t in ts)})")
+        counts[0] += 1
+        return outs[0]
+    return kiln_module_op
+
+
+def _module_admits(gate: _Gate, lib: Library):
+    """admits(tensors): the gate's rule without the data pointer, written for dynamo to trace (and guard
+    on): each input a tensor of the gate's dtype, shape, strides and device, and no gradient needed."""
+    import torch
+    specs = gate.inputs
+    dev = torch.device("cuda", lib.device_index) if lib.is_cuda else torch.device("cpu")
+    Tensor, is_grad_enabled = torch.Tensor, torch.is_grad_enabled
+
+    def admits(ts) -> bool:
+        for t, (shape, stride, dtype) in zip(ts, specs):
+            if not isinstance(t, Tensor) or t.dtype != dtype or tuple(t.shape) != shape or \
+                    tuple(t.stride()) != stride or t.device != dev:
+                return False
+        if is_grad_enabled():
+            for t in ts:
+                if t.requires_grad:
+                    return False
+        return True
+    return admits
+
+
 class _ModuleBinding:
     """One module instance whose forward kiln replaced."""
 
@@ -811,8 +1169,28 @@ class _ModuleBinding:
         import torch
         Tensor = torch.Tensor
         module_ref = self.module_ref
+        op = getattr(mentry, "op", None)  # kiln::<entry> when installed compile-friendly
+        traced = op is not None
+        if traced:
+            admits = _module_admits(mentry.gate, inst.library)
+            is_compiling = torch.compiler.is_dynamo_compiling  # False in eager, True while dynamo traces
+
+            def traced_forward(args, kwargs):
+                """What dynamo (torch.compile, export) traces instead of the eager path below: no data
+                pointer, no ctypes, no counters, only checks it can guard on, then the op (its real kernel
+                runs the gate and the launch; _register_module_ops) or the original forward, inlined."""
+                module = module_ref()
+                if inst.active and module is not None and len(args) == 1 and not kwargs \
+                        and isinstance(args[0], Tensor):
+                    ts = [getattr(module, n, None) for n in names]
+                    ts.insert(act, args[0])
+                    if admits(ts):
+                        return op(*ts)
+                return original(*args, **kwargs)
 
         def kiln_forward(*args, **kwargs):
+            if traced and is_compiling():
+                return traced_forward(args, kwargs)
             module = module_ref()
             if inst.active and module is not None and len(args) == 1 and not kwargs \
                     and isinstance(args[0], Tensor):
@@ -852,13 +1230,21 @@ class _ModuleBinder:
     """Finds the modules to replace. With a model: its named_modules(), now. Without one (`kiln run`): a
     global forward pre-hook sees the model's first forward and names its modules as kiln.capture did (the
     first root's names as they are; a later root's with "<Class>#<k>:" in front), then removes itself once
-    every module entry is bound (or after MAX_ROOTS roots), so that it costs nothing afterwards."""
+    every module entry is bound (or after MAX_ROOTS roots), so that it costs nothing afterwards.
+    compile_friendly: each entry also becomes a custom op, kiln::<entry> (_register_module_ops), which the
+    bound forwards call when torch.compile traces them; restore() removes the ops again."""
 
     MAX_ROOTS = 8
 
-    def __init__(self, mentries: list, inst: "Installation"):
+    def __init__(self, mentries: list, inst: "Installation", key: str = "CPU", compile_friendly: bool = False):
         self.mentries = mentries
         self.inst = inst
+        self.op_lib = None
+        if compile_friendly:
+            try:
+                self.op_lib = _register_module_ops(mentries, key, inst)
+            except Exception as e:  # noqa: BLE001 - the eager path does not need the ops
+                inst.notes.append(f"module entries not usable inside torch.compile: {type(e).__name__}: {e}")
         self.bindings: list = []
         self.bound_ids: set = set()
         self.n_roots = 0
@@ -866,6 +1252,13 @@ class _ModuleBinder:
         self.hook = None
 
     def bind_root(self, root) -> None:
+        orig = getattr(root, "_orig_mod", None)  # torch.compile(model): name the model's modules, as capture did
+        if orig is not None and type(root).__name__ == "OptimizedModule":
+            try:
+                self.seen.add(root)
+            except TypeError:
+                pass
+            root = orig
         prefix = "" if self.n_roots == 0 else f"{type(root).__name__}#{self.n_roots}:"
         self.n_roots += 1
         for name, m in root.named_modules(remove_duplicate=False):
@@ -897,6 +1290,10 @@ class _ModuleBinder:
                 self.unwatch()
             return None
 
+        # a script that calls a torch.compile'd model: dynamo cannot trace the binding (it fails on the
+        # WeakSet), so the hook runs eagerly; once it has removed itself, dynamo traces the bound forwards
+        import torch
+        pre_hook = torch.compiler.disable(pre_hook, recursive=True)
         self.hook = register_module_forward_pre_hook(pre_hook)
 
     def unwatch(self) -> None:
@@ -910,6 +1307,11 @@ class _ModuleBinder:
             b.restore()
         self.bindings = []
         self.bound_ids = set()
+        if self.op_lib is not None:
+            self.op_lib._destroy()  # the kiln:: ops are gone from the dispatcher and torch.ops.kiln
+            self.op_lib = None
+        for me in self.mentries:
+            me.op = None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -933,6 +1335,10 @@ class Installation:
         self._torch_lib = None
         self._binder: Optional[_ModuleBinder] = None
         self._entry_target: dict = {}
+        self.custom_ops: dict = {}  # module entry name -> "kiln::<op>" (compile_friendly)
+        self.dispatch_mode = "python"  # install(dispatch=...): "python", "cpp" or "auto"
+        self.dispatch: dict = {}  # "aten::x.y" -> "cpp" or "python" (set when dispatch_mode is not "python")
+        self._cpp_regs: list = []  # (_dispatch.cpp Registration, its counters) per C++ override
 
     def stats(self) -> dict:
         """Hits per entry; hits, misses (gate said no: the original ran) and grad fallbacks per target."""
@@ -954,7 +1360,7 @@ class Installation:
 
     def uninstall(self) -> None:
         """Restores every kernel registration and module forward; closes the library if install opened it."""
-        if not self.active and self._torch_lib is None and self._binder is None:
+        if not self.active and self._torch_lib is None and self._binder is None and not self._cpp_regs:
             return
         self.active = False
         if self._binder is not None:
@@ -963,6 +1369,9 @@ class Installation:
         if self._torch_lib is not None:
             self._torch_lib._destroy()
             self._torch_lib = None
+        for reg in self._cpp_regs:
+            reg[0].destroy()
+        self._cpp_regs = []
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         self.library._installed_by = None
@@ -1006,7 +1415,8 @@ def read_decisions(lib: Library) -> Optional[dict]:
     return entries if isinstance(entries, dict) else None
 
 
-def install(library, model=None, *, entries=None, device: Optional[int] = None, verbose: Optional[bool] = None):
+def install(library, model=None, *, entries=None, device: Optional[int] = None, verbose: Optional[bool] = None,
+            compile_friendly: bool = True, dispatch: Optional[str] = None):
     """Installs a kiln library into this process (and `model`'s modules, when given).
 
     library: a library directory (RUN/library, or RUN), or a Library opened earlier (which stays open after
@@ -1015,9 +1425,15 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
              model's first forward is watched for them (as `kiln run` needs).
     entries: None: what `kiln tune` decided (install.json) when it matches the manifest, else every usable
              entry; "all": every usable entry; or a list of entry names.
+    compile_friendly: module entries also become custom ops (kiln::<entry>) that torch.compile traces into
+             its graph without a break; the eager path is the same either way (docs/install.md).
+    dispatch: "python" (default; else $KILN_DISPATCH): aten entries are Python kernels; "cpp": C++ kernels
+             (python/kiln/_dispatch.cpp, built on first use; where it cannot be built the Python path is used,
+             with the reason in `notes` and a RuntimeWarning); "auto": the same without the warning.
     Returns an Installation. Raises LibraryRefused (nothing installed, the model stays eager) when
     libkiln_rt refuses the library, KilnError when another library is installed already."""
     import torch
+    mode = _dispatch_mode(dispatch)
     if _ACTIVE:
         raise KilnError(f"kiln: a library is installed already ({_ACTIVE[-1].library.path}); "
                         "kiln.uninstall() first")
@@ -1028,8 +1444,9 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     if lib.closed:
         raise KilnError("kiln: the library is closed")
     inst = Installation(lib, owns)
+    inst.dispatch_mode = mode
     try:
-        _install_into(inst, lib, model, entries)
+        _install_into(inst, lib, model, entries, compile_friendly)
     except BaseException:
         inst.uninstall()
         raise
@@ -1038,7 +1455,7 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     return inst
 
 
-def _install_into(inst: Installation, lib: Library, model, entries) -> None:
+def _install_into(inst: Installation, lib: Library, model, entries, compile_friendly: bool = False) -> None:
     import torch
     decisions = None
     if entries is None:
@@ -1088,6 +1505,7 @@ def _install_into(inst: Installation, lib: Library, model, entries) -> None:
     inst.active = True
     _ACTIVE.append(inst)
     lib._installed_by = inst
+    overrides = _install_cpp(inst, overrides)  # dispatch="cpp"/"auto": C++ kernels where they can serve
     if overrides:
         inst._torch_lib = torch.library.Library("aten", "IMPL")
         with warnings.catch_warnings():
@@ -1100,7 +1518,9 @@ def _install_into(inst: Installation, lib: Library, model, entries) -> None:
                     inst._torch_lib.impl(ov.op, ov.make_autograd_kernel(kernel), ov.autograd_key)
                 inst.installed += [ae.gate.entry.name for ae in ov.entries]
     if mentries:
-        inst._binder = _ModuleBinder(mentries, inst)
+        inst._binder = _ModuleBinder(mentries, inst, key, compile_friendly)
+        if inst._binder.op_lib is not None:
+            inst.custom_ops = {me.entry.name: me.op_name for me in mentries}
         if model is not None:
             inst._binder.bind_root(model)
             for me in mentries:

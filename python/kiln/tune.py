@@ -17,11 +17,13 @@
               dispatch cost included, alternating — and an entry is kept only where kiln wins by more than
               --margin (default 2%). The decisions go to RUN/library/install.json, which `kiln run` and
               kiln.install() read. Finally the model's forward is timed eager vs kiln (the kept entries)
-              vs torch.compile in the same process, alternating eager and kiln, and the outputs are compared.
-4. report     RUN/report.md and RUN/report.json: per model the forward time eager / kiln / torch.compile and
-              the max output difference against eager; per entry the kernel speedup (from the gate), the
-              per-call times with dispatch, the gate's hit and miss overhead, and whether it was installed
-              and why not.
+              vs torch.compile vs torch.compile with kiln installed (its module entries are custom ops
+              inside the compiled graph) in the same process, alternating eager and kiln, and the outputs
+              are compared.
+4. report     RUN/report.md and RUN/report.json: per model the forward time eager / kiln / torch.compile /
+              kiln + torch.compile and the max output difference against eager; per entry the kernel
+              speedup (from the gate), the per-call times with dispatch, the gate's hit and miss overhead,
+              and whether it was installed and why not.
 
 How the model is found (nothing in the script changes): while the script runs, `torch.nn.Module.__call__`
 is wrapped for the duration of that one run, and every call that is not inside another module's call (a
@@ -33,7 +35,7 @@ model to time; the report then has the entries but no model line.
 minutes). --library DIR skips steps 1 and 2 and checks that library. Exit status: 0 report written;
 1 a step failed (its output says why; the report says what was done); 2 bad invocation; 130 interrupted
 (SIGINT, e.g. `timeout -s INT`): the report is still written with what was done, and an interrupted
-torch.compile only loses the compile column.
+torch.compile only loses the compile columns ("interrupted").
 """
 
 from __future__ import annotations
@@ -528,13 +530,76 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
                 out["compile_error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
             except KeyboardInterrupt:  # Ctrl-C or a time limit (SIGINT) during a long compile: keep the rest
                 out["compile_error"] = "interrupted (SIGINT) before torch.compile finished"
+        if compile_too and lib is not None and out.get("kiln_entries_installed"):
+            time_kiln_compile(root, lib, opts, timer, out, eager_out)
+        elif compile_too:
+            out["kiln_compile_note"] = ("no library: kiln + torch.compile is not measured" if lib is None else
+                                        "nothing installed: kiln + torch.compile is torch.compile")
     return out
+
+
+KILN_COMPILE_KEYS = ("kiln_compile_ms", "kiln_compile_speedup", "kiln_compile_vs_compile", "kiln_compile_max_abs_diff",
+                     "kiln_compile_error", "kiln_compile_warmup_s", "kiln_compile_hits_per_forward",
+                     "kiln_compile_entry_hits_per_forward", "kiln_compile_note")
+
+
+def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_out=None) -> None:
+    """The "kiln + torch.compile" column, into `out` (time_model's dict: its eager_ms, iterations and rounds
+    are used): torch.compile of the model with the library installed (the entries install.json keeps),
+    so that module entries run as kiln:: custom ops inside the compiled graph. Same timer, same forward,
+    max difference against eager. A failure is an error string; SIGINT leaves "interrupted"."""
+    import torch
+
+    import kiln
+    for k in KILN_COMPILE_KEYS:
+        out.pop(k, None)
+    if str(out.get("compile_error", "")).startswith("interrupted"):
+        out["kiln_compile_error"] = "interrupted (SIGINT) before torch.compile finished"
+        return
+    model, args, kwargs = root.module, root.args, root.kwargs
+    n = out.get("iterations") or 1
+    with _grad_context(root.grad_mode):
+        try:
+            if eager_out is None:
+                eager_out = model(*args, **kwargs)
+            torch._dynamo.reset()  # nothing traced without kiln may be reused
+            inst = kiln.install(lib, model=model)
+            try:
+                if not inst.installed:
+                    out["kiln_compile_note"] = "nothing installed: kiln + torch.compile is torch.compile"
+                    return
+                compiled = torch.compile(model)
+                t0 = time.perf_counter()
+                kc_out = compiled(*args, **kwargs)
+                compiled(*args, **kwargs)
+                out["kiln_compile_warmup_s"] = round(time.perf_counter() - t0, 2)
+                inst.reset_stats()
+                compiled(*args, **kwargs)
+                stats = inst.stats()
+                out["kiln_compile_hits_per_forward"] = stats["hits"]
+                out["kiln_compile_entry_hits_per_forward"] = {k: e["hits"] for k, e in stats["entries"].items()}
+                kf = lambda: compiled(*args, **kwargs)  # noqa: E731
+                out["kiln_compile_ms"] = statistics.median(timer.per_call_us(kf, n)
+                                                           for _ in range(opts.rounds)) / 1e3
+                out["kiln_compile_speedup"] = out["eager_ms"] / out["kiln_compile_ms"]
+                if out.get("compile_ms"):
+                    out["kiln_compile_vs_compile"] = out["compile_ms"] / out["kiln_compile_ms"]
+                out["kiln_compile_max_abs_diff"] = max_abs_diff(kc_out, eager_out)
+            finally:
+                kiln.uninstall()
+                torch._dynamo.reset()  # the kiln graphs call ops that uninstall removed
+        except Exception as e:  # noqa: BLE001 - a failure inside torch.compile is a result, not ours
+            out["kiln_compile_error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        except KeyboardInterrupt:
+            out["kiln_compile_error"] = "interrupted (SIGINT) before torch.compile finished"
 
 
 def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, entries_out: list) -> None:
     """Entries win per call, but the model is what must get faster: while the forward with kiln is not
     faster than eager, the installed entry that saves the least per forward (per-call saving times hits)
-    is dropped and the model timed again. The compile column of the first timing is kept."""
+    is dropped and the model timed again. The compile column of the first timing is kept; the kiln +
+    torch.compile column, measured with the entries of the first timing, is measured again by
+    install_check once the set is final."""
     first = report["model"]
     while True:
         m = report["model"]
@@ -561,6 +626,9 @@ def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, en
             again = {k: v for k, v in m.items() if not k.startswith("kiln_") and k != "entry_hits_per_forward"}
             again.update(kiln_ms=m["eager_ms"], kiln_speedup=1.0, kiln_max_abs_diff=0.0,
                          kiln_note="nothing installed: the forward with kiln is eager's")
+            if any(k in first for k in KILN_COMPILE_KEYS):
+                again["kiln_compile_note"] = "nothing installed: kiln + torch.compile is torch.compile"
+            report.pop("model_kiln_compile_stale", None)
             report["model"] = again
             return
         again = time_model(root, lib, opts, timer, False)
@@ -568,6 +636,7 @@ def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, en
             if k in first:
                 again[k] = first[k]
         report["model"] = again
+        report["model_kiln_compile_stale"] = True
 
 
 def install_check(opts, library_dir: str, report: dict) -> None:
@@ -616,10 +685,13 @@ def install_check(opts, library_dir: str, report: dict) -> None:
     else:
         compile_too = opts.compile if opts.compile is not None else cuda
         _log(f"kiln tune: timing {type(root.module).__name__} forward: eager vs kiln"
-             + (" vs torch.compile" if compile_too else ""))
+             + (" vs torch.compile vs kiln + torch.compile" if compile_too else ""))
         report["model"] = time_model(root, lib, opts, timer, compile_too)
         if lib is not None:
             _drop_until_faster(root, lib, opts, timer, report, decisions, entries_out)
+            if report.pop("model_kiln_compile_stale", False) and compile_too:
+                _log("kiln tune: timing kiln + torch.compile again with the entries kept")
+                time_kiln_compile(root, lib, opts, timer, report["model"])
         hits = report["model"].get("entry_hits_per_forward") or {}
         for row in entries_out:
             row["hits_per_forward"] = hits.get(row["name"], 0) if row["installed"] else None
@@ -656,15 +728,22 @@ def render_markdown(report: dict) -> str:
     if not m:
         lines += [report.get("model_note") or "not timed (an earlier step failed)", ""]
     else:
-        lines.append("| model | grad mode | eager ms | kiln ms | torch.compile ms | kiln speedup | compile speedup "
-                     "| max diff kiln | max diff compile |")
-        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        lines.append("| model | grad mode | eager ms | kiln ms | torch.compile ms | kiln + torch.compile ms "
+                     "| kiln speedup | compile speedup | kiln + compile speedup | max diff kiln | max diff compile "
+                     "| max diff kiln + compile |")
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        compile_on = "compile_ms" in m or bool(m.get("compile_error"))
         comp = _fmt(m.get("compile_ms")) if "compile_ms" in m else \
             ("interrupted" if str(m.get("compile_error", "")).startswith("interrupted") else
              "failed" if m.get("compile_error") else "off")
+        kcomp = _fmt(m.get("kiln_compile_ms")) if "kiln_compile_ms" in m else \
+            ("interrupted" if str(m.get("kiln_compile_error", "")).startswith("interrupted") else
+             "failed" if m.get("kiln_compile_error") else "-" if compile_on else "off")
         lines.append(f"| {m['root']} | {m['grad_mode']} | {_fmt(m.get('eager_ms'))} | {_fmt(m.get('kiln_ms'))} | "
-                     f"{comp} | {_fmt(m.get('kiln_speedup'), '.2f')}x | {_fmt(m.get('compile_speedup'), '.2f')}x | "
-                     f"{_fmt(m.get('kiln_max_abs_diff'), '.3g')} | {_fmt(m.get('compile_max_abs_diff'), '.3g')} |")
+                     f"{comp} | {kcomp} | {_fmt(m.get('kiln_speedup'), '.2f')}x | "
+                     f"{_fmt(m.get('compile_speedup'), '.2f')}x | {_fmt(m.get('kiln_compile_speedup'), '.2f')}x | "
+                     f"{_fmt(m.get('kiln_max_abs_diff'), '.3g')} | {_fmt(m.get('compile_max_abs_diff'), '.3g')} | "
+                     f"{_fmt(m.get('kiln_compile_max_abs_diff'), '.3g')} |")
         lines.append("")
         lines.append(f"Medians of {m['rounds']} alternating rounds of {m.get('iterations')} forwards each. kiln ran "
                      f"{_fmt(m.get('kiln_hits_per_forward'), 'd')} kernel calls per forward and fell back "
@@ -679,6 +758,16 @@ def render_markdown(report: dict) -> str:
                          "its difference from eager is the noise of this machine.")
         if m.get("compile_error"):
             lines.append(f"torch.compile failed: {m['compile_error']}")
+        if "kiln_compile_ms" in m:
+            vs = m.get("kiln_compile_vs_compile")
+            lines.append(f"kiln + torch.compile: torch.compile of the model with kiln installed (module entries "
+                         f"become kiln:: custom ops in the compiled graph); kiln ran "
+                         f"{_fmt(m.get('kiln_compile_hits_per_forward'), 'd')} kernel calls per compiled forward"
+                         + (f", {vs:.2f}x against torch.compile alone." if vs else "."))
+        if m.get("kiln_compile_note"):
+            lines.append(f"kiln + torch.compile: {m['kiln_compile_note']}.")
+        if m.get("kiln_compile_error"):
+            lines.append(f"kiln + torch.compile failed: {m['kiln_compile_error']}")
         if m.get("eager_repeatable") is False:
             lines.append("Note: two eager forwards differ; the model is not deterministic, so the differences "
                          "above include that.")

@@ -99,3 +99,48 @@ def test_dropping_stops_once_the_model_is_faster(monkeypatch, tmp_path):
     tune._drop_until_faster(None, lib, None, None, report, decisions, entries)
     assert [e["installed"] for e in entries] == [False, True]
     assert report["model"]["kiln_ms"] == 4.5 and report["model"]["compile_ms"] == 3.0
+
+
+def test_report_has_the_kiln_compile_column():
+    """The "kiln + torch.compile" column: its time, speedup and max diff when measured; "off" without
+    --compile; "failed" or "interrupted" with the reason below the table; "-" when nothing was installed."""
+    base = {"root": "M", "grad_mode": "inference", "rounds": 1, "iterations": 10, "eager_ms": 2.0, "kiln_ms": 1.9}
+
+    def cells(model):
+        md = tune.render_markdown({"script": SCRIPT, "script_args": [], "run_dir": "x", "model": model})
+        lines = md.splitlines()
+        header = next(line for line in lines if line.startswith("| model"))
+        row = next(line for line in lines if line.startswith("| M |"))
+        names = [c.strip() for c in header.strip("|").split("|")]
+        return dict(zip(names, [c.strip() for c in row.strip("|").split("|")])), md
+
+    measured = dict(base, compile_ms=1.0, compile_speedup=2.0, kiln_compile_ms=0.8, kiln_compile_speedup=2.5,
+                    kiln_compile_vs_compile=1.25, kiln_compile_max_abs_diff=1e-6, kiln_compile_hits_per_forward=3)
+    row, md = cells(measured)
+    assert row["kiln + torch.compile ms"] == "0.800" and row["kiln + compile speedup"] == "2.50x"
+    assert row["max diff kiln + compile"] == "1e-06"
+    assert "3 kernel calls per compiled forward, 1.25x against torch.compile alone" in md
+    assert cells(base)[0]["kiln + torch.compile ms"] == "off"
+    row, md = cells(dict(base, compile_ms=1.0, kiln_compile_error="RuntimeError: no"))
+    assert row["kiln + torch.compile ms"] == "failed" and "kiln + torch.compile failed: RuntimeError: no" in md
+    row, _ = cells(dict(base, compile_ms=1.0, kiln_compile_error="interrupted (SIGINT) before torch.compile finished"))
+    assert row["kiln + torch.compile ms"] == "interrupted"
+    row, md = cells(dict(base, compile_ms=1.0, kiln_compile_note="nothing installed: kiln + torch.compile is "
+                         "torch.compile"))
+    assert row["kiln + torch.compile ms"] == "-" and "nothing installed" in md
+
+
+def test_dropping_marks_the_kiln_compile_column_for_a_new_timing(monkeypatch, tmp_path):
+    """kiln + torch.compile was timed with the entries of the first timing: after a drop it is not carried
+    over, and install_check is told to time it again with the entries kept."""
+    lib = types.SimpleNamespace(path=str(tmp_path), manifest_digest=lambda: "d")
+    monkeypatch.setattr(tune, "time_model", lambda *a: {"eager_ms": 5.0, "kiln_ms": 4.5,
+                                                        "entry_hits_per_forward": {"b": 4}})
+    report = {"model": {"eager_ms": 5.0, "kiln_ms": 5.1, "compile_ms": 3.0, "kiln_compile_ms": 2.5,
+                        "entry_hits_per_forward": {"a": 1, "b": 4}}}
+    entries = [{"name": "a", "installed": True, "op_eager_us": 50.0, "op_kiln_us": 40.0},
+               {"name": "b", "installed": True, "op_eager_us": 80.0, "op_kiln_us": 60.0}]
+    decisions = {"a": {"install": True, "reason": "won"}, "b": {"install": True, "reason": "won"}}
+    tune._drop_until_faster(None, lib, None, None, report, decisions, entries)
+    assert "kiln_compile_ms" not in report["model"] and report["model_kiln_compile_stale"] is True
+    assert report["model"]["compile_ms"] == 3.0

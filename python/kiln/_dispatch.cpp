@@ -1,0 +1,602 @@
+// _dispatch.cpp: kiln's opt-in C++ dispatcher kernels for aten entries (kiln.install(...,
+// dispatch="cpp"), issue 6). Built on demand by python/kiln/install.py with
+// torch.utils.cpp_extension.load into kiln's cache.
+//
+// For one overridden (aten overload, dispatch key) it registers ONE boxed kernel, at run time, with
+// a torch::Library of kind IMPL for namespace "aten". The kernel holds every entry's gate as plain
+// C++ data and does, per call, what the generated Python gate of install.py does (same rule, same
+// order):
+//
+//   - each schema argument against the captured call: a tensor slot, or a constant (None, bool, a
+//   number
+//     compared by value, an int list, a string, a dtype), or, where the captured call left the
+//     argument out, the schema default with the same IValue tag (what PyTorch's Python argument
+//     parsing does when it strips defaults before a Python kernel sees the call);
+//   - each gate tensor: dtype, sizes, strides, device (cpu; or cuda with the library's device
+//   index),
+//     a data pointer aligned to ALIGN bytes (16; docs/abi.md), not a wrapped Python number;
+//   - grad mode on and a gate tensor that requires grad: a grad fallback (counted as such and as a
+//   miss);
+//   - on a hit: contiguous copies for inputs captured with gaps, outputs with at::empty_strided at
+//   the
+//     captured sizes/strides/dtype, zeroed scratch, then libkiln_rt's kiln_rt_launch through the
+//     function pointer Python took from ctypes, on PyTorch's current stream (cuda builds; nullptr
+//     on cpu); an in-place overload copies into self and returns self;
+//   - on a miss: the kernel PyTorch had for this key, taken with
+//     OperatorHandle::getComputedKernelForDispatchKey before kiln registers (a
+//     c10::SafeKernelFunction, what torch.library.get_kernel returns in Python), called boxed on
+//     the untouched stack: wrapped numbers stay tensors, so no conversion is needed.
+//
+// For composite ops (CompositeImplicitAutograd) the Autograd<key> entry is registered too: a call
+// that needs a gradient runs the original autograd-key kernel (the composite), any other goes to
+// the gate above.
+//
+// Counters are int64 words owned by Python (ctypes arrays in Installation's stats dicts).
+// Destroying the returned Registration (Registration.destroy()) deregisters both kernels: PyTorch's
+// table is recomputed from its own registrations, exactly as before.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#ifdef KILN_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr uintptr_t ALIGN = 16; // install.py's ALIGN
+
+using LaunchFn = int (*)(void *rt, int entry, void *const *ptrs, int n_ptrs, const int64_t *axes,
+                         void *stream);
+using LastErrorFn = const char *(*)();
+
+enum ArgKind { A_TENSOR = 0, A_NONE, A_BOOL, A_NUMBER, A_INTLIST, A_STR, A_DTYPE, A_DEFAULT };
+
+struct ArgSpec {
+    int kind = A_DEFAULT;
+    int64_t slot = 0;          // A_TENSOR
+    bool b = false;            // A_BOOL
+    double d = 0;              // A_NUMBER
+    int64_t i = 0;             // A_NUMBER when is_int
+    bool is_int = false;       // A_NUMBER: the captured number was an int
+    std::vector<int64_t> ints; // A_INTLIST
+    std::string s;             // A_STR
+    int64_t dtype = 0;         // A_DTYPE (a c10::ScalarType)
+    c10::IValue def;           // A_DEFAULT: the schema's default
+};
+
+struct TensorGate {
+    std::vector<int64_t> sizes, strides;
+    c10::ScalarType dtype;
+    bool copy = false; // captured as a slice with gaps: proved on its dense copy
+};
+
+struct Entry {
+    std::string name;
+    int index = 0;
+    std::vector<ArgSpec> args; // one per schema argument
+    std::vector<TensorGate> inputs, outputs;
+    int64_t scratch_bytes = 0; // 0: none
+    int64_t *hits = nullptr;
+};
+
+c10::ScalarType dtype_from_name(const std::string &name) {
+    static const std::pair<const char *, c10::ScalarType> table[] = {
+        {"float64", c10::kDouble},
+        {"float32", c10::kFloat},
+        {"float16", c10::kHalf},
+        {"bfloat16", c10::kBFloat16},
+        {"float8_e4m3fn", c10::ScalarType::Float8_e4m3fn},
+        {"float8_e5m2", c10::ScalarType::Float8_e5m2},
+        {"int64", c10::kLong},
+        {"int32", c10::kInt},
+        {"int16", c10::kShort},
+        {"int8", c10::kChar},
+        {"uint8", c10::kByte},
+        {"bool", c10::kBool},
+        {"complex64", c10::kComplexFloat},
+        {"complex128", c10::kComplexDouble},
+    };
+    std::string n = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
+    for (const auto &p : table)
+        if (n == p.first)
+            return p.second;
+    throw std::invalid_argument("kiln dispatch: unknown dtype '" + name + "'");
+}
+
+// A wrapped Python number (x + 1e-6 arrives at aten::add.Tensor as a 0-dim CPU tensor so marked).
+inline bool is_wrapped(const at::Tensor &t) {
+    return t.unsafeGetTensorImpl()->is_wrapped_number();
+}
+
+// install.py's _same_constant for a number: ints and floats by value, bools never equal a number.
+bool same_number(const c10::IValue &v, const ArgSpec &a) {
+    if (v.isInt())
+        return a.is_int ? v.toInt() == a.i : static_cast<double>(v.toInt()) == a.d;
+    if (v.isDouble())
+        return v.toDouble() == a.d;
+    if (v.isTensor()) {
+        const at::Tensor &t = v.toTensor();
+        if (!t.defined() || !is_wrapped(t))
+            return false;
+        switch (t.scalar_type()) {
+        case c10::kDouble:
+            return *static_cast<const double *>(t.const_data_ptr()) == a.d;
+        case c10::kLong: {
+            int64_t x = *static_cast<const int64_t *>(t.const_data_ptr());
+            return a.is_int ? x == a.i : static_cast<double>(x) == a.d;
+        }
+        default:
+            return false; // a wrapped bool or complex is no number for the gate
+        }
+    }
+    return false;
+}
+
+bool same_default(const c10::IValue &v, const c10::IValue &def) {
+    if (def.isNone())
+        return v.isNone();
+    if (def.isBool())
+        return v.isBool() && v.toBool() == def.toBool();
+    if (def.isInt())
+        return v.isInt() && v.toInt() == def.toInt();
+    if (def.isDouble())
+        return v.isDouble() && v.toDouble() == def.toDouble();
+    if (def.isString())
+        return v.isString() && v.toStringRef() == def.toStringRef();
+    if (def.isIntList())
+        return v.isIntList() && v.toIntVector() == def.toIntVector();
+    return false;
+}
+
+bool supported_default(const c10::IValue &def) {
+    return def.isNone() || def.isBool() || def.isInt() || def.isDouble() || def.isString() ||
+           def.isIntList();
+}
+
+bool same_const(const c10::IValue &v, const ArgSpec &a) {
+    switch (a.kind) {
+    case A_NONE:
+        return v.isNone();
+    case A_BOOL:
+        if (v.isBool())
+            return v.toBool() == a.b;
+        if (v.isTensor()) {
+            const at::Tensor &t = v.toTensor();
+            return t.defined() && is_wrapped(t) && t.scalar_type() == c10::kBool &&
+                   *static_cast<const bool *>(t.const_data_ptr()) == a.b;
+        }
+        return false;
+    case A_NUMBER:
+        return same_number(v, a);
+    case A_INTLIST: {
+        if (!v.isIntList())
+            return false;
+        auto live = v.toIntList();
+        if (live.size() != a.ints.size())
+            return false;
+        for (size_t k = 0; k < a.ints.size(); k++)
+            if (live.get(k) != a.ints[k])
+                return false;
+        return true;
+    }
+    case A_STR:
+        return v.isString() && v.toStringRef() == a.s;
+    case A_DTYPE:
+        return v.isInt() && v.toInt() == a.dtype;
+    case A_DEFAULT:
+        return same_default(v, a.def);
+    default:
+        return false;
+    }
+}
+
+bool any_requires_grad(const c10::IValue *args, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        const c10::IValue &v = args[k];
+        if (v.isTensor()) {
+            if (v.toTensor().requires_grad())
+                return true;
+        } else if (v.isTensorList()) {
+            for (const at::Tensor &t : v.toTensorList())
+                if (t.requires_grad())
+                    return true;
+        } else if (v.isList()) {
+            for (const c10::IValue &x : v.toListRef())
+                if (x.isTensor() && x.toTensor().requires_grad())
+                    return true;
+        }
+    }
+    return false;
+}
+
+// One (overload, key): its entries, the original kernels, the launcher and the counters.
+struct Override {
+    c10::OperatorHandle op;
+    c10::DispatchKey key;
+    c10::SafeKernelFunction original;
+    std::unique_ptr<c10::SafeKernelFunction> original_autograd; // composite ops only
+    std::vector<Entry> entries;
+    size_t n_args = 0;
+    bool inplace = false;
+    bool cuda = false;
+    int device_index = 0;
+    void *rt = nullptr;
+    LaunchFn launch = nullptr;
+    LastErrorFn last_error = nullptr;
+    int64_t *counts = nullptr; // hits, misses, grad fallbacks
+    size_t max_inputs = 0;
+
+    Override(c10::OperatorHandle op_, c10::DispatchKey key_, c10::SafeKernelFunction original_)
+        : op(std::move(op_)), key(key_), original(std::move(original_)) {}
+
+    // 1: hit (outputs pushed), 0: miss, 2: needs a gradient.
+    int try_entry(const Entry &e, c10::Stack *stack) const {
+        const c10::IValue *args = stack->data() + (stack->size() - n_args);
+        const at::Tensor *tensors[16];
+        const size_t n_in = e.inputs.size();
+        for (size_t p = 0; p < n_args; p++) {
+            const ArgSpec &a = e.args[p];
+            const c10::IValue &v = args[p];
+            if (a.kind != A_TENSOR) {
+                if (!same_const(v, a))
+                    return 0;
+                continue;
+            }
+            if (!v.isTensor())
+                return 0;
+            const at::Tensor &t = v.toTensor();
+            if (!t.defined() || is_wrapped(t))
+                return 0;
+            const TensorGate &g = e.inputs[a.slot];
+            if (t.scalar_type() != g.dtype || t.layout() != c10::kStrided ||
+                !t.sizes().equals(g.sizes) || !t.strides().equals(g.strides))
+                return 0;
+            if (cuda ? (!t.is_cuda() || t.get_device() != device_index) : !t.is_cpu())
+                return 0;
+            if (reinterpret_cast<uintptr_t>(t.const_data_ptr()) % ALIGN)
+                return 0;
+            tensors[a.slot] = &t;
+        }
+        if (c10::GradMode::is_enabled()) {
+            for (size_t k = 0; k < n_in; k++)
+                if (tensors[k]->requires_grad())
+                    return 2;
+        }
+        void *ptrs[40];
+        std::vector<at::Tensor> keep; // contiguous copies, outputs, scratch
+        keep.reserve(e.outputs.size() + 2);
+        size_t n = 0;
+        for (size_t k = 0; k < n_in; k++) {
+            if (e.inputs[k].copy) {
+                keep.push_back(tensors[k]->contiguous());
+                ptrs[n++] = const_cast<void *>(keep.back().const_data_ptr());
+            } else {
+                ptrs[n++] = const_cast<void *>(tensors[k]->const_data_ptr());
+            }
+        }
+        const c10::Device dev =
+            cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_index))
+                 : c10::Device(c10::kCPU);
+        const size_t first_out = keep.size();
+        for (const TensorGate &g : e.outputs) {
+            // on cpu the allocator directly (at::empty_strided's CPU kernel, without a second
+            // dispatch)
+            keep.push_back(
+                cuda ? at::empty_strided(g.sizes, g.strides,
+                                         at::TensorOptions().dtype(g.dtype).device(dev))
+                     : at::Tensor(at::detail::empty_strided_cpu(g.sizes, g.strides, g.dtype)));
+            ptrs[n++] = keep.back().mutable_data_ptr();
+        }
+        if (e.scratch_bytes > 0) {
+            keep.push_back(
+                at::zeros({e.scratch_bytes}, at::TensorOptions().dtype(c10::kByte).device(dev)));
+            ptrs[n++] = keep.back().mutable_data_ptr();
+        }
+        void *stream = nullptr;
+#ifdef KILN_WITH_CUDA
+        if (cuda)
+            stream = static_cast<void *>(
+                c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index))
+                    .stream());
+#endif
+        if (launch(rt, e.index, ptrs, static_cast<int>(n), nullptr, stream) != 0) {
+            const char *why = last_error ? last_error() : nullptr;
+            TORCH_CHECK(false, "kiln: ", e.name, ": ", why ? why : "launch failed");
+        }
+        (*e.hits)++;
+        counts[0]++;
+        if (inplace) {
+            at::Tensor self = *tensors[0];
+            self.copy_(keep[first_out]);
+            torch::jit::drop(*stack, n_args);
+            stack->emplace_back(std::move(self));
+            return 1;
+        }
+        torch::jit::drop(*stack, n_args);
+        for (size_t k = 0; k < e.outputs.size(); k++)
+            stack->emplace_back(std::move(keep[first_out + k]));
+        return 1;
+    }
+
+    void call(c10::DispatchKeySet ks, c10::Stack *stack) const {
+        for (const Entry &e : entries) {
+            int r = try_entry(e, stack);
+            if (r == 1)
+                return;
+            if (r == 2) {
+                counts[2]++;
+                break;
+            }
+        }
+        counts[1]++;
+        original.callBoxed(op, ks, stack);
+    }
+
+    void call_autograd(c10::DispatchKeySet /*ks*/, c10::Stack *stack) const {
+        const c10::IValue *args = stack->data() + (stack->size() - n_args);
+        if (c10::GradMode::is_enabled() && any_requires_grad(args, n_args)) {
+            counts[2]++;
+            original_autograd->callBoxed(op, c10::DispatchKeySet(autograd_key()), stack);
+            return;
+        }
+        call(c10::DispatchKeySet(key), stack);
+    }
+
+    c10::DispatchKey autograd_key() const {
+        return key == c10::DispatchKey::CUDA ? c10::DispatchKey::AutogradCUDA
+                                             : c10::DispatchKey::AutogradCPU;
+    }
+};
+
+struct BackendKernel final : c10::OperatorKernel {
+    std::shared_ptr<Override> ov;
+    explicit BackendKernel(std::shared_ptr<Override> o) : ov(std::move(o)) {}
+    void operator()(const c10::OperatorHandle &, c10::DispatchKeySet ks, torch::jit::Stack *stack) {
+        ov->call(ks, stack);
+    }
+};
+
+struct AutogradKernel final : c10::OperatorKernel {
+    std::shared_ptr<Override> ov;
+    explicit AutogradKernel(std::shared_ptr<Override> o) : ov(std::move(o)) {}
+    void operator()(const c10::OperatorHandle &, c10::DispatchKeySet ks, torch::jit::Stack *stack) {
+        ov->call_autograd(ks, stack);
+    }
+};
+
+struct Silent final : c10::WarningHandler {
+    void process(const c10::Warning &) override {
+    } // "Overriding a previously registered kernel": the point
+};
+
+// What Python holds: the registrations (destroy() undoes them) and the state, for inspection.
+struct Registration {
+    std::unique_ptr<torch::Library> lib;
+    std::shared_ptr<Override> ov;
+    std::string op_name;
+    bool composite = false;
+    void destroy() {
+        Silent silent;
+        c10::WarningUtils::WarningHandlerGuard guard(&silent);
+        lib.reset();
+    }
+    ~Registration() {
+        try {
+            destroy();
+        } catch (...) {
+        }
+    }
+};
+
+std::vector<int64_t> int_vector(const py::handle &h) {
+    return py::cast<std::vector<int64_t>>(h);
+}
+
+ArgSpec parse_arg(const py::handle &h, const c10::Argument &schema_arg, size_t n_inputs) {
+    py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+    ArgSpec a;
+    a.kind = py::cast<int>(t[0]);
+    switch (a.kind) {
+    case A_TENSOR:
+        a.slot = py::cast<int64_t>(t[1]);
+        if (a.slot < 0 || static_cast<size_t>(a.slot) >= n_inputs)
+            throw std::invalid_argument("bad tensor slot");
+        break;
+    case A_NONE:
+        break;
+    case A_BOOL:
+        a.b = py::cast<bool>(t[1]);
+        break;
+    case A_NUMBER:
+        a.d = py::cast<double>(t[1]);
+        a.is_int = !t[2].is_none();
+        if (a.is_int)
+            a.i = py::cast<int64_t>(t[2]);
+        break;
+    case A_INTLIST:
+        a.ints = int_vector(t[1]);
+        break;
+    case A_STR:
+        a.s = py::cast<std::string>(t[1]);
+        break;
+    case A_DTYPE:
+        a.dtype = static_cast<int64_t>(dtype_from_name(py::cast<std::string>(t[1])));
+        break;
+    case A_DEFAULT: {
+        const auto &def = schema_arg.default_value();
+        if (!def.has_value())
+            throw std::invalid_argument("argument '" + schema_arg.name() + "' has no default");
+        if (!supported_default(*def))
+            throw std::invalid_argument("argument '" + schema_arg.name() +
+                                        "' has a default of an unsupported type");
+        a.def = *def;
+        break;
+    }
+    default:
+        throw std::invalid_argument("bad argument kind");
+    }
+    return a;
+}
+
+TensorGate parse_tensor(const py::handle &h) {
+    py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+    TensorGate g;
+    g.sizes = int_vector(t[0]);
+    g.strides = int_vector(t[1]);
+    if (g.sizes.size() != g.strides.size())
+        throw std::invalid_argument("sizes and strides differ in length");
+    g.dtype = dtype_from_name(py::cast<std::string>(t[2]));
+    g.copy = py::len(t) > 3 && py::cast<bool>(t[3]);
+    return g;
+}
+
+// register_override(name, overload, key, inplace, composite, cuda, device_index, rt_handle,
+// launch_addr,
+//                   last_error_addr, counts_addr, entries) -> Registration
+// entries: [{"name", "index", "args": [(kind, ...) per schema argument], "inputs": [(sizes,
+// strides, dtype,
+//            copy)], "outputs": [(sizes, strides, dtype)], "scratch_bytes", "hits_addr"}]
+std::unique_ptr<Registration>
+register_override(const std::string &name, const std::string &overload, const std::string &key_name,
+                  bool inplace, bool composite, bool cuda, int device_index, uintptr_t rt,
+                  uintptr_t launch_addr, uintptr_t last_error_addr, uintptr_t counts_addr,
+                  const py::list &entries) {
+    try {
+#ifndef KILN_WITH_CUDA
+        if (cuda)
+            throw std::invalid_argument(
+                "this build of kiln's dispatch extension has no CUDA support");
+#endif
+        if (!rt || !launch_addr || !counts_addr)
+            throw std::invalid_argument("null runtime, launcher or counters");
+        c10::DispatchKey key;
+        if (key_name == "CPU")
+            key = c10::DispatchKey::CPU;
+        else if (key_name == "CUDA")
+            key = c10::DispatchKey::CUDA;
+        else
+            throw std::invalid_argument("dispatch key " + key_name + " (CPU or CUDA)");
+        auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+        if (!handle)
+            throw std::invalid_argument("no operator " + name + "." + overload);
+        const c10::FunctionSchema &schema = handle->schema();
+        // The original kernels, taken before kiln registers anything.
+        auto ov =
+            std::make_shared<Override>(*handle, key, handle->getComputedKernelForDispatchKey(key));
+        const c10::DispatchKey akey = key == c10::DispatchKey::CUDA ? c10::DispatchKey::AutogradCUDA
+                                                                    : c10::DispatchKey::AutogradCPU;
+        if (composite)
+            ov->original_autograd = std::make_unique<c10::SafeKernelFunction>(
+                handle->getComputedKernelForDispatchKey(akey));
+        ov->n_args = schema.arguments().size();
+        ov->inplace = inplace;
+        ov->cuda = cuda;
+        ov->device_index = device_index;
+        ov->rt = reinterpret_cast<void *>(rt);
+        ov->launch = reinterpret_cast<LaunchFn>(launch_addr);
+        ov->last_error = reinterpret_cast<LastErrorFn>(last_error_addr);
+        ov->counts = reinterpret_cast<int64_t *>(counts_addr);
+        for (const py::handle &h : entries) {
+            py::dict d = py::reinterpret_borrow<py::dict>(h);
+            Entry e;
+            e.name = py::cast<std::string>(d["name"]);
+            e.index = py::cast<int>(d["index"]);
+            for (const py::handle &t : py::reinterpret_borrow<py::list>(d["inputs"]))
+                e.inputs.push_back(parse_tensor(t));
+            for (const py::handle &t : py::reinterpret_borrow<py::list>(d["outputs"]))
+                e.outputs.push_back(parse_tensor(t));
+            if (e.inputs.size() > 16 || e.inputs.size() + e.outputs.size() + 1 > 40)
+                throw std::invalid_argument("too many tensors for the C++ gate");
+            if (e.outputs.empty())
+                throw std::invalid_argument("an entry without outputs");
+            py::list args = py::reinterpret_borrow<py::list>(d["args"]);
+            if (args.size() != ov->n_args)
+                throw std::invalid_argument("expected one argument spec per schema argument");
+            std::vector<bool> seen(e.inputs.size(), false);
+            for (size_t p = 0; p < ov->n_args; p++) {
+                e.args.push_back(parse_arg(args[p], schema.arguments()[p], e.inputs.size()));
+                if (e.args.back().kind == A_TENSOR) {
+                    if (seen[e.args.back().slot])
+                        throw std::invalid_argument("a tensor slot used twice");
+                    seen[e.args.back().slot] = true;
+                }
+            }
+            for (bool s : seen)
+                if (!s)
+                    throw std::invalid_argument("a gate tensor at no argument");
+            e.scratch_bytes = py::cast<int64_t>(d["scratch_bytes"]);
+            e.hits = reinterpret_cast<int64_t *>(py::cast<uintptr_t>(d["hits_addr"]));
+            if (!e.hits)
+                throw std::invalid_argument("null entry counter");
+            if (inplace && e.args[0].kind != A_TENSOR)
+                throw std::invalid_argument("an in-place overload whose self is not a gate tensor");
+            ov->entries.push_back(std::move(e));
+        }
+        if (ov->entries.empty())
+            throw std::invalid_argument("no entries");
+        auto reg = std::make_unique<Registration>();
+        reg->ov = ov;
+        reg->op_name = overload.empty() ? name : name + "." + overload;
+        reg->composite = composite;
+        Silent silent;
+        c10::WarningUtils::WarningHandlerGuard guard(&silent);
+        reg->lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", std::nullopt,
+                                                    __FILE__, __LINE__);
+        reg->lib->impl(reg->op_name.c_str(),
+                       torch::dispatch(key, torch::CppFunction::makeFromBoxedFunctor(
+                                                std::make_unique<BackendKernel>(ov))));
+        if (composite)
+            reg->lib->impl(reg->op_name.c_str(),
+                           torch::dispatch(akey, torch::CppFunction::makeFromBoxedFunctor(
+                                                     std::make_unique<AutogradKernel>(ov))));
+        return reg;
+    } catch (const c10::Error &e) {
+        throw std::runtime_error(e.what_without_backtrace());
+    }
+}
+
+} // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.doc() = "kiln's C++ dispatcher kernels for aten entries (python/kiln/_dispatch.cpp)";
+    m.attr("ABI") = 1;
+#ifdef KILN_WITH_CUDA
+    m.attr("CUDA") = true;
+#else
+    m.attr("CUDA") = false;
+#endif
+    m.attr("ALIGN") = static_cast<int>(ALIGN);
+    py::class_<Registration>(m, "Registration")
+        .def("destroy", &Registration::destroy,
+             "deregisters kiln's kernels (PyTorch's own are used again)")
+        .def_property_readonly("active",
+                               [](const Registration &r) { return static_cast<bool>(r.lib); })
+        .def_property_readonly("op", [](const Registration &r) { return r.op_name; })
+        .def_property_readonly("composite", [](const Registration &r) { return r.composite; })
+        .def_property_readonly("entries", [](const Registration &r) {
+            std::vector<std::string> names;
+            for (const Entry &e : r.ov->entries)
+                names.push_back(e.name);
+            return names;
+        });
+    m.def("register_override", &register_override,
+          "registers one boxed kernel for (aten overload, key)");
+}
