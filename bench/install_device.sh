@@ -30,7 +30,7 @@
 # Dry run on a machine without a GPU: KILN_BENCH_SMALL=1 (the examples' --small sizes, --backend cpu).
 # Other knobs: BUDGET_S (515: the last step is stopped then, +10 s to kill one that ignores SIGINT, +5 s of
 # summary), TOP (3), BUDGET (12), OPT_TIME (15), CAPTURE_TOP (20), MAX_BYTES (4GiB),
-# CAPTURE_JOBS (3), ROUNDS (3), COMPILE_QWEN (0).
+# CAPTURE_JOBS (3), ROUNDS (3), COMPILE_QWEN (0), DISPATCH (python|cpp|auto: kiln tune --dispatch; unset: python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -60,11 +60,11 @@ export TORCHINDUCTOR_CACHE_DIR=$WORK/inductor TRITON_CACHE_DIR=$WORK/triton
 if [ "$SMALL" = 1 ]; then
     BACKEND=cpu
     EX_ARGS="--small --device cpu --iters 2"
-    OVH_ARGS="--rounds 3 --calls 20" # a CPU call of the tiny model's ops takes milliseconds, not microseconds
+    OVH_ARGS="--rounds 3 --calls 20 --dispatch ${OVH_DISPATCH:-both}" # a CPU call of the tiny model's ops takes milliseconds, not microseconds
 else
     BACKEND=cuda
     EX_ARGS="--iters 2"
-    OVH_ARGS="--rounds 15 --calls 200"
+    OVH_ARGS="--rounds 15 --calls 200 --dispatch ${OVH_DISPATCH:-both}"
 fi
 TINY_SCRIPT=tests/data/install/tiny_model.py
 TINY_ARGS="--device $BACKEND --rows 256 --hidden 4096 --iters 3" # the sizes test_install.py's cuda tests use
@@ -154,22 +154,24 @@ elif not ov.get("entries"):
     st = statuses("tiny").get("overhead")
     print(f"not measured (overhead step: {'exit %s after %s s' % st if st else 'not run'}; see logs/overhead.log)")
 else:
-    print("| entry | replaces | eager | kiln hit | bare launch | hit overhead | miss overhead shape / misaligned "
-          "| <= 3 us | CUDA graph |")
-    print("|---|---|---:|---:|---:|---:|---:|---|---|")
-    for name, r in ov["entries"].items():
+    print("| entry | replaces | dispatch | eager | kiln hit | bare launch | hit overhead | miss overhead shape / "
+          "misaligned | <= 3 us | CUDA graph |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|---|")
+    by = ov.get("by_dispatch") or {ov.get("dispatch", "python"): ov["entries"]}
+    rows = [(d, name, r) for d, entries in by.items() for name, r in entries.items()]
+    for d, name, r in rows:
         if "error" in r:
-            print(f"| {name} | {r.get('target', '')} | | | | | | | {r['error']} |")
+            print(f"| {name} | {r.get('target', '')} | {d} | | | | | | | {r['error']} |")
             continue
         m = r["median_us"]
         miss = [v for v in (r["miss_shape_overhead_host_us"], r["miss_align_overhead_host_us"]) if v is not None]
         ok = r["hit_overhead_host_us"] <= ov.get("limit_us", 3) and all(v <= ov.get("limit_us", 3) for v in miss)
-        g = (ov.get("graph") or {}).get(name)
+        g = ((ov.get("graph_by_dispatch") or {}).get(d) or ov.get("graph") or {}).get(name)
         gt = "-"
         if g:
             gt = ("ok" if g.get("ok") else "FAILED") + (f" (diff {g['max_abs_diff']:.2g})" if g.get("max_abs_diff")
                                                         is not None else f" {g.get('error', '')}")
-        print(f"| {name} | {r['target']} | {fmt(m['eager']['host'], '.2f')} | {fmt(m['kiln']['host'], '.2f')} | "
+        print(f"| {name} | {r['target']} | {d} | {fmt(m['eager']['host'], '.2f')} | {fmt(m['kiln']['host'], '.2f')} | "
               f"{fmt(m['bare']['host'], '.2f')} | {fmt(r['hit_overhead_host_us'], '.2f')} | "
               f"{fmt(r['miss_shape_overhead_host_us'], '.2f')} / {fmt(r['miss_align_overhead_host_us'], '.2f')} | "
               f"{'yes' if ok else 'NO'} | {gt} |")
@@ -346,7 +348,7 @@ if want tiny; then
             "$KILN" optimize "$TINY" $chosen --backend "$BACKEND" --budget 3 --time 12 --iters 20
         # shellcheck disable=SC2086
         stage tune "$LOG/tiny.status" "$(min 90 $(($(left) / 5)))" "$LOG/tiny.log" \
-            "$KILN" tune "$TINY_SCRIPT" --out "$TINY" --backend "$BACKEND" --skip-capture --skip-optimize \
+            "$KILN" tune ${DISPATCH:+--dispatch "$DISPATCH"} "$TINY_SCRIPT" --out "$TINY" --backend "$BACKEND" --skip-capture --skip-optimize \
             --rounds 3 --no-compile -- $TINY_ARGS
     else
         note "tiny: no softmax / RMSNorm problem captured (see logs/tiny.log)"
@@ -409,7 +411,7 @@ while [ ${#remaining[@]} -gt 0 ]; do
     if [ -f "$run/library/manifest.json" ]; then
         # shellcheck disable=SC2086
         stage tune "$status" $((end - $(date +%s))) "$LOG/$ex.log" \
-            "$KILN" tune "examples/$ex.py" --out "$run" --backend "$BACKEND" --skip-capture --skip-optimize \
+            "$KILN" tune ${DISPATCH:+--dispatch "$DISPATCH"} "examples/$ex.py" --out "$run" --backend "$BACKEND" --skip-capture --skip-optimize \
             --rounds "$ROUNDS" "${compile[@]}" -- $EX_ARGS
     else
         echo "tune skipped 0" >>"$status"

@@ -53,8 +53,8 @@ from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USAGE = ("kiln tune SCRIPT.py [--out RUN] [--backend cuda|cpu] [--budget N] [--top N] "
-         "[--compile|--no-compile] [--rounds R] [--margin M] [--library DIR] [--skip-capture] "
-         "[--skip-optimize] [--serve[=PORT]] [-- SCRIPT ARGS...]")
+         "[--compile|--no-compile] [--rounds R] [--margin M] [--dispatch python|cpp|auto] [--library DIR] "
+         "[--skip-capture] [--skip-optimize] [--serve[=PORT]] [-- SCRIPT ARGS...]")
 
 
 class TuneError(Exception):
@@ -88,6 +88,9 @@ def parse_args(argv: list) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (default 5)")
     p.add_argument("--margin", type=float, default=0.02,
                    help="an entry is kept when kiln is faster than eager by more than this fraction (0.02)")
+    p.add_argument("--dispatch", choices=["python", "cpp", "auto"],
+                   help="how aten entries are dispatched (kiln.install's dispatch=; default $KILN_DISPATCH, "
+                        "else python)")
     p.add_argument("--library", help="check this library; skips capture and optimize")
     p.add_argument("--skip-capture", action="store_true", help="use RUN's existing capture")
     p.add_argument("--skip-optimize", action="store_true", help="use RUN/library as it is")
@@ -104,6 +107,8 @@ def parse_args(argv: list) -> argparse.Namespace:
         opts.out = os.path.join("runs", os.path.splitext(os.path.basename(opts.script))[0])
     if opts.library:
         opts.skip_capture = opts.skip_optimize = True
+    if opts.dispatch:
+        os.environ["KILN_DISPATCH"] = opts.dispatch  # every kiln.install of this process (and kiln run's)
     return opts
 
 
