@@ -47,16 +47,13 @@ from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+from kiln import split_script_args  # noqa: E402
 
 LIMIT_US = 3.0  # issue 6: hit and miss overhead per call on the GPU machine
 
 
 def parse_args(argv: list) -> argparse.Namespace:
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1:]
-    else:
-        script_args = []
+    argv, script_args = split_script_args(argv)
     p = argparse.ArgumentParser(prog="install_overhead.py", description=__doc__.splitlines()[0])
     p.add_argument("--library", required=True, help="RUN/library (or RUN)")
     p.add_argument("--script", help="the model script the library was made from (for module entries and the "

@@ -2,5 +2,14 @@
 
 __version__ = "0.1.0"
 
+
+def split_script_args(argv: list) -> tuple:
+    """(kiln's arguments, the script's): everything after the first `--` belongs to the user's script."""
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []
+
+
 # kiln.install(library, model=None) and kiln.uninstall(): python/kiln/install.py (imports torch lazily).
 from kiln.install import install, uninstall  # noqa: E402,F401

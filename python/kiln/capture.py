@@ -35,6 +35,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from kiln import split_script_args
+
 USAGE = ("python -m kiln.capture SCRIPT.py --out RUN [--top N] [--max-bytes B] [--device auto|cuda|cpu] "
          "[--random-sets K] [--no-reference] [-- SCRIPT ARGS...]")
 DEFAULT_MAX_BYTES = 2 << 30
@@ -75,11 +77,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv: list) -> argparse.Namespace:
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1:]
-    else:
-        script_args = []
+    argv, script_args = split_script_args(argv)
     if "--out" not in argv and not any(a.startswith("--out=") for a in argv) and "--out" in script_args:
         raise CaptureError("--out must come before `--` (everything after `--` goes to the script)"
                            f"\nusage: {USAGE}", 2)

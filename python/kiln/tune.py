@@ -51,6 +51,8 @@ import time
 import traceback
 from typing import Optional
 
+from kiln import split_script_args
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USAGE = ("kiln tune SCRIPT.py [--out RUN] [--backend cuda|cpu] [--budget N] [--top N] "
          "[--compile|--no-compile] [--rounds R] [--margin M] [--dispatch python|cpp|auto] [--library DIR] "
@@ -71,11 +73,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv: list) -> argparse.Namespace:
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1:]
-    else:
-        script_args = []
+    argv, script_args = split_script_args(argv)
     p = _Parser(prog="kiln tune", usage=USAGE, description="capture + optimize + install check + report")
     p.add_argument("script")
     p.add_argument("--out", help="run directory (default runs/<script name>)")
