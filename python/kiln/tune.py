@@ -793,7 +793,8 @@ def render_markdown(report: dict) -> str:
                          f"{r['reason']} |")
         lines.append("")
         lines.append("Kernel speedup: eager over kiln kernel time in the gate (isolated, L2 flushed). Per call: "
-                     "wall time of the op through PyTorch's dispatcher in a loop, with kiln's Python gate. "
+                     "wall time of the op through PyTorch's dispatcher in a loop, with kiln's gate (aten entries "
+                     f"dispatched by {os.environ.get('KILN_DISPATCH') or 'python'}; module entries in Python). "
                      "Hit overhead: per call with kiln minus the bare launch; miss overhead: a call that misses "
                      "the gate minus the same call eagerly.")
         lines.append("")
