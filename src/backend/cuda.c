@@ -115,86 +115,24 @@ typedef struct {
 #undef CUDA_MEMBER
 
 #define CUDA_SYM(name, params) {"cu" #name, offsetof(cuda_driver, name)},
-static const struct {
-    const char *name;
-    size_t offset;
-} cuda_driver_syms[] = {CUDA_DRIVER_FUNCS(CUDA_SYM)};
+static const kiln_cuda_sym cuda_driver_syms[] = {CUDA_DRIVER_FUNCS(CUDA_SYM)};
 #undef CUDA_SYM
-
-typedef CUresult (*get_proc_v2_fn)(const char *symbol, void **fn, int version, cuuint64_t flags,
-                                   CUdriverProcAddressQueryResult *status);
-typedef CUresult (*get_proc_v1_fn)(const char *symbol, void **fn, int version, cuuint64_t flags);
 
 static cuda_driver drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 static int drv_status = -1; /* KILN_OK once loaded */
-static char drv_msg[512];
+static kiln_err drv_err;
 
 static void driver_load_once(void) {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        drv_status = KILN_ERR_NO_DEVICE;
-        snprintf(drv_msg, sizeof drv_msg,
-                 "no NVIDIA driver (libcuda.so.1 not found): the cuda backend needs a GPU; use "
-                 "--backend cpu");
-        return;
-    }
-    void *v2 = dlsym(lib, "cuGetProcAddress_v2");
-    void *v1 = v2 ? NULL : dlsym(lib, "cuGetProcAddress");
-    get_proc_v2_fn get_v2 = NULL;
-    get_proc_v1_fn get_v1 = NULL;
-    memcpy(&get_v2, &v2, sizeof v2);
-    memcpy(&get_v1, &v1, sizeof v1);
-    if (!get_v2 && !get_v1) {
-        drv_status = KILN_ERR_NO_DEVICE;
-        snprintf(drv_msg, sizeof drv_msg,
-                 "the NVIDIA driver is too old (libcuda.so.1 has no cuGetProcAddress): kiln needs "
-                 "a CUDA 12 or newer driver");
-        return;
-    }
-    int version = CUDA_VERSION;
-    for (int pass = 0; pass < 2; pass++) {
-        /* Pass 0 resolves cuDriverGetVersion alone, pass 1 everything at the version agreed. */
-        for (size_t i = 0; i < sizeof cuda_driver_syms / sizeof cuda_driver_syms[0]; i++) {
-            const char *name = cuda_driver_syms[i].name;
-            if (pass == 0 && strcmp(name, "cuDriverGetVersion") != 0)
-                continue;
-            void *fn = NULL;
-            CUresult r;
-            if (get_v2) {
-                CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
-                r = get_v2(name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &q);
-                if (q != CU_GET_PROC_ADDRESS_SUCCESS)
-                    fn = NULL;
-            } else {
-                r = get_v1(name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
-            }
-            if (r != CUDA_SUCCESS || !fn) {
-                if (driver_func_optional(name))
-                    continue;
-                drv_status = KILN_ERR_NO_DEVICE;
-                snprintf(drv_msg, sizeof drv_msg,
-                         "the NVIDIA driver lacks %s (error %d): kiln needs a CUDA 12 or newer "
-                         "driver",
-                         name, (int)r);
-                return;
-            }
-            memcpy((char *)&drv + cuda_driver_syms[i].offset, &fn, sizeof fn);
-        }
-        if (pass == 0) {
-            int driver_version = 0;
-            if (drv.DriverGetVersion(&driver_version) == CUDA_SUCCESS && driver_version > 0 &&
-                driver_version < version)
-                version = driver_version;
-        }
-    }
-    drv_status = KILN_OK;
+    drv_status = kiln_cuda_driver_resolve(
+        &drv, cuda_driver_syms, sizeof cuda_driver_syms / sizeof cuda_driver_syms[0],
+        driver_func_optional, "the cuda backend needs a GPU; use --backend cpu", &drv_err);
 }
 
 static int driver_load(kiln_err *err) {
     pthread_once(&drv_once, driver_load_once);
     if (drv_status != KILN_OK)
-        return kiln_errf(err, drv_status, "%s", drv_msg);
+        return kiln_errf(err, drv_status, "%s", drv_err.msg);
     return KILN_OK;
 }
 

@@ -7,9 +7,9 @@
  * memory comes from PyTorch's allocator, and every launch goes on the stream PyTorch is using at
  * that moment (torch._C._cuda_getCurrentRawStream), so that it is ordered with the model's own
  * kernels and is recorded when that stream is being captured into a CUDA graph. So this file loads
- * the driver the same way (dlopen libcuda.so.1, every function through cuGetProcAddress at the
- * version of the header or of the driver, whichever is older; cuda.c's essay says why) but uses
- * only what a launcher needs.
+ * the driver the same way (kiln_cuda_driver_resolve in src/backend/cuda_driver.c: dlopen
+ * libcuda.so.1, every function through cuGetProcAddress at the version of the header or of the
+ * driver, whichever is older; cuda.c's essay says why) but resolves only what a launcher needs.
  *
  * The context. PyTorch works in each device's primary context. kiln_rt retains the same primary
  * context (cuDevicePrimaryCtxRetain), loads its modules in it, and at each launch pushes it only
@@ -29,10 +29,10 @@
  * Errors. Nothing aborts. A kernel that faults poisons the context (sticky error) for PyTorch as
  * well; kiln reports the driver's text and the caller raises. */
 #include "rt_impl.h"
+#include "../backend/cuda_backend.h"
 
 #include <cuda.h>
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <string.h>
@@ -78,82 +78,23 @@ typedef struct {
 #undef RT_MEMBER
 
 #define RT_SYM(name, params) {"cu" #name, offsetof(rt_driver, name)},
-static const struct {
-    const char *name;
-    size_t offset;
-} rt_syms[] = {RT_DRIVER_FUNCS(RT_SYM)};
+static const kiln_cuda_sym rt_syms[] = {RT_DRIVER_FUNCS(RT_SYM)};
 #undef RT_SYM
-
-typedef CUresult (*get_proc_v2_fn)(const char *symbol, void **fn, int version, cuuint64_t flags,
-                                   CUdriverProcAddressQueryResult *status);
-typedef CUresult (*get_proc_v1_fn)(const char *symbol, void **fn, int version, cuuint64_t flags);
 
 static rt_driver drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 static int drv_status = -1;
-static char drv_msg[512];
+static kiln_err drv_err;
 
 static void driver_load_once(void) {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        drv_status = KILN_ERR_NO_DEVICE;
-        snprintf(drv_msg, sizeof drv_msg,
-                 "no NVIDIA driver (libcuda.so.1 not found): a cuda library needs a GPU");
-        return;
-    }
-    void *v2 = dlsym(lib, "cuGetProcAddress_v2");
-    void *v1 = v2 ? NULL : dlsym(lib, "cuGetProcAddress");
-    get_proc_v2_fn get_v2 = NULL;
-    get_proc_v1_fn get_v1 = NULL;
-    memcpy(&get_v2, &v2, sizeof v2);
-    memcpy(&get_v1, &v1, sizeof v1);
-    if (!get_v2 && !get_v1) {
-        drv_status = KILN_ERR_NO_DEVICE;
-        snprintf(drv_msg, sizeof drv_msg,
-                 "the NVIDIA driver is too old (no cuGetProcAddress): kiln needs CUDA 12 or newer");
-        return;
-    }
-    int version = CUDA_VERSION;
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < sizeof rt_syms / sizeof rt_syms[0]; i++) {
-            const char *name = rt_syms[i].name;
-            if (pass == 0 && strcmp(name, "cuDriverGetVersion") != 0)
-                continue;
-            void *fn = NULL;
-            CUresult r;
-            if (get_v2) {
-                CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
-                r = get_v2(name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &q);
-                if (q != CU_GET_PROC_ADDRESS_SUCCESS)
-                    fn = NULL;
-            } else {
-                r = get_v1(name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
-            }
-            if (r != CUDA_SUCCESS || !fn) {
-                if (optional_func(name))
-                    continue;
-                drv_status = KILN_ERR_NO_DEVICE;
-                snprintf(drv_msg, sizeof drv_msg,
-                         "the NVIDIA driver lacks %s (error %d): kiln needs CUDA 12 or newer", name,
-                         (int)r);
-                return;
-            }
-            memcpy((char *)&drv + rt_syms[i].offset, &fn, sizeof fn);
-        }
-        if (pass == 0) {
-            int driver_version = 0;
-            if (drv.DriverGetVersion(&driver_version) == CUDA_SUCCESS && driver_version > 0 &&
-                driver_version < version)
-                version = driver_version;
-        }
-    }
-    drv_status = KILN_OK;
+    drv_status = kiln_cuda_driver_resolve(&drv, rt_syms, sizeof rt_syms / sizeof rt_syms[0],
+                                          optional_func, "a cuda library needs a GPU", &drv_err);
 }
 
 static int driver_load(kiln_err *err) {
     pthread_once(&drv_once, driver_load_once);
     if (drv_status != KILN_OK)
-        return kiln_errf(err, drv_status, "%s", drv_msg);
+        return kiln_errf(err, drv_status, "%s", drv_err.msg);
     return KILN_OK;
 }
 
