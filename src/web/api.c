@@ -149,6 +149,33 @@ static void add_json_col(cJSON *o, const char *key, sqlite3_stmt *st, int i) {
     cJSON_AddItemToObject(o, key, v ? v : cJSON_CreateNull());
 }
 
+/* Replies {"items": [...], "next_before": id or null} from st, newest first: each row's columns
+ * under keys (the first is the id that pages on); a full page of limit rows has a next page.
+ * Finalizes st. */
+static void reply_page(api *a, sqlite3_stmt *st, const char *const *keys, int n_keys, long limit) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON *items = cJSON_AddArrayToObject(j, "items");
+    int64_t last = 0;
+    long n = 0;
+    while (step(a, st) == 1) {
+        cJSON *row = cJSON_CreateObject();
+        for (int i = 0; i < n_keys; i++)
+            add_col(row, keys[i], st, i);
+        cJSON_AddItemToArray(items, row);
+        last = sqlite3_column_int64(st, 0);
+        n++;
+    }
+    sqlite3_finalize(st);
+    if (n == limit)
+        cJSON_AddNumberToObject(j, "next_before", (double)last);
+    else
+        cJSON_AddNullToObject(j, "next_before");
+    if (a->failed)
+        cJSON_Delete(j);
+    else
+        reply_json(a, j);
+}
+
 /* ---- query parameters ---- */
 
 typedef struct {
@@ -831,27 +858,7 @@ static void get_candidates(api *a) {
     static const char *const keys[] = {
         "id",     "problem_id", "problem",        "parent_id", "node_id", "agent",   "family",
         "params", "draft",      "created_unix_s", "outcome",   "time_us", "sol_pct", "score"};
-    cJSON *j = cJSON_CreateObject();
-    cJSON *items = cJSON_AddArrayToObject(j, "items");
-    int64_t last = 0;
-    long n = 0;
-    while (step(a, st) == 1) {
-        cJSON *c = cJSON_CreateObject();
-        for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++)
-            add_col(c, keys[i], st, i);
-        cJSON_AddItemToArray(items, c);
-        last = sqlite3_column_int64(st, 0);
-        n++;
-    }
-    sqlite3_finalize(st);
-    if (n == limit)
-        cJSON_AddNumberToObject(j, "next_before", (double)last);
-    else
-        cJSON_AddNullToObject(j, "next_before");
-    if (a->failed)
-        cJSON_Delete(j);
-    else
-        reply_json(a, j);
+    reply_page(a, st, keys, (int)(sizeof keys / sizeof keys[0]), limit);
 }
 
 /* The llm agent's exchanges about candidate id (docs/agents.md): the one that made it ("made"), and
@@ -1210,27 +1217,7 @@ static void get_events(api *a) {
     sqlite3_bind_int64(st, 4, limit);
     static const char *const keys[] = {"id",   "problem_id", "problem",
                                        "kind", "message",    "created_unix_s"};
-    cJSON *j = cJSON_CreateObject();
-    cJSON *items = cJSON_AddArrayToObject(j, "items");
-    int64_t last = 0;
-    long n = 0;
-    while (step(a, st) == 1) {
-        cJSON *e = cJSON_CreateObject();
-        for (int i = 0; i < 6; i++)
-            add_col(e, keys[i], st, i);
-        cJSON_AddItemToArray(items, e);
-        last = sqlite3_column_int64(st, 0);
-        n++;
-    }
-    sqlite3_finalize(st);
-    if (n == limit)
-        cJSON_AddNumberToObject(j, "next_before", (double)last);
-    else
-        cJSON_AddNullToObject(j, "next_before");
-    if (a->failed)
-        cJSON_Delete(j);
-    else
-        reply_json(a, j);
+    reply_page(a, st, keys, (int)(sizeof keys / sizeof keys[0]), limit);
 }
 
 /* ---- routing ---- */
