@@ -855,10 +855,8 @@ def _build_dispatch_extension(variant: str):
             mod = cpp_extension.load(name=f"kiln_dispatch_{variant}", sources=[_DISPATCH_SOURCE], extra_cflags=flags,
                                      build_directory=build_dir, with_cuda=variant == "cuda", verbose=False)
     except Exception as e:  # noqa: BLE001 - a build that fails is a reason, not a crash
-        text = str(e)
-        lines = [ln for ln in text.splitlines() if "error" in ln.lower()] or text.splitlines() or [type(e).__name__]
         raise KilnError(f"kiln's C++ dispatch extension did not build in {build_dir}: "
-                        f"{' | '.join(ln.strip() for ln in lines[:3])[:600]}") from None
+                        f"{_build_failure_reason(e)}") from None
     finally:
         for name, old in (("PATH", old_path), ("TORCH_CUDA_ARCH_LIST", old_arch)):
             if old is None:
@@ -869,6 +867,17 @@ def _build_dispatch_extension(variant: str):
         raise KilnError(f"kiln's C++ dispatch extension in {build_dir} speaks ABI {getattr(mod, 'ABI', None)}, "
                         f"this kiln {_DISPATCH_ABI}")
     return mod
+
+
+def _build_failure_reason(e: Exception) -> str:
+    """The compiler's own diagnostics ("file:line:col: error: ...") out of a failed cpp_extension build, each
+    line cut on its own: the build's first line is the whole compiler command, whose length depends on where the
+    venv lives, and must not crowd the diagnostic out of the reason."""
+    text = str(e)
+    lines = [ln.strip() for ln in text.splitlines()]
+    picked = ([ln for ln in lines if "error:" in ln] or [ln for ln in lines if "error" in ln.lower()] or
+              [ln for ln in lines if ln] or [type(e).__name__])
+    return " | ".join(ln if len(ln) <= 240 else ln[:237] + "..." for ln in picked[:3])
 
 
 def _cpp_equals_default(value, arg) -> bool:
