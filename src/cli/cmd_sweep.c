@@ -460,13 +460,32 @@ int kiln_cmd_sweep(int argc, char **argv) {
                 valid[r] = t;
             }
         }
+        /* the points to run, in order: every valid one, a uniform draw, or an even spread that
+         * starts with the family's start point (kiln_family_start_index), so that a sweep cut
+         * short by time has measured the point the family's rule expects to be good. A uniform
+         * draw is left alone: it is the search benchmark's baseline. */
+        int64_t *pick = xmalloc((size_t)(n_points > 0 ? n_points : 1) * sizeof *pick);
+        for (int64_t k = 0; k < n_points; k++)
+            pick[k] = valid[n_points == n_valid || random_sample ? k : (k * n_valid) / n_points];
+        int from_rule = 0;
+        int64_t first = random_sample && n_points < n_valid
+                            ? -1
+                            : kiln_family_start_index(f, p, &matches[fi], space, &from_rule);
+        if (first >= 0 && n_points > 0) {
+            int64_t at = n_points - 1; /* dropped from an even spread when it is not in it */
+            for (int64_t k = 0; k < n_points; k++)
+                if (pick[k] == first)
+                    at = k;
+            memmove(pick + 1, pick, (size_t)at * sizeof *pick);
+            pick[0] = first;
+        }
         fprintf(stderr,
-                "kiln sweep: %s: %lld of %lld points satisfy the constraints; running %lld%s\n",
+                "kiln sweep: %s: %lld of %lld points satisfy the constraints; running %lld%s%s\n",
                 f->name, (long long)n_valid, (long long)space, (long long)n_points,
-                random_sample && n_points < n_valid ? " drawn at random" : "");
+                random_sample && n_points < n_valid ? " drawn at random" : "",
+                from_rule ? ", the family's start point first" : "");
         for (int64_t k = 0; k < n_points; k++) {
-            int64_t index =
-                valid[n_points == n_valid || random_sample ? k : (k * n_valid) / n_points];
+            int64_t index = pick[k];
             kiln_family_point(f, index, point);
             char *src = f->emit(p, &matches[fi], point, cuda);
             uint64_t h = kiln_fnv1a(KILN_FNV_INIT, src, strlen(src));
@@ -484,6 +503,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
                 free(src);
                 free(file);
                 free(valid);
+                free(pick);
                 failed = 1;
                 goto jobs_done;
             }
@@ -497,6 +517,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
                                          .kept = find_row(earlier, f->name, params)};
         }
         free(valid);
+        free(pick);
     }
     pid_t compiling = cuda ? precompile_start(jobs, n_jobs) : 0;
     int refs_rc = kiln_refs_ensure(p, cuda ? "cuda" : "cpu", ref_dir, json, &ref, &err);

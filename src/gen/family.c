@@ -52,6 +52,50 @@ void kiln_family_point(const kiln_family *f, int64_t index, int64_t *point) {
     }
 }
 
+int64_t kiln_family_point_index(const kiln_family *f, const int64_t *point) {
+    int64_t index = 0, radix = 1;
+    for (int i = 0; i < f->n_params; i++) {
+        int j = 0;
+        while (j < f->params[i].n_values && f->params[i].values[j] != point[i])
+            j++;
+        if (j == f->params[i].n_values)
+            return -1;
+        index += j * radix;
+        radix *= f->params[i].n_values;
+    }
+    return index;
+}
+
+int kiln_family_point_ok(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                         const int64_t *point) {
+    const char *bad = f->check ? f->check(p, m, point) : NULL;
+    if (bad && bad[0] == '!')
+        free((void *)bad);
+    return bad == NULL;
+}
+
+int64_t kiln_family_start_index(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                                int64_t scan, int *from_rule) {
+    int64_t point[KILN_FAMILY_MAX_PARAMS];
+    if (from_rule)
+        *from_rule = 0;
+    if (f->start && f->start(p, m, point) == 0) {
+        int64_t index = kiln_family_point_index(f, point);
+        if (index >= 0 && kiln_family_point_ok(f, p, m, point)) {
+            if (from_rule)
+                *from_rule = 1;
+            return index;
+        }
+    }
+    int64_t size = kiln_family_space_size(f);
+    for (int64_t k = 0; k < size && k < scan; k++) {
+        kiln_family_point(f, k, point);
+        if (kiln_family_point_ok(f, p, m, point))
+            return k;
+    }
+    return -1;
+}
+
 char *kiln_family_point_str(const kiln_family *f, const int64_t *point) {
     size_t cap = 64 + (size_t)f->n_params * 48, off = 0;
     char *s = xmalloc(cap);

@@ -73,6 +73,12 @@ typedef struct kiln_family {
     /* The tolerance the family promises for an output of dtype t (never looser than the default).
      */
     kiln_tolerance (*tolerance)(kiln_dtype t);
+
+    /* Optional (NULL: none). The family's own pick for p: the point its rule of thumb expects to
+     * be good on p's shapes, written to point (returns 0), or -1 when it has no rule for p. It is
+     * checked like any other point (kiln_family_start_index); sweeps run it first and searches
+     * start from it, so that a search or a sweep cut short by time still has an informed point. */
+    int (*start)(const kiln_problem *p, const kiln_match *m, int64_t *point);
 } kiln_family;
 
 /* The built-in families (registry.c), in the order sweep and search try them. */
@@ -85,6 +91,17 @@ const kiln_family *kiln_family_find(const char *name);
 int64_t kiln_family_space_size(const kiln_family *f);
 /* The point with this index in the space (mixed radix, first parameter fastest). */
 void kiln_family_point(const kiln_family *f, int64_t index, int64_t *point);
+/* The index of point in the space (the inverse of kiln_family_point), -1 when a value is outside
+ * its domain. */
+int64_t kiln_family_point_index(const kiln_family *f, const int64_t *point);
+/* Whether point passes the family's check for p. */
+int kiln_family_point_ok(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                         const int64_t *point);
+/* Where a search or a sweep starts on p: the family's start point when it has one and it passes
+ * the check, else the first valid point among the first `scan` indices; -1 when none is valid
+ * there. *from_rule (may be NULL) says which. */
+int64_t kiln_family_start_index(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                                int64_t scan, int *from_rule);
 /* "THREADS=256 VEC=8 ROWS=4", caller frees. */
 char *kiln_family_point_str(const kiln_family *f, const int64_t *point);
 

@@ -874,6 +874,53 @@ static const char *smx_check(const kiln_problem *p, const kiln_match *m, const i
     return NULL;
 }
 
+/* The start point (kiln_family.start), a rule of thumb from the hand-written softmax of
+ * tests/kernels/cuda/good_softmax_bf16.cu (97.5 % of speed of light on [1,8,4096,4096] bf16, where
+ * the table's first point, a warp per row holding 128 floats per thread in 165 registers, took
+ * twice as long): the row in registers (one read), about SMX_START_FLOATS floats of it per thread
+ * so that registers stay near 64 and ten or more warps per SM overlap their load and write phases;
+ * at least 128 threads per block (several short rows share one); and rows that cannot fill the
+ * GPU split over a cluster until they do. Shared memory (CACHE 2) where a slice does not fit in
+ * registers. */
+#define SMX_START_FLOATS 32
+
+static int smx_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
+    int64_t rows_min = INT64_MAX, rows_max = 0, cols_min = INT64_MAX, cols_max = 0;
+    for (int i = 0; i < p->n_workloads; i++) {
+        int64_t rows, cols;
+        rows_cols(p, m, &p->workloads[i], &rows, &cols);
+        rows_min = rows < rows_min ? rows : rows_min;
+        rows_max = rows > rows_max ? rows : rows_max;
+        cols_min = cols < cols_min ? cols : cols_min;
+        cols_max = cols > cols_max ? cols : cols_max;
+    }
+    if (p->n_workloads < 1 || cols_min < 1)
+        return -1;
+    const int64_t vec = auto_vec(p, m), nvec = cdiv(cols_max, vec);
+    int64_t split = 1; /* a cluster's block gets 1024 floats or more of every workload's rows */
+    while (split < 16 && rows_min * split < SMX_SMS && cdiv(cols_min, 2 * split) >= 1024)
+        split *= 2;
+    const int64_t per_block = cdiv(nvec, split) * vec; /* floats of a row's slice */
+    int64_t tpr = 1;
+    while (tpr < 1024 && tpr * SMX_START_FLOATS < per_block)
+        tpr *= 2;
+    int64_t threads = tpr > 128 ? tpr : 128;
+    while (threads > 64 && threads > tpr && threads / tpr > 2 * rows_max)
+        threads /= 2; /* no more rows a block than the problem has ... */
+    while (tpr < threads && threads / tpr > 2 * rows_max)
+        tpr *= 2; /* ... else more threads a row */
+    const int64_t cache = cdiv(cdiv(nvec, split), tpr) * vec <= reg_floats(threads) ? 1 : 2;
+    pt[P_UNROLL] = 1;
+    pt[P_PERSIST] = 0;
+    pt[P_ONLINE] = 1;
+    pt[P_VEC] = 0;
+    pt[P_THREADS] = threads;
+    pt[P_SPLIT] = split;
+    pt[P_CACHE] = cache;
+    pt[P_TPR] = tpr;
+    return 0;
+}
+
 /* ---- emitters ---- */
 
 /* The problem facts as #defines (shared by the CUDA and the C template). */
@@ -1097,4 +1144,5 @@ const kiln_family kiln_family_softmax = {
     .min_bytes = smx_min_bytes,
     .flops = smx_flops,
     .tolerance = smx_tolerance,
+    .start = smx_start,
 };

@@ -62,17 +62,9 @@ static int rand_below(uint64_t *rng, int n) {
     return n <= 1 ? 0 : (int)(kiln_agent_rand(rng) % (uint64_t)n);
 }
 
-/* NULL when point is valid for the problem; the family's reason is freed here. */
+/* Whether point passes the check of family slot for the problem. */
 static int point_valid(const kiln_agent_problem *ap, int slot, const int64_t *point) {
-    const kiln_family *f = ap->fams[slot];
-    if (!f->check)
-        return 1;
-    const char *bad = f->check(ap->p, &ap->matches[slot], point);
-    if (!bad)
-        return 1;
-    if (bad[0] == '!')
-        free((void *)bad);
-    return 0;
+    return kiln_family_point_ok(ap->fams[slot], ap->p, &ap->matches[slot], point);
 }
 
 int kiln_agent_random_point(const kiln_agent_problem *ap, int slot, uint64_t *rng, int64_t *point) {
@@ -97,12 +89,10 @@ int kiln_agent_random_point(const kiln_agent_problem *ap, int slot, uint64_t *rn
 
 int kiln_agent_start_point(const kiln_agent_problem *ap, int slot, uint64_t *rng, int64_t *point) {
     const kiln_family *f = ap->fams[slot];
-    int64_t size = kiln_family_space_size(f);
-    int64_t scan = size < 20000 ? size : 20000;
-    for (int64_t k = 0; k < scan; k++) {
-        kiln_family_point(f, k, point);
-        if (point_valid(ap, slot, point))
-            return 0;
+    int64_t index = kiln_family_start_index(f, ap->p, &ap->matches[slot], 20000, NULL);
+    if (index >= 0) {
+        kiln_family_point(f, index, point);
+        return 0;
     }
     return kiln_agent_random_point(ap, slot, rng, point);
 }

@@ -61,8 +61,9 @@ uint64_t kiln_agent_rand(uint64_t *state);
 int kiln_agent_propose(int kind, const kiln_agent_problem *ap, int parent_slot,
                        const int64_t *parent_point, int attempt, uint64_t *rng, kiln_proposal *out);
 
-/* The first point of family slot in index order that passes check (scanning at most max_scan
- * points), else a random valid one. Returns 0 or -1. */
+/* Where family slot starts on the problem: its start rule's point when that passes check, else the
+ * first valid point in index order (scanning at most 20000), else a random valid one. Returns 0 or
+ * -1. */
 int kiln_agent_start_point(const kiln_agent_problem *ap, int slot, uint64_t *rng, int64_t *point);
 /* A uniformly random point of family slot that passes check. Returns 0 or -1. */
 int kiln_agent_random_point(const kiln_agent_problem *ap, int slot, uint64_t *rng, int64_t *point);

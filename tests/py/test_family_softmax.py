@@ -91,6 +91,10 @@ def test_sweep_cpu(problem: str, tmp_path: Path):
     # the source is the family's C template with the problem's facts
     src = Path(rows[0]["file"]).read_text()
     assert "family softmax" in src and "smx_softmax(" in src
+    # the one row is the family's start point, run first (its rule holds rows on chip)
+    assert "the family's start point first" in r.stderr, r.stderr[-2000:]
+    params = dict(kv.split("=") for kv in rows[0]["params"].split() if "=" in kv)
+    assert params["SMX_CACHE"] in ("1", "2") and params["SMX_UNROLL"] == "1", params
 
 
 def test_masked_row_is_nan(tmp_path: Path):
