@@ -15,6 +15,7 @@
 #define EI_ATTR_FRAME_SIZE 0x11
 #define EI_ATTR_REGCOUNT 0x2f
 #define SHT_SYMTAB 2
+#define SHT_NOBITS 8
 
 typedef struct {
     const unsigned char *b;
@@ -55,6 +56,8 @@ static int section(const elf_bytes *e, uint64_t shoff, uint16_t shentsize, int i
                        .size = u64_at(h + 32),
                        .link = u32_at(h + 40),
                        .entsize = u64_at(h + 56)};
+    if (s->type == SHT_NOBITS)
+        s->size = 0; /* .nv.shared.*: a size in shared memory, no bytes in the file */
     return s->off > e->len || s->size > e->len - s->off ? -1 : 0;
 }
 
