@@ -39,7 +39,8 @@ static void sweep_usage(FILE *f) {
             "                       is measured (a sweep cut short keeps its rows)\n"
             "  --resume             with --jsonl: points that FILE already has a verdict for are\n"
             "                       not run again (their rows join the table)\n"
-            "  --list               print the matching families and their spaces, run nothing\n"
+            "  --list               print the matching families, their spaces and where a\n"
+            "                       search starts (--limit runs it first); run nothing\n"
             "  -h, --help           this text\n");
 }
 
@@ -398,12 +399,18 @@ int kiln_cmd_sweep(int argc, char **argv) {
             int64_t point[KILN_FAMILY_MAX_PARAMS], n_valid = 0;
             for (int64_t index = 0; index < n; index++) {
                 kiln_family_point(fams[i], index, point);
-                const char *bad = fams[i]->check(p, &matches[i], point);
-                n_valid += bad == NULL;
-                if (bad && bad[0] == '!')
-                    free((void *)bad);
+                n_valid += kiln_family_point_ok(fams[i], p, &matches[i], point);
             }
             fprintf(stdout, ", %lld valid", (long long)n_valid);
+            int from_rule = 0;
+            int64_t first = kiln_family_start_index(fams[i], p, &matches[i], n, &from_rule);
+            if (first >= 0) {
+                kiln_family_point(fams[i], first, point);
+                char *ps = kiln_family_point_str(fams[i], point);
+                fprintf(stdout, "; starts at %s (%s)", ps,
+                        from_rule ? "the family's start rule" : "its first valid point");
+                free(ps);
+            }
         }
         fprintf(list ? stdout : stderr, "\n");
     }

@@ -127,6 +127,11 @@ def test_bench_rows_match():
         m = re.search(r"matches family softmax \(([a-z_]+)\), space (\d+) points", r.stdout)
         assert m, f"{d.name}: {r.stdout[-1000:]}"
         assert int(m.group(2)) > 0
+        # --list names where a search starts: the start rule's point, never a warp per row of 64
+        start = re.search(r"; starts at (.*) \(the family's start rule\)", r.stdout)
+        assert start, f"{d.name}: {r.stdout[-1000:]}"
+        params = dict(kv.split("=") for kv in start.group(1).split())
+        assert int(params["SMX_THREADS"]) >= 128 and params["SMX_CACHE"] == "1", (d.name, params)
 
 
 def test_sweep_random_sample_streamed_rows_and_resume(tmp_path: Path):
