@@ -140,7 +140,25 @@ static int params_of_class(const kiln_family *f, int cls, int *idx) {
     return n;
 }
 
-/* One or two steps from parent in the params of class cls; valid points only. */
+/* Whether one step of one of the params idx[0..n) leads from parent to a valid point. */
+static int any_valid_step(const kiln_agent_problem *ap, int slot, const int64_t *parent,
+                          const int *idx, int n) {
+    const kiln_family *f = ap->fams[slot];
+    for (int k = 0; k < n; k++)
+        for (int dir = -1; dir <= 1; dir += 2) {
+            int64_t pt[KILN_FAMILY_MAX_PARAMS], v;
+            memcpy(pt, parent, sizeof pt);
+            if (!step_value(&f->params[idx[k]], parent[idx[k]], dir, &v))
+                continue;
+            pt[idx[k]] = v;
+            if (point_valid(ap, slot, pt))
+                return 1;
+        }
+    return 0;
+}
+
+/* One or two steps from parent in the params of class cls (any param when none of its class can
+ * move alone); valid points only. */
 static int neighbour(const kiln_agent_problem *ap, int slot, const int64_t *parent, int cls,
                      int attempt, uint64_t *rng, kiln_proposal *out) {
     const kiln_family *f = ap->fams[slot];
@@ -156,6 +174,12 @@ static int neighbour(const kiln_agent_problem *ap, int slot, const int64_t *pare
         memcpy(idx, all, sizeof idx);
         n = n_all;
         fallback = " (no param of its class: any param)";
+    } else if (!any_valid_step(ap, slot, parent, idx, n)) {
+        /* e.g. the vector agent at a point that holds the row in registers (no unrolled loop) and
+         * uses the only vector width that divides the rows: its class cannot move alone */
+        memcpy(idx, all, sizeof idx);
+        n = n_all;
+        fallback = " (no valid step of its class here: any param)";
     }
     /* later attempts start further away, so that a retry after a duplicate moves on */
     int extra = attempt > 3 ? 3 : attempt;
