@@ -446,13 +446,8 @@ int kiln_cmd_sweep(int argc, char **argv) {
         int64_t n_valid = 0;
         for (int64_t index = 0; index < space; index++) {
             kiln_family_point(f, index, point);
-            const char *bad = f->check(p, &matches[fi], point);
-            if (bad) {
-                if (bad[0] == '!')
-                    free((void *)bad);
-                continue;
-            }
-            valid[n_valid++] = index;
+            if (kiln_family_point_ok(f, p, &matches[fi], point))
+                valid[n_valid++] = index;
         }
         int64_t n_points = (limit > 0 && n_valid > limit) ? limit : n_valid;
         if (random_sample && n_points < n_valid) {
