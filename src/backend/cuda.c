@@ -119,21 +119,12 @@ static const kiln_cuda_sym cuda_driver_syms[] = {CUDA_DRIVER_FUNCS(CUDA_SYM)};
 #undef CUDA_SYM
 
 static cuda_driver drv;
-static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
-static int drv_status = -1; /* KILN_OK once loaded */
-static kiln_err drv_err;
-
-static void driver_load_once(void) {
-    drv_status = kiln_cuda_driver_resolve(
-        &drv, cuda_driver_syms, sizeof cuda_driver_syms / sizeof cuda_driver_syms[0],
-        driver_func_optional, "the cuda backend needs a GPU; use --backend cpu", &drv_err);
-}
+static kiln_cuda_loader drv_loader;
 
 static int driver_load(kiln_err *err) {
-    pthread_once(&drv_once, driver_load_once);
-    if (drv_status != KILN_OK)
-        return kiln_errf(err, drv_status, "%s", drv_err.msg);
-    return KILN_OK;
+    return kiln_cuda_driver_load(
+        &drv_loader, &drv, cuda_driver_syms, sizeof cuda_driver_syms / sizeof cuda_driver_syms[0],
+        driver_func_optional, "the cuda backend needs a GPU; use --backend cpu", err);
 }
 
 static const char *cu_error_name(CUresult r) {

@@ -30,10 +30,20 @@ typedef struct {
  * pointers) through cuGetProcAddress, at the older of the header's and the driver's version.
  * optional(name), when given, says which may be missing (their pointers stay NULL). KILN_OK, or
  * KILN_ERR_NO_DEVICE with a message (no_driver ends the one for a machine without a driver). Not
- * thread-safe: callers run it once (pthread_once). */
+ * thread-safe: callers go through kiln_cuda_driver_load. */
 int kiln_cuda_driver_resolve(void *table, const kiln_cuda_sym *syms, size_t n,
                              int (*optional)(const char *name), const char *no_driver,
                              kiln_err *err);
+
+/* kiln_cuda_driver_resolve once per table, whatever the threads: the first call resolves, every
+ * call returns its status (and message). One loader per table, a zeroed static (`static
+ * kiln_cuda_loader l;`); the calls of all loaders take one lock. */
+typedef struct {
+    int done, status;
+    kiln_err err;
+} kiln_cuda_loader;
+int kiln_cuda_driver_load(kiln_cuda_loader *l, void *table, const kiln_cuda_sym *syms, size_t n,
+                          int (*optional)(const char *name), const char *no_driver, kiln_err *err);
 
 /* 1 when an NVRTC library can be loaded here (whether or not there is a GPU). */
 int kiln_cuda_have_nvrtc(void);

@@ -8,6 +8,7 @@
 #include <cuda.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <string.h>
 
 typedef CUresult (*get_proc_v2_fn)(const char *symbol, void **fn, int version, cuuint64_t flags,
@@ -66,5 +67,20 @@ int kiln_cuda_driver_resolve(void *table, const kiln_cuda_sym *syms, size_t n,
             }
         }
     }
+    return KILN_OK;
+}
+
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int kiln_cuda_driver_load(kiln_cuda_loader *l, void *table, const kiln_cuda_sym *syms, size_t n,
+                          int (*optional)(const char *name), const char *no_driver, kiln_err *err) {
+    pthread_mutex_lock(&load_mu);
+    if (!l->done) {
+        l->status = kiln_cuda_driver_resolve(table, syms, n, optional, no_driver, &l->err);
+        l->done = 1;
+    }
+    pthread_mutex_unlock(&load_mu);
+    if (l->status != KILN_OK)
+        return kiln_errf(err, l->status, "%s", l->err.msg);
     return KILN_OK;
 }

@@ -33,7 +33,6 @@
 
 #include <cuda.h>
 
-#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -82,20 +81,11 @@ static const kiln_cuda_sym rt_syms[] = {RT_DRIVER_FUNCS(RT_SYM)};
 #undef RT_SYM
 
 static rt_driver drv;
-static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
-static int drv_status = -1;
-static kiln_err drv_err;
-
-static void driver_load_once(void) {
-    drv_status = kiln_cuda_driver_resolve(&drv, rt_syms, sizeof rt_syms / sizeof rt_syms[0],
-                                          optional_func, "a cuda library needs a GPU", &drv_err);
-}
+static kiln_cuda_loader drv_loader;
 
 static int driver_load(kiln_err *err) {
-    pthread_once(&drv_once, driver_load_once);
-    if (drv_status != KILN_OK)
-        return kiln_errf(err, drv_status, "%s", drv_err.msg);
-    return KILN_OK;
+    return kiln_cuda_driver_load(&drv_loader, &drv, rt_syms, sizeof rt_syms / sizeof rt_syms[0],
+                                 optional_func, "a cuda library needs a GPU", err);
 }
 
 static const char *cu_name(CUresult r) {
