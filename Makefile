@@ -115,6 +115,14 @@ $(BUILD)/tests/test_web: tests/c/test_web.c $(WEB_OBJ) $(LIBS_A) $(BUILD)/lib/.s
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(WEB_OBJ) $(WHOLE_LIB) -lcmocka $(LDLIBS) $(WEB_LDLIBS) \
 		-Wl,-rpath,'$$ORIGIN/../lib'
 
+# libkiln_rt's test links what build/libkiln_rt.so is made of (the runtime objects and the core, not
+# the tool) and wraps the allocator, so that each allocation inside kiln_rt_open can be made to fail.
+$(BUILD)/tests/test_runtime: tests/c/test_runtime.c $(RT_OBJ) $(BUILD)/libkiln_core.a \
+		$(BUILD)/lib/.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(RT_OBJ) $(BUILD)/libkiln_core.a -lcmocka $(CORE_LDLIBS) \
+		-Wl,--no-undefined -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,-rpath,'$$ORIGIN/../lib'
+
 $(BUILD)/tests/%: tests/c/%.c $(LIBS_A) $(BUILD)/lib/.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(WHOLE_LIB) -lcmocka $(LDLIBS) \

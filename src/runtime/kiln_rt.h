@@ -8,9 +8,11 @@
  * the parameters the manifest implies. An entry that is intact but cannot be launched here (a
  * scalar input, no cubin) is loaded disabled, with the reason, and the rest of the library is used.
  *
- * Nothing here aborts on what a file, a kernel or a caller does: every function returns a status
- * (a kiln_status from src/util/common.h) and kiln_rt_last_error() says why. The one exception is
- * running out of host memory, which aborts as everywhere in kiln (xmalloc). */
+ * Nothing here aborts the host process: every function returns a status (a kiln_status from
+ * src/util/common.h) and kiln_rt_last_error() says why, whatever a file, a kernel or a caller does,
+ * and when host memory runs out: kiln_rt_open, the one function that allocates, then returns
+ * KILN_ERR_NOMEM (kiln_rt.c says how). The library exports these functions and nothing else, and
+ * links neither SQLite nor libcurl (src/runtime/kiln_rt.map, the Makefile). */
 #ifndef KILN_RT_H
 #define KILN_RT_H
 

@@ -277,12 +277,16 @@ static int prepare(rt_gpu *g, rt_function *f, const kiln_launch *l, int n_params
 int rt_gpu_module_load(rt_gpu *g, const void *image, const kiln_launch_plan *plan, int n_params,
                        rt_cuda_module **out, kiln_err *err) {
     *out = NULL;
+    /* Allocated before the context is pushed: running out of memory jumps out of kiln_rt_open
+     * (kiln_rt.c), which must not leave kiln's context current on PyTorch's thread. */
+    rt_cuda_module *m = xcalloc(1, sizeof *m);
     int pushed = 0, rc = KILN_OK;
     CUresult r = ctx_enter(g, &pushed);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        free(m);
         return kiln_errf(err, KILN_ERR_BACKEND, "making the primary context current: %s: %s",
                          cu_name(r), cu_text(r));
-    rt_cuda_module *m = xcalloc(1, sizeof *m);
+    }
     r = drv.ModuleLoadData(&m->mod, image);
     if (r != CUDA_SUCCESS) {
         m->mod = NULL;

@@ -439,22 +439,23 @@ bad:
 
 /* Adds "runtime" to a copy of the manifest entry and prints it. */
 static char *entry_json(const cJSON *j, const rt_entry *e, int index) {
-    cJSON *c = cJSON_Duplicate(j, 1);
-    cJSON *r = cJSON_AddObjectToObject(c, "runtime");
-    cJSON_AddNumberToObject(r, "index", index);
-    cJSON_AddBoolToObject(r, "usable", e->disabled == NULL);
+    cJSON *c = rt_json(cJSON_Duplicate(j, 1));
+    cJSON *r = rt_json(cJSON_AddObjectToObject(c, "runtime"));
+    rt_json(cJSON_AddNumberToObject(r, "index", index));
+    rt_json(cJSON_AddBoolToObject(r, "usable", e->disabled == NULL));
     if (e->disabled)
-        cJSON_AddStringToObject(r, "disabled_reason", e->disabled);
+        rt_json(cJSON_AddStringToObject(r, "disabled_reason", e->disabled));
     else
-        cJSON_AddNullToObject(r, "disabled_reason");
-    cJSON_AddNumberToObject(r, "n_params", e->sig.n);
-    cJSON *axes = cJSON_AddObjectToObject(r, "axes");
+        rt_json(cJSON_AddNullToObject(r, "disabled_reason"));
+    rt_json(cJSON_AddNumberToObject(r, "n_params", e->sig.n));
+    cJSON *axes = rt_json(cJSON_AddObjectToObject(r, "axes"));
     for (int a = 0; a < e->n_axes; a++)
-        cJSON_AddNumberToObject(axes, e->axis_names[a], (double)e->axis_values[a]);
-    cJSON_AddNumberToObject(r, "scratch_bytes", (double)e->plan.scratch_bytes);
-    cJSON_AddBoolToObject(r, "has_scratch",
-                          e->sig.n > 0 && strcmp(e->sig.p[e->sig.n - 1].name, "kiln_scratch") == 0);
-    char *text = cJSON_PrintUnformatted(c);
+        rt_json(cJSON_AddNumberToObject(axes, e->axis_names[a], (double)e->axis_values[a]));
+    rt_json(cJSON_AddNumberToObject(r, "scratch_bytes", (double)e->plan.scratch_bytes));
+    rt_json(cJSON_AddBoolToObject(r, "has_scratch",
+                                  e->sig.n > 0 &&
+                                      strcmp(e->sig.p[e->sig.n - 1].name, "kiln_scratch") == 0));
+    char *text = rt_json(cJSON_PrintUnformatted(c));
     cJSON_Delete(c);
     return text;
 }
@@ -559,8 +560,13 @@ int rt_manifest_load(kiln_rt *rt, const char *backend_expected, char **notes, ki
     if (rc == KILN_OK)
         rc = check_device(rt, cJSON_GetObjectItemCaseSensitive(root, "device"), path, notes, err);
     if (rc == KILN_OK) {
-        rt->n_entries = cJSON_GetArraySize(entries);
-        rt->entries = xcalloc((size_t)(rt->n_entries ? rt->n_entries : 1), sizeof *rt->entries);
+        rt->library_device =
+            rt_json(cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(root, "device"), 1));
+        rt->library_build = rt_json(cJSON_Duplicate(build, 1));
+        /* n_entries only once the array exists: kiln_rt_close may see rt after a jump. */
+        int n = cJSON_GetArraySize(entries);
+        rt->entries = xcalloc((size_t)(n ? n : 1), sizeof *rt->entries);
+        rt->n_entries = n;
         int i = 0;
         const cJSON *j;
         cJSON_ArrayForEach(j, entries) {
