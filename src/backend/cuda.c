@@ -43,6 +43,7 @@
  * The backend is single-threaded: the context is made current on the thread that calls init. */
 #include "backend.h"
 #include "cuda_backend.h"
+#include "cuda_driver.h"
 
 #include <cuda.h>
 #include <nvrtc.h>
@@ -56,90 +57,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Shared memory a block may use without opting in (static + dynamic). */
-#define CUDA_DEFAULT_SMEM_BYTES (48 * 1024)
-/* Largest thread-block cluster on sm_90 with the non-portable opt-in (8 without it). */
-#define CUDA_MAX_CLUSTER 16
-#define CUDA_PORTABLE_CLUSTER 8
-
-/* ---- the driver, through cuGetProcAddress ---- */
-
-/* Every driver function kiln calls: X(name without "cu", parameter list). All return CUresult. */
-#define CUDA_DRIVER_FUNCS(X)                                                                       \
-    X(Init, (unsigned int flags))                                                                  \
-    X(DriverGetVersion, (int *version))                                                            \
-    X(DeviceGetCount, (int *count))                                                                \
-    X(DeviceGet, (CUdevice * dev, int ordinal))                                                    \
-    X(DeviceGetAttribute, (int *value, CUdevice_attribute attr, CUdevice dev))                     \
-    X(DeviceGetName, (char *name, int len, CUdevice dev))                                          \
-    X(DeviceGetUuid, (CUuuid * uuid, CUdevice dev))                                                \
-    X(DeviceTotalMem, (size_t * bytes, CUdevice dev))                                              \
-    X(DevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                                     \
-    X(DevicePrimaryCtxRelease, (CUdevice dev))                                                     \
-    X(CtxSetCurrent, (CUcontext ctx))                                                              \
-    X(StreamCreate, (CUstream * stream, unsigned int flags))                                       \
-    X(StreamDestroy, (CUstream stream))                                                            \
-    X(StreamSynchronize, (CUstream stream))                                                        \
-    X(MemAlloc, (CUdeviceptr * p, size_t n))                                                       \
-    X(MemFree, (CUdeviceptr p))                                                                    \
-    X(MemcpyHtoDAsync, (CUdeviceptr dst, const void *src, size_t n, CUstream stream))              \
-    X(MemcpyDtoHAsync, (void *dst, CUdeviceptr src, size_t n, CUstream stream))                    \
-    X(MemsetD8Async, (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream))            \
-    X(ModuleLoadData, (CUmodule * mod, const void *image))                                         \
-    X(ModuleUnload, (CUmodule mod))                                                                \
-    X(ModuleGetFunction, (CUfunction * fn, CUmodule mod, const char *name))                        \
-    X(FuncGetAttribute, (int *value, CUfunction_attribute attr, CUfunction fn))                    \
-    X(FuncSetAttribute, (CUfunction fn, CUfunction_attribute attr, int value))                     \
-    X(LaunchKernel,                                                                                \
-      (CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,             \
-       unsigned bz, unsigned smem, CUstream stream, void **params, void **extra))                  \
-    X(LaunchKernelEx, (const CUlaunchConfig *config, CUfunction fn, void **params, void **extra))  \
-    X(EventCreate, (CUevent * ev, unsigned int flags))                                             \
-    X(EventRecord, (CUevent ev, CUstream stream))                                                  \
-    X(EventSynchronize, (CUevent ev))                                                              \
-    X(EventElapsedTime, (float *ms, CUevent start, CUevent stop))                                  \
-    X(EventDestroy, (CUevent ev))                                                                  \
-    X(GetErrorName, (CUresult r, const char **name))                                               \
-    X(GetErrorString, (CUresult r, const char **text))                                             \
-    X(FuncGetParamInfo, (CUfunction fn, size_t index, size_t * offset, size_t * size))
-
-/* Functions kiln can do without (older drivers): their checks are skipped when absent. */
-static int driver_func_optional(const char *name) {
-    return strcmp(name, "cuFuncGetParamInfo") == 0;
-}
-
-#define CUDA_MEMBER(name, params) CUresult(*name) params;
-typedef struct {
-    CUDA_DRIVER_FUNCS(CUDA_MEMBER)
-} cuda_driver;
-#undef CUDA_MEMBER
-
-#define CUDA_SYM(name, params) {"cu" #name, offsetof(cuda_driver, name)},
-static const kiln_cuda_sym cuda_driver_syms[] = {CUDA_DRIVER_FUNCS(CUDA_SYM)};
-#undef CUDA_SYM
-
-static cuda_driver drv;
-static kiln_cuda_loader drv_loader;
-
-static int driver_load(kiln_err *err) {
-    return kiln_cuda_driver_load(
-        &drv_loader, &drv, cuda_driver_syms, sizeof cuda_driver_syms / sizeof cuda_driver_syms[0],
-        driver_func_optional, "the cuda backend needs a GPU; use --backend cpu", err);
-}
-
-static const char *cu_error_name(CUresult r) {
-    const char *s = NULL;
-    if (drv.GetErrorName && drv.GetErrorName(r, &s) == CUDA_SUCCESS && s)
-        return s;
-    return "CUDA_ERROR_UNKNOWN_CODE";
-}
-
-static const char *cu_error_text(CUresult r) {
-    const char *s = NULL;
-    if (drv.GetErrorString && drv.GetErrorString(r, &s) == CUDA_SUCCESS && s)
-        return s;
-    return "unknown error";
-}
+/* ---- the driver (cuda_driver.h) ---- */
 
 /* Errors after which the context is lost (a kernel faulted). */
 static int cu_sticky(CUresult r) {
@@ -622,9 +540,8 @@ typedef struct {
 typedef struct {
     char name[128];
     CUfunction fn;
-    int max_threads, regs, static_smem, local_bytes;
-    int dyn_smem_allowed; /* what MAX_DYNAMIC_SHARED_SIZE_BYTES is set to (0: the default) */
-    int nonportable_cluster;
+    kiln_cuda_func_attrs attrs;
+    kiln_cuda_func_limits limits; /* raised on the first launch that needs it */
 } cuda_entry;
 
 struct kiln_module {
@@ -644,15 +561,17 @@ static int cu_fail(cuda_state *st, CUresult r, const char *what, kiln_err *err) 
     if (cu_sticky(r)) {
         if (!st->dead) {
             st->dead = 1;
-            snprintf(st->dead_msg, sizeof st->dead_msg, "%s: %s", cu_error_name(r),
-                     cu_error_text(r));
+            snprintf(st->dead_msg, sizeof st->dead_msg, "%s: %s", kiln_cuda_error_name(r),
+                     kiln_cuda_error_text(r));
         }
-        return kiln_errf(err, KILN_ERR_LAUNCH, "%s: %s", cu_error_name(r), cu_error_text(r));
+        return kiln_errf(err, KILN_ERR_LAUNCH, "%s: %s", kiln_cuda_error_name(r),
+                         kiln_cuda_error_text(r));
     }
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return kiln_errf(err, KILN_ERR_RESOURCE, "%s: %s: %s", what, cu_error_name(r),
-                         cu_error_text(r));
-    return kiln_errf(err, KILN_ERR_BACKEND, "%s: %s: %s", what, cu_error_name(r), cu_error_text(r));
+        return kiln_errf(err, KILN_ERR_RESOURCE, "%s: %s: %s", what, kiln_cuda_error_name(r),
+                         kiln_cuda_error_text(r));
+    return kiln_errf(err, KILN_ERR_BACKEND, "%s: %s: %s", what, kiln_cuda_error_name(r),
+                     kiln_cuda_error_text(r));
 }
 
 static int cu_dead(cuda_state *st, kiln_err *err) {
@@ -661,89 +580,42 @@ static int cu_dead(cuda_state *st, kiln_err *err) {
                      st->dead_msg);
 }
 
-static int cuda_attr(cuda_state *st, CUdevice_attribute a) {
-    int v = 0;
-    if (drv.DeviceGetAttribute(&v, a, st->dev) != CUDA_SUCCESS)
-        return 0;
-    return v;
-}
-
 static void cuda_teardown(cuda_state *st) {
     if (!st->dead) {
         if (st->stream)
-            drv.StreamSynchronize(st->stream);
+            kiln_cuda.StreamSynchronize(st->stream);
         if (st->flush_buf)
-            drv.MemFree(st->flush_buf);
+            kiln_cuda.MemFree(st->flush_buf);
         if (st->stream)
-            drv.StreamDestroy(st->stream);
+            kiln_cuda.StreamDestroy(st->stream);
     }
     if (st->ctx_retained)
-        drv.DevicePrimaryCtxRelease(st->dev);
+        kiln_cuda.DevicePrimaryCtxRelease(st->dev);
     free(st);
 }
 
 static int cuda_init(kiln_backend *be, int device, kiln_err *err) {
-    int rc = driver_load(err);
-    if (rc)
-        return rc;
-    CUresult r = drv.Init(0);
-    if (r == CUDA_ERROR_NO_DEVICE)
-        return kiln_errf(err, KILN_ERR_NO_DEVICE, "no CUDA device");
-    if (r != CUDA_SUCCESS)
-        return kiln_errf(err, KILN_ERR_NO_DEVICE, "no usable CUDA device: cuInit failed: %s: %s",
-                         cu_error_name(r), cu_error_text(r));
-    int count = 0;
-    if (drv.DeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
-        return kiln_errf(err, KILN_ERR_NO_DEVICE, "no CUDA device");
-    if (device < 0 || device >= count)
-        return kiln_errf(err, KILN_ERR_NO_DEVICE, "no CUDA device %d (%d present)", device, count);
-
     cuda_state *st = xcalloc(1, sizeof *st);
-    if ((r = drv.DeviceGet(&st->dev, device)) != CUDA_SUCCESS) {
-        rc = cu_fail(st, r, "cuDeviceGet", err);
-        goto fail;
-    }
-    if ((r = drv.DevicePrimaryCtxRetain(&st->ctx, st->dev)) != CUDA_SUCCESS) {
-        rc = cu_fail(st, r, "cuDevicePrimaryCtxRetain", err);
-        goto fail;
+    int rc = kiln_cuda_device_open(device, "the cuda backend needs a GPU; use --backend cpu",
+                                   &st->dev, &st->ctx, &st->info, err);
+    if (rc) {
+        free(st);
+        return rc;
     }
     st->ctx_retained = 1;
-    if ((r = drv.CtxSetCurrent(st->ctx)) != CUDA_SUCCESS) {
+    CUresult r;
+    if ((r = kiln_cuda.CtxSetCurrent(st->ctx)) != CUDA_SUCCESS) {
         rc = cu_fail(st, r, "cuCtxSetCurrent", err);
         goto fail;
     }
-    if ((r = drv.StreamCreate(&st->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+    if ((r = kiln_cuda.StreamCreate(&st->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
         rc = cu_fail(st, r, "cuStreamCreate", err);
         goto fail;
     }
-
-    kiln_device_info *info = &st->info;
-    if (drv.DeviceGetName(info->name, (int)sizeof info->name, st->dev) != CUDA_SUCCESS)
-        snprintf(info->name, sizeof info->name, "CUDA device %d", device);
-    CUuuid u;
-    memset(&u, 0, sizeof u);
-    drv.DeviceGetUuid(&u, st->dev);
-    const unsigned char *b = (const unsigned char *)u.bytes;
-    snprintf(info->uuid, sizeof info->uuid,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
-    info->cc_major = cuda_attr(st, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-    info->cc_minor = cuda_attr(st, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-    info->n_sms = cuda_attr(st, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-    info->l2_bytes = (size_t)cuda_attr(st, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
-    info->smem_per_block_optin =
-        (size_t)cuda_attr(st, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-    if (info->smem_per_block_optin == 0)
-        info->smem_per_block_optin = CUDA_DEFAULT_SMEM_BYTES;
-    size_t total = 0;
-    if (drv.DeviceTotalMem(&total, st->dev) == CUDA_SUCCESS)
-        info->mem_bytes = total;
-
     /* The flush buffer lives as long as the backend: allocating it per timed run would cost more
      * than the kernels measured. */
-    st->flush_len = 2 * (info->l2_bytes ? info->l2_bytes : ((size_t)64 << 20));
-    if ((r = drv.MemAlloc(&st->flush_buf, st->flush_len)) != CUDA_SUCCESS) {
+    st->flush_len = 2 * (st->info.l2_bytes ? st->info.l2_bytes : ((size_t)64 << 20));
+    if ((r = kiln_cuda.MemAlloc(&st->flush_buf, st->flush_len)) != CUDA_SUCCESS) {
         st->flush_buf = 0;
         rc = cu_fail(st, r, "allocating the cache-flush buffer", err);
         goto fail;
@@ -799,18 +671,10 @@ static size_t param_size(kiln_param_kind kind) {
 /* With cuFuncGetParamInfo (CUDA 12.4+), checks that an entry point takes the parameters the ABI
  * passes: a kernel that declares fewer or other-sized parameters would read garbage, silently. */
 static int check_params(const cuda_entry *e, const kiln_signature *sig, char *msg, size_t cap) {
-    if (!drv.FuncGetParamInfo)
-        return 0;
-    size_t sizes[KILN_MAX_PARAMS + 1];
-    int n = 0;
-    for (; n <= KILN_MAX_PARAMS; n++) {
-        size_t offset;
-        CUresult r = drv.FuncGetParamInfo(e->fn, (size_t)n, &offset, &sizes[n]);
-        if (r == CUDA_ERROR_INVALID_VALUE)
-            break;
-        if (r != CUDA_SUCCESS)
-            return 0; /* the driver cannot tell: skip the check */
-    }
+    size_t sizes[KILN_MAX_PARAMS];
+    int n = kiln_cuda_param_sizes(e->fn, sizes, KILN_MAX_PARAMS);
+    if (n < 0)
+        return 0; /* the driver cannot tell: skip the check */
     if (n != sig->n) {
         snprintf(msg, cap, "'%s' takes %d parameter%s, but the ABI passes %d", e->name, n,
                  n == 1 ? "" : "s", sig->n);
@@ -861,14 +725,14 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
     if (rc)
         return rc;
     kiln_module *m = xcalloc(1, sizeof *m);
-    CUresult r = drv.ModuleLoadData(&m->mod, cubin);
+    CUresult r = kiln_cuda.ModuleLoadData(&m->mod, cubin);
     free(cubin);
     if (r != CUDA_SUCCESS) {
         m->mod = NULL;
         if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
             r == CUDA_ERROR_INVALID_PTX || r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
             rc = kiln_errf(err, KILN_ERR_COMPILE, "the driver rejected the %s cubin: %s: %s", arch,
-                           cu_error_name(r), cu_error_text(r));
+                           kiln_cuda_error_name(r), kiln_cuda_error_text(r));
         else
             rc = cu_fail(st, r, "cuModuleLoadData", err);
         goto done;
@@ -882,7 +746,7 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
             continue;
         cuda_entry *e = &m->e[m->n];
         snprintf(e->name, sizeof e->name, "%s", name);
-        r = drv.ModuleGetFunction(&e->fn, m->mod, name);
+        r = kiln_cuda.ModuleGetFunction(&e->fn, m->mod, name);
         if (r == CUDA_ERROR_NOT_FOUND) {
             rc = kiln_errf(err, KILN_ERR_COMPILE,
                            "entry point '%s' not found (did you write extern \"C\"?)", name);
@@ -894,10 +758,7 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
             break;
         }
         m->n++;
-        drv.FuncGetAttribute(&e->max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, e->fn);
-        drv.FuncGetAttribute(&e->regs, CU_FUNC_ATTRIBUTE_NUM_REGS, e->fn);
-        drv.FuncGetAttribute(&e->static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, e->fn);
-        drv.FuncGetAttribute(&e->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, e->fn);
+        kiln_cuda_func_attrs_get(e->fn, &e->attrs);
         char msg[512];
         if (check_params(e, sig, msg, sizeof msg) != 0) {
             char *proto = kiln_abi_prototype(sig, name, 1);
@@ -906,22 +767,22 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
             log_append(log, err ? err->msg : msg);
             break;
         }
-        if ((size_t)e->static_smem > st->info.smem_per_block_optin) {
+        if ((size_t)e->attrs.static_smem > st->info.smem_per_block_optin) {
             rc = kiln_errf(err, KILN_ERR_RESOURCE,
                            "'%s' uses %d bytes of static shared memory; a block gets at most %zu",
-                           name, e->static_smem, st->info.smem_per_block_optin);
+                           name, e->attrs.static_smem, st->info.smem_per_block_optin);
             break;
         }
-        if (e->max_threads < 1) {
+        if (e->attrs.max_threads < 1) {
             rc = kiln_errf(err, KILN_ERR_RESOURCE, "'%s' cannot run a single thread (%d registers)",
-                           name, e->regs);
+                           name, e->attrs.regs);
             break;
         }
     }
 done:
     if (rc) {
         if (m->mod && !st->dead)
-            drv.ModuleUnload(m->mod);
+            kiln_cuda.ModuleUnload(m->mod);
         free(m);
         return rc;
     }
@@ -934,7 +795,7 @@ static void cuda_module_free(kiln_backend *be, kiln_module *m) {
     if (!m)
         return;
     if (!st->dead)
-        drv.ModuleUnload(m->mod);
+        kiln_cuda.ModuleUnload(m->mod);
     free(m);
 }
 
@@ -952,9 +813,9 @@ static int cuda_entry_attrs(kiln_backend *be, kiln_module *m, const char *entry,
     if (!e)
         return kiln_errf(err, KILN_ERR_INVALID, "entry point '%s' is not in this module", entry);
     if (regs)
-        *regs = e->regs;
+        *regs = e->attrs.regs;
     if (static_smem)
-        *static_smem = (size_t)e->static_smem;
+        *static_smem = (size_t)e->attrs.static_smem;
     return KILN_OK;
 }
 
@@ -970,8 +831,8 @@ static int launch_fail(cuda_state *st, CUresult r, const kiln_launch *l, kiln_er
             "launch '%s' grid (%u, %u, %u) block (%u, %u, %u) smem %zu cluster (%u, %u, "
             "%u): %s: %s",
             l->entry, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
-            l->smem_bytes, l->cluster[0], l->cluster[1], l->cluster[2], cu_error_name(r),
-            cu_error_text(r));
+            l->smem_bytes, l->cluster[0], l->cluster[1], l->cluster[2], kiln_cuda_error_name(r),
+            kiln_cuda_error_text(r));
     default: {
         char what[200];
         snprintf(what, sizeof what, "launch '%s'", l->entry);
@@ -983,53 +844,11 @@ static int launch_fail(cuda_state *st, CUresult r, const kiln_launch *l, kiln_er
 /* Checks one launch against the kernel and the device, raising the kernel's limits where the launch
  * needs it (dynamic shared memory above 48 KiB, clusters above 8). */
 static int prepare_launch(cuda_state *st, cuda_entry *e, const kiln_launch *l, kiln_err *err) {
-    unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
-    if (threads > (unsigned long long)e->max_threads)
-        return kiln_errf(
-            err, KILN_ERR_RESOURCE,
-            "launch '%s': block (%u, %u, %u) is %llu threads, but '%s' can run at most "
-            "%d threads per block (%d registers per thread)",
-            l->entry, l->block[0], l->block[1], l->block[2], threads, e->name, e->max_threads,
-            e->regs);
-    size_t total_smem = (size_t)e->static_smem + l->smem_bytes;
-    if (total_smem > st->info.smem_per_block_optin)
-        return kiln_errf(err, KILN_ERR_RESOURCE,
-                         "launch '%s': %zu bytes of dynamic + %d bytes of static shared memory "
-                         "exceed the device's %zu bytes per block",
-                         l->entry, l->smem_bytes, e->static_smem, st->info.smem_per_block_optin);
-    CUresult r;
-    if (total_smem > CUDA_DEFAULT_SMEM_BYTES && (int)l->smem_bytes > e->dyn_smem_allowed) {
-        r = drv.FuncSetAttribute(e->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 (int)l->smem_bytes);
-        if (r != CUDA_SUCCESS)
-            return launch_fail(st, r, l, err);
-        e->dyn_smem_allowed = (int)l->smem_bytes;
-    }
-    unsigned long long cluster = (unsigned long long)l->cluster[0] * l->cluster[1] * l->cluster[2];
-    if (cluster > 1) {
-        if (st->info.cc_major < 9)
-            return kiln_errf(err, KILN_ERR_RESOURCE,
-                             "launch '%s': thread-block clusters need sm_90, the device is sm_%d%d",
-                             l->entry, st->info.cc_major, st->info.cc_minor);
-        for (int d = 0; d < 3; d++)
-            if (l->grid[d] % l->cluster[d] != 0)
-                return kiln_errf(err, KILN_ERR_RESOURCE,
-                                 "launch '%s': grid (%u, %u, %u) is not a multiple of cluster "
-                                 "(%u, %u, %u)",
-                                 l->entry, l->grid[0], l->grid[1], l->grid[2], l->cluster[0],
-                                 l->cluster[1], l->cluster[2]);
-        if (cluster > CUDA_MAX_CLUSTER)
-            return kiln_errf(err, KILN_ERR_RESOURCE,
-                             "launch '%s': a cluster of %llu blocks (the limit is %d)", l->entry,
-                             cluster, CUDA_MAX_CLUSTER);
-        if (cluster > CUDA_PORTABLE_CLUSTER && !e->nonportable_cluster) {
-            r = drv.FuncSetAttribute(e->fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-            if (r != CUDA_SUCCESS)
-                return launch_fail(st, r, l, err);
-            e->nonportable_cluster = 1;
-        }
-    }
-    return KILN_OK;
+    char why[400];
+    if (kiln_cuda_launch_fits(e->name, &e->attrs, l, &st->info, why, sizeof why) != 0)
+        return kiln_errf(err, KILN_ERR_RESOURCE, "%s", why);
+    CUresult r = kiln_cuda_raise_limits(e->fn, &e->attrs, l, &e->limits);
+    return r == CUDA_SUCCESS ? KILN_OK : launch_fail(st, r, l, err);
 }
 
 static int cuda_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan *plan,
@@ -1053,29 +872,14 @@ static int cuda_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan 
         const kiln_launch *l = &plan->launch[i];
         CUresult r;
         if (l->cluster[0] * l->cluster[1] * l->cluster[2] > 1) {
-            CUlaunchAttribute attr;
-            memset(&attr, 0, sizeof attr);
-            attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr.value.clusterDim.x = l->cluster[0];
-            attr.value.clusterDim.y = l->cluster[1];
-            attr.value.clusterDim.z = l->cluster[2];
             CUlaunchConfig cfg;
-            memset(&cfg, 0, sizeof cfg);
-            cfg.gridDimX = l->grid[0];
-            cfg.gridDimY = l->grid[1];
-            cfg.gridDimZ = l->grid[2];
-            cfg.blockDimX = l->block[0];
-            cfg.blockDimY = l->block[1];
-            cfg.blockDimZ = l->block[2];
-            cfg.sharedMemBytes = (unsigned)l->smem_bytes;
-            cfg.hStream = st->stream;
-            cfg.attrs = &attr;
-            cfg.numAttrs = 1;
-            r = drv.LaunchKernelEx(&cfg, entries[i]->fn, params, NULL);
+            CUlaunchAttribute attr;
+            kiln_cuda_launch_config(l, st->stream, &cfg, &attr);
+            r = kiln_cuda.LaunchKernelEx(&cfg, entries[i]->fn, params, NULL);
         } else {
-            r = drv.LaunchKernel(entries[i]->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0],
-                                 l->block[1], l->block[2], (unsigned)l->smem_bytes, st->stream,
-                                 params, NULL);
+            r = kiln_cuda.LaunchKernel(entries[i]->fn, l->grid[0], l->grid[1], l->grid[2],
+                                       l->block[0], l->block[1], l->block[2],
+                                       (unsigned)l->smem_bytes, st->stream, params, NULL);
         }
         if (r != CUDA_SUCCESS)
             return launch_fail(st, r, l, err);
@@ -1087,7 +891,7 @@ static int cuda_sync(kiln_backend *be, kiln_err *err) {
     cuda_state *st = be->impl;
     if (st->dead)
         return cu_dead(st, err);
-    CUresult r = drv.StreamSynchronize(st->stream);
+    CUresult r = kiln_cuda.StreamSynchronize(st->stream);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuStreamSynchronize", err);
     return KILN_OK;
@@ -1100,7 +904,7 @@ static int cuda_alloc(kiln_backend *be, size_t n_bytes, kiln_devptr *out, kiln_e
     if (st->dead)
         return cu_dead(st, err);
     CUdeviceptr p = 0;
-    CUresult r = drv.MemAlloc(&p, n_bytes ? n_bytes : 1);
+    CUresult r = kiln_cuda.MemAlloc(&p, n_bytes ? n_bytes : 1);
     if (r != CUDA_SUCCESS) {
         char what[64];
         snprintf(what, sizeof what, "allocating %zu bytes", n_bytes);
@@ -1113,7 +917,7 @@ static int cuda_alloc(kiln_backend *be, size_t n_bytes, kiln_devptr *out, kiln_e
 static void cuda_free(kiln_backend *be, kiln_devptr p) {
     cuda_state *st = be->impl;
     if (p && !st->dead)
-        drv.MemFree((CUdeviceptr)p);
+        kiln_cuda.MemFree((CUdeviceptr)p);
 }
 
 static int cuda_upload(kiln_backend *be, kiln_devptr dst, const void *src, size_t n,
@@ -1123,9 +927,9 @@ static int cuda_upload(kiln_backend *be, kiln_devptr dst, const void *src, size_
         return cu_dead(st, err);
     if (n == 0)
         return KILN_OK;
-    CUresult r = drv.MemcpyHtoDAsync((CUdeviceptr)dst, src, n, st->stream);
+    CUresult r = kiln_cuda.MemcpyHtoDAsync((CUdeviceptr)dst, src, n, st->stream);
     if (r == CUDA_SUCCESS)
-        r = drv.StreamSynchronize(st->stream);
+        r = kiln_cuda.StreamSynchronize(st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "upload", err);
 }
 
@@ -1135,9 +939,9 @@ static int cuda_download(kiln_backend *be, void *dst, kiln_devptr src, size_t n,
         return cu_dead(st, err);
     if (n == 0)
         return KILN_OK;
-    CUresult r = drv.MemcpyDtoHAsync(dst, (CUdeviceptr)src, n, st->stream);
+    CUresult r = kiln_cuda.MemcpyDtoHAsync(dst, (CUdeviceptr)src, n, st->stream);
     if (r == CUDA_SUCCESS)
-        r = drv.StreamSynchronize(st->stream);
+        r = kiln_cuda.StreamSynchronize(st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "download", err);
 }
 
@@ -1147,7 +951,7 @@ static int cuda_memset8(kiln_backend *be, kiln_devptr dst, uint8_t value, size_t
         return cu_dead(st, err);
     if (n == 0)
         return KILN_OK;
-    CUresult r = drv.MemsetD8Async((CUdeviceptr)dst, value, n, st->stream);
+    CUresult r = kiln_cuda.MemsetD8Async((CUdeviceptr)dst, value, n, st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "memset", err);
 }
 
@@ -1156,8 +960,8 @@ static int cuda_flush_cache(kiln_backend *be, kiln_err *err) {
     if (st->dead)
         return cu_dead(st, err);
     /* A different byte each time, so that no layer can skip the writes as redundant. */
-    CUresult r = drv.MemsetD8Async(st->flush_buf, (unsigned char)(++st->flush_round & 0xff),
-                                   st->flush_len, st->stream);
+    CUresult r = kiln_cuda.MemsetD8Async(st->flush_buf, (unsigned char)(++st->flush_round & 0xff),
+                                         st->flush_len, st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "cache flush", err);
 }
 
@@ -1169,11 +973,11 @@ static int cuda_timer_create(kiln_backend *be, kiln_timer **out, kiln_err *err) 
     if (st->dead)
         return cu_dead(st, err);
     kiln_timer *t = xcalloc(1, sizeof *t);
-    CUresult r = drv.EventCreate(&t->start, CU_EVENT_DEFAULT);
+    CUresult r = kiln_cuda.EventCreate(&t->start, CU_EVENT_DEFAULT);
     if (r == CUDA_SUCCESS) {
-        r = drv.EventCreate(&t->stop, CU_EVENT_DEFAULT);
+        r = kiln_cuda.EventCreate(&t->stop, CU_EVENT_DEFAULT);
         if (r != CUDA_SUCCESS)
-            drv.EventDestroy(t->start);
+            kiln_cuda.EventDestroy(t->start);
     }
     if (r != CUDA_SUCCESS) {
         free(t);
@@ -1188,8 +992,8 @@ static void cuda_timer_destroy(kiln_backend *be, kiln_timer *t) {
     if (!t)
         return;
     if (!st->dead) {
-        drv.EventDestroy(t->start);
-        drv.EventDestroy(t->stop);
+        kiln_cuda.EventDestroy(t->start);
+        kiln_cuda.EventDestroy(t->stop);
     }
     free(t);
 }
@@ -1199,7 +1003,7 @@ static int cuda_timer_start(kiln_backend *be, kiln_timer *t, kiln_err *err) {
     if (st->dead)
         return cu_dead(st, err);
     t->recorded = 0;
-    CUresult r = drv.EventRecord(t->start, st->stream);
+    CUresult r = kiln_cuda.EventRecord(t->start, st->stream);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuEventRecord", err);
     t->recorded = 1;
@@ -1212,7 +1016,7 @@ static int cuda_timer_stop(kiln_backend *be, kiln_timer *t, kiln_err *err) {
         return cu_dead(st, err);
     if (t->recorded != 1)
         return kiln_errf(err, KILN_ERR_INVALID, "timer stopped before it was started");
-    CUresult r = drv.EventRecord(t->stop, st->stream);
+    CUresult r = kiln_cuda.EventRecord(t->stop, st->stream);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuEventRecord", err);
     t->recorded = 2;
@@ -1225,11 +1029,11 @@ static int cuda_timer_elapsed_us(kiln_backend *be, kiln_timer *t, double *us, ki
         return cu_dead(st, err);
     if (t->recorded != 2)
         return kiln_errf(err, KILN_ERR_INVALID, "timer read before it was started and stopped");
-    CUresult r = drv.EventSynchronize(t->stop);
+    CUresult r = kiln_cuda.EventSynchronize(t->stop);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuEventSynchronize", err);
     float ms = 0;
-    r = drv.EventElapsedTime(&ms, t->start, t->stop);
+    r = kiln_cuda.EventElapsedTime(&ms, t->start, t->stop);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuEventElapsedTime", err);
     *us = (double)ms * 1000.0;

@@ -20,31 +20,6 @@ int kiln_cuda_compile_only(const char *source, const char *arch, char **cubin, s
 int kiln_cuda_compile_apart(const char *source, const char *arch, char **cubin, size_t *cubin_len,
                             char **log, kiln_err *err);
 
-/* One driver function to resolve: its name ("cuInit") and where its pointer goes in a table. */
-typedef struct {
-    const char *name;
-    size_t offset;
-} kiln_cuda_sym;
-
-/* Opens libcuda.so.1 and resolves the n functions of syms into table (a struct of function
- * pointers) through cuGetProcAddress, at the older of the header's and the driver's version.
- * optional(name), when given, says which may be missing (their pointers stay NULL). KILN_OK, or
- * KILN_ERR_NO_DEVICE with a message (no_driver ends the one for a machine without a driver). Not
- * thread-safe: callers go through kiln_cuda_driver_load. */
-int kiln_cuda_driver_resolve(void *table, const kiln_cuda_sym *syms, size_t n,
-                             int (*optional)(const char *name), const char *no_driver,
-                             kiln_err *err);
-
-/* kiln_cuda_driver_resolve once per table, whatever the threads: the first call resolves, every
- * call returns its status (and message). One loader per table, a zeroed static (`static
- * kiln_cuda_loader l;`); the calls of all loaders take one lock. */
-typedef struct {
-    int done, status;
-    kiln_err err;
-} kiln_cuda_loader;
-int kiln_cuda_driver_load(kiln_cuda_loader *l, void *table, const kiln_cuda_sym *syms, size_t n,
-                          int (*optional)(const char *name), const char *no_driver, kiln_err *err);
-
 /* 1 when an NVRTC library can be loaded here (whether or not there is a GPU). */
 int kiln_cuda_have_nvrtc(void);
 
