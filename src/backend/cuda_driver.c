@@ -1,12 +1,22 @@
 /* cuda_driver.c: the one way kiln reaches the NVIDIA driver, shared by the cuda backend (cuda.c)
- * and libkiln_rt (src/runtime/rt_cuda.c): dlopen libcuda.so.1 (it comes with the driver, never
- * with the toolkit) and resolve every function through cuGetProcAddress at the version of the
- * header or of the driver, whichever is older, so that a newer header never binds an entry point
- * the installed driver lacks (cuda.c's opening essay says more); then the facts both need: the
- * device's, the driver's error text, and what a launch must satisfy on a loaded kernel.
+ * and libkiln_rt (src/runtime/rt_cuda.c): the driver's functions, resolved once; then the facts
+ * both need: the device's, the driver's error text, and what a launch must satisfy on a loaded
+ * kernel.
  *
- * Nothing here allocates: libkiln_rt calls it under a kiln_oom_scope, and the loader runs under a
- * lock. */
+ * Why dlopen, and why cuGetProcAddress. kiln must build everywhere and run on machines with no GPU
+ * (CI, a laptop): it says "no GPU" there instead of failing to start. So nothing links -lcuda or
+ * -lnvrtc. libcuda.so.1 comes with the driver, never with the toolkit, and is opened at run time;
+ * NVRTC comes with the toolkit and is opened on its own (nvrtc.c).
+ * Looking driver functions up by name with dlsym would be wrong: the driver exports several ABI
+ * generations of many entry points (cuMemAlloc takes a 32-bit size, cuMemAlloc_v2 a size_t;
+ * _ptds/_ptsz variants use the per-thread default stream) and cuda.h picks one with macros at
+ * compile time. cuGetProcAddress, given the base name and a CUDA version, returns the generation
+ * that matches that version's header. We ask for the older of the header kiln was built against
+ * (CUDA_VERSION) and the installed driver: every function kiln uses has kept its signature since
+ * CUDA 12.0, so our declarations hold for either.
+ *
+ * Nothing here allocates: libkiln_rt calls it under a kiln_oom_scope (src/util/common.h), and the
+ * loader runs under a lock. */
 #include "cuda_driver.h"
 
 #include <dlfcn.h>

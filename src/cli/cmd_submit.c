@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/nvrtc.h"
 #include "cli.h"
 #include "submit.h"
 
@@ -325,8 +325,7 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
         size_t len = 0;
         kiln_err cerr;
         binary_hash = 0;
-        int crc =
-            kiln_cuda_compile_apart(source, getenv("KILN_CUDA_ARCH"), &cubin, &len, &log, &cerr);
+        int crc = kiln_cuda_compile_apart(source, NULL, &cubin, &len, &log, &cerr);
         if (crc == KILN_OK) {
             binary_hash = kiln_fnv1a(KILN_FNV_INIT, cubin, len);
             if (!binary_hash)

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/nvrtc.h"
 #include "../gate/gate.h"
 #include "../gen/family.h"
 #include "cli.h"
@@ -175,8 +175,7 @@ static pid_t precompile_start(sweep_job *jobs, int n) {
                 char *cubin = NULL, *log = NULL;
                 size_t len = 0;
                 /* the result lands in the cubin cache; compile errors are the gate's to report */
-                kiln_cuda_compile_only(jobs[k].source, getenv("KILN_CUDA_ARCH"), &cubin, &len, &log,
-                                       NULL);
+                kiln_cuda_compile_only(jobs[k].source, NULL, &cubin, &len, &log, NULL);
                 free(cubin);
                 free(log);
             }

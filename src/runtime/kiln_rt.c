@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/nvrtc.h"
 
 static _Thread_local char last_error[1024];
 
