@@ -46,6 +46,10 @@ const char *kiln_rt_kiln_version(void) {
     return KILN_RT_KILN_VERSION;
 }
 
+const char *kiln_rt_default_backend(void) {
+    return kiln_backend_default();
+}
+
 const char *kiln_rt_strerror(int status) {
     return kiln_strerror(status);
 }

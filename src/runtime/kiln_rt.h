@@ -46,6 +46,10 @@ typedef struct {
 int kiln_rt_abi_version(void);
 /* The kiln release this runtime accepts libraries from (KILN_RT_KILN_VERSION). */
 const char *kiln_rt_kiln_version(void);
+/* The backend kiln uses on this machine where none is named, "cuda" or "cpu" (kiln_backend_default
+ * in src/backend/backend.h): Python asks here, so that `kiln tune` picks what the C commands pick.
+ */
+const char *kiln_rt_default_backend(void);
 /* The name of a status code ("malformed input", ...). */
 const char *kiln_rt_strerror(int status);
 /* The message of the last failed call on this thread ("" when none failed yet). */

@@ -42,3 +42,20 @@ def test_runtime_links_neither_sqlite_nor_curl():
     for lib in ("sqlite", "curl", "ssl", "microhttpd"):
         assert lib not in out, f"libkiln_rt.so depends on {lib}:\n{out}"
 
+
+
+def test_python_and_c_pick_one_default_backend():
+    """kiln.default_backend() is the C rule (kiln_backend_default): cuda exactly when a driver loads and a
+    GPU is visible; where PyTorch sees a GPU that must be cuda, and without a driver it must be cpu."""
+    chosen = kiln.default_backend()
+    assert chosen in ("cuda", "cpu")
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        driver = True
+    except OSError:
+        driver = False
+    if not driver:
+        assert chosen == "cpu"
+    import torch
+    if torch.cuda.is_available():
+        assert chosen == "cuda"
