@@ -43,7 +43,7 @@ int kiln_rt_abi_version(void) {
 }
 
 const char *kiln_rt_kiln_version(void) {
-    return KILN_RT_KILN_VERSION;
+    return KILN_VERSION;
 }
 
 const char *kiln_rt_default_backend(void) {
@@ -172,7 +172,7 @@ static char *info_json(const kiln_rt *rt, const char *backend, const char *notes
     cJSON *o = rt_json(cJSON_CreateObject());
     rt_json(cJSON_AddStringToObject(o, "backend", backend));
     rt_json(cJSON_AddStringToObject(o, "library_dir", rt->dir));
-    rt_json(cJSON_AddStringToObject(o, "kiln_version", KILN_RT_KILN_VERSION));
+    rt_json(cJSON_AddStringToObject(o, "kiln_version", KILN_VERSION));
     cJSON *d = rt_json(cJSON_AddObjectToObject(o, "device"));
     rt_json(cJSON_AddStringToObject(d, "name", rt->info.name));
     rt_json(cJSON_AddStringToObject(d, "uuid", rt->info.uuid));

@@ -21,9 +21,6 @@
 
 /* The version of this interface; python/kiln/install.py refuses a libkiln_rt it does not know. */
 #define KILN_RT_ABI_VERSION 2
-/* The kiln release this runtime belongs to; a library written by another one is refused. Keep it
- * equal to KILN_VERSION in src/cli/main.c. */
-#define KILN_RT_KILN_VERSION "0.1.0"
 /* The manifest format this runtime reads ("kiln_library" in manifest.json). */
 #define KILN_RT_LIBRARY_FORMAT 1
 
@@ -44,7 +41,8 @@ typedef struct {
 
 /* The version of this interface (KILN_RT_ABI_VERSION). */
 int kiln_rt_abi_version(void);
-/* The kiln release this runtime accepts libraries from (KILN_RT_KILN_VERSION). */
+/* The kiln release this runtime belongs to and accepts libraries from (KILN_VERSION in
+ * src/util/version.h); a library written by another release is refused. */
 const char *kiln_rt_kiln_version(void);
 /* The backend kiln uses on this machine where none is named, "cuda" or "cpu" (kiln_backend_default
  * in src/backend/backend.h): Python asks here, so that `kiln tune` picks what the C commands pick.

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "../backend/backend.h"
+#include "../util/version.h"
 #include "kiln_rt.h"
 
 #define RT_MAX_TENSORS 32 /* inputs or outputs of one entry */

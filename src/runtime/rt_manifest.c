@@ -541,17 +541,17 @@ int rt_manifest_load(kiln_rt *rt, const char *backend_expected, char **notes, ki
     } else if (fmt->valuedouble != KILN_RT_LIBRARY_FORMAT) {
         rc = kiln_errf(err, KILN_ERR_UNSUPPORTED,
                        "%s: library format %g; this runtime reads format %d (kiln %s)", path,
-                       fmt->valuedouble, KILN_RT_LIBRARY_FORMAT, KILN_RT_KILN_VERSION);
+                       fmt->valuedouble, KILN_RT_LIBRARY_FORMAT, KILN_VERSION);
     } else if (!backend || strcmp(backend, backend_expected) != 0) {
         rc = kiln_errf(err, KILN_ERR_FORMAT, "%s: corrupt manifest: \"backend\" changed to %s",
                        path, backend ? backend : "nothing");
     } else if (!cJSON_IsObject(build) || !built_by) {
         rc = kiln_errf(err, KILN_ERR_FORMAT, "%s: corrupt manifest: no \"build\".\"kiln\"", path);
-    } else if (strcmp(built_by, "unknown") != 0 && strcmp(built_by, KILN_RT_KILN_VERSION) != 0) {
+    } else if (strcmp(built_by, "unknown") != 0 && strcmp(built_by, KILN_VERSION) != 0) {
         rc = kiln_errf(err, KILN_ERR_UNSUPPORTED,
                        "%s: the library was built by kiln %s; this runtime is kiln %s (rebuild it "
                        "with this kiln: `kiln optimize RUN`)",
-                       path, built_by, KILN_RT_KILN_VERSION);
+                       path, built_by, KILN_VERSION);
     } else if (!cJSON_IsArray(entries)) {
         rc = kiln_errf(err, KILN_ERR_FORMAT, "%s: corrupt manifest: no \"entries\" array", path);
     }

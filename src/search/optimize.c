@@ -60,10 +60,10 @@
 #include <unistd.h>
 
 #include "../backend/cuda_driver.h"
+#include "../util/version.h"
 #include "library.h"
 #include "optimize_impl.h"
 
-#define KILN_OPT_VERSION "0.1.0"
 #define MAX_RESTARTS 20
 
 static volatile sig_atomic_t coord_signals;
@@ -1114,7 +1114,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     if (c->n_llm_agents > 0 && kiln_llm_store_init(s, err) != KILN_OK)
         goto done;
     kiln_store_meta_set(s, KILN_META_BACKEND, backend, NULL);
-    kiln_store_meta_set(s, KILN_META_KILN_VERSION, KILN_OPT_VERSION, NULL);
+    kiln_store_meta_set(s, KILN_META_KILN_VERSION, KILN_VERSION, NULL);
     {
         char *started = kiln_store_meta_get(s, KILN_META_STARTED);
         if (!started) {

@@ -59,3 +59,13 @@ def test_python_and_c_pick_one_default_backend():
     import torch
     if torch.cuda.is_available():
         assert chosen == "cuda"
+
+
+def test_one_version_everywhere():
+    cli = subprocess.run([KILN, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    assert cli == f"kiln {kiln.__version__}", f"build/kiln says {cli!r}, python/kiln says {kiln.__version__!r}"
+    rt = ctypes.CDLL(RT)
+    rt.kiln_rt_kiln_version.restype = ctypes.c_char_p
+    assert rt.kiln_rt_kiln_version().decode() == kiln.__version__
+    header = open(os.path.join(ROOT, "src", "util", "version.h")).read()
+    assert re.search(r'#define KILN_VERSION "' + re.escape(kiln.__version__) + '"', header), header
