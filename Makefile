@@ -1,6 +1,12 @@
 # kiln build: `make` builds build/kiln and build/libkiln_rt.so; `make test` runs every test.
 # Everything goes under build/. CUDA is needed only for its headers: the driver is dlopen'ed at run time
 # and NVRTC is dlopen'ed too, so the binary runs (and says "no GPU") where there is neither.
+#
+# Two floors of libraries, each object compiled once: build/libkiln_core.a (src/util, src/formats,
+# src/backend: cJSON and libdl only) and build/libkiln.a (the tool: gate, gen, store, search, which
+# add SQLite and libcurl). build/kiln and the tests link both; build/libkiln_rt.so, which is loaded
+# into the user's PyTorch process, links src/runtime and the core alone, refuses undefined symbols
+# and exports only kiln_rt_* (src/runtime/kiln_rt.map).
 
 CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
@@ -12,13 +18,15 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fPIC -I$(CUDA_HO
 CFLAGS ?= -O2
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 # cJSON is not on the GPU machine: ship the shared object beside the binary (rpath $ORIGIN/lib).
-LDLIBS := -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
+CORE_LDLIBS := -lcjson -ldl -lm -lpthread
+LDLIBS := -lsqlite3 -lcurl $(CORE_LDLIBS)
 RPATH := -Wl,-rpath,'$$ORIGIN/lib'
-# Families register through weak symbols (src/gen/registry.c): link every archive member.
-WHOLE_LIB := -Wl,--whole-archive $(BUILD)/libkiln.a -Wl,--no-whole-archive
+# Families register through weak symbols (src/gen/registry.c): link every member of the tool archive.
+WHOLE_LIB := -Wl,--whole-archive $(BUILD)/libkiln.a -Wl,--no-whole-archive $(BUILD)/libkiln_core.a
+LIBS_A := $(BUILD)/libkiln.a $(BUILD)/libkiln_core.a
 
-LIB_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c src/gate/*.c src/gen/*.c \
-	src/store/*.c src/search/*.c))
+CORE_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c))
+LIB_SRC := $(sort $(wildcard src/gate/*.c src/gen/*.c src/store/*.c src/search/*.c))
 TEMPLATES := $(sort $(wildcard src/gen/templates/*))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 RT_SRC := $(sort $(wildcard src/runtime/*.c))
@@ -31,6 +39,7 @@ WEB_ASSETS := $(sort $(wildcard web/assets/*)) $(JS_DIR)/chart.js/chart.min.js \
 	$(JS_DIR)/highlight.js/highlight.min.js $(JS_DIR)/highlight.js/styles/github.css
 WEB_OBJ := $(WEB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/web/assets.o
 WEB_LDLIBS := -lmicrohttpd
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/templates.o
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 RT_OBJ := $(RT_SRC:%.c=$(BUILD)/obj/%.o)
@@ -69,15 +78,22 @@ $(JS_DIR)/%:
 	@echo "$@ is missing: the dashboard embeds Debian's libjs-chart.js and libjs-highlight.js" \
 		"(make deps installs them)" >&2; exit 1
 
+$(BUILD)/libkiln_core.a: $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/kiln: $(CLI_OBJ) $(WEB_OBJ) $(BUILD)/libkiln.a
+$(BUILD)/kiln: $(CLI_OBJ) $(WEB_OBJ) $(LIBS_A)
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(WEB_OBJ) $(WHOLE_LIB) $(LDLIBS) $(WEB_LDLIBS) $(RPATH)
 
-$(BUILD)/libkiln_rt.so: $(RT_OBJ) $(LIB_OBJ)
-	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS) $(RPATH)
+# --no-undefined: a symbol the core does not define (SQLite, a tool function) fails the link here
+# instead of the user's import. The version script keeps every core symbol local.
+$(BUILD)/libkiln_rt.so: $(RT_OBJ) $(BUILD)/libkiln_core.a src/runtime/kiln_rt.map
+	$(CC) $(ALL_CFLAGS) -shared -Wl,--no-undefined -Wl,--version-script=src/runtime/kiln_rt.map \
+		-o $@ $(RT_OBJ) $(BUILD)/libkiln_core.a $(CORE_LDLIBS) $(RPATH)
 
 # Copy the third-party shared objects the GPU machine lacks next to the binary.
 $(BUILD)/lib/.stamp:
@@ -93,13 +109,21 @@ $(BUILD)/lib/libmicrohttpd.so.12:
 	cp -L $$(ldconfig -p | awk '/libmicrohttpd.so.12 /{print $$NF; exit}') $@
 
 # The dashboard's test links the web objects, which libkiln.a does not hold.
-$(BUILD)/tests/test_web: tests/c/test_web.c $(WEB_OBJ) $(BUILD)/libkiln.a $(BUILD)/lib/.stamp \
+$(BUILD)/tests/test_web: tests/c/test_web.c $(WEB_OBJ) $(LIBS_A) $(BUILD)/lib/.stamp \
 		$(BUILD)/lib/libmicrohttpd.so.12
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(WEB_OBJ) $(WHOLE_LIB) -lcmocka $(LDLIBS) $(WEB_LDLIBS) \
 		-Wl,-rpath,'$$ORIGIN/../lib'
 
-$(BUILD)/tests/%: tests/c/%.c $(BUILD)/libkiln.a $(BUILD)/lib/.stamp
+# libkiln_rt's test links what build/libkiln_rt.so is made of (the runtime objects and the core, not
+# the tool) and wraps the allocator, so that each allocation inside kiln_rt_open can be made to fail.
+$(BUILD)/tests/test_runtime: tests/c/test_runtime.c $(RT_OBJ) $(BUILD)/libkiln_core.a \
+		$(BUILD)/lib/.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(RT_OBJ) $(BUILD)/libkiln_core.a -lcmocka $(CORE_LDLIBS) \
+		-Wl,--no-undefined -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,-rpath,'$$ORIGIN/../lib'
+
+$(BUILD)/tests/%: tests/c/%.c $(LIBS_A) $(BUILD)/lib/.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(WHOLE_LIB) -lcmocka $(LDLIBS) \
 		-Wl,-rpath,'$$ORIGIN/../lib'

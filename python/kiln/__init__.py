@@ -11,5 +11,12 @@ def split_script_args(argv: list) -> tuple:
     return argv, []
 
 
+def default_backend() -> str:
+    """The backend kiln uses here where none is named, "cuda" or "cpu": the C commands' own rule
+    (kiln_backend_default: a driver and a visible GPU), asked through libkiln_rt."""
+    from kiln.install import _rt
+    return _rt().kiln_rt_default_backend().decode()
+
+
 # kiln.install(library, model=None) and kiln.uninstall(): python/kiln/install.py (imports torch lazily).
 from kiln.install import install, uninstall  # noqa: E402,F401

@@ -109,6 +109,7 @@ def _rt():
         sigs = {
             "kiln_rt_abi_version": (c.c_int, []),
             "kiln_rt_kiln_version": (c.c_char_p, []),
+            "kiln_rt_default_backend": (c.c_char_p, []),
             "kiln_rt_strerror": (c.c_char_p, [c.c_int]),
             "kiln_rt_last_error": (c.c_char_p, []),
             "kiln_rt_open": (c.c_int, [c.c_char_p, c.c_int, c.POINTER(c.c_void_p), c.c_char_p, c.c_size_t]),

@@ -51,7 +51,7 @@ import time
 import traceback
 from typing import Optional
 
-from kiln import split_script_args
+from kiln import default_backend, split_script_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USAGE = ("kiln tune SCRIPT.py [--out RUN] [--backend cuda|cpu] [--budget N] [--top N] "
@@ -77,7 +77,7 @@ def parse_args(argv: list) -> argparse.Namespace:
     p = _Parser(prog="kiln tune", usage=USAGE, description="capture + optimize + install check + report")
     p.add_argument("script")
     p.add_argument("--out", help="run directory (default runs/<script name>)")
-    p.add_argument("--backend", choices=["cuda", "cpu"], help="default: cuda when PyTorch sees a GPU")
+    p.add_argument("--backend", choices=["cuda", "cpu"], help="default: cuda when a GPU is visible, else cpu")
     p.add_argument("--budget", type=int, help="candidates per problem for kiln optimize")
     p.add_argument("--top", type=int, help="problems per kind captured, and optimized")
     p.add_argument("--compile", dest="compile", action="store_true", default=None,
@@ -826,8 +826,7 @@ def main(argv: Optional[list] = None) -> int:
         print(f"kiln tune: {e}", file=sys.stderr)
         return e.code
     if opts.backend is None:
-        import torch
-        opts.backend = "cuda" if torch.cuda.is_available() else "cpu"
+        opts.backend = default_backend()
     library_dir = opts.library or os.path.join(opts.out, "library")
     report: dict = {"kiln_report": 1, "script": opts.script, "script_args": opts.script_args,
                     "run_dir": opts.out if not opts.library else (opts.out or os.path.dirname(library_dir)),

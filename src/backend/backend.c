@@ -1,7 +1,12 @@
-/* backend.c: looks backends up by name and opens and closes them. */
+/* backend.c: picks the default backend, looks backends up by name and opens and closes them. */
 #include "backend.h"
+#include "cuda_driver.h"
 
 #include <string.h>
+
+const char *kiln_backend_default(void) {
+    return kiln_cuda_driver_present() && kiln_cuda_visible_gpus() > 0 ? "cuda" : "cpu";
+}
 
 const kiln_backend_ops *kiln_backend_find(const char *name) {
     if (!name)

@@ -78,6 +78,12 @@ struct kiln_backend {
 extern const kiln_backend_ops kiln_backend_cuda;
 extern const kiln_backend_ops kiln_backend_cpu;
 
+/* The backend kiln uses where none is named: "cuda" when the NVIDIA driver is installed and a GPU
+ * is visible (kiln_cuda_driver_present, kiln_cuda_visible_gpus in cuda_driver.h), else "cpu".
+ * Decided without initialising CUDA, so that the process may still fork children that use it. Every
+ * command and Python (through kiln_rt_default_backend) ask this one rule. */
+const char *kiln_backend_default(void);
+
 /* Looks a backend up by name ("cuda", "cpu"); NULL if unknown. */
 const kiln_backend_ops *kiln_backend_find(const char *name);
 

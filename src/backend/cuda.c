@@ -1,34 +1,6 @@
-/* cuda.c: the cuda backend: NVRTC compiles a candidate to a cubin, the CUDA driver API loads,
- * launches and times it, on the primary context of one device and one non-blocking stream.
- *
- * Why dlopen, and why cuGetProcAddress. kiln must build everywhere and run on machines with no GPU
- * (CI, a laptop): it says "no GPU" there instead of failing to start. So nothing links -lcuda or
- * -lnvrtc. libcuda.so.1 comes with the driver, never with the toolkit, and is opened at run time;
- * NVRTC comes with the toolkit and is opened separately, so that compiling (kiln_cuda_compile_only,
- * what CI uses to prove that sources build for sm_90) works where there is a toolkit but no driver.
- * Looking driver functions up by name with dlsym would be wrong: the driver exports several ABI
- * generations of many entry points (cuMemAlloc takes a 32-bit size, cuMemAlloc_v2 a size_t;
- * _ptds/_ptsz variants use the per-thread default stream) and cuda.h picks one with macros at
- * compile time. cuGetProcAddress, given the base name and a CUDA version, returns the generation
- * that matches that version's header. We ask for the older of the header kiln was built against
- * (CUDA_VERSION) and the installed driver: every function kiln uses has kept its signature since
- * CUDA 12.0, so our declarations hold for either.
- *
- * NVRTC and the standard headers. NVRTC 13 ships no <stdint.h>/<cstdint> (checked: "cannot open
- * source file"), and neither int64_t nor INFINITY is predefined; <cuda_bf16.h>/<cuda_fp16.h> are
- * found only through an include path to the toolkit. Candidates use int64_t in every signature
- * (docs/abi.md), so every compile pre-includes an in-memory prelude (--pre-include, so that line
- * numbers in the log stay the candidate's own) that includes libcu++'s <cuda/std/cstdint> (under
- * NVRTC it defines the fixed width types in the global namespace) and <cuda/std/climits>, and
- * defines INFINITY and NAN (constant expressions, through __builtin_bit_cast) and the FLT_/DBL_
- * limits. Not <cuda/std/limits>: it adds ~80 KB of unused code to every cubin. `#include
- * <stdint.h>`, <math.h>, <float.h>, <assert.h> and friends resolve to empty in-memory headers, so
- * that C habits compile; the math functions (expf, fmaxf, ...) and assert are built into NVRTC.
- * Where the toolkit's libcu++ (include/cccl) is missing, a fallback prelude typedefs the integer
- * types itself. Options: --gpu-architecture=sm_XY (sm_90a only when the source uses wgmma or
- * setmaxnreg, or KILN_CUDA_ARCH says so), -std=c++17, -default-device, -lineinfo, no
- * --use_fast_math. Cost, measured with NVRTC 13.0: a small kernel compiles in ~60 ms, ~80 ms with
- * <cuda_bf16.h>; the prelude's share is a few ms.
+/* cuda.c: the cuda backend: a candidate compiled to a cubin by NVRTC (nvrtc.c) is loaded, launched
+ * and timed through the CUDA driver API (cuda_driver.c), on the primary context of one device and
+ * one non-blocking stream.
  *
  * The error model. A launch that asks too much (threads, shared memory, clusters) fails at once
  * with an error that leaves the context usable: KILN_ERR_RESOURCE. A kernel that faults (illegal
@@ -42,104 +14,15 @@
  *
  * The backend is single-threaded: the context is made current on the thread that calls init. */
 #include "backend.h"
-#include "cuda_backend.h"
+#include "cuda_driver.h"
+#include "nvrtc.h"
 
 #include <cuda.h>
-#include <nvrtc.h>
 
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
-#include <errno.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-/* Shared memory a block may use without opting in (static + dynamic). */
-#define CUDA_DEFAULT_SMEM_BYTES (48 * 1024)
-/* Largest thread-block cluster on sm_90 with the non-portable opt-in (8 without it). */
-#define CUDA_MAX_CLUSTER 16
-#define CUDA_PORTABLE_CLUSTER 8
-
-/* ---- the driver, through cuGetProcAddress ---- */
-
-/* Every driver function kiln calls: X(name without "cu", parameter list). All return CUresult. */
-#define CUDA_DRIVER_FUNCS(X)                                                                       \
-    X(Init, (unsigned int flags))                                                                  \
-    X(DriverGetVersion, (int *version))                                                            \
-    X(DeviceGetCount, (int *count))                                                                \
-    X(DeviceGet, (CUdevice * dev, int ordinal))                                                    \
-    X(DeviceGetAttribute, (int *value, CUdevice_attribute attr, CUdevice dev))                     \
-    X(DeviceGetName, (char *name, int len, CUdevice dev))                                          \
-    X(DeviceGetUuid, (CUuuid * uuid, CUdevice dev))                                                \
-    X(DeviceTotalMem, (size_t * bytes, CUdevice dev))                                              \
-    X(DevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                                     \
-    X(DevicePrimaryCtxRelease, (CUdevice dev))                                                     \
-    X(CtxSetCurrent, (CUcontext ctx))                                                              \
-    X(StreamCreate, (CUstream * stream, unsigned int flags))                                       \
-    X(StreamDestroy, (CUstream stream))                                                            \
-    X(StreamSynchronize, (CUstream stream))                                                        \
-    X(MemAlloc, (CUdeviceptr * p, size_t n))                                                       \
-    X(MemFree, (CUdeviceptr p))                                                                    \
-    X(MemcpyHtoDAsync, (CUdeviceptr dst, const void *src, size_t n, CUstream stream))              \
-    X(MemcpyDtoHAsync, (void *dst, CUdeviceptr src, size_t n, CUstream stream))                    \
-    X(MemsetD8Async, (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream))            \
-    X(ModuleLoadData, (CUmodule * mod, const void *image))                                         \
-    X(ModuleUnload, (CUmodule mod))                                                                \
-    X(ModuleGetFunction, (CUfunction * fn, CUmodule mod, const char *name))                        \
-    X(FuncGetAttribute, (int *value, CUfunction_attribute attr, CUfunction fn))                    \
-    X(FuncSetAttribute, (CUfunction fn, CUfunction_attribute attr, int value))                     \
-    X(LaunchKernel,                                                                                \
-      (CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,             \
-       unsigned bz, unsigned smem, CUstream stream, void **params, void **extra))                  \
-    X(LaunchKernelEx, (const CUlaunchConfig *config, CUfunction fn, void **params, void **extra))  \
-    X(EventCreate, (CUevent * ev, unsigned int flags))                                             \
-    X(EventRecord, (CUevent ev, CUstream stream))                                                  \
-    X(EventSynchronize, (CUevent ev))                                                              \
-    X(EventElapsedTime, (float *ms, CUevent start, CUevent stop))                                  \
-    X(EventDestroy, (CUevent ev))                                                                  \
-    X(GetErrorName, (CUresult r, const char **name))                                               \
-    X(GetErrorString, (CUresult r, const char **text))                                             \
-    X(FuncGetParamInfo, (CUfunction fn, size_t index, size_t * offset, size_t * size))
-
-/* Functions kiln can do without (older drivers): their checks are skipped when absent. */
-static int driver_func_optional(const char *name) {
-    return strcmp(name, "cuFuncGetParamInfo") == 0;
-}
-
-#define CUDA_MEMBER(name, params) CUresult(*name) params;
-typedef struct {
-    CUDA_DRIVER_FUNCS(CUDA_MEMBER)
-} cuda_driver;
-#undef CUDA_MEMBER
-
-#define CUDA_SYM(name, params) {"cu" #name, offsetof(cuda_driver, name)},
-static const kiln_cuda_sym cuda_driver_syms[] = {CUDA_DRIVER_FUNCS(CUDA_SYM)};
-#undef CUDA_SYM
-
-static cuda_driver drv;
-static kiln_cuda_loader drv_loader;
-
-static int driver_load(kiln_err *err) {
-    return kiln_cuda_driver_load(
-        &drv_loader, &drv, cuda_driver_syms, sizeof cuda_driver_syms / sizeof cuda_driver_syms[0],
-        driver_func_optional, "the cuda backend needs a GPU; use --backend cpu", err);
-}
-
-static const char *cu_error_name(CUresult r) {
-    const char *s = NULL;
-    if (drv.GetErrorName && drv.GetErrorName(r, &s) == CUDA_SUCCESS && s)
-        return s;
-    return "CUDA_ERROR_UNKNOWN_CODE";
-}
-
-static const char *cu_error_text(CUresult r) {
-    const char *s = NULL;
-    if (drv.GetErrorString && drv.GetErrorString(r, &s) == CUDA_SUCCESS && s)
-        return s;
-    return "unknown error";
-}
+/* ---- the driver (cuda_driver.h) ---- */
 
 /* Errors after which the context is lost (a kernel faulted). */
 static int cu_sticky(CUresult r) {
@@ -162,448 +45,6 @@ static int cu_sticky(CUresult r) {
     }
 }
 
-/* ---- NVRTC ---- */
-
-#define NVRTC_FUNCS(X)                                                                             \
-    X(nvrtcResult, nvrtcCreateProgram,                                                             \
-      (nvrtcProgram * prog, const char *src, const char *name, int n_headers,                      \
-       const char *const *headers, const char *const *include_names))                              \
-    X(nvrtcResult, nvrtcCompileProgram, (nvrtcProgram prog, int n_opts, const char *const *opts))  \
-    X(nvrtcResult, nvrtcGetProgramLogSize, (nvrtcProgram prog, size_t * n))                        \
-    X(nvrtcResult, nvrtcGetProgramLog, (nvrtcProgram prog, char *log))                             \
-    X(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram prog, size_t * n))                             \
-    X(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram prog, char *cubin))                                \
-    X(nvrtcResult, nvrtcDestroyProgram, (nvrtcProgram * prog))                                     \
-    X(const char *, nvrtcGetErrorString, (nvrtcResult r))
-
-#define NVRTC_MEMBER(ret, name, params) ret(*name) params;
-typedef struct {
-    NVRTC_FUNCS(NVRTC_MEMBER)
-} nvrtc_api;
-#undef NVRTC_MEMBER
-
-#define NVRTC_SYM(ret, name, params) {#name, offsetof(nvrtc_api, name)},
-static const struct {
-    const char *name;
-    size_t offset;
-} nvrtc_syms[] = {NVRTC_FUNCS(NVRTC_SYM)};
-#undef NVRTC_SYM
-
-static nvrtc_api nvrtc;
-static pthread_once_t nvrtc_once = PTHREAD_ONCE_INIT;
-static int nvrtc_status = -1;
-static char nvrtc_msg[1024];
-/* --include-path options for the folders that exist: the toolkit's include/ and include/cccl
- * (libcu++) under CUDA_HOME and the usual places. */
-static char nvrtc_incs[8][600];
-static int nvrtc_n_incs;
-static int nvrtc_have_libcudacxx;
-
-static const char *cuda_home(void) {
-    const char *h = getenv("CUDA_HOME");
-    return h && *h ? h : "/usr/local/cuda";
-}
-
-static int is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static void nvrtc_add_include(const char *dir) {
-    char opt[sizeof nvrtc_incs[0]];
-    if (nvrtc_n_incs == (int)(sizeof nvrtc_incs / sizeof nvrtc_incs[0]) || !is_dir(dir) ||
-        strlen(dir) + 16 >= sizeof opt)
-        return;
-    snprintf(opt, sizeof opt, "--include-path=%s", dir);
-    for (int i = 0; i < nvrtc_n_incs; i++)
-        if (strcmp(nvrtc_incs[i], opt) == 0)
-            return;
-    memcpy(nvrtc_incs[nvrtc_n_incs++], opt, sizeof opt);
-    char probe[sizeof opt + 32];
-    snprintf(probe, sizeof probe, "%s/cuda/std/cstdint", dir);
-    struct stat sb;
-    if (stat(probe, &sb) == 0)
-        nvrtc_have_libcudacxx = 1;
-}
-
-static void nvrtc_load_once(void) {
-    char tried[6][300];
-    int n_tried = 0;
-    const char *home = cuda_home();
-    snprintf(tried[n_tried++], sizeof tried[0], "libnvrtc.so.13");
-    snprintf(tried[n_tried++], sizeof tried[0], "libnvrtc.so.12");
-    snprintf(tried[n_tried++], sizeof tried[0], "libnvrtc.so");
-    snprintf(tried[n_tried++], sizeof tried[0], "%.250s/lib64/libnvrtc.so.13", home);
-    snprintf(tried[n_tried++], sizeof tried[0], "%.250s/lib64/libnvrtc.so.12", home);
-    snprintf(tried[n_tried++], sizeof tried[0], "%.250s/lib64/libnvrtc.so", home);
-    void *lib = NULL;
-    for (int i = 0; i < n_tried && !lib; i++)
-        lib = dlopen(tried[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        nvrtc_status = KILN_ERR_BACKEND;
-        snprintf(
-            nvrtc_msg, sizeof nvrtc_msg,
-            "NVRTC not found (tried libnvrtc.so.13, libnvrtc.so.12, libnvrtc.so and %s/lib64): "
-            "install the CUDA toolkit or set CUDA_HOME",
-            home);
-        return;
-    }
-    for (size_t i = 0; i < sizeof nvrtc_syms / sizeof nvrtc_syms[0]; i++) {
-        void *fn = dlsym(lib, nvrtc_syms[i].name);
-        if (!fn) {
-            nvrtc_status = KILN_ERR_BACKEND;
-            snprintf(nvrtc_msg, sizeof nvrtc_msg, "NVRTC lacks %s (kiln needs NVRTC 12 or newer)",
-                     nvrtc_syms[i].name);
-            return;
-        }
-        memcpy((char *)&nvrtc + nvrtc_syms[i].offset, &fn, sizeof fn);
-    }
-    char dir[600];
-    const char *bases[] = {home, "/usr/local/cuda", "/usr/local/cuda/targets/x86_64-linux"};
-    for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
-        snprintf(dir, sizeof dir, "%.500s/include", bases[i]);
-        nvrtc_add_include(dir);
-        snprintf(dir, sizeof dir, "%.500s/include/cccl", bases[i]);
-        nvrtc_add_include(dir);
-    }
-    nvrtc_status = KILN_OK;
-}
-
-static int nvrtc_load(kiln_err *err) {
-    pthread_once(&nvrtc_once, nvrtc_load_once);
-    if (nvrtc_status != KILN_OK)
-        return kiln_errf(err, nvrtc_status, "%s", nvrtc_msg);
-    return KILN_OK;
-}
-
-int kiln_cuda_have_nvrtc(void) {
-    return nvrtc_load(NULL) == KILN_OK;
-}
-
-/* Pre-included into every candidate (see the essay above). */
-static const char prelude_libcudacxx[] = "#include <cuda/std/cstdint>\n"
-                                         "#include <cuda/std/climits>\n";
-
-static const char prelude_fallback[] =
-    "typedef signed char int8_t;\ntypedef short int16_t;\ntypedef int int32_t;\n"
-    "typedef long long int64_t;\ntypedef unsigned char uint8_t;\ntypedef unsigned short uint16_t;\n"
-    "typedef unsigned int uint32_t;\ntypedef unsigned long long uint64_t;\n"
-    "typedef long long intptr_t;\ntypedef unsigned long long uintptr_t;\n"
-    "#define INT_MAX 0x7fffffff\n#define INT_MIN (-INT_MAX - 1)\n#define UINT_MAX 0xffffffffu\n"
-    "#define LLONG_MAX 0x7fffffffffffffffLL\n#define LLONG_MIN (-LLONG_MAX - 1)\n"
-    "#ifndef __FLT_MAX__\n#define __FLT_MAX__ 3.40282346638528859811704183484516925e+38F\n#endif\n"
-    "#ifndef __FLT_MIN__\n#define __FLT_MIN__ 1.17549435082228750796873653722224568e-38F\n#endif\n"
-    "#ifndef __FLT_EPSILON__\n#define __FLT_EPSILON__ "
-    "1.19209289550781250000000000000000000e-7F\n#endif\n"
-    "#ifndef __DBL_MAX__\n#define __DBL_MAX__ 1.79769313486231570814527423731704357e+308\n#endif\n"
-    "#ifndef __DBL_MIN__\n#define __DBL_MIN__ 2.22507385850720138309023271733240406e-308\n#endif\n"
-    "#ifndef __DBL_EPSILON__\n#define __DBL_EPSILON__ "
-    "2.22044604925031308084726333618164062e-16\n#endif\n";
-
-/* __builtin_bit_cast keeps INFINITY a constant expression, as it is in C. */
-static const char prelude_common[] =
-    "#ifndef INFINITY\n#define INFINITY __builtin_bit_cast(float, 0x7f800000u)\n#endif\n"
-    "#ifndef NAN\n#define NAN __builtin_bit_cast(float, 0x7fc00000u)\n#endif\n"
-    "#ifndef FLT_MAX\n#define FLT_MAX __FLT_MAX__\n#endif\n"
-    "#ifndef FLT_MIN\n#define FLT_MIN __FLT_MIN__\n#endif\n"
-    "#ifndef FLT_EPSILON\n#define FLT_EPSILON __FLT_EPSILON__\n#endif\n"
-    "#ifndef DBL_MAX\n#define DBL_MAX __DBL_MAX__\n#endif\n"
-    "#ifndef DBL_MIN\n#define DBL_MIN __DBL_MIN__\n#endif\n"
-    "#ifndef DBL_EPSILON\n#define DBL_EPSILON __DBL_EPSILON__\n#endif\n";
-
-/* C and C++ standard headers a candidate may include out of habit: all they would provide is in the
- * prelude already (or built into NVRTC), so they resolve to an empty in-memory header. */
-static const char *const shim_headers[] = {"stdint.h",  "cstdint",  "inttypes.h", "cinttypes",
-                                           "stddef.h",  "cstddef",  "limits.h",   "climits",
-                                           "float.h",   "cfloat",   "math.h",     "cmath",
-                                           "stdbool.h", "assert.h", "cassert"};
-
-static void normalize_arch(const char *arch, char *out, size_t cap) {
-    if (!arch || !*arch)
-        arch = "sm_90";
-    if (arch[0] >= '0' && arch[0] <= '9')
-        snprintf(out, cap, "sm_%s", arch);
-    else
-        snprintf(out, cap, "%s", arch);
-}
-
-/* The first line of an NVRTC log that says "error", for the one-line message. */
-static void first_error_line(const char *log, char *out, size_t cap) {
-    out[0] = 0;
-    for (const char *s = log; s && *s;) {
-        const char *nl = strchr(s, '\n');
-        size_t n = nl ? (size_t)(nl - s) : strlen(s);
-        const char *e = strstr(s, "error");
-        if (e && e < s + n) {
-            snprintf(out, cap, "%.*s", (int)n, s);
-            return;
-        }
-        s = nl ? nl + 1 : s + n;
-    }
-}
-
-/* The cubin cache: <cache>/cubin/<key>.cubin (docs/gate.md). NULL when KILN_CUBIN_CACHE=0. */
-static char *cubin_cache_file(const uint64_t key[2]) {
-    const char *off = getenv("KILN_CUBIN_CACHE");
-    if (off && strcmp(off, "0") == 0)
-        return NULL;
-    char *dir = kiln_cache_path("cubin");
-    char *path = xasprintf("%s/%016llx%016llx.cubin", dir, (unsigned long long)key[0],
-                           (unsigned long long)key[1]);
-    free(dir);
-    return path;
-}
-
-/* 1 when path holds a cubin (an ELF image); anything else is ignored, never trusted. */
-static int cubin_cache_read(const char *path, char **cubin, size_t *len) {
-    char *data = NULL;
-    size_t n = 0;
-    if (kiln_read_file(path, &data, &n, NULL) != KILN_OK)
-        return 0;
-    if (n < 64 || memcmp(data,
-                         "\x7f"
-                         "ELF",
-                         4) != 0) {
-        free(data);
-        return 0;
-    }
-    *cubin = data;
-    *len = n;
-    return 1;
-}
-
-/* Best effort: a cache that cannot be written costs only the next compile. */
-static void cubin_cache_write(const char *path, const char *cubin, size_t len) {
-    char *dir = xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    char *tmp = xasprintf("%s.%d.%lx", path, (int)getpid(), (unsigned long)pthread_self());
-    if (kiln_mkdirs(dir, NULL) == KILN_OK) {
-        FILE *f = fopen(tmp, "wb");
-        if (f) {
-            int ok = fwrite(cubin, 1, len, f) == len;
-            ok &= fclose(f) == 0;
-            if (!ok || rename(tmp, path) != 0)
-                unlink(tmp);
-        }
-    }
-    free(tmp);
-    free(dir);
-}
-
-int kiln_cuda_compile_only(const char *source, const char *arch, char **cubin, size_t *cubin_len,
-                           char **log, kiln_err *err) {
-    KILN_ASSERT(source && cubin && cubin_len);
-    *cubin = NULL;
-    *cubin_len = 0;
-    if (log)
-        *log = NULL;
-    int rc = nvrtc_load(err);
-    if (rc)
-        return rc;
-
-    char prelude[4096];
-    snprintf(prelude, sizeof prelude, "%s%s",
-             nvrtc_have_libcudacxx ? prelude_libcudacxx : prelude_fallback, prelude_common);
-    enum { N_SHIMS = sizeof shim_headers / sizeof shim_headers[0] };
-    const char *hdr_text[N_SHIMS + 1], *hdr_name[N_SHIMS + 1];
-    hdr_text[0] = prelude;
-    hdr_name[0] = "kiln_cuda_prelude.h";
-    for (int i = 0; i < N_SHIMS; i++) {
-        hdr_text[i + 1] = "";
-        hdr_name[i + 1] = shim_headers[i];
-    }
-
-    char arch_opt[64], arch_name[32];
-    normalize_arch(arch, arch_name, sizeof arch_name);
-    snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch_name);
-    const char *opts[16];
-    int n_opts = 0;
-    opts[n_opts++] = arch_opt;
-    opts[n_opts++] = "-std=c++17";
-    opts[n_opts++] = "-default-device";
-    opts[n_opts++] = "-lineinfo";
-    opts[n_opts++] = "--pre-include=kiln_cuda_prelude.h";
-    for (int i = 0; i < nvrtc_n_incs; i++)
-        opts[n_opts++] = nvrtc_incs[i];
-
-    /* The same source with the same options is the same cubin: agents compile a candidate (to
-     * hash its binary) before the gate loads it, and a sweep compiles on every core first. */
-    uint64_t key[2] = {KILN_FNV_INIT, 0x84222325cbf29ce4ULL};
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < n_opts; i++)
-            key[k] = kiln_fnv1a(key[k], opts[i], strlen(opts[i]) + 1);
-        key[k] = kiln_fnv1a(key[k], prelude, strlen(prelude) + 1);
-        key[k] = kiln_fnv1a(key[k], source, strlen(source));
-    }
-    char *cached_path = cubin_cache_file(key);
-    if (cached_path && cubin_cache_read(cached_path, cubin, cubin_len)) {
-        free(cached_path);
-        return KILN_OK;
-    }
-
-    nvrtcProgram prog = NULL;
-    nvrtcResult r =
-        nvrtc.nvrtcCreateProgram(&prog, source, "candidate.cu", N_SHIMS + 1, hdr_text, hdr_name);
-    if (r != NVRTC_SUCCESS) {
-        free(cached_path);
-        return kiln_errf(err, KILN_ERR_BACKEND, "nvrtcCreateProgram: %s",
-                         nvrtc.nvrtcGetErrorString(r));
-    }
-    nvrtcResult cr = nvrtc.nvrtcCompileProgram(prog, n_opts, opts);
-    size_t log_size = 0;
-    char *text = NULL;
-    if (nvrtc.nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
-        text = xmalloc(log_size + 1);
-        if (nvrtc.nvrtcGetProgramLog(prog, text) != NVRTC_SUCCESS)
-            text[0] = 0;
-        text[log_size] = 0;
-        size_t n = strlen(text);
-        while (n && (text[n - 1] == '\n' || text[n - 1] == ' '))
-            text[--n] = 0;
-        if (n == 0) {
-            free(text);
-            text = NULL;
-        }
-    }
-    if (cr == NVRTC_ERROR_COMPILATION) {
-        char first[300];
-        first_error_line(text, first, sizeof first);
-        rc = kiln_errf(err, KILN_ERR_COMPILE, "NVRTC: %s", first[0] ? first : "compilation failed");
-    } else if (cr == NVRTC_ERROR_INVALID_OPTION) {
-        rc = kiln_errf(err, KILN_ERR_INVALID, "NVRTC refused the options (architecture '%s'?)%s%s",
-                       arch_name, text ? ": " : "", text ? text : "");
-    } else if (cr != NVRTC_SUCCESS) {
-        rc = kiln_errf(err, KILN_ERR_BACKEND, "nvrtcCompileProgram: %s",
-                       nvrtc.nvrtcGetErrorString(cr));
-    }
-    if (rc == KILN_OK) {
-        size_t n = 0;
-        if ((r = nvrtc.nvrtcGetCUBINSize(prog, &n)) != NVRTC_SUCCESS || n == 0) {
-            rc = kiln_errf(err, KILN_ERR_BACKEND, "nvrtcGetCUBINSize: %s",
-                           r ? nvrtc.nvrtcGetErrorString(r) : "empty cubin");
-        } else {
-            *cubin = xmalloc(n);
-            if ((r = nvrtc.nvrtcGetCUBIN(prog, *cubin)) != NVRTC_SUCCESS) {
-                rc = kiln_errf(err, KILN_ERR_BACKEND, "nvrtcGetCUBIN: %s",
-                               nvrtc.nvrtcGetErrorString(r));
-                free(*cubin);
-                *cubin = NULL;
-            } else {
-                *cubin_len = n;
-                if (cached_path)
-                    cubin_cache_write(cached_path, *cubin, n);
-            }
-        }
-    }
-    free(cached_path);
-    nvrtc.nvrtcDestroyProgram(&prog);
-    if (log)
-        *log = text;
-    else
-        free(text);
-    return rc;
-}
-
-/* Writes all of buf, or fails. */
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n) {
-    char *p = buf;
-    while (n) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-int kiln_cuda_compile_apart(const char *source, const char *arch, char **cubin, size_t *cubin_len,
-                            char **log, kiln_err *err) {
-    *cubin = NULL;
-    *cubin_len = 0;
-    if (log)
-        *log = NULL;
-    int fds[2];
-    if (pipe(fds) != 0)
-        return kiln_errf(err, KILN_ERR_BACKEND, "pipe: %s", strerror(errno));
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return kiln_errf(err, KILN_ERR_BACKEND, "fork: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        /* the answer: status, message, log and cubin, each a length and its bytes */
-        close(fds[0]);
-        char *c = NULL, *l = NULL;
-        size_t n = 0;
-        kiln_err e = {{0}};
-        int32_t rc = kiln_cuda_compile_only(source, arch, &c, &n, &l, &e);
-        uint64_t lens[3] = {strlen(e.msg), l ? strlen(l) : 0, c ? n : 0};
-        int bad = write_all(fds[1], &rc, sizeof rc) || write_all(fds[1], lens, sizeof lens) ||
-                  write_all(fds[1], e.msg, lens[0]) || write_all(fds[1], l ? l : "", lens[1]) ||
-                  write_all(fds[1], c ? c : "", lens[2]);
-        _exit(bad ? 1 : 0);
-    }
-    close(fds[1]);
-    int32_t rc = KILN_ERR_BACKEND;
-    uint64_t lens[3] = {0, 0, 0};
-    char *msg = NULL, *l = NULL, *c = NULL;
-    int ok = read_all(fds[0], &rc, sizeof rc) == 0 && read_all(fds[0], lens, sizeof lens) == 0 &&
-             lens[0] < sizeof err->msg && lens[1] < (1u << 30) && lens[2] < (1u << 30);
-    if (ok) {
-        msg = xcalloc(lens[0] + 1, 1);
-        l = xcalloc(lens[1] + 1, 1);
-        c = xmalloc(lens[2] + 1);
-        ok = read_all(fds[0], msg, lens[0]) == 0 && read_all(fds[0], l, lens[1]) == 0 &&
-             read_all(fds[0], c, lens[2]) == 0;
-    }
-    close(fds[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!ok) {
-        free(msg);
-        free(l);
-        free(c);
-        return kiln_errf(err, KILN_ERR_BACKEND, "the NVRTC child process died (status %d)", status);
-    }
-    if (rc != KILN_OK)
-        kiln_errf(err, rc, "%s", msg);
-    free(msg);
-    if (log && lens[1])
-        *log = l;
-    else
-        free(l);
-    if (rc == KILN_OK) {
-        *cubin = c;
-        *cubin_len = lens[2];
-    } else {
-        free(c);
-    }
-    return rc;
-}
-
 /* ---- the backend ---- */
 
 typedef struct {
@@ -622,9 +63,8 @@ typedef struct {
 typedef struct {
     char name[128];
     CUfunction fn;
-    int max_threads, regs, static_smem, local_bytes;
-    int dyn_smem_allowed; /* what MAX_DYNAMIC_SHARED_SIZE_BYTES is set to (0: the default) */
-    int nonportable_cluster;
+    kiln_cuda_func_attrs attrs;
+    kiln_cuda_func_limits limits; /* raised on the first launch that needs it */
 } cuda_entry;
 
 struct kiln_module {
@@ -644,15 +84,17 @@ static int cu_fail(cuda_state *st, CUresult r, const char *what, kiln_err *err) 
     if (cu_sticky(r)) {
         if (!st->dead) {
             st->dead = 1;
-            snprintf(st->dead_msg, sizeof st->dead_msg, "%s: %s", cu_error_name(r),
-                     cu_error_text(r));
+            snprintf(st->dead_msg, sizeof st->dead_msg, "%s: %s", kiln_cuda_error_name(r),
+                     kiln_cuda_error_text(r));
         }
-        return kiln_errf(err, KILN_ERR_LAUNCH, "%s: %s", cu_error_name(r), cu_error_text(r));
+        return kiln_errf(err, KILN_ERR_LAUNCH, "%s: %s", kiln_cuda_error_name(r),
+                         kiln_cuda_error_text(r));
     }
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return kiln_errf(err, KILN_ERR_RESOURCE, "%s: %s: %s", what, cu_error_name(r),
-                         cu_error_text(r));
-    return kiln_errf(err, KILN_ERR_BACKEND, "%s: %s: %s", what, cu_error_name(r), cu_error_text(r));
+        return kiln_errf(err, KILN_ERR_RESOURCE, "%s: %s: %s", what, kiln_cuda_error_name(r),
+                         kiln_cuda_error_text(r));
+    return kiln_errf(err, KILN_ERR_BACKEND, "%s: %s: %s", what, kiln_cuda_error_name(r),
+                     kiln_cuda_error_text(r));
 }
 
 static int cu_dead(cuda_state *st, kiln_err *err) {
@@ -661,89 +103,42 @@ static int cu_dead(cuda_state *st, kiln_err *err) {
                      st->dead_msg);
 }
 
-static int cuda_attr(cuda_state *st, CUdevice_attribute a) {
-    int v = 0;
-    if (drv.DeviceGetAttribute(&v, a, st->dev) != CUDA_SUCCESS)
-        return 0;
-    return v;
-}
-
 static void cuda_teardown(cuda_state *st) {
     if (!st->dead) {
         if (st->stream)
-            drv.StreamSynchronize(st->stream);
+            kiln_cuda.StreamSynchronize(st->stream);
         if (st->flush_buf)
-            drv.MemFree(st->flush_buf);
+            kiln_cuda.MemFree(st->flush_buf);
         if (st->stream)
-            drv.StreamDestroy(st->stream);
+            kiln_cuda.StreamDestroy(st->stream);
     }
     if (st->ctx_retained)
-        drv.DevicePrimaryCtxRelease(st->dev);
+        kiln_cuda.DevicePrimaryCtxRelease(st->dev);
     free(st);
 }
 
 static int cuda_init(kiln_backend *be, int device, kiln_err *err) {
-    int rc = driver_load(err);
-    if (rc)
-        return rc;
-    CUresult r = drv.Init(0);
-    if (r == CUDA_ERROR_NO_DEVICE)
-        return kiln_errf(err, KILN_ERR_NO_DEVICE, "no CUDA device");
-    if (r != CUDA_SUCCESS)
-        return kiln_errf(err, KILN_ERR_NO_DEVICE, "no usable CUDA device: cuInit failed: %s: %s",
-                         cu_error_name(r), cu_error_text(r));
-    int count = 0;
-    if (drv.DeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
-        return kiln_errf(err, KILN_ERR_NO_DEVICE, "no CUDA device");
-    if (device < 0 || device >= count)
-        return kiln_errf(err, KILN_ERR_NO_DEVICE, "no CUDA device %d (%d present)", device, count);
-
     cuda_state *st = xcalloc(1, sizeof *st);
-    if ((r = drv.DeviceGet(&st->dev, device)) != CUDA_SUCCESS) {
-        rc = cu_fail(st, r, "cuDeviceGet", err);
-        goto fail;
-    }
-    if ((r = drv.DevicePrimaryCtxRetain(&st->ctx, st->dev)) != CUDA_SUCCESS) {
-        rc = cu_fail(st, r, "cuDevicePrimaryCtxRetain", err);
-        goto fail;
+    int rc = kiln_cuda_device_open(device, "the cuda backend needs a GPU; use --backend cpu",
+                                   &st->dev, &st->ctx, &st->info, err);
+    if (rc) {
+        free(st);
+        return rc;
     }
     st->ctx_retained = 1;
-    if ((r = drv.CtxSetCurrent(st->ctx)) != CUDA_SUCCESS) {
+    CUresult r;
+    if ((r = kiln_cuda.CtxSetCurrent(st->ctx)) != CUDA_SUCCESS) {
         rc = cu_fail(st, r, "cuCtxSetCurrent", err);
         goto fail;
     }
-    if ((r = drv.StreamCreate(&st->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+    if ((r = kiln_cuda.StreamCreate(&st->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
         rc = cu_fail(st, r, "cuStreamCreate", err);
         goto fail;
     }
-
-    kiln_device_info *info = &st->info;
-    if (drv.DeviceGetName(info->name, (int)sizeof info->name, st->dev) != CUDA_SUCCESS)
-        snprintf(info->name, sizeof info->name, "CUDA device %d", device);
-    CUuuid u;
-    memset(&u, 0, sizeof u);
-    drv.DeviceGetUuid(&u, st->dev);
-    const unsigned char *b = (const unsigned char *)u.bytes;
-    snprintf(info->uuid, sizeof info->uuid,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
-    info->cc_major = cuda_attr(st, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-    info->cc_minor = cuda_attr(st, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-    info->n_sms = cuda_attr(st, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-    info->l2_bytes = (size_t)cuda_attr(st, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
-    info->smem_per_block_optin =
-        (size_t)cuda_attr(st, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-    if (info->smem_per_block_optin == 0)
-        info->smem_per_block_optin = CUDA_DEFAULT_SMEM_BYTES;
-    size_t total = 0;
-    if (drv.DeviceTotalMem(&total, st->dev) == CUDA_SUCCESS)
-        info->mem_bytes = total;
-
     /* The flush buffer lives as long as the backend: allocating it per timed run would cost more
      * than the kernels measured. */
-    st->flush_len = 2 * (info->l2_bytes ? info->l2_bytes : ((size_t)64 << 20));
-    if ((r = drv.MemAlloc(&st->flush_buf, st->flush_len)) != CUDA_SUCCESS) {
+    st->flush_len = 2 * (st->info.l2_bytes ? st->info.l2_bytes : ((size_t)64 << 20));
+    if ((r = kiln_cuda.MemAlloc(&st->flush_buf, st->flush_len)) != CUDA_SUCCESS) {
         st->flush_buf = 0;
         rc = cu_fail(st, r, "allocating the cache-flush buffer", err);
         goto fail;
@@ -764,18 +159,6 @@ static void cuda_shutdown(kiln_backend *be) {
 static void cuda_device_info(kiln_backend *be, kiln_device_info *out) {
     cuda_state *st = be->impl;
     *out = st->info;
-}
-
-/* sm_XY of the device, sm_90a for Hopper-only instructions, or what KILN_CUDA_ARCH says. */
-static void choose_arch(const cuda_state *st, const char *source, char *out, size_t cap) {
-    const char *env = getenv("KILN_CUDA_ARCH");
-    if (env && *env) {
-        normalize_arch(env, out, cap);
-        return;
-    }
-    int a = st->info.cc_major == 9 && st->info.cc_minor == 0 &&
-            (strstr(source, "wgmma") || strstr(source, "setmaxnreg"));
-    snprintf(out, cap, "sm_%d%d%s", st->info.cc_major, st->info.cc_minor, a ? "a" : "");
 }
 
 static void log_append(char **log, const char *line) {
@@ -799,18 +182,10 @@ static size_t param_size(kiln_param_kind kind) {
 /* With cuFuncGetParamInfo (CUDA 12.4+), checks that an entry point takes the parameters the ABI
  * passes: a kernel that declares fewer or other-sized parameters would read garbage, silently. */
 static int check_params(const cuda_entry *e, const kiln_signature *sig, char *msg, size_t cap) {
-    if (!drv.FuncGetParamInfo)
-        return 0;
-    size_t sizes[KILN_MAX_PARAMS + 1];
-    int n = 0;
-    for (; n <= KILN_MAX_PARAMS; n++) {
-        size_t offset;
-        CUresult r = drv.FuncGetParamInfo(e->fn, (size_t)n, &offset, &sizes[n]);
-        if (r == CUDA_ERROR_INVALID_VALUE)
-            break;
-        if (r != CUDA_SUCCESS)
-            return 0; /* the driver cannot tell: skip the check */
-    }
+    size_t sizes[KILN_MAX_PARAMS];
+    int n = kiln_cuda_param_sizes(e->fn, sizes, KILN_MAX_PARAMS);
+    if (n < 0)
+        return 0; /* the driver cannot tell: skip the check */
     if (n != sig->n) {
         snprintf(msg, cap, "'%s' takes %d parameter%s, but the ABI passes %d", e->name, n,
                  n == 1 ? "" : "s", sig->n);
@@ -854,21 +229,21 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
         return kiln_errf(err, KILN_ERR_INVALID, "a candidate needs 1 to %d launches, not %d",
                          KILN_MAX_LAUNCHES, abi->n_launches);
     char arch[32];
-    choose_arch(st, source, arch, sizeof arch);
+    kiln_cuda_arch(st->info.cc_major, st->info.cc_minor, source, arch, sizeof arch);
     char *cubin = NULL;
     size_t cubin_len = 0;
     int rc = kiln_cuda_compile_only(source, arch, &cubin, &cubin_len, log, err);
     if (rc)
         return rc;
     kiln_module *m = xcalloc(1, sizeof *m);
-    CUresult r = drv.ModuleLoadData(&m->mod, cubin);
+    CUresult r = kiln_cuda.ModuleLoadData(&m->mod, cubin);
     free(cubin);
     if (r != CUDA_SUCCESS) {
         m->mod = NULL;
         if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
             r == CUDA_ERROR_INVALID_PTX || r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
             rc = kiln_errf(err, KILN_ERR_COMPILE, "the driver rejected the %s cubin: %s: %s", arch,
-                           cu_error_name(r), cu_error_text(r));
+                           kiln_cuda_error_name(r), kiln_cuda_error_text(r));
         else
             rc = cu_fail(st, r, "cuModuleLoadData", err);
         goto done;
@@ -882,7 +257,7 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
             continue;
         cuda_entry *e = &m->e[m->n];
         snprintf(e->name, sizeof e->name, "%s", name);
-        r = drv.ModuleGetFunction(&e->fn, m->mod, name);
+        r = kiln_cuda.ModuleGetFunction(&e->fn, m->mod, name);
         if (r == CUDA_ERROR_NOT_FOUND) {
             rc = kiln_errf(err, KILN_ERR_COMPILE,
                            "entry point '%s' not found (did you write extern \"C\"?)", name);
@@ -894,10 +269,7 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
             break;
         }
         m->n++;
-        drv.FuncGetAttribute(&e->max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, e->fn);
-        drv.FuncGetAttribute(&e->regs, CU_FUNC_ATTRIBUTE_NUM_REGS, e->fn);
-        drv.FuncGetAttribute(&e->static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, e->fn);
-        drv.FuncGetAttribute(&e->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, e->fn);
+        kiln_cuda_func_attrs_get(e->fn, &e->attrs);
         char msg[512];
         if (check_params(e, sig, msg, sizeof msg) != 0) {
             char *proto = kiln_abi_prototype(sig, name, 1);
@@ -906,22 +278,22 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
             log_append(log, err ? err->msg : msg);
             break;
         }
-        if ((size_t)e->static_smem > st->info.smem_per_block_optin) {
+        if ((size_t)e->attrs.static_smem > st->info.smem_per_block_optin) {
             rc = kiln_errf(err, KILN_ERR_RESOURCE,
                            "'%s' uses %d bytes of static shared memory; a block gets at most %zu",
-                           name, e->static_smem, st->info.smem_per_block_optin);
+                           name, e->attrs.static_smem, st->info.smem_per_block_optin);
             break;
         }
-        if (e->max_threads < 1) {
+        if (e->attrs.max_threads < 1) {
             rc = kiln_errf(err, KILN_ERR_RESOURCE, "'%s' cannot run a single thread (%d registers)",
-                           name, e->regs);
+                           name, e->attrs.regs);
             break;
         }
     }
 done:
     if (rc) {
         if (m->mod && !st->dead)
-            drv.ModuleUnload(m->mod);
+            kiln_cuda.ModuleUnload(m->mod);
         free(m);
         return rc;
     }
@@ -934,7 +306,7 @@ static void cuda_module_free(kiln_backend *be, kiln_module *m) {
     if (!m)
         return;
     if (!st->dead)
-        drv.ModuleUnload(m->mod);
+        kiln_cuda.ModuleUnload(m->mod);
     free(m);
 }
 
@@ -952,9 +324,9 @@ static int cuda_entry_attrs(kiln_backend *be, kiln_module *m, const char *entry,
     if (!e)
         return kiln_errf(err, KILN_ERR_INVALID, "entry point '%s' is not in this module", entry);
     if (regs)
-        *regs = e->regs;
+        *regs = e->attrs.regs;
     if (static_smem)
-        *static_smem = (size_t)e->static_smem;
+        *static_smem = (size_t)e->attrs.static_smem;
     return KILN_OK;
 }
 
@@ -970,8 +342,8 @@ static int launch_fail(cuda_state *st, CUresult r, const kiln_launch *l, kiln_er
             "launch '%s' grid (%u, %u, %u) block (%u, %u, %u) smem %zu cluster (%u, %u, "
             "%u): %s: %s",
             l->entry, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
-            l->smem_bytes, l->cluster[0], l->cluster[1], l->cluster[2], cu_error_name(r),
-            cu_error_text(r));
+            l->smem_bytes, l->cluster[0], l->cluster[1], l->cluster[2], kiln_cuda_error_name(r),
+            kiln_cuda_error_text(r));
     default: {
         char what[200];
         snprintf(what, sizeof what, "launch '%s'", l->entry);
@@ -983,53 +355,11 @@ static int launch_fail(cuda_state *st, CUresult r, const kiln_launch *l, kiln_er
 /* Checks one launch against the kernel and the device, raising the kernel's limits where the launch
  * needs it (dynamic shared memory above 48 KiB, clusters above 8). */
 static int prepare_launch(cuda_state *st, cuda_entry *e, const kiln_launch *l, kiln_err *err) {
-    unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
-    if (threads > (unsigned long long)e->max_threads)
-        return kiln_errf(
-            err, KILN_ERR_RESOURCE,
-            "launch '%s': block (%u, %u, %u) is %llu threads, but '%s' can run at most "
-            "%d threads per block (%d registers per thread)",
-            l->entry, l->block[0], l->block[1], l->block[2], threads, e->name, e->max_threads,
-            e->regs);
-    size_t total_smem = (size_t)e->static_smem + l->smem_bytes;
-    if (total_smem > st->info.smem_per_block_optin)
-        return kiln_errf(err, KILN_ERR_RESOURCE,
-                         "launch '%s': %zu bytes of dynamic + %d bytes of static shared memory "
-                         "exceed the device's %zu bytes per block",
-                         l->entry, l->smem_bytes, e->static_smem, st->info.smem_per_block_optin);
-    CUresult r;
-    if (total_smem > CUDA_DEFAULT_SMEM_BYTES && (int)l->smem_bytes > e->dyn_smem_allowed) {
-        r = drv.FuncSetAttribute(e->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 (int)l->smem_bytes);
-        if (r != CUDA_SUCCESS)
-            return launch_fail(st, r, l, err);
-        e->dyn_smem_allowed = (int)l->smem_bytes;
-    }
-    unsigned long long cluster = (unsigned long long)l->cluster[0] * l->cluster[1] * l->cluster[2];
-    if (cluster > 1) {
-        if (st->info.cc_major < 9)
-            return kiln_errf(err, KILN_ERR_RESOURCE,
-                             "launch '%s': thread-block clusters need sm_90, the device is sm_%d%d",
-                             l->entry, st->info.cc_major, st->info.cc_minor);
-        for (int d = 0; d < 3; d++)
-            if (l->grid[d] % l->cluster[d] != 0)
-                return kiln_errf(err, KILN_ERR_RESOURCE,
-                                 "launch '%s': grid (%u, %u, %u) is not a multiple of cluster "
-                                 "(%u, %u, %u)",
-                                 l->entry, l->grid[0], l->grid[1], l->grid[2], l->cluster[0],
-                                 l->cluster[1], l->cluster[2]);
-        if (cluster > CUDA_MAX_CLUSTER)
-            return kiln_errf(err, KILN_ERR_RESOURCE,
-                             "launch '%s': a cluster of %llu blocks (the limit is %d)", l->entry,
-                             cluster, CUDA_MAX_CLUSTER);
-        if (cluster > CUDA_PORTABLE_CLUSTER && !e->nonportable_cluster) {
-            r = drv.FuncSetAttribute(e->fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-            if (r != CUDA_SUCCESS)
-                return launch_fail(st, r, l, err);
-            e->nonportable_cluster = 1;
-        }
-    }
-    return KILN_OK;
+    char why[400];
+    if (kiln_cuda_launch_fits(e->name, &e->attrs, l, &st->info, why, sizeof why) != 0)
+        return kiln_errf(err, KILN_ERR_RESOURCE, "%s", why);
+    CUresult r = kiln_cuda_raise_limits(e->fn, &e->attrs, l, &e->limits);
+    return r == CUDA_SUCCESS ? KILN_OK : launch_fail(st, r, l, err);
 }
 
 static int cuda_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan *plan,
@@ -1053,29 +383,14 @@ static int cuda_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan 
         const kiln_launch *l = &plan->launch[i];
         CUresult r;
         if (l->cluster[0] * l->cluster[1] * l->cluster[2] > 1) {
-            CUlaunchAttribute attr;
-            memset(&attr, 0, sizeof attr);
-            attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr.value.clusterDim.x = l->cluster[0];
-            attr.value.clusterDim.y = l->cluster[1];
-            attr.value.clusterDim.z = l->cluster[2];
             CUlaunchConfig cfg;
-            memset(&cfg, 0, sizeof cfg);
-            cfg.gridDimX = l->grid[0];
-            cfg.gridDimY = l->grid[1];
-            cfg.gridDimZ = l->grid[2];
-            cfg.blockDimX = l->block[0];
-            cfg.blockDimY = l->block[1];
-            cfg.blockDimZ = l->block[2];
-            cfg.sharedMemBytes = (unsigned)l->smem_bytes;
-            cfg.hStream = st->stream;
-            cfg.attrs = &attr;
-            cfg.numAttrs = 1;
-            r = drv.LaunchKernelEx(&cfg, entries[i]->fn, params, NULL);
+            CUlaunchAttribute attr;
+            kiln_cuda_launch_config(l, st->stream, &cfg, &attr);
+            r = kiln_cuda.LaunchKernelEx(&cfg, entries[i]->fn, params, NULL);
         } else {
-            r = drv.LaunchKernel(entries[i]->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0],
-                                 l->block[1], l->block[2], (unsigned)l->smem_bytes, st->stream,
-                                 params, NULL);
+            r = kiln_cuda.LaunchKernel(entries[i]->fn, l->grid[0], l->grid[1], l->grid[2],
+                                       l->block[0], l->block[1], l->block[2],
+                                       (unsigned)l->smem_bytes, st->stream, params, NULL);
         }
         if (r != CUDA_SUCCESS)
             return launch_fail(st, r, l, err);
@@ -1087,7 +402,7 @@ static int cuda_sync(kiln_backend *be, kiln_err *err) {
     cuda_state *st = be->impl;
     if (st->dead)
         return cu_dead(st, err);
-    CUresult r = drv.StreamSynchronize(st->stream);
+    CUresult r = kiln_cuda.StreamSynchronize(st->stream);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuStreamSynchronize", err);
     return KILN_OK;
@@ -1100,7 +415,7 @@ static int cuda_alloc(kiln_backend *be, size_t n_bytes, kiln_devptr *out, kiln_e
     if (st->dead)
         return cu_dead(st, err);
     CUdeviceptr p = 0;
-    CUresult r = drv.MemAlloc(&p, n_bytes ? n_bytes : 1);
+    CUresult r = kiln_cuda.MemAlloc(&p, n_bytes ? n_bytes : 1);
     if (r != CUDA_SUCCESS) {
         char what[64];
         snprintf(what, sizeof what, "allocating %zu bytes", n_bytes);
@@ -1113,7 +428,7 @@ static int cuda_alloc(kiln_backend *be, size_t n_bytes, kiln_devptr *out, kiln_e
 static void cuda_free(kiln_backend *be, kiln_devptr p) {
     cuda_state *st = be->impl;
     if (p && !st->dead)
-        drv.MemFree((CUdeviceptr)p);
+        kiln_cuda.MemFree((CUdeviceptr)p);
 }
 
 static int cuda_upload(kiln_backend *be, kiln_devptr dst, const void *src, size_t n,
@@ -1123,9 +438,9 @@ static int cuda_upload(kiln_backend *be, kiln_devptr dst, const void *src, size_
         return cu_dead(st, err);
     if (n == 0)
         return KILN_OK;
-    CUresult r = drv.MemcpyHtoDAsync((CUdeviceptr)dst, src, n, st->stream);
+    CUresult r = kiln_cuda.MemcpyHtoDAsync((CUdeviceptr)dst, src, n, st->stream);
     if (r == CUDA_SUCCESS)
-        r = drv.StreamSynchronize(st->stream);
+        r = kiln_cuda.StreamSynchronize(st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "upload", err);
 }
 
@@ -1135,9 +450,9 @@ static int cuda_download(kiln_backend *be, void *dst, kiln_devptr src, size_t n,
         return cu_dead(st, err);
     if (n == 0)
         return KILN_OK;
-    CUresult r = drv.MemcpyDtoHAsync(dst, (CUdeviceptr)src, n, st->stream);
+    CUresult r = kiln_cuda.MemcpyDtoHAsync(dst, (CUdeviceptr)src, n, st->stream);
     if (r == CUDA_SUCCESS)
-        r = drv.StreamSynchronize(st->stream);
+        r = kiln_cuda.StreamSynchronize(st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "download", err);
 }
 
@@ -1147,7 +462,7 @@ static int cuda_memset8(kiln_backend *be, kiln_devptr dst, uint8_t value, size_t
         return cu_dead(st, err);
     if (n == 0)
         return KILN_OK;
-    CUresult r = drv.MemsetD8Async((CUdeviceptr)dst, value, n, st->stream);
+    CUresult r = kiln_cuda.MemsetD8Async((CUdeviceptr)dst, value, n, st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "memset", err);
 }
 
@@ -1156,8 +471,8 @@ static int cuda_flush_cache(kiln_backend *be, kiln_err *err) {
     if (st->dead)
         return cu_dead(st, err);
     /* A different byte each time, so that no layer can skip the writes as redundant. */
-    CUresult r = drv.MemsetD8Async(st->flush_buf, (unsigned char)(++st->flush_round & 0xff),
-                                   st->flush_len, st->stream);
+    CUresult r = kiln_cuda.MemsetD8Async(st->flush_buf, (unsigned char)(++st->flush_round & 0xff),
+                                         st->flush_len, st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "cache flush", err);
 }
 
@@ -1169,11 +484,11 @@ static int cuda_timer_create(kiln_backend *be, kiln_timer **out, kiln_err *err) 
     if (st->dead)
         return cu_dead(st, err);
     kiln_timer *t = xcalloc(1, sizeof *t);
-    CUresult r = drv.EventCreate(&t->start, CU_EVENT_DEFAULT);
+    CUresult r = kiln_cuda.EventCreate(&t->start, CU_EVENT_DEFAULT);
     if (r == CUDA_SUCCESS) {
-        r = drv.EventCreate(&t->stop, CU_EVENT_DEFAULT);
+        r = kiln_cuda.EventCreate(&t->stop, CU_EVENT_DEFAULT);
         if (r != CUDA_SUCCESS)
-            drv.EventDestroy(t->start);
+            kiln_cuda.EventDestroy(t->start);
     }
     if (r != CUDA_SUCCESS) {
         free(t);
@@ -1188,8 +503,8 @@ static void cuda_timer_destroy(kiln_backend *be, kiln_timer *t) {
     if (!t)
         return;
     if (!st->dead) {
-        drv.EventDestroy(t->start);
-        drv.EventDestroy(t->stop);
+        kiln_cuda.EventDestroy(t->start);
+        kiln_cuda.EventDestroy(t->stop);
     }
     free(t);
 }
@@ -1199,7 +514,7 @@ static int cuda_timer_start(kiln_backend *be, kiln_timer *t, kiln_err *err) {
     if (st->dead)
         return cu_dead(st, err);
     t->recorded = 0;
-    CUresult r = drv.EventRecord(t->start, st->stream);
+    CUresult r = kiln_cuda.EventRecord(t->start, st->stream);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuEventRecord", err);
     t->recorded = 1;
@@ -1212,7 +527,7 @@ static int cuda_timer_stop(kiln_backend *be, kiln_timer *t, kiln_err *err) {
         return cu_dead(st, err);
     if (t->recorded != 1)
         return kiln_errf(err, KILN_ERR_INVALID, "timer stopped before it was started");
-    CUresult r = drv.EventRecord(t->stop, st->stream);
+    CUresult r = kiln_cuda.EventRecord(t->stop, st->stream);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuEventRecord", err);
     t->recorded = 2;
@@ -1225,11 +540,11 @@ static int cuda_timer_elapsed_us(kiln_backend *be, kiln_timer *t, double *us, ki
         return cu_dead(st, err);
     if (t->recorded != 2)
         return kiln_errf(err, KILN_ERR_INVALID, "timer read before it was started and stopped");
-    CUresult r = drv.EventSynchronize(t->stop);
+    CUresult r = kiln_cuda.EventSynchronize(t->stop);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuEventSynchronize", err);
     float ms = 0;
-    r = drv.EventElapsedTime(&ms, t->start, t->stop);
+    r = kiln_cuda.EventElapsedTime(&ms, t->start, t->stop);
     if (r != CUDA_SUCCESS)
         return cu_fail(st, r, "cuEventElapsedTime", err);
     *us = (double)ms * 1000.0;

@@ -53,12 +53,7 @@ static const char *default_backend(const char *kernel) {
         return "cuda";
     if (n > 2 && strcmp(kernel + n - 2, ".c") == 0)
         return "cpu";
-    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (h) {
-        dlclose(h);
-        return "cuda";
-    }
-    return "cpu";
+    return kiln_backend_default();
 }
 
 static double num(const cJSON *o, const char *k) {

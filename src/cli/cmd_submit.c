@@ -2,7 +2,6 @@
  * kernel; it goes through the same gate as the search's candidates, lands in the run's tree as a
  * child of the problem's root (agent "submitted"), and becomes the incumbent if it is right and
  * faster. The --json result is the outside agent's feedback (docs/agents.md). */
-#include <dlfcn.h>
 #include <getopt.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -11,21 +10,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/cuda_driver.h"
+#include "../backend/nvrtc.h"
 #include "cli.h"
 #include "submit.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Opening a run for one problem.
  * --------------------------------------------------------------------------------------------- */
-
-const char *kiln_submit_default_backend(void) {
-    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (!h)
-        return "cpu";
-    dlclose(h);
-    return "cuda";
-}
 
 static char *abs_path(const char *p) {
     char buf[4096];
@@ -129,14 +121,14 @@ int kiln_submit_open(const char *run_dir, const char *problem, const char *backe
         free(was);
         goto fail;
     }
-    r->backend = xstrdup(backend ? backend : was ? was : kiln_submit_default_backend());
+    r->backend = xstrdup(backend ? backend : was ? was : kiln_backend_default());
     free(was);
     if (!kiln_backend_find(r->backend)) {
         kiln_errf(err, KILN_ERR_INVALID, "unknown backend '%s' (use cuda or cpu)", r->backend);
         goto fail;
     }
     r->cuda = strcmp(r->backend, "cuda") == 0;
-    if (r->cuda && strcmp(kiln_submit_default_backend(), "cuda") != 0) {
+    if (r->cuda && !kiln_cuda_driver_present()) {
         kiln_errf(err, KILN_ERR_NO_DEVICE,
                   "no NVIDIA driver here (libcuda.so.1 not found): the cuda backend needs a GPU; "
                   "use --backend cpu");
@@ -325,8 +317,7 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
         size_t len = 0;
         kiln_err cerr;
         binary_hash = 0;
-        int crc =
-            kiln_cuda_compile_apart(source, getenv("KILN_CUDA_ARCH"), &cubin, &len, &log, &cerr);
+        int crc = kiln_cuda_compile_apart(source, NULL, &cubin, &len, &log, &cerr);
         if (crc == KILN_OK) {
             binary_hash = kiln_fnv1a(KILN_FNV_INIT, cubin, len);
             if (!binary_hash)

@@ -2,7 +2,6 @@
  * matches a problem (or a documented sample of it), proves and times each point through the gate,
  * and prints the table best last. Before search exists this is how a family is measured; search
  * uses the same families. */
-#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -12,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/nvrtc.h"
 #include "../gate/gate.h"
 #include "../gen/family.h"
 #include "cli.h"
@@ -175,8 +174,7 @@ static pid_t precompile_start(sweep_job *jobs, int n) {
                 char *cubin = NULL, *log = NULL;
                 size_t len = 0;
                 /* the result lands in the cubin cache; compile errors are the gate's to report */
-                kiln_cuda_compile_only(jobs[k].source, getenv("KILN_CUDA_ARCH"), &cubin, &len, &log,
-                                       NULL);
+                kiln_cuda_compile_only(jobs[k].source, NULL, &cubin, &len, &log, NULL);
                 free(cubin);
                 free(log);
             }
@@ -337,12 +335,8 @@ int kiln_cmd_sweep(int argc, char **argv) {
         return 2;
     }
     const char *problem_dir = argv[optind];
-    if (!backend) {
-        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-        backend = h ? "cuda" : "cpu";
-        if (h)
-            dlclose(h);
-    }
+    if (!backend)
+        backend = kiln_backend_default();
     if (!kiln_backend_find(backend)) {
         fprintf(stderr, "kiln sweep: unknown backend '%s' (use cuda or cpu)\n", backend);
         return 2;

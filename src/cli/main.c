@@ -2,9 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../util/version.h"
 #include "cli.h"
-
-#define KILN_VERSION "0.1.0"
 
 static const struct {
     const char *name;

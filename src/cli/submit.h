@@ -55,7 +55,4 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
  * candidate whose latest verdict is ok; 0 when none. *time_us gets its time (< 0 unknown). */
 int64_t kiln_submit_incumbent(kiln_submit_run *r, double *time_us);
 
-/* The backend a command uses when none is given: cuda when libcuda.so.1 loads, else cpu. */
-const char *kiln_submit_default_backend(void);
-
 #endif

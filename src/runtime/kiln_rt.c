@@ -2,6 +2,15 @@
  * shape gate, launch an entry on the caller's stream. It never aborts: every entry point returns a
  * status and leaves its message in kiln_rt_last_error().
  *
+ * Running out of memory. The core allocates through xmalloc, which aborts in kiln's own processes.
+ * kiln_rt_open is the one entry point that allocates (match, launch and the getters do not), so it
+ * runs under a kiln_oom_scope (src/util/common.h): an allocation that fails anywhere below it, in
+ * the manifest reader, the cpu backend or NVRTC's wrapper, jumps back to kiln_rt_open, which frees
+ * the half-opened handle and returns KILN_ERR_NOMEM; Python raises LibraryRefused. Nothing below
+ * allocates while it holds a lock or while a CUDA context of its own is pushed; what was allocated
+ * and not yet attached to the handle (a message, a parsed manifest, a cpu compile's temporary
+ * folder) leaks, once.
+ *
  * The gate lives in two places on purpose. Python (python/kiln/install.py) checks every call
  * against tuples it precomputes from kiln_rt_entry_json(), because a ctypes call per check would
  * cost more than the check; kiln_rt_match() is the same rule in C, for C callers, for tests that
@@ -11,11 +20,11 @@
  * PyTorch's allocator gives far more, but a slice with a storage offset may not). */
 #include "rt_impl.h"
 
-#include <cjson/cJSON.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/nvrtc.h"
 
 static _Thread_local char last_error[1024];
 
@@ -34,7 +43,11 @@ int kiln_rt_abi_version(void) {
 }
 
 const char *kiln_rt_kiln_version(void) {
-    return KILN_RT_KILN_VERSION;
+    return KILN_VERSION;
+}
+
+const char *kiln_rt_default_backend(void) {
+    return kiln_backend_default();
 }
 
 const char *kiln_rt_strerror(int status) {
@@ -70,6 +83,8 @@ void kiln_rt_close(kiln_rt *rt) {
     if (rt->cpu)
         kiln_backend_close(rt->cpu);
     rt_gpu_close(rt->gpu);
+    cJSON_Delete(rt->library_device);
+    cJSON_Delete(rt->library_build);
     free(rt->dir);
     free(rt->info_json);
     free(rt);
@@ -154,82 +169,59 @@ static int load_cuda_entry(kiln_rt *rt, rt_entry *e, kiln_err *err) {
 }
 
 static char *info_json(const kiln_rt *rt, const char *backend, const char *notes) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "backend", backend);
-    cJSON_AddStringToObject(o, "library_dir", rt->dir);
-    cJSON_AddStringToObject(o, "kiln_version", KILN_RT_KILN_VERSION);
-    cJSON *d = cJSON_AddObjectToObject(o, "device");
-    cJSON_AddStringToObject(d, "name", rt->info.name);
-    cJSON_AddStringToObject(d, "uuid", rt->info.uuid);
+    cJSON *o = rt_json(cJSON_CreateObject());
+    rt_json(cJSON_AddStringToObject(o, "backend", backend));
+    rt_json(cJSON_AddStringToObject(o, "library_dir", rt->dir));
+    rt_json(cJSON_AddStringToObject(o, "kiln_version", KILN_VERSION));
+    cJSON *d = rt_json(cJSON_AddObjectToObject(o, "device"));
+    rt_json(cJSON_AddStringToObject(d, "name", rt->info.name));
+    rt_json(cJSON_AddStringToObject(d, "uuid", rt->info.uuid));
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", rt->info.cc_major, rt->info.cc_minor);
-    cJSON_AddStringToObject(d, "compute_capability", cc);
-    cJSON_AddNumberToObject(d, "ordinal", rt->device);
-    cJSON *n = cJSON_AddArrayToObject(o, "notes");
+    rt_json(cJSON_AddStringToObject(d, "compute_capability", cc));
+    rt_json(cJSON_AddNumberToObject(d, "ordinal", rt->device));
+    cJSON *n = rt_json(cJSON_AddArrayToObject(o, "notes"));
     for (const char *s = notes; s && *s;) {
         const char *nl = strchr(s, '\n');
         size_t len = nl ? (size_t)(nl - s) : strlen(s);
         char *line = xstrndup(s, len);
-        cJSON_AddItemToArray(n, cJSON_CreateString(line));
+        if (!cJSON_AddItemToArray(n, cJSON_CreateString(line)))
+            kiln_out_of_memory(len);
         free(line);
         s = nl ? nl + 1 : s + len;
     }
     /* The manifest's own device and build, for the report. */
-    char *path = kiln_path_join(rt->dir, "manifest.json");
-    char *text = NULL;
-    if (kiln_read_file(path, &text, NULL, NULL) == KILN_OK) {
-        cJSON *m = cJSON_Parse(text);
-        cJSON *dev = cJSON_GetObjectItemCaseSensitive(m, "device");
-        cJSON *build = cJSON_GetObjectItemCaseSensitive(m, "build");
-        if (dev)
-            cJSON_AddItemToObject(o, "library_device", cJSON_Duplicate(dev, 1));
-        if (build)
-            cJSON_AddItemToObject(o, "build", cJSON_Duplicate(build, 1));
-        cJSON_Delete(m);
-    }
-    free(text);
-    free(path);
-    char *s = cJSON_PrintUnformatted(o);
+    if (!cJSON_AddItemToObject(o, "library_device", cJSON_Duplicate(rt->library_device, 1)) ||
+        !cJSON_AddItemToObject(o, "build", cJSON_Duplicate(rt->library_build, 1)))
+        kiln_out_of_memory(0);
+    char *s = rt_json(cJSON_PrintUnformatted(o));
     cJSON_Delete(o);
     return s;
 }
 
-int kiln_rt_open(const char *library_dir, int device_ordinal, kiln_rt **out, char *errbuf,
-                 size_t errbuf_len) {
-    kiln_err err;
-    err.msg[0] = 0;
+/* kiln_rt_open's work, on a zeroed handle that the caller owns and frees on failure. */
+static int open_library(kiln_rt *rt, const char *library_dir, int device_ordinal, kiln_err *err) {
     char backend[16] = "";
     char *notes = NULL;
-    kiln_rt *rt = NULL;
-    int rc = KILN_OK;
-    if (errbuf && errbuf_len)
-        errbuf[0] = 0;
-    if (!out || !library_dir) {
-        rc = kiln_errf(&err, KILN_ERR_INVALID, "kiln_rt_open: library_dir and out are required");
-        goto done;
-    }
-    *out = NULL;
-    if ((rc = rt_manifest_backend(library_dir, backend, sizeof backend, &err)))
-        goto done;
-    rt = xcalloc(1, sizeof *rt);
+    int rc = rt_manifest_backend(library_dir, backend, sizeof backend, err);
+    if (rc)
+        return rc;
     rt->dir = xstrdup(library_dir);
     rt->device = device_ordinal;
     rt->cuda = strcmp(backend, "cuda") == 0;
     if (rt->cuda) {
-        rc = rt_gpu_open(device_ordinal, &rt->gpu, &rt->info, &err);
+        rc = rt_gpu_open(device_ordinal, &rt->gpu, &rt->info, err);
     } else {
-        rc = kiln_backend_open("cpu", device_ordinal, &rt->cpu, &err);
+        rc = kiln_backend_open("cpu", device_ordinal, &rt->cpu, err);
         if (rc == KILN_OK)
             rt->cpu->ops->device_info(rt->cpu, &rt->info);
     }
     if (rc) {
-        char why[sizeof err.msg];
-        memcpy(why, err.msg, sizeof why);
-        rc = kiln_errf(&err, rc, "%s: a %s library, but %s", library_dir, backend, why);
-        goto done;
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        return kiln_errf(err, rc, "%s: a %s library, but %s", library_dir, backend, why);
     }
-    if ((rc = rt_manifest_load(rt, backend, &notes, &err)))
-        goto done;
+    rc = rt_manifest_load(rt, backend, &notes, err);
     for (int i = 0; i < rt->n_entries && rc == KILN_OK; i++) {
         rt_entry *e = &rt->entries[i];
         if (e->disabled)
@@ -237,23 +229,55 @@ int kiln_rt_open(const char *library_dir, int device_ordinal, kiln_rt **out, cha
         kiln_err lerr;
         rc = rt->cuda ? load_cuda_entry(rt, e, &lerr) : load_cpu_entry(rt, e, &lerr);
         if (rc)
-            rc = kiln_errf(&err, rc, "%s: entry %d (%s): %s", library_dir, i, e->problem, lerr.msg);
+            rc = kiln_errf(err, rc, "%s: entry %d (%s): %s", library_dir, i, e->problem, lerr.msg);
     }
     if (rc == KILN_OK)
         rt->info_json = info_json(rt, backend, notes);
-done:
     free(notes);
+    return rc;
+}
+
+/* A failed kiln_rt_open: the message goes to errbuf and kiln_rt_last_error(). */
+static int refuse(int status, char *errbuf, size_t errbuf_len, const char *msg) {
+    fail(status, "%s", msg);
+    if (errbuf && errbuf_len)
+        snprintf(errbuf, errbuf_len, "%s", msg);
+    return status;
+}
+
+int kiln_rt_open(const char *library_dir, int device_ordinal, kiln_rt **out, char *errbuf,
+                 size_t errbuf_len) {
+    if (errbuf && errbuf_len)
+        errbuf[0] = 0;
+    if (!out || !library_dir)
+        return refuse(KILN_ERR_INVALID, errbuf, errbuf_len,
+                      "kiln_rt_open: library_dir and out are required");
+    *out = NULL;
+    /* Allocated before the scope opens, so that the handler finds it (a local assigned after
+     * setjmp would be indeterminate after the jump). */
+    kiln_rt *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return refuse(KILN_ERR_NOMEM, errbuf, errbuf_len, "out of memory opening a library");
+    kiln_err err;
+    err.msg[0] = 0;
+    kiln_oom_scope scope;
+    kiln_oom_enter(&scope);
+    if (setjmp(scope.env)) {
+        kiln_rt_close(rt);
+        char msg[sizeof err.msg];
+        snprintf(msg, sizeof msg, "%s: out of memory while opening the library (%zu bytes asked)",
+                 library_dir, (size_t)scope.n_bytes);
+        return refuse(KILN_ERR_NOMEM, errbuf, errbuf_len, msg);
+    }
+    int rc = open_library(rt, library_dir, device_ordinal, &err);
+    kiln_oom_leave(&scope);
     if (rc) {
         kiln_rt_close(rt);
-        fail(rc, "%s", err.msg);
-        if (errbuf && errbuf_len)
-            snprintf(errbuf, errbuf_len, "%s", err.msg);
-        return rc;
+        return refuse(rc, errbuf, errbuf_len, err.msg);
     }
     *out = rt;
     return KILN_OK;
 }
-
 /* ---- entries ---- */
 
 static const rt_entry *entry_at(const kiln_rt *rt, int entry) {

@@ -8,9 +8,11 @@
  * the parameters the manifest implies. An entry that is intact but cannot be launched here (a
  * scalar input, no cubin) is loaded disabled, with the reason, and the rest of the library is used.
  *
- * Nothing here aborts on what a file, a kernel or a caller does: every function returns a status
- * (a kiln_status from src/util/common.h) and kiln_rt_last_error() says why. The one exception is
- * running out of host memory, which aborts as everywhere in kiln (xmalloc). */
+ * Nothing here aborts the host process: every function returns a status (a kiln_status from
+ * src/util/common.h) and kiln_rt_last_error() says why, whatever a file, a kernel or a caller does,
+ * and when host memory runs out: kiln_rt_open, the one function that allocates, then returns
+ * KILN_ERR_NOMEM (kiln_rt.c says how). The library exports these functions and nothing else, and
+ * links neither SQLite nor libcurl (src/runtime/kiln_rt.map, the Makefile). */
 #ifndef KILN_RT_H
 #define KILN_RT_H
 
@@ -19,9 +21,6 @@
 
 /* The version of this interface; python/kiln/install.py refuses a libkiln_rt it does not know. */
 #define KILN_RT_ABI_VERSION 2
-/* The kiln release this runtime belongs to; a library written by another one is refused. Keep it
- * equal to KILN_VERSION in src/cli/main.c. */
-#define KILN_RT_KILN_VERSION "0.1.0"
 /* The manifest format this runtime reads ("kiln_library" in manifest.json). */
 #define KILN_RT_LIBRARY_FORMAT 1
 
@@ -42,8 +41,13 @@ typedef struct {
 
 /* The version of this interface (KILN_RT_ABI_VERSION). */
 int kiln_rt_abi_version(void);
-/* The kiln release this runtime accepts libraries from (KILN_RT_KILN_VERSION). */
+/* The kiln release this runtime belongs to and accepts libraries from (KILN_VERSION in
+ * src/util/version.h); a library written by another release is refused. */
 const char *kiln_rt_kiln_version(void);
+/* The backend kiln uses on this machine where none is named, "cuda" or "cpu" (kiln_backend_default
+ * in src/backend/backend.h): Python asks here, so that `kiln tune` picks what the C commands pick.
+ */
+const char *kiln_rt_default_backend(void);
 /* The name of a status code ("malformed input", ...). */
 const char *kiln_rt_strerror(int status);
 /* The message of the last failed call on this thread ("" when none failed yet). */

@@ -4,7 +4,10 @@
 #ifndef KILN_RT_IMPL_H
 #define KILN_RT_IMPL_H
 
+#include <cjson/cJSON.h>
+
 #include "../backend/backend.h"
+#include "../util/version.h"
 #include "kiln_rt.h"
 
 #define RT_MAX_TENSORS 32 /* inputs or outputs of one entry */
@@ -53,14 +56,26 @@ struct kiln_rt {
     kiln_device_info info;
     int n_entries;
     rt_entry *entries;
+    cJSON *library_device; /* the manifest's "device" and "build", for kiln_rt_info_json */
+    cJSON *library_build;
     char *info_json;
 };
+
+/* cJSON allocates with plain malloc and answers NULL when it runs out: every cJSON call that
+ * builds something goes through rt_json, which turns that NULL into the out-of-memory jump of
+ * kiln_rt_open's scope (src/util/common.h). */
+static inline void *rt_json(void *built) {
+    if (!built)
+        kiln_out_of_memory(0);
+    return built;
+}
 
 /* ---- rt_manifest.c ---- */
 
 /* Reads dir/manifest.json: checks the format, backend, build and device against this runtime and
  * `here` (the device found), then every entry's fields, into rt->entries (kernels are not loaded
- * yet). The manifest's own text is kept per entry in rt_entry.json. KILN_ERR_FORMAT for a damaged
+ * yet). The manifest's own text is kept per entry in rt_entry.json, its "device" and "build" in
+ * rt->library_device and rt->library_build. KILN_ERR_FORMAT for a damaged
  * manifest, KILN_ERR_UNSUPPORTED for a library of another device or build; err says which field
  * or which mismatch. *notes gets remarks about what was accepted anyway (heap, may be NULL). */
 int rt_manifest_load(kiln_rt *rt, const char *backend_expected, char **notes, kiln_err *err);

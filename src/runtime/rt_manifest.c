@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/nvrtc.h"
 
 static const char *json_str(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -439,22 +439,23 @@ bad:
 
 /* Adds "runtime" to a copy of the manifest entry and prints it. */
 static char *entry_json(const cJSON *j, const rt_entry *e, int index) {
-    cJSON *c = cJSON_Duplicate(j, 1);
-    cJSON *r = cJSON_AddObjectToObject(c, "runtime");
-    cJSON_AddNumberToObject(r, "index", index);
-    cJSON_AddBoolToObject(r, "usable", e->disabled == NULL);
+    cJSON *c = rt_json(cJSON_Duplicate(j, 1));
+    cJSON *r = rt_json(cJSON_AddObjectToObject(c, "runtime"));
+    rt_json(cJSON_AddNumberToObject(r, "index", index));
+    rt_json(cJSON_AddBoolToObject(r, "usable", e->disabled == NULL));
     if (e->disabled)
-        cJSON_AddStringToObject(r, "disabled_reason", e->disabled);
+        rt_json(cJSON_AddStringToObject(r, "disabled_reason", e->disabled));
     else
-        cJSON_AddNullToObject(r, "disabled_reason");
-    cJSON_AddNumberToObject(r, "n_params", e->sig.n);
-    cJSON *axes = cJSON_AddObjectToObject(r, "axes");
+        rt_json(cJSON_AddNullToObject(r, "disabled_reason"));
+    rt_json(cJSON_AddNumberToObject(r, "n_params", e->sig.n));
+    cJSON *axes = rt_json(cJSON_AddObjectToObject(r, "axes"));
     for (int a = 0; a < e->n_axes; a++)
-        cJSON_AddNumberToObject(axes, e->axis_names[a], (double)e->axis_values[a]);
-    cJSON_AddNumberToObject(r, "scratch_bytes", (double)e->plan.scratch_bytes);
-    cJSON_AddBoolToObject(r, "has_scratch",
-                          e->sig.n > 0 && strcmp(e->sig.p[e->sig.n - 1].name, "kiln_scratch") == 0);
-    char *text = cJSON_PrintUnformatted(c);
+        rt_json(cJSON_AddNumberToObject(axes, e->axis_names[a], (double)e->axis_values[a]));
+    rt_json(cJSON_AddNumberToObject(r, "scratch_bytes", (double)e->plan.scratch_bytes));
+    rt_json(cJSON_AddBoolToObject(r, "has_scratch",
+                                  e->sig.n > 0 &&
+                                      strcmp(e->sig.p[e->sig.n - 1].name, "kiln_scratch") == 0));
+    char *text = rt_json(cJSON_PrintUnformatted(c));
     cJSON_Delete(c);
     return text;
 }
@@ -540,17 +541,17 @@ int rt_manifest_load(kiln_rt *rt, const char *backend_expected, char **notes, ki
     } else if (fmt->valuedouble != KILN_RT_LIBRARY_FORMAT) {
         rc = kiln_errf(err, KILN_ERR_UNSUPPORTED,
                        "%s: library format %g; this runtime reads format %d (kiln %s)", path,
-                       fmt->valuedouble, KILN_RT_LIBRARY_FORMAT, KILN_RT_KILN_VERSION);
+                       fmt->valuedouble, KILN_RT_LIBRARY_FORMAT, KILN_VERSION);
     } else if (!backend || strcmp(backend, backend_expected) != 0) {
         rc = kiln_errf(err, KILN_ERR_FORMAT, "%s: corrupt manifest: \"backend\" changed to %s",
                        path, backend ? backend : "nothing");
     } else if (!cJSON_IsObject(build) || !built_by) {
         rc = kiln_errf(err, KILN_ERR_FORMAT, "%s: corrupt manifest: no \"build\".\"kiln\"", path);
-    } else if (strcmp(built_by, "unknown") != 0 && strcmp(built_by, KILN_RT_KILN_VERSION) != 0) {
+    } else if (strcmp(built_by, "unknown") != 0 && strcmp(built_by, KILN_VERSION) != 0) {
         rc = kiln_errf(err, KILN_ERR_UNSUPPORTED,
                        "%s: the library was built by kiln %s; this runtime is kiln %s (rebuild it "
                        "with this kiln: `kiln optimize RUN`)",
-                       path, built_by, KILN_RT_KILN_VERSION);
+                       path, built_by, KILN_VERSION);
     } else if (!cJSON_IsArray(entries)) {
         rc = kiln_errf(err, KILN_ERR_FORMAT, "%s: corrupt manifest: no \"entries\" array", path);
     }
@@ -559,8 +560,13 @@ int rt_manifest_load(kiln_rt *rt, const char *backend_expected, char **notes, ki
     if (rc == KILN_OK)
         rc = check_device(rt, cJSON_GetObjectItemCaseSensitive(root, "device"), path, notes, err);
     if (rc == KILN_OK) {
-        rt->n_entries = cJSON_GetArraySize(entries);
-        rt->entries = xcalloc((size_t)(rt->n_entries ? rt->n_entries : 1), sizeof *rt->entries);
+        rt->library_device =
+            rt_json(cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(root, "device"), 1));
+        rt->library_build = rt_json(cJSON_Duplicate(build, 1));
+        /* n_entries only once the array exists: kiln_rt_close may see rt after a jump. */
+        int n = cJSON_GetArraySize(entries);
+        rt->entries = xcalloc((size_t)(n ? n : 1), sizeof *rt->entries);
+        rt->n_entries = n;
         int i = 0;
         const cJSON *j;
         cJSON_ArrayForEach(j, entries) {

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/nvrtc.h"
 #include "../gen/family.h"
 
 /* What the snapshot gathers per winner. */
@@ -453,19 +453,10 @@ typedef struct {
 } build_ctx;
 
 static void choose_arch(const build_ctx *b, const char *source, char *out, size_t cap) {
-    const char *env = getenv("KILN_CUDA_ARCH");
     if (b->arch && *b->arch)
         snprintf(out, cap, "%s", b->arch);
-    else if (env && *env)
-        snprintf(out, cap, "%s", env);
-    else if (b->cc_major > 0)
-        snprintf(out, cap, "sm_%d%d%s", b->cc_major, b->cc_minor,
-                 b->cc_major == 9 && b->cc_minor == 0 &&
-                         (strstr(source, "wgmma") || strstr(source, "setmaxnreg"))
-                     ? "a"
-                     : "");
     else
-        snprintf(out, cap, "sm_90");
+        kiln_cuda_arch(b->cc_major, b->cc_minor, source, out, cap);
 }
 
 /* Builds one entry and writes its files; *entry NULL (and a warning) when the winner is skipped.

@@ -11,8 +11,8 @@
 typedef struct {
     const char *backend; /* "cuda" or "cpu"; NULL: the store's meta "backend", else cpu */
     const kiln_device_info *device; /* NULL: the store's meta device_name/device_uuid/device_cc */
-    const char *arch; /* cubin architecture ("sm_90", "sm_90a"); NULL: $KILN_CUDA_ARCH, else the
-                         device's compute capability (sm_90a for wgmma on 9.0), else sm_90 */
+    const char *arch;         /* cubin architecture ("sm_90", "sm_90a"); NULL: kiln_cuda_arch of the
+                                 device (src/backend/nvrtc.h) */
     const char *kiln_version; /* NULL: the store's meta "kiln_version", else "unknown" */
     int require_cubin; /* cuda: 1 makes a missing NVRTC an error; 0 writes "cubin": null and a
                           warning (the source is always there) */

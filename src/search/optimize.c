@@ -49,7 +49,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -60,10 +59,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backend/cuda_driver.h"
+#include "../util/version.h"
 #include "library.h"
 #include "optimize_impl.h"
 
-#define KILN_OPT_VERSION "0.1.0"
 #define MAX_RESTARTS 20
 
 static volatile sig_atomic_t coord_signals;
@@ -80,34 +80,6 @@ void kiln_optimize_options_default(kiln_optimize_options *o) {
     o->retime_rounds = 3;
     o->seed = 0x6b696c6e5eedULL;
     kiln_llm_config_default(&o->llm);
-}
-
-int kiln_optimize_count_gpus(void) {
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (vis) {
-        int n = 0;
-        const char *s = vis;
-        while (*s) {
-            while (*s == ' ' || *s == ',')
-                s++;
-            if (!*s)
-                break;
-            /* CUDA stops at the first invalid entry; "-1" hides every device */
-            if (*s == '-')
-                break;
-            n++;
-            while (*s && *s != ',')
-                s++;
-        }
-        return n;
-    }
-    glob_t g;
-    int n = 0;
-    if (glob("/dev/nvidia[0-9]*", 0, NULL, &g) == 0) {
-        n = (int)g.gl_pathc;
-        globfree(&g);
-    }
-    return n;
 }
 
 static double now_s(void) {
@@ -830,25 +802,25 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     /* backend */
     const char *backend = o->backend;
     if (!backend)
-        backend = kiln_optimize_count_gpus() > 0 ? "cuda" : "cpu";
+        backend = kiln_backend_default();
     if (strcmp(backend, "cuda") != 0 && strcmp(backend, "cpu") != 0)
         return kiln_errf(err, KILN_ERR_INVALID, "unknown backend '%s' (use cuda or cpu)", backend),
                2;
     c->backend = backend;
     c->cuda = strcmp(backend, "cuda") == 0;
-    c->n_gates = o->gates > 0 ? o->gates : (c->cuda ? kiln_optimize_count_gpus() : 1);
+    c->n_gates = o->gates > 0 ? o->gates : (c->cuda ? kiln_cuda_visible_gpus() : 1);
     if (c->n_gates < 1)
         return kiln_errf(err, KILN_ERR_NO_DEVICE,
                          "--backend cuda: no GPU is visible (CUDA_VISIBLE_DEVICES, /dev/nvidia*)"),
                2;
     if (c->n_gates > 16)
         c->n_gates = 16;
-    if (c->cuda && o->gates > 0 && o->gates > kiln_optimize_count_gpus())
+    if (c->cuda && o->gates > 0 && o->gates > kiln_cuda_visible_gpus())
         fprintf(
             stderr,
             "kiln optimize: warning: %d gates on %d GPU(s): gates that share a GPU disturb each "
             "other's timings\n",
-            o->gates, kiln_optimize_count_gpus());
+            o->gates, kiln_cuda_visible_gpus());
     int kinds[KILN_OPT_MAX_WORKERS];
     int n_kinds = 0;
     if (o->specialists) {
@@ -1142,7 +1114,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     if (c->n_llm_agents > 0 && kiln_llm_store_init(s, err) != KILN_OK)
         goto done;
     kiln_store_meta_set(s, KILN_META_BACKEND, backend, NULL);
-    kiln_store_meta_set(s, KILN_META_KILN_VERSION, KILN_OPT_VERSION, NULL);
+    kiln_store_meta_set(s, KILN_META_KILN_VERSION, KILN_VERSION, NULL);
     {
         char *started = kiln_store_meta_get(s, KILN_META_STARTED);
         if (!started) {
@@ -1185,7 +1157,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     kiln_bb_lock(bb);
     /* gate g drives device g; more gates than devices share them round robin (the cpu backend
      * has the one device 0, and its gates run candidates on different cores) */
-    int n_devices = c->cuda ? kiln_optimize_count_gpus() : 1;
+    int n_devices = c->cuda ? kiln_cuda_visible_gpus() : 1;
     if (n_devices < 1)
         n_devices = 1;
     for (int g = 0; g < c->n_gates; g++)

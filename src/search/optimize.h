@@ -16,7 +16,7 @@ typedef struct {
     double time_s;           /* wall-clock limit of this run; <= 0: none */
     int agents;              /* agent processes; <= 0: 2 on cpu, 4 on cuda */
     const char *specialists; /* comma list of agent kinds, cycled over the agents; NULL: default */
-    const char *backend;     /* "cuda" or "cpu"; NULL: cuda when a driver is present */
+    const char *backend;     /* "cuda" or "cpu"; NULL: kiln_backend_default() */
     int top;                 /* keep the hottest P problems; <= 0: all */
     int plateau;             /* P of the draft rule; default 8; 0 disables drafts */
     int iters;               /* gate timing runs; <= 0: the backend's default */
@@ -40,9 +40,5 @@ void kiln_optimize_options_default(kiln_optimize_options *o);
  * gate cannot evaluate at all), 2 bad input: a store that is locked by another run or corrupt, no
  * problems, bad options. err says why whenever the status is not 0. */
 int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err);
-
-/* The number of GPUs a cuda run would use, counted without initialising CUDA in this process:
- * CUDA_VISIBLE_DEVICES when set, else /dev/nvidia[0-9]*. */
-int kiln_optimize_count_gpus(void);
 
 #endif

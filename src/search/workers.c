@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backend/cuda_backend.h"
+#include "../backend/nvrtc.h"
 
 static volatile sig_atomic_t worker_stop;
 
@@ -212,7 +212,7 @@ static uint64_t candidate_hash(kiln_opt_ctx *c, const char *src, uint64_t source
     char *cubin = NULL, *log = NULL;
     size_t len = 0;
     kiln_err err;
-    int rc = kiln_cuda_compile_only(src, getenv("KILN_CUDA_ARCH"), &cubin, &len, &log, &err);
+    int rc = kiln_cuda_compile_only(src, NULL, &cubin, &len, &log, &err);
     if (rc == KILN_OK) {
         uint64_t h = kiln_fnv1a(KILN_FNV_INIT, cubin, len);
         free(cubin);

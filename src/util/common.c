@@ -1,4 +1,5 @@
-/* common.c: status names, error formatting, the aborting allocator and file helpers. */
+/* common.c: status names, error formatting, the allocator and its out-of-memory scopes, file
+ * helpers. */
 #include "common.h"
 
 #include <errno.h>
@@ -32,6 +33,8 @@ const char *kiln_strerror(int status) {
         return "launch failure";
     case KILN_ERR_CHILD:
         return "child process failure";
+    case KILN_ERR_NOMEM:
+        return "out of memory";
     }
     return "unknown status";
 }
@@ -46,29 +49,49 @@ int kiln_errf(kiln_err *err, int status, const char *fmt, ...) {
     return status;
 }
 
-static void out_of_memory(size_t n) {
-    fprintf(stderr, "kiln: out of memory (asked for %zu bytes)\n", n);
+static _Thread_local kiln_oom_scope *oom_scope;
+
+void kiln_oom_enter(kiln_oom_scope *s) {
+    s->outer = oom_scope;
+    s->pid = (long)getpid();
+    s->n_bytes = 0;
+    oom_scope = s;
+}
+
+void kiln_oom_leave(kiln_oom_scope *s) {
+    KILN_ASSERT(oom_scope == s);
+    oom_scope = s->outer;
+}
+
+_Noreturn void kiln_out_of_memory(size_t n_bytes) {
+    kiln_oom_scope *s = oom_scope;
+    if (s && s->pid == (long)getpid()) {
+        oom_scope = s->outer;
+        s->n_bytes = n_bytes;
+        longjmp(s->env, 1);
+    }
+    fprintf(stderr, "kiln: out of memory (asked for %zu bytes)\n", n_bytes);
     abort();
 }
 
 void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p)
-        out_of_memory(n);
+        kiln_out_of_memory(n);
     return p;
 }
 
 void *xcalloc(size_t count, size_t size) {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p)
-        out_of_memory(count * size);
+        kiln_out_of_memory(count * size);
     return p;
 }
 
 void *xrealloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
     if (!q)
-        out_of_memory(n);
+        kiln_out_of_memory(n);
     return q;
 }
 
@@ -114,11 +137,21 @@ void kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...) {
 
 int kiln_read_file(const char *path, char **out, size_t *len_out, kiln_err *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kiln_errf(err, KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
+    /* Sized before the file is opened: running out of memory under a kiln_oom_scope then leaves no
+     * descriptor behind (unless the file grows while it is read), and a regular file is read into
+     * one allocation of its size. */
+    struct stat st;
+    size_t cap = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0
+                     ? (size_t)st.st_size + 1
+                     : (size_t)1 << 16,
+           len = 0;
     char *buf = xmalloc(cap + 1);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int open_errno = errno;
+        free(buf);
+        return kiln_errf(err, KILN_ERR_IO, "%s: cannot open: %s", path, strerror(open_errno));
+    }
     for (;;) {
         if (len == cap) {
             cap *= 2;

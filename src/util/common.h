@@ -3,6 +3,7 @@
 #ifndef KILN_COMMON_H
 #define KILN_COMMON_H
 
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@ typedef enum {
     KILN_ERR_RESOURCE, /* a launch asks for more than the device has (registers, shared memory) */
     KILN_ERR_LAUNCH,   /* a launch or an asynchronous kernel failed (illegal address, trap) */
     KILN_ERR_CHILD,    /* an isolated child process failed or spoke nonsense */
+    KILN_ERR_NOMEM,    /* host memory ran out under a kiln_oom_scope (libkiln_rt) */
 } kiln_status;
 
 /* Human-readable name of a status ("io error", "malformed file", ...). */
@@ -46,7 +48,7 @@ int kiln_errf(kiln_err *err, int status, const char *fmt, ...)
         }                                                                                          \
     } while (0)
 
-/* Allocation that aborts on out-of-memory: the one place kiln handles it. */
+/* Allocation: the one place kiln handles running out of host memory (kiln_out_of_memory). */
 void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
@@ -54,6 +56,43 @@ char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 /* printf into a fresh heap string. */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Out of memory. In kiln's own processes an allocation that fails is the end of the process: the
+ * x*alloc functions print the size and abort (a gate that dies is restarted by the coordinator).
+ * A library loaded into someone else's process (libkiln_rt, inside PyTorch) must not end it, so its
+ * entry points run their work under a scope, and an allocation that fails on the thread that
+ * opened the scope jumps back to it instead of aborting:
+ *
+ *     kiln_oom_scope scope;
+ *     kiln_oom_enter(&scope);
+ *     if (setjmp(scope.env)) {          (the scope is closed already; scope.n_bytes says how much)
+ *         ... free what is reachable ... return KILN_ERR_NOMEM;
+ *     }
+ *     ... work that may allocate ...
+ *     kiln_oom_leave(&scope);
+ *
+ * A jump is a longjmp, so the code under a scope keeps three rules: it holds no lock and stands in
+ * no foreign callback or pthread_once when it allocates (nothing outside kiln is left half-changed;
+ * kiln's own locks and once-initialisers do not allocate); a local changed after setjmp and read
+ * after the jump is volatile; whatever was allocated or opened and not yet reachable from what the
+ * handler frees leaks (a few bytes or a descriptor once, against an aborted host process). A child
+ * forked under a scope does not jump into its parent's stack: it aborts, as any kiln process does.
+ * cJSON allocates with plain malloc and returns NULL: callers under a scope that build JSON pass
+ * its NULL to kiln_out_of_memory. */
+typedef struct kiln_oom_scope {
+    jmp_buf env;
+    struct kiln_oom_scope *outer; /* scopes nest; the innermost catches */
+    long pid;                     /* the process that opened it */
+    volatile size_t n_bytes;      /* the request that failed, once jumped (read after longjmp) */
+} kiln_oom_scope;
+
+/* Opens a scope on this thread (the caller then calls setjmp(s->env)). */
+void kiln_oom_enter(kiln_oom_scope *s);
+/* Closes the innermost scope, s, on the normal path (after a jump it is closed already). */
+void kiln_oom_leave(kiln_oom_scope *s);
+/* An allocation of n_bytes failed: jumps to this thread's innermost scope, or prints and aborts
+ * where there is none. */
+_Noreturn void kiln_out_of_memory(size_t n_bytes);
 
 /* A growable string (generated kernel sources, JSON text): zero-initialise, append, take .s, free
  * it. */

@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "backend/cuda_backend.h"
+#include "backend/cuda_driver.h"
+#include "backend/nvrtc.h"
 
 static kiln_backend *be;
 static kiln_err open_err;
@@ -252,6 +253,51 @@ static void test_compile_apart(void **state) {
     assert_non_null(strstr(log, "nope"));
     assert_non_null(strstr(err.msg, "NVRTC"));
     free(log);
+}
+
+/* The GPUs a process would see, and the default backend that follows (no GPU needed). */
+static void test_visible_gpus_and_default_backend(void **state) {
+    (void)state;
+    const char *was = getenv("CUDA_VISIBLE_DEVICES");
+    char *saved = was ? xstrdup(was) : NULL;
+    setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+    assert_int_equal(kiln_cuda_visible_gpus(), 2);
+    setenv("CUDA_VISIBLE_DEVICES", " 2, 0,-1,3", 1); /* CUDA stops at the first invalid entry */
+    assert_int_equal(kiln_cuda_visible_gpus(), 2);
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    assert_int_equal(kiln_cuda_visible_gpus(), 0);
+    setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+    assert_int_equal(kiln_cuda_visible_gpus(), 0);
+    assert_string_equal(kiln_backend_default(), "cpu"); /* a driver, perhaps, but no GPU */
+    setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+    assert_string_equal(kiln_backend_default(), kiln_cuda_driver_present() ? "cuda" : "cpu");
+    if (saved)
+        setenv("CUDA_VISIBLE_DEVICES", saved, 1);
+    else
+        unsetenv("CUDA_VISIBLE_DEVICES");
+    free(saved);
+}
+
+/* The architecture rule, and KILN_CUDA_ARCH over it (no GPU needed). */
+static void test_cuda_arch(void **state) {
+    (void)state;
+    char arch[32];
+    unsetenv("KILN_CUDA_ARCH");
+    kiln_cuda_arch(9, 0, "__global__ void k() {}", arch, sizeof arch);
+    assert_string_equal(arch, "sm_90");
+    kiln_cuda_arch(9, 0, "asm(\"wgmma.fence.sync.aligned;\");", arch, sizeof arch);
+    assert_string_equal(arch, "sm_90a");
+    kiln_cuda_arch(8, 0, "asm(\"wgmma.fence.sync.aligned;\");", arch, sizeof arch);
+    assert_string_equal(arch, "sm_80");
+    kiln_cuda_arch(0, 0, NULL, arch, sizeof arch); /* no device known */
+    assert_string_equal(arch, "sm_90");
+    setenv("KILN_CUDA_ARCH", "89", 1);
+    kiln_cuda_arch(9, 0, "wgmma", arch, sizeof arch);
+    assert_string_equal(arch, "sm_89");
+    setenv("KILN_CUDA_ARCH", "sm_90a", 1);
+    kiln_cuda_arch(0, 0, NULL, arch, sizeof arch);
+    assert_string_equal(arch, "sm_90a");
+    unsetenv("KILN_CUDA_ARCH");
 }
 
 static void test_nvrtc_errors(void **state) {
@@ -688,6 +734,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_nvrtc_compile_only),
         cmocka_unit_test(test_cubin_cache),
         cmocka_unit_test(test_compile_apart),
+        cmocka_unit_test(test_visible_gpus_and_default_backend),
+        cmocka_unit_test(test_cuda_arch),
         cmocka_unit_test(test_nvrtc_errors),
         cmocka_unit_test(test_device_info),
         cmocka_unit_test(test_scale_runs),

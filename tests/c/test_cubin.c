@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "backend/cubin.h"
-#include "backend/cuda_backend.h"
+#include "backend/nvrtc.h"
 #include "formats/problem.h"
 #include "gen/family.h"
 

@@ -16,7 +16,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "backend/cuda_backend.h"
+#include "backend/nvrtc.h"
 #include "gen/family.h"
 
 /* Problems are written to a temporary directory and loaded from there: matchers read the "kiln"

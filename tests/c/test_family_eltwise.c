@@ -18,7 +18,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "backend/cuda_backend.h"
+#include "backend/nvrtc.h"
 #include "gen/family.h"
 
 #define ELT_TEST_MAX_COMPILES 20

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "backend/cuda_backend.h"
+#include "backend/nvrtc.h"
 #include "gen/family.h"
 
 #define POOL_TEST_MAX_COMPILES 40

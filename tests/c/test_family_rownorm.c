@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "backend/cuda_backend.h"
+#include "backend/nvrtc.h"
 #include "gen/family.h"
 
 #define RN_TEST_MAX_COMPILES 4

@@ -27,7 +27,7 @@
 
 #include "backend/abi.h"
 #include "backend/backend.h"
-#include "backend/cuda_backend.h"
+#include "backend/nvrtc.h"
 #include "gen/family.h"
 
 #include <math.h>

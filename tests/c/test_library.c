@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend/cuda_backend.h"
+#include "backend/nvrtc.h"
 #include "search/library.h"
 
 #define SOFTMAX_DIR KILN_SOURCE_DIR "/tests/data/problems/softmax_f32"

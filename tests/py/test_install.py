@@ -26,6 +26,7 @@ bench/install_device.sh does, to fit its time) instead of tuning one here."""
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,7 +111,7 @@ def _hand_library(run_dir: str) -> str:
         else:
             entry["module_class"], entry["module_paths"] = k["module_class"], k["module_paths"]
         entries.append(entry)
-    manifest = {"kiln_library": 1, "backend": "cpu", "device": device, "build": {"kiln": "0.1.0", "nvrtc": None},
+    manifest = {"kiln_library": 1, "backend": "cpu", "device": device, "build": {"kiln": kiln.__version__, "nvrtc": None},
                 "entries": entries}
     with open(os.path.join(lib_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
@@ -184,7 +185,7 @@ def _dispatch_rows(op: str) -> list:
 
 def test_library_loads_with_its_entries(library, opened):
     assert opened.backend == "cpu"
-    assert opened.info["kiln_version"] == "0.1.0"
+    assert opened.info["kiln_version"] == kiln.__version__
     kinds = {e.kind for e in opened.entries}
     assert {"aten", "module"} <= kinds
     for e in opened.entries:
@@ -467,7 +468,7 @@ def test_refuses_another_device(library, tmp_path):
 def test_refuses_another_kiln_build(library, tmp_path):
     lib_dir = _copy_library(library, tmp_path)
     _edit_manifest(lib_dir, lambda m: m["build"].update(kiln="9.9.9"))
-    _refused(lib_dir, "built by kiln 9.9.9; this runtime is kiln 0.1.0")
+    _refused(lib_dir, "built by kiln 9.9.9; this runtime is kiln " + re.escape(kiln.__version__))
 
 
 def test_refuses_corrupt_json(library, tmp_path):

@@ -1,0 +1,281 @@
+/* test_runtime.c: libkiln_rt's entry points, linked from the objects build/libkiln_rt.so is made of
+ * (src/runtime and the core archive, nothing of the tool): a cpu library opens, gates and launches,
+ * and an allocation that fails anywhere inside kiln_rt_open comes back as a status, never as an
+ * abort of the host process.
+ *
+ * How allocations fail. The binary is linked with --wrap=malloc,calloc,realloc, so every call the
+ * kiln objects make (xmalloc, xcalloc, xrealloc: the core's one allocator) goes through
+ * __wrap_malloc and friends below, and cJSON's go through hooks installed with cJSON_InitHooks. The
+ * sweep makes the n-th such allocation fail, for n = 0, 1, 2, ... until an open makes fewer than n
+ * allocations, each in a forked child so that an abort or a crash is seen as what it is. The code
+ * that fails is the real one: the allocator's call of kiln_out_of_memory, the jump to
+ * kiln_rt_open's scope, its clean-up. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runtime/kiln_rt.h"
+#include "util/common.h"
+
+/* ---- the allocator, wrapped ---- */
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t count, size_t size);
+void *__real_realloc(void *p, size_t n);
+
+enum { FAIL_NONE, FAIL_KILN, FAIL_JSON };
+static int fail_kind = FAIL_NONE;
+static long fail_at = -1; /* the index of the allocation that fails */
+static long n_allocs;     /* allocations of fail_kind seen since arm() */
+
+static void arm(int kind, long at) {
+    fail_kind = kind;
+    fail_at = at;
+    n_allocs = 0;
+}
+
+static int fails_now(int kind) {
+    return fail_kind == kind && n_allocs++ == fail_at;
+}
+
+void *__wrap_malloc(size_t n) {
+    return fails_now(FAIL_KILN) ? NULL : __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t count, size_t size) {
+    return fails_now(FAIL_KILN) ? NULL : __real_calloc(count, size);
+}
+
+void *__wrap_realloc(void *p, size_t n) {
+    return fails_now(FAIL_KILN) ? NULL : __real_realloc(p, n);
+}
+
+static void *json_malloc(size_t n) {
+    return fails_now(FAIL_JSON) ? NULL : __real_malloc(n);
+}
+
+/* ---- a cpu library ---- */
+
+static char lib_dir[256];
+
+static const char kernel[] = "// kiln: launch scale\n"
+                             "void scale(const float *x, float *y, int64_t n) {\n"
+                             "    for (int64_t i = 0; i < n; i++)\n"
+                             "        y[i] = 2.0f * x[i];\n"
+                             "}\n";
+
+/* Two entries: one that compiles and launches, one disabled (a scalar input); an anonymous device,
+ * so that the open also writes a note. */
+static const char manifest_fmt[] =
+    "{\"kiln_library\": 1, \"backend\": \"cpu\",\n"
+    " \"device\": {\"name\": \"\", \"uuid\": \"\", \"compute_capability\": \"0.0\"},\n"
+    " \"build\": {\"kiln\": \"%s\"},\n"
+    " \"entries\": [\n"
+    "  {\"problem\": \"scale\", \"kind\": \"aten\", \"aten\": \"aten::mul.Tensor\",\n"
+    "   \"gate\": {\"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", \"shape\": [64], "
+    "\"strides\": [1]}],\n"
+    "            \"outputs\": [{\"name\": \"y\", \"dtype\": \"float32\", \"shape\": [64], "
+    "\"strides\": [1]}]},\n"
+    "   \"kernel\": \"scale.c\", \"signature\": \"void scale(const float* x, float* y, int64_t "
+    "n)\",\n"
+    "   \"launches\": [{\"workloads\": [0], \"axes\": {\"n\": 64}, \"launches\": [{\"entry\": "
+    "\"scale\", \"grid\": [1, 1, 1], \"block\": [1, 1, 1], \"cluster\": [1, 1, 1], "
+    "\"smem_bytes\": 0}]}]},\n"
+    "  {\"problem\": \"scale_by\", \"kind\": \"aten\", \"aten\": \"aten::mul.Scalar\",\n"
+    "   \"gate\": {\"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", \"shape\": [64], "
+    "\"strides\": [1]}, {\"name\": \"s\", \"dtype\": \"float32\", \"scalar\": true}],\n"
+    "            \"outputs\": [{\"name\": \"y\", \"dtype\": \"float32\", \"shape\": [64], "
+    "\"strides\": [1]}]},\n"
+    "   \"kernel\": \"scale.c\", \"signature\": \"void scale(const float* x, float s, float* y, "
+    "int64_t n)\",\n"
+    "   \"launches\": [{\"workloads\": [0], \"axes\": {\"n\": 64}, \"launches\": [{\"entry\": "
+    "\"scale\", \"grid\": [1, 1, 1], \"block\": [1, 1, 1], \"cluster\": [1, 1, 1], "
+    "\"smem_bytes\": 0}]}]}\n"
+    " ]}\n";
+
+static int write_text(const char *dir, const char *name, const char *text) {
+    char *path = kiln_path_join(dir, name);
+    int rc = kiln_write_file(path, text, strlen(text), NULL);
+    free(path);
+    return rc;
+}
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(lib_dir, sizeof lib_dir, "/tmp/kiln-test-runtime-XXXXXX");
+    if (!mkdtemp(lib_dir))
+        return -1;
+    char manifest[sizeof manifest_fmt + 64];
+    snprintf(manifest, sizeof manifest, manifest_fmt, kiln_rt_kiln_version());
+    if (write_text(lib_dir, "scale.c", kernel) || write_text(lib_dir, "manifest.json", manifest))
+        return -1;
+    cJSON_Hooks hooks = {json_malloc, free};
+    cJSON_InitHooks(&hooks);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char *files[] = {"scale.c", "manifest.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *p = kiln_path_join(lib_dir, files[i]);
+        unlink(p);
+        free(p);
+    }
+    rmdir(lib_dir);
+    return 0;
+}
+
+/* Launches entry 0 on 64 floats and checks y = 2x: 0 when it did. */
+static int launch_scale(kiln_rt *rt) {
+    float x[64] __attribute__((aligned(16))), y[64] __attribute__((aligned(16)));
+    for (int i = 0; i < 64; i++) {
+        x[i] = (float)i - 20.0f;
+        y[i] = -1.0f;
+    }
+    void *ptrs[2] = {x, y};
+    if (kiln_rt_launch(rt, 0, ptrs, 2, NULL, NULL) != KILN_OK)
+        return -1;
+    for (int i = 0; i < 64; i++)
+        if (y[i] != 2.0f * x[i])
+            return -1;
+    return 0;
+}
+
+/* ---- tests ---- */
+
+static void test_open_gate_launch(void **state) {
+    (void)state;
+    kiln_rt *rt = NULL;
+    char errbuf[1024];
+    int rc = kiln_rt_open(lib_dir, 0, &rt, errbuf, sizeof errbuf);
+    if (rc)
+        fail_msg("kiln_rt_open: %s: %s", kiln_rt_strerror(rc), errbuf);
+    assert_int_equal(kiln_rt_entry_count(rt), 2);
+    assert_null(kiln_rt_entry_disabled(rt, 0));
+    assert_non_null(strstr(kiln_rt_entry_disabled(rt, 1), "scalar"));
+    cJSON *info = cJSON_Parse(kiln_rt_info_json(rt));
+    assert_non_null(info);
+    assert_string_equal(cJSON_GetObjectItem(info, "kiln_version")->valuestring,
+                        kiln_rt_kiln_version());
+    assert_true(cJSON_IsObject(cJSON_GetObjectItem(info, "library_device")));
+    assert_string_equal(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(info, "build"), "kiln")->valuestring,
+        kiln_rt_kiln_version());
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(info, "notes")), 1);
+    cJSON_Delete(info);
+    int64_t shape[1] = {64}, strides[1] = {1};
+    float buf[64] __attribute__((aligned(16)));
+    kiln_rt_tensor t = {"float32", 1, 0, 0, shape, strides, (uint64_t)(uintptr_t)buf};
+    int hit = 0;
+    assert_int_equal(kiln_rt_match(rt, 0, &t, 1, &t, 1, &hit), KILN_OK);
+    assert_int_equal(hit, 1);
+    shape[0] = 63;
+    assert_int_equal(kiln_rt_match(rt, 0, &t, 1, &t, 1, &hit), KILN_OK);
+    assert_int_equal(hit, 0);
+    assert_non_null(strstr(kiln_rt_last_error(), "dimension 0 is 63"));
+    assert_int_equal(launch_scale(rt), 0);
+    kiln_rt_close(rt);
+}
+
+static void test_kiln_out_of_memory_outside_a_scope_aborts(void **state) {
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr); /* the abort's own message is not the test's */
+        arm(FAIL_KILN, 0);
+        void *p = xmalloc(32); /* the tool's rule: no scope, no recovery */
+        _exit(p ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+/* Exit codes of a sweep child. */
+enum { CHILD_OK, CHILD_DONE = 10, CHILD_NOT_REPORTED, CHILD_WRONG_STATUS, CHILD_NOT_RECOVERED };
+
+/* Fails allocation n of kind inside kiln_rt_open, then opens and launches again with nothing
+ * failing: the host process must be intact. recheck: whether to do the second open (a compile). */
+static int sweep_child(int kind, long n, int recheck) {
+    kiln_rt *rt = NULL;
+    char errbuf[1024];
+    arm(kind, n);
+    int rc = kiln_rt_open(lib_dir, 0, &rt, errbuf, sizeof errbuf);
+    int fired = n_allocs > n;
+    arm(FAIL_NONE, -1);
+    if (!fired)
+        return rc == KILN_OK ? CHILD_DONE : CHILD_WRONG_STATUS;
+    if (rc == KILN_OK || rt) {
+        fprintf(stderr, "allocation %ld failed, yet kiln_rt_open succeeded\n", n);
+        return CHILD_NOT_REPORTED;
+    }
+    /* cJSON cannot tell running out of memory while parsing from bad JSON: a format error there */
+    if (rc != KILN_ERR_NOMEM && !(kind == FAIL_JSON && rc == KILN_ERR_FORMAT)) {
+        fprintf(stderr, "allocation %ld failed: %s: %s\n", n, kiln_rt_strerror(rc), errbuf);
+        return CHILD_WRONG_STATUS;
+    }
+    if (strcmp(errbuf, kiln_rt_last_error()) != 0 || !errbuf[0])
+        return CHILD_WRONG_STATUS;
+    if (recheck) {
+        rc = kiln_rt_open(lib_dir, 0, &rt, errbuf, sizeof errbuf);
+        if (rc || launch_scale(rt) != 0) {
+            fprintf(stderr, "after allocation %ld failed: %s: %s\n", n, kiln_rt_strerror(rc),
+                    errbuf);
+            return CHILD_NOT_RECOVERED;
+        }
+        kiln_rt_close(rt);
+    }
+    return CHILD_OK;
+}
+
+static long sweep(int kind) {
+    for (long n = 0;; n++) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+            _exit(sweep_child(kind, n, n % 64 == 0));
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (WIFSIGNALED(status))
+            fail_msg("%s allocation %ld: kiln_rt_open died of signal %d",
+                     kind == FAIL_KILN ? "kiln" : "cJSON", n, WTERMSIG(status));
+        assert_true(WIFEXITED(status));
+        if (WEXITSTATUS(status) == CHILD_DONE)
+            return n;
+        if (WEXITSTATUS(status) != CHILD_OK)
+            fail_msg("%s allocation %ld: child exit %d", kind == FAIL_KILN ? "kiln" : "cJSON", n,
+                     WEXITSTATUS(status));
+    }
+}
+
+static void test_every_failed_allocation_is_a_status(void **state) {
+    (void)state;
+    long kiln = sweep(FAIL_KILN);
+    long json = sweep(FAIL_JSON);
+    printf("kiln_rt_open: %ld kiln and %ld cJSON allocations, each failed in turn: a status\n",
+           kiln, json);
+    /* the sweep reached the manifest, the entries, the compile and the info: not a trivial path */
+    assert_true(kiln > 20);
+    assert_true(json > 20);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_gate_launch),
+        cmocka_unit_test(test_kiln_out_of_memory_outside_a_scope_aborts),
+        cmocka_unit_test(test_every_failed_allocation_is_a_status),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
