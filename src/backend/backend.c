@@ -19,7 +19,13 @@ const kiln_backend_ops *kiln_backend_find(const char *name) {
 }
 
 int kiln_backend_open(const char *name, int device, kiln_backend **out, kiln_err *err) {
+    return kiln_backend_open_with(name, device, NULL, out, err);
+}
+
+int kiln_backend_open_with(const char *name, int device, const kiln_backend_config *cfg,
+                           kiln_backend **out, kiln_err *err) {
     KILN_ASSERT(out);
+    kiln_backend_config defaults = {0};
     *out = NULL;
     const kiln_backend_ops *ops = kiln_backend_find(name);
     if (!ops)
@@ -27,7 +33,7 @@ int kiln_backend_open(const char *name, int device, kiln_backend **out, kiln_err
                          name ? name : "(null)");
     kiln_backend *be = xcalloc(1, sizeof *be);
     be->ops = ops;
-    int rc = ops->init(be, device, err);
+    int rc = ops->init(be, device, cfg ? cfg : &defaults, err);
     if (rc) {
         free(be);
         return rc;

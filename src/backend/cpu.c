@@ -36,6 +36,8 @@ typedef struct cpu_alloc {
     size_t n_bytes; /* usable bytes from user to the guard page */
     void *base;     /* the whole mapping, guard page included */
     size_t map_len;
+    size_t data_len; /* the pages before the guard */
+    int read_only;   /* KILN_ALLOC_READONLY: PROT_READ but while the gate writes it */
     struct cpu_alloc *next;
 } cpu_alloc;
 
@@ -164,7 +166,8 @@ static int cpu_find_header(char *dir, size_t cap, kiln_err *err) {
                      "beside the executable); set KILN_HOME to the kiln source tree");
 }
 
-static int cpu_init(kiln_backend *be, int device, kiln_err *err) {
+static int cpu_init(kiln_backend *be, int device, const kiln_backend_config *cfg, kiln_err *err) {
+    (void)cfg;
     if (device != 0)
         return kiln_errf(err, KILN_ERR_NO_DEVICE, "the cpu backend has one device (0), not %d",
                          device);
@@ -534,7 +537,8 @@ static int cpu_entry_attrs(kiln_backend *be, kiln_module *m, const char *entry, 
 
 /* ---- memory ---- */
 
-static int cpu_alloc_fn(kiln_backend *be, size_t n_bytes, kiln_devptr *out, kiln_err *err) {
+static int cpu_alloc_fn(kiln_backend *be, size_t n_bytes, unsigned flags, kiln_devptr *out,
+                        kiln_err *err) {
     cpu_state *st = be->impl;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (n_bytes > SIZE_MAX / 2 - 2 * page)
@@ -556,6 +560,10 @@ static int cpu_alloc_fn(kiln_backend *be, size_t n_bytes, kiln_devptr *out, kiln
     a->map_len = map_len;
     a->user = (uintptr_t)base + data_len - rounded;
     a->n_bytes = rounded;
+    a->data_len = data_len;
+    a->read_only = (flags & KILN_ALLOC_CANDIDATE) && (flags & KILN_ALLOC_READONLY);
+    if (a->read_only)
+        mprotect(base, data_len, PROT_READ);
     a->next = st->allocs;
     st->allocs = a;
     *out = (kiln_devptr)a->user;
@@ -575,37 +583,69 @@ static void cpu_free(kiln_backend *be, kiln_devptr p) {
     }
 }
 
-/* Checks that [p, p + n) lies inside one allocation, so that a gate bug is an error, not a fault.
- */
-static int cpu_check_range(cpu_state *st, kiln_devptr p, size_t n, const char *what,
-                           kiln_err *err) {
+/* The allocation [p, p + n) lies inside, or NULL (with err) when it is not inside one, so that a
+ * gate bug is an error, not a fault. */
+static cpu_alloc *cpu_find_range(cpu_state *st, kiln_devptr p, size_t n, const char *what,
+                                 kiln_err *err) {
     for (cpu_alloc *a = st->allocs; a; a = a->next)
         if ((uintptr_t)p >= a->user && (uintptr_t)p - a->user <= a->n_bytes &&
             n <= a->n_bytes - ((uintptr_t)p - a->user))
-            return KILN_OK;
-    return kiln_errf(err, KILN_ERR_INVALID, "%s: %zu bytes at 0x%llx are not inside one allocation",
-                     what, n, (unsigned long long)p);
+            return a;
+    kiln_errf(err, KILN_ERR_INVALID, "%s: %zu bytes at 0x%llx are not inside one allocation", what,
+              n, (unsigned long long)p);
+    return NULL;
+}
+
+/* A read-only buffer is writable only while the gate itself writes it. */
+static void cpu_unlock(cpu_alloc *a, int writable) {
+    if (a->read_only)
+        mprotect(a->base, a->data_len, writable ? PROT_READ | PROT_WRITE : PROT_READ);
 }
 
 static int cpu_upload(kiln_backend *be, kiln_devptr dst, const void *src, size_t n, kiln_err *err) {
-    int rc = cpu_check_range(be->impl, dst, n, "upload", err);
-    if (rc == KILN_OK && n)
+    cpu_alloc *a = cpu_find_range(be->impl, dst, n, "upload", err);
+    if (!a)
+        return KILN_ERR_INVALID;
+    cpu_unlock(a, 1);
+    if (n)
         memcpy((void *)(uintptr_t)dst, src, n);
-    return rc;
+    cpu_unlock(a, 0);
+    return KILN_OK;
 }
 
 static int cpu_download(kiln_backend *be, void *dst, kiln_devptr src, size_t n, kiln_err *err) {
-    int rc = cpu_check_range(be->impl, src, n, "download", err);
-    if (rc == KILN_OK && n)
+    if (!cpu_find_range(be->impl, src, n, "download", err))
+        return KILN_ERR_INVALID;
+    if (n)
         memcpy(dst, (const void *)(uintptr_t)src, n);
-    return rc;
+    return KILN_OK;
 }
 
 static int cpu_memset8(kiln_backend *be, kiln_devptr dst, uint8_t value, size_t n, kiln_err *err) {
-    int rc = cpu_check_range(be->impl, dst, n, "memset", err);
-    if (rc == KILN_OK && n)
+    cpu_alloc *a = cpu_find_range(be->impl, dst, n, "memset", err);
+    if (!a)
+        return KILN_ERR_INVALID;
+    cpu_unlock(a, 1);
+    if (n)
         memset((void *)(uintptr_t)dst, value, n);
-    return rc;
+    cpu_unlock(a, 0);
+    return KILN_OK;
+}
+
+static int cpu_copy(kiln_backend *be, kiln_devptr dst, kiln_devptr src, size_t n, kiln_err *err) {
+    cpu_alloc *d = cpu_find_range(be->impl, dst, n, "copy", err);
+    if (!d || !cpu_find_range(be->impl, src, n, "copy", err))
+        return KILN_ERR_INVALID;
+    cpu_unlock(d, 1);
+    if (n)
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    cpu_unlock(d, 0);
+    return KILN_OK;
+}
+
+static void *cpu_host_view(kiln_backend *be, kiln_devptr p) {
+    (void)be;
+    return (void *)(uintptr_t)p;
 }
 
 /* ---- running ---- */
@@ -629,6 +669,11 @@ static int cpu_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan *
     for (int i = 0; i < plan->n_launches; i++)
         m->call[which[i]](params);
     return KILN_OK;
+}
+
+static int cpu_wait(kiln_backend *be, double timeout_s, kiln_err *err) {
+    (void)be, (void)timeout_s, (void)err;
+    return KILN_OK; /* launches run to completion on the calling thread */
 }
 
 static int cpu_sync(kiln_backend *be, kiln_err *err) {
@@ -701,8 +746,11 @@ const kiln_backend_ops kiln_backend_cpu = {
     .upload = cpu_upload,
     .download = cpu_download,
     .memset8 = cpu_memset8,
+    .copy = cpu_copy,
+    .host_view = cpu_host_view,
     .launch = cpu_launch,
     .sync = cpu_sync,
+    .wait = cpu_wait,
     .flush_cache = cpu_flush_cache,
     .timer_create = cpu_timer_create,
     .timer_destroy = cpu_timer_destroy,

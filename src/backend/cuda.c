@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the driver (cuda_driver.h) ---- */
 
@@ -47,10 +48,28 @@ static int cu_sticky(CUresult r) {
 
 /* ---- the backend ---- */
 
+/* A buffer the candidate receives (KILN_ALLOC_CANDIDATE): physical memory from cuMemCreate mapped
+ * in a range of virtual addresses of its own, with an unmapped guard range before and after, and
+ * the buffer placed to end at the end of the mapping; for KILN_ALLOC_READONLY the candidate's
+ * mapping is read-only and a second, read-write mapping of the same memory (the alias) is where the
+ * gate writes. */
+typedef struct {
+    CUdeviceptr user;    /* what alloc returned */
+    CUdeviceptr reserve; /* the reserved range: guard, mapping, guard */
+    size_t reserve_len;
+    CUdeviceptr map; /* the mapping inside it */
+    size_t map_len;
+    CUdeviceptr alias; /* read-write mapping of a read-only buffer, else 0 */
+    CUmemGenericAllocationHandle handle;
+} cuda_guarded;
+
 typedef struct {
     CUdevice dev;
     CUcontext ctx;
     CUstream stream;
+    size_t granularity; /* of cuMemCreate, 0 until the first guarded allocation */
+    cuda_guarded *guarded;
+    int n_guarded, cap_guarded;
     int ctx_retained;
     kiln_device_info info;
     CUdeviceptr flush_buf;
@@ -103,21 +122,27 @@ static int cu_dead(cuda_state *st, kiln_err *err) {
                      st->dead_msg);
 }
 
+static void guarded_release(cuda_guarded *g);
+
 static void cuda_teardown(cuda_state *st) {
     if (!st->dead) {
         if (st->stream)
             kiln_cuda.StreamSynchronize(st->stream);
         if (st->flush_buf)
             kiln_cuda.MemFree(st->flush_buf);
+        for (int i = 0; i < st->n_guarded; i++)
+            guarded_release(&st->guarded[i]);
         if (st->stream)
             kiln_cuda.StreamDestroy(st->stream);
     }
     if (st->ctx_retained)
         kiln_cuda.DevicePrimaryCtxRelease(st->dev);
+    free(st->guarded);
     free(st);
 }
 
-static int cuda_init(kiln_backend *be, int device, kiln_err *err) {
+static int cuda_init(kiln_backend *be, int device, const kiln_backend_config *cfg, kiln_err *err) {
+    (void)cfg;
     cuda_state *st = xcalloc(1, sizeof *st);
     int rc = kiln_cuda_device_open(device, "the cuda backend needs a GPU; use --backend cpu",
                                    &st->dev, &st->ctx, &st->info, err);
@@ -408,12 +433,144 @@ static int cuda_sync(kiln_backend *be, kiln_err *err) {
     return KILN_OK;
 }
 
-/* ---- memory ---- */
-
-static int cuda_alloc(kiln_backend *be, size_t n_bytes, kiln_devptr *out, kiln_err *err) {
+/* Polls the stream: a kernel that never ends must not hang the gate in cuStreamSynchronize. The
+ * sleep starts short (a candidate run is often tens of microseconds) and grows to a millisecond. */
+static int cuda_wait(kiln_backend *be, double timeout_s, kiln_err *err) {
     cuda_state *st = be->impl;
     if (st->dead)
         return cu_dead(st, err);
+    double t0 = kiln_now_s();
+    useconds_t nap = 5;
+    for (;;) {
+        CUresult r = kiln_cuda.StreamQuery(st->stream);
+        if (r == CUDA_SUCCESS)
+            return KILN_OK;
+        if (r != CUDA_ERROR_NOT_READY)
+            return cu_fail(st, r, "cuStreamQuery", err);
+        if (timeout_s > 0 && kiln_now_s() - t0 > timeout_s)
+            return kiln_errf(err, KILN_ERR_TIMEOUT, "the device work did not finish within %.3g s",
+                             timeout_s);
+        usleep(nap);
+        if (nap < 1000)
+            nap *= 2;
+    }
+}
+
+/* ---- memory ---- */
+
+static void guarded_release(cuda_guarded *g) {
+    if (g->alias) {
+        kiln_cuda.MemUnmap(g->alias, g->map_len);
+        kiln_cuda.MemAddressFree(g->alias, g->map_len);
+    }
+    if (g->map)
+        kiln_cuda.MemUnmap(g->map, g->map_len);
+    if (g->reserve)
+        kiln_cuda.MemAddressFree(g->reserve, g->reserve_len);
+    if (g->handle)
+        kiln_cuda.MemRelease(g->handle);
+    memset(g, 0, sizeof *g);
+}
+
+static int set_access(cuda_state *st, CUdeviceptr p, size_t n, int read_only) {
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = (int)st->dev;
+    d.flags = read_only ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return kiln_cuda.MemSetAccess(p, n, &d, 1);
+}
+
+/* A guarded buffer (see cuda_guarded). The guard on each side is one granule (2 MiB on an H200):
+ * an index that runs past the end by less than that faults at once. */
+static int guarded_alloc(cuda_state *st, size_t n_bytes, int read_only, kiln_devptr *out,
+                         kiln_err *err) {
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = (int)st->dev;
+    CUresult r;
+    if (!st->granularity) {
+        r = kiln_cuda.MemGetAllocationGranularity(&st->granularity, &prop,
+                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (r != CUDA_SUCCESS)
+            return cu_fail(st, r, "cuMemGetAllocationGranularity", err);
+    }
+    size_t g = st->granularity, used = (n_bytes + 255) & ~(size_t)255;
+    if (used == 0)
+        used = 256;
+    cuda_guarded b = {0};
+    b.map_len = (used + g - 1) / g * g;
+    b.reserve_len = b.map_len + 2 * g;
+    const char *what = "cuMemCreate";
+    if ((r = kiln_cuda.MemCreate(&b.handle, b.map_len, &prop, 0)) != CUDA_SUCCESS)
+        goto fail;
+    what = "cuMemAddressReserve";
+    if ((r = kiln_cuda.MemAddressReserve(&b.reserve, b.reserve_len, g, 0, 0)) != CUDA_SUCCESS) {
+        b.reserve = 0;
+        goto fail;
+    }
+    what = "cuMemMap";
+    if ((r = kiln_cuda.MemMap(b.reserve + g, b.map_len, 0, b.handle, 0)) != CUDA_SUCCESS)
+        goto fail;
+    b.map = b.reserve + g;
+    what = "cuMemSetAccess";
+    if ((r = set_access(st, b.map, b.map_len, read_only)) != CUDA_SUCCESS)
+        goto fail;
+    if (read_only) {
+        what = "cuMemAddressReserve (alias)";
+        if ((r = kiln_cuda.MemAddressReserve(&b.alias, b.map_len, g, 0, 0)) != CUDA_SUCCESS) {
+            b.alias = 0;
+            goto fail;
+        }
+        what = "cuMemMap (alias)";
+        if ((r = kiln_cuda.MemMap(b.alias, b.map_len, 0, b.handle, 0)) != CUDA_SUCCESS) {
+            kiln_cuda.MemAddressFree(b.alias, b.map_len);
+            b.alias = 0;
+            goto fail;
+        }
+        what = "cuMemSetAccess (alias)";
+        if ((r = set_access(st, b.alias, b.map_len, 0)) != CUDA_SUCCESS)
+            goto fail;
+    }
+    b.user = b.map + b.map_len - used;
+    if (st->n_guarded == st->cap_guarded) {
+        st->cap_guarded = st->cap_guarded ? 2 * st->cap_guarded : 16;
+        st->guarded = xrealloc(st->guarded, (size_t)st->cap_guarded * sizeof *st->guarded);
+    }
+    st->guarded[st->n_guarded++] = b;
+    *out = (kiln_devptr)b.user;
+    return KILN_OK;
+fail:
+    guarded_release(&b);
+    {
+        char m[96];
+        snprintf(m, sizeof m, "%s (a guarded buffer of %zu bytes)", what, n_bytes);
+        return cu_fail(st, r, m, err);
+    }
+}
+
+static cuda_guarded *guarded_find(cuda_state *st, kiln_devptr p) {
+    for (int i = 0; i < st->n_guarded; i++)
+        if (p >= st->guarded[i].map && p < st->guarded[i].map + st->guarded[i].map_len)
+            return &st->guarded[i];
+    return NULL;
+}
+
+/* Where the gate writes p: the read-write alias of a read-only buffer, else p itself. */
+static CUdeviceptr writable(cuda_state *st, kiln_devptr p) {
+    cuda_guarded *g = guarded_find(st, p);
+    return g && g->alias ? g->alias + (p - g->map) : (CUdeviceptr)p;
+}
+
+static int cuda_alloc(kiln_backend *be, size_t n_bytes, unsigned flags, kiln_devptr *out,
+                      kiln_err *err) {
+    cuda_state *st = be->impl;
+    if (st->dead)
+        return cu_dead(st, err);
+    if (flags & KILN_ALLOC_CANDIDATE)
+        return guarded_alloc(st, n_bytes, (flags & KILN_ALLOC_READONLY) != 0, out, err);
     CUdeviceptr p = 0;
     CUresult r = kiln_cuda.MemAlloc(&p, n_bytes ? n_bytes : 1);
     if (r != CUDA_SUCCESS) {
@@ -427,8 +584,15 @@ static int cuda_alloc(kiln_backend *be, size_t n_bytes, kiln_devptr *out, kiln_e
 
 static void cuda_free(kiln_backend *be, kiln_devptr p) {
     cuda_state *st = be->impl;
-    if (p && !st->dead)
-        kiln_cuda.MemFree((CUdeviceptr)p);
+    if (!p || st->dead)
+        return;
+    cuda_guarded *g = guarded_find(st, p);
+    if (g) {
+        guarded_release(g);
+        *g = st->guarded[--st->n_guarded];
+        return;
+    }
+    kiln_cuda.MemFree((CUdeviceptr)p);
 }
 
 static int cuda_upload(kiln_backend *be, kiln_devptr dst, const void *src, size_t n,
@@ -438,7 +602,7 @@ static int cuda_upload(kiln_backend *be, kiln_devptr dst, const void *src, size_
         return cu_dead(st, err);
     if (n == 0)
         return KILN_OK;
-    CUresult r = kiln_cuda.MemcpyHtoDAsync((CUdeviceptr)dst, src, n, st->stream);
+    CUresult r = kiln_cuda.MemcpyHtoDAsync(writable(st, dst), src, n, st->stream);
     if (r == CUDA_SUCCESS)
         r = kiln_cuda.StreamSynchronize(st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "upload", err);
@@ -462,8 +626,23 @@ static int cuda_memset8(kiln_backend *be, kiln_devptr dst, uint8_t value, size_t
         return cu_dead(st, err);
     if (n == 0)
         return KILN_OK;
-    CUresult r = kiln_cuda.MemsetD8Async((CUdeviceptr)dst, value, n, st->stream);
+    CUresult r = kiln_cuda.MemsetD8Async(writable(st, dst), value, n, st->stream);
     return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "memset", err);
+}
+
+static int cuda_copy(kiln_backend *be, kiln_devptr dst, kiln_devptr src, size_t n, kiln_err *err) {
+    cuda_state *st = be->impl;
+    if (st->dead)
+        return cu_dead(st, err);
+    if (n == 0)
+        return KILN_OK;
+    CUresult r = kiln_cuda.MemcpyDtoDAsync(writable(st, dst), (CUdeviceptr)src, n, st->stream);
+    return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, "device-to-device copy", err);
+}
+
+static void *cuda_host_view(kiln_backend *be, kiln_devptr p) {
+    (void)be, (void)p;
+    return NULL;
 }
 
 static int cuda_flush_cache(kiln_backend *be, kiln_err *err) {
@@ -551,6 +730,58 @@ static int cuda_timer_elapsed_us(kiln_backend *be, kiln_timer *t, double *us, ki
     return KILN_OK;
 }
 
+/* ---- the gate's own kernels ---- */
+
+static int cuda_load_raw(kiln_backend *be, const char *source, kiln_module **out, char **log,
+                         kiln_err *err) {
+    cuda_state *st = be->impl;
+    *out = NULL;
+    if (log)
+        *log = NULL;
+    if (st->dead)
+        return cu_dead(st, err);
+    char arch[32];
+    kiln_cuda_arch(st->info.cc_major, st->info.cc_minor, source, arch, sizeof arch);
+    char *cubin = NULL;
+    size_t cubin_len = 0;
+    int rc = kiln_cuda_compile_only(source, arch, &cubin, &cubin_len, log, err);
+    if (rc)
+        return rc;
+    kiln_module *m = xcalloc(1, sizeof *m);
+    CUresult r = kiln_cuda.ModuleLoadData(&m->mod, cubin);
+    free(cubin);
+    if (r != CUDA_SUCCESS) {
+        free(m);
+        return cu_fail(st, r, "cuModuleLoadData", err);
+    }
+    *out = m;
+    return KILN_OK;
+}
+
+static int cuda_launch_raw(kiln_backend *be, kiln_module *m, const char *entry,
+                           const unsigned grid[3], const unsigned block[3], void **params,
+                           kiln_err *err) {
+    cuda_state *st = be->impl;
+    if (st->dead)
+        return cu_dead(st, err);
+    cuda_entry *e = find_entry(m, entry);
+    if (!e) {
+        if (m->n == KILN_MAX_LAUNCHES)
+            return kiln_errf(err, KILN_ERR_INVALID, "a raw module of more than %d entry points",
+                             KILN_MAX_LAUNCHES);
+        e = &m->e[m->n];
+        CUresult r = kiln_cuda.ModuleGetFunction(&e->fn, m->mod, entry);
+        if (r != CUDA_SUCCESS)
+            return cu_fail(st, r, "cuModuleGetFunction", err);
+        snprintf(e->name, sizeof e->name, "%s", entry);
+        kiln_cuda_func_attrs_get(e->fn, &e->attrs);
+        m->n++;
+    }
+    CUresult r = kiln_cuda.LaunchKernel(e->fn, grid[0], grid[1], grid[2], block[0], block[1],
+                                        block[2], 0, st->stream, params, NULL);
+    return r == CUDA_SUCCESS ? KILN_OK : cu_fail(st, r, entry, err);
+}
+
 const kiln_backend_ops kiln_backend_cuda = {
     .name = "cuda",
     .init = cuda_init,
@@ -564,12 +795,17 @@ const kiln_backend_ops kiln_backend_cuda = {
     .upload = cuda_upload,
     .download = cuda_download,
     .memset8 = cuda_memset8,
+    .copy = cuda_copy,
+    .host_view = cuda_host_view,
     .launch = cuda_launch,
     .sync = cuda_sync,
+    .wait = cuda_wait,
     .flush_cache = cuda_flush_cache,
     .timer_create = cuda_timer_create,
     .timer_destroy = cuda_timer_destroy,
     .timer_start = cuda_timer_start,
     .timer_stop = cuda_timer_stop,
     .timer_elapsed_us = cuda_timer_elapsed_us,
+    .load_raw = cuda_load_raw,
+    .launch_raw = cuda_launch_raw,
 };

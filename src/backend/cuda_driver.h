@@ -33,6 +33,20 @@
     X(MemcpyHtoDAsync, (CUdeviceptr dst, const void *src, size_t n, CUstream stream))              \
     X(MemcpyDtoHAsync, (void *dst, CUdeviceptr src, size_t n, CUstream stream))                    \
     X(MemsetD8Async, (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream))            \
+    X(MemcpyDtoDAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream))              \
+    X(StreamQuery, (CUstream stream))                                                              \
+    X(MemGetAllocationGranularity, (size_t * granularity, const CUmemAllocationProp *prop,         \
+                                    CUmemAllocationGranularity_flags option))                      \
+    X(MemCreate, (CUmemGenericAllocationHandle * handle, size_t size,                              \
+                  const CUmemAllocationProp *prop, unsigned long long flags))                      \
+    X(MemRelease, (CUmemGenericAllocationHandle handle))                                           \
+    X(MemAddressReserve, (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr,      \
+                          unsigned long long flags))                                               \
+    X(MemAddressFree, (CUdeviceptr ptr, size_t size))                                              \
+    X(MemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,   \
+               unsigned long long flags))                                                          \
+    X(MemUnmap, (CUdeviceptr ptr, size_t size))                                                    \
+    X(MemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))     \
     X(ModuleLoadData, (CUmodule * mod, const void *image))                                         \
     X(ModuleUnload, (CUmodule mod))                                                                \
     X(ModuleGetFunction, (CUfunction * fn, CUmodule mod, const char *name))                        \

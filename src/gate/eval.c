@@ -238,7 +238,7 @@ static int set_load(ctx *c, const kiln_refdata *ref, int si, kiln_devptr scratch
         KILN_ASSERT(st); /* kiln_refset_open checked it */
         s->in_host[i] = st->data;
         s->in_bytes[i] = st->n_bytes;
-        if ((rc = c->be->ops->alloc(c->be, st->n_bytes, &s->in_dev[i], err)))
+        if ((rc = c->be->ops->alloc(c->be, st->n_bytes, 0, &s->in_dev[i], err)))
             return rc;
         if ((rc = c->be->ops->upload(c->be, s->in_dev[i], st->data, st->n_bytes, err)))
             return rc;
@@ -250,7 +250,7 @@ static int set_load(ctx *c, const kiln_refdata *ref, int si, kiln_devptr scratch
         KILN_ASSERT(st);
         s->ref_out[o] = st->data;
         s->out_bytes[o] = st->n_bytes;
-        if ((rc = c->be->ops->alloc(c->be, st->n_bytes, &s->out_dev[o], err)))
+        if ((rc = c->be->ops->alloc(c->be, st->n_bytes, 0, &s->out_dev[o], err)))
             return rc;
         s->values[k].ptr = s->out_dev[o];
     }
@@ -565,7 +565,8 @@ static kiln_outcome eval_workload(ctx *c, const kiln_refdata *ref, const kiln_ab
             ev);
         goto done;
     }
-    if (plan.scratch_bytes && (rc = c->be->ops->alloc(c->be, plan.scratch_bytes, &scratch, &err)))
+    if (plan.scratch_bytes &&
+        (rc = c->be->ops->alloc(c->be, plan.scratch_bytes, 0, &scratch, &err)))
         goto setup_failed;
     for (int si = 0; si < n_sets; si++) {
         send_line(c->fd, "phase load %d %d", c->w, si);

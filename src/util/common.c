@@ -35,6 +35,8 @@ const char *kiln_strerror(int status) {
         return "child process failure";
     case KILN_ERR_NOMEM:
         return "out of memory";
+    case KILN_ERR_TIMEOUT:
+        return "time limit";
     }
     return "unknown status";
 }

@@ -23,6 +23,7 @@ typedef enum {
     KILN_ERR_LAUNCH,   /* a launch or an asynchronous kernel failed (illegal address, trap) */
     KILN_ERR_CHILD,    /* an isolated child process failed or spoke nonsense */
     KILN_ERR_NOMEM,    /* host memory ran out under a kiln_oom_scope (libkiln_rt) */
+    KILN_ERR_TIMEOUT,  /* a candidate's call or kernel ran past its limit */
 } kiln_status;
 
 /* Human-readable name of a status ("io error", "malformed file", ...). */

@@ -145,8 +145,8 @@ static void test_scale_runs(void **state) {
     for (int64_t i = 0; i < n; i++)
         host[i] = (float)(i % 1000) - 499.75f;
     kiln_devptr x, y;
-    assert_int_equal(be->ops->alloc(be, bytes, &x, &err), KILN_OK);
-    assert_int_equal(be->ops->alloc(be, bytes, &y, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, bytes, 0, &x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, bytes, 0, &y, &err), KILN_OK);
     assert_int_equal(x % 16, 0);
     assert_int_equal(y % 16, 0);
     assert_int_equal(be->ops->upload(be, x, host, bytes, &err), KILN_OK);
@@ -207,8 +207,8 @@ static void test_trampoline_types(void **state) {
         fail_msg("compile: %s\n%s", err.msg, log ? log : "");
     free(log);
     kiln_devptr x, o;
-    assert_int_equal(be->ops->alloc(be, 16, &x, &err), KILN_OK);
-    assert_int_equal(be->ops->alloc(be, 8 * sizeof(double), &o, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, 16, 0, &x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, 8 * sizeof(double), 0, &o, &err), KILN_OK);
     uint16_t xs[8] = {0x4049}; /* bf16 3.140625 */
     assert_int_equal(be->ops->upload(be, x, xs, sizeof xs, &err), KILN_OK);
     double d = -2.5e300;
@@ -323,7 +323,7 @@ static int in_child(void (*fn)(void)) {
 
 static void write_last_usable(void) {
     kiln_devptr p;
-    if (be->ops->alloc(be, 100, &p, NULL))
+    if (be->ops->alloc(be, 100, 0, &p, NULL))
         _exit(2);
     volatile unsigned char *b = (volatile unsigned char *)(uintptr_t)p;
     b[0] = 1;
@@ -334,7 +334,7 @@ static void write_last_usable(void) {
 
 static void write_past_end(void) {
     kiln_devptr p;
-    if (be->ops->alloc(be, 100, &p, NULL))
+    if (be->ops->alloc(be, 100, 0, &p, NULL))
         _exit(2);
     volatile unsigned char *b = (volatile unsigned char *)(uintptr_t)p;
     b[112] = 1;
@@ -355,7 +355,8 @@ static void kernel_past_end(void) {
         _exit(3);
     int64_t n = 1000000;
     kiln_devptr x, y;
-    if (be->ops->alloc(be, (size_t)n * 4, &x, &err) || be->ops->alloc(be, (size_t)n * 4, &y, &err))
+    if (be->ops->alloc(be, (size_t)n * 4, 0, &x, &err) ||
+        be->ops->alloc(be, (size_t)n * 4, 0, &y, &err))
         _exit(4);
     float alpha = 2;
     void *params[] = {&x, &alpha, &y, &n};

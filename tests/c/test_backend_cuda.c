@@ -377,8 +377,8 @@ static void test_scale_runs(void **state) {
     for (int64_t i = 0; i < n; i++)
         host[i] = (float)(i % 1000) - 499.75f;
     kiln_devptr x, y;
-    assert_int_equal(be->ops->alloc(be, bytes, &x, &err), KILN_OK);
-    assert_int_equal(be->ops->alloc(be, bytes, &y, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, bytes, 0, &x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, bytes, 0, &y, &err), KILN_OK);
     assert_int_equal(x % 256, 0);
     assert_int_equal(be->ops->upload(be, x, host, bytes, &err), KILN_OK);
     kiln_launch_plan plan;
@@ -439,8 +439,8 @@ static void test_bf16_runs(void **state) {
     for (int i = 0; i < n; i++)
         host[i] = (uint16_t)(0x3f80 + i % 64); /* 1.0 .. 1.49 */
     kiln_devptr x, y;
-    assert_int_equal(be->ops->alloc(be, sizeof host, &x, &err), KILN_OK);
-    assert_int_equal(be->ops->alloc(be, sizeof host, &y, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, sizeof host, 0, &x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, sizeof host, 0, &y, &err), KILN_OK);
     assert_int_equal(be->ops->upload(be, x, host, sizeof host, &err), KILN_OK);
     kiln_launch_plan plan;
     assert_int_equal(kiln_abi_plan(&abi, p, &p->workloads[0], &plan, &err), KILN_OK);
@@ -498,9 +498,9 @@ static void test_launches_with_scratch(void **state) {
     for (int i = 0; i < n; i++)
         host[i] = (float)(i % 256); /* each block sums to 32640 */
     kiln_devptr x, y, scratch;
-    assert_int_equal(be->ops->alloc(be, sizeof host, &x, &err), KILN_OK);
-    assert_int_equal(be->ops->alloc(be, sizeof host, &y, &err), KILN_OK);
-    assert_int_equal(be->ops->alloc(be, plan.scratch_bytes, &scratch, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, sizeof host, 0, &x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, sizeof host, 0, &y, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, plan.scratch_bytes, 0, &scratch, &err), KILN_OK);
     assert_int_equal(be->ops->upload(be, x, host, sizeof host, &err), KILN_OK);
     float alpha = 1;
     void *params[] = {&x, &alpha, &y, &n, &scratch};
@@ -585,8 +585,8 @@ static int try_launch(const char *src, kiln_err *err) {
     int64_t n = 1024;
     float alpha = 1;
     if (rc == KILN_OK) {
-        assert_int_equal(be->ops->alloc(be, 4096, &x, err), KILN_OK);
-        assert_int_equal(be->ops->alloc(be, 4096, &y, err), KILN_OK);
+        assert_int_equal(be->ops->alloc(be, 4096, 0, &x, err), KILN_OK);
+        assert_int_equal(be->ops->alloc(be, 4096, 0, &y, err), KILN_OK);
         assert_int_equal(be->ops->memset8(be, x, 0, 4096, err), KILN_OK);
         void *params[] = {&x, &alpha, &y, &n};
         rc = be->ops->launch(be, m, &plan, params, err);
@@ -692,7 +692,7 @@ static int fault_child(const char *kind) {
         return 12;
     /* the context is gone: everything after says so, without crashing */
     kiln_devptr p;
-    int rc2 = be->ops->alloc(be, 16, &p, &err);
+    int rc2 = be->ops->alloc(be, 16, 0, &p, &err);
     printf("after: %s: %s\n", kiln_strerror(rc2), err.msg);
     if (rc2 != KILN_ERR_LAUNCH)
         return 13;

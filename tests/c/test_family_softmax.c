@@ -922,7 +922,7 @@ static void emu_run(kiln_backend *be, const prob *pr, const emu_module *em, cons
             params[k] = em->sig.p[k].kind == KILN_PARAM_F64 ? (void *)&f64[k] : (void *)&f32[k];
             continue;
         }
-        assert_int_equal(be->ops->alloc(be, in->bytes[i], &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->alloc(be, in->bytes[i], 0, &ptr[k], &err), KILN_OK);
         assert_int_equal(be->ops->upload(be, ptr[k], in->host[i], in->bytes[i], &err), KILN_OK);
         params[k] = &ptr[k];
     }
@@ -931,7 +931,7 @@ static void emu_run(kiln_backend *be, const prob *pr, const emu_module *em, cons
         const kiln_tensor_spec *t = &pr->p->outputs[o];
         out->bytes[o] = tensor_elems(pr->p, t, w) * kiln_dtype_size(t->dtype);
         out->host[o] = xmalloc(out->bytes[o] + 16);
-        assert_int_equal(be->ops->alloc(be, out->bytes[o], &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->alloc(be, out->bytes[o], 0, &ptr[k], &err), KILN_OK);
         assert_int_equal(be->ops->memset8(be, ptr[k], 0xA5, out->bytes[o], &err), KILN_OK);
         params[k] = &ptr[k];
     }
