@@ -258,3 +258,30 @@ def test_bad_invocations(args, message):
     assert r.stderr.startswith(f"kiln {args[0]}: ")
     assert len(r.stderr.splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr
+
+
+TINY = "tests/data/install/tiny_model.py"  # prints one line "tiny model ...: forward ... ms, checksum ..."
+
+
+def test_capture_json_leaves_stdout_to_the_json(tmp_path):
+    """capture --json: stdout is capture.json and nothing else; the script's own output goes to stderr."""
+    run = tmp_path / "run"
+    r = kiln("capture", TINY, "--out", run, "--device", "cpu", "--no-reference", "--top", 1, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    printed = json.loads(r.stdout)
+    assert printed == json.loads((run / "capture.json").read_text())
+    assert printed["kiln_capture"] == 1 and printed["device"] == "cpu"
+    assert "tiny model " in r.stderr
+
+
+def test_tune_json_leaves_stdout_to_the_report(tmp_path):
+    """tune --json: stdout is report.json even when a step fails (a library that libkiln_rt refuses)."""
+    lib = tmp_path / "library"
+    lib.mkdir()
+    (lib / "manifest.json").write_text("{}")
+    run = tmp_path / "run"
+    r = kiln("tune", TINY, "--backend", "cpu", "--out", run, "--library", lib, "--json")
+    printed = json.loads(r.stdout)
+    assert printed == json.loads((run / "report.json").read_text())
+    assert printed["kiln_report"] == 1 and "refused" in printed["library"]
+    assert "tiny model " in r.stderr and "kiln tune [3/4]" in r.stderr
