@@ -329,7 +329,7 @@ def _gate_tensor(spec: dict, device, misaligned: bool = False):
     """A tensor with exactly the gate's dtype, shape and strides (and, misaligned, one element off a 16-byte
     boundary, so that the gate must miss): floats normal, integers and bools zero (a valid index)."""
     import torch
-    from kiln.install import _torch_dtype
+    from kiln.install_gate import _torch_dtype
     dtype = _torch_dtype(spec["dtype"])
     shape, strides = [int(s) for s in spec["shape"]], [int(s) for s in spec["strides"]]
     n = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
@@ -342,7 +342,7 @@ def _gate_tensor(spec: dict, device, misaligned: bool = False):
 
 
 def _call_template(template, tensors: list):
-    from kiln.install import _Slot
+    from kiln.install_gate import _Slot
     if isinstance(template, _Slot):
         return tensors[template.index]
     if isinstance(template, list):
@@ -361,7 +361,8 @@ class EntryBench:
     def __init__(self, entry, lib, model_modules: dict):
         import torch
 
-        from kiln.install import _resolve_overload, _template
+        from kiln.install_aten import _resolve_overload
+        from kiln.install_gate import _template
         self.entry = entry
         self.device = torch.device("cuda", lib.device_index) if lib.is_cuda else torch.device("cpu")
         self.inputs = [_gate_tensor(g, self.device) for g in entry.inputs]
@@ -383,7 +384,7 @@ class EntryBench:
             self.call = call
         else:
             names = [g["name"] for g in entry.inputs]
-            from kiln.install import _is_activation
+            from kiln.install_module import _is_activation
             act = [i for i, n in enumerate(names) if _is_activation(n)]
             module = next((model_modules[p] for p in entry.module_paths if p in model_modules), None)
             if module is None or len(act) != 1:
@@ -658,7 +659,7 @@ def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, en
 def install_check(opts, library_dir: str, report: dict) -> None:
     import torch
 
-    from kiln.install import KilnError, Library
+    from kiln.install_runtime import KilnError, Library
     _log(f"kiln tune [3/4] install check: running {opts.script} once more to find the model")
     cuda = opts.backend == "cuda"
     timer = Timer(cuda)
