@@ -18,13 +18,13 @@ typedef enum {
     KIND_U64,  /* an unsigned 64-bit integer, decimal or 0x hex */
     KIND_REAL, /* a number in [min, max], or (min, max] with min_open */
     KIND_TEXT  /* a string, kept by pointer (argv outlives the command) */
-} kind;
+} value_kind;
 
 /* How the field the value lands in is declared (size_t counts as uint64_t: kiln is built LP64). */
-typedef enum { C_INT, C_I64, C_U64, C_DOUBLE, C_STR } ctype;
+typedef enum { C_INT, C_I64, C_U64, C_DOUBLE, C_STR } field_type;
 
-/* The ctype of field f of struct T, found by the compiler, so that a row cannot disagree with the
- * struct it writes into (a field of another type does not compile). */
+/* The field_type of field f of struct T, found by the compiler, so that a row cannot disagree with
+ * the struct it writes into (a field of another type does not compile). */
 #define CTYPE_OF(T, f)                                                                             \
     _Generic(((T *)0)->f,                                                                          \
         int: C_INT,                                                                                \
@@ -34,23 +34,23 @@ typedef enum { C_INT, C_I64, C_U64, C_DOUBLE, C_STR } ctype;
         const char *: C_STR)
 
 /* Which struct of kiln_cli_args holds the field. */
-typedef enum { HOME_CLI, HOME_GATE, HOME_LLM, HOME_OPTIMIZE, HOME_WEB } home;
+typedef enum { HOME_CLI, HOME_GATE, HOME_LLM, HOME_OPTIMIZE, HOME_WEB } value_home;
 
 typedef struct {
     const char *name; /* the long option without its dashes */
-    kind kind;
+    value_kind kind;
     const char *arg; /* the value's name in the help */
     double min, max; /* KIND_INT and KIND_REAL */
     int min_open;    /* KIND_REAL: min itself is refused */
     const char *choices;
-    home home;
+    value_home home;
     size_t at; /* offsetof the field in its home */
-    ctype ctype;
+    field_type ctype;
     int show_default; /* the help prints the field's value before parsing as the default */
     const char *dflt; /* the default in words, where a value would not say it */
     const char *help;
-    /* A rule beyond the kind (the key is a name, not the key): 0 when value passes, else why not in
-     * why. */
+    /* A rule beyond the kind (a URL, the name of an environment variable): 0 when value passes,
+     * else 1 with why filled. */
     int (*check)(const char *value, char *why, size_t cap);
     int optional_value; /* --serve[=PORT]: given alone, the field keeps its default */
 } row;
