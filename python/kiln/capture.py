@@ -1,12 +1,11 @@
 """kiln capture: runs an unmodified PyTorch script with kiln watching, ranks its aten ops by device time
 and writes the ops that matter as SOL-ExecBench problems on the script's own tensors.
 
-    python -m kiln.capture SCRIPT.py --out RUN [--top N] [--max-bytes B] [--device auto|cuda|cpu]
-                           [--random-sets K] [--no-reference] [-- SCRIPT ARGS...]
+    kiln capture SCRIPT.py --out RUN [options] [-- SCRIPT ARGS...]     (`kiln capture --help` lists them)
 
-(`kiln capture` execs exactly this.) Everything after `--` goes to the script, whose sys.argv is
-[SCRIPT, *args] and which runs as __main__ with its own directory first on sys.path, as `python SCRIPT`
-would run it. What it writes (docs/capture.md has the formats and the reasons):
+Everything after `--` goes to the script, whose sys.argv is [SCRIPT, *args] and which runs as __main__ with
+its own directory first on sys.path, as `python SCRIPT` would run it. What it writes (docs/capture.md has
+the formats and the reasons):
 
   RUN/problems/<name>/definition.json   reference calling the captured aten overload (or a leaf module's
                                         forward, "kind": "module"), plus "kiln": {calls, share, ...}
@@ -17,14 +16,12 @@ would run it. What it writes (docs/capture.md has the formats and the reasons):
   RUN/model.json                        every op in call order: module path, producer -> consumer edges,
                                         device time, the problem each call belongs to
   RUN/capture.json                      wall times, device, versions, script, what was skipped and why
-
-Exit status: 0 captured; 1 the script failed, did no tensor work, or a problem could not be written;
-2 bad invocation. The script's own exception is shown with its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -36,9 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kiln import split_script_args
+from kiln.cli import Parser, UsageError, stdout_to_stderr
 
-USAGE = ("python -m kiln.capture SCRIPT.py --out RUN [--top N] [--max-bytes B] [--device auto|cuda|cpu] "
-         "[--random-sets K] [--no-reference] [-- SCRIPT ARGS...]")
 DEFAULT_MAX_BYTES = 2 << 30
 REFERENCE_SETS = 3  # input sets the gate proves on, real + random, per problem at least
 HOLD_FLOOR_BYTES = 4 << 30  # host copies held during the run: max(8 x --max-bytes, this), <= half of free RAM
@@ -68,39 +64,54 @@ def parse_bytes(text: str) -> int:
     return int(float(m.group(1)) * scale)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        hint = ""
-        if "unrecognized arguments" in message:
-            hint = " (arguments for the script go after `--`)"
-        raise CaptureError(f"{message}{hint}\nusage: {USAGE}", 2)
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except CaptureError:
+        raise ValueError(text) from None
+
+
+def parser() -> Parser:
+    """`kiln capture`'s command line (its --help)."""
+    p = Parser(
+        "capture", ["SCRIPT.py --out RUN [options] [-- SCRIPT ARGS...]"],
+        "Runs an unmodified PyTorch script with kiln watching, ranks its aten ops and fused leaf modules by "
+        "device time, and writes the ones that matter as SOL-ExecBench problems on the script's own tensors: "
+        "RUN/problems/<name>/ (definition, workloads, tensors, the gate's reference data), RUN/model.json "
+        "(every op in call order, producer -> consumer) and RUN/capture.json. Everything after `--` goes to "
+        "the script, which runs as __main__ as `python SCRIPT` would run it; docs/capture.md has the formats.",
+        [(0, "captured"),
+         (1, "the script failed (its own exception is shown with its traceback), did no tensor work, or a "
+             "problem could not be written"),
+         (2, "bad invocation")],
+        "kiln capture examples/resnet50.py --out runs/resnet50 -- --small",
+        unknown_hint=" (the script's own arguments go after `--`)")
+    p.add_argument("script")
+    p.option("--out", metavar="RUN", required=True, help="the run directory to write (problems/, model.json, ...)")
+    p.option("--top", metavar="N", kind="int", lo=1, default=20, help="problems to write per kind")
+    p.option("--max-bytes", metavar="B", kind="custom", convert=_size, wants="a size such as 2GiB, 512M or 1000000",
+             default=DEFAULT_MAX_BYTES, default_text=f"{DEFAULT_MAX_BYTES >> 30}GiB",
+             help="the most bytes of tensors saved in all")
+    p.option("--device", metavar="auto|cuda|cpu", choices=["auto", "cuda", "cpu"], default="auto",
+             help="whose time ranks the ops: CUDA kernel time or CPU time; auto: cuda when PyTorch sees a GPU")
+    p.option("--random-sets", metavar="K", kind="int", lo=0, default=2, help="random workloads per problem")
+    p.option("--no-reference", action="store_true",
+             help="do not build the gate's reference data (kiln eval builds it when needed)")
+    p.option("--quiet", action="store_true", help="print only the ranked table")
+    p.option("--json", action="store_true",
+             help="print RUN/capture.json on stdout when done; the script's output and the table go to stderr")
+    return p
 
 
 def parse_args(argv: list) -> argparse.Namespace:
     argv, script_args = split_script_args(argv)
     if "--out" not in argv and not any(a.startswith("--out=") for a in argv) and "--out" in script_args:
-        raise CaptureError("--out must come before `--` (everything after `--` goes to the script)"
-                           f"\nusage: {USAGE}", 2)
-    p = _Parser(prog="kiln capture", usage=USAGE, add_help=True,
-                description="Capture the ops of a PyTorch script as kiln problems.")
-    p.add_argument("script", help="the Python script to run, unmodified")
-    p.add_argument("--out", required=True, help="run directory to write (problems/, model.json, ...)")
-    p.add_argument("--top", type=int, default=20, help="problems to write per kind (default 20)")
-    p.add_argument("--max-bytes", default=str(DEFAULT_MAX_BYTES),
-                   help="most bytes of tensors saved in all (default 2GiB)")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
-                   help="whose time ranks the ops: CUDA kernel time or CPU time (default: cuda if present)")
-    p.add_argument("--random-sets", type=int, default=2, help="random workloads per problem (default 2)")
-    p.add_argument("--no-reference", action="store_true",
-                   help="do not build the gate's reference data (kiln eval builds it when needed)")
-    p.add_argument("--quiet", action="store_true", help="print only the ranked table")
-    opts = p.parse_args(argv)
+        raise CaptureError("--out must come before `--` (everything after `--` goes to the script)", 2)
+    try:
+        opts = parser().parse(argv)
+    except UsageError as e:
+        raise CaptureError(str(e), 2) from None
     opts.script_args = script_args
-    opts.max_bytes = parse_bytes(opts.max_bytes)
-    if opts.top < 1:
-        raise CaptureError(f"--top {opts.top}: expected at least 1", 2)
-    if opts.random_sets < 0:
-        raise CaptureError(f"--random-sets {opts.random_sets}: expected 0 or more", 2)
     if not os.path.exists(opts.script):
         raise CaptureError(f"no such script: {opts.script}", 2)
     if not os.path.isfile(opts.script):
@@ -865,7 +876,12 @@ def main(argv: Optional[list] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         opts = parse_args(argv)
-        return Capture(opts, lambda line: print(line, flush=True)).run()
+        with stdout_to_stderr(opts.json):
+            code = Capture(opts, lambda line: print(line, flush=True)).run()
+        if opts.json:
+            with open(os.path.join(opts.out, "capture.json")) as f:
+                print(json.dumps(json.load(f), indent=1))
+        return code
     except CaptureError as e:
         sys.stdout.flush()
         print(f"kiln capture: {e}", file=sys.stderr, flush=True)

@@ -1,17 +1,11 @@
 """kiln run: runs an unmodified PyTorch script with a kiln library installed.
 
-    python -m kiln.run [--library DIR] [--entries all|NAME,...] [--strict] [--stats] [--stats-json PATH]
-                       SCRIPT.py [SCRIPT ARGS...]
+    kiln run [options] SCRIPT.py [SCRIPT ARGS...]     (`kiln run --help` lists them)
 
-(`kiln run` execs exactly this.) The library is --library, else $KILN_LIBRARY; it may be RUN/library or
-RUN. Everything from SCRIPT.py on belongs to the script, which runs as __main__ with sys.argv =
-[SCRIPT, *args] and its own directory first on sys.path, as `python SCRIPT args` would run it. Put `--`
-before the script when its name starts with a dash.
-
-A library that libkiln_rt refuses (another device, another kiln build, a damaged manifest or kernel) is
-reported on stderr and the script runs eagerly, unchanged; --strict makes that exit 1 instead. --stats
-prints the installation and its hits and misses to stderr when the script ends; --stats-json writes them
-as JSON. Exit status: the script's own; 2 for a bad invocation (no library given, no such script).
+The library is --library, else $KILN_LIBRARY; it may be RUN/library or RUN. Everything from SCRIPT.py on
+belongs to the script, which runs as __main__ with sys.argv = [SCRIPT, *args] and its own directory first on
+sys.path, as `python SCRIPT args` would run it. A library that libkiln_rt refuses (another device, another
+kiln build, a damaged manifest or kernel) is reported on stderr and the script runs eagerly, unchanged.
 """
 
 from __future__ import annotations
@@ -21,18 +15,37 @@ import os
 import sys
 from typing import Optional
 
-USAGE = ("kiln run [--library DIR] [--entries all|NAME,...] [--strict] [--stats] "
-         "[--stats-json PATH] SCRIPT.py [SCRIPT ARGS...]")
+from kiln.cli import UsageError, format_help
+
+OPTIONS = [  # (flag, value name or None, help): the options come before the script
+    ("--library", "DIR", "the library: RUN/library or RUN (default: $KILN_LIBRARY)"),
+    ("--entries", "all|NAME,...", "the entries to install (default: what kiln tune decided, else all usable)"),
+    ("--strict", None, "exit 1 instead of running eagerly when libkiln_rt refuses the library"),
+    ("--stats", None, "print the installation and its hits and misses on stderr when the script ends"),
+    ("--stats-json", "PATH", "write the installation and its hits and misses to PATH as JSON"),
+]
 
 
-class UsageError(Exception):
-    pass
+def help_text() -> str:
+    return format_help(
+        "run", ["[options] SCRIPT.py [SCRIPT ARGS...]", "[options] -- SCRIPT.py [SCRIPT ARGS...]"],
+        "Runs an unmodified PyTorch script with a kiln library installed (kiln.install): kiln's kernels run "
+        "where their shape gate admits a call, PyTorch's everywhere else. Everything from SCRIPT.py on "
+        "belongs to the script, which runs as __main__ as `python SCRIPT args` would run it; put `--` before "
+        "a script whose name starts with a dash. A library that libkiln_rt refuses (another device, another "
+        "kiln build, a damaged manifest or kernel) is reported on stderr and the script runs eagerly.",
+        [(f"{flag} {value}" if value else flag, text) for flag, value, text in OPTIONS],
+        [("N", "the script's own exit status"), (1, "--strict and the library was refused"),
+         (2, "bad invocation: no library given, no such script")],
+        "kiln run --library runs/resnet50/library --stats examples/resnet50.py --small")
 
 
 def parse_args(argv: list) -> dict:
     """kiln's options come before the script; everything after the script is the script's."""
     opts = {"library": os.environ.get("KILN_LIBRARY") or None, "entries": None, "strict": False,
-            "stats": False, "stats_json": None, "script": None, "script_args": []}
+            "stats": False, "stats_json": None, "script": None, "script_args": [], "help": False}
+    valued = {flag for flag, value, _ in OPTIONS if value}
+    flags = {flag for flag, value, _ in OPTIONS if not value}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -43,20 +56,20 @@ def parse_args(argv: list) -> dict:
             break
         name, eq, value = a.partition("=")
         if name in ("-h", "--help"):
-            raise UsageError("help")
-        if name in ("--library", "--entries", "--stats-json"):
+            opts["help"] = True
+            return opts
+        if name in valued:
             if not eq:
                 if i + 1 >= len(argv):
-                    raise UsageError(f"{name} needs a value")
+                    raise UsageError(f"{name} wants a value")
                 value = argv[i + 1]
                 i += 1
             opts[name[2:].replace("-", "_")] = value
-        elif name == "--strict":
-            opts["strict"] = True
-        elif name == "--stats":
-            opts["stats"] = True
+        elif name in flags:
+            opts[name[2:].replace("-", "_")] = True
         else:
-            raise UsageError(f"unknown option {a} (options for the script go after the script's name)")
+            raise UsageError(f"unknown option '{name}'; see kiln run --help (options for the script go after "
+                             "the script's name)")
         i += 1
     if i >= len(argv):
         raise UsageError("no script given")
@@ -101,11 +114,12 @@ def main(argv: Optional[list] = None) -> int:
     try:
         opts = parse_args(argv)
     except UsageError as e:
-        if str(e) == "help":
-            print(__doc__)
-            return 0
-        print(f"kiln run: {e}\nusage: {USAGE}", file=sys.stderr)
+        see = "" if "kiln run --help" in str(e) else "; see kiln run --help"
+        print(f"kiln run: {e}{see}", file=sys.stderr)
         return 2
+    if opts["help"]:
+        sys.stdout.write(help_text())
+        return 0
 
     from kiln.install import KilnError, install, uninstall
     inst = None

@@ -1,11 +1,8 @@
 """kiln tune: one command from an unmodified PyTorch script to a report of what kiln's kernels do for it.
 
-    python -m kiln.tune SCRIPT.py [--out RUN] [--backend cuda|cpu] [--budget N] [--top N]
-                        [--compile | --no-compile] [--rounds R] [--margin M]
-                        [--library DIR] [--skip-capture] [--skip-optimize] [--serve[=PORT]]
-                        [-- SCRIPT ARGS...]
+    kiln tune SCRIPT.py [options] [-- SCRIPT ARGS...]     (`kiln tune --help` lists them)
 
-(`kiln tune` execs exactly this.) Four steps, each printed as it runs:
+Four steps, each printed as it runs:
 
 1. capture    `python -m kiln.capture SCRIPT --out RUN --device BACKEND -- ARGS`: the script's hot ops and
               fused leaf modules become problems (docs/capture.md).
@@ -15,7 +12,7 @@
               calls at the top (the model) and with which arguments. Then, per library entry, the op (or the
               module) is timed through PyTorch's dispatcher on the gate's exact shapes — eager against kiln,
               dispatch cost included, alternating — and an entry is kept only where kiln wins by more than
-              --margin (default 2%). The decisions go to RUN/library/install.json, which `kiln run` and
+              --margin. The decisions go to RUN/library/install.json, which `kiln run` and
               kiln.install() read. Finally the model's forward is timed eager vs kiln (the kept entries)
               vs torch.compile vs torch.compile with kiln installed (its module entries are custom ops
               inside the compiled graph) in the same process, alternating eager and kiln, and the outputs
@@ -32,10 +29,9 @@ is the model; its last call's arguments are replayed for the timings. A script t
 model to time; the report then has the entries but no model line.
 
 --compile is on by default on cuda and off on cpu (torch.compile on a CPU needs a C++ toolchain and
-minutes). --library DIR skips steps 1 and 2 and checks that library. Exit status: 0 report written;
-1 a step failed (its output says why; the report says what was done); 2 bad invocation; 130 interrupted
-(SIGINT, e.g. `timeout -s INT`): the report is still written with what was done, and an interrupted
-torch.compile only loses the compile columns ("interrupted").
+minutes). --library DIR skips steps 1 and 2 and checks that library. Interrupted (SIGINT, e.g. `timeout -s
+INT`), the report is still written with what was done, and an interrupted torch.compile only loses the
+compile columns ("interrupted").
 """
 
 from __future__ import annotations
@@ -52,11 +48,9 @@ import traceback
 from typing import Optional
 
 from kiln import default_backend, split_script_args
+from kiln.cli import Parser, UsageError, stdout_to_stderr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-USAGE = ("kiln tune SCRIPT.py [--out RUN] [--backend cuda|cpu] [--budget N] [--top N] "
-         "[--compile|--no-compile] [--rounds R] [--margin M] [--dispatch python|cpp|auto] [--library DIR] "
-         "[--skip-capture] [--skip-optimize] [--serve[=PORT]] [-- SCRIPT ARGS...]")
 
 
 class TuneError(Exception):
@@ -67,40 +61,59 @@ class TuneError(Exception):
         self.code = code
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise TuneError(f"{message}\nusage: {USAGE}", 2)
+def parser() -> Parser:
+    """`kiln tune`'s command line (its --help)."""
+    p = Parser(
+        "tune", ["SCRIPT.py [options] [-- SCRIPT ARGS...]"],
+        "One command from an unmodified PyTorch script to a report of what kiln's kernels do for it, in four "
+        "steps: capture (kiln capture), optimize (kiln optimize), an install check in this process (each "
+        "library entry is timed through PyTorch's dispatcher, eager against kiln, and kept only where kiln "
+        "wins by more than --margin; the decisions go to RUN/library/install.json, which kiln run and "
+        "kiln.install read), and a report, RUN/report.md and RUN/report.json: the model's forward eager, with "
+        "kiln, with torch.compile and with both, and per entry why it was installed or not. Everything after "
+        "`--` goes to the script.",
+        [(0, "the report was written"),
+         (1, "a step failed (its output says why; the report says what was done)"),
+         (2, "bad invocation"),
+         (130, "interrupted (SIGINT): the report says what was done")],
+        "kiln tune examples/resnet50.py --backend cpu --budget 8 -- --small",
+        unknown_hint=" (the script's own arguments go after `--`)")
+    p.add_argument("script")
+    p.option("--out", metavar="RUN", default_text="runs/<script name>", help="the run directory")
+    p.option("--backend", metavar="cuda|cpu", choices=["cuda", "cpu"], unknown="backend", default_text="cuda when PyTorch sees a GPU",
+             help="where kernels are searched and the model runs")
+    p.option("--budget", metavar="N", kind="int", default_text="kiln optimize's", help="candidates per problem, as kiln optimize "
+             "--budget")
+    p.option("--top", metavar="N", kind="int", default_text="kiln capture's",
+             help="problems per kind captured, and optimized, as kiln capture --top")
+    p.option("--compile", dest="compile", action="store_true", default=None, default_text="on cuda",
+             help="time torch.compile and kiln inside torch.compile too")
+    p.option("--no-compile", dest="compile", action="store_false", help="do not time torch.compile")
+    p.option("--rounds", metavar="R", kind="int", lo=1, default=5, help="alternating timing rounds")
+    p.option("--margin", metavar="M", kind="number", default=0.02,
+             help="an entry is kept when kiln is faster than eager by more than this fraction")
+    p.option("--dispatch", metavar="python|cpp|auto", choices=["python", "cpp", "auto"],
+             default_text="$KILN_DISPATCH, else python",
+             help="how aten entries are dispatched, as kiln.install's dispatch=")
+    p.option("--library", metavar="DIR", help="check this library; skips capture and optimize")
+    p.option("--skip-capture", action="store_true", help="use RUN's existing capture")
+    p.option("--skip-optimize", action="store_true", help="use RUN/library as it is")
+    p.option("--serve", metavar="[=PORT]", nargs="?", const="", default_text="kiln optimize --serve's port",
+             help="serve the dashboard while kiln optimize runs (kiln optimize --serve)")
+    p.option("--json", action="store_true",
+             help="print RUN/report.json on stdout when done; every step's output goes to stderr")
+    return p
 
 
 def parse_args(argv: list) -> argparse.Namespace:
     argv, script_args = split_script_args(argv)
-    p = _Parser(prog="kiln tune", usage=USAGE, description="capture + optimize + install check + report")
-    p.add_argument("script")
-    p.add_argument("--out", help="run directory (default runs/<script name>)")
-    p.add_argument("--backend", choices=["cuda", "cpu"], help="default: cuda when a GPU is visible, else cpu")
-    p.add_argument("--budget", type=int, help="candidates per problem for kiln optimize")
-    p.add_argument("--top", type=int, help="problems per kind captured, and optimized")
-    p.add_argument("--compile", dest="compile", action="store_true", default=None,
-                   help="time torch.compile too (default on cuda)")
-    p.add_argument("--no-compile", dest="compile", action="store_false")
-    p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (default 5)")
-    p.add_argument("--margin", type=float, default=0.02,
-                   help="an entry is kept when kiln is faster than eager by more than this fraction (0.02)")
-    p.add_argument("--dispatch", choices=["python", "cpp", "auto"],
-                   help="how aten entries are dispatched (kiln.install's dispatch=; default $KILN_DISPATCH, "
-                        "else python)")
-    p.add_argument("--library", help="check this library; skips capture and optimize")
-    p.add_argument("--skip-capture", action="store_true", help="use RUN's existing capture")
-    p.add_argument("--skip-optimize", action="store_true", help="use RUN/library as it is")
-    p.add_argument("--serve", nargs="?", const="8470", metavar="PORT",
-                   help="serve the dashboard while kiln optimize runs (kiln optimize --serve; default "
-                        "port 8470 on 127.0.0.1)")
-    opts = p.parse_args(argv)
+    try:
+        opts = parser().parse(argv)
+    except UsageError as e:
+        raise TuneError(str(e), 2) from None
     opts.script_args = script_args
     if not os.path.isfile(opts.script):
         raise TuneError(f"no such script: {opts.script}", 2)
-    if opts.rounds < 1:
-        raise TuneError("--rounds must be at least 1", 2)
     if opts.out is None:
         opts.out = os.path.join("runs", os.path.splitext(os.path.basename(opts.script))[0])
     if opts.library:
@@ -150,9 +163,9 @@ def optimize_available(kiln: str) -> Optional[str]:
         p = subprocess.run([kiln, "optimize", "--help"], capture_output=True, text=True, timeout=30)
     except OSError as e:
         return f"cannot run {kiln}: {e}"
-    if p.returncode != 0 or "optimize" not in p.stdout:
-        return (f"this kiln ({kiln}) has no `optimize` command yet ({(p.stderr or p.stdout).strip()[:200]}); "
-                "build a newer kiln, or pass --library DIR to check an existing library")
+    if p.returncode != 0:
+        return (f"`{kiln} optimize --help` failed ({(p.stderr or p.stdout).strip()[:200]}); rebuild kiln, or "
+                "pass --library DIR to check an existing library")
     return None
 
 
@@ -168,7 +181,7 @@ def step_optimize(opts, report: dict) -> None:
     if opts.top:
         cmd += ["--top", str(opts.top)]
     if opts.serve is not None:
-        cmd += [f"--serve={opts.serve}"]
+        cmd += [f"--serve={opts.serve}" if opts.serve else "--serve"]
     _log(f"kiln tune [2/4] optimize: {' '.join(cmd)}")
     t0 = time.perf_counter()
     rc = subprocess.call(cmd, env=_env())
@@ -316,7 +329,7 @@ def _gate_tensor(spec: dict, device, misaligned: bool = False):
     """A tensor with exactly the gate's dtype, shape and strides (and, misaligned, one element off a 16-byte
     boundary, so that the gate must miss): floats normal, integers and bools zero (a valid index)."""
     import torch
-    from kiln.install import _torch_dtype
+    from kiln.install_gate import _torch_dtype
     dtype = _torch_dtype(spec["dtype"])
     shape, strides = [int(s) for s in spec["shape"]], [int(s) for s in spec["strides"]]
     n = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
@@ -329,7 +342,7 @@ def _gate_tensor(spec: dict, device, misaligned: bool = False):
 
 
 def _call_template(template, tensors: list):
-    from kiln.install import _Slot
+    from kiln.install_gate import _Slot
     if isinstance(template, _Slot):
         return tensors[template.index]
     if isinstance(template, list):
@@ -348,7 +361,8 @@ class EntryBench:
     def __init__(self, entry, lib, model_modules: dict):
         import torch
 
-        from kiln.install import _resolve_overload, _template
+        from kiln.install_aten import _resolve_overload
+        from kiln.install_gate import _template
         self.entry = entry
         self.device = torch.device("cuda", lib.device_index) if lib.is_cuda else torch.device("cpu")
         self.inputs = [_gate_tensor(g, self.device) for g in entry.inputs]
@@ -370,7 +384,7 @@ class EntryBench:
             self.call = call
         else:
             names = [g["name"] for g in entry.inputs]
-            from kiln.install import _is_activation
+            from kiln.install_module import _is_activation
             act = [i for i, n in enumerate(names) if _is_activation(n)]
             module = next((model_modules[p] for p in entry.module_paths if p in model_modules), None)
             if module is None or len(act) != 1:
@@ -645,7 +659,7 @@ def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, en
 def install_check(opts, library_dir: str, report: dict) -> None:
     import torch
 
-    from kiln.install import KilnError, Library
+    from kiln.install_runtime import KilnError, Library
     _log(f"kiln tune [3/4] install check: running {opts.script} once more to find the model")
     cuda = opts.backend == "cuda"
     timer = Timer(cuda)
@@ -825,6 +839,15 @@ def main(argv: Optional[list] = None) -> int:
     except TuneError as e:
         print(f"kiln tune: {e}", file=sys.stderr)
         return e.code
+    with stdout_to_stderr(opts.json):
+        code, report = tune(opts)
+    if opts.json:
+        print(json.dumps(report, indent=1, default=str))
+    return code
+
+
+def tune(opts) -> tuple:
+    """The four steps; (exit status, the report written)."""
     if opts.backend is None:
         opts.backend = default_backend()
     library_dir = opts.library or os.path.join(opts.out, "library")
@@ -855,7 +878,7 @@ def main(argv: Optional[list] = None) -> int:
         print("kiln tune: interrupted", file=sys.stderr)
         code = 130
     write_report(report)
-    return code
+    return code, report
 
 
 if __name__ == "__main__":

@@ -1,6 +1,5 @@
 /* cmd_eval.c: `kiln eval PROBLEM_DIR KERNEL_FILE...`: prove and time candidates (docs/gate.md). */
 #include <dlfcn.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,43 +8,39 @@
 
 #include "../gate/gate.h"
 #include "cli.h"
+#include "options.h"
 
-static void eval_usage(FILE *f) {
-    fprintf(f,
-            "usage: kiln eval PROBLEM_DIR KERNEL_FILE [KERNEL_FILE...] [options]\n"
-            "\n"
-            "Proves KERNEL_FILE (a candidate written to docs/abi.md) on every workload of the\n"
-            "SOL-ExecBench problem in PROBLEM_DIR against the PyTorch reference, then times it.\n"
-            "Several kernel files go through one gate session in turn (one device context; a\n"
-            "crash or hang still costs only its own verdict); --json then prints an array.\n"
-            "\n"
-            "options:\n"
-            "  --backend cuda|cpu   where to run (default: by extension, .cu cuda, .c cpu)\n"
-            "  --device N           GPU ordinal (default 0)\n"
-            "  --json               print one JSON object (docs/gate.md) instead of a table\n"
-            "  --iters N            timed runs per workload (default 50 cuda, 10 cpu)\n"
-            "  --warmup N           untimed runs before timing (default 5 cuda, 1 cpu)\n"
-            "  --sets N             input sets proved per workload (default: all, 3)\n"
-            "  --timeout S          longest one run of the kernel may take (default 10)\n"
-            "  --seed S             seed of the audit draw\n"
-            "  --ref-dir DIR        where the reference data lives or is written\n"
-            "  --no-time            prove only\n"
-            "  -h, --help           this text\n"
-            "\n"
-            "Exit status: 0 with a verdict (any outcome; read it from the output), 2 when no\n"
-            "verdict was possible (bad arguments, malformed problem, no device).\n");
-}
+static const kiln_cli_use eval_options[] = {
+    {KILN_OPT_BACKEND, NULL,
+     "by the kernel file's extension, .cu cuda, .c cpu; else cuda when a "
+     "driver is present"},
+    {KILN_OPT_DEVICE, NULL, NULL},
+    {KILN_OPT_JSON,
+     "print one JSON object (docs/gate.md) instead of a table; an array of them for "
+     "several kernel files",
+     NULL},
+    {KILN_OPT_ITERS, NULL, NULL},
+    {KILN_OPT_WARMUP, NULL, NULL},
+    {KILN_OPT_SETS, NULL, NULL},
+    {KILN_OPT_TIMEOUT, NULL, NULL},
+    {KILN_OPT_SEED, "the seed of the audit draw", NULL},
+    {KILN_OPT_REF_DIR, NULL, NULL},
+    {KILN_OPT_NO_TIME, NULL, NULL},
+};
 
-static int parse_int(const char *s, const char *opt, long lo, long hi, long *out) {
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (!s[0] || *end || v < lo || v > hi) {
-        fprintf(stderr, "kiln eval: %s wants an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+static const kiln_cli_command eval_command = {
+    .name = "eval",
+    .usage = "PROBLEM_DIR KERNEL_FILE [KERNEL_FILE...] [options]",
+    .about = "Proves KERNEL_FILE (a candidate written to docs/abi.md) on every workload of the "
+             "SOL-ExecBench problem in PROBLEM_DIR against the PyTorch reference, then times it. "
+             "Several kernel files go through one gate session in turn (one device context; a "
+             "crash or hang still costs only its own verdict).",
+    .use = eval_options,
+    .n_use = KILN_CLI_N(eval_options),
+    .exit_status = "0  a verdict, whatever the outcome (read it from the output)\n"
+                   "2  no verdict was possible: bad arguments, a malformed problem, no device",
+    .example = "kiln eval tests/data/problems/softmax_f32 tests/kernels/cpu/good_softmax.c --json",
+};
 
 static const char *default_backend(const char *kernel) {
     size_t n = strlen(kernel);
@@ -139,110 +134,26 @@ static int report(const cJSON *result, int json, int in_array) {
 }
 
 int kiln_cmd_eval(int argc, char **argv) {
-    enum {
-        OPT_BACKEND = 256,
-        OPT_DEVICE,
-        OPT_JSON,
-        OPT_ITERS,
-        OPT_WARMUP,
-        OPT_SETS,
-        OPT_TIMEOUT,
-        OPT_SEED,
-        OPT_REF_DIR,
-        OPT_NO_TIME
-    };
-    static const struct option longopts[] = {
-        {"backend", required_argument, 0, OPT_BACKEND},
-        {"device", required_argument, 0, OPT_DEVICE},
-        {"json", no_argument, 0, OPT_JSON},
-        {"iters", required_argument, 0, OPT_ITERS},
-        {"warmup", required_argument, 0, OPT_WARMUP},
-        {"sets", required_argument, 0, OPT_SETS},
-        {"timeout", required_argument, 0, OPT_TIMEOUT},
-        {"seed", required_argument, 0, OPT_SEED},
-        {"ref-dir", required_argument, 0, OPT_REF_DIR},
-        {"no-time", no_argument, 0, OPT_NO_TIME},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     kiln_gate_options opt;
     kiln_gate_options_default(&opt);
-    const char *backend = NULL, *ref_dir = NULL;
-    int json = 0;
-    long v;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_BACKEND:
-            backend = optarg;
-            break;
-        case OPT_DEVICE:
-            if (parse_int(optarg, "--device", 0, 1024, &v))
-                return 2;
-            opt.device = (int)v;
-            break;
-        case OPT_JSON:
-            json = 1;
-            break;
-        case OPT_ITERS:
-            if (parse_int(optarg, "--iters", 1, 100000, &v))
-                return 2;
-            opt.iters = (int)v;
-            break;
-        case OPT_WARMUP:
-            if (parse_int(optarg, "--warmup", 0, 100000, &v))
-                return 2;
-            opt.warmup = (int)v;
-            break;
-        case OPT_SETS:
-            if (parse_int(optarg, "--sets", 1, 1000, &v))
-                return 2;
-            opt.max_sets = (int)v;
-            break;
-        case OPT_TIMEOUT: {
-            char *end = NULL;
-            opt.timeout_s = strtod(optarg, &end);
-            if (!optarg[0] || *end || !(opt.timeout_s > 0) || opt.timeout_s > 86400) {
-                fprintf(stderr, "kiln eval: --timeout wants seconds in (0, 86400], got '%s'\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        }
-        case OPT_SEED:
-            if (parse_int(optarg, "--seed", 0, 0x7fffffffL, &v))
-                return 2;
-            opt.seed = (uint64_t)v;
-            break;
-        case OPT_REF_DIR:
-            ref_dir = optarg;
-            break;
-        case OPT_NO_TIME:
-            opt.no_time = 1;
-            break;
-        case 'h':
-            eval_usage(stdout);
-            return 0;
-        default:
-            eval_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind < 2) {
-        fprintf(stderr,
-                "kiln eval: expected PROBLEM_DIR and KERNEL_FILE... (see kiln eval --help)\n");
-        return 2;
-    }
-    const char *problem_dir = argv[optind];
-    char **kernels = argv + optind + 1;
-    int n_kernels = argc - optind - 1;
+    kiln_cli_args a;
+    kiln_cli_args_init(&a);
+    a.gate = &opt;
+    a.cli.seed = opt.seed;
+    int first = 0;
+    int rc = kiln_cli_parse(&eval_command, argc, argv, &a, &first);
+    if (rc != KILN_CLI_CONTINUE)
+        return rc;
+    opt.seed = a.cli.seed;
+    const char *backend = a.cli.backend, *ref_dir = a.cli.ref_dir;
+    int json = a.cli.json;
+    if (argc - first < 2)
+        return kiln_cli_usage_error(&eval_command, "expected PROBLEM_DIR and KERNEL_FILE...");
+    const char *problem_dir = argv[first];
+    char **kernels = argv + first + 1;
+    int n_kernels = argc - first - 1;
     if (!backend)
         backend = default_backend(kernels[0]);
-    if (!kiln_backend_find(backend)) {
-        fprintf(stderr, "kiln eval: unknown backend '%s' (use cuda or cpu)\n", backend);
-        return 2;
-    }
     opt.backend = backend;
     for (int k = 0; k < n_kernels; k++)
         if (access(kernels[k], R_OK) != 0) {

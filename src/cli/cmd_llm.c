@@ -3,7 +3,6 @@
  * first kernel), with the failures of the earlier children in the prompt, and records the exchange,
  * the candidate and its verdict in RUN's store. How the agent is tried end to end before (and
  * besides) kiln optimize. */
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,38 +12,40 @@
 
 #include "../search/llm.h"
 #include "cli.h"
+#include "options.h"
 #include "submit.h"
 
-static void llm_try_usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: kiln llm-try RUN PROBLEM --llm-url URL [options]\n"
-        "\n"
-        "Asks an OpenAI-compatible chat endpoint (vLLM, llama.cpp server, Ollama, a hosted\n"
-        "API) N times for a kernel for PROBLEM (a name in RUN/problems or in RUN's store, or a\n"
-        "problem directory). Each prompt holds the problem, the device and its ceilings, the\n"
-        "ABI of docs/abi.md, the parent kernel with its time and SOL %%, and the feedback of\n"
-        "the parent's failed children. Each kernel goes through the gate and into RUN/kiln.db\n"
-        "(agent \"llm\"); a correct kernel faster than the incumbent becomes the incumbent.\n"
-        "Replies without a kernel, timeouts and HTTP errors are outcomes, and the next round\n"
-        "goes on. Requests and replies are kept in the store's llm_exchange table.\n"
-        "\n"
-        "options:\n"
-        "  --n N                proposals (default 3)\n"
-        "  --parent WHICH       incumbent (default: the incumbent when there is one, else\n"
-        "                       the root), root (always a kernel from scratch), or a\n"
-        "                       candidate id\n"
-        "  --backend cuda|cpu   default: RUN's, else cuda when a GPU is visible, else cpu\n"
-        "  --iters N, --sets N, --timeout S, --ref-dir DIR   as for kiln eval\n"
-        "  --json               one JSON object with every round on stdout\n"
-        "%s"
-        "  -h, --help           this text\n"
-        "\n"
-        "Exit status: 0 the rounds ran (whatever their outcomes); 2 bad usage or input (no\n"
-        "--llm-url, no model, unknown problem, RUN in use); 1 the store failed.\n"
-        "docs/agents.md has the setup for vLLM, llama.cpp and Ollama.\n",
-        kiln_llm_options_help());
-}
+static const kiln_cli_use llm_try_options[] = {
+    {KILN_OPT_N, NULL, NULL},
+    {KILN_OPT_PARENT, NULL, NULL},
+    {KILN_OPT_BACKEND, NULL, "RUN's, else cuda when a GPU is visible, else cpu"},
+    {KILN_OPT_ITERS, NULL, NULL},
+    {KILN_OPT_SETS, NULL, NULL},
+    {KILN_OPT_TIMEOUT, NULL, NULL},
+    {KILN_OPT_REF_DIR, NULL, NULL},
+    {KILN_OPT_JSON, "print one JSON object with every round", NULL},
+    KILN_CLI_LLM_USES,
+};
+
+static const kiln_cli_command llm_try_command = {
+    .name = "llm-try",
+    .usage = "RUN PROBLEM --llm-url URL [options]",
+    .about = "Asks an OpenAI-compatible chat endpoint (vLLM, llama.cpp server, Ollama, a hosted "
+             "API) N times for a kernel for PROBLEM (a name in RUN/problems or in RUN's store, or "
+             "a problem directory). Each prompt holds the problem, the device and its ceilings, "
+             "the ABI of docs/abi.md, the parent kernel with its time and SOL %, and the feedback "
+             "of the parent's failed children. Each kernel goes through the gate and into "
+             "RUN/kiln.db (agent \"llm\"); a correct kernel faster than the incumbent becomes the "
+             "incumbent. Replies without a kernel, timeouts and HTTP errors are outcomes, and the "
+             "next round goes on. Requests and replies are kept in the store; docs/agents.md has "
+             "the setup for vLLM, llama.cpp and Ollama.",
+    .use = llm_try_options,
+    .n_use = KILN_CLI_N(llm_try_options),
+    .exit_status = "0  the rounds ran, whatever their outcomes\n"
+                   "1  the store failed\n"
+                   "2  bad usage or input: no --llm-url, no model, an unknown problem, RUN in use",
+    .example = "kiln llm-try runs/mlp softmax_f32 --llm-url http://127.0.0.1:8000/v1 --n 5",
+};
 
 /* The device and its ceilings, measured in a child process (a cuda context must not live in
  * this process: the gate forks). Fields stay unknown when it fails. */
@@ -105,119 +106,37 @@ static void probe_device(const char *backend, device_probe *d) {
 }
 
 int kiln_cmd_llm_try(int argc, char **argv) {
-    enum {
-        OPT_N = 256,
-        OPT_PARENT,
-        OPT_BACKEND,
-        OPT_ITERS,
-        OPT_SETS,
-        OPT_TIMEOUT,
-        OPT_REF_DIR,
-        OPT_JSON,
-        OPT_LLM /* every --llm-* option: kiln_llm_parse_option reads it by name */
-    };
-    static const struct option longopts[] = {
-        {"n", required_argument, 0, OPT_N},
-        {"parent", required_argument, 0, OPT_PARENT},
-        {"backend", required_argument, 0, OPT_BACKEND},
-        {"iters", required_argument, 0, OPT_ITERS},
-        {"sets", required_argument, 0, OPT_SETS},
-        {"timeout", required_argument, 0, OPT_TIMEOUT},
-        {"ref-dir", required_argument, 0, OPT_REF_DIR},
-        {"json", no_argument, 0, OPT_JSON},
-        KILN_CLI_LLM_LONGOPTS(OPT_LLM),
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     kiln_llm_config cfg;
     kiln_llm_config_default(&cfg);
     kiln_gate_options gate;
     kiln_gate_options_default(&gate);
-    const char *backend = NULL, *ref_dir = NULL, *parent_arg = "incumbent";
-    long n_rounds = 3;
-    int json = 0, c, li = 0;
+    kiln_cli_args a;
+    kiln_cli_args_init(&a);
+    a.gate = &gate;
+    a.llm = &cfg;
+    int first = 0;
+    int rc = kiln_cli_parse(&llm_try_command, argc, argv, &a, &first);
+    if (rc != KILN_CLI_CONTINUE)
+        return rc;
+    const char *backend = a.cli.backend, *ref_dir = a.cli.ref_dir, *parent_arg = a.cli.parent;
+    long n_rounds = a.cli.n_rounds;
+    int json = a.cli.json;
     kiln_err err;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
-        char *end = NULL;
-        switch (c) {
-        case OPT_N:
-            n_rounds = strtol(optarg, &end, 10);
-            if (!optarg[0] || *end || n_rounds < 1 || n_rounds > 100000) {
-                fprintf(stderr, "kiln llm-try: --n wants an integer in [1, 100000], got '%s'\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case OPT_PARENT:
-            parent_arg = optarg;
-            break;
-        case OPT_BACKEND:
-            backend = optarg;
-            if (!kiln_backend_find(backend)) {
-                fprintf(stderr, "kiln llm-try: unknown backend '%s' (use cuda or cpu)\n", backend);
-                return 2;
-            }
-            break;
-        case OPT_ITERS:
-            if (kiln_cli_gate_option("llm-try", "iters", optarg, &gate))
-                return 2;
-            break;
-        case OPT_SETS:
-            if (kiln_cli_gate_option("llm-try", "sets", optarg, &gate))
-                return 2;
-            break;
-        case OPT_TIMEOUT:
-            if (kiln_cli_gate_option("llm-try", "timeout", optarg, &gate))
-                return 2;
-            break;
-        case OPT_REF_DIR:
-            ref_dir = optarg;
-            break;
-        case OPT_JSON:
-            json = 1;
-            break;
-        case OPT_LLM:
-            if (kiln_llm_parse_option(&cfg, longopts[li].name, optarg, &err) != 1) {
-                fprintf(stderr, "kiln llm-try: %s\n", err.msg);
-                return 2;
-            }
-            break;
-        case 'h':
-            llm_try_usage(stdout);
-            return 0;
-        default:
-            llm_try_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 2) {
-        fprintf(stderr, "kiln llm-try: expected RUN PROBLEM (see kiln llm-try --help)\n");
-        return 2;
-    }
+    if (argc - first != 2)
+        return kiln_cli_usage_error(&llm_try_command, "expected RUN PROBLEM");
     if (!cfg.url) {
         fprintf(stderr, "kiln llm-try: no endpoint: give --llm-url (e.g. http://127.0.0.1:8000/v1 "
                         "for vLLM; docs/agents.md)\n");
         return 2;
     }
-    int64_t fixed_parent = -1; /* -1: the incumbent; 0: the root; > 0 that candidate */
-    if (strcmp(parent_arg, "root") == 0) {
-        fixed_parent = 0;
-    } else if (strcmp(parent_arg, "incumbent") != 0) {
-        char *end = NULL;
-        long long v = strtoll(parent_arg, &end, 10);
-        if (!parent_arg[0] || *end || v < 1) {
-            fprintf(stderr,
-                    "kiln llm-try: --parent wants incumbent, root or a candidate id, got '%s'\n",
-                    parent_arg);
-            return 2;
-        }
-        fixed_parent = v;
-    }
+    /* -1: the incumbent; 0: the root; > 0 that candidate (the table checked the form) */
+    int64_t fixed_parent = strcmp(parent_arg, "incumbent") == 0 ? -1
+                           : strcmp(parent_arg, "root") == 0    ? 0
+                                                                : strtoll(parent_arg, NULL, 10);
 
     kiln_submit_run r;
     int status =
-        kiln_submit_open(argv[optind], argv[optind + 1], backend, ref_dir, &gate, json, &r, &err);
+        kiln_submit_open(argv[first], argv[first + 1], backend, ref_dir, &gate, json, &r, &err);
     if (status) {
         fprintf(stderr, "kiln llm-try: %s\n", err.msg);
         return status;

@@ -1,6 +1,5 @@
 /* cmd_serve.c: `kiln serve RUN`: the dashboard of a run, live while `kiln optimize` writes it
  * (docs/dashboard.md). */
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,83 +10,43 @@
 #include "../store/store.h"
 #include "../web/server.h"
 #include "cli.h"
+#include "options.h"
 
-static void serve_usage(FILE *f) {
-    fprintf(f,
-            "usage: kiln serve RUN [--port P] [--host H]\n"
-            "\n"
-            "Serves the dashboard of RUN (its store RUN/kiln.db, opened read-only) until Ctrl-C:\n"
-            "the run's progress, best-so-far curves, hot ops, search trees, candidates with their\n"
-            "source and evidence, failures and the roofline, updated live while kiln optimize\n"
-            "writes the store.\n"
-            "\n"
-            "options:\n"
-            "  --port P      port to listen on (default 8470; 0 picks a free one)\n"
-            "  --host H      address to bind (default 127.0.0.1). The dashboard is served on\n"
-            "                loopback only unless H says otherwise; another address makes it\n"
-            "                reachable from other machines (kiln warns then)\n"
-            "  --poll-ms N   how often the live feed looks at the store (default 500)\n"
-            "  -h, --help    this text\n"
-            "\n"
-            "Exit status: 0 after Ctrl-C, 1 when the server could not start (port in use),\n"
-            "2 bad usage or no readable store in RUN.\n");
-}
+static const kiln_cli_use serve_options[] = {
+    {KILN_OPT_PORT, NULL, NULL},
+    {KILN_OPT_HOST, NULL, NULL},
+    {KILN_OPT_POLL_MS, NULL, NULL},
+};
 
-static int parse_int(const char *s, const char *opt, long lo, long hi, long *out) {
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (!s[0] || *end || v < lo || v > hi) {
-        fprintf(stderr, "kiln serve: %s wants an integer in [%ld, %ld], got '%s'\n", opt, lo, hi,
-                s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+static const kiln_cli_command serve_command = {
+    .name = "serve",
+    .usage = "RUN [options]",
+    .about = "Serves the dashboard of RUN (its store RUN/kiln.db, opened read-only) until Ctrl-C: "
+             "the run's progress, best-so-far curves, hot ops, search trees, candidates with their "
+             "source and evidence, failures and the roofline, updated live while kiln optimize "
+             "writes the store.",
+    .use = serve_options,
+    .n_use = KILN_CLI_N(serve_options),
+    .exit_status = "0  stopped by Ctrl-C (SIGINT) or SIGTERM\n"
+                   "1  the server could not start (the port is in use)\n"
+                   "2  bad usage, or no readable store in RUN",
+    .example = "kiln serve runs/mlp --port 8080",
+};
 
 int kiln_cmd_serve(int argc, char **argv) {
-    enum { OPT_PORT = 256, OPT_HOST, OPT_POLL };
-    static const struct option longopts[] = {{"port", required_argument, 0, OPT_PORT},
-                                             {"host", required_argument, 0, OPT_HOST},
-                                             {"poll-ms", required_argument, 0, OPT_POLL},
-                                             {"help", no_argument, 0, 'h'},
-                                             {0, 0, 0, 0}};
     kiln_web_options o;
     kiln_web_options_default(&o);
-    int host_given = 0;
-    long v = 0;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_PORT:
-            if (parse_int(optarg, "--port", 0, 65535, &v))
-                return 2;
-            o.port = (int)v;
-            break;
-        case OPT_HOST:
-            o.host = optarg;
-            host_given = 1;
-            break;
-        case OPT_POLL:
-            if (parse_int(optarg, "--poll-ms", 50, 60000, &v))
-                return 2;
-            o.poll_ms = (int)v;
-            break;
-        case 'h':
-            serve_usage(stdout);
-            return 0;
-        default:
-            serve_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        fprintf(stderr, "kiln serve: want exactly one RUN directory\n");
-        serve_usage(stderr);
-        return 2;
-    }
-    o.run_dir = argv[optind];
+    kiln_cli_args a;
+    kiln_cli_args_init(&a);
+    a.web = &o;
+    int first = 0;
+    int rc = kiln_cli_parse(&serve_command, argc, argv, &a, &first);
+    if (rc != KILN_CLI_CONTINUE)
+        return rc;
+    int host_given = a.given[KILN_OPT_HOST];
+    if (argc - first != 1)
+        return kiln_cli_usage_error(&serve_command, "expected one RUN directory");
+    o.run_dir = argv[first];
     struct stat st;
     if (stat(o.run_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "kiln serve: %s is not a directory (a RUN of kiln optimize)\n", o.run_dir);

@@ -2,7 +2,6 @@
  * kernel; it goes through the same gate as the search's candidates, lands in the run's tree as a
  * child of the problem's root (agent "submitted"), and becomes the incumbent if it is right and
  * faster. The --json result is the outside agent's feedback (docs/agents.md). */
-#include <getopt.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include "../backend/cuda_driver.h"
 #include "../backend/nvrtc.h"
 #include "cli.h"
+#include "options.h"
 #include "submit.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -487,28 +487,35 @@ done:
  * The command.
  * --------------------------------------------------------------------------------------------- */
 
-static void submit_usage(FILE *f) {
-    fprintf(f,
-            "usage: kiln submit RUN PROBLEM KERNEL_FILE [options]\n"
-            "\n"
-            "Hands in a kernel written to the candidate ABI (docs/abi.md) for one problem of RUN.\n"
-            "It goes through the gate (proof on every workload, then timing), is recorded in\n"
-            "RUN/kiln.db as a child of the problem's root (agent \"submitted\"), and becomes the\n"
-            "problem's incumbent when it is right and faster than the incumbent. PROBLEM is a\n"
-            "problem name (RUN/problems/NAME, or a problem RUN's store knows) or a problem\n"
-            "directory. Not while kiln optimize runs on RUN (it holds RUN/kiln.lock).\n"
-            "\n"
-            "options:\n"
-            "  --json               the gate's result (docs/gate.md) plus candidate_id and\n"
-            "                       incumbent, as one JSON object on stdout\n"
-            "  --backend cuda|cpu   default: RUN's, else cuda when a GPU is visible, else cpu\n"
-            "  --iters N, --sets N, --timeout S, --ref-dir DIR   as for kiln eval\n"
-            "  -h, --help           this text\n"
-            "\n"
-            "Exit status: 0 a verdict (whatever the outcome: read it from the output); 2 bad\n"
-            "usage or input (no such file or problem, RUN in use, no reference data); 1 the store\n"
-            "failed. docs/agents.md describes the JSON for agent authors.\n");
-}
+static const kiln_cli_use submit_options[] = {
+    {KILN_OPT_JSON,
+     "print the gate's result (docs/gate.md) plus candidate_id and incumbent as one "
+     "JSON object",
+     NULL},
+    {KILN_OPT_BACKEND, NULL, "RUN's, else cuda when a GPU is visible, else cpu"},
+    {KILN_OPT_ITERS, NULL, NULL},
+    {KILN_OPT_SETS, NULL, NULL},
+    {KILN_OPT_TIMEOUT, NULL, NULL},
+    {KILN_OPT_REF_DIR, NULL, NULL},
+};
+
+static const kiln_cli_command submit_command = {
+    .name = "submit",
+    .usage = "RUN PROBLEM KERNEL_FILE [options]",
+    .about = "Hands in a kernel written to the candidate ABI (docs/abi.md) for one problem of RUN. "
+             "It goes through the gate (proof on every workload, then timing), is recorded in "
+             "RUN/kiln.db as a child of the problem's root (agent \"submitted\"), and becomes the "
+             "problem's incumbent when it is right and faster than the incumbent. PROBLEM is a "
+             "problem name (RUN/problems/NAME, or a problem RUN's store knows) or a problem "
+             "directory. Not while kiln optimize runs on RUN (it holds RUN/kiln.lock); "
+             "docs/agents.md describes the JSON for agent authors.",
+    .use = submit_options,
+    .n_use = KILN_CLI_N(submit_options),
+    .exit_status = "0  a verdict, whatever the outcome (read it from the output)\n"
+                   "1  the store failed\n"
+                   "2  bad usage or input: no such file or problem, RUN in use, no reference data",
+    .example = "kiln submit runs/mlp softmax_f32 my_softmax.cu --json",
+};
 
 static void print_outcome(const kiln_submit_run *r, const kiln_submit_outcome *o) {
     const cJSON *res = o->result;
@@ -540,62 +547,20 @@ static void print_outcome(const kiln_submit_run *r, const kiln_submit_outcome *o
 }
 
 int kiln_cmd_submit(int argc, char **argv) {
-    enum { OPT_JSON = 256, OPT_BACKEND, OPT_ITERS, OPT_SETS, OPT_TIMEOUT, OPT_REF_DIR };
-    static const struct option longopts[] = {
-        {"json", no_argument, 0, OPT_JSON},
-        {"backend", required_argument, 0, OPT_BACKEND},
-        {"iters", required_argument, 0, OPT_ITERS},
-        {"sets", required_argument, 0, OPT_SETS},
-        {"timeout", required_argument, 0, OPT_TIMEOUT},
-        {"ref-dir", required_argument, 0, OPT_REF_DIR},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     kiln_gate_options gate;
     kiln_gate_options_default(&gate);
-    const char *backend = NULL, *ref_dir = NULL;
-    int json = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_JSON:
-            json = 1;
-            break;
-        case OPT_BACKEND:
-            backend = optarg;
-            if (!kiln_backend_find(backend)) {
-                fprintf(stderr, "kiln submit: unknown backend '%s' (use cuda or cpu)\n", backend);
-                return 2;
-            }
-            break;
-        case OPT_ITERS:
-            if (kiln_cli_gate_option("submit", "iters", optarg, &gate))
-                return 2;
-            break;
-        case OPT_SETS:
-            if (kiln_cli_gate_option("submit", "sets", optarg, &gate))
-                return 2;
-            break;
-        case OPT_TIMEOUT:
-            if (kiln_cli_gate_option("submit", "timeout", optarg, &gate))
-                return 2;
-            break;
-        case OPT_REF_DIR:
-            ref_dir = optarg;
-            break;
-        case 'h':
-            submit_usage(stdout);
-            return 0;
-        default:
-            submit_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 3) {
-        fprintf(stderr, "kiln submit: expected RUN PROBLEM KERNEL_FILE (see kiln submit --help)\n");
-        return 2;
-    }
-    const char *run_dir = argv[optind], *problem = argv[optind + 1], *kernel = argv[optind + 2];
+    kiln_cli_args a;
+    kiln_cli_args_init(&a);
+    a.gate = &gate;
+    int first = 0;
+    int rc = kiln_cli_parse(&submit_command, argc, argv, &a, &first);
+    if (rc != KILN_CLI_CONTINUE)
+        return rc;
+    const char *backend = a.cli.backend, *ref_dir = a.cli.ref_dir;
+    int json = a.cli.json;
+    if (argc - first != 3)
+        return kiln_cli_usage_error(&submit_command, "expected RUN PROBLEM KERNEL_FILE");
+    const char *run_dir = argv[first], *problem = argv[first + 1], *kernel = argv[first + 2];
     char *source = NULL;
     kiln_err err;
     if (kiln_read_file(kernel, &source, NULL, &err) != KILN_OK) {

@@ -1,9 +1,8 @@
 /* cmd_sweep.c: `kiln sweep PROBLEM_DIR`: enumerates the whole valid space of every family that
  * matches a problem (or a documented sample of it), proves and times each point through the gate,
- * and prints the table best last. Before search exists this is how a family is measured; search
- * uses the same families. */
+ * and prints the table best last: how a family is measured on its own (kiln optimize searches the
+ * same families). */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,33 +14,40 @@
 #include "../gate/gate.h"
 #include "../gen/family.h"
 #include "cli.h"
+#include "options.h"
 
-static void sweep_usage(FILE *f) {
-    fprintf(f,
-            "usage: kiln sweep PROBLEM_DIR [options]\n"
-            "\n"
-            "Runs every point of the kernel families that match the problem through the gate\n"
-            "(proof, then timing) and prints params, outcome, time, GB/s and SOL %%, best last.\n"
-            "\n"
-            "options:\n"
-            "  --family NAME        only this family (default: every family that matches)\n"
-            "  --backend cuda|cpu   default: cuda when an NVIDIA driver is present, else cpu\n"
-            "  --limit N            at most N points per family (default: all of them)\n"
-            "  --sample even|random how --limit picks them: spread evenly over the valid space\n"
-            "                       (default), or drawn uniformly at random\n"
-            "  --seed N             the random draw's seed (default 1)\n"
-            "  --out DIR            where generated sources go (default: PROBLEM_DIR/kiln/sweep,\n"
-            "                       or a temporary directory when that is not writable)\n"
-            "  --iters N, --sets N, --timeout S, --ref-dir DIR   as for kiln eval\n"
-            "  --json               one JSON object with every row\n"
-            "  --jsonl FILE         also append each row to FILE as one JSON line as soon as it\n"
-            "                       is measured (a sweep cut short keeps its rows)\n"
-            "  --resume             with --jsonl: points that FILE already has a verdict for are\n"
-            "                       not run again (their rows join the table)\n"
-            "  --list               print the matching families, their spaces and where a\n"
-            "                       search starts (--limit runs it first); run nothing\n"
-            "  -h, --help           this text\n");
-}
+static const kiln_cli_use sweep_options[] = {
+    {KILN_OPT_FAMILY, NULL, NULL},
+    {KILN_OPT_BACKEND, NULL, "cuda when an NVIDIA driver is present, else cpu"},
+    {KILN_OPT_LIMIT, NULL, NULL},
+    {KILN_OPT_SAMPLE, NULL, NULL},
+    {KILN_OPT_SEED, "the seed of --sample random's draw", NULL},
+    {KILN_OPT_OUT, NULL, NULL},
+    {KILN_OPT_ITERS, NULL, NULL},
+    {KILN_OPT_SETS, NULL, NULL},
+    {KILN_OPT_TIMEOUT, NULL, NULL},
+    {KILN_OPT_REF_DIR, NULL, NULL},
+    {KILN_OPT_JSON, "print one JSON object with every row (with --list: every matching family)",
+     NULL},
+    {KILN_OPT_JSONL, NULL, NULL},
+    {KILN_OPT_RESUME, NULL, NULL},
+    {KILN_OPT_LIST, NULL, NULL},
+};
+
+static const kiln_cli_command sweep_command = {
+    .name = "sweep",
+    .usage = "PROBLEM_DIR [options]",
+    .about = "Runs every point of the kernel families that match the problem (or --limit of them) "
+             "through the gate, proof then timing, and prints params, outcome, time, GB/s and SOL "
+             "%, best last. It is how a family is measured on its own; kiln optimize searches the "
+             "same families.",
+    .use = sweep_options,
+    .n_use = KILN_CLI_N(sweep_options),
+    .exit_status = "0  every point has a verdict, whatever the outcomes (or --list printed)\n"
+                   "2  bad usage, no family matches, or the sweep could not run (its sources "
+                   "could not be written, no reference data)",
+    .example = "kiln sweep tests/data/problems/softmax_f32 --backend cpu --limit 4",
+};
 
 typedef struct {
     char *params;
@@ -197,150 +203,85 @@ static void precompile_wait(pid_t pid) {
     }
 }
 
+/* --list: each matching family with its space, its valid points and where a search starts, as
+ * lines or (json) one object {"problem", "families": [{"family", "variant", "space", "valid",
+ * "start", "start_from"}]}. */
+static void list_families(const kiln_problem *p, const kiln_family **fams,
+                          const kiln_match *matches, int n_match, int json) {
+    cJSON *all = cJSON_CreateObject();
+    cJSON_AddStringToObject(all, "problem", p->name);
+    cJSON *jf = cJSON_AddArrayToObject(all, "families");
+    for (int i = 0; i < n_match; i++) {
+        int64_t n = kiln_family_space_size(fams[i]);
+        int64_t point[KILN_FAMILY_MAX_PARAMS], n_valid = 0;
+        for (int64_t index = 0; index < n; index++) {
+            kiln_family_point(fams[i], index, point);
+            n_valid += kiln_family_point_ok(fams[i], p, &matches[i], point);
+        }
+        int from_rule = 0;
+        int64_t start = kiln_family_start_index(fams[i], p, &matches[i], n, &from_rule);
+        char *ps = NULL;
+        if (start >= 0) {
+            kiln_family_point(fams[i], start, point);
+            ps = kiln_family_point_str(fams[i], point);
+        }
+        const char *from = from_rule ? "the family's start rule" : "its first valid point";
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "family", fams[i]->name);
+        cJSON_AddStringToObject(f, "variant", matches[i].variant);
+        cJSON_AddNumberToObject(f, "space", (double)n);
+        cJSON_AddNumberToObject(f, "valid", (double)n_valid);
+        if (ps) {
+            cJSON_AddStringToObject(f, "start", ps);
+            cJSON_AddStringToObject(f, "start_from", from_rule ? "rule" : "first_valid");
+        } else {
+            cJSON_AddNullToObject(f, "start");
+            cJSON_AddNullToObject(f, "start_from");
+        }
+        cJSON_AddItemToArray(jf, f);
+        if (!json) {
+            printf("kiln sweep: %s matches family %s (%s), space %lld points, %lld valid", p->name,
+                   fams[i]->name, matches[i].variant, (long long)n, (long long)n_valid);
+            if (ps)
+                printf("; starts at %s (%s)", ps, from);
+            printf("\n");
+        }
+        free(ps);
+    }
+    if (json) {
+        char *s = cJSON_Print(all);
+        printf("%s\n", s);
+        free(s);
+    }
+    cJSON_Delete(all);
+}
+
 int kiln_cmd_sweep(int argc, char **argv) {
-    enum {
-        OPT_FAMILY = 256,
-        OPT_BACKEND,
-        OPT_LIMIT,
-        OPT_OUT,
-        OPT_ITERS,
-        OPT_SETS,
-        OPT_TIMEOUT,
-        OPT_REF_DIR,
-        OPT_JSON,
-        OPT_JSONL,
-        OPT_RESUME,
-        OPT_SAMPLE,
-        OPT_SEED,
-        OPT_LIST
-    };
-    static const struct option longopts[] = {
-        {"family", required_argument, 0, OPT_FAMILY},
-        {"backend", required_argument, 0, OPT_BACKEND},
-        {"limit", required_argument, 0, OPT_LIMIT},
-        {"out", required_argument, 0, OPT_OUT},
-        {"iters", required_argument, 0, OPT_ITERS},
-        {"sets", required_argument, 0, OPT_SETS},
-        {"timeout", required_argument, 0, OPT_TIMEOUT},
-        {"ref-dir", required_argument, 0, OPT_REF_DIR},
-        {"json", no_argument, 0, OPT_JSON},
-        {"jsonl", required_argument, 0, OPT_JSONL},
-        {"resume", no_argument, 0, OPT_RESUME},
-        {"sample", required_argument, 0, OPT_SAMPLE},
-        {"seed", required_argument, 0, OPT_SEED},
-        {"list", no_argument, 0, OPT_LIST},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     kiln_gate_options opt;
     kiln_gate_options_default(&opt);
-    const char *family = NULL, *backend = NULL, *out_dir = NULL, *ref_dir = NULL;
-    long limit = 0;
-    int json = 0, list = 0, random_sample = 0, c;
-    uint64_t seed = 1;
-    FILE *jsonl = NULL;
-    const char *jsonl_path = NULL;
-    int resume = 0;
+    kiln_cli_args a;
+    kiln_cli_args_init(&a);
+    a.gate = &opt;
+    a.cli.seed = 1;
+    int operand = 0;
+    int rc = kiln_cli_parse(&sweep_command, argc, argv, &a, &operand);
+    if (rc != KILN_CLI_CONTINUE)
+        return rc;
+    const char *family = a.cli.family, *backend = a.cli.backend, *out_dir = a.cli.out;
+    const char *ref_dir = a.cli.ref_dir, *jsonl_path = a.cli.jsonl;
+    int64_t limit = a.cli.limit;
+    int json = a.cli.json, list = a.cli.list, resume = a.cli.resume;
+    int random_sample = strcmp(a.cli.sample, "random") == 0;
+    uint64_t seed = a.cli.seed;
     cJSON *earlier = NULL;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char *end = NULL;
-        switch (c) {
-        case OPT_FAMILY:
-            family = optarg;
-            break;
-        case OPT_BACKEND:
-            backend = optarg;
-            break;
-        case OPT_OUT:
-            out_dir = optarg;
-            break;
-        case OPT_REF_DIR:
-            ref_dir = optarg;
-            break;
-        case OPT_JSON:
-            json = 1;
-            break;
-        case OPT_LIST:
-            list = 1;
-            break;
-        case OPT_JSONL:
-            if (jsonl)
-                fclose(jsonl);
-            jsonl_path = optarg;
-            if (!(jsonl = fopen(optarg, "a"))) {
-                fprintf(stderr, "kiln sweep: --jsonl %s: %s\n", optarg, strerror(errno));
-                return 2;
-            }
-            break;
-        case OPT_RESUME:
-            resume = 1;
-            break;
-        case OPT_SAMPLE:
-            if (strcmp(optarg, "even") != 0 && strcmp(optarg, "random") != 0) {
-                fprintf(stderr, "kiln sweep: --sample wants even or random, got '%s'\n", optarg);
-                return 2;
-            }
-            random_sample = strcmp(optarg, "random") == 0;
-            break;
-        case OPT_SEED:
-            seed = strtoull(optarg, &end, 10);
-            if (!optarg[0] || *end) {
-                fprintf(stderr, "kiln sweep: --seed wants an integer, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case OPT_LIMIT:
-            limit = strtol(optarg, &end, 10);
-            if (!optarg[0] || *end || limit < 1) {
-                fprintf(stderr, "kiln sweep: --limit wants a positive integer, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case OPT_ITERS:
-            opt.iters = (int)strtol(optarg, &end, 10);
-            if (!optarg[0] || *end || opt.iters < 1) {
-                fprintf(stderr, "kiln sweep: --iters wants a positive integer, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case OPT_SETS:
-            opt.max_sets = (int)strtol(optarg, &end, 10);
-            if (!optarg[0] || *end || opt.max_sets < 1) {
-                fprintf(stderr, "kiln sweep: --sets wants a positive integer, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case OPT_TIMEOUT:
-            opt.timeout_s = strtod(optarg, &end);
-            if (!optarg[0] || *end || !(opt.timeout_s > 0)) {
-                fprintf(stderr, "kiln sweep: --timeout wants seconds, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'h':
-            sweep_usage(stdout);
-            return 0;
-        default:
-            sweep_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        fprintf(stderr, "kiln sweep: expected one PROBLEM_DIR (see kiln sweep --help)\n");
-        return 2;
-    }
-    if (resume && !jsonl_path) {
-        fprintf(stderr, "kiln sweep: --resume reads the rows of --jsonl FILE: give both\n");
-        return 2;
-    }
-    const char *problem_dir = argv[optind];
+    if (argc - operand != 1)
+        return kiln_cli_usage_error(&sweep_command, "expected one PROBLEM_DIR");
+    if (resume && !jsonl_path)
+        return kiln_cli_usage_error(&sweep_command,
+                                    "--resume reads the rows of --jsonl FILE: give both");
+    const char *problem_dir = argv[operand];
     if (!backend)
         backend = kiln_backend_default();
-    if (!kiln_backend_find(backend)) {
-        fprintf(stderr, "kiln sweep: unknown backend '%s' (use cuda or cpu)\n", backend);
-        return 2;
-    }
     int cuda = strcmp(backend, "cuda") == 0;
     opt.backend = backend;
     if (family && !kiln_family_find(family)) {
@@ -376,6 +317,12 @@ int kiln_cmd_sweep(int argc, char **argv) {
         kiln_problem_free(p);
         return 2;
     }
+    FILE *jsonl = NULL;
+    if (jsonl_path && !list && !(jsonl = fopen(jsonl_path, "a"))) {
+        fprintf(stderr, "kiln sweep: --jsonl %s: %s\n", jsonl_path, strerror(errno));
+        kiln_problem_free(p);
+        return 2;
+    }
     int status = 2, failed = 0;
     kiln_gate_session *session = NULL;
     kiln_refdata *ref = NULL;
@@ -385,33 +332,14 @@ int kiln_cmd_sweep(int argc, char **argv) {
     cJSON *all = cJSON_CreateObject();
     cJSON *jrows = cJSON_AddArrayToObject(all, "rows");
 
-    for (int i = 0; i < n_match; i++) {
-        int64_t n = kiln_family_space_size(fams[i]);
-        fprintf(list ? stdout : stderr, "kiln sweep: %s matches family %s (%s), space %lld points",
-                p->name, fams[i]->name, matches[i].variant, (long long)n);
-        if (list) {
-            int64_t point[KILN_FAMILY_MAX_PARAMS], n_valid = 0;
-            for (int64_t index = 0; index < n; index++) {
-                kiln_family_point(fams[i], index, point);
-                n_valid += kiln_family_point_ok(fams[i], p, &matches[i], point);
-            }
-            fprintf(stdout, ", %lld valid", (long long)n_valid);
-            int from_rule = 0;
-            int64_t first = kiln_family_start_index(fams[i], p, &matches[i], n, &from_rule);
-            if (first >= 0) {
-                kiln_family_point(fams[i], first, point);
-                char *ps = kiln_family_point_str(fams[i], point);
-                fprintf(stdout, "; starts at %s (%s)", ps,
-                        from_rule ? "the family's start rule" : "its first valid point");
-                free(ps);
-            }
-        }
-        fprintf(list ? stdout : stderr, "\n");
-    }
     if (list) {
+        list_families(p, fams, matches, n_match, json);
         status = 0;
         goto done;
     }
+    for (int i = 0; i < n_match; i++)
+        fprintf(stderr, "kiln sweep: %s matches family %s (%s), space %lld points\n", p->name,
+                fams[i]->name, matches[i].variant, (long long)kiln_family_space_size(fams[i]));
     if (out_dir)
         dir = xstrdup(out_dir);
     else if (kiln_dir_writable(p->dir))

@@ -38,33 +38,6 @@ int kiln_cli_exec_python(const char *command, const char *module, int argc, char
     return 2;
 }
 
-int kiln_cli_gate_option(const char *command, const char *name, const char *value,
-                         kiln_gate_options *g) {
-    char *end = NULL;
-    if (strcmp(name, "timeout") == 0) {
-        double v = strtod(value, &end);
-        if (!value[0] || *end || !(v > 0 && v <= 86400)) {
-            fprintf(stderr, "kiln %s: --timeout wants seconds in (0, 86400], got '%s'\n", command,
-                    value);
-            return 2;
-        }
-        g->timeout_s = v;
-        return 0;
-    }
-    long hi = strcmp(name, "iters") == 0 ? 100000 : 1000;
-    long v = strtol(value, &end, 10);
-    if (!value[0] || *end || v < 1 || v > hi) {
-        fprintf(stderr, "kiln %s: --%s wants an integer in [1, %ld], got '%s'\n", command, name, hi,
-                value);
-        return 2;
-    }
-    if (strcmp(name, "iters") == 0)
-        g->iters = (int)v;
-    else
-        g->max_sets = (int)v;
-    return 0;
-}
-
 int kiln_cmd_capture(int argc, char **argv) {
     return kiln_cli_exec_python("capture", "kiln.capture", argc, argv);
 }

@@ -60,8 +60,6 @@
 
 #include "llm_impl.h"
 
-#define LLM_BACKOFF_CAP_S 30.0
-#define LLM_DEFAULT_KEY_ENV "KILN_LLM_API_KEY"
 #define LLM_STORED_BODY_MAX (64 * 1024) /* of a reply that is not a chat completion */
 
 /* ---------------------------------------------------------------------------------------------
@@ -193,7 +191,7 @@ static void scrub(char *s, const char *secret) {
 
 /* The API key from the environment, or NULL. */
 static const char *api_key(const kiln_llm_config *cfg) {
-    const char *name = cfg->key_env && *cfg->key_env ? cfg->key_env : LLM_DEFAULT_KEY_ENV;
+    const char *name = cfg->key_env && *cfg->key_env ? cfg->key_env : KILN_LLM_DEFAULT_KEY_ENV;
     const char *key = getenv(name);
     return key && *key ? key : NULL;
 }
@@ -253,114 +251,6 @@ void kiln_llm_config_default(kiln_llm_config *cfg) {
     cfg->backoff_s = 2;
     cfg->max_reply_bytes = 1 << 20;
     cfg->max_feedback = 6;
-}
-
-static int parse_double(const char *name, const char *v, double lo, double hi, double *out,
-                        kiln_err *err) {
-    char *end = NULL;
-    double d = strtod(v, &end);
-    if (!v[0] || *end || !(d >= lo && d <= hi))
-        return kiln_errf(err, KILN_ERR_INVALID, "--%s wants a number in [%g, %g], got '%s'", name,
-                         lo, hi, v);
-    *out = d;
-    return KILN_OK;
-}
-
-static int parse_i64(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out,
-                     kiln_err *err) {
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!v[0] || *end || errno || x < lo || x > hi)
-        return kiln_errf(err, KILN_ERR_INVALID, "--%s wants an integer in [%lld, %lld], got '%s'",
-                         name, (long long)lo, (long long)hi, v);
-    *out = x;
-    return KILN_OK;
-}
-
-int kiln_llm_parse_option(kiln_llm_config *cfg, const char *name, const char *value,
-                          kiln_err *err) {
-    if (strncmp(name, "llm-", 4) != 0)
-        return 0;
-    const char *k = name + 4;
-    int64_t i = 0;
-    double d = 0;
-    if (!value)
-        return kiln_errf(err, KILN_ERR_INVALID, "--%s wants a value", name), -1;
-    if (strcmp(k, "url") == 0) {
-        if (!strstr(value, "://"))
-            return kiln_errf(err, KILN_ERR_INVALID,
-                             "--llm-url wants http://HOST:PORT[/v1], got '%.200s'", value),
-                   -1;
-        cfg->url = value;
-    } else if (strcmp(k, "model") == 0) {
-        cfg->model = value;
-    } else if (strcmp(k, "key-env") == 0) {
-        if (!value[0] || strchr(value, '='))
-            return kiln_errf(err, KILN_ERR_INVALID,
-                             "--llm-key-env wants the NAME of an environment variable (the key "
-                             "itself never goes on the command line)"),
-                   -1;
-        cfg->key_env = value;
-    } else if (strcmp(k, "temperature") == 0) {
-        if (parse_double(name, value, 0, 2, &d, err))
-            return -1;
-        cfg->temperature = d;
-    } else if (strcmp(k, "max-tokens") == 0) {
-        if (parse_i64(name, value, 16, 1000000, &i, err))
-            return -1;
-        cfg->max_tokens = (int)i;
-    } else if (strcmp(k, "timeout") == 0) {
-        if (parse_double(name, value, 0.001, 86400, &d, err))
-            return -1;
-        cfg->timeout_s = d;
-    } else if (strcmp(k, "connect-timeout") == 0) {
-        if (parse_double(name, value, 0.001, 3600, &d, err))
-            return -1;
-        cfg->connect_timeout_s = d;
-    } else if (strcmp(k, "retries") == 0) {
-        if (parse_i64(name, value, 0, 10, &i, err))
-            return -1;
-        cfg->retries = (int)i;
-    } else if (strcmp(k, "backoff") == 0) {
-        if (parse_double(name, value, 0, LLM_BACKOFF_CAP_S, &d, err))
-            return -1;
-        cfg->backoff_s = d;
-    } else if (strcmp(k, "token-budget") == 0) {
-        if (parse_i64(name, value, 0, INT64_MAX / 2, &i, err))
-            return -1;
-        cfg->token_budget = i;
-    } else if (strcmp(k, "max-reply") == 0) {
-        if (parse_i64(name, value, 1024, (int64_t)1 << 30, &i, err))
-            return -1;
-        cfg->max_reply_bytes = (size_t)i;
-    } else if (strcmp(k, "feedback") == 0) {
-        if (parse_i64(name, value, 0, 64, &i, err))
-            return -1;
-        cfg->max_feedback = (int)i;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
-const char *kiln_llm_options_help(void) {
-    return "  --llm-url URL         OpenAI-compatible endpoint: http://HOST:PORT, .../v1 or\n"
-           "                        .../v1/chat/completions (vLLM, llama.cpp server, Ollama, ...)\n"
-           "  --llm-model NAME      the served model name (default: the first of GET /v1/models)\n"
-           "  --llm-key-env NAME    environment variable holding the API key, sent as a Bearer\n"
-           "                        token and never stored (default KILN_LLM_API_KEY)\n"
-           "  --llm-temperature T   sampling temperature (default 0.2)\n"
-           "  --llm-max-tokens N    the reply's token limit (default 8192)\n"
-           "  --llm-timeout S       seconds for one request, reply included (default 300)\n"
-           "  --llm-connect-timeout S   seconds to connect (default 10)\n"
-           "  --llm-retries N       retries after a 5xx, 429, timeout or lost connection (default "
-           "2)\n"
-           "  --llm-backoff S       first wait before a retry, doubled each time, at most 30 s\n"
-           "                        (default 2)\n"
-           "  --llm-token-budget N  ask no more once the run used N tokens (default: no limit)\n"
-           "  --llm-max-reply BYTES a longer reply is no_kernel (default 1048576)\n"
-           "  --llm-feedback N      failed children described in the prompt (default 6)\n";
 }
 
 const char *kiln_llm_outcome_name(kiln_llm_outcome o) {
@@ -1017,13 +907,13 @@ int kiln_llm_propose(const kiln_llm_config *cfg, const kiln_llm_context *ctx, ch
         double wait = backoff;
         if (r.retry_after_s >= 0)
             wait = r.retry_after_s;
-        if (wait > LLM_BACKOFF_CAP_S)
-            wait = LLM_BACKOFF_CAP_S;
+        if (wait > KILN_LLM_BACKOFF_CAP_S)
+            wait = KILN_LLM_BACKOFF_CAP_S;
         if (sleep_s(cfg, wait)) {
             rc = CURLE_ABORTED_BY_CALLBACK; /* the last attempt's failure is not the outcome */
             break;
         }
-        backoff = backoff * 2 > LLM_BACKOFF_CAP_S ? LLM_BACKOFF_CAP_S : backoff * 2;
+        backoff = backoff * 2 > KILN_LLM_BACKOFF_CAP_S ? KILN_LLM_BACKOFF_CAP_S : backoff * 2;
     }
     status->latency_ms = (kiln_now_s() - t0) * 1e3;
 

@@ -44,17 +44,15 @@ typedef struct {
     void *cancel_arg;
 } kiln_llm_config;
 
-/* The defaults above; url and model NULL (then the agent is off). */
+/* The defaults above; url and model NULL (then the agent is off). The command line's --llm-*
+ * options (src/cli/options.c) set the fields within their bounds. */
 void kiln_llm_config_default(kiln_llm_config *cfg);
 
-/* Command-line options shared by every command that runs the llm agent: name is the long option
- * without its dashes ("llm-url", "llm-model", "llm-key-env", "llm-temperature", "llm-max-tokens",
- * "llm-timeout", "llm-connect-timeout", "llm-retries", "llm-backoff", "llm-token-budget",
- * "llm-max-reply", "llm-feedback"). Returns 1 when consumed, 0 when name is not an llm option, -1
- * with err when value is bad. value is kept by pointer (argv outlives the run). */
-int kiln_llm_parse_option(kiln_llm_config *cfg, const char *name, const char *value, kiln_err *err);
-/* Help text for those options, one per line, indented two spaces. */
-const char *kiln_llm_options_help(void);
+/* The longest wait between two attempts, in seconds: a server's Retry-After is cut to it, and so
+ * is the doubled back-off. */
+#define KILN_LLM_BACKOFF_CAP_S 30.0
+/* The environment variable the API key is read from when key_env is NULL. */
+#define KILN_LLM_DEFAULT_KEY_ENV "KILN_LLM_API_KEY"
 
 /* ---- what the agent is told ---- */
 

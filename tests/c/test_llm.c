@@ -1,6 +1,6 @@
 /* test_llm.c: the llm agent's parts that need no server: kernel extraction from model replies
  * (fences, <think>, several blocks, cut-off blocks, and random bytes that must never crash or yield
- * invalid UTF-8), endpoint URL forms, option parsing, the prompt's sections, the context read from
+ * invalid UTF-8), endpoint URL forms, the prompt's sections, the context read from
  * a store (failed children, replies without a kernel, the incumbent the root must beat), and the
  * outcomes of an unreachable endpoint, of a caller that cancels and of a configuration that cannot
  * work. The HTTP paths are tested against a live local server in tests/py/test_llm.py (kiln
@@ -186,27 +186,6 @@ static void test_endpoint_forms(void **state) {
         assert_string_equal(got, cases[i].want);
         free(got);
     }
-}
-
-static void test_options(void **state) {
-    (void)state;
-    kiln_llm_config cfg;
-    kiln_llm_config_default(&cfg);
-    kiln_err err;
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-url", "http://x:1/v1", &err), 1);
-    assert_string_equal(cfg.url, "http://x:1/v1");
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-url", "x:1", &err), -1);
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-retries", "3", &err), 1);
-    assert_int_equal(cfg.retries, 3);
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-retries", "11", &err), -1);
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-timeout", "0", &err), -1);
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-token-budget", "5000", &err), 1);
-    assert_int_equal(cfg.token_budget, 5000);
-    /* the key itself never goes on a command line */
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-key-env", "KEY=sk-123", &err), -1);
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-key-env", "MY_KEY", &err), 1);
-    assert_int_equal(kiln_llm_parse_option(&cfg, "budget", "3", &err), 0);
-    assert_int_equal(kiln_llm_parse_option(&cfg, "llm-nonesuch", "3", &err), 0);
 }
 
 static void test_prompt_sections(void **state) {
@@ -422,7 +401,6 @@ int main(void) {
         cmocka_unit_test(test_extract_unclosed_block),
         cmocka_unit_test(test_extract_random_bytes),
         cmocka_unit_test(test_endpoint_forms),
-        cmocka_unit_test(test_options),
         cmocka_unit_test(test_prompt_sections),
         cmocka_unit_test(test_unreachable_and_bad_config),
         cmocka_unit_test(test_context_from_store),

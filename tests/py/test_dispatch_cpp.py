@@ -1,5 +1,5 @@
-"""Tests of the opt-in C++ dispatch path for aten entries (kiln.install(..., dispatch="cpp"), issue 6;
-python/kiln/_dispatch.cpp), on the cpu backend with the tiny model library that test_install.py builds (its
+"""Tests of the opt-in C++ dispatch path for aten entries (kiln.install(..., dispatch="cpp");
+python/kiln/install_cpp.py and _dispatch.cpp), on the cpu backend with the tiny model library that test_install.py builds (its
 fixtures and helpers are reused). Each test runs the same calls with dispatch="python" and dispatch="cpp" and
 holds the two to each other: the same hits and misses counted, kernel results equal on hits (the same kernel
 runs), eager results bitwise on misses, uninstall restoring PyTorch's dispatch tables and eager results; and a
@@ -22,6 +22,7 @@ import importlib  # noqa: E402
 import kiln  # noqa: E402
 
 INSTALL = importlib.import_module("kiln.install")  # the module (kiln.install is the function)
+CPP = importlib.import_module("kiln.install_cpp")  # builds and registers the C++ kernels
 KilnError = INSTALL.KilnError
 
 
@@ -251,7 +252,7 @@ def test_unexpressible_template_stays_python(ext, opened, tmp_path, library):
 
 
 def test_missing_compiler_falls_back_with_the_reason(opened, monkeypatch):
-    monkeypatch.setattr(INSTALL, "_dispatch_ext", {})
+    monkeypatch.setattr(CPP, "_dispatch_ext", {})
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     x = torch.randn(ROWS, HIDDEN)
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
@@ -269,8 +270,8 @@ def test_missing_compiler_falls_back_with_the_reason(opened, monkeypatch):
 def test_failing_build_falls_back_with_the_reason(opened, monkeypatch, tmp_path):
     bad = tmp_path / "_dispatch.cpp"
     bad.write_text('#error "kiln test: this extension does not build"\n')
-    monkeypatch.setattr(INSTALL, "_dispatch_ext", {})
-    monkeypatch.setattr(INSTALL, "_DISPATCH_SOURCE", str(bad))
+    monkeypatch.setattr(CPP, "_dispatch_ext", {})
+    monkeypatch.setattr(CPP, "_DISPATCH_SOURCE", str(bad))
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # "auto" does not warn

@@ -650,7 +650,7 @@ def test_cuda_hits_misses_and_graph_replay(cuda_library):
                    "per hit over the bare launch (bench/RESULTS.md); <= 3 us needs a C++ dispatcher kernel. Strict: "
                    "when it passes, remove this mark")
 def test_cuda_overhead_is_reported(cuda_library):
-    """The device numbers of the issue: the gate-hit path within 3 us of the bare launch, a miss within 3 us
+    """The device numbers kiln aims at: the gate-hit path within 3 us of the bare launch, a miss within 3 us
     of eager (from the tune report's per-entry measurements; printed for the record)."""
     report = json.load(open(os.path.join(cuda_library["run"], "report.json")))
     rows = [r for r in report["entries"] if r.get("hit_overhead_us") is not None]

@@ -1,0 +1,253 @@
+"""kiln.install_cpp: the opt-in C++ dispatch of aten entries (kiln.install(..., dispatch="cpp"|"auto") or
+$KILN_DISPATCH). python/kiln/_dispatch.cpp, built on demand with torch.utils.cpp_extension.load into kiln's
+cache, registers one boxed C++ kernel per (overload, key) with the same gate as the generated Python one; an
+overload whose captured call it cannot express (or any overload, when the extension cannot be built) stays
+on the Python path, with the reason in Installation.notes. Module entries always stay Python."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import TYPE_CHECKING, Optional
+
+from kiln.install_gate import _DTYPES, _Slot, _Unsupported, _template
+from kiln.install_runtime import KilnError, _rt
+
+if TYPE_CHECKING:
+    from kiln.install import Installation
+    from kiln.install_aten import _AtenEntry
+
+DISPATCH_MODES = ("python", "cpp", "auto")
+_DISPATCH_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_dispatch.cpp")
+_DISPATCH_ABI = 1
+_dispatch_ext: dict = {}  # "cpu" / "cuda" -> the built module, or the KilnError that says why there is none
+_A_TENSOR, _A_NONE, _A_BOOL, _A_NUMBER, _A_INTLIST, _A_STR, _A_DTYPE, _A_DEFAULT = range(8)  # _dispatch.cpp
+
+
+def _dispatch_mode(dispatch: Optional[str]) -> str:
+    mode = dispatch if dispatch is not None else (os.environ.get("KILN_DISPATCH") or "python")
+    if mode not in DISPATCH_MODES:
+        raise KilnError(f"kiln: dispatch={mode!r}: one of {', '.join(DISPATCH_MODES)}")
+    return mode
+
+
+def cache_dir(sub: str) -> str:
+    """kiln's cache folder joined with sub, as src/util/common.c has it: $KILN_CACHE_DIR/sub, else
+    $XDG_CACHE_HOME/kiln/sub, else ~/.cache/kiln/sub."""
+    base = os.environ.get("KILN_CACHE_DIR")
+    if not base:
+        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                            "kiln")
+    return os.path.join(base, sub)
+
+
+def dispatch_extension(cuda: bool = False):
+    """The C++ dispatch extension for a cpu (or cuda) library, built once per process (and cached on disk
+    by torch.utils.cpp_extension). Raises KilnError with the reason when it cannot be had; the failure is
+    remembered for the process."""
+    variant = "cuda" if cuda else "cpu"
+    got = _dispatch_ext.get(variant)
+    if isinstance(got, KilnError):
+        raise got
+    if got is None:
+        try:
+            got = _build_dispatch_extension(variant)
+        except KilnError as why:
+            _dispatch_ext[variant] = why
+            raise
+        _dispatch_ext[variant] = got
+    return got
+
+
+def _build_dispatch_extension(variant: str):
+    import shutil
+
+    import torch
+    import logging
+    log = logging.getLogger("torch.utils.cpp_extension")  # "No CUDA runtime is found" on a machine without a GPU
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    except ImportError as e:  # a torch without its extension tools
+        raise KilnError(f"torch.utils.cpp_extension is not available: {e}") from None
+    finally:
+        log.setLevel(level)
+    cxx = os.environ.get("CXX") or "c++"
+    if not shutil.which(cxx.split()[0]):
+        raise KilnError(f"no C++ compiler: {cxx!r} is not on PATH (install g++, or set CXX)")
+    path = os.environ.get("PATH", "")
+    if not shutil.which("ninja"):  # cpp_extension.load runs `ninja` from PATH; pip's ninja lives beside python
+        dirs = [os.path.dirname(sys.executable)]
+        try:
+            import ninja
+            dirs.insert(0, ninja.BIN_DIR)
+        except (ImportError, AttributeError):
+            pass
+        found = next((d for d in dirs if os.access(os.path.join(d, "ninja"), os.X_OK)), None)
+        if found is None:
+            raise KilnError("no ninja, which torch.utils.cpp_extension.load needs: pip install ninja "
+                            "(python/requirements.txt) or apt-get install ninja-build")
+        path = found + os.pathsep + path
+    build_dir = cache_dir(os.path.join("dispatch", f"torch-{torch.__version__}-py{sys.version_info[0]}"
+                                                   f"{sys.version_info[1]}-{variant}"))
+    flags = ["-O2"] + (["-DKILN_WITH_CUDA"] if variant == "cuda" else [])
+    old_path, old_arch = os.environ.get("PATH"), os.environ.get("TORCH_CUDA_ARCH_LIST")
+    try:
+        os.makedirs(build_dir, exist_ok=True)
+        os.environ["PATH"] = path
+        if variant == "cuda" and not old_arch:  # no .cu file is compiled, but load() asks for an arch list,
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"  # which it cannot find without a visible GPU
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = cpp_extension.load(name=f"kiln_dispatch_{variant}", sources=[_DISPATCH_SOURCE], extra_cflags=flags,
+                                     build_directory=build_dir, with_cuda=variant == "cuda", verbose=False)
+    except Exception as e:  # noqa: BLE001 - a build that fails is a reason, not a crash
+        raise KilnError(f"kiln's C++ dispatch extension did not build in {build_dir}: "
+                        f"{_build_failure_reason(e)}") from None
+    finally:
+        for name, old in (("PATH", old_path), ("TORCH_CUDA_ARCH_LIST", old_arch)):
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+    if getattr(mod, "ABI", None) != _DISPATCH_ABI:
+        raise KilnError(f"kiln's C++ dispatch extension in {build_dir} speaks ABI {getattr(mod, 'ABI', None)}, "
+                        f"this kiln {_DISPATCH_ABI}")
+    return mod
+
+
+def _build_failure_reason(e: Exception) -> str:
+    """The compiler's own diagnostics ("file:line:col: error: ...") out of a failed cpp_extension build, each
+    line cut on its own: the build's first line is the whole compiler command, whose length depends on where the
+    venv lives, and must not crowd the diagnostic out of the reason."""
+    text = str(e)
+    lines = [ln.strip() for ln in text.splitlines()]
+    picked = ([ln for ln in lines if "error:" in ln] or [ln for ln in lines if "error" in ln.lower()] or
+              [ln for ln in lines if ln] or [type(e).__name__])
+    return " | ".join(ln if len(ln) <= 240 else ln[:237] + "..." for ln in picked[:3])
+
+
+def _cpp_equals_default(value, arg) -> bool:
+    """Whether PyTorch's argument parsing would leave this captured value out (it equals the default, same
+    type): a Python kernel never sees such a call with the argument, so the Python gate never admits it."""
+    if not arg.has_default_value():
+        return False
+    d = arg.default_value
+    if d is None or type(d) is bool:
+        return value is d
+    return type(value) is type(d) and value == d
+
+
+def _cpp_arg(t, arg) -> tuple:
+    """One schema argument's spec for _dispatch.cpp from the captured template (_Unsupported otherwise)."""
+    import torch
+    ty = arg.type
+    if isinstance(ty, torch.OptionalType):
+        ty = ty.getElementType()
+    if isinstance(t, _Slot):
+        if not isinstance(ty, torch.TensorType):
+            raise _Unsupported(f"a tensor captured at '{arg.name}' ({arg.type})")
+        return (_A_TENSOR, t.index)
+    if t is None:
+        return (_A_NONE,)
+    if type(t) is bool:
+        return (_A_BOOL, t)
+    if type(t) in (int, float):
+        return (_A_NUMBER, float(t), t if type(t) is int else None)
+    if type(t) is str:
+        if str(ty) == "ScalarType" and t.startswith("torch.") and t[6:] in _DTYPES:
+            return (_A_DTYPE, t[6:])
+        if isinstance(ty, torch.StringType):
+            return (_A_STR, t)
+    if type(t) is list and all(type(v) is int for v in t):
+        return (_A_INTLIST, t)
+    raise _Unsupported(f"'{arg.name}' captured as {t!r} ({arg.type})")
+
+
+def _cpp_entry_spec(ae: "_AtenEntry", op) -> dict:
+    """An aten entry as _dispatch.cpp's register_override takes it: one spec per schema argument, tensors."""
+    import ctypes as c
+    e = ae.gate.entry
+    if not ae.simple:
+        raise _Unsupported("tensors inside a structure (a tensor list)")
+    args = [_template(a) for a in e.args.get("args", [])]
+    kwargs = {k: _template(v) for k, v in (e.args.get("kwargs") or {}).items()}
+    schema = op._schema.arguments
+    names = {a.name for a in schema}
+    if len(args) > len(schema) or any(k not in names for k in kwargs):
+        raise _Unsupported("the captured call does not fit the schema")
+    specs = []
+    for i, a in enumerate(schema):
+        if i < len(args):
+            if a.kwarg_only:
+                raise _Unsupported(f"'{a.name}' captured as positional")
+            t = args[i]
+            if i == len(args) - 1 and not isinstance(t, _Slot) and _cpp_equals_default(t, a):
+                raise _Unsupported(f"'{a.name}' captured at its default (the Python gate never sees it)")
+            specs.append(_cpp_arg(t, a))
+        elif a.name in kwargs:
+            if not a.kwarg_only or _cpp_equals_default(kwargs[a.name], a):
+                raise _Unsupported(f"'{a.name}' captured as a keyword at its default or positional")
+            specs.append(_cpp_arg(kwargs[a.name], a))
+        elif a.has_default_value():
+            specs.append((_A_DEFAULT,))
+        else:
+            raise _Unsupported(f"'{a.name}' was not captured")
+    copies = [(g.get("layout") or {}).get("stored") == "contiguous_copy" for g in e.inputs]
+    hits = (c.c_int64 * 1)()
+    return {
+        "name": e.name, "index": e.index, "args": specs,
+        "inputs": [(list(g["shape"]), list(g["strides"]), g["dtype"], cp) for g, cp in zip(e.inputs, copies)],
+        "outputs": [(list(g["shape"]), list(g["strides"]), g["dtype"]) for g in e.outputs],
+        "scratch_bytes": max(e.scratch_bytes, 1) if e.has_scratch else 0,
+        "hits_addr": c.addressof(hits), "_hits": hits,
+    }
+
+
+def _install_cpp(inst: "Installation", overrides: list) -> list:
+    """Registers the C++ kernel for each override it can serve; returns the overrides left to Python."""
+    import ctypes as c
+    mode = inst.dispatch_mode
+    if mode == "python" or not overrides:
+        return overrides
+    lib = inst.library
+    try:
+        ext = dispatch_extension(lib.is_cuda)
+    except KilnError as why:
+        inst.notes.append(f"dispatch={mode}: the C++ path is not available ({why}); aten entries use the "
+                          "Python path")
+        if mode == "cpp":
+            warnings.warn(f"kiln: dispatch='cpp' fell back to the Python path: {why}", RuntimeWarning, stacklevel=4)
+        inst.dispatch.update((ov.op.name(), "python") for ov in overrides)
+        return overrides
+    launch = c.cast(lib._launch_fast, c.c_void_p).value
+    last_error = c.cast(_rt().kiln_rt_last_error, c.c_void_p).value
+    rest = []
+    for ov in overrides:
+        try:
+            specs = [_cpp_entry_spec(ae, ov.op) for ae in ov.entries]
+        except _Unsupported as why:
+            inst.notes.append(f"{ov.op.name()}: Python dispatch ({why})")
+            rest.append(ov)
+            continue
+        counts = (c.c_int64 * 3)()
+        schema = ov.op._schema
+        try:
+            reg = ext.register_override(schema.name, schema.overload_name, ov.key, ov.mode == "inplace",
+                                        bool(ov.composite), lib.is_cuda, lib.device_index, lib._handle.value,
+                                        launch, last_error, c.addressof(counts), specs)
+        except (RuntimeError, ValueError, TypeError) as why:
+            inst.notes.append(f"{ov.op.name()}: Python dispatch (the C++ kernel was refused: {why})")
+            rest.append(ov)
+            continue
+        inst._cpp_regs.append((reg, counts, specs))  # the counters live as long as the registration
+        inst._target_counts[ov.op.name()] = counts
+        for ae, spec in zip(ov.entries, specs):
+            inst._entry_counts[ae.gate.entry.name] = spec["_hits"]
+        inst.dispatch[ov.op.name()] = "cpp"
+        inst.installed += [ae.gate.entry.name for ae in ov.entries]
+    for ov in rest:
+        inst.dispatch[ov.op.name()] = "python"
+    return rest

@@ -1,0 +1,332 @@
+"""kiln.install_module: module entries. The forward of each module instance at a captured path (a fused
+leaf module such as an RMSNorm) is replaced by kiln's kernel under the entry's gate, with the original
+forward for every other call; compile-friendly installs also make each entry a custom op, kiln::<entry>,
+that torch.compile traces into its graph."""
+
+from __future__ import annotations
+
+import re
+import weakref
+from typing import TYPE_CHECKING
+
+from kiln.install_gate import _GRAD, ALIGN, _Gate, _Unsupported
+from kiln.install_runtime import Entry, KilnError, Library
+
+if TYPE_CHECKING:
+    from kiln.install import Installation
+
+
+_ACTIVATION_PREFIX = "input"
+
+
+def _is_activation(name: str) -> bool:
+    """kiln.capture names a module's tensor inputs input0, input1, ... and its own tensors by attribute."""
+    rest = name[len(_ACTIVATION_PREFIX):].rstrip("_") if name.startswith(_ACTIVATION_PREFIX) else ""
+    return rest.isdigit()
+
+
+class _ModuleEntry:
+    """A module entry: its gate, the parameters it reads, the paths and class it replaces."""
+
+    def __init__(self, gate: _Gate, entry: Entry):
+        if not entry.module_class:
+            raise _Unsupported("no module class")
+        names = [g["name"] for g in entry.inputs]
+        acts = [n for n in names if _is_activation(n)]
+        if len(acts) != 1:
+            raise _Unsupported(f"the module takes {len(acts)} activations ({', '.join(acts)}); kiln replaces "
+                               "modules with one tensor argument")
+        if len(gate.outputs) != 1:
+            raise _Unsupported(f"the module returns {len(gate.outputs)} tensors (kiln replaces modules "
+                               "that return one)")
+        self.gate = gate
+        self.entry = entry
+        self.activation_pos = names.index(acts[0])
+        self.attr_names = [n for n in names if n != acts[0]]
+        self.paths = set(entry.module_paths)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Module entries inside torch.compile: one custom op per entry.
+
+_OP_NAMESPACE = "kiln"
+
+
+def _op_name(entry_name: str, taken: set) -> str:
+    """An operator name from an entry name: letters, digits and _ only, not starting with a digit, unique
+    among `taken` (a suffix _2, _3, ... where two entry names sanitise alike)."""
+    base = re.sub(r"[^0-9A-Za-z_]", "_", entry_name) or "entry"
+    if base[0].isdigit():
+        base = "e_" + base
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+def _gate_copy(t, shape: tuple, stride: tuple, dtype):
+    """t copied into a new tensor with exactly the gate's shape, strides and dtype, at the allocator's
+    (aligned) start. Dimensions the gate has broadcast (stride 0) are copied from index 0 only."""
+    import torch
+    out = torch.empty_strided(shape, stride, dtype=dtype, device=t.device)
+    dst, src = out, t
+    for d, st in enumerate(stride):
+        if st == 0 and shape[d] > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    dst.copy_(src)
+    return out
+
+
+def _register_module_ops(mentries: list, key: str, inst: "Installation"):
+    """Defines kiln::<entry> for each module entry (mentry.op becomes its OpOverload) in one
+    torch.library.Library that uninstall destroys. Returns the Library.
+
+    - schema: (Tensor t0, ..., Tensor tn) -> Tensor, the gate's inputs in gate order, tagged
+      needs_exact_strides so that inductor hands the op tensors with the strides it was traced with;
+    - fake (meta) kernel: torch.empty_strided with the gate's output shape, strides and dtype on the
+      input's device: all dynamo and inductor need to know;
+    - real kernel (the library's dispatch key): the entry's generated gate (_Gate.hit) and launch. The
+      module binding calls the op only after checking, on what dynamo guards (dtype, shape, strides,
+      device, grad mode and requires_grad), that the gate admits the call, so what can still differ at
+      run time is what a trace cannot see: the start address (16-byte alignment) and, should inductor
+      choose another layout, the strides. Such inputs are copied into gate-shaped dense tensors
+      (aligned by the allocator) and the kernel runs on the copies, so the op is correct on any input of
+      the gate's shape and dtype. A call that would need a gradient never reaches the op."""
+    import torch
+    oplib = torch.library.Library(_OP_NAMESPACE, "FRAGMENT")
+    taken: set = set()
+    tags = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
+    try:
+        for me in mentries:
+            gate = me.gate
+            name = _op_name(me.entry.name, taken)
+            n = len(gate.inputs)
+            oplib.define(f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> Tensor", tags=tags)
+            oplib.impl(name, _module_op_kernel(gate, me.entry, inst), key)
+            torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", _module_op_fake(gate), lib=oplib)
+            me.op = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
+            me.op_name = f"{_OP_NAMESPACE}::{name}"
+    except BaseException:
+        oplib._destroy()
+        for me in mentries:
+            me.op = None
+        raise
+    return oplib
+
+
+def _module_op_fake(gate: _Gate):
+    import torch
+    (shape, stride, dtype), = gate.outputs
+    empty_strided = torch.empty_strided
+
+    def kiln_module_op_fake(*ts):
+        return empty_strided(shape, stride, dtype=dtype, device=ts[0].device)
+    return kiln_module_op_fake
+
+
+def _module_op_kernel(gate: _Gate, entry: Entry, inst: "Installation"):
+    import torch
+    hit, specs, GRAD, no_grad = gate.hit, gate.inputs, _GRAD, torch.no_grad
+    counts = inst._target_counts.setdefault(f"module {entry.module_class}", [0, 0, 0])
+
+    def kiln_module_op(*ts):
+        outs = hit(*ts)
+        if outs is None or outs is GRAD:  # misaligned, or a layout the trace did not see: gate-shaped copies
+            with no_grad():  # kiln's kernels are forward-only; the binding never sends a call needing a gradient
+                if outs is GRAD:
+                    outs = hit(*ts)
+                if outs is None and all(t.dtype is d and t.shape == s for t, (s, _, d) in zip(ts, specs)):
+                    ts = [t if t.stride() == st and not t.data_ptr() % ALIGN else _gate_copy(t, s, st, d)
+                          for t, (s, st, d) in zip(ts, specs)]
+                    outs = hit(*ts)
+            if outs is None or outs is GRAD:
+                raise KilnError(f"kiln: {entry.name}: the op was called on tensors its gate cannot admit "
+                                f"({', '.join(f'{t.dtype} {tuple(t.shape)} on {t.device}' for t in ts)})")
+        counts[0] += 1
+        return outs[0]
+    return kiln_module_op
+
+
+def _module_admits(gate: _Gate, lib: Library):
+    """admits(tensors): the gate's rule without the data pointer, written for dynamo to trace (and guard
+    on): each input a tensor of the gate's dtype, shape, strides and device, and no gradient needed."""
+    import torch
+    specs = gate.inputs
+    dev = torch.device("cuda", lib.device_index) if lib.is_cuda else torch.device("cpu")
+    Tensor, is_grad_enabled = torch.Tensor, torch.is_grad_enabled
+
+    def admits(ts) -> bool:
+        for t, (shape, stride, dtype) in zip(ts, specs):
+            if not isinstance(t, Tensor) or t.dtype != dtype or tuple(t.shape) != shape or \
+                    tuple(t.stride()) != stride or t.device != dev:
+                return False
+        if is_grad_enabled():
+            for t in ts:
+                if t.requires_grad:
+                    return False
+        return True
+    return admits
+
+
+class _ModuleBinding:
+    """One module instance whose forward kiln replaced."""
+
+    def __init__(self, module, mentry: _ModuleEntry, path: str, inst: "Installation"):
+        self.module_ref = weakref.ref(module)
+        self.path = path
+        self.had_forward = "forward" in module.__dict__
+        self.saved_forward = module.__dict__.get("forward")
+        original = module.forward  # the bound method (or what was patched in before kiln)
+        hit = mentry.gate.hit
+        act = mentry.activation_pos
+        GRAD = _GRAD
+        names = mentry.attr_names
+        counts = inst._target_counts.setdefault(f"module {mentry.entry.module_class}", [0, 0, 0])
+        import torch
+        Tensor = torch.Tensor
+        module_ref = self.module_ref
+        op = getattr(mentry, "op", None)  # kiln::<entry> when installed compile-friendly
+        traced = op is not None
+        if traced:
+            admits = _module_admits(mentry.gate, inst.library)
+            is_compiling = torch.compiler.is_dynamo_compiling  # False in eager, True while dynamo traces
+
+            def traced_forward(args, kwargs):
+                """What dynamo (torch.compile, export) traces instead of the eager path below: no data
+                pointer, no ctypes, no counters, only checks it can guard on, then the op (its real kernel
+                runs the gate and the launch; _register_module_ops) or the original forward, inlined."""
+                module = module_ref()
+                if inst.active and module is not None and len(args) == 1 and not kwargs \
+                        and isinstance(args[0], Tensor):
+                    ts = [getattr(module, n, None) for n in names]
+                    ts.insert(act, args[0])
+                    if admits(ts):
+                        return op(*ts)
+                return original(*args, **kwargs)
+
+        def kiln_forward(*args, **kwargs):
+            if traced and is_compiling():
+                return traced_forward(args, kwargs)
+            module = module_ref()
+            if inst.active and module is not None and len(args) == 1 and not kwargs \
+                    and isinstance(args[0], Tensor):
+                try:
+                    attrs = [getattr(module, n) for n in names]
+                except AttributeError:
+                    attrs = None
+                if attrs is not None:
+                    try:
+                        outs = hit(*attrs[:act], args[0], *attrs[act:])
+                    except KilnError:
+                        raise
+                    except Exception:  # an attribute that is not a tensor, for instance
+                        outs = None
+                    if outs is GRAD:
+                        counts[2] += 1
+                    elif outs is not None:
+                        counts[0] += 1
+                        return outs[0]
+            counts[1] += 1
+            return original(*args, **kwargs)
+
+        kiln_forward.__kiln__ = mentry.entry.name
+        module.forward = kiln_forward
+
+    def restore(self) -> None:
+        module = self.module_ref()
+        if module is None:
+            return
+        if self.had_forward:
+            module.forward = self.saved_forward
+        else:
+            module.__dict__.pop("forward", None)
+
+
+class _ModuleBinder:
+    """Finds the modules to replace. With a model: its named_modules(), now. Without one (`kiln run`): a
+    global forward pre-hook sees the model's first forward and names its modules as kiln.capture did (the
+    first root's names as they are; a later root's with "<Class>#<k>:" in front), then removes itself once
+    every module entry is bound (or after MAX_ROOTS roots), so that it costs nothing afterwards.
+    compile_friendly: each entry also becomes a custom op, kiln::<entry> (_register_module_ops), which the
+    bound forwards call when torch.compile traces them; restore() removes the ops again."""
+
+    MAX_ROOTS = 8
+
+    def __init__(self, mentries: list, inst: "Installation", key: str = "CPU", compile_friendly: bool = False):
+        self.mentries = mentries
+        self.inst = inst
+        self.op_lib = None
+        if compile_friendly:
+            try:
+                self.op_lib = _register_module_ops(mentries, key, inst)
+            except Exception as e:  # noqa: BLE001 - the eager path does not need the ops
+                inst.notes.append(f"module entries not usable inside torch.compile: {type(e).__name__}: {e}")
+        self.bindings: list = []
+        self.bound_ids: set = set()
+        self.n_roots = 0
+        self.seen = weakref.WeakSet()
+        self.hook = None
+
+    def bind_root(self, root) -> None:
+        orig = getattr(root, "_orig_mod", None)  # torch.compile(model): name the model's modules, as capture did
+        if orig is not None and type(root).__name__ == "OptimizedModule":
+            try:
+                self.seen.add(root)
+            except TypeError:
+                pass
+            root = orig
+        prefix = "" if self.n_roots == 0 else f"{type(root).__name__}#{self.n_roots}:"
+        self.n_roots += 1
+        for name, m in root.named_modules(remove_duplicate=False):
+            try:
+                self.seen.add(m)
+            except TypeError:
+                pass
+            if id(m) in self.bound_ids:
+                continue
+            cls = type(m).__name__
+            for me in self.mentries:
+                if cls == me.entry.module_class and (prefix + name) in me.paths:
+                    self.bindings.append(_ModuleBinding(m, me, prefix + name, self.inst))
+                    self.bound_ids.add(id(m))
+                    me.bound = getattr(me, "bound", 0) + 1
+                    break
+
+    def all_bound(self) -> bool:
+        return all(getattr(me, "bound", 0) > 0 for me in self.mentries)
+
+    def watch(self) -> None:
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        def pre_hook(module, args):
+            if module in self.seen:
+                return None
+            self.bind_root(module)
+            if self.all_bound() or self.n_roots >= self.MAX_ROOTS:
+                self.unwatch()
+            return None
+
+        # a script that calls a torch.compile'd model: dynamo cannot trace the binding (it fails on the
+        # WeakSet), so the hook runs eagerly; once it has removed itself, dynamo traces the bound forwards
+        import torch
+        pre_hook = torch.compiler.disable(pre_hook, recursive=True)
+        self.hook = register_module_forward_pre_hook(pre_hook)
+
+    def unwatch(self) -> None:
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
+
+    def restore(self) -> None:
+        self.unwatch()
+        for b in reversed(self.bindings):
+            b.restore()
+        self.bindings = []
+        self.bound_ids = set()
+        if self.op_lib is not None:
+            self.op_lib._destroy()  # the kiln:: ops are gone from the dispatcher and torch.ops.kiln
+            self.op_lib = None
+        for me in self.mentries:
+            me.op = None
