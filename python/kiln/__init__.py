@@ -14,7 +14,7 @@ def split_script_args(argv: list) -> tuple:
 def default_backend() -> str:
     """The backend kiln uses here where none is named, "cuda" or "cpu": the C commands' own rule
     (kiln_backend_default: a driver and a visible GPU), asked through libkiln_rt."""
-    from kiln.install import _rt
+    from kiln.install_runtime import _rt
     return _rt().kiln_rt_default_backend().decode()
 
 
