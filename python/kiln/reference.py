@@ -22,7 +22,8 @@ Draws happen on the CPU with a torch.Generator, then move to the device, so the 
 depend on the device.
 
 Seeds: set J of workload K (K = its position in workload.jsonl, from 0) uses seed S + 1000*K + J, where S is
---seed (default 0); one generator per set draws the inputs in definition order. A `custom` entrypoint runs
+--seed (default: drawn from the OS's random source, so that no one knows the random sets before they are
+drawn; the manifest records it); one generator per set draws the inputs in definition order. A `custom` entrypoint runs
 with torch.manual_seed of that seed (the global RNG state is restored afterwards). The same seed gives the
 same files, byte for byte.
 
@@ -34,11 +35,13 @@ Errors are one line on stderr naming the file, workload and field.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import linecache
 import math
 import os
 import re
+import secrets
 import statistics
 import sys
 import time
@@ -63,7 +66,7 @@ __all__ = [
 ]
 
 MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: every set file has its content hash ("blake2b")
 SEED_STRIDE = 1000  # sets per workload at most; set J of workload K uses seed + SEED_STRIDE*K + J
 MASK_THRESHOLD = -1e4  # float values at or below this are masks (e.g. finfo.min) and are kept in place
 CPU_TIME_BUDGET_S = 2.0
@@ -662,6 +665,7 @@ def _build_workload(problem: Problem, workload: Workload, reference: Reference, 
         file_name = f"w{workload.index}_s{j}.safetensors"
         _write_set(os.path.join(out_dir, file_name), problem, workload, kind, set_seed_j, inputs, outputs)
         sets.append({"file": file_name, "kind": kind, "seed": set_seed_j,
+                     "blake2b": content_hash(os.path.join(out_dir, file_name)),
                      "scalars": _scalars(problem, workload, inputs)})
         del outputs
     ref_time_us = None
@@ -670,16 +674,30 @@ def _build_workload(problem: Problem, workload: Workload, reference: Reference, 
     return {"uuid": workload.uuid, "axes": dict(workload.axes), "ref_time_us": ref_time_us, "sets": sets}
 
 
+def content_hash(path: str) -> str:
+    """The content hash the gate checks a set file against before it uses it (BLAKE2b, 16 bytes,
+    hex): src/util/blake2b.c computes the same."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def build_reference(problem_dir: str, out_dir: Optional[str] = None, device: str = "cpu",
-                    key: Optional[str] = None, n_sets: int = 3, seed: int = 0,
+                    key: Optional[str] = None, n_sets: int = 3, seed: Optional[int] = None,
                     time_reference: bool = True, quiet: bool = True, log=None) -> dict:
     """Writes the reference data of the problem in problem_dir to out_dir (default
     PROBLEM_DIR/kiln/ref-<device>) and returns the manifest. The manifest is written last, so an
-    interrupted run leaves no manifest. Raises ProblemError (bad input) or ReferenceFailure."""
+    interrupted run leaves no manifest. seed None draws the base seed from the OS: the random sets
+    are then known to no one in advance (the manifest records it, so they can be drawn again).
+    Raises ProblemError (bad input) or ReferenceFailure."""
     log = log or (lambda line: print(line, flush=True))
     problem = load_problem(problem_dir)
     if not 1 <= n_sets <= SEED_STRIDE:
         raise ProblemError(f"--sets {n_sets}: expected 1 to {SEED_STRIDE}")
+    if seed is None:
+        seed = secrets.randbelow(1 << 40) * SEED_STRIDE
     if seed < 0:
         raise ProblemError(f"--seed {seed}: expected a non-negative integer")
     _check_device(device)
@@ -716,7 +734,8 @@ def build_reference(problem_dir: str, out_dir: Optional[str] = None, device: str
     finally:
         reference.close()
     manifest = {"kiln_reference": MANIFEST_VERSION, "problem": problem.name, "key": source_key,
-                "device": device.split(":")[0], "torch": torch.__version__, "workloads": entries}
+                "device": device.split(":")[0], "torch": torch.__version__, "seed": seed,
+                "workloads": entries}
     _write_manifest(out_dir, manifest)
     _remove_stale_sets(out_dir, {s["file"] for e in entries for s in e["sets"]})
     if not quiet:
@@ -737,7 +756,8 @@ def _parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--key", metavar="HEX", help="source key to record (default: FNV-1a 64 of the files)")
     parser.add_argument("--sets", type=int, default=3, metavar="N",
                         help="input sets per workload: the real one plus N-1 random ones (default 3)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="base seed (default 0)")
+    parser.add_argument("--seed", type=int, default=None, metavar="S",
+                        help="base seed (default: drawn from the OS, recorded in the manifest)")
     parser.add_argument("--no-time", action="store_true", help="do not time the reference")
     parser.add_argument("--quiet", action="store_true", help="print errors only")
     return parser.parse_args(argv)

@@ -2,6 +2,8 @@
  * as it is now, and opens its input sets with their tensors checked against the definition. */
 #include "refdata.h"
 
+#include "../util/blake2b.h"
+
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
@@ -59,13 +61,17 @@ static int parse_set(const kiln_problem *p, const char *ref_dir, const cJSON *js
     if (!cJSON_IsObject(js))
         return fail(s, KILN_ERR_FORMAT, "%s: not an object", field);
     const cJSON *file = get(js, "file"), *kind = get(js, "kind"), *seed = get(js, "seed"),
-                *scalars = get(js, "scalars");
+                *scalars = get(js, "scalars"), *hash = get(js, "blake2b");
     if (!cJSON_IsString(file) || !path_is_inside(file->valuestring))
         return fail(s, KILN_ERR_FORMAT, "%s.file: not a relative path inside the directory", field);
     set->file = kiln_path_join(ref_dir, file->valuestring);
     struct stat sb;
     if (stat(set->file, &sb) != 0 || !S_ISREG(sb.st_mode))
         return fail(s, KILN_ERR_FORMAT, "%s.file: %s does not exist", field, set->file);
+    if (!cJSON_IsString(hash) || strlen(hash->valuestring) != 32)
+        return fail(s, KILN_ERR_FORMAT, "%s.blake2b: not the 32-hex-digit content hash of the file",
+                    field);
+    snprintf(set->blake2b, sizeof set->blake2b, "%s", hash->valuestring);
     if (!cJSON_IsString(kind) ||
         (strcmp(kind->valuestring, "real") != 0 && strcmp(kind->valuestring, "random") != 0))
         return fail(s, KILN_ERR_FORMAT, "%s.kind: not \"real\" or \"random\"", field);
@@ -174,8 +180,8 @@ int kiln_refdata_load(const char *ref_dir, const kiln_problem *p, kiln_refdata *
         rc = fail(&s, KILN_ERR_FORMAT, "kiln_reference: missing (not a kiln reference manifest)");
         goto done;
     }
-    if (version->valuedouble != 1) {
-        rc = fail(&s, KILN_ERR_UNSUPPORTED, "kiln_reference: version %g, this kiln reads 1",
+    if (version->valuedouble != 2) {
+        rc = fail(&s, KILN_ERR_UNSUPPORTED, "kiln_reference: version %g, this kiln reads 2",
                   version->valuedouble);
         goto done;
     }
@@ -217,6 +223,27 @@ done:
     free(path);
     kiln_refdata_free(r);
     return rc;
+}
+
+int kiln_refdata_verify(const kiln_refdata *r, kiln_err *err) {
+    for (int w = 0; w < r->n_workloads; w++)
+        for (int j = 0; j < r->workloads[w].n_sets; j++) {
+            const kiln_refset *set = &r->workloads[w].sets[j];
+            char *buf = NULL;
+            size_t len = 0;
+            int rc = kiln_read_file(set->file, &buf, &len, err);
+            if (rc)
+                return rc;
+            char hex[33];
+            kiln_blake2b_hex(buf, len, 16, hex);
+            free(buf);
+            if (strcmp(hex, set->blake2b) != 0)
+                return kiln_errf(err, KILN_ERR_FORMAT,
+                                 "%s: changed on disk since it was written (content hash %s, the "
+                                 "manifest says %s)",
+                                 set->file, hex, set->blake2b);
+        }
+    return KILN_OK;
 }
 
 void kiln_refdata_free(kiln_refdata *r) {
@@ -279,8 +306,22 @@ int kiln_refset_open(const kiln_problem *p, int workload, const kiln_refset *set
         if (p->outputs[i].is_scalar)
             return fail(&s, KILN_ERR_UNSUPPORTED,
                         "output '%s' is a scalar: kiln checks tensors only", p->outputs[i].name);
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = kiln_read_file(set->file, &buf, &len, err);
+    if (rc != KILN_OK)
+        return rc;
+    char hex[33];
+    kiln_blake2b_hex(buf, len, 16, hex);
+    if (strcmp(hex, set->blake2b) != 0) {
+        free(buf);
+        return fail(&s, KILN_ERR_FORMAT,
+                    "changed on disk since it was written (content hash %s, the manifest says "
+                    "%s): not used",
+                    hex, set->blake2b);
+    }
     kiln_st *st = NULL;
-    int rc = kiln_st_load(set->file, &st, err);
+    rc = kiln_st_parse_owned(buf, len, set->file, &st, err);
     if (rc != KILN_OK)
         return rc;
     const kiln_workload *w = &p->workloads[workload];

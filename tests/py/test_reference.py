@@ -9,6 +9,7 @@ problems check the exit codes and one-line messages of the command line. The cud
 PyTorch sees a GPU.
 """
 
+import hashlib
 import json
 import os
 import pathlib
@@ -138,6 +139,26 @@ def test_same_seed_same_files_other_seed_other_random_sets(softmax_problem, tmp_
     assert runs["a"]["w0_s1.safetensors"] != runs["c"]["w0_s1.safetensors"]
 
 
+def test_default_seed_is_drawn_from_the_os_and_recorded(softmax_problem, tmp_path):
+    """Without --seed no one knows the random sets before they are drawn; the manifest records the
+    seed, and the same seed draws them again byte for byte. Every set file carries its content
+    hash, which is what the gate checks before it uses the file."""
+    problem_dir, _ = softmax_problem
+    a = kref.build_reference(str(problem_dir), str(tmp_path / "a"), time_reference=False)
+    b = kref.build_reference(str(problem_dir), str(tmp_path / "b"), time_reference=False)
+    assert a["seed"] != b["seed"]
+    assert (tmp_path / "a" / "w0_s1.safetensors").read_bytes() != \
+        (tmp_path / "b" / "w0_s1.safetensors").read_bytes()
+    again = kref.build_reference(str(problem_dir), str(tmp_path / "c"), seed=a["seed"],
+                                 time_reference=False)
+    assert again["seed"] == a["seed"]
+    for entry in a["workloads"]:
+        for s in entry["sets"]:
+            data = (tmp_path / "a" / s["file"]).read_bytes()
+            assert s["blake2b"] == hashlib.blake2b(data, digest_size=16).hexdigest()
+            assert data == (tmp_path / "c" / s["file"]).read_bytes()
+
+
 def test_reference_is_timed_on_cpu(softmax_problem, tmp_path):
     problem_dir, _ = softmax_problem
     manifest = kref.build_reference(str(problem_dir), str(tmp_path / "ref"), n_sets=1)
@@ -216,8 +237,8 @@ def test_custom_inputs_entrypoint(tmp_path):
                 "inputs": {"values": {"type": "custom"}, "offsets": {"type": "custom"}}}
     write_problem(tmp_path / "p", definition, [workload])
     state = torch.random.get_rng_state()
-    kref.build_reference(str(tmp_path / "p"), str(tmp_path / "a"), time_reference=False)
-    kref.build_reference(str(tmp_path / "p"), str(tmp_path / "b"), time_reference=False)
+    kref.build_reference(str(tmp_path / "p"), str(tmp_path / "a"), seed=7, time_reference=False)
+    kref.build_reference(str(tmp_path / "p"), str(tmp_path / "b"), seed=7, time_reference=False)
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's RNG is left alone
     sets = [read_set(tmp_path / "a" / f"w0_s{j}.safetensors") for j in range(3)]
     assert not torch.equal(sets[0]["input.values"], sets[1]["input.values"])
@@ -234,8 +255,9 @@ def test_custom_inputs_entrypoint(tmp_path):
                     reason="no CUDA device here: the cuda path is tested on the GPU machine")
 def test_cuda_reference_matches_cpu(softmax_problem, tmp_path):
     problem_dir, _ = softmax_problem
-    cpu = kref.build_reference(str(problem_dir), str(tmp_path / "cpu"), device="cpu", time_reference=False)
-    gpu = kref.build_reference(str(problem_dir), str(tmp_path / "gpu"), device="cuda")
+    cpu = kref.build_reference(str(problem_dir), str(tmp_path / "cpu"), device="cpu", seed=3,
+                               time_reference=False)
+    gpu = kref.build_reference(str(problem_dir), str(tmp_path / "gpu"), device="cuda", seed=3)
     assert gpu["device"] == "cuda"
     for c, g in zip(cpu["workloads"], gpu["workloads"]):
         assert isinstance(g["ref_time_us"], float) and 0 < g["ref_time_us"] < 1e5
@@ -263,7 +285,7 @@ def test_published_rmsnorm(cli_runs):
         data += f.read()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["key"] == fnv1a64_independent(data)
-    assert manifest["kiln_reference"] == 1 and manifest["problem"] == "rmsnorm_h4096"
+    assert manifest["kiln_reference"] == 2 and manifest["problem"] == "rmsnorm_h4096"
     assert manifest["torch"] == torch.__version__
     with open(os.path.join(RMSNORM_DIR, "workload.jsonl")) as f:
         lines = [json.loads(line) for line in f if line.strip()]
