@@ -28,6 +28,8 @@ LIBS_A := $(BUILD)/libkiln.a $(BUILD)/libkiln_core.a
 CORE_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c))
 LIB_SRC := $(sort $(wildcard src/gate/*.c src/gen/*.c src/store/*.c src/search/*.c))
 TEMPLATES := $(sort $(wildcard src/gen/templates/*))
+# The gate's own device kernels (poison, masks, the output check), embedded the same way.
+GATE_KERNELS := $(sort $(wildcard src/gate/kernels/*))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 RT_SRC := $(sort $(wildcard src/runtime/*.c))
 # The dashboard (kiln serve) is linked into the binary only, never into libkiln_rt.so. Its assets are
@@ -40,7 +42,8 @@ WEB_ASSETS := $(sort $(wildcard web/assets/*)) $(JS_DIR)/chart.js/chart.min.js \
 WEB_OBJ := $(WEB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/web/assets.o
 WEB_LDLIBS := -lmicrohttpd
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/templates.o
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/templates.o \
+	$(BUILD)/obj/gen/gate_kernels.o
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 RT_OBJ := $(RT_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/c/test_*.c))
@@ -61,6 +64,14 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 $(BUILD)/gen/templates.c: $(TEMPLATES) scripts/embed.sh
 	@mkdir -p $(dir $@)
 	bash scripts/embed.sh $@ kiln_embedded_templates $(TEMPLATES)
+
+$(BUILD)/gen/gate_kernels.c: $(GATE_KERNELS) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	bash scripts/embed.sh $@ kiln_gate_kernels $(GATE_KERNELS)
+
+$(BUILD)/obj/gen/gate_kernels.o: $(BUILD)/gen/gate_kernels.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/gen/templates.o: $(BUILD)/gen/templates.c
 	@mkdir -p $(dir $@)

@@ -23,7 +23,8 @@ static const kiln_cli_use eval_options[] = {
     {KILN_OPT_WARMUP, NULL, NULL},
     {KILN_OPT_SETS, NULL, NULL},
     {KILN_OPT_TIMEOUT, NULL, NULL},
-    {KILN_OPT_SEED, "the seed of the audit draw", NULL},
+    {KILN_OPT_SEED, "the seed of the gate's random draws (poison patterns); default: from the OS",
+     NULL},
     {KILN_OPT_REF_DIR, NULL, NULL},
     {KILN_OPT_NO_TIME, NULL, NULL},
 };

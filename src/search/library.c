@@ -427,13 +427,10 @@ static double result_ref_time_us(const cJSON *res) {
 /* The tolerance every output met: the loosest the gate applied (workload, then problem, then the
  * dtype's default, as the gate chooses it). */
 static kiln_tolerance loosest_tolerance(const kiln_problem *p) {
-    kiln_tolerance t = {0, 0, 0};
+    kiln_tolerance t = {.atol = 0};
     for (int o = 0; o < p->n_outputs; o++) {
         for (int wi = 0; wi < (p->n_workloads ? p->n_workloads : 1); wi++) {
-            kiln_tolerance x = p->n_workloads && p->workloads[wi].has_tolerance
-                                   ? p->workloads[wi].tolerance
-                               : p->has_tolerance ? p->tolerance
-                                                  : kiln_tolerance_default(p->outputs[o].dtype);
+            kiln_tolerance x = kiln_problem_output_tolerance(p, p->n_workloads ? wi : -1, o);
             t.atol = fmax(t.atol, x.atol);
             t.rtol = fmax(t.rtol, x.rtol);
             t.rel_l2 = fmax(t.rel_l2, x.rel_l2);
