@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 #include <getopt.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,21 +58,19 @@ static char *problem_dir_on_disk(const char *run_dir, const char *problem) {
 
 /* The id and directory the store has for a problem name; 0 when none. */
 static int64_t store_problem(kiln_store *s, const char *name, char **dir) {
-    sqlite3_stmt *st = NULL;
+    kiln_store_problem_row p;
+    int found = 0;
     int64_t id = 0;
     if (dir)
         *dir = NULL;
-    if (sqlite3_prepare_v2(kiln_store_db(s), "SELECT id, dir FROM problem WHERE name = ?1", -1, &st,
-                           NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        id = sqlite3_column_int64(st, 0);
-        const unsigned char *d = sqlite3_column_text(st, 1);
-        if (dir && d)
-            *dir = xstrdup((const char *)d);
+    if (kiln_store_problem_find(s, name, &p, &found, NULL) == KILN_OK && found) {
+        id = p.id;
+        if (dir) {
+            *dir = p.dir;
+            p.dir = NULL;
+        }
     }
-    sqlite3_finalize(st);
+    kiln_store_problem_row_free(&p);
     return id;
 }
 
@@ -174,15 +171,9 @@ int kiln_submit_open(const char *run_dir, const char *problem, const char *backe
                 lg += log(r->ref->workloads[w].ref_time_us);
                 n++;
             }
-        sqlite3_stmt *st = NULL;
-        if (n && sqlite3_prepare_v2(kiln_store_db(r->store),
-                                    "UPDATE problem SET eager_us = ?2 WHERE id = ?1 AND eager_us "
-                                    "IS NULL",
-                                    -1, &st, NULL) == SQLITE_OK) {
-            sqlite3_bind_int64(st, 1, r->problem_id);
-            sqlite3_bind_double(st, 2, exp(lg / n));
-            sqlite3_step(st);
-            sqlite3_finalize(st);
+        if (n && kiln_store_problem_eager_default(r->store, r->problem_id, exp(lg / n), err)) {
+            status = 1;
+            goto fail;
         }
     }
     if (kiln_store_meta_set(r->store, KILN_META_BACKEND, r->backend, err) != KILN_OK) {
@@ -222,58 +213,26 @@ void kiln_submit_close(kiln_submit_run *r) {
  * Recording a kernel.
  * --------------------------------------------------------------------------------------------- */
 
-static int64_t query_id(kiln_store *s, const char *sql, int64_t a, const char *text) {
-    sqlite3_stmt *st = NULL;
-    int64_t id = 0;
-    if (sqlite3_prepare_v2(kiln_store_db(s), sql, -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_int64(st, 1, a);
-    if (text)
-        sqlite3_bind_text(st, 2, text, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW)
-        id = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return id;
-}
-
 int64_t kiln_submit_incumbent(kiln_submit_run *r, double *time_us) {
-    sqlite3 *db = kiln_store_db(r->store);
-    sqlite3_stmt *st = NULL;
-    int64_t id = 0;
+    kiln_store_winner w;
     *time_us = -1;
-    /* the store's winner rule (docs/store.md, "The winner of a problem") */
-    if (sqlite3_prepare_v2(
-            db,
-            "SELECT c.id, r.time_us FROM candidate c JOIN result r ON r.id = (SELECT max(id) FROM "
-            "result x WHERE x.candidate_id = c.id) WHERE c.problem_id = ?1 AND r.outcome = 'ok' "
-            "AND r.time_us IS NOT NULL ORDER BY c.id = (SELECT incumbent_id FROM problem WHERE "
-            "id = ?1) DESC, r.time_us, c.id LIMIT 1",
-            -1, &st, NULL) != SQLITE_OK)
+    if (kiln_store_winner_get(r->store, r->problem_id, &w, NULL) != KILN_OK || !w.candidate_id)
         return 0;
-    sqlite3_bind_int64(st, 1, r->problem_id);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        id = sqlite3_column_int64(st, 0);
-        *time_us = sqlite3_column_double(st, 1);
-    }
-    sqlite3_finalize(st);
-    return id;
+    *time_us = w.time_us;
+    return w.candidate_id;
 }
 
 /* The tree node a child of parent_candidate goes under: the parent's node, else the main root
- * (created the way kiln optimize creates it when the problem has none yet). */
+ * (created the way kiln optimize creates it when the problem has none yet). -1 when the store
+ * failed (err says why). */
 static int64_t parent_node(kiln_submit_run *r, int64_t parent_candidate, kiln_err *err) {
     int64_t node = 0;
-    if (parent_candidate > 0)
-        node = query_id(r->store,
-                        "SELECT n.id FROM candidate c JOIN node n ON n.id = c.node_id WHERE c.id = "
-                        "?1",
-                        parent_candidate, NULL);
+    if (parent_candidate > 0 && kiln_store_candidate_node(r->store, parent_candidate, &node, err))
+        return -1;
     if (node)
         return node;
-    node = query_id(r->store,
-                    "SELECT id FROM node WHERE problem_id = ?1 AND parent_id IS NULL AND family "
-                    "IS NULL AND draft = 0 ORDER BY id LIMIT 1",
-                    r->problem_id, NULL);
+    if (kiln_store_node_root(r->store, r->problem_id, &node, err))
+        return -1;
     if (node)
         return node;
     kiln_store_node root = {0};
@@ -285,26 +244,19 @@ static int64_t parent_node(kiln_submit_run *r, int64_t parent_candidate, kiln_er
     return root.id;
 }
 
-/* The latest verdict of a candidate as a JSON object, or NULL. */
+/* The latest verdict of a candidate as a JSON object, or NULL when it has none. */
 static cJSON *latest_result(kiln_store *s, int64_t candidate_id) {
-    sqlite3_stmt *st = NULL;
+    kiln_store_result_row row;
+    int found = 0;
     cJSON *j = NULL;
-    if (sqlite3_prepare_v2(kiln_store_db(s),
-                           "SELECT result_json, outcome FROM result WHERE candidate_id = ?1 ORDER "
-                           "BY id DESC LIMIT 1",
-                           -1, &st, NULL) != SQLITE_OK)
-        return NULL;
-    sqlite3_bind_int64(st, 1, candidate_id);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        const unsigned char *t = sqlite3_column_text(st, 0);
-        j = t ? cJSON_Parse((const char *)t) : NULL;
+    if (kiln_store_result_latest(s, candidate_id, &row, &found, NULL) == KILN_OK && found) {
+        j = row.result_json ? cJSON_Parse(row.result_json) : NULL;
         if (!j) {
             j = cJSON_CreateObject();
-            const unsigned char *o = sqlite3_column_text(st, 1);
-            cJSON_AddStringToObject(j, "outcome", o ? (const char *)o : "unknown");
+            cJSON_AddStringToObject(j, "outcome", row.outcome[0] ? row.outcome : "unknown");
         }
     }
-    sqlite3_finalize(st);
+    kiln_store_result_row_free(&row);
     return j;
 }
 
@@ -343,11 +295,11 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
 
     /* the same binary again: its verdict stands */
     if (binary_hash) {
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)binary_hash);
-        int64_t dup = query_id(
-            r->store, "SELECT id FROM candidate WHERE problem_id = ?1 AND binary_hash = ?2",
-            r->problem_id, hex);
+        int64_t dup = 0;
+        if (kiln_store_candidate_by_binary(r->store, r->problem_id, binary_hash, &dup, err)) {
+            free(nvrtc_log);
+            return 1;
+        }
         if (dup) {
             out->duplicate = 1;
             out->candidate_id = dup;
@@ -391,8 +343,14 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
     }
     const char *log = json_str(cJSON_GetObjectItemCaseSensitive(res, "evidence"), "log");
 
-    /* record: node, candidate, its file, the verdict */
+    /* the incumbent as it is before this candidate, then the record: node, candidate, its file, the
+     * verdict */
     int status = 1;
+    kiln_store_winner before;
+    if (kiln_store_winner_get(r->store, r->problem_id, &before, err))
+        goto done;
+    double prev_t = before.candidate_id ? before.time_us : -1;
+    int64_t prev = before.candidate_id;
     int64_t pnode = parent_node(r, parent_candidate, err);
     if (pnode < 0)
         goto done;
@@ -424,9 +382,11 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
         cJSON_ReplaceItemInObjectCaseSensitive(res, "kernel", cJSON_CreateString(path));
     free(path);
     char *json = cJSON_PrintUnformatted(res);
-    double t_us, spread, sol, score;
-    kiln_store_result_columns(json, &t_us, &spread, &sol, &score);
-    int rrc = kiln_store_result_insert(r->store, id, outcome, json, t_us, spread, sol, score, err);
+    kiln_store_summary sum;
+    kiln_store_summary_read(res, &sum);
+    double t_us = sum.time_us, score = sum.score;
+    int rrc = kiln_store_result_insert(r->store, id, outcome, json, t_us, sum.spread_pct,
+                                       sum.sol_pct, score, err);
     free(json);
     if (rrc != KILN_OK)
         goto done;
@@ -437,28 +397,7 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
     sn.status = ok ? "done" : "failed";
     kiln_store_node_update(r->store, &sn, NULL);
 
-    /* the incumbent: right, and faster than the one there is */
-    double prev_t = -1;
-    int64_t prev = 0;
-    {
-        /* the incumbent as it was before this candidate */
-        sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(kiln_store_db(r->store),
-                               "SELECT c.id, r.time_us FROM candidate c JOIN result r ON r.id = "
-                               "(SELECT max(id) FROM result x WHERE x.candidate_id = c.id) WHERE "
-                               "c.problem_id = ?1 AND c.id <> ?2 AND r.outcome = 'ok' AND "
-                               "r.time_us IS NOT NULL ORDER BY c.id = (SELECT incumbent_id FROM "
-                               "problem WHERE id = ?1) DESC, r.time_us, c.id LIMIT 1",
-                               -1, &st, NULL) == SQLITE_OK) {
-            sqlite3_bind_int64(st, 1, r->problem_id);
-            sqlite3_bind_int64(st, 2, id);
-            if (sqlite3_step(st) == SQLITE_ROW) {
-                prev = sqlite3_column_int64(st, 0);
-                prev_t = sqlite3_column_double(st, 1);
-            }
-            sqlite3_finalize(st);
-        }
-    }
+    /* the incumbent: right, and faster than the one there was */
     out->previous_incumbent = prev;
     out->previous_time_us = prev_t;
     if (ok && t_us > 0 && (!prev || t_us < prev_t)) {
@@ -524,13 +463,12 @@ static void print_outcome(const kiln_submit_run *r, const kiln_submit_outcome *o
     const char *outcome = json_str(res, "outcome");
     printf("%s: candidate %lld%s: %s", r->p->name, (long long)o->candidate_id,
            o->duplicate ? " (the same kernel was submitted before)" : "", outcome ? outcome : "?");
-    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(res, "summary");
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(sum, "time_us_geomean");
-    const cJSON *sol = cJSON_GetObjectItemCaseSensitive(sum, "sol_pct_geomean");
-    if (cJSON_IsNumber(t))
-        printf(", %.3f us", t->valuedouble);
-    if (cJSON_IsNumber(sol))
-        printf(", %.1f%% of the speed of light", sol->valuedouble);
+    kiln_store_summary sum;
+    kiln_store_summary_read(res, &sum);
+    if (sum.time_us >= 0)
+        printf(", %.3f us", sum.time_us);
+    if (sum.sol_pct >= 0)
+        printf(", %.1f%% of the speed of light", sum.sol_pct);
     printf("\n");
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(res, "evidence");
     if (outcome && strcmp(outcome, "ok") != 0 && cJSON_IsObject(ev)) {

@@ -51,8 +51,8 @@ typedef struct {
 int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_candidate,
                        const char *source, kiln_submit_outcome *out, kiln_err *err);
 
-/* The problem's incumbent: problem.incumbent_id when its latest verdict is ok, else the fastest
- * candidate whose latest verdict is ok; 0 when none. *time_us gets its time (< 0 unknown). */
+/* The problem's winner (kiln_store_winner_get: the incumbent when its verdict is ok, else the
+ * fastest ok candidate); 0 when none. *time_us gets its time (< 0 unknown). */
 int64_t kiln_submit_incumbent(kiln_submit_run *r, double *time_us);
 
 /* The backend a command uses when none is given: cuda when libcuda.so.1 loads, else cpu. */

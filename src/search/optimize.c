@@ -53,7 +53,6 @@
 #include <math.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sqlite3.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -280,34 +279,19 @@ static const char *signal_text(int status, char *buf, size_t n) {
 
 static void kill_orphans(kiln_opt_ctx *c);
 
-static double col_num(sqlite3_stmt *st, int i) {
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_double(st, i);
-}
-
 /* The verdict the store already holds for a candidate (a gate that died after its insert): 1 and
  * the numbers, or 0. */
 static int stored_verdict(kiln_store *s, int64_t cand, int *ok, double *time_us, double *score,
                           int *score_known) {
-    sqlite3_stmt *st = NULL;
+    kiln_store_verdict v;
     int found = 0;
-    if (sqlite3_prepare_v2(
-            kiln_store_db(s),
-            "SELECT outcome, time_us, json_extract(result_json, "
-            "'$.summary.sol_score_geomean') FROM latest_result WHERE candidate_id = ?1",
-            -1, &st, NULL) != SQLITE_OK)
+    if (kiln_store_verdict_get(s, cand, &v, &found, NULL) != KILN_OK || !found)
         return 0;
-    sqlite3_bind_int64(st, 1, cand);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        const unsigned char *o = sqlite3_column_text(st, 0);
-        *ok = o && strcmp((const char *)o, "ok") == 0;
-        *time_us = col_num(st, 1);
-        *score_known = sqlite3_column_type(st, 2) == SQLITE_FLOAT ||
-                       sqlite3_column_type(st, 2) == SQLITE_INTEGER;
-        *score = *score_known ? sqlite3_column_double(st, 2) : -1;
-        found = 1;
-    }
-    sqlite3_finalize(st);
-    return found;
+    *ok = v.ok;
+    *time_us = v.time_us;
+    *score = v.score;
+    *score_known = v.score_known;
+    return 1;
 }
 
 /* A worker died: release what it held, record it, and (unless stopping) start another. */
@@ -1132,15 +1116,13 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
         if (pr->n_fams == 0)
             P->exhausted = 1; /* no point to propose: the built-in agents pass it by */
         for (int k = 0; k < rps[i].n_cands; k++)
-            resumed_results += rps[i].cands[k].has_result;
+            resumed_results += rps[i].cands[k].result_id > 0;
     }
     for (int k = 0; k < c->n_problems; k++)
         kiln_opt_resume_free(&rps[k]);
     free(rps);
 
     /* metadata and the start event */
-    if (c->n_llm_agents > 0 && kiln_llm_store_init(s, err) != KILN_OK)
-        goto done;
     kiln_store_meta_set(s, KILN_META_BACKEND, backend, NULL);
     kiln_store_meta_set(s, KILN_META_KILN_VERSION, KILN_OPT_VERSION, NULL);
     {

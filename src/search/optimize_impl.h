@@ -61,24 +61,10 @@ typedef struct {
 
 /* A problem's rows in the store, as resume reads them. */
 typedef struct {
-    int64_t id, parent_id, candidate_id;
-    int draft;
-    char *family, *params;
-    int bb; /* blackboard node, -1 when not rebuilt */
-} kiln_opt_rnode;
-
-typedef struct {
-    int64_t id, node_id, result_id;
-    uint64_t hash, source_hash;
-    int draft;
-    int has_result, ok, score_known;
-    double time_us, score, sol_pct;
-} kiln_opt_rcand;
-
-typedef struct {
     int n_nodes, n_cands;
-    kiln_opt_rnode *nodes;
-    kiln_opt_rcand *cands;
+    kiln_store_node_row *nodes;
+    int *node_bb; /* the blackboard node of nodes[i], -1 when not rebuilt */
+    kiln_store_verdict *cands;
     int64_t incumbent_id;
 } kiln_opt_resumed;
 
@@ -99,14 +85,18 @@ void kiln_opt_gate_main(kiln_opt_ctx *c, int worker) __attribute__((noreturn));
 /* RUN/candidates/<id>.<cu|c>; caller frees. */
 char *kiln_opt_candidate_path(const kiln_opt_ctx *c, int64_t candidate_id);
 
+/* Writes candidate id's source from the store to path (its file was lost with an earlier run). */
+void kiln_opt_candidate_file_restore(kiln_store *s, int64_t id, const char *path);
+
 /* The slot of the registry family index fam among problem's families, or -1. */
 int kiln_opt_family_slot(const kiln_opt_problem *pr, int fam);
 
 /* Parses "NAME=V NAME=V" into a point of f (params not named keep their first value). */
 void kiln_opt_parse_params(const kiln_family *f, const char *text, int64_t *point);
 
-/* Whether a gate result JSON carries a verdict; fills the columns of kiln_store_result_insert and
- * whether the SOL score is known. Returns the outcome or -1 when there is none. */
+/* Whether a gate result JSON carries a verdict; fills the columns of kiln_store_result_insert (as
+ * kiln_store_summary_read reads them; time_us -1 and score 0 unless the outcome is ok) and whether
+ * the SOL score is known. Returns the outcome or -1 when there is none. */
 int kiln_opt_result_read(const cJSON *r, double *time_us, double *spread_pct, double *sol_pct,
                          double *score, int *score_known);
 

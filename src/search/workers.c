@@ -11,7 +11,6 @@
 #include <math.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -95,34 +94,29 @@ void kiln_opt_parse_params(const kiln_family *f, const char *text, int64_t *poin
     }
 }
 
-static double num(const cJSON *o, const char *k, int *known) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (known)
-        *known = cJSON_IsNumber(v);
-    return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
-
 int kiln_opt_result_read(const cJSON *r, double *time_us, double *spread_pct, double *sol_pct,
                          double *score, int *score_known) {
-    const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "outcome");
-    int outcome = cJSON_IsString(o) ? kiln_outcome_parse(o->valuestring) : -1;
-    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(r, "summary");
-    *time_us = num(sum, "time_us_geomean", NULL);
-    *sol_pct = num(sum, "sol_pct_geomean", NULL);
-    *score = num(sum, "sol_score_geomean", score_known);
-    double spread = -1;
-    const cJSON *w;
-    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(r, "workloads")) {
-        double s = num(cJSON_GetObjectItemCaseSensitive(w, "time_us"), "spread_pct", NULL);
-        if (s > spread)
-            spread = s;
-    }
-    *spread_pct = spread;
+    kiln_store_summary sum;
+    kiln_store_summary_read(r, &sum);
+    int outcome = sum.outcome[0] ? kiln_outcome_parse(sum.outcome) : -1;
+    *time_us = sum.time_us;
+    *spread_pct = sum.spread_pct;
+    *sol_pct = sum.sol_pct;
+    *score = sum.score_known ? sum.score : -1;
+    *score_known = sum.score_known;
     if (outcome != KILN_OUTCOME_OK) {
         *time_us = -1;
         *score = 0;
     }
     return outcome;
+}
+
+void kiln_opt_candidate_file_restore(kiln_store *s, int64_t id, const char *path) {
+    kiln_store_candidate_row c;
+    int found = 0;
+    if (kiln_store_candidate_get(s, id, &c, &found, NULL) == KILN_OK && found && c.source)
+        kiln_write_file(path, c.source, strlen(c.source), NULL);
+    kiln_store_candidate_row_free(&c);
 }
 
 void kiln_opt_draft_meta(kiln_store *s, int64_t problem_id, int k, const char *state, int slice) {
@@ -852,7 +846,7 @@ static void llm_once(kiln_opt_ctx *c, kiln_store *s, int worker, llm_state *ls) 
                         .compile_log = compile_log};
         int64_t cand = agent_record(c, s, worker, &st, pr, &m);
         if (cand > 0) {
-            kiln_llm_exchange_link(s, lst.exchange_id, cand, NULL);
+            kiln_store_llm_exchange_link(s, lst.exchange_id, cand, NULL);
             ls->fruitless = 0;
             ls->dup_parent = -1;
             ls->dup_of = 0;
@@ -873,7 +867,7 @@ static void llm_once(kiln_opt_ctx *c, kiln_store *s, int worker, llm_state *ls) 
         free(msg);
         if (dup_of >= 0) {
             if (dup_of > 0)
-                kiln_llm_exchange_link(s, lst.exchange_id, dup_of, NULL);
+                kiln_store_llm_exchange_link(s, lst.exchange_id, dup_of, NULL);
             ls->dup_parent = st.parent_candidate;
             ls->dup_of = dup_of;
             llm_fruitless(c, s, worker, ls);
@@ -925,15 +919,7 @@ static char *ensure_candidate_file(kiln_opt_ctx *c, kiln_store *s, int64_t id) {
     char *path = kiln_opt_candidate_path(c, id);
     if (access(path, R_OK) == 0)
         return path;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(kiln_store_db(s), "SELECT source FROM candidate WHERE id = ?1", -1, &st,
-                           NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, id);
-        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
-            kiln_write_file(path, sqlite3_column_text(st, 0), (size_t)sqlite3_column_bytes(st, 0),
-                            NULL);
-    }
-    sqlite3_finalize(st);
+    kiln_opt_candidate_file_restore(s, id, path);
     return path;
 }
 
