@@ -15,7 +15,7 @@
  * The store connection
  * --------------------
  * A store handle is used by one thread at a time. Threads here come and go with HTTP connections,
- * so handles are not per thread but pooled: a request takes an idle handle (or opens one),
+ * so handles are not per thread but pooled (db.c): a request takes an idle handle (or opens one),
  * runs its few store reads in one read snapshot and gives it back; at most WEB_POOL_MAX stay open.
  * Every handle is the store's read-only one (kiln_store_open(RUN, 1)): no schema creation, no
  * journal mode change, no write is possible, and the server reads only through the store's
@@ -118,86 +118,6 @@ int kiln_web_host_is_loopback(const char *host) {
         all &= addr_is_loopback(a->ai_addr);
     freeaddrinfo(ai);
     return all;
-}
-
-/* ---- the pool of store handles ---- */
-
-int web_db_acquire(kiln_web *w, kiln_store **out, kiln_err *err) {
-    *out = NULL;
-    pthread_mutex_lock(&w->pool_mu);
-    if (w->n_pool > 0)
-        *out = w->pool[--w->n_pool];
-    pthread_mutex_unlock(&w->pool_mu);
-    if (*out)
-        return KILN_OK;
-    return kiln_store_open(w->run_dir, 1, out, err);
-}
-
-void web_db_release(kiln_web *w, kiln_store *s, int broken) {
-    if (!s)
-        return;
-    /* A handle still inside a read snapshot would pin it: it is not reused. */
-    if (!broken && kiln_store_read_end(s, NULL) != KILN_OK)
-        broken = 1;
-    pthread_mutex_lock(&w->pool_mu);
-    if (!broken && w->n_pool < WEB_POOL_MAX) {
-        w->pool[w->n_pool++] = s;
-        s = NULL;
-    }
-    pthread_mutex_unlock(&w->pool_mu);
-    kiln_store_close(s);
-}
-
-void web_db_close_all(kiln_web *w) {
-    pthread_mutex_lock(&w->pool_mu);
-    for (int i = 0; i < w->n_pool; i++)
-        kiln_store_close(w->pool[i]);
-    w->n_pool = 0;
-    pthread_mutex_unlock(&w->pool_mu);
-}
-
-/* ---- replies ---- */
-
-void web_reply_error(web_reply *r, int status, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "error", msg);
-    cJSON_AddNumberToObject(j, "status", status);
-    if (!r->body_static)
-        free(r->body);
-    r->body = cJSON_PrintUnformatted(j);
-    KILN_ASSERT(r->body);
-    r->len = strlen(r->body);
-    r->body_static = 0;
-    r->status = status;
-    r->content_type = "application/json";
-    cJSON_Delete(j);
-}
-
-int web_parse_id(const char *text, int64_t *out) {
-    if (!text || !*text)
-        return -1;
-    size_t n = 0;
-    for (; text[n]; n++)
-        if (text[n] < '0' || text[n] > '9')
-            return -1;
-    while (n > 1 && *text == '0') { /* leading zeros say nothing */
-        text++;
-        n--;
-    }
-    if (n > 16)
-        return -2;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = v * 10 + (text[i] - '0');
-    if (v > WEB_MAX_ID)
-        return -2;
-    *out = v;
-    return 0;
 }
 
 static const char *mime_of(const char *name) {

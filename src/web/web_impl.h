@@ -1,5 +1,6 @@
-/* web_impl.h: what the dashboard server's files share: the server's state, the pool of read-only
- * store handles, replies (server.c), the JSON endpoints (api.c) and the live feed (sse.c). */
+/* web_impl.h: what the dashboard server's files share: the server's state (server.c), the pool of
+ * read-only store handles (db.c), replies (reply.c), the JSON endpoints (api.c) and the live feed
+ * (sse.c). server.c calls api.c and sse.c; both call db.c and reply.c; nothing calls back. */
 #ifndef KILN_WEB_IMPL_H
 #define KILN_WEB_IMPL_H
 
@@ -50,7 +51,7 @@ typedef struct {
     const char *allow; /* the Allow header of a 405 */
 } web_reply;
 
-/* ---- server.c ---- */
+/* ---- db.c ---- */
 
 /* Takes a read-only store handle (opening one when none is idle): KILN_ERR_IO when there is no
  * store, KILN_ERR_FORMAT when the file is not a kiln store this kiln reads. */
@@ -59,6 +60,8 @@ int web_db_acquire(kiln_web *w, kiln_store **out, kiln_err *err);
 void web_db_release(kiln_web *w, kiln_store *s, int broken);
 /* Closes the idle handles (the server stops). */
 void web_db_close_all(kiln_web *w);
+
+/* ---- reply.c ---- */
 
 /* Fills r with {"error": message, "status": status}. */
 void web_reply_error(web_reply *r, int status, const char *fmt, ...)
