@@ -1,5 +1,6 @@
-/* llm_impl.h: what the llm agent's two files (llm.c: asking; llm_prompt.c: the prompt and its
- * context) share: a growing string and UTF-8 repair. */
+/* llm_impl.h: what the llm agent's files share: llm_text.c's growing string and UTF-8 repair (used
+ * by llm.c, asking, and llm_prompt.c, the prompt and its context), and llm_prompt.c's system
+ * message (used by llm.c). */
 #ifndef KILN_LLM_IMPL_H
 #define KILN_LLM_IMPL_H
 
