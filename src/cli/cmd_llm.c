@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "../search/llm.h"
+#include "../search/submit.h"
 #include "cli.h"
-#include "submit.h"
 
 static void llm_try_usage(FILE *f) {
     fprintf(

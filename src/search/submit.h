@@ -1,8 +1,9 @@
-/* submit.h: what `kiln submit` and `kiln llm-try` share: opening a run for one of its problems (the
- * run lock, the store, the problem, its reference data) and recording a kernel from outside the
- * search as a gated candidate, child of the problem's root or of a given candidate. */
-#ifndef KILN_CLI_SUBMIT_H
-#define KILN_CLI_SUBMIT_H
+/* submit.h: the submit service, what `kiln submit` and `kiln llm-try` do beyond their arguments:
+ * opening a run for one of its problems (the run lock, the store, the problem, its reference data)
+ * and recording a kernel from outside the search as a gated candidate, child of the problem's root
+ * or of a given candidate, which becomes the incumbent when it is right and faster. */
+#ifndef KILN_SEARCH_SUBMIT_H
+#define KILN_SEARCH_SUBMIT_H
 
 #include <cjson/cJSON.h>
 
