@@ -104,6 +104,25 @@ int kiln_opt_result_read(const cJSON *r, double *time_us, double *spread_pct, do
  * "promoted"), so that a resumed run knows which drafts are over. */
 void kiln_opt_draft_meta(kiln_store *s, int64_t problem_id, int k, const char *state, int slice);
 
+/* ---- progress (progress.c) ---- */
+
+/* A problem's name: its definition's, or its directory's when it did not load. */
+const char *kiln_opt_problem_name(const kiln_opt_problem *pr);
+
+/* The progress lines' state: zero it, set seen to one slot per searched problem. */
+typedef struct {
+    int tty;
+    int lines_drawn;
+    uint32_t *seen; /* the blackboard generation each problem's line last showed */
+    double last;
+} kiln_opt_progress;
+
+/* Draws a line per problem on stderr when something changed (force: now), in place on a terminal;
+ * nothing with --quiet. */
+void kiln_opt_progress_draw(kiln_opt_ctx *c, kiln_opt_progress *ps, int force);
+/* The final table on stdout, or one JSON object with --json; stop_reason says why the run ended. */
+void kiln_opt_print_table(kiln_opt_ctx *c, const char *stop_reason);
+
 /* Appends one line to RUN/logs/gate.log (O_APPEND, one write: lines of several gates never mix). */
 void kiln_opt_log(const kiln_opt_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
