@@ -32,10 +32,10 @@
  * drafts are the store's meta keys "draft.<problem>.<k>". Budgets count all candidates of all runs,
  * so a rerun with the same --budget finishes the run and one with a larger budget extends it.
  *
- * The llm agents (with --llm-url; workers.c). A language model is not bound to a family's space, so
- * a problem whose space the built-in agents exhausted stays open while an llm agent still asks, and
- * a problem no family matches is searched by the llm agents alone. Such an agent ends itself (it
- * clears its worker slot and exits, and is not restarted) when the token budget is spent or the
+ * The llm agents (with --llm-url; worker_llm.c). A language model is not bound to a family's space,
+ * so a problem whose space the built-in agents exhausted stays open while an llm agent still asks,
+ * and a problem no family matches is searched by the llm agents alone. Such an agent ends itself
+ * (it clears its worker slot and exits, and is not restarted) when the token budget is spent or the
  * endpoint keeps giving nothing new; then those problems are over. At least one built-in agent
  * always runs, so the families' search goes on however the endpoint behaves.
  *

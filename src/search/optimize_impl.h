@@ -1,5 +1,6 @@
-/* optimize_impl.h: what the coordinator (optimize.c) shares with the agent and gate processes it
- * forks (workers.c): the run's context, inherited through fork and never changed after it. */
+/* optimize_impl.h: what the coordinator (optimize.c, progress.c, resume.c) shares with the agent
+ * and gate processes it forks (workers.c, worker_agent.c, worker_llm.c, worker_gate.c): the run's
+ * context, inherited through fork and never changed after it. */
 #ifndef KILN_OPTIMIZE_IMPL_H
 #define KILN_OPTIMIZE_IMPL_H
 
