@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "../search/llm.h"
+#include "../search/submit.h"
 #include "cli.h"
 #include "options.h"
-#include "submit.h"
 
 static const kiln_cli_use llm_try_options[] = {
     {KILN_OPT_N, NULL, NULL},
@@ -141,11 +141,6 @@ int kiln_cmd_llm_try(int argc, char **argv) {
         fprintf(stderr, "kiln llm-try: %s\n", err.msg);
         return status;
     }
-    if (kiln_llm_store_init(r.store, &err) != KILN_OK) {
-        fprintf(stderr, "kiln llm-try: %s\n", err.msg);
-        kiln_submit_close(&r);
-        return 1;
-    }
     cfg.store = r.store;
     cfg.problem_id = r.problem_id;
     if (fixed_parent > 0) {
@@ -248,7 +243,7 @@ int kiln_cmd_llm_try(int argc, char **argv) {
                 }
                 continue;
             }
-            kiln_llm_exchange_link(r.store, st.exchange_id, o.candidate_id, NULL);
+            kiln_store_llm_exchange_link(r.store, st.exchange_id, o.candidate_id, NULL);
             const cJSON *oc = cJSON_GetObjectItemCaseSensitive(o.result, "outcome");
             const char *outcome = cJSON_IsString(oc) ? oc->valuestring : "?";
             cJSON_AddNumberToObject(round, "candidate_id", (double)o.candidate_id);
@@ -256,11 +251,11 @@ int kiln_cmd_llm_try(int argc, char **argv) {
             cJSON_AddBoolToObject(round, "duplicate", o.duplicate);
             cJSON_AddBoolToObject(round, "incumbent", o.incumbent);
             if (!json) {
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(
-                    cJSON_GetObjectItemCaseSensitive(o.result, "summary"), "time_us_geomean");
+                kiln_store_summary sum;
+                kiln_store_summary_read(o.result, &sum);
                 printf("round %ld: candidate %lld: %s", i + 1, (long long)o.candidate_id, outcome);
-                if (cJSON_IsNumber(t))
-                    printf(", %.3f us", t->valuedouble);
+                if (sum.time_us >= 0)
+                    printf(", %.3f us", sum.time_us);
                 printf("%s%s\n", o.duplicate ? " (a duplicate)" : "",
                        o.incumbent && !o.duplicate ? ", the incumbent now" : "");
             }

@@ -1,8 +1,8 @@
 /* agents.h: the specialists of `kiln optimize`: each proposes a child of a search-tree node in its
  * own way (a step in launch geometry, in vector width and unrolling, a change of algorithm or
  * family, a fusion hint, or a random point). Pure functions of the problem, the parent's point and
- * a random state; the agent process loops that call them are in workers.c, which also runs the
- * llm agent (a whole kernel from a language model, llm.h, instead of a point). */
+ * a random state; the agent process loop that calls them is worker_agent.c (the llm agent's,
+ * worker_llm.c, asks a language model, llm.h, for a whole kernel instead of a point). */
 #ifndef KILN_AGENTS_H
 #define KILN_AGENTS_H
 

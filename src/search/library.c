@@ -14,7 +14,6 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -58,147 +57,84 @@ static void warn(kiln_library_report *r, const char *fmt, ...) {
     r->warnings[off + 1] = 0;
 }
 
-static char *col_text(sqlite3_stmt *st, int i) {
-    const unsigned char *v = sqlite3_column_text(st, i);
-    return v ? xstrdup((const char *)v) : NULL;
-}
-
-static double col_known(sqlite3_stmt *st, int i) {
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_double(st, i);
-}
-
 /* ---- phase 1: the winners, in one read snapshot ---- */
 
-static const char sql_problems[] =
-    "SELECT id, name, dir, share, eager_us, compile_us, sol_us, incumbent_id FROM problem "
-    "ORDER BY id";
-/* The latest result of one candidate. */
-static const char sql_latest[] = "SELECT outcome, time_us, sol_pct, score, result_json "
-                                 "FROM result WHERE candidate_id = ?1 ORDER BY id DESC LIMIT 1";
-/* The fastest candidate of a problem whose latest result is ok. */
-static const char sql_fastest[] =
-    "SELECT r.candidate_id FROM result r WHERE r.problem_id = ?1 AND r.outcome = 'ok' AND "
-    "r.time_us IS NOT NULL AND r.id = (SELECT MAX(r2.id) FROM result r2 WHERE r2.candidate_id = "
-    "r.candidate_id) ORDER BY r.time_us, r.candidate_id LIMIT 1";
-static const char sql_candidate[] =
-    "SELECT source, family, params, agent, draft FROM candidate WHERE id = ?1";
-
-static int db_error(sqlite3 *db, const char *store_path, const char *what, kiln_err *err) {
-    int code = sqlite3_extended_errcode(db) & 0xff;
-    return kiln_errf(
-        err, code == SQLITE_CORRUPT || code == SQLITE_NOTADB ? KILN_ERR_FORMAT : KILN_ERR_IO,
-        "%s: library: %s: %s", store_path, what, sqlite3_errmsg(db));
-}
-
-/* Fills the winning result's fields of w from candidate_id's latest result; *ok is 1 when that
- * result is ok and timed. */
-static int load_latest(sqlite3 *db, sqlite3_stmt *latest, int64_t candidate_id, winner *w,
-                       int *ok) {
+/* Fills w from the problem's winner (the store's rule); *ok 0 when the problem has none. */
+static int load_winner(kiln_store *s, const kiln_store_problem_row *p, winner *w, int *ok,
+                       kiln_library_report *report, kiln_err *err) {
     *ok = 0;
-    sqlite3_reset(latest);
-    sqlite3_bind_int64(latest, 1, candidate_id);
-    int r = sqlite3_step(latest);
-    if (r == SQLITE_ROW) {
-        const char *outcome = (const char *)sqlite3_column_text(latest, 0);
-        if (outcome && strcmp(outcome, "ok") == 0 &&
-            sqlite3_column_type(latest, 1) != SQLITE_NULL) {
-            *ok = 1;
-            w->time_us = sqlite3_column_double(latest, 1);
-            w->sol_pct = col_known(latest, 2);
-            w->score = sqlite3_column_double(latest, 3);
-            w->result_json = col_text(latest, 4);
-        }
-        r = SQLITE_DONE;
+    kiln_store_winner win;
+    int rc = kiln_store_winner_get(s, p->id, &win, err);
+    if (rc)
+        return rc;
+    if (win.incumbent_id > 0 && win.candidate_id != win.incumbent_id)
+        warn(report, "%s: incumbent %lld has no ok result; taking the fastest ok one", p->name,
+             (long long)win.incumbent_id);
+    if (!win.candidate_id)
+        return KILN_OK; /* no ok winner: not in the library (nothing to say) */
+    kiln_store_result_row r;
+    kiln_store_candidate_row c;
+    int have_r = 0, have_c = 0;
+    if ((rc = kiln_store_result_get(s, win.result_id, &r, &have_r, err)) ||
+        (rc = kiln_store_candidate_get(s, win.candidate_id, &c, &have_c, err))) {
+        kiln_store_result_row_free(&r);
+        return rc;
     }
-    (void)db;
-    return r == SQLITE_DONE ? SQLITE_OK : r;
+    if (have_r && have_c) {
+        w->problem_id = p->id;
+        w->candidate_id = win.candidate_id;
+        w->name = xstrdup(p->name);
+        w->dir = xstrdup(p->dir);
+        w->share = p->share;
+        w->eager_us = p->eager_us;
+        w->compile_us = p->compile_us;
+        w->sol_us = p->sol_us;
+        w->time_us = r.time_us;
+        w->sol_pct = r.sol_pct;
+        w->score = r.score;
+        w->result_json = r.result_json;
+        r.result_json = NULL;
+        w->source = c.source;
+        w->family = c.family;
+        w->params = c.params;
+        w->agent = c.agent;
+        c.source = c.family = c.params = c.agent = NULL;
+        w->draft = c.draft;
+        *ok = 1;
+    }
+    kiln_store_result_row_free(&r);
+    kiln_store_candidate_row_free(&c);
+    return KILN_OK;
 }
 
 static int gather_winners(kiln_store *s, winner **out, int *n_out, int *n_problems,
                           kiln_library_report *report, kiln_err *err) {
-    sqlite3 *db = kiln_store_db(s);
-    const char *path = kiln_store_path(s);
-    sqlite3_stmt *probs = NULL, *latest = NULL, *fastest = NULL, *cand = NULL;
     winner *ws = NULL;
-    int n = 0, rc = KILN_OK, in_txn = 0;
+    int n = 0;
     *out = NULL;
     *n_out = *n_problems = 0;
-    if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-        rc = db_error(db, path, "BEGIN", err);
-        goto done;
-    }
-    in_txn = 1;
-    if (sqlite3_prepare_v2(db, sql_problems, -1, &probs, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, sql_latest, -1, &latest, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, sql_fastest, -1, &fastest, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, sql_candidate, -1, &cand, NULL) != SQLITE_OK) {
-        rc = db_error(db, path, "preparing the queries", err);
-        goto done;
-    }
-    int r;
-    while ((r = sqlite3_step(probs)) == SQLITE_ROW) {
-        (*n_problems)++;
+    int rc = kiln_store_read_begin(s, err);
+    if (rc)
+        return rc;
+    kiln_store_problem_row *ps = NULL;
+    int n_ps = 0;
+    rc = kiln_store_problem_list(s, &ps, &n_ps, err);
+    for (int i = 0; !rc && i < n_ps; i++) {
         winner w = {0};
-        w.problem_id = sqlite3_column_int64(probs, 0);
-        w.name = col_text(probs, 1);
-        w.dir = col_text(probs, 2);
-        w.share = col_known(probs, 3);
-        w.eager_us = col_known(probs, 4);
-        w.compile_us = col_known(probs, 5);
-        w.sol_us = col_known(probs, 6);
-        int64_t incumbent = sqlite3_column_int64(probs, 7); /* 0 when NULL */
         int ok = 0;
-        if (incumbent > 0) {
-            if ((r = load_latest(db, latest, incumbent, &w, &ok)) != SQLITE_OK)
-                break;
-            if (ok)
-                w.candidate_id = incumbent;
-            else
-                warn(report, "%s: incumbent %lld has no ok result; taking the fastest ok one",
-                     w.name, (long long)incumbent);
+        rc = load_winner(s, &ps[i], &w, &ok, report, err);
+        if (!rc && ok) {
+            ws = xrealloc(ws, (size_t)(n + 1) * sizeof *ws);
+            ws[n++] = w;
         }
-        if (!ok) {
-            sqlite3_reset(fastest);
-            sqlite3_bind_int64(fastest, 1, w.problem_id);
-            r = sqlite3_step(fastest);
-            if (r == SQLITE_ROW) {
-                w.candidate_id = sqlite3_column_int64(fastest, 0);
-                if ((r = load_latest(db, latest, w.candidate_id, &w, &ok)) != SQLITE_OK)
-                    break;
-            } else if (r != SQLITE_DONE) {
-                break;
-            }
-        }
-        if (!ok) {
-            winner_free(&w); /* no ok winner: not in the library (nothing to say) */
-            continue;
-        }
-        sqlite3_reset(cand);
-        sqlite3_bind_int64(cand, 1, w.candidate_id);
-        r = sqlite3_step(cand);
-        if (r != SQLITE_ROW) {
-            winner_free(&w);
-            if (r != SQLITE_DONE)
-                break;
-            continue;
-        }
-        w.source = col_text(cand, 0);
-        w.family = col_text(cand, 1);
-        w.params = col_text(cand, 2);
-        w.agent = col_text(cand, 3);
-        w.draft = sqlite3_column_int(cand, 4);
-        ws = xrealloc(ws, (size_t)(n + 1) * sizeof *ws);
-        ws[n++] = w;
     }
-    if (r != SQLITE_DONE)
-        rc = db_error(db, path, "reading the winners", err);
-done:
-    sqlite3_finalize(probs);
-    sqlite3_finalize(latest);
-    sqlite3_finalize(fastest);
-    sqlite3_finalize(cand);
-    if (in_txn)
-        sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    *n_problems = n_ps;
+    for (int i = 0; i < n_ps; i++)
+        kiln_store_problem_row_free(&ps[i]);
+    free(ps);
+    int end = kiln_store_read_end(s, rc ? NULL : err);
+    if (!rc)
+        rc = end;
     if (rc) {
         for (int i = 0; i < n; i++)
             winner_free(&ws[i]);
@@ -409,21 +345,6 @@ static double result_max(const cJSON *res, const char *key) {
     return best;
 }
 
-/* Geometric mean of workloads[].ref_time_us in the result, or -1. */
-static double result_ref_time_us(const cJSON *res) {
-    double log_sum = 0;
-    int n = 0;
-    const cJSON *w;
-    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(res, "workloads")) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, "ref_time_us");
-        if (cJSON_IsNumber(v) && v->valuedouble > 0) {
-            log_sum += log(v->valuedouble);
-            n++;
-        }
-    }
-    return n ? exp(log_sum / n) : -1;
-}
-
 /* The tolerance every output met: the loosest the gate applied (workload, then problem, then the
  * dtype's default, as the gate chooses it). */
 static kiln_tolerance loosest_tolerance(const kiln_problem *p) {
@@ -566,7 +487,9 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     cJSON_AddStringToObject(e, "signature", proto);
     add_launches(e, p, &abi);
 
-    double eager = w->eager_us >= 0 ? w->eager_us : result_ref_time_us(res);
+    kiln_store_summary sum;
+    kiln_store_summary_read(res, &sum);
+    double eager = w->eager_us >= 0 ? w->eager_us : sum.ref_time_us;
     cJSON *times = cJSON_AddObjectToObject(e, "time_us");
     cJSON_AddItemToObject(times, "kiln", number_or_null(w->time_us));
     cJSON_AddItemToObject(times, "eager", number_or_null(eager));

@@ -50,7 +50,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <string.h>
 #include <strings.h>
@@ -63,96 +62,8 @@
 #define LLM_STORED_BODY_MAX (64 * 1024) /* of a reply that is not a chat completion */
 
 /* ---------------------------------------------------------------------------------------------
- * Small helpers: a growing string, UTF-8 repair, secrets.
+ * Small helpers: secrets, time.
  * --------------------------------------------------------------------------------------------- */
-
-void llm_buf_add(llm_buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-void llm_buf_puts(llm_buf *b, const char *s) {
-    llm_buf_add(b, s, strlen(s));
-}
-
-void llm_buf_printf(llm_buf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    int n = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    KILN_ASSERT(n >= 0 && s);
-    llm_buf_add(b, s, (size_t)n);
-    free(s);
-}
-
-char *llm_buf_take(llm_buf *b) {
-    if (!b->p)
-        return xstrdup("");
-    char *p = b->p;
-    b->p = NULL;
-    b->n = b->cap = 0;
-    return p;
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF)
-        len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4)
-        len = 4, min = 0x10000;
-    else
-        return 0;
-    if (n < len)
-        return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
-/* A copy of n bytes that is valid UTF-8 without NUL bytes: each byte that starts no valid sequence
- * becomes '?', NUL becomes a space. */
-char *llm_utf8_clean(const char *s, size_t n) {
-    char *out = xmalloc(n + 1);
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
-        if (k == 0) {
-            out[o++] = '?';
-            i++;
-        } else if (k == 1 && s[i] == 0) {
-            out[o++] = ' ';
-            i++;
-        } else {
-            memcpy(out + o, s + i, k);
-            o += k;
-            i += k;
-        }
-    }
-    out[o] = 0;
-    return out;
-}
 
 /* One line of printable ASCII for messages: other bytes become '?', runs of space one space. */
 static void ascii_line(char *dst, size_t cap, const char *src, size_t n) {
@@ -211,12 +122,6 @@ static char *url_shown(const char *url) {
     if (p[rest])
         llm_buf_puts(&b, "?...");
     return llm_buf_take(&b);
-}
-
-static double now_unix_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int cancelled(const kiln_llm_config *cfg) {
@@ -431,148 +336,39 @@ char *kiln_llm_extract_kernel(const char *text, size_t len, char *reason, size_t
  * The store: llm_exchange.
  * --------------------------------------------------------------------------------------------- */
 
-static const char exchange_sql[] =
-    "CREATE TABLE IF NOT EXISTS llm_exchange (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  problem_id INTEGER REFERENCES problem(id),\n"
-    "  parent_id INTEGER REFERENCES candidate(id),\n"
-    "  candidate_id INTEGER REFERENCES candidate(id),\n"
-    "  model TEXT NOT NULL,\n"
-    "  request_json TEXT NOT NULL,\n"
-    "  reply_text TEXT,\n"
-    "  status TEXT NOT NULL,\n"
-    "  reason TEXT NOT NULL DEFAULT '',\n"
-    "  http_status INTEGER,\n"
-    "  attempts INTEGER NOT NULL DEFAULT 0,\n"
-    "  prompt_tokens INTEGER,\n"
-    "  completion_tokens INTEGER,\n"
-    "  tokens INTEGER NOT NULL DEFAULT 0,\n"
-    "  latency_ms REAL,\n"
-    "  created_unix_s REAL NOT NULL\n"
-    ");\n"
-    "CREATE INDEX IF NOT EXISTS llm_exchange_candidate ON llm_exchange(candidate_id);\n"
-    "CREATE INDEX IF NOT EXISTS llm_exchange_parent ON llm_exchange(problem_id, parent_id, id);\n";
-
-int kiln_llm_store_init(kiln_store *s, kiln_err *err) {
-    KILN_ASSERT(s);
-    sqlite3 *db = kiln_store_db(s);
-    char *msg = NULL;
-    if (sqlite3_exec(db, exchange_sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int rc = kiln_errf(err, KILN_ERR_IO, "%s: creating llm_exchange: %s", kiln_store_path(s),
-                           msg ? msg : sqlite3_errmsg(db));
-        sqlite3_free(msg);
-        return rc;
-    }
-    return KILN_OK;
-}
-
-int llm_exchange_table_exists(sqlite3 *db) {
-    sqlite3_stmt *st = NULL;
-    int yes = 0;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
-                           "'llm_exchange'",
-                           -1, &st, NULL) == SQLITE_OK) {
-        yes = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
-    }
-    return yes;
-}
-
 /* Tokens the run used so far: the store's sum, or this process's count. */
 static int64_t process_tokens;
 
 static int64_t tokens_used(const kiln_llm_config *cfg) {
-    if (!cfg->store)
-        return process_tokens;
-    sqlite3 *db = kiln_store_db(cfg->store);
-    sqlite3_stmt *st = NULL;
     int64_t n = process_tokens;
-    if (llm_exchange_table_exists(db) &&
-        sqlite3_prepare_v2(db, "SELECT coalesce(sum(tokens), 0) FROM llm_exchange", -1, &st,
-                           NULL) == SQLITE_OK) {
-        if (sqlite3_step(st) == SQLITE_ROW)
-            n = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-    }
+    if (cfg->store && kiln_store_llm_tokens(cfg->store, &n, NULL) != KILN_OK)
+        n = process_tokens;
     return n;
-}
-
-static void bind_opt_i64(sqlite3_stmt *st, int i, int64_t v) {
-    if (v < 0)
-        sqlite3_bind_null(st, i);
-    else
-        sqlite3_bind_int64(st, i, v);
 }
 
 static int64_t exchange_insert(const kiln_llm_config *cfg, int64_t parent_id, const char *model,
                                const char *request_json, const char *reply_text,
-                               const kiln_llm_status *st_, int64_t tokens) {
+                               const kiln_llm_status *st, int64_t tokens) {
     if (!cfg->store)
         return 0;
-    kiln_err err;
-    if (kiln_llm_store_init(cfg->store, &err) != KILN_OK) {
-        fprintf(stderr, "kiln llm: exchange not recorded: %s\n", err.msg);
-        return 0;
-    }
-    sqlite3 *db = kiln_store_db(cfg->store);
-    sqlite3_stmt *st = NULL;
+    kiln_store_llm_exchange x = {.problem_id = cfg->problem_id,
+                                 .parent_id = parent_id,
+                                 .model = model,
+                                 .request_json = request_json,
+                                 .reply_text = reply_text,
+                                 .status = kiln_llm_outcome_name(st->outcome),
+                                 .reason = st->reason,
+                                 .http_status = st->http_status,
+                                 .attempts = st->attempts,
+                                 .prompt_tokens = st->prompt_tokens,
+                                 .completion_tokens = st->completion_tokens,
+                                 .tokens = tokens,
+                                 .latency_ms = st->latency_ms};
     int64_t id = 0;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO llm_exchange (problem_id, parent_id, candidate_id, model, "
-                           "request_json, reply_text, status, reason, http_status, attempts, "
-                           "prompt_tokens, completion_tokens, tokens, latency_ms, created_unix_s) "
-                           "VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                           "?14)",
-                           -1, &st, NULL) != SQLITE_OK) {
-        fprintf(stderr, "kiln llm: exchange not recorded: %s\n", sqlite3_errmsg(db));
-        return 0;
-    }
-    if (cfg->problem_id > 0)
-        sqlite3_bind_int64(st, 1, cfg->problem_id);
-    if (parent_id > 0)
-        sqlite3_bind_int64(st, 2, parent_id);
-    sqlite3_bind_text(st, 3, model ? model : "", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, request_json ? request_json : "", -1, SQLITE_STATIC);
-    if (reply_text)
-        sqlite3_bind_text(st, 5, reply_text, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, kiln_llm_outcome_name(st_->outcome), -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 7, st_->reason, -1, SQLITE_STATIC);
-    if (st_->http_status > 0)
-        sqlite3_bind_int(st, 8, st_->http_status);
-    sqlite3_bind_int(st, 9, st_->attempts);
-    bind_opt_i64(st, 10, st_->prompt_tokens);
-    bind_opt_i64(st, 11, st_->completion_tokens);
-    sqlite3_bind_int64(st, 12, tokens);
-    sqlite3_bind_double(st, 13, st_->latency_ms);
-    sqlite3_bind_double(st, 14, now_unix_s());
-    if (sqlite3_step(st) == SQLITE_DONE)
-        id = sqlite3_last_insert_rowid(db);
-    else
-        fprintf(stderr, "kiln llm: exchange not recorded: %s\n", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
+    kiln_err err;
+    if (kiln_store_llm_exchange_insert(cfg->store, &x, &id, &err) != KILN_OK)
+        fprintf(stderr, "kiln llm: exchange not recorded: %s\n", err.msg);
     return id;
-}
-
-int kiln_llm_exchange_link(kiln_store *s, int64_t exchange_id, int64_t candidate_id,
-                           kiln_err *err) {
-    if (!s || exchange_id <= 0)
-        return KILN_OK;
-    sqlite3 *db = kiln_store_db(s);
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "UPDATE llm_exchange SET candidate_id = ?2 WHERE id = ?1", -1, &st,
-                           NULL) != SQLITE_OK)
-        return kiln_errf(err, KILN_ERR_IO, "%s: llm_exchange: %s", kiln_store_path(s),
-                         sqlite3_errmsg(db));
-    sqlite3_bind_int64(st, 1, exchange_id);
-    if (candidate_id > 0)
-        sqlite3_bind_int64(st, 2, candidate_id);
-    int r = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (r != SQLITE_DONE)
-        return kiln_errf(err, KILN_ERR_IO, "%s: linking exchange %lld: %s", kiln_store_path(s),
-                         (long long)exchange_id, sqlite3_errmsg(db));
-    return KILN_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------

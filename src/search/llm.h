@@ -31,9 +31,10 @@ typedef struct {
                                default 1 MiB */
     int max_feedback;       /* failed children described in the prompt; default 6 */
 
-    /* Where exchanges go (optional). With a store, every request and reply is a row of
-     * llm_exchange (kiln_llm_store_init creates it) and the token budget counts the whole run,
-     * across processes and resumes; without one, it counts this process. */
+    /* Where exchanges go (optional). With a store, every request and reply is a row of the
+     * store's llm_exchange and the token budget counts the whole run, across processes and
+     * resumes; without one, it counts this process. A kernel's exchange is linked to the candidate
+     * it became with kiln_store_llm_exchange_link. */
     kiln_store *store;
     int64_t problem_id; /* the store's problem id (with a store) */
 
@@ -141,9 +142,6 @@ typedef struct {
 int kiln_llm_propose(const kiln_llm_config *cfg, const kiln_llm_context *ctx, char **kernel_source,
                      kiln_llm_status *status, kiln_err *err);
 
-/* Records which candidate an exchange's kernel became (after the caller's candidate insert). */
-int kiln_llm_exchange_link(kiln_store *s, int64_t exchange_id, int64_t candidate_id, kiln_err *err);
-
 /* ---- parts, exposed for tests ---- */
 
 /* The one kernel in a model's message text: the first fenced code block (``` or ~~~, any info
@@ -151,10 +149,6 @@ int kiln_llm_exchange_link(kiln_store *s, int64_t exchange_id, int64_t candidate
  * <think>...</think> is ignored. Returns a heap copy of the block's body, or NULL with why in
  * reason. Safe on any bytes. */
 char *kiln_llm_extract_kernel(const char *text, size_t len, char *reason, size_t reason_len);
-
-/* Creates llm_exchange (IF NOT EXISTS) in the store: an additive extension of the schema of
- * docs/store.md (docs/agents.md describes the table). Idempotent; safe from several processes. */
-int kiln_llm_store_init(kiln_store *s, kiln_err *err);
 
 /* The chat-completions URL for a base URL (docs/agents.md: URL forms). Heap string. */
 char *kiln_llm_endpoint(const char *base, const char *suffix);

@@ -1,9 +1,8 @@
-/* llm_impl.h: what the llm agent's two files (llm.c: asking; llm_prompt.c: the prompt and its
- * context) share: a growing string, UTF-8 repair, and a look at the store's llm_exchange table. */
+/* llm_impl.h: what the llm agent's files share: llm_text.c's growing string and UTF-8 repair (used
+ * by llm.c, asking, and llm_prompt.c, the prompt and its context), and llm_prompt.c's system
+ * message (used by llm.c). */
 #ifndef KILN_LLM_IMPL_H
 #define KILN_LLM_IMPL_H
-
-#include <sqlite3.h>
 
 #include "llm.h"
 
@@ -22,9 +21,6 @@ char *llm_buf_take(llm_buf *b);
 /* A copy of n bytes that is valid UTF-8 without NUL bytes: each byte that starts no valid sequence
  * becomes '?', NUL becomes a space. Never fails. */
 char *llm_utf8_clean(const char *s, size_t n);
-
-/* 1 when the store has llm_exchange (a run where the agent never ran has not). */
-int llm_exchange_table_exists(sqlite3 *db);
 
 /* The system message of every request. */
 const char *llm_system_prompt(void);

@@ -6,7 +6,6 @@
  * The ABI text is read at run time from kiln_home()/docs/abi.md, the same file people read, so
  * that the model and the documentation cannot drift apart; a kiln installed without its docs/
  * falls back to a summary compiled in below. */
-#include <sqlite3.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -40,15 +39,6 @@ static const char *own(ctx_owned *o, char *s) {
     }
     o->strings[o->n_strings++] = s;
     return s;
-}
-
-static char *col_dup(sqlite3_stmt *st, int i) {
-    const unsigned char *t = sqlite3_column_text(st, i);
-    return t ? xstrdup((const char *)t) : NULL;
-}
-
-static double col_num(sqlite3_stmt *st, int i) {
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_double(st, i);
 }
 
 /* The last LLM_LOG_TAIL bytes of a log, from a line start. */
@@ -119,14 +109,45 @@ static char *describe_result(const char *outcome, const char *result_json,
     return llm_buf_take(&b);
 }
 
-static int bind_parent(sqlite3_stmt *st, int i, int64_t node) {
-    return node > 0 ? sqlite3_bind_int64(st, i, node) : sqlite3_bind_int64(st, i, 0);
+/* The device fields the caller left unset, from a result's "device" object. */
+static void device_from(kiln_llm_context *ctx, ctx_owned *o, const char *device_json) {
+    cJSON *d = device_json ? cJSON_Parse(device_json) : NULL;
+    const cJSON *v;
+    if (!ctx->device_name && cJSON_IsString(v = cJSON_GetObjectItem(d, "name"))) {
+        ctx->device_name = own(o, llm_utf8_clean(v->valuestring, strlen(v->valuestring)));
+        o->device_from_store = 1;
+    }
+    if (ctx->n_sms <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "sms")))
+        ctx->n_sms = v->valueint;
+    if (ctx->l2_bytes <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "l2_bytes")))
+        ctx->l2_bytes = v->valuedouble;
+    if (ctx->ceiling_gbps <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "ceiling_gbps")))
+        ctx->ceiling_gbps = v->valuedouble;
+    if (ctx->ceiling_gflops <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "ceiling_gflops")))
+        ctx->ceiling_gflops = v->valuedouble;
+    cJSON_Delete(d);
+}
+
+/* One failure below the node in words: a reply without a kernel, or a verdict with its evidence
+ * (and, for the most recent failure whose source is short, the source its log refers to). */
+static char *describe_failure(const kiln_store_failure *f, int *with_source) {
+    if (!f->candidate_id)
+        return xasprintf("your reply held no kernel: %s\n", f->reason ? f->reason : "?");
+    char *d = describe_result(f->outcome, f->result_json, f->compile_log);
+    if (!*with_source && f->source && strlen(f->source) <= LLM_CHILD_SOURCE_MAX) {
+        int fl = fence_len(f->source);
+        char *t = xasprintf("%sits source was:\n%.*s\n%s\n%.*s\n", d, fl, FENCE_MAX, f->source, fl,
+                            FENCE_MAX);
+        free(d);
+        d = t;
+        *with_source = 1;
+    }
+    return d;
 }
 
 int kiln_llm_context_load(kiln_store *s, int64_t problem_id, int64_t node_candidate_id,
                           int max_feedback, kiln_llm_context *ctx, kiln_err *err) {
     KILN_ASSERT(s && ctx);
-    sqlite3 *db = kiln_store_db(s);
     if (ctx->owned && ((ctx_owned *)ctx->owned)->device_from_store) {
         ctx->device_name = NULL;
         ctx->cc_major = ctx->cc_minor = ctx->n_sms = 0;
@@ -141,131 +162,82 @@ int kiln_llm_context_load(kiln_store *s, int64_t problem_id, int64_t node_candid
     ctx->best_candidate_id = 0;
     ctx->n_feedback = 0;
     ctx->feedback = NULL;
-    sqlite3_stmt *st = NULL;
-    int rc = KILN_OK;
+    int rc = KILN_OK, found = 0;
 
+    /* the node: its source and verdict */
     if (node_candidate_id > 0) {
-        if (sqlite3_prepare_v2(db,
-                               "SELECT c.source, r.outcome, r.time_us, r.sol_pct FROM candidate c "
-                               "LEFT JOIN result r ON r.id = (SELECT max(id) FROM result x WHERE "
-                               "x.candidate_id = c.id) WHERE c.id = ?1 AND c.problem_id = ?2",
-                               -1, &st, NULL) != SQLITE_OK)
-            goto sql_error;
-        sqlite3_bind_int64(st, 1, node_candidate_id);
-        sqlite3_bind_int64(st, 2, problem_id);
-        if (sqlite3_step(st) != SQLITE_ROW) {
-            sqlite3_finalize(st);
+        kiln_store_candidate_row c;
+        if ((rc = kiln_store_candidate_get(s, node_candidate_id, &c, &found, err)))
+            return rc;
+        if (!found || c.problem_id != problem_id) {
+            kiln_store_candidate_row_free(&c);
             return kiln_errf(err, KILN_ERR_INVALID, "%s: candidate %lld is not one of problem %lld",
                              kiln_store_path(s), (long long)node_candidate_id,
                              (long long)problem_id);
         }
-        ctx->node_source = own(o, col_dup(st, 0));
-        ctx->node_time_us = col_num(st, 2);
-        ctx->node_sol_pct = col_num(st, 3);
-        sqlite3_finalize(st);
-    }
-    if (sqlite3_prepare_v2(db,
-                           "SELECT p.eager_us, r.candidate_id, r.time_us FROM problem p LEFT JOIN "
-                           "result r ON r.id = (SELECT max(id) FROM result x WHERE x.candidate_id "
-                           "= p.incumbent_id) AND r.outcome = 'ok' WHERE p.id = ?1",
-                           -1, &st, NULL) != SQLITE_OK)
-        goto sql_error;
-    sqlite3_bind_int64(st, 1, problem_id);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        ctx->ref_time_us = col_num(st, 0);
-        if (sqlite3_column_type(st, 1) != SQLITE_NULL && col_num(st, 2) > 0) {
-            ctx->best_candidate_id = sqlite3_column_int64(st, 1);
-            ctx->best_time_us = col_num(st, 2);
+        ctx->node_source = own(o, c.source);
+        c.source = NULL;
+        kiln_store_candidate_row_free(&c);
+        kiln_store_result_row r;
+        if ((rc = kiln_store_result_latest(s, node_candidate_id, &r, &found, err)))
+            return rc;
+        if (found) {
+            ctx->node_time_us = r.time_us;
+            ctx->node_sol_pct = r.sol_pct;
         }
+        kiln_store_result_row_free(&r);
     }
-    sqlite3_finalize(st);
 
-    /* the device, from the most recent verdict that names one */
-    if (sqlite3_prepare_v2(db,
-                           "SELECT json_extract(result_json, '$.device') FROM result WHERE "
-                           "json_extract(result_json, '$.device.name') IS NOT NULL ORDER BY "
-                           "problem_id = ?1 DESC, id DESC LIMIT 1",
-                           -1, &st, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, problem_id);
-        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0)) {
-            cJSON *d = cJSON_Parse((const char *)sqlite3_column_text(st, 0));
-            const cJSON *v;
-            if (!ctx->device_name && cJSON_IsString(v = cJSON_GetObjectItem(d, "name"))) {
-                ctx->device_name = own(o, llm_utf8_clean(v->valuestring, strlen(v->valuestring)));
-                o->device_from_store = 1;
-            }
-            if (ctx->n_sms <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "sms")))
-                ctx->n_sms = v->valueint;
-            if (ctx->l2_bytes <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "l2_bytes")))
-                ctx->l2_bytes = v->valuedouble;
-            if (ctx->ceiling_gbps <= 0 &&
-                cJSON_IsNumber(v = cJSON_GetObjectItem(d, "ceiling_gbps")))
-                ctx->ceiling_gbps = v->valuedouble;
-            if (ctx->ceiling_gflops <= 0 &&
-                cJSON_IsNumber(v = cJSON_GetObjectItem(d, "ceiling_gflops")))
-                ctx->ceiling_gflops = v->valuedouble;
-            cJSON_Delete(d);
+    /* the reference's time, and the incumbent when its verdict is ok */
+    kiln_store_problem_row p;
+    if ((rc = kiln_store_problem_get(s, problem_id, &p, &found, err)))
+        return rc;
+    if (found) {
+        ctx->ref_time_us = p.eager_us;
+        kiln_store_result_row r;
+        int have = 0;
+        if (p.incumbent_id > 0 &&
+            (rc = kiln_store_result_latest(s, p.incumbent_id, &r, &have, err))) {
+            kiln_store_problem_row_free(&p);
+            return rc;
         }
-        sqlite3_finalize(st);
+        if (p.incumbent_id > 0 && have && strcmp(r.outcome, "ok") == 0 && r.time_us > 0) {
+            ctx->best_candidate_id = p.incumbent_id;
+            ctx->best_time_us = r.time_us;
+        }
+        if (p.incumbent_id > 0)
+            kiln_store_result_row_free(&r);
     }
+    kiln_store_problem_row_free(&p);
+
+    /* the device, from the most recent verdict that names one (the problem's own first) */
+    char *device = NULL;
+    if ((rc = kiln_store_latest_device(s, problem_id, &device, err)))
+        return rc;
+    device_from(ctx, o, device);
+    free(device);
 
     /* failed children, and replies for this node that held no kernel, most recent first */
     if (max_feedback > 0) {
-        int has_ex = llm_exchange_table_exists(db);
-        char *sql = xasprintf(
-            "SELECT kind, cid, outcome, result_json, compile_log, t, source FROM ("
-            "SELECT 0 AS kind, c.id AS cid, r.outcome, r.result_json, c.compile_log, "
-            "r.created_unix_s AS t, c.source FROM candidate c JOIN result r ON r.id = (SELECT "
-            "max(id) FROM result x WHERE x.candidate_id = c.id) WHERE c.problem_id = ?1 AND "
-            "coalesce(c.parent_id, 0) = ?2 AND r.outcome <> 'ok' %s) ORDER BY t DESC LIMIT ?3",
-            has_ex ? "UNION ALL SELECT 1, 0, status, reason, NULL, created_unix_s, NULL FROM "
-                     "llm_exchange WHERE problem_id = ?1 AND coalesce(parent_id, 0) = ?2 AND "
-                     "status = 'no_kernel'"
-                   : "");
-        int prc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-        free(sql);
-        if (prc != SQLITE_OK)
-            goto sql_error;
-        sqlite3_bind_int64(st, 1, problem_id);
-        bind_parent(st, 2, node_candidate_id);
-        sqlite3_bind_int(st, 3, max_feedback);
-        o->feedback = xcalloc((size_t)max_feedback, sizeof *o->feedback);
+        kiln_store_failure *fs = NULL;
         int n = 0, with_source = 0;
-        while (n < max_feedback && sqlite3_step(st) == SQLITE_ROW) {
-            kiln_llm_feedback *f = &o->feedback[n++];
-            int kind = sqlite3_column_int(st, 0);
-            f->candidate_id = sqlite3_column_int64(st, 1);
-            f->outcome = own(o, col_dup(st, 2));
-            if (kind == 1) {
-                const unsigned char *why = sqlite3_column_text(st, 3);
-                f->detail =
-                    own(o, xasprintf("your reply held no kernel: %s\n", why ? (char *)why : "?"));
-                continue;
-            }
-            const unsigned char *rj = sqlite3_column_text(st, 3);
-            const unsigned char *cl = sqlite3_column_text(st, 4);
-            char *d = describe_result(f->outcome, (const char *)rj, (const char *)cl);
-            const unsigned char *src = sqlite3_column_text(st, 6);
-            if (!with_source && src && strlen((const char *)src) <= LLM_CHILD_SOURCE_MAX) {
-                /* the most recent failure with its source: the log's line numbers refer to it */
-                int fl = fence_len((const char *)src);
-                char *t = xasprintf("%sits source was:\n%.*s\n%s\n%.*s\n", d, fl, FENCE_MAX,
-                                    (const char *)src, fl, FENCE_MAX);
-                free(d);
-                d = t;
-                with_source = 1;
-            }
-            f->detail = own(o, d);
+        if ((rc = kiln_store_llm_failures(s, problem_id, node_candidate_id, max_feedback, &fs, &n,
+                                          err)))
+            return rc;
+        o->feedback = xcalloc((size_t)max_feedback, sizeof *o->feedback);
+        for (int i = 0; i < n; i++) {
+            kiln_llm_feedback *f = &o->feedback[i];
+            f->candidate_id = fs[i].candidate_id;
+            f->outcome = own(o, fs[i].outcome);
+            fs[i].outcome = NULL;
+            f->detail = own(o, describe_failure(&fs[i], &with_source));
+            kiln_store_failure_free(&fs[i]);
         }
-        sqlite3_finalize(st);
+        free(fs);
         ctx->feedback = o->feedback;
         ctx->n_feedback = n;
     }
-    return rc;
-sql_error:
-    rc = kiln_errf(err, KILN_ERR_IO, "%s: reading the llm context: %s", kiln_store_path(s),
-                   sqlite3_errmsg(db));
-    return rc;
+    return KILN_OK;
 }
 
 void kiln_llm_context_clear(kiln_llm_context *ctx) {

@@ -32,10 +32,10 @@
  * drafts are the store's meta keys "draft.<problem>.<k>". Budgets count all candidates of all runs,
  * so a rerun with the same --budget finishes the run and one with a larger budget extends it.
  *
- * The llm agents (with --llm-url; workers.c). A language model is not bound to a family's space, so
- * a problem whose space the built-in agents exhausted stays open while an llm agent still asks, and
- * a problem no family matches is searched by the llm agents alone. Such an agent ends itself (it
- * clears its worker slot and exits, and is not restarted) when the token budget is spent or the
+ * The llm agents (with --llm-url; worker_llm.c). A language model is not bound to a family's space,
+ * so a problem whose space the built-in agents exhausted stays open while an llm agent still asks,
+ * and a problem no family matches is searched by the llm agents alone. Such an agent ends itself
+ * (it clears its worker slot and exits, and is not restarted) when the token budget is spent or the
  * endpoint keeps giving nothing new; then those problems are over. At least one built-in agent
  * always runs, so the families' search goes on however the endpoint behaves.
  *
@@ -52,7 +52,6 @@
 #include <math.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sqlite3.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -178,13 +177,6 @@ static void problem_load(kiln_opt_problem *pr, const char *dir) {
     }
 }
 
-static const char *problem_name(const kiln_opt_problem *pr) {
-    if (pr->p)
-        return pr->p->name;
-    const char *slash = strrchr(pr->dir, '/');
-    return slash ? slash + 1 : pr->dir;
-}
-
 static double refs_eager_us(const kiln_refdata *ref) {
     double lg = 0;
     int n = 0;
@@ -252,34 +244,19 @@ static const char *signal_text(int status, char *buf, size_t n) {
 
 static void kill_orphans(kiln_opt_ctx *c);
 
-static double col_num(sqlite3_stmt *st, int i) {
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_double(st, i);
-}
-
 /* The verdict the store already holds for a candidate (a gate that died after its insert): 1 and
  * the numbers, or 0. */
 static int stored_verdict(kiln_store *s, int64_t cand, int *ok, double *time_us, double *score,
                           int *score_known) {
-    sqlite3_stmt *st = NULL;
+    kiln_store_verdict v;
     int found = 0;
-    if (sqlite3_prepare_v2(
-            kiln_store_db(s),
-            "SELECT outcome, time_us, json_extract(result_json, "
-            "'$.summary.sol_score_geomean') FROM latest_result WHERE candidate_id = ?1",
-            -1, &st, NULL) != SQLITE_OK)
+    if (kiln_store_verdict_get(s, cand, &v, &found, NULL) != KILN_OK || !found)
         return 0;
-    sqlite3_bind_int64(st, 1, cand);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        const unsigned char *o = sqlite3_column_text(st, 0);
-        *ok = o && strcmp((const char *)o, "ok") == 0;
-        *time_us = col_num(st, 1);
-        *score_known = sqlite3_column_type(st, 2) == SQLITE_FLOAT ||
-                       sqlite3_column_type(st, 2) == SQLITE_INTEGER;
-        *score = *score_known ? sqlite3_column_double(st, 2) : -1;
-        found = 1;
-    }
-    sqlite3_finalize(st);
-    return found;
+    *ok = v.ok;
+    *time_us = v.time_us;
+    *score = v.score;
+    *score_known = v.score_known;
+    return 1;
 }
 
 /* A worker died: release what it held, record it, and (unless stopping) start another. */
@@ -478,7 +455,7 @@ static int llm_agents_asking(kiln_opt_ctx *c) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Node statistics, progress, table.
+ * Node statistics.
  * --------------------------------------------------------------------------------------------- */
 
 static const char *node_status_name(int st) {
@@ -537,183 +514,6 @@ static void flush_nodes(kiln_opt_ctx *c, int final) {
         free(params);
     }
     free(copy);
-}
-
-typedef struct {
-    int made, budget, pending, done, ok, dups, exhausted, draft_active, drafts, llm_only;
-    double best_us, best_score, best_sol;
-    uint32_t generation;
-} progress_row;
-
-static void progress_rows(kiln_opt_ctx *c, progress_row *rows) {
-    kiln_bb_lock(c->bb);
-    int n = kiln_bb_hdr(c->bb)->n_problems;
-    for (int i = 0; i < n; i++) {
-        kiln_bb_problem *P = kiln_bb_problem_at(c->bb, i);
-        progress_row *r = &rows[i];
-        r->made = P->made;
-        r->budget = P->budget;
-        r->pending = P->pending;
-        r->done = P->done;
-        r->ok = P->ok;
-        r->dups = P->dups;
-        r->exhausted = P->exhausted;
-        r->llm_only = P->n_families == 0;
-        r->draft_active = P->draft_state == KILN_BB_DRAFT_ACTIVE;
-        r->drafts = P->draft_count;
-        r->best_us = P->incumbent_node >= 0 ? P->best_time_us : -1;
-        r->best_score = P->best_score;
-        r->best_sol = P->best_sol_pct;
-        r->generation = P->generation;
-    }
-    kiln_bb_unlock(c->bb);
-}
-
-static void progress_line(kiln_opt_ctx *c, int i, const progress_row *r, char *buf, size_t n) {
-    const char *name = c->problems[c->of_bb[i]].p->name;
-    char bar[21];
-    int filled = r->budget > 0 ? (int)(20.0 * r->done / r->budget + 0.5) : 0;
-    if (r->exhausted && !r->llm_only && r->pending == 0)
-        filled = 20;
-    if (filled > 20)
-        filled = 20;
-    for (int k = 0; k < 20; k++)
-        bar[k] = k < filled ? '#' : '.';
-    bar[20] = 0;
-    char best[64] = "best -";
-    if (r->best_us > 0)
-        snprintf(best, sizeof best, "best %.2f us", r->best_us);
-    char score[32] = "S -";
-    if (r->best_score >= 0)
-        snprintf(score, sizeof score, "S %.3f", r->best_score);
-    snprintf(buf, n, "%-40.40s [%s] %3d/%-3d candidates  %-18s %-8s ok %d, failed %d%s%s", name,
-             bar, r->done, r->budget, best, score, r->ok, r->done - r->ok,
-             r->llm_only    ? ", llm only"
-             : r->exhausted ? ", space exhausted"
-                            : "",
-             r->draft_active ? ", in a draft" : "");
-}
-
-typedef struct {
-    int tty;
-    int lines_drawn;
-    uint32_t *seen;
-    double last;
-} progress_state;
-
-static void progress_draw(kiln_opt_ctx *c, progress_state *ps, int force) {
-    if (c->opt.quiet)
-        return;
-    int n = kiln_bb_hdr(c->bb)->n_problems;
-    if (n == 0)
-        return;
-    progress_row *rows = xcalloc((size_t)n, sizeof *rows);
-    progress_rows(c, rows);
-    char line[512];
-    if (ps->tty) {
-        if (ps->lines_drawn)
-            fprintf(stderr, "\033[%dA", ps->lines_drawn);
-        for (int i = 0; i < n; i++) {
-            progress_line(c, i, &rows[i], line, sizeof line);
-            fprintf(stderr, "\r\033[2K%s\n", line);
-        }
-        ps->lines_drawn = n;
-    } else {
-        for (int i = 0; i < n; i++) {
-            if (!force && rows[i].generation == ps->seen[i])
-                continue;
-            ps->seen[i] = rows[i].generation;
-            progress_line(c, i, &rows[i], line, sizeof line);
-            fprintf(stderr, "%s\n", line);
-        }
-    }
-    fflush(stderr);
-    free(rows);
-}
-
-static void print_table(kiln_opt_ctx *c, const char *stop_reason) {
-    int n = c->n_problems;
-    progress_row *rows = NULL;
-    int nb = c->bb ? kiln_bb_hdr(c->bb)->n_problems : 0;
-    rows = xcalloc((size_t)(nb + 1), sizeof *rows);
-    if (c->bb)
-        progress_rows(c, rows);
-    if (c->opt.json) {
-        cJSON *out = cJSON_CreateObject();
-        cJSON_AddStringToObject(out, "run", c->run_dir);
-        cJSON_AddStringToObject(out, "backend", c->backend);
-        cJSON_AddStringToObject(out, "stopped", stop_reason);
-        cJSON *arr = cJSON_AddArrayToObject(out, "problems");
-        for (int i = 0; i < n; i++) {
-            kiln_opt_problem *pr = &c->problems[i];
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "problem", problem_name(pr));
-#define NUM_OR_NULL(key, v)                                                                        \
-    do {                                                                                           \
-        if ((v) >= 0)                                                                              \
-            cJSON_AddNumberToObject(o, key, v);                                                    \
-        else                                                                                       \
-            cJSON_AddNullToObject(o, key);                                                         \
-    } while (0)
-            NUM_OR_NULL("share", pr->share);
-            NUM_OR_NULL("eager_us", pr->eager_us);
-            NUM_OR_NULL("compile_us", pr->compile_us);
-            if (pr->bb >= 0) {
-                progress_row *r = &rows[pr->bb];
-                NUM_OR_NULL("best_us", r->best_us);
-                NUM_OR_NULL("speedup",
-                            r->best_us > 0 && pr->eager_us > 0 ? pr->eager_us / r->best_us : -1);
-                NUM_OR_NULL("sol_pct", r->best_us > 0 ? r->best_sol : -1);
-                NUM_OR_NULL("score", r->best_us > 0 ? r->best_score : -1);
-                cJSON_AddNumberToObject(o, "candidates", r->made);
-                cJSON_AddNumberToObject(o, "results", r->done);
-                cJSON_AddNumberToObject(o, "ok", r->ok);
-                cJSON_AddNumberToObject(o, "duplicates", r->dups);
-                cJSON_AddNumberToObject(o, "drafts", r->drafts);
-                cJSON_AddBoolToObject(o, "exhausted", r->exhausted);
-            } else {
-                cJSON_AddStringToObject(o, "skipped", pr->skip ? pr->skip : "skipped");
-            }
-#undef NUM_OR_NULL
-            cJSON_AddItemToArray(arr, o);
-        }
-        char *s = cJSON_Print(out);
-        printf("%s\n", s);
-        free(s);
-        cJSON_Delete(out);
-        free(rows);
-        return;
-    }
-    printf("%-44s %7s %10s %10s %10s %8s %6s %6s\n", "problem", "share", "eager us", "compile us",
-           "best us", "speedup", "SOL %", "cands");
-    for (int i = 0; i < n; i++) {
-        kiln_opt_problem *pr = &c->problems[i];
-        char share[16] = "-", eager[24] = "-", comp[24] = "null", best[24] = "-", sp[16] = "-",
-             sol[16] = "-", cands[16] = "-";
-        if (pr->share >= 0)
-            snprintf(share, sizeof share, "%.1f%%", 100 * pr->share);
-        if (pr->eager_us > 0)
-            snprintf(eager, sizeof eager, "%.2f", pr->eager_us);
-        if (pr->compile_us > 0)
-            snprintf(comp, sizeof comp, "%.2f", pr->compile_us);
-        if (pr->bb >= 0) {
-            progress_row *r = &rows[pr->bb];
-            snprintf(cands, sizeof cands, "%d", r->made);
-            if (r->best_us > 0) {
-                snprintf(best, sizeof best, "%.2f", r->best_us);
-                if (pr->eager_us > 0)
-                    snprintf(sp, sizeof sp, "%.2fx", pr->eager_us / r->best_us);
-                if (r->best_sol >= 0)
-                    snprintf(sol, sizeof sol, "%.1f", r->best_sol);
-            }
-        }
-        printf("%-44.44s %7s %10s %10s %10s %8s %6s %6s", problem_name(pr), share, eager, comp,
-               best, sp, sol, cands);
-        if (pr->bb < 0)
-            printf("  skipped: %.100s", pr->skip ? pr->skip : "?");
-        printf("\n");
-    }
-    free(rows);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -789,10 +589,13 @@ static void stop_workers(kiln_opt_ctx *c) {
     reap(c, 1);
 }
 
-int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
-    kiln_opt_ctx ctx;
-    kiln_opt_ctx *c = &ctx;
-    memset(c, 0, sizeof *c);
+/* ---------------------------------------------------------------------------------------------
+ * The run, step by step.
+ * --------------------------------------------------------------------------------------------- */
+
+/* The backend, the gates, the agents and their kinds, and the options the workers inherit. 0, or
+ * 2 (bad options) with err. */
+static int configure(kiln_opt_ctx *c, const kiln_optimize_options *o, kiln_err *err) {
     c->opt = *o;
     if (!o->run_dir || !o->run_dir[0])
         return kiln_errf(err, KILN_ERR_INVALID, "no RUN directory given"), 2;
@@ -865,10 +668,15 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     if (o->timeout_s > 0)
         c->gate_opt.timeout_s = o->timeout_s;
 
-    /* the run directory, its lock, its store */
-    if (kiln_mkdirs(o->run_dir, err) != KILN_OK)
+    return 0;
+}
+
+/* Takes the run's lock; a coordinator that died a moment ago may leave workers holding it while
+ * they exit, which is waited for. 0, or 2 with err. */
+static int lock_run(kiln_opt_ctx *c, kiln_err *err) {
+    if (kiln_mkdirs(c->opt.run_dir, err) != KILN_OK)
         return 2;
-    c->run_dir = abs_path(o->run_dir);
+    c->run_dir = abs_path(c->opt.run_dir);
     for (int tries = 0;; tries++) {
         kiln_err lerr;
         if (kiln_store_lock(c->run_dir, &lerr) == KILN_OK)
@@ -881,39 +689,43 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
         if (holder <= 0 || tries >= 100 || kill((pid_t)holder, 0) == 0 || errno == EPERM) {
             if (err)
                 *err = lerr;
-            free(c->run_dir);
             return 2;
         }
         nap_ms(100);
     }
-    kiln_store *s = NULL;
-    int status = 2;
-    kiln_bb *bb = NULL;
-    char *bb_name = NULL;
-    if (kiln_store_open(c->run_dir, 0, &s, err) != KILN_OK)
-        goto done;
+    return 0;
+}
+
+/* Opens the run's store (refusing one of another backend) and makes RUN/candidates and RUN/logs.
+ * 0, or 2 with err. */
+static int open_store(kiln_opt_ctx *c, kiln_store **s, kiln_err *err) {
+    if (kiln_store_open(c->run_dir, 0, s, err) != KILN_OK)
+        return 2;
     {
         /* candidates of one backend mean nothing to the other: a different backend is a new RUN */
-        char *was = kiln_store_meta_get(s, KILN_META_BACKEND);
-        int other = was && strcmp(was, backend) != 0;
+        char *was = kiln_store_meta_get(*s, KILN_META_BACKEND);
+        int other = was && strcmp(was, c->backend) != 0;
         if (other)
             kiln_errf(err, KILN_ERR_INVALID,
                       "%s was optimised with --backend %s; resume it with --backend %s, or use "
                       "another RUN directory for %s",
-                      c->run_dir, was, was, backend);
+                      c->run_dir, was, was, c->backend);
         free(was);
         if (other)
-            goto done;
+            return 2;
     }
     c->cand_dir = kiln_path_join(c->run_dir, "candidates");
     char *logs = kiln_path_join(c->run_dir, "logs");
     c->log_path = kiln_path_join(logs, "gate.log");
     int mk = kiln_mkdirs(c->cand_dir, err) || kiln_mkdirs(logs, err);
     free(logs);
-    if (mk)
-        goto done;
+    return mk ? 2 : 0;
+}
 
-    /* the problems, hottest first */
+/* Loads the problems (the directories given, else RUN/problems), hottest first, keeps the --top
+ * ones, and reads RUN/model.json. 0, or 2 with err when there is none. */
+static int load_problems(kiln_opt_ctx *c, kiln_err *err) {
+    const kiln_optimize_options *o = &c->opt;
     char **dirs = NULL;
     int n_dirs = 0;
     if (o->n_problem_dirs > 0) {
@@ -930,7 +742,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                   "capture first, or name problem directories after RUN",
                   c->run_dir);
         free(dirs);
-        goto done;
+        return 2;
     }
     c->problems = xcalloc((size_t)n_dirs, sizeof *c->problems);
     for (int i = 0; i < n_dirs; i++) {
@@ -982,8 +794,15 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
         free(model_path);
     }
 
-    /* families and reference data; every problem gets its row in the store, searched or not */
-    int n_active = 0;
+    return 0;
+}
+
+/* Matches families, ensures reference data, and gives every problem its row in the store,
+ * searched or not (a skipped one with its reason). *n_active gets the problems searched. 0, or 2
+ * when the store fails. */
+static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_err *err) {
+    const kiln_optimize_options *o = &c->opt;
+    *n_active = 0;
     for (int i = 0; i < c->n_problems; i++) {
         kiln_opt_problem *pr = &c->problems[i];
         char *no_family = NULL;
@@ -1020,40 +839,46 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                 pr->eager_us = refs_eager_us(pr->ref);
         }
         kiln_store_problem sp = {0};
-        sp.name = problem_name(pr);
+        sp.name = kiln_opt_problem_name(pr);
         sp.dir = pr->dir;
         sp.share = pr->share;
         sp.eager_us = pr->eager_us;
         sp.compile_us = pr->compile_us;
         sp.sol_us = -1;
         if (kiln_store_problem_upsert(s, &sp, &pr->store_id, err) != KILN_OK)
-            goto done;
+            return 2;
         if (pr->skip) {
             kiln_store_event(s, pr->store_id, "skip", pr->skip, NULL);
             if (!o->quiet)
-                fprintf(stderr, "kiln optimize: %s: skipped: %s\n", problem_name(pr), pr->skip);
+                fprintf(stderr, "kiln optimize: %s: skipped: %s\n", kiln_opt_problem_name(pr),
+                        pr->skip);
         } else {
-            n_active++;
+            (*n_active)++;
             if (no_family) {
                 char *msg = xasprintf("%s; only the llm agents search it", no_family);
                 kiln_store_event(s, pr->store_id, "llm", msg, NULL);
                 if (!o->quiet)
-                    fprintf(stderr, "kiln optimize: %s: %s\n", problem_name(pr), msg);
+                    fprintf(stderr, "kiln optimize: %s: %s\n", kiln_opt_problem_name(pr), msg);
                 free(msg);
             }
         }
         free(no_family);
     }
-    if (n_active == 0) {
-        kiln_errf(err, KILN_ERR_UNSUPPORTED,
-                  "no problem can be optimised (every one was skipped; "
-                  "the reasons are above and in the store's events)");
-        status = 1;
-        print_table(c, "nothing to do");
-        goto done;
-    }
+    return 0;
+}
 
-    /* what the store already has, to size the blackboard */
+/* What resuming found, for the start event. */
+typedef struct {
+    int requeued, resumed_results;
+    int64_t total_cands;
+} resumed_counts;
+
+/* Reads what the store already has, sizes and creates the blackboard (*bb, named *bb_name), and
+ * builds each searched problem's tree on it. 0, or 2 with err. */
+static int build_blackboard(kiln_opt_ctx *c, kiln_store *s, int n_active, kiln_bb **bb,
+                            char **bb_name, resumed_counts *rc, kiln_err *err) {
+    const kiln_optimize_options *o = &c->opt;
+    memset(rc, 0, sizeof *rc);
     kiln_opt_resumed *rps = xcalloc((size_t)c->n_problems, sizeof *rps);
     int64_t total_nodes = 0, total_cands = 0;
     for (int i = 0; i < c->n_problems; i++) {
@@ -1063,7 +888,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
             for (int k = 0; k <= i; k++)
                 kiln_opt_resume_free(&rps[k]);
             free(rps);
-            goto done;
+            return 2;
         }
         total_nodes += rps[i].n_nodes;
         total_cands += rps[i].n_cands;
@@ -1075,24 +900,23 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     caps.queue_slots = (int32_t)(64 + total_cands + (int64_t)n_active * c->max_inflight);
     caps.max_workers = c->n_agents + c->n_gates + 1;
     kiln_bb_sweep_stale();
-    bb_name = kiln_bb_name_for(c->run_dir, getpid());
-    if (kiln_bb_create(bb_name, &caps, &bb, err) != KILN_OK) {
+    *bb_name = kiln_bb_name_for(c->run_dir, getpid());
+    if (kiln_bb_create(*bb_name, &caps, bb, err) != KILN_OK) {
         for (int k = 0; k < c->n_problems; k++)
             kiln_opt_resume_free(&rps[k]);
         free(rps);
-        goto done;
+        return 2;
     }
-    c->bb = bb;
+    c->bb = *bb;
     c->of_bb = xmalloc((size_t)n_active * sizeof *c->of_bb);
-    int requeued = 0, resumed_results = 0;
     for (int i = 0; i < c->n_problems; i++) {
         kiln_opt_problem *pr = &c->problems[i];
         if (pr->skip)
             continue;
-        int b = kiln_bb_problem_add(bb, pr->store_id, pr->p->name);
+        int b = kiln_bb_problem_add(*bb, pr->store_id, pr->p->name);
         pr->bb = b;
         c->of_bb[b] = i;
-        kiln_bb_problem *P = kiln_bb_problem_at(bb, b);
+        kiln_bb_problem *P = kiln_bb_problem_at(*bb, b);
         P->budget = o->budget;
         P->n_families = pr->n_fams;
         for (int k = 0; k < pr->n_fams; k++) {
@@ -1100,20 +924,24 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                 if (kiln_family_at(r) == pr->fams[k])
                     P->family[k] = r;
         }
-        requeued += kiln_opt_tree_build(c, s, b, &rps[i]);
+        rc->requeued += kiln_opt_tree_build(c, s, b, &rps[i]);
         if (pr->n_fams == 0)
             P->exhausted = 1; /* no point to propose: the built-in agents pass it by */
         for (int k = 0; k < rps[i].n_cands; k++)
-            resumed_results += rps[i].cands[k].has_result;
+            rc->resumed_results += rps[i].cands[k].result_id > 0;
     }
     for (int k = 0; k < c->n_problems; k++)
         kiln_opt_resume_free(&rps[k]);
     free(rps);
 
-    /* metadata and the start event */
-    if (c->n_llm_agents > 0 && kiln_llm_store_init(s, err) != KILN_OK)
-        goto done;
-    kiln_store_meta_set(s, KILN_META_BACKEND, backend, NULL);
+    rc->total_cands = total_cands;
+    return 0;
+}
+
+/* The run's metadata and its start (and resume) event. */
+static void record_start(kiln_opt_ctx *c, kiln_store *s, int n_active, const resumed_counts *rc) {
+    const kiln_optimize_options *o = &c->opt;
+    kiln_store_meta_set(s, KILN_META_BACKEND, c->backend, NULL);
     kiln_store_meta_set(s, KILN_META_KILN_VERSION, KILN_VERSION, NULL);
     {
         char *started = kiln_store_meta_get(s, KILN_META_STARTED);
@@ -1130,12 +958,12 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
             xasprintf("kiln optimize: %d problems (%d searched), budget %d per problem, "
                       "%d agents%s, %d gates on %s%s; resumed %d results, %d candidates "
                       "queued again",
-                      c->n_problems, n_active, o->budget, c->n_agents, llm, c->n_gates, backend,
-                      o->time_s > 0 ? ", time limit" : "", resumed_results, requeued);
+                      c->n_problems, n_active, o->budget, c->n_agents, llm, c->n_gates, c->backend,
+                      o->time_s > 0 ? ", time limit" : "", rc->resumed_results, rc->requeued);
         kiln_store_event(s, 0, "start", msg, NULL);
-        if (total_cands > 0) {
+        if (rc->total_cands > 0) {
             char *rm = xasprintf("resumed: %d results kept, %d candidates queued again",
-                                 resumed_results, requeued);
+                                 rc->resumed_results, rc->requeued);
             kiln_store_event(s, 0, "resume", rm, NULL);
             free(rm);
         }
@@ -1143,15 +971,20 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
             fprintf(stderr, "%s\n", msg);
         free(msg);
     }
+}
 
-    /* the workers */
+/* Takes SIGINT and SIGTERM (the old actions go to *old_int, *old_term), adds the gates and the
+ * agents to the blackboard and forks them; the coordinator's store connection moves to c->store
+ * (spawn reopens it after each fork). */
+static void start_workers(kiln_opt_ctx *c, kiln_store *s, struct sigaction *old_int,
+                          struct sigaction *old_term) {
+    kiln_bb *bb = c->bb;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    struct sigaction old_int, old_term;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, old_int);
+    sigaction(SIGTERM, &sa, old_term);
     coord_signals = 0;
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     kiln_bb_lock(bb);
@@ -1167,25 +1000,31 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     int n_workers = kiln_bb_hdr(bb)->n_workers;
     kiln_bb_unlock(bb);
     c->store = s; /* from here on the coordinator's connection lives in c->store (spawn) */
-    s = NULL;
     spawn_range(c, 0, n_workers - 1);
+}
 
-    /* watch */
-    progress_state ps = {0};
-    ps.tty = isatty(2);
-    ps.seen = xcalloc((size_t)n_active, sizeof *ps.seen);
+/* Watches the run until it is over (every budget spent or space exhausted and nothing in flight),
+ * --time passes, a signal comes, or it cannot go on (*stop_reason says which). Returns the status
+ * so far: 0, or 1 with err. *t_start gets when it began; ps draws the progress. */
+static int watch(kiln_opt_ctx *c, int n_active, kiln_opt_progress *ps, double *t_start,
+                 const char **stop_reason, kiln_err *err) {
+    const kiln_optimize_options *o = &c->opt;
+    kiln_bb *bb = c->bb;
+    ps->tty = isatty(2);
+    ps->seen = xcalloc((size_t)n_active, sizeof *ps->seen);
     for (int i = 0; i < n_active; i++)
-        ps.seen[i] = (uint32_t)-1;
-    double t_start = now_s(), last_flush = t_start, last_draw = 0;
-    const char *stop_reason = "done";
-    status = 0;
+        ps->seen[i] = (uint32_t)-1;
+    *t_start = now_s();
+    double last_flush = *t_start, last_draw = 0;
+    *stop_reason = "done";
+    int status = 0;
     for (;;) {
         if (coord_signals) {
-            stop_reason = "interrupted";
+            *stop_reason = "interrupted";
             break;
         }
-        if (o->time_s > 0 && now_s() - t_start >= o->time_s) {
-            stop_reason = "time limit";
+        if (o->time_s > 0 && now_s() - *t_start >= o->time_s) {
+            *stop_reason = "time limit";
             break;
         }
         reap(c, 0);
@@ -1210,19 +1049,19 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                       "the gate could not evaluate %llu candidates in a row (see the gate_error "
                       "events); stopping",
                       (unsigned long long)gate_errors);
-            stop_reason = "gate errors";
+            *stop_reason = "gate errors";
             status = 1;
             break;
         }
         if (live_workers(c, KILN_BB_ROLE_AGENT) == 0) {
             kiln_errf(err, KILN_ERR_INVALID, "every agent process was retired; stopping");
-            stop_reason = "no agent";
+            *stop_reason = "no agent";
             status = 1;
             break;
         }
         if (live_workers(c, KILN_BB_ROLE_GATE) == 0) {
             kiln_errf(err, KILN_ERR_BACKEND, "every gate process was retired; stopping");
-            stop_reason = "no gate";
+            *stop_reason = "no gate";
             status = 1;
             break;
         }
@@ -1231,39 +1070,22 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
             flush_nodes(c, 0);
             last_flush = now;
         }
-        if (now - last_draw > (ps.tty ? 0.2 : 0.5)) {
-            progress_draw(c, &ps, 0);
+        if (now - last_draw > (ps->tty ? 0.2 : 0.5)) {
+            kiln_opt_progress_draw(c, ps, 0);
             last_draw = now;
         }
         nap_ms(50);
     }
-    stop_workers(c);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    flush_nodes(c, 1);
-    s = c->store;
-    c->store = NULL;
-    if (!s) {
-        kiln_errf(err, KILN_ERR_IO, "%s: the store could not be opened again after a fork",
-                  c->run_dir);
-        status = 1;
-        print_table(c, stop_reason);
-        goto done;
-    }
-    progress_draw(c, &ps, 1);
-    free(ps.seen);
-    {
-        char *msg =
-            xasprintf("kiln optimize stopped: %s after %.1f s", stop_reason, now_s() - t_start);
-        kiln_store_event(s, 0, "done", msg, NULL);
-        free(msg);
-    }
+    return status;
+}
 
-    /* the artifact */
+/* RUN/library from the store; a failure makes a run that was fine (status 0) fail (1). */
+static int write_library(kiln_opt_ctx *c, kiln_store *s, int status, kiln_err *err) {
+    const kiln_optimize_options *o = &c->opt;
     {
         kiln_library_options lo;
         memset(&lo, 0, sizeof lo);
-        lo.backend = backend;
+        lo.backend = c->backend;
         kiln_library_report rep;
         memset(&rep, 0, sizeof rep);
         kiln_err lerr;
@@ -1280,7 +1102,71 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                 fprintf(stderr, "%s", rep.warnings);
         }
     }
-    print_table(c, stop_reason);
+    return status;
+}
+
+int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
+    kiln_opt_ctx ctx;
+    kiln_opt_ctx *c = &ctx;
+    memset(c, 0, sizeof *c);
+    kiln_store *s = NULL;
+    kiln_bb *bb = NULL;
+    char *bb_name = NULL;
+    int n_active = 0;
+    int status = configure(c, o, err);
+    if (!status)
+        status = lock_run(c, err);
+    if (!status)
+        status = open_store(c, &s, err);
+    if (!status)
+        status = load_problems(c, err);
+    if (!status)
+        status = prepare_problems(c, s, &n_active, err);
+    if (!status && n_active == 0) {
+        kiln_errf(err, KILN_ERR_UNSUPPORTED,
+                  "no problem can be optimised (every one was skipped; "
+                  "the reasons are above and in the store's events)");
+        status = 1;
+        kiln_opt_print_table(c, "nothing to do");
+    }
+    resumed_counts rc;
+    if (!status)
+        status = build_blackboard(c, s, n_active, &bb, &bb_name, &rc, err);
+    if (status)
+        goto done;
+    record_start(c, s, n_active, &rc);
+
+    /* the workers, watched until the run is over */
+    struct sigaction old_int, old_term;
+    start_workers(c, s, &old_int, &old_term);
+    s = NULL;
+    kiln_opt_progress ps = {0};
+    double t_start = 0;
+    const char *stop_reason = "done";
+    status = watch(c, n_active, &ps, &t_start, &stop_reason, err);
+    stop_workers(c);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    flush_nodes(c, 1);
+    s = c->store;
+    c->store = NULL;
+    if (!s) {
+        kiln_errf(err, KILN_ERR_IO, "%s: the store could not be opened again after a fork",
+                  c->run_dir);
+        status = 1;
+        free(ps.seen);
+        kiln_opt_print_table(c, stop_reason);
+        goto done;
+    }
+    kiln_opt_progress_draw(c, &ps, 1);
+    free(ps.seen);
+    char *msg = xasprintf("kiln optimize stopped: %s after %.1f s", stop_reason, now_s() - t_start);
+    kiln_store_event(s, 0, "done", msg, NULL);
+    free(msg);
+
+    /* the artifact, the table */
+    status = write_library(c, s, status, err);
+    kiln_opt_print_table(c, stop_reason);
     if (status == 0 && strcmp(stop_reason, "interrupted") == 0) {
         kiln_errf(err, KILN_ERR_INVALID,
                   "interrupted; everything finished is in the store: run the same command to "

@@ -1,5 +1,6 @@
-/* optimize_impl.h: what the coordinator (optimize.c) shares with the agent and gate processes it
- * forks (workers.c): the run's context, inherited through fork and never changed after it. */
+/* optimize_impl.h: what the coordinator (optimize.c, progress.c, resume.c) shares with the agent
+ * and gate processes it forks (workers.c, worker_agent.c, worker_llm.c, worker_gate.c): the run's
+ * context, inherited through fork and never changed after it. */
 #ifndef KILN_OPTIMIZE_IMPL_H
 #define KILN_OPTIMIZE_IMPL_H
 
@@ -61,24 +62,10 @@ typedef struct {
 
 /* A problem's rows in the store, as resume reads them. */
 typedef struct {
-    int64_t id, parent_id, candidate_id;
-    int draft;
-    char *family, *params;
-    int bb; /* blackboard node, -1 when not rebuilt */
-} kiln_opt_rnode;
-
-typedef struct {
-    int64_t id, node_id, result_id;
-    uint64_t hash, source_hash;
-    int draft;
-    int has_result, ok, score_known;
-    double time_us, score, sol_pct;
-} kiln_opt_rcand;
-
-typedef struct {
     int n_nodes, n_cands;
-    kiln_opt_rnode *nodes;
-    kiln_opt_rcand *cands;
+    kiln_store_node_row *nodes;
+    int *node_bb; /* the blackboard node of nodes[i], -1 when not rebuilt */
+    kiln_store_verdict *cands;
     int64_t incumbent_id;
 } kiln_opt_resumed;
 
@@ -99,20 +86,43 @@ void kiln_opt_gate_main(kiln_opt_ctx *c, int worker) __attribute__((noreturn));
 /* RUN/candidates/<id>.<cu|c>; caller frees. */
 char *kiln_opt_candidate_path(const kiln_opt_ctx *c, int64_t candidate_id);
 
+/* Writes candidate id's source from the store to path (its file was lost with an earlier run). */
+void kiln_opt_candidate_file_restore(kiln_store *s, int64_t id, const char *path);
+
 /* The slot of the registry family index fam among problem's families, or -1. */
 int kiln_opt_family_slot(const kiln_opt_problem *pr, int fam);
 
 /* Parses "NAME=V NAME=V" into a point of f (params not named keep their first value). */
 void kiln_opt_parse_params(const kiln_family *f, const char *text, int64_t *point);
 
-/* Whether a gate result JSON carries a verdict; fills the columns of kiln_store_result_insert and
- * whether the SOL score is known. Returns the outcome or -1 when there is none. */
+/* Whether a gate result JSON carries a verdict; fills the columns of kiln_store_result_insert (as
+ * kiln_store_summary_read reads them; time_us -1 and score 0 unless the outcome is ok) and whether
+ * the SOL score is known. Returns the outcome or -1 when there is none. */
 int kiln_opt_result_read(const cJSON *r, double *time_us, double *spread_pct, double *sol_pct,
                          double *score, int *score_known);
 
 /* Writes a draft's state as the store meta key "draft.<problem_id>.<k>" ("open <slice>", "closed",
  * "promoted"), so that a resumed run knows which drafts are over. */
 void kiln_opt_draft_meta(kiln_store *s, int64_t problem_id, int k, const char *state, int slice);
+
+/* ---- progress (progress.c) ---- */
+
+/* A problem's name: its definition's, or its directory's when it did not load. */
+const char *kiln_opt_problem_name(const kiln_opt_problem *pr);
+
+/* The progress lines' state: zero it, set seen to one slot per searched problem. */
+typedef struct {
+    int tty;
+    int lines_drawn;
+    uint32_t *seen; /* the blackboard generation each problem's line last showed */
+    double last;
+} kiln_opt_progress;
+
+/* Draws a line per problem on stderr when something changed (force: now), in place on a terminal;
+ * nothing with --quiet. */
+void kiln_opt_progress_draw(kiln_opt_ctx *c, kiln_opt_progress *ps, int force);
+/* The final table on stdout, or one JSON object with --json; stop_reason says why the run ended. */
+void kiln_opt_print_table(kiln_opt_ctx *c, const char *stop_reason);
 
 /* Appends one line to RUN/logs/gate.log (O_APPEND, one write: lines of several gates never mix). */
 void kiln_opt_log(const kiln_opt_ctx *c, const char *fmt, ...)

@@ -7,107 +7,44 @@
  * a node whose candidate never made it to the store is dropped, and a candidate without a verdict
  * is queued again. The incumbent is the store's; drafts are the meta keys "draft.<problem>.<k>". */
 #include <math.h>
-#include <sqlite3.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "optimize_impl.h"
 
-static char *col_text(sqlite3_stmt *st, int i) {
-    const unsigned char *t = sqlite3_column_text(st, i);
-    return t ? xstrdup((const char *)t) : NULL;
-}
-
-static double col_num(sqlite3_stmt *st, int i) {
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_double(st, i);
-}
-
-static int sql_fail(kiln_store *s, kiln_err *err, const char *what) {
-    return kiln_errf(err, KILN_ERR_FORMAT, "%s: reading %s to resume: %s", kiln_store_path(s), what,
-                     sqlite3_errmsg(kiln_store_db(s)));
-}
-
 int kiln_opt_resume_read(kiln_store *s, int64_t pid, kiln_opt_resumed *rp, kiln_err *err) {
     memset(rp, 0, sizeof *rp);
-    sqlite3 *db = kiln_store_db(s);
-    sqlite3_stmt *st = NULL;
-    int rc = KILN_OK;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT id, parent_id, candidate_id, draft, family, params FROM node "
-                           "WHERE problem_id = ?1 ORDER BY id",
-                           -1, &st, NULL) != SQLITE_OK)
-        return sql_fail(s, err, "the tree");
-    sqlite3_bind_int64(st, 1, pid);
-    int cap = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        if (rp->n_nodes == cap) {
-            cap = cap ? 2 * cap : 64;
-            rp->nodes = xrealloc(rp->nodes, (size_t)cap * sizeof *rp->nodes);
-        }
-        kiln_opt_rnode *n = &rp->nodes[rp->n_nodes++];
-        n->id = sqlite3_column_int64(st, 0);
-        n->parent_id = sqlite3_column_int64(st, 1);
-        n->candidate_id = sqlite3_column_int64(st, 2);
-        n->draft = sqlite3_column_int(st, 3);
-        n->family = col_text(st, 4);
-        n->params = col_text(st, 5);
-        n->bb = -1;
+    kiln_store_problem_row p;
+    int found = 0;
+    int rc = kiln_store_node_list(s, pid, &rp->nodes, &rp->n_nodes, err);
+    if (!rc)
+        rc = kiln_store_verdict_list(s, pid, &rp->cands, &rp->n_cands, err);
+    if (!rc)
+        rc = kiln_store_problem_get(s, pid, &p, &found, err);
+    if (rc) {
+        kiln_opt_resume_free(rp);
+        return rc;
     }
-    sqlite3_finalize(st);
-    if (sqlite3_prepare_v2(
-            db,
-            "SELECT c.id, c.node_id, coalesce(c.binary_hash, c.source_hash), c.draft, "
-            "r.id, r.outcome, r.time_us, r.sol_pct, "
-            "json_extract(r.result_json, '$.summary.sol_score_geomean'), c.source_hash "
-            "FROM candidate c LEFT JOIN latest_result r ON r.candidate_id = c.id "
-            "WHERE c.problem_id = ?1 ORDER BY c.id",
-            -1, &st, NULL) != SQLITE_OK)
-        return sql_fail(s, err, "the candidates");
-    sqlite3_bind_int64(st, 1, pid);
-    cap = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        if (rp->n_cands == cap) {
-            cap = cap ? 2 * cap : 64;
-            rp->cands = xrealloc(rp->cands, (size_t)cap * sizeof *rp->cands);
-        }
-        kiln_opt_rcand *c = &rp->cands[rp->n_cands++];
-        memset(c, 0, sizeof *c);
-        c->id = sqlite3_column_int64(st, 0);
-        c->node_id = sqlite3_column_int64(st, 1);
-        const unsigned char *h = sqlite3_column_text(st, 2);
-        c->hash = h ? strtoull((const char *)h, NULL, 16) : (uint64_t)c->id;
-        c->draft = sqlite3_column_int(st, 3);
-        c->has_result = sqlite3_column_type(st, 4) != SQLITE_NULL;
-        c->result_id = sqlite3_column_int64(st, 4);
-        const unsigned char *o = sqlite3_column_text(st, 5);
-        c->ok = o && strcmp((const char *)o, "ok") == 0;
-        c->time_us = col_num(st, 6);
-        c->sol_pct = col_num(st, 7);
-        c->score_known = sqlite3_column_type(st, 8) == SQLITE_FLOAT ||
-                         sqlite3_column_type(st, 8) == SQLITE_INTEGER;
-        c->score = c->score_known ? sqlite3_column_double(st, 8) : -1;
-        const unsigned char *sh = sqlite3_column_text(st, 9);
-        c->source_hash = sh ? strtoull((const char *)sh, NULL, 16) : c->hash;
-    }
-    sqlite3_finalize(st);
-    rp->incumbent_id = 0;
-    if (sqlite3_prepare_v2(db, "SELECT incumbent_id FROM problem WHERE id = ?1", -1, &st, NULL) ==
-        SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, pid);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            rp->incumbent_id = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-    }
-    return rc;
+    rp->incumbent_id = found ? p.incumbent_id : 0;
+    kiln_store_problem_row_free(&p);
+    rp->node_bb = xmalloc((size_t)(rp->n_nodes + 1) * sizeof *rp->node_bb);
+    for (int i = 0; i < rp->n_nodes; i++)
+        rp->node_bb[i] = -1;
+    return KILN_OK;
 }
 
 void kiln_opt_resume_free(kiln_opt_resumed *rp) {
-    for (int i = 0; i < rp->n_nodes; i++) {
-        free(rp->nodes[i].family);
-        free(rp->nodes[i].params);
-    }
+    for (int i = 0; i < rp->n_nodes; i++)
+        kiln_store_node_row_free(&rp->nodes[i]);
     free(rp->nodes);
+    free(rp->node_bb);
     free(rp->cands);
+    memset(rp, 0, sizeof *rp);
+}
+
+/* The dedupe key of a candidate: its binary's hash, or its source's when it was not compiled. */
+static uint64_t cand_hash(const kiln_store_verdict *v) {
+    return v->binary_hash ? v->binary_hash : v->source_hash;
 }
 
 static int find_node(const kiln_opt_resumed *rp, int64_t id) {
@@ -142,7 +79,7 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
         if (rp->nodes[i].parent_id == 0 && !rp->nodes[i].family && rp->nodes[i].draft == 0) {
             root = kiln_bb_node_add(bb, pi, -1, KILN_BB_NODE_ROOT);
             kiln_bb_node_at(bb, root)->store_node_id = rp->nodes[i].id;
-            rp->nodes[i].bb = root;
+            rp->node_bb[i] = root;
         }
     if (root < 0) {
         root = kiln_bb_node_add(bb, pi, -1, KILN_BB_NODE_ROOT);
@@ -175,11 +112,11 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
 
     int max_draft = 0;
     for (int i = 0; i < rp->n_nodes; i++) {
-        kiln_opt_rnode *n = &rp->nodes[i];
-        if (n->bb >= 0 || cand_of[i] < 0)
+        kiln_store_node_row *n = &rp->nodes[i];
+        if (rp->node_bb[i] >= 0 || cand_of[i] < 0)
             continue; /* the root, or a node whose candidate was never recorded */
         int pa = n->parent_id ? find_node(rp, n->parent_id) : -1;
-        int parent_bb = pa >= 0 ? rp->nodes[pa].bb : -1;
+        int parent_bb = pa >= 0 ? rp->node_bb[pa] : -1;
         if (!n->parent_id && n->draft > 0)
             parent_bb = root; /* a draft's root: a root in the store, the root's child here */
         if (parent_bb < 0)
@@ -203,10 +140,10 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
                 bn->flags |= KILN_BB_FLAG_FOREIGN; /* saving would erase its family's name */
         }
         bn->store_node_id = n->id;
-        kiln_opt_rcand *rc = &rp->cands[cand_of[i]];
-        bn->candidate_id = rc->id;
+        kiln_store_verdict *rc = &rp->cands[cand_of[i]];
+        bn->candidate_id = rc->candidate_id;
         bn->agent = -1;
-        n->bb = b;
+        rp->node_bb[i] = b;
         if (n->draft > max_draft)
             max_draft = n->draft;
         if (n->draft > 0 && n->draft <= KILN_BB_MAX_DRAFTS && parent_bb == root &&
@@ -218,15 +155,15 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
     int64_t inc_result = 0;
     P->made = rp->n_cands;
     for (int k = 0; k < rp->n_cands; k++) {
-        kiln_opt_rcand *rc = &rp->cands[k];
+        kiln_store_verdict *rc = &rp->cands[k];
         int i = find_node(rp, rc->node_id);
-        int b = i >= 0 ? rp->nodes[i].bb : -1;
-        kiln_bb_dedupe_insert(bb, pi, rc->hash, b, rc->id, NULL);
-        if (rc->source_hash != rc->hash)
-            kiln_bb_dedupe_insert(bb, pi, rc->source_hash, b, rc->id, NULL);
+        int b = i >= 0 ? rp->node_bb[i] : -1;
+        kiln_bb_dedupe_insert(bb, pi, cand_hash(rc), b, rc->candidate_id, NULL);
+        if (rc->source_hash != cand_hash(rc))
+            kiln_bb_dedupe_insert(bb, pi, rc->source_hash, b, rc->candidate_id, NULL);
         if (rc->draft > max_draft)
             max_draft = rc->draft;
-        if (rc->has_result) {
+        if (rc->result_id > 0) {
             P->done++;
             P->ok += rc->ok;
             if (b >= 0) {
@@ -238,27 +175,17 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
                 bn->status = rc->ok ? KILN_BB_NODE_DONE : KILN_BB_NODE_FAILED;
                 kiln_mcts_backup_plain(bb, b, r);
             }
-            if (rc->id == rp->incumbent_id)
+            if (rc->candidate_id == rp->incumbent_id)
                 inc_result = rc->result_id;
         } else if (b >= 0) {
             kiln_mcts_virtual_loss(bb, b, +1);
-            if (kiln_bb_queue_push(bb, pi, b, rc->id) >= 0) {
+            if (kiln_bb_queue_push(bb, pi, b, rc->candidate_id) >= 0) {
                 P->pending++;
                 requeued++;
                 /* the file the gate reads, in case it was lost with the run */
-                char *path = kiln_opt_candidate_path(c, rc->id);
-                if (access(path, R_OK) != 0) {
-                    sqlite3_stmt *st = NULL;
-                    if (sqlite3_prepare_v2(kiln_store_db(s),
-                                           "SELECT source FROM candidate WHERE id = ?1", -1, &st,
-                                           NULL) == SQLITE_OK) {
-                        sqlite3_bind_int64(st, 1, rc->id);
-                        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
-                            kiln_write_file(path, sqlite3_column_text(st, 0),
-                                            (size_t)sqlite3_column_bytes(st, 0), NULL);
-                        sqlite3_finalize(st);
-                    }
-                }
+                char *path = kiln_opt_candidate_path(c, rc->candidate_id);
+                if (access(path, R_OK) != 0)
+                    kiln_opt_candidate_file_restore(s, rc->candidate_id, path);
                 free(path);
             }
         } else {
@@ -271,7 +198,7 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
      * record) the fastest ok candidate */
     int inc = -1;
     for (int k = 0; k < rp->n_cands && inc < 0; k++)
-        if (rp->cands[k].id == rp->incumbent_id && rp->cands[k].ok)
+        if (rp->cands[k].candidate_id == rp->incumbent_id && rp->cands[k].ok)
             inc = k;
     if (inc < 0)
         for (int k = 0; k < rp->n_cands; k++)
@@ -279,12 +206,12 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
                 (inc < 0 || rp->cands[k].time_us < rp->cands[inc].time_us))
                 inc = k;
     if (inc >= 0) {
-        kiln_opt_rcand *rc = &rp->cands[inc];
+        kiln_store_verdict *rc = &rp->cands[inc];
         int i = find_node(rp, rc->node_id);
-        int b = i >= 0 ? rp->nodes[i].bb : -1;
+        int b = i >= 0 ? rp->node_bb[i] : -1;
         if (b >= 0) {
             P->incumbent_node = b;
-            P->incumbent_candidate = rc->id;
+            P->incumbent_candidate = rc->candidate_id;
             P->best_time_us = rc->time_us;
             P->best_score = rc->score_known ? rc->score : -1;
             P->best_sol_pct = rc->sol_pct;
@@ -293,7 +220,7 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
         }
     }
     for (int k = 0; k < rp->n_cands; k++)
-        if (rp->cands[k].has_result && rp->cands[k].result_id > inc_result)
+        if (rp->cands[k].result_id > 0 && rp->cands[k].result_id > inc_result)
             P->since_improve++;
 
     /* drafts: "draft.<problem>.<k>" = "open <slice>" | "closed" | "promoted" */
@@ -311,7 +238,7 @@ int kiln_opt_tree_build(kiln_opt_ctx *c, kiln_store *s, int pi, kiln_opt_resumed
             for (int j = 0; j < rp->n_cands; j++)
                 if (rp->cands[j].draft == k) {
                     P->draft_made++;
-                    P->draft_pending += !rp->cands[j].has_result;
+                    P->draft_pending += !rp->cands[j].result_id;
                 }
             if (P->draft_slice < 1)
                 P->draft_slice = P->draft_made;

@@ -1,6 +1,6 @@
 /* server.c: the dashboard's HTTP server on libmicrohttpd: binding (loopback unless asked), request
  * routing, the embedded assets, the pool of read-only store connections, and the spawned server of
- * `kiln optimize --serve`.
+ * `kiln optimize --serve` (the pool of store handles is db.c's, the replies' helpers reply.c's).
  *
  * Threads
  * -------
@@ -14,23 +14,20 @@
  *
  * The store connection
  * --------------------
- * An SQLite connection is used by one thread at a time. Threads here come and go with HTTP
- * connections, so connections are not per thread but pooled: a request takes an idle connection
- * (or opens one), runs its few statements in one read transaction and gives it back; at most
- * WEB_POOL_MAX stay open. Every connection is SQLITE_OPEN_READONLY: no schema creation, no journal
- * mode change, no write is possible. A stream holds a connection only while it reads new rows,
- * never while it waits.
+ * A store handle is used by one thread at a time. Threads here come and go with HTTP connections,
+ * so handles are not per thread but pooled (db.c): a request takes an idle handle (or opens one),
+ * runs its few store reads in one read snapshot and gives it back; at most WEB_POOL_MAX stay open.
+ * Every handle is the store's read-only one (kiln_store_open(RUN, 1)): no schema creation, no
+ * journal mode change, no write is possible, and the server reads only through the store's
+ * functions. A stream holds a handle only while it reads new rows, never while it waits.
  *
- * The connections are opened with sqlite3_open_v2 directly, not kiln_store_open, and nothing here
- * ever opens RUN/kiln.db with open()/fopen(). SQLite's locks are POSIX advisory locks, which belong
- * to the process and are ALL dropped when the process closes ANY descriptor of the file
- * (sqlite.org/howtocorrupt.html, 2.2). kiln_store_open reads the file's magic with fopen/fclose
- * before SQLite opens it; done while other connections of this process are open, that close drops
- * their shared lock on the database file, and the next writer of `kiln optimize` that closes its
- * connection then believes it is the last one, checkpoints and deletes the WAL under our feet: from
- * then on this process reads a dead WAL index and sees no new row (the failure that found this).
- * `kiln serve` calls kiln_store_open once, to refuse a bad store with its message, before any
- * connection of its own exists.
+ * Nothing here opens RUN/kiln.db with open()/fopen(), and neither does kiln_store_open: SQLite's
+ * locks are POSIX advisory locks, which belong to the process and are ALL dropped when the process
+ * closes ANY descriptor of the file (sqlite.org/howtocorrupt.html, 2.2). A close of the database
+ * file outside SQLite while other connections of this process are open drops their shared lock,
+ * and the next writer of `kiln optimize` that closes its connection then believes it is the last
+ * one, checkpoints and deletes the WAL under our feet: from then on this process reads a dead WAL
+ * index and sees no new row (the failure tests/py/test_dashboard.py keeps out).
  *
  * Why the server never blocks a writer
  * ------------------------------------
@@ -61,7 +58,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <string.h>
 #include <strings.h>
@@ -122,124 +118,6 @@ int kiln_web_host_is_loopback(const char *host) {
         all &= addr_is_loopback(a->ai_addr);
     freeaddrinfo(ai);
     return all;
-}
-
-/* ---- the connection pool ---- */
-
-int web_db_open(const char *run_dir, sqlite3 **out, kiln_err *err) {
-    *out = NULL;
-    char *path = kiln_path_join(run_dir, "kiln.db");
-    sqlite3 *db = NULL;
-    int rc = KILN_OK;
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = kiln_errf(err, KILN_ERR_IO, "%s: no kiln store here", path);
-        goto done;
-    }
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        rc = kiln_errf(err, KILN_ERR_IO, "%s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
-        goto done;
-    }
-    sqlite3_extended_result_codes(db, 1);
-    sqlite3_busy_timeout(db, 10000);
-    /* Reads through a memory map: no read() per page, a third of a request's time on a big store.
-     * (Nothing of kiln ever shrinks the file, which is what a map would not survive.) */
-    sqlite3_exec(db, "PRAGMA mmap_size = 268435456", NULL, NULL, NULL);
-    sqlite3_stmt *q = NULL;
-    int version = -1;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'",
-                           -1, &q, NULL) == SQLITE_OK &&
-        sqlite3_step(q) == SQLITE_ROW)
-        version = sqlite3_column_int(q, 0);
-    sqlite3_finalize(q);
-    if (version < 1)
-        rc = kiln_errf(err, KILN_ERR_FORMAT, "%s is not a kiln store (%s)", path,
-                       sqlite3_errmsg(db));
-    else if (version > KILN_STORE_SCHEMA_VERSION)
-        rc =
-            kiln_errf(err, KILN_ERR_FORMAT,
-                      "%s was written by a newer kiln (store schema version %d; this kiln reads up "
-                      "to %d)",
-                      path, version, KILN_STORE_SCHEMA_VERSION);
-done:
-    if (rc && db)
-        sqlite3_close_v2(db);
-    else
-        *out = db;
-    free(path);
-    return rc;
-}
-
-int web_db_acquire(kiln_web *w, sqlite3 **out, kiln_err *err) {
-    *out = NULL;
-    pthread_mutex_lock(&w->pool_mu);
-    if (w->n_pool > 0)
-        *out = w->pool[--w->n_pool];
-    pthread_mutex_unlock(&w->pool_mu);
-    if (*out)
-        return KILN_OK;
-    return web_db_open(w->run_dir, out, err);
-}
-
-void web_db_release(kiln_web *w, sqlite3 *db, int broken) {
-    if (!db)
-        return;
-    /* A connection still inside a transaction would pin a snapshot: it is not reused. */
-    if (!broken && !sqlite3_get_autocommit(db))
-        broken = 1;
-    pthread_mutex_lock(&w->pool_mu);
-    if (!broken && w->n_pool < WEB_POOL_MAX) {
-        w->pool[w->n_pool++] = db;
-        db = NULL;
-    }
-    pthread_mutex_unlock(&w->pool_mu);
-    if (db)
-        sqlite3_close_v2(db);
-}
-
-/* ---- replies ---- */
-
-void web_reply_error(web_reply *r, int status, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "error", msg);
-    cJSON_AddNumberToObject(j, "status", status);
-    if (!r->body_static)
-        free(r->body);
-    r->body = cJSON_PrintUnformatted(j);
-    KILN_ASSERT(r->body);
-    r->len = strlen(r->body);
-    r->body_static = 0;
-    r->status = status;
-    r->content_type = "application/json";
-    cJSON_Delete(j);
-}
-
-int web_parse_id(const char *text, int64_t *out) {
-    if (!text || !*text)
-        return -1;
-    size_t n = 0;
-    for (; text[n]; n++)
-        if (text[n] < '0' || text[n] > '9')
-            return -1;
-    while (n > 1 && *text == '0') { /* leading zeros say nothing */
-        text++;
-        n--;
-    }
-    if (n > 16)
-        return -2;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = v * 10 + (text[i] - '0');
-    if (v > WEB_MAX_ID)
-        return -2;
-    *out = v;
-    return 0;
 }
 
 static const char *mime_of(const char *name) {
@@ -488,7 +366,7 @@ int kiln_web_start(const kiln_web_options *o, kiln_web **out, kiln_err *err) {
         return kiln_errf(err, KILN_ERR_INVALID, "--host: too long");
     if (o->port < 0 || o->port > 65535)
         return kiln_errf(err, KILN_ERR_INVALID, "--port %d: not a port (0..65535)", o->port);
-    if (!sqlite3_threadsafe())
+    if (!kiln_store_threads_ok())
         return kiln_errf(err, KILN_ERR_UNSUPPORTED, "this SQLite was built without threads");
     int loopback = kiln_web_host_is_loopback(host);
     if (!loopback && !o->allow_remote)
@@ -569,8 +447,7 @@ void kiln_web_stop(kiln_web *w) {
         MHD_stop_daemon(w->daemon);
     if (w->poller_started)
         pthread_join(w->poller, NULL);
-    for (int i = 0; i < w->n_pool; i++)
-        sqlite3_close_v2(w->pool[i]);
+    web_db_close_all(w);
     pthread_mutex_destroy(&w->pool_mu);
     pthread_mutex_destroy(&w->live_mu);
     pthread_cond_destroy(&w->live_cv);

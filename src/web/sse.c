@@ -9,17 +9,16 @@
  * refetches them.
  *
  * One poller thread (not one per stream) asks the store every poll_ms whether anything changed
- * (PRAGMA data_version: a counter SQLite bumps when another connection commits, costing no read
- * of the tables) and, when it did, reads the heads and bumps a generation number that wakes the
- * streams. Each stream then reads its own backlog (at most ROWS_PER_READ per table per read) with
- * a pooled connection in one short read transaction, and goes back to waiting without holding a
- * connection. A stream whose client is far behind (over RESET_BACKLOG rows) gets a "reset" event
+ * (kiln_store_data_version: a counter SQLite bumps when another connection commits, costing no
+ * read of the tables) and, when it did, reads the heads and bumps a generation number that wakes
+ * the streams. Each stream then reads its own backlog (at most ROWS_PER_READ per table per read)
+ * with a pooled store handle in one short read snapshot, and goes back to waiting without holding a
+ * handle. A stream whose client is far behind (over RESET_BACKLOG rows) gets a "reset" event
  * instead of the rows: reloading is cheaper than replaying. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <string.h>
 #include <time.h>
 
@@ -32,31 +31,12 @@
 
 typedef struct {
     kiln_web *w;
-    web_cursor cur;
+    kiln_store_heads cur;
     char *out; /* bytes not yet handed to MHD */
     size_t len, pos, cap;
     int more;          /* the last read stopped at ROWS_PER_READ: read again before waiting */
     uint64_t seen_gen; /* the poller's generation when the stream last read the store */
 } sse_conn;
-
-int web_cursor_read(struct sqlite3 *db, web_cursor *c) {
-    memset(c, 0, sizeof *c);
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db,
-                                "SELECT (SELECT max(id) FROM candidate), (SELECT max(id) FROM "
-                                "result), (SELECT max(id) FROM event), "
-                                "(SELECT max(updated_unix_s) FROM node)",
-                                -1, &st, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        c->candidate = sqlite3_column_int64(st, 0);
-        c->result = sqlite3_column_int64(st, 1);
-        c->event = sqlite3_column_int64(st, 2);
-        c->node_unix_s = sqlite3_column_double(st, 3);
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(st);
-    return rc == SQLITE_OK ? 0 : -1;
-}
 
 /* ---- output ---- */
 
@@ -85,68 +65,46 @@ static void out_event(sse_conn *c, const char *kind, cJSON *data) {
     cJSON_Delete(data);
 }
 
-static void add_col(cJSON *o, const char *key, sqlite3_stmt *st, int i) {
-    switch (sqlite3_column_type(st, i)) {
-    case SQLITE_INTEGER:
-        cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, i));
-        break;
-    case SQLITE_FLOAT:
-        cJSON_AddNumberToObject(o, key, sqlite3_column_double(st, i));
-        break;
-    case SQLITE_TEXT:
-        cJSON_AddStringToObject(o, key, (const char *)sqlite3_column_text(st, i));
-        break;
-    default:
-        cJSON_AddNullToObject(o, key);
-    }
-}
-
 /* ---- reading the backlog ---- */
 
-static const char *const cand_keys[] = {"id",      "problem_id", "parent_id",
-                                        "node_id", "agent",      "family",
-                                        "params",  "draft",      "created_unix_s"};
-static const char *const result_keys[] = {
-    "id",      "candidate_id", "problem_id",     "outcome", "time_us", "spread_pct",
-    "sol_pct", "score",        "created_unix_s", "draft",   "agent",   "params"};
-static const char *const event_keys[] = {"id", "problem_id", "kind", "message", "created_unix_s"};
+typedef int (*rows_after)(kiln_store *s, int64_t after, long limit, cJSON *rows, kiln_err *err);
 
-/* Sends the rows of one table past *cursor; returns the rows sent, -1 on a failed read. */
-static int feed_table(sse_conn *c, sqlite3 *db, const char *kind, const char *sql,
-                      const char *const *keys, int n_keys, int64_t *cursor) {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+/* Sends the rows of one table past *cursor as events of kind; returns the rows sent, -1 on a
+ * failed read. */
+static int feed_table(sse_conn *c, kiln_store *s, const char *kind, rows_after read,
+                      int64_t *cursor) {
+    cJSON *rows = cJSON_CreateArray();
+    if (read(s, *cursor, ROWS_PER_READ, rows, NULL) != KILN_OK) {
+        cJSON_Delete(rows);
         return -1;
-    sqlite3_bind_int64(st, 1, *cursor);
-    sqlite3_bind_int64(st, 2, ROWS_PER_READ);
-    int n = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        cJSON *o = cJSON_CreateObject();
-        for (int i = 0; i < n_keys; i++)
-            add_col(o, keys[i], st, i);
-        *cursor = sqlite3_column_int64(st, 0);
+    }
+    int n = 0;
+    cJSON *o;
+    while ((o = cJSON_DetachItemFromArray(rows, 0))) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+        *cursor = (int64_t)id->valuedouble;
         out_event(c, kind, o);
         n++;
     }
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? n : -1;
+    cJSON_Delete(rows);
+    return n;
 }
 
 /* Reads what is new since c->cur into c->out. 0, or -1 when the store cannot be read. */
 static int fill(sse_conn *c) {
-    sqlite3 *db = NULL;
+    kiln_store *s = NULL;
     kiln_err err;
-    if (web_db_acquire(c->w, &db, &err)) {
+    if (web_db_acquire(c->w, &s, &err)) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "error", err.msg);
         out_event(c, "store_error", o);
         return -1;
     }
-    int broken = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK;
-    web_cursor heads;
+    int broken = kiln_store_read_begin(s, NULL) != KILN_OK;
+    kiln_store_heads heads;
     c->more = 0;
     if (!broken)
-        broken = web_cursor_read(db, &heads) != 0;
+        broken = kiln_store_heads_read(s, &heads, NULL) != KILN_OK;
     if (!broken) {
         int64_t backlog = (heads.candidate - c->cur.candidate) + (heads.result - c->cur.result) +
                           (heads.event - c->cur.event);
@@ -154,10 +112,7 @@ static int fill(sse_conn *c) {
                     heads.event < c->cur.event;
         if (backlog > RESET_BACKLOG || ahead) {
             /* Too far behind, or a cursor from another store: the page reloads its views. */
-            c->cur.candidate = heads.candidate;
-            c->cur.result = heads.result;
-            c->cur.event = heads.event;
-            c->cur.node_unix_s = heads.node_unix_s;
+            c->cur = heads;
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "reason",
                                     ahead ? "the store is not the one the cursor "
@@ -165,48 +120,27 @@ static int fill(sse_conn *c) {
                                           : "too many rows behind");
             out_event(c, "reset", o);
         } else {
-            int nc = feed_table(c, db, "candidate",
-                                "SELECT id, problem_id, parent_id, node_id, agent, family, params, "
-                                "draft, created_unix_s FROM candidate WHERE id > ?1 "
-                                "ORDER BY id LIMIT ?2",
-                                cand_keys, 9, &c->cur.candidate);
-            int nr = nc < 0 ? -1
-                            : feed_table(c, db, "result",
-                                         "SELECT r.id, r.candidate_id, r.problem_id, r.outcome, "
-                                         "r.time_us, r.spread_pct, r.sol_pct, r.score, "
-                                         "r.created_unix_s, c.draft, c.agent, c.params "
-                                         "FROM result r JOIN candidate c ON c.id = r.candidate_id "
-                                         "WHERE r.id > ?1 ORDER BY r.id LIMIT ?2",
-                                         result_keys, 12, &c->cur.result);
-            int ne = nr < 0 ? -1
-                            : feed_table(c, db, "event",
-                                         "SELECT id, problem_id, kind, message, created_unix_s "
-                                         "FROM event WHERE id > ?1 ORDER BY id LIMIT ?2",
-                                         event_keys, 5, &c->cur.event);
+            int nc =
+                feed_table(c, s, "candidate", kiln_store_dash_new_candidates, &c->cur.candidate);
+            int nr = nc < 0
+                         ? -1
+                         : feed_table(c, s, "result", kiln_store_dash_new_results, &c->cur.result);
+            int ne =
+                nr < 0 ? -1 : feed_table(c, s, "event", kiln_store_dash_new_events, &c->cur.event);
             broken = ne < 0;
             c->more = nc == ROWS_PER_READ || nr == ROWS_PER_READ || ne == ROWS_PER_READ;
             if (!broken && heads.node_unix_s > c->cur.node_unix_s) {
-                sqlite3_stmt *st = NULL;
                 cJSON *o = cJSON_CreateObject();
                 cJSON *ids = cJSON_AddArrayToObject(o, "problem_ids");
-                if (sqlite3_prepare_v2(db,
-                                       "SELECT DISTINCT problem_id FROM node "
-                                       "WHERE updated_unix_s > ?1 ORDER BY problem_id",
-                                       -1, &st, NULL) == SQLITE_OK) {
-                    sqlite3_bind_double(st, 1, c->cur.node_unix_s);
-                    while (sqlite3_step(st) == SQLITE_ROW)
-                        cJSON_AddItemToArray(
-                            ids, cJSON_CreateNumber((double)sqlite3_column_int64(st, 0)));
-                }
-                sqlite3_finalize(st);
+                kiln_store_dash_trees_changed(s, c->cur.node_unix_s, ids, NULL);
                 c->cur.node_unix_s = heads.node_unix_s;
                 out_event(c, "tree", o);
             }
         }
     }
-    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+    if (kiln_store_read_end(s, NULL) != KILN_OK)
         broken = 1;
-    web_db_release(c->w, db, broken);
+    web_db_release(c->w, s, broken);
     return broken ? -1 : 0;
 }
 
@@ -260,7 +194,7 @@ static void sse_free(void *cls) {
 }
 
 /* "C.R.E": three ids. 0 or -1 (-2: an id out of range). */
-static int parse_cursor(const char *text, web_cursor *c) {
+static int parse_cursor(const char *text, kiln_store_heads *c) {
     char part[3][24];
     const char *p = text;
     for (int i = 0; i < 3; i++) {
@@ -310,16 +244,16 @@ struct MHD_Response *web_sse_response(kiln_web *w, struct MHD_Connection *conn, 
     }
     sse_conn *c = xcalloc(1, sizeof *c);
     c->w = w;
-    sqlite3 *db = NULL;
+    kiln_store *s = NULL;
     kiln_err err;
-    web_cursor heads;
-    if (web_db_acquire(w, &db, &err)) {
+    kiln_store_heads heads;
+    if (web_db_acquire(w, &s, &err)) {
         web_reply_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "the store cannot be read: %s", err.msg);
         free(c);
         return NULL;
     }
-    int broken = web_cursor_read(db, &heads) != 0;
-    web_db_release(w, db, broken);
+    int broken = kiln_store_heads_read(s, &heads, NULL) != KILN_OK;
+    web_db_release(w, s, broken);
     if (broken) {
         web_reply_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "the store cannot be read");
         free(c);
@@ -373,7 +307,7 @@ struct MHD_Response *web_sse_response(kiln_web *w, struct MHD_Connection *conn, 
 
 void *web_sse_poller(void *arg) {
     kiln_web *w = arg;
-    sqlite3 *db = NULL;
+    kiln_store *s = NULL;
     int64_t last_version = -1;
     for (;;) {
         pthread_mutex_lock(&w->live_mu);
@@ -381,21 +315,15 @@ void *web_sse_poller(void *arg) {
         pthread_mutex_unlock(&w->live_mu);
         if (stopping)
             break;
-        kiln_err err;
-        if (!db && web_db_open(w->run_dir, &db, &err) != 0)
-            db = NULL; /* no store yet (optimize about to create it): try again next time */
-        if (db) {
-            sqlite3_stmt *st = NULL;
+        if (!s && kiln_store_open(w->run_dir, 1, &s, NULL) != KILN_OK)
+            s = NULL; /* no store yet (optimize about to create it): try again next time */
+        if (s) {
             int64_t version = -1;
-            if (sqlite3_prepare_v2(db, "PRAGMA data_version", -1, &st, NULL) == SQLITE_OK &&
-                sqlite3_step(st) == SQLITE_ROW)
-                version = sqlite3_column_int64(st, 0);
-            sqlite3_finalize(st);
-            web_cursor heads;
-            if (version < 0) {
-                sqlite3_close_v2(db);
-                db = NULL;
-            } else if (version != last_version && web_cursor_read(db, &heads) == 0) {
+            kiln_store_heads heads;
+            if (kiln_store_data_version(s, &version, NULL) != KILN_OK) {
+                kiln_store_close(s);
+                s = NULL;
+            } else if (version != last_version && kiln_store_heads_read(s, &heads, NULL) == 0) {
                 last_version = version;
                 pthread_mutex_lock(&w->live_mu);
                 if (memcmp(&heads, &w->latest, sizeof heads) != 0) {
@@ -418,6 +346,6 @@ void *web_sse_poller(void *arg) {
         }
         pthread_mutex_unlock(&w->live_mu);
     }
-    sqlite3_close_v2(db);
+    kiln_store_close(s);
     return NULL;
 }

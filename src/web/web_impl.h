@@ -1,5 +1,6 @@
-/* web_impl.h: what the dashboard server's files share: the server's state, the read-only
- * connection pool, replies, and the live feed's cursor (server.c, api.c, sse.c). */
+/* web_impl.h: what the dashboard server's files share: the server's state (server.c), the pool of
+ * read-only store handles (db.c), replies (reply.c), the JSON endpoints (api.c) and the live feed
+ * (sse.c). server.c calls api.c and sse.c; both call db.c and reply.c; nothing calls back. */
 #ifndef KILN_WEB_IMPL_H
 #define KILN_WEB_IMPL_H
 
@@ -13,13 +14,6 @@
 #define WEB_POOL_MAX 16
 #define WEB_MAX_ID 9007199254740992LL /* 2^53: ids beyond it do not survive a JSON number */
 
-/* Where a live stream is: the largest ids it has sent of each append-only table, and the latest
- * node update it has reported. */
-typedef struct {
-    int64_t candidate, result, event;
-    double node_unix_s;
-} web_cursor;
-
 struct kiln_web {
     kiln_web_options opt;
     char *run_dir;
@@ -29,10 +23,10 @@ struct kiln_web {
     char url[192];
     struct MHD_Daemon *daemon;
 
-    /* Idle read-only connections; a request takes one and gives it back (never two threads on one).
-     */
+    /* Idle read-only store handles; a request takes one and gives it back (never two threads on
+     * one). */
     pthread_mutex_t pool_mu;
-    struct sqlite3 *pool[WEB_POOL_MAX];
+    kiln_store *pool[WEB_POOL_MAX];
     int n_pool;
 
     /* The live feed: the poller bumps generation whenever the store changed and wakes every stream.
@@ -40,7 +34,7 @@ struct kiln_web {
     pthread_mutex_t live_mu;
     pthread_cond_t live_cv;
     uint64_t generation;
-    web_cursor latest; /* the store's heads as the poller last saw them */
+    kiln_store_heads latest; /* the store's heads as the poller last saw them */
     int stopping;
     int n_streams;
     pthread_t poller;
@@ -57,18 +51,19 @@ typedef struct {
     const char *allow; /* the Allow header of a 405 */
 } web_reply;
 
-/* ---- server.c ---- */
+/* ---- db.c ---- */
 
-/* Opens a read-only connection to RUN/kiln.db straight through SQLite (server.c says why not
- * kiln_store_open) and checks that it is a kiln store this kiln reads. KILN_ERR_IO when there is no
- * store, KILN_ERR_FORMAT when the file is not a kiln store. */
-int web_db_open(const char *run_dir, struct sqlite3 **out, kiln_err *err);
-/* Takes a read-only connection to the store (opening one when none is idle). */
-int web_db_acquire(kiln_web *w, struct sqlite3 **out, kiln_err *err);
-/* Gives it back; broken = 1 closes it instead (after a failed statement). */
-void web_db_release(kiln_web *w, struct sqlite3 *db, int broken);
+/* Takes a read-only store handle (opening one when none is idle): KILN_ERR_IO when there is no
+ * store, KILN_ERR_FORMAT when the file is not a kiln store this kiln reads. */
+int web_db_acquire(kiln_web *w, kiln_store **out, kiln_err *err);
+/* Gives it back; broken = 1 closes it instead (after a failed read). */
+void web_db_release(kiln_web *w, kiln_store *s, int broken);
+/* Closes the idle handles (the server stops). */
+void web_db_close_all(kiln_web *w);
 
-/* Fills r with {"error": message} and status. */
+/* ---- reply.c ---- */
+
+/* Fills r with {"error": message, "status": status}. */
 void web_reply_error(web_reply *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -87,7 +82,5 @@ void web_api_handle(kiln_web *w, struct MHD_Connection *conn, const char *path, 
 struct MHD_Response *web_sse_response(kiln_web *w, struct MHD_Connection *conn, web_reply *r);
 /* The poller thread: watches the store every poll_ms until stopping. */
 void *web_sse_poller(void *arg);
-/* The store's current heads (for /api/run and a stream's start); 0 on success. */
-int web_cursor_read(struct sqlite3 *db, web_cursor *c);
 
 #endif

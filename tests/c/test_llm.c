@@ -298,8 +298,7 @@ static void test_context_from_store(void **state) {
     kiln_store *s = NULL;
     kiln_err err;
     assert_int_equal(kiln_store_open(dir, 0, &s, &err), KILN_OK);
-    assert_int_equal(kiln_llm_store_init(s, &err), KILN_OK);
-    assert_int_equal(kiln_llm_store_init(s, &err), KILN_OK); /* idempotent */
+    assert_int_equal(kiln_store_version(s), KILN_STORE_SCHEMA_VERSION); /* llm_exchange is in it */
     kiln_store_problem sp = {0, "softmax_f32", SOFTMAX_DIR, -1, 20.0, -1, -1};
     int64_t pid = 0;
     assert_int_equal(kiln_store_problem_upsert(s, &sp, &pid, &err), KILN_OK);
@@ -340,7 +339,10 @@ static void test_context_from_store(void **state) {
                           "status, reason, created_unix_s) VALUES (%lld, %lld, 'm', '{}', "
                           "'no_kernel', 'no fenced code block in the reply', 1e9)",
                           (long long)pid, (long long)parent);
-    assert_int_equal(sqlite3_exec(kiln_store_db(s), sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3 *db = NULL; /* written as it was long ago: the row's time is not now */
+    assert_int_equal(sqlite3_open(kiln_store_path(s), &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
     free(sql);
 
     kiln_problem *p = NULL;
@@ -384,7 +386,7 @@ static void test_context_from_store(void **state) {
     /* a candidate of another problem is refused */
     assert_int_equal(kiln_llm_context_load(s, pid + 1, parent, 6, &ctx, &err), KILN_ERR_INVALID);
     kiln_llm_context_clear(&ctx);
-    assert_int_equal(kiln_llm_exchange_link(s, 1, child, &err), KILN_OK);
+    assert_int_equal(kiln_store_llm_exchange_link(s, 1, child, &err), KILN_OK);
     kiln_problem_free(p);
     kiln_store_close(s);
     char *cmd = xasprintf("rm -rf '%s'", dir);

@@ -1,7 +1,8 @@
 /* test_store.c: the SQLite store and the run lock: schema and version, idempotent problem upsert,
- * candidate dedupe, results, nodes, events, meta; a read-only reader beside a writer's open
- * transaction; garbage, foreign and truncated files; the lock against another process, also after
- * SIGKILL; and kill -9 of a writer in the middle of its inserts. */
+ * candidate dedupe, results and the gate's summary, nodes, events, meta; a read-only reader beside
+ * a writer's open transaction; a writer waiting for another's; garbage, foreign and truncated
+ * files; the lock against another process, also after SIGKILL; and kill -9 of a writer in the
+ * middle of its inserts. (test_store_queries.c: the migration of old stores and every query.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -44,28 +46,61 @@ static kiln_store *open_store(const char *dir, int read_only) {
     return s;
 }
 
-/* One integer from a query on the store's own connection. */
+/* A connection of the test's own to the store's file (the store hands out none): raw SQL checks
+ * what the store wrote, as docs/store.md promises it to whoever reads the database directly. */
+static sqlite3 *raw_open(kiln_store *s, int flags) {
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(kiln_store_path(s), &db, flags, NULL) != SQLITE_OK)
+        fail_msg("%s: %s", kiln_store_path(s), sqlite3_errmsg(db));
+    sqlite3_busy_timeout(db, 10000);
+    return db;
+}
+
+static void raw_exec(kiln_store *s, const char *sql) {
+    sqlite3 *db = raw_open(s, SQLITE_OPEN_READWRITE);
+    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+/* One integer from a query on a read-only connection of the test's own. */
 static int64_t query_int(kiln_store *s, const char *sql) {
+    sqlite3 *db = raw_open(s, SQLITE_OPEN_READONLY);
     sqlite3_stmt *st = NULL;
-    int r = sqlite3_prepare_v2(kiln_store_db(s), sql, -1, &st, NULL);
+    int r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
     if (r != SQLITE_OK)
-        fail_msg("%s: %s", sql, sqlite3_errmsg(kiln_store_db(s)));
+        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
     int64_t v = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
+    sqlite3_close(db);
     return v;
 }
 
 static char *query_text(kiln_store *s, const char *sql) {
+    sqlite3 *db = raw_open(s, SQLITE_OPEN_READONLY);
     sqlite3_stmt *st = NULL;
-    int r = sqlite3_prepare_v2(kiln_store_db(s), sql, -1, &st, NULL);
+    int r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
     if (r != SQLITE_OK)
-        fail_msg("%s: %s", sql, sqlite3_errmsg(kiln_store_db(s)));
+        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
     char *v = NULL;
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
         v = xstrdup((const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
+    sqlite3_close(db);
     return v;
+}
+
+/* Events of one kind, as the store's read-only handle r sees them. */
+static int count_events(kiln_store *r, const char *kind) {
+    kiln_store_page pg = {.kind = kind, .limit = 1000, .draft = -1};
+    cJSON *items = cJSON_CreateArray();
+    int64_t next = 0;
+    kiln_err err = {{0}};
+    assert_int_equal(kiln_store_dash_events(r, &pg, 1, items, &next, &err), KILN_OK);
+    int n = cJSON_GetArraySize(items);
+    cJSON_Delete(items);
+    return n;
 }
 
 static int64_t add_problem(kiln_store *s, const char *name) {
@@ -127,9 +162,9 @@ static void test_open_creates_a_wal_store_with_schema_version(void **state) {
     char *mode = query_text(s, "PRAGMA journal_mode");
     assert_string_equal(mode, "wal");
     free(mode);
-    assert_int_equal(query_int(s, "PRAGMA foreign_keys"), 1);
-    assert_int_equal(query_int(s, "PRAGMA busy_timeout"), 10000);
-    const char *tables[] = {"meta", "problem", "candidate", "result", "node", "event"};
+    assert_int_equal(kiln_store_version(s), KILN_STORE_SCHEMA_VERSION);
+    const char *tables[] = {"meta", "problem", "candidate",   "result",
+                            "node", "event",   "llm_exchange"};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
         char *sql = xasprintf("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
                               "name = '%s'",
@@ -150,10 +185,7 @@ static void test_newer_schema_version_is_refused(void **state) {
     (void)state;
     char *dir = make_run_dir();
     kiln_store *s = open_store(dir, 0);
-    assert_int_equal(sqlite3_exec(kiln_store_db(s),
-                                  "UPDATE meta SET value = '99' WHERE key = 'schema_version'", NULL,
-                                  NULL, NULL),
-                     SQLITE_OK);
+    raw_exec(s, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
     kiln_store_close(s);
     kiln_err err = {{0}};
     for (int ro = 0; ro < 2; ro++) {
@@ -256,8 +288,10 @@ static void test_candidates_are_deduplicated_by_binary_hash(void **state) {
 
 static const char gate_json[] =
     "{\"kiln_eval\": 1, \"outcome\": \"ok\", \"evidence\": {},"
-    " \"workloads\": [{\"index\": 0, \"time_us\": {\"median\": 3.1, \"spread_pct\": 2.5}},"
-    "                {\"index\": 1, \"time_us\": {\"median\": 4.0, \"spread_pct\": 7.5}},"
+    " \"workloads\": [{\"index\": 0, \"time_us\": {\"median\": 3.1, \"spread_pct\": 2.5},"
+    "                 \"ref_time_us\": 4.0},"
+    "                {\"index\": 1, \"time_us\": {\"median\": 4.0, \"spread_pct\": 7.5},"
+    "                 \"ref_time_us\": 16.0},"
     "                {\"index\": 2, \"time_us\": null}],"
     " \"summary\": {\"time_us_geomean\": 3.5, \"sol_pct_geomean\": 41.0,"
     "             \"sol_score_geomean\": 0.62}}";
@@ -270,15 +304,23 @@ static void test_results_are_recorded_and_read_back(void **state) {
     int64_t c = add_candidate(s, p, 0xabc, 0);
     int64_t bad = add_candidate(s, p, 0xdef, c);
 
-    double t, sp, sol, score;
-    kiln_store_result_columns(gate_json, &t, &sp, &sol, &score);
-    assert_true(t == 3.5 && sp == 7.5 && sol == 41.0 && score == 0.62);
-    kiln_store_result_columns("not json", &t, &sp, &sol, &score);
-    assert_true(t == -1 && sp == -1 && sol == -1 && score == 0);
+    kiln_store_summary sum;
+    kiln_store_summary_parse(gate_json, &sum);
+    assert_true(sum.time_us == 3.5 && sum.spread_pct == 7.5 && sum.sol_pct == 41.0 &&
+                sum.score == 0.62 && sum.score_known);
+    assert_string_equal(sum.outcome, "ok");
+    assert_true(fabs(sum.ref_time_us - 8.0) < 1e-9); /* the geomean of 4 and 16 */
+    kiln_store_summary_parse("not json", &sum);
+    assert_true(sum.time_us == -1 && sum.spread_pct == -1 && sum.sol_pct == -1 && sum.score == 0 &&
+                !sum.score_known && sum.ref_time_us == -1);
+    assert_string_equal(sum.outcome, "");
+    kiln_store_summary_read(NULL, &sum);
+    assert_true(sum.time_us == -1 && !sum.score_known);
 
     kiln_err err = {{0}};
-    kiln_store_result_columns(gate_json, &t, &sp, &sol, &score);
-    assert_int_equal(kiln_store_result_insert(s, c, "ok", gate_json, t, sp, sol, score, &err),
+    kiln_store_summary_parse(gate_json, &sum);
+    assert_int_equal(kiln_store_result_insert(s, c, "ok", gate_json, sum.time_us, sum.spread_pct,
+                                              sum.sol_pct, sum.score, &err),
                      KILN_OK);
     assert_int_equal(kiln_store_result_insert(s, bad, "mismatch",
                                               "{\"outcome\": \"mismatch\", \"evidence\": "
@@ -395,7 +437,7 @@ static void test_events_and_meta(void **state) {
     free(v);
     assert_int_equal(kiln_store_meta_set(s, "schema_version", "7", &err), KILN_ERR_INVALID);
     v = kiln_store_meta_get(s, "schema_version");
-    assert_string_equal(v, "1");
+    assert_int_equal(atoi(v), KILN_STORE_SCHEMA_VERSION);
     free(v);
     kiln_store_close(s);
     remove_run_dir(dir);
@@ -422,7 +464,8 @@ static void test_read_only_sees_committed_rows_beside_an_open_write(void **state
         if (kiln_store_open(dir, 0, &w, &err) ||
             kiln_store_event(w, 0, "committed", "visible", &err))
             _exit(2);
-        sqlite3 *db = kiln_store_db(w);
+        /* the open write transaction, on a connection of its own beside the store's */
+        sqlite3 *db = raw_open(w, SQLITE_OPEN_READWRITE);
         if (sqlite3_exec(db,
                          "BEGIN IMMEDIATE; INSERT INTO event (kind, message, created_unix_s) "
                          "VALUES ('uncommitted', '', 0)",
@@ -432,6 +475,7 @@ static void test_read_only_sees_committed_rows_beside_an_open_write(void **state
             _exit(4);
         if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
             _exit(5);
+        sqlite3_close(db);
         kiln_store_close(w);
         _exit(0);
     }
@@ -439,9 +483,14 @@ static void test_read_only_sees_committed_rows_beside_an_open_write(void **state
     assert_int_equal(read(to_parent[0], &ready, 1), 1);
     /* The writer holds its write transaction open: the reader sees the committed row only. */
     kiln_store *r = open_store(dir, 1);
-    assert_int_equal(query_int(r, "SELECT count(*) FROM event WHERE kind = 'committed'"), 1);
-    assert_int_equal(query_int(r, "SELECT count(*) FROM event WHERE kind = 'uncommitted'"), 0);
-    assert_int_equal(query_int(r, "SELECT count(*) FROM problem"), 1);
+    assert_int_equal(count_events(r, "committed"), 1);
+    assert_int_equal(count_events(r, "uncommitted"), 0);
+    kiln_store_problem_row *ps = NULL;
+    int n_ps = 0;
+    assert_int_equal(kiln_store_problem_list(r, &ps, &n_ps, NULL), KILN_OK);
+    assert_int_equal(n_ps, 1);
+    kiln_store_problem_row_free(&ps[0]);
+    free(ps);
     kiln_err err = {{0}};
     assert_int_equal(kiln_store_event(r, 0, "x", "y", &err), KILN_ERR_INVALID);
     assert_non_null(strstr(err.msg, "read-only"));
@@ -450,7 +499,7 @@ static void test_read_only_sees_committed_rows_beside_an_open_write(void **state
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    assert_int_equal(query_int(r, "SELECT count(*) FROM event WHERE kind = 'uncommitted'"), 1);
+    assert_int_equal(count_events(r, "uncommitted"), 1);
     kiln_store_close(r);
     /* With no writer left and the WAL checkpointed away (the last writer's close), a reader
      * still opens. */
@@ -459,7 +508,9 @@ static void test_read_only_sees_committed_rows_beside_an_open_write(void **state
     assert_false(file_exists(wal));
     free(wal);
     r = open_store(dir, 1);
-    assert_int_equal(query_int(r, "SELECT count(*) FROM event"), 2);
+    kiln_store_heads heads;
+    assert_int_equal(kiln_store_heads_read(r, &heads, NULL), KILN_OK);
+    assert_int_equal(heads.event, 2);
     kiln_store_close(r);
     close(to_parent[0]);
     close(to_parent[1]);
@@ -479,6 +530,51 @@ static void test_read_only_open_of_a_missing_store_is_an_io_error(void **state) 
     char *path = xasprintf("%s/kiln.db", dir);
     assert_false(file_exists(path)); /* a reader creates nothing */
     free(path);
+    remove_run_dir(dir);
+}
+
+/* A write that finds another process's write transaction open waits for it (the busy timeout)
+ * instead of failing, and its foreign keys hold on the store's own connection. */
+static void test_a_write_waits_for_another_writer(void **state) {
+    (void)state;
+    char *dir = make_run_dir();
+    kiln_store *s = open_store(dir, 0);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        sqlite3 *db = raw_open(s, SQLITE_OPEN_READWRITE);
+        if (sqlite3_exec(db,
+                         "BEGIN IMMEDIATE; INSERT INTO event (kind, message, created_unix_s) "
+                         "VALUES ('first', '', 0)",
+                         NULL, NULL, NULL) != SQLITE_OK ||
+            write(ready[1], "r", 1) != 1)
+            _exit(2);
+        usleep(600000);
+        _exit(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? 0 : 3);
+    }
+    char c = 0;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    double t0 = kiln_now_s();
+    kiln_err err = {{0}};
+    assert_int_equal(kiln_store_event(s, 0, "second", "after the first", &err), KILN_OK);
+    double waited = kiln_now_s() - t0;
+    print_message("    the second writer waited %.3f s\n", waited);
+    assert_true(waited > 0.3);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char *kinds = query_text(s, "SELECT group_concat(kind, ',') FROM (SELECT kind FROM event "
+                                "ORDER BY id)");
+    assert_string_equal(kinds, "first,second");
+    free(kinds);
+    /* foreign keys are on for the store's connection: a node under no problem is refused */
+    kiln_store_node orphan = {.problem_id = 77, .status = "open"};
+    assert_int_equal(kiln_store_node_insert(s, &orphan, &err), KILN_ERR_INVALID);
+    close(ready[0]);
+    close(ready[1]);
+    kiln_store_close(s);
     remove_run_dir(dir);
 }
 
@@ -784,6 +880,7 @@ int main(void) {
         cmocka_unit_test(test_events_and_meta),
         cmocka_unit_test(test_read_only_sees_committed_rows_beside_an_open_write),
         cmocka_unit_test(test_read_only_open_of_a_missing_store_is_an_io_error),
+        cmocka_unit_test(test_a_write_waits_for_another_writer),
         cmocka_unit_test(test_garbage_file_is_a_format_error),
         cmocka_unit_test(test_another_sqlite_database_is_not_a_kiln_store),
         cmocka_unit_test(test_truncated_store_is_a_clear_error),

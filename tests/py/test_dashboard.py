@@ -9,7 +9,7 @@ kernels of tests/kernels/cpu (right, wrong, all zeros, NaN, unwritten, writing a
 compile error) through `kiln submit RUN softmax_f32 KERNEL` itself, which gates and records them as
 children of the root. What `kiln submit` cannot express is written with Python's sqlite3 exactly as
 docs/store.md lays the rows out (candidate, result with the gate's whole JSON and the columns
-kiln_store_result_columns extracts, node, the ancestors' visits), with verdicts from `kiln eval
+kiln_store_summary_read extracts, node, the ancestors' visits), with verdicts from `kiln eval
 --json`, the same gate: three kernels derived from the softmax winner by small edits (one still
 right, one with an epsilon in the denominator, one that skips the last row), children of the winner
 as an llm agent's would be (so the candidate page has a diff), and a draft with three of the test
@@ -92,7 +92,7 @@ def fnv1a(data: bytes) -> str:
 
 
 def result_columns(r: dict):
-    """The four numbers kiln_store_result_columns reads from a gate result (store.h)."""
+    """The four numbers kiln_store_summary_read reads from a gate result (store.h)."""
     s = r.get("summary") or {}
     num = lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # noqa: E731
     spreads = [num((w.get("time_us") or {}).get("spread_pct")) for w in r.get("workloads") or []

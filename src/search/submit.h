@@ -1,8 +1,9 @@
-/* submit.h: what `kiln submit` and `kiln llm-try` share: opening a run for one of its problems (the
- * run lock, the store, the problem, its reference data) and recording a kernel from outside the
- * search as a gated candidate, child of the problem's root or of a given candidate. */
-#ifndef KILN_CLI_SUBMIT_H
-#define KILN_CLI_SUBMIT_H
+/* submit.h: the submit service, what `kiln submit` and `kiln llm-try` do beyond their arguments:
+ * opening a run for one of its problems (the run lock, the store, the problem, its reference data)
+ * and recording a kernel from outside the search as a gated candidate, child of the problem's root
+ * or of a given candidate, which becomes the incumbent when it is right and faster. */
+#ifndef KILN_SEARCH_SUBMIT_H
+#define KILN_SEARCH_SUBMIT_H
 
 #include <cjson/cJSON.h>
 
@@ -51,8 +52,8 @@ typedef struct {
 int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_candidate,
                        const char *source, kiln_submit_outcome *out, kiln_err *err);
 
-/* The problem's incumbent: problem.incumbent_id when its latest verdict is ok, else the fastest
- * candidate whose latest verdict is ok; 0 when none. *time_us gets its time (< 0 unknown). */
+/* The problem's winner (kiln_store_winner_get: the incumbent when its verdict is ok, else the
+ * fastest ok candidate); 0 when none. *time_us gets its time (< 0 unknown). */
 int64_t kiln_submit_incumbent(kiln_submit_run *r, double *time_us);
 
 #endif
