@@ -4,6 +4,7 @@
 #define KILN_GATE_H
 
 #include <cjson/cJSON.h>
+#include <sys/types.h>
 
 #include "../backend/backend.h"
 #include "../formats/refdata.h"
@@ -140,6 +141,16 @@ cJSON *kiln_gate_session_eval(kiln_gate_session *s, const kiln_problem *p, const
                               const char *kernel_path, const kiln_gate_options *opt);
 /* Stops the process (end of file on its commands, then SIGKILL after a grace period). */
 void kiln_gate_session_free(kiln_gate_session *s);
+
+/* ---- the compile pool (precompile.c) ---- */
+
+/* Starts compiling the cuda sources (NULL entries skipped) into the cubin cache in one process per
+ * core, in the background; returns the pool's pid (0: nothing started: fewer than two sources, no
+ * NVRTC). label, when given, prefixes a line on stderr at the end. The gate need not wait: it takes
+ * each cubin from the cache or compiles it itself. */
+pid_t kiln_gate_precompile_start(const char *const *sources, int n, const char *label);
+/* Reaps the pool (0: none). */
+void kiln_gate_precompile_wait(pid_t pid);
 
 /* ---- reference data (refs.c) ---- */
 

@@ -71,6 +71,10 @@ typedef struct {
 void kiln_store_summary_read(const cJSON *result, kiln_store_summary *out);
 /* The same from JSON text (NULL or text that does not parse reads as nothing). */
 void kiln_store_summary_parse(const char *result_json, kiln_store_summary *out);
+/* The median time of each workload of an ok result into medians[workload index] (cap entries;
+ * workloads not timed keep what medians held): what a challenger races against. Returns the number
+ * of entries that are meaningful (highest index + 1), 0 for a result that is not ok. */
+int kiln_store_summary_medians(const cJSON *result, double *medians, int cap);
 
 /* ---- writes ---- */
 

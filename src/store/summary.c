@@ -49,3 +49,21 @@ void kiln_store_summary_parse(const char *result_json, kiln_store_summary *out) 
     kiln_store_summary_read(j, out);
     cJSON_Delete(j);
 }
+
+int kiln_store_summary_medians(const cJSON *result, double *medians, int cap) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(result, "outcome");
+    if (!cJSON_IsString(o) || strcmp(o->valuestring, "ok") != 0)
+        return 0;
+    int n = 0;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(result, "workloads")) {
+        int i = (int)number_at(w, "index", -1, NULL);
+        double med = number_at(cJSON_GetObjectItemCaseSensitive(w, "time_us"), "median", -1, NULL);
+        if (i < 0 || i >= cap)
+            continue;
+        medians[i] = med;
+        if (i + 1 > n)
+            n = i + 1;
+    }
+    return n;
+}
