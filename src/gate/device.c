@@ -24,13 +24,6 @@ struct kiln_gate_dev {
     int cap;
 };
 
-uint64_t kiln_gate_keystream(uint64_t key, uint64_t i) {
-    uint64_t z = key + (i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static const char *gate_source(void) {
     for (int i = 0; kiln_gate_kernels[i].name; i++)
         if (strcmp(kiln_gate_kernels[i].name, "gate_device.cu") == 0)

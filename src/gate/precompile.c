@@ -3,8 +3,8 @@
  * cache (or compiles it itself when it gets there first).
  *
  * Processes, not threads: 16 threads of one process compiled 60 sources in 3-6 s on the H200, where
- * one NVRTC process takes ~0.2 s per source; processes share none of NVRTC's state. And never in the
- * caller's process: once a process has used NVRTC, the CUDA driver no longer initialises in the
+ * one NVRTC process takes ~0.2 s per source; processes share none of NVRTC's state. And never in
+ * the caller's process: once a process has used NVRTC, the CUDA driver no longer initialises in the
  * children it forks (cuInit answers CUDA_ERROR_NOT_INITIALIZED), and the gate process is forked
  * from the caller. */
 #include "gate.h"

@@ -9,6 +9,8 @@
 
 #include "web_impl.h"
 
+#include "../gate/gate.h"
+
 #define LIST_LIMIT_DEFAULT 100
 #define LIST_LIMIT_MAX 1000
 #define CURVE_LIMIT_DEFAULT 5000
@@ -19,10 +21,6 @@
 #define EVIDENCE_LOG_MAX 4096
 /* Characters of an llm prompt or reply shown on a candidate's page. */
 #define LLM_TEXT_MAX 65536
-
-static const char *const outcomes[] = {"ok",  "compile_error", "mismatch", "unwritten",
-                                       "nan", "timeout",       "crashed",  "resource"};
-#define N_OUTCOMES (sizeof outcomes / sizeof outcomes[0])
 
 /* One request: the store to read from and the reply being built. */
 typedef struct {
@@ -184,15 +182,19 @@ static int arg_outcome(api *a, int allow_ok, int allow_waiting, const char **out
     *out = arg(a, "outcome");
     if (!*out)
         return 0;
-    for (size_t i = 0; i < N_OUTCOMES; i++)
-        if (strcmp(*out, outcomes[i]) == 0 && (allow_ok || i > 0))
-            return 0;
+    int o = kiln_outcome_parse(*out);
+    if (o >= 0 && (allow_ok || o != KILN_OUTCOME_OK))
+        return 0;
     if (allow_waiting && strcmp(*out, "waiting") == 0)
         return 0;
-    return fail(a, MHD_HTTP_BAD_REQUEST,
-                "outcome '%.40s' is not one of %scompile_error, mismatch, unwritten, nan, timeout, "
-                "crashed, resource%s",
-                *out, allow_ok ? "ok, " : "", allow_waiting ? ", waiting" : "");
+    kiln_strbuf names = {0};
+    for (int i = allow_ok ? 0 : 1; i < KILN_OUTCOME_COUNT; i++)
+        kiln_strbuf_printf(&names, "%s%s", i > (allow_ok ? 0 : 1) ? ", " : "",
+                           kiln_outcome_name((kiln_outcome)i));
+    int rc = fail(a, MHD_HTTP_BAD_REQUEST, "outcome '%.40s' is not one of %s%s", *out, names.s,
+                  allow_waiting ? ", waiting" : "");
+    free(names.s);
+    return rc;
 }
 
 /* A path segment that must be an id: 400 when malformed, and the caller answers 404 when absent. */

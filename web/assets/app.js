@@ -3,11 +3,13 @@
 // through /api/stream (server-sent events). Chart.js and highlight.js are Debian's, loaded by
 // index.html as the globals Chart and hljs.
 
-const OUTCOMES = ['ok', 'compile_error', 'mismatch', 'unwritten', 'nan', 'timeout', 'crashed',
-  'resource', 'waiting'];
+// The gate's outcomes (src/gate/prove.c), and "waiting" for a candidate not judged yet.
+const OUTCOMES = ['ok', 'compile_error', 'mismatch', 'unwritten', 'nan', 'input_modified', 'timeout',
+  'crashed', 'resource', 'impossible', 'slower', 'waiting'];
 const COLOURS = {
   ok: '#1a7f37', compile_error: '#8250df', mismatch: '#cf222e', unwritten: '#bc4c00',
-  nan: '#bf8700', timeout: '#0969da', crashed: '#24292f', resource: '#bf3989', waiting: '#8c959f',
+  nan: '#bf8700', input_modified: '#953800', timeout: '#0969da', crashed: '#24292f',
+  resource: '#bf3989', impossible: '#d1242f', slower: '#57606a', waiting: '#8c959f',
 };
 const FEED_MAX = 200;
 
