@@ -2,7 +2,7 @@
  * banner and #define lines of a generated file, embedded templates, and match facts. */
 #include "family.h"
 
-#include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <string.h>
 
 /* The embedded templates (build/gen/templates.c, from src/gen/templates/ by scripts/embed.sh). */
@@ -17,24 +17,6 @@ const kiln_family *kiln_family_find(const char *name) {
         if (strcmp(kiln_family_at(i)->name, name) == 0)
             return kiln_family_at(i);
     return NULL;
-}
-
-cJSON *kiln_problem_read_kiln(const kiln_problem *p) {
-    char *path = kiln_path_join(p->dir, "definition.json");
-    char *text = NULL;
-    cJSON *kiln = NULL;
-    if (kiln_read_file(path, &text, NULL, NULL) == KILN_OK) {
-        cJSON *def = cJSON_Parse(text);
-        kiln = cJSON_DetachItemFromObjectCaseSensitive(def, "kiln");
-        cJSON_Delete(def);
-        if (kiln && !cJSON_IsObject(kiln)) {
-            cJSON_Delete(kiln);
-            kiln = NULL;
-        }
-    }
-    free(text);
-    free(path);
-    return kiln;
 }
 
 int64_t kiln_family_space_size(const kiln_family *f) {
@@ -132,6 +114,33 @@ const char *kiln_family_template(const char *file_name) {
         if (strcmp(kiln_embedded_templates[i].name, file_name) == 0)
             return (const char *)kiln_embedded_templates[i].data;
     return NULL;
+}
+
+char *kiln_family_prototype(const kiln_problem *p, int has_scratch, int cuda, const char *bounds,
+                            const char *entry) {
+    kiln_signature sig;
+    kiln_abi_signature(p, has_scratch, cuda, &sig);
+    char *name =
+        cuda && bounds ? xasprintf("__launch_bounds__(%s) %s", bounds, entry) : xstrdup(entry);
+    char *proto = kiln_abi_prototype(&sig, name, cuda);
+    free(name);
+    return proto;
+}
+
+void kiln_family_fmt(char *out, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+}
+
+int64_t kiln_family_gcd(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
 }
 
 void kiln_match_set(kiln_match *m, const char *key, double value) {

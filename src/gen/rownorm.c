@@ -290,17 +290,9 @@ static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cud
 /* The entry point: the problem's exact signature, calling the body with each role's pointer. */
 static char *entry_point(const kiln_problem *p, const kiln_match *m, const char *entry, int cuda,
                          int block) {
-    kiln_signature sig;
-    kiln_abi_signature(p, 0, cuda, &sig);
-    char *proto = kiln_abi_prototype(&sig, entry, cuda);
-    char *head = proto;
-    if (cuda) {
-        char *v = strstr(proto, "void ");
-        KILN_ASSERT(v);
-        head =
-            xasprintf("%.*svoid __launch_bounds__(%d) %s", (int)(v - proto), proto, block, v + 5);
-        free(proto);
-    }
+    char bounds[32];
+    snprintf(bounds, sizeof bounds, "%d", block);
+    char *head = kiln_family_prototype(p, 0, cuda, bounds, entry);
     static const char *const in_types[] = {"RN_X_T", "RN_W_T", "RN_B_T", "RN_G_T"};
     static const char *const out_types[] = {"RN_Y_T", "RN_MEAN_T", "RN_RSTD_T"};
     char args[1024];
