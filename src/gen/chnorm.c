@@ -250,11 +250,7 @@ char *chn_with_banner(const kiln_family *f, const kiln_match *m, const int64_t *
     kiln_family bare = *f;
     if (!cuda)
         bare.n_params = 0;
-    char *banner = kiln_family_banner(&bare, m, pt, body->s);
-    char *s = xasprintf("%s%s", banner, body->s);
-    free(banner);
-    free(body->s);
-    return s;
+    return kiln_family_source(&bare, m, pt, body->s);
 }
 
 double chn_flops_per_element(const kiln_problem *p, const kiln_match *m, const kiln_workload *w,

@@ -239,11 +239,7 @@ char *elt_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *p
             kiln_strbuf_printf(&b, "    elt_obj.sc_%s = (float)%s;\n", p->inputs[i].name,
                                p->inputs[i].name);
     kiln_strbuf_printf(&b, "    elt_drive(elt_obj, (%s)(%s));\n}\n", idx, sh->total);
-    char *banner = kiln_family_banner(&kiln_family_eltwise, m, pt, b.s);
-    char *src = xasprintf("%s%s", banner, b.s);
-    free(banner);
-    free(b.s);
-    return src;
+    return kiln_family_source(&kiln_family_eltwise, m, pt, b.s);
 }
 
 char *elt_emit_cpu(const kiln_problem *p, const kiln_match *m, const elt_problem *ep) {
@@ -317,9 +313,5 @@ char *elt_emit_cpu(const kiln_problem *p, const kiln_match *m, const elt_problem
     kiln_strbuf_printf(&b, "    }\n}\n");
     int64_t first[KILN_FAMILY_MAX_PARAMS];
     kiln_family_point(&kiln_family_eltwise, 0, first);
-    char *banner = kiln_family_banner(&kiln_family_eltwise, m, first, b.s);
-    char *src = xasprintf("%s%s", banner, b.s);
-    free(banner);
-    free(b.s);
-    return src;
+    return kiln_family_source(&kiln_family_eltwise, m, first, b.s);
 }

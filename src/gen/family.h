@@ -107,9 +107,10 @@ int64_t kiln_family_start_index(const kiln_family *f, const kiln_problem *p, con
 char *kiln_family_point_str(const kiln_family *f, const int64_t *point);
 
 /* Helpers for emitters. */
-/* The banner every generated file starts with: family, variant, parameters, hash of the body. */
-char *kiln_family_banner(const kiln_family *f, const kiln_match *m, const int64_t *point,
-                         const char *body);
+/* The whole candidate: the banner every generated file starts with (family, variant, parameters,
+ * how it matched, hash of the body), then body, which it takes (and frees). */
+char *kiln_family_source(const kiln_family *f, const kiln_match *m, const int64_t *point,
+                         char *body);
 /* "#define NAME VALUE\n" for every parameter of point. */
 char *kiln_family_defines(const kiln_family *f, const int64_t *point);
 /* The template text of a family, embedded at build time from src/gen/templates/NAME.cu (or .c). */

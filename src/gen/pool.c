@@ -498,11 +498,7 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
     char *proto = kiln_family_prototype(p, 0, 1, bounds, "pool_kernel");
     kiln_strbuf_printf(&b, "\n%s {\n    %s\n}\n", proto, call);
     free(proto);
-    char *banner = kiln_family_banner(&kiln_family_pool, m, pt, b.s);
-    char *src = xasprintf("%s%s", banner, b.s);
-    free(banner);
-    free(b.s);
-    return src;
+    return kiln_family_source(&kiln_family_pool, m, pt, b.s);
 }
 
 static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
@@ -536,11 +532,7 @@ static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
     kiln_strbuf_printf(&b, "\n}\n");
     int64_t first[KILN_FAMILY_MAX_PARAMS];
     kiln_family_point(&kiln_family_pool, 0, first);
-    char *banner = kiln_family_banner(&kiln_family_pool, m, first, b.s);
-    char *src = xasprintf("%s%s", banner, b.s);
-    free(banner);
-    free(b.s);
-    return src;
+    return kiln_family_source(&kiln_family_pool, m, first, b.s);
 }
 
 static char *pool_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {

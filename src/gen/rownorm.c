@@ -365,13 +365,9 @@ static char *rn_emit(const kiln_family *f, const kiln_problem *p, const kiln_mat
         for (int i = 0; i < f->n_params; i++)
             canonical[i] = f->params[i].values[0];
     }
-    char *banner = kiln_family_banner(f, m, canonical, body);
-    char *s = xasprintf("%s%s", banner, body);
-    free(banner);
-    free(body);
     free(variant);
     free(entry);
-    return s;
+    return kiln_family_source(f, m, canonical, body);
 }
 
 static char *rms_emit(const kiln_problem *p, const kiln_match *m, const int64_t *point, int cuda) {

@@ -930,11 +930,7 @@ static char *emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_m
     free(proto);
     emit_call(&b, p, m, 1);
     kiln_strbuf_printf(&b, "}\n");
-    char *banner = kiln_family_banner(f, m, pt, b.s);
-    char *out = xasprintf("%s%s", banner, b.s);
-    free(banner);
-    free(b.s);
-    return out;
+    return kiln_family_source(f, m, pt, b.s);
 }
 
 /* The C source for the cpu backend: no geometry, so one source per problem (sweep dedupes it). */
