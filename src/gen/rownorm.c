@@ -218,26 +218,6 @@ static const char *rn_check(const kiln_problem *p, const kiln_match *m, const in
 
 /* ---- emission ---- */
 
-static const char *cuda_type(kiln_dtype t) {
-    return t == KILN_BF16 ? "__nv_bfloat16" : t == KILN_F16 ? "__half" : "float";
-}
-
-static const char *cpu_type(kiln_dtype t) {
-    return t == KILN_BF16 ? "kiln_bf16" : t == KILN_F16 ? "kiln_f16" : "float";
-}
-
-static const char *cpu_to_float(kiln_dtype t) {
-    return t == KILN_BF16  ? "kiln_bf16_to_float(v)"
-           : t == KILN_F16 ? "kiln_f16_to_float(v)"
-                           : "(v)";
-}
-
-static const char *cpu_from_float(kiln_dtype t) {
-    return t == KILN_BF16  ? "kiln_float_to_bf16(f)"
-           : t == KILN_F16 ? "kiln_float_to_f16(f)"
-                           : "(f)";
-}
-
 /* What the variant is, for both languages: kind, element types (with the CPU's conversions),
  * which tensors exist, and the programs. */
 static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cuda) {
@@ -252,11 +232,11 @@ static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cud
         kiln_dtype dt = t ? t->dtype : KILN_F32;
         if (r != ROLE_X)
             off += (size_t)snprintf(s + off, cap - off, "#define RN_HAS_%s %d\n", in_names[r], !!t);
-        off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_T %s\n", in_names[r],
-                                cuda ? cuda_type(dt) : cpu_type(dt));
+        const kiln_kernel_type k = kiln_dtype_kernel_type(dt, cuda);
+        off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_T %s\n", in_names[r], k.type);
         if (!cuda)
-            off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_F(v) %s\n", in_names[r],
-                                    cpu_to_float(dt));
+            off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_F(v) %s(v)\n", in_names[r],
+                                    k.to_float);
     }
     for (int o = OUT_Y; o <= OUT_RSTD; o++) {
         int idx = m->output_of_role[o];
@@ -264,11 +244,11 @@ static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cud
         if (o != OUT_Y)
             off += (size_t)snprintf(s + off, cap - off, "#define RN_HAS_%s %d\n", out_names[o],
                                     idx >= 0);
-        off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_T %s\n", out_names[o],
-                                cuda ? cuda_type(dt) : cpu_type(dt));
+        const kiln_kernel_type k = kiln_dtype_kernel_type(dt, cuda);
+        off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_T %s\n", out_names[o], k.type);
         if (!cuda)
-            off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_OF(f) %s\n", out_names[o],
-                                    cpu_from_float(dt));
+            off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_OF(f) %s(f)\n", out_names[o],
+                                    k.from_float);
     }
     static const struct {
         const char *fact, *macro, *base;
