@@ -508,7 +508,7 @@ class Capture:
         return c
 
     def module_candidate(self, m: dict) -> Optional["Candidate"]:
-        from kiln.capture_problem import module_reference, problem_name
+        from kiln.capture_problem import module_ops, module_reference, problem_name
         tr = m["trace"]
         if tr is None:
             m["skipped"] = "tensors not held (the first call of this module signature was not sampled)"
@@ -535,11 +535,11 @@ class Capture:
             "kind": "module", "module_class": m["cls"], "calls": len(m["calls"]),
             "device_time_us": round(m["time_us"], 3), "share": round(share, 6), "time_source": self.time_source,
             "module_paths": m["paths"], "grad_mode": tr.grad_mode, "capture_device": self.device,
-            "aten_ops": [op_label_of(f) for f, *_ in tr.lines],
             "input_origins": {n: (f"{first_path}.{n}" if origin == "parameter" else origin)
                               for n, _, _, origin in tr.inputs},
             "first_call_ops": m["calls"][0] if m["calls"] else [], "torch_flags": self.torch_flags,
         }
+        kiln.update(module_ops(tr, kept))
         kiln.update(_layout_fields(inputs, outputs))
         description = (f"forward of the leaf module {m['cls']} (a chain of pointwise/reduction aten ops) "
                        f"captured from {os.path.basename(self.opts.script)}: {len(m['calls'])} call(s), "

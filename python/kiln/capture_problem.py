@@ -246,14 +246,14 @@ def module_reference(trace, kept_outputs: list) -> str:
     """The reference of a traced leaf-module forward: its aten calls as straight-line code."""
     params = [name for name, *_ in trace.inputs]
     body: list = []
-    need_device = any(uses_device(a) or uses_device(k) for _, a, k, _ in trace.lines)
+    need_device = any(uses_device(a) or uses_device(k) for _, a, k, _, _ in trace.lines)
     if need_device:
         body.append(f"DEVICE = {params[0]}.device")
     for name, _, stored, _ in trace.inputs:
         body.extend(restore_lines(name, stored))
         if name in trace.mutated_inputs:
             body.append(f"{name} = {name}.clone()  # written in place by the module")
-    for func, sargs, skwargs, out_names in trace.lines:
+    for func, sargs, skwargs, out_names, _ in trace.lines:
         args = [literal(a, {}) for a in sargs] + [f"{k}={literal(v, {})}" for k, v in skwargs.items()]
         call = f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}({', '.join(args)})"
         if out_names is None:
@@ -268,6 +268,24 @@ def module_reference(trace, kept_outputs: list) -> str:
     grad_mode = trace.grad_mode
     lines = header(grad_mode) + [f"def run({', '.join(params)}):"] + ["    " + b for b in body]
     return "\n".join(lines) + "\n"
+
+
+def module_ops(trace, kept_outputs: list) -> dict:
+    """The traced forward as kiln's op chain ("kiln": {"ops": [...], "outputs": [...]}, the form
+    src/formats/opchain.h reads): one op per aten call with its arguments ({"ref": NAME} for a tensor,
+    NAME an input or an earlier op's "out"), the names and dtypes of its results, and the values the
+    problem's outputs are. The same calls as module_reference, as data."""
+    from kiln.capture_record import json_arg, op_label
+    ops = []
+    for func, sargs, skwargs, out_names, out_dtypes in trace.lines:
+        op = {"aten": op_label(func), "args": [json_arg(a) for a in sargs]}
+        if skwargs:
+            op["kwargs"] = {k: json_arg(v) for k, v in skwargs.items()}
+        if out_names is not None:
+            op["out"] = out_names
+            op["dtypes"] = out_dtypes if isinstance(out_dtypes, list) else [out_dtypes]
+        ops.append(op)
+    return {"ops": ops, "outputs": [trace.outputs[k][0] for k in kept_outputs]}
 
 
 # ---------------------------------------------------------------------------------------------------

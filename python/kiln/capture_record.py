@@ -45,7 +45,7 @@ from torch.profiler import record_function
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils.weak import WeakIdKeyDictionary
 
-from kiln.capture_problem import Stored, store_tensor
+from kiln.capture_problem import DTYPE_NAMES, Stored, store_tensor
 
 # Allocation and bookkeeping ops: no tensor work (their outputs are uninitialised or unchanged).
 META_OP_NAMES = frozenset({
@@ -297,7 +297,9 @@ class ModuleTrace:
         self.local_params = local_params  # id(tensor) -> attribute name of the module's own params/buffers
         self.vars = WeakIdKeyDictionary()
         self.inputs: list = []  # [(var, TensorMeta, Stored or None, origin)]
-        self.lines: list = []   # [(func, struct_args, struct_kwargs, out_names)]
+        # [(func, struct_args, struct_kwargs, out_names, out_dtypes)]: out_dtypes mirrors out_names
+        # with kiln's dtype names (None where kiln has no such dtype)
+        self.lines: list = []
         self.mutated_inputs: set = set()
         self.ok = True
         self.reason: Optional[str] = None
@@ -377,13 +379,15 @@ class ModuleTrace:
             self.op_keys.append(key)
         if isinstance(out, torch.Tensor):
             names: Any = self._new_var(out)
+            dtypes: Any = DTYPE_NAMES.get(out.dtype)
         elif isinstance(out, (list, tuple)) and all(isinstance(o, torch.Tensor) or o is None for o in out):
             names = [self._new_var(o) if isinstance(o, torch.Tensor) else None for o in out]
+            dtypes = [DTYPE_NAMES.get(o.dtype) if isinstance(o, torch.Tensor) else None for o in out]
         elif out is None:
-            names = None
+            names = dtypes = None
         else:
             return self.fail(f"{op_label(func)} returns {type(out).__name__}")
-        self.lines.append((func, struct[0], struct[1], names))
+        self.lines.append((func, struct[0], struct[1], names, dtypes))
 
     def _new_var(self, t: torch.Tensor) -> str:
         name = f"v{self.n_vars}"
@@ -886,21 +890,28 @@ def _approx_module_key(module, args) -> tuple:
     return (type(module).__qualname__, metas, params, grad_mode_now())
 
 
+def json_arg(v):
+    """One argument of a recorded call as the JSON of kiln's op chains (src/formats/opchain.h): a
+    tensor of a call is {"tensor": flat index}, a value of a module trace {"ref": name}; non-finite
+    floats are the strings "inf", "-inf", "nan"; dtypes, devices and layouts their str()."""
+    if isinstance(v, Slot):
+        return {"tensor": v.index}
+    if isinstance(v, _Var):
+        return {"ref": v.name}
+    if isinstance(v, (list, tuple)):
+        return [json_arg(x) for x in v]
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else repr(v)
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, torch.SymInt):
+        return int(v)
+    return str(v)
+
+
 def _args_json(sargs, skwargs):
-    """Non-tensor arguments as JSON (tensors as {"tensor": flat index})."""
-    def conv(v):
-        if isinstance(v, Slot):
-            return {"tensor": v.index}
-        if isinstance(v, (list, tuple)):
-            return [conv(x) for x in v]
-        if isinstance(v, float):
-            return v if v == v and v not in (float("inf"), float("-inf")) else repr(v)
-        if v is None or isinstance(v, (bool, int, str)):
-            return v
-        if isinstance(v, torch.SymInt):
-            return int(v)
-        return str(v)
-    return {"args": [conv(a) for a in sargs], "kwargs": {k: conv(v) for k, v in skwargs.items()}}
+    """The arguments of a captured call as JSON (tensors as {"tensor": flat index})."""
+    return {"args": [json_arg(a) for a in sargs], "kwargs": {k: json_arg(v) for k, v in skwargs.items()}}
 
 
 def _fmt_bytes(n: float) -> str:

@@ -367,39 +367,6 @@ int kiln_abi_plan(const kiln_abi *abi, const kiln_problem *p, const kiln_workloa
 
 /* ---- signature ---- */
 
-/* Element type of a tensor for the candidate's language. */
-static const char *element_type(kiln_dtype t, int cuda) {
-    switch (t) {
-    case KILN_F64:
-        return "double";
-    case KILN_F32:
-        return "float";
-    case KILN_F16:
-        return cuda ? "__half" : "kiln_f16";
-    case KILN_BF16:
-        return cuda ? "__nv_bfloat16" : "kiln_bf16";
-    case KILN_F8_E4M3:
-    case KILN_F8_E5M2:
-    case KILN_F4_E2M1:
-    case KILN_F4_E2M1X2:
-    case KILN_U8:
-        return "uint8_t";
-    case KILN_I64:
-        return "int64_t";
-    case KILN_I32:
-        return "int32_t";
-    case KILN_I16:
-        return "int16_t";
-    case KILN_I8:
-        return "int8_t";
-    case KILN_BOOL:
-        return "bool";
-    case KILN_DTYPE_COUNT:
-        break;
-    }
-    return "uint8_t";
-}
-
 /* How a scalar of type t travels by value (docs/abi.md section 1). */
 static kiln_param_kind scalar_kind(kiln_dtype t, const char **c_type) {
     switch (t) {
@@ -424,16 +391,24 @@ static kiln_param_kind scalar_kind(kiln_dtype t, const char **c_type) {
     }
 }
 
-static kiln_param *add_param(kiln_signature *sig, kiln_param_kind kind, const char *name,
-                             const char *c_type_fmt, const char *element) {
+void kiln_abi_add_param(kiln_signature *sig, kiln_param_kind kind, const char *name,
+                        const char *c_type) {
     /* A problem with more parameters than this is not one kiln can pass; the loader keeps them
      * far below it, so running past it is a programmer error. */
     KILN_ASSERT(sig->n < KILN_MAX_PARAMS);
     kiln_param *prm = &sig->p[sig->n++];
+    memset(prm, 0, sizeof *prm);
     prm->kind = kind;
     snprintf(prm->name, sizeof prm->name, "%s", name ? name : "");
-    snprintf(prm->c_type, sizeof prm->c_type, c_type_fmt, element);
-    return prm;
+    snprintf(prm->c_type, sizeof prm->c_type, "%s", c_type);
+}
+
+void kiln_abi_add_tensor(kiln_signature *sig, const char *name, kiln_dtype t, int is_output,
+                         int cuda) {
+    char c_type[48];
+    snprintf(c_type, sizeof c_type, "%s%s*", is_output ? "" : "const ",
+             kiln_dtype_kernel_type(t, cuda).type);
+    kiln_abi_add_param(sig, KILN_PARAM_PTR, name, c_type);
 }
 
 void kiln_abi_signature(const kiln_problem *p, int has_scratch, int cuda, kiln_signature *out) {
@@ -444,38 +419,33 @@ void kiln_abi_signature(const kiln_problem *p, int has_scratch, int cuda, kiln_s
         if (t->is_scalar) {
             const char *c_type;
             kiln_param_kind kind = scalar_kind(t->dtype, &c_type);
-            add_param(out, kind, t->name, "%s", c_type);
+            kiln_abi_add_param(out, kind, t->name, c_type);
         } else {
-            add_param(out, KILN_PARAM_PTR, t->name, "const %s*", element_type(t->dtype, cuda));
+            kiln_abi_add_tensor(out, t->name, t->dtype, 0, cuda);
         }
     }
     for (int i = 0; i < p->n_outputs; i++)
-        add_param(out, KILN_PARAM_PTR, p->outputs[i].name, "%s*",
-                  element_type(p->outputs[i].dtype, cuda));
+        kiln_abi_add_tensor(out, p->outputs[i].name, p->outputs[i].dtype, 1, cuda);
     for (int i = 0; i < p->n_axes; i++)
-        add_param(out, KILN_PARAM_I64, p->axes[i].name, "%s", "int64_t");
+        kiln_abi_add_param(out, KILN_PARAM_I64, p->axes[i].name, "int64_t");
     if (has_scratch)
-        add_param(out, KILN_PARAM_PTR, "kiln_scratch", "%s", "void*");
+        kiln_abi_add_param(out, KILN_PARAM_PTR, "kiln_scratch", "void*");
+}
+
+char *kiln_abi_param_list(const kiln_signature *sig) {
+    KILN_ASSERT(sig);
+    kiln_strbuf b = {0};
+    kiln_strbuf_printf(&b, "%s", "");
+    for (int i = 0; i < sig->n; i++)
+        kiln_strbuf_printf(&b, "%s%s %s", i ? ", " : "", sig->p[i].c_type, sig->p[i].name);
+    return b.s;
 }
 
 char *kiln_abi_prototype(const kiln_signature *sig, const char *entry, int cuda) {
     KILN_ASSERT(sig && entry);
-    char *s = xasprintf("%svoid %s(", cuda ? "extern \"C\" __global__ " : "", entry);
-    size_t len = strlen(s), cap = len + 1;
-    for (int i = 0; i <= sig->n; i++) {
-        char piece[160];
-        if (i < sig->n)
-            snprintf(piece, sizeof piece, "%s%s %s", i ? ", " : "", sig->p[i].c_type,
-                     sig->p[i].name);
-        else
-            snprintf(piece, sizeof piece, "%s)", sig->n == 0 && !cuda ? "void" : "");
-        size_t n = strlen(piece);
-        if (len + n + 1 > cap) {
-            cap = 2 * (len + n + 1);
-            s = xrealloc(s, cap);
-        }
-        memcpy(s + len, piece, n + 1);
-        len += n;
-    }
+    char *params = kiln_abi_param_list(sig);
+    char *s = xasprintf("%svoid %s(%s)", cuda ? "extern \"C\" __global__ " : "", entry,
+                        sig->n == 0 && !cuda ? "void" : params);
+    free(params);
     return s;
 }

@@ -71,11 +71,27 @@ int kiln_abi_plan(const kiln_abi *abi, const kiln_problem *p, const kiln_workloa
                   kiln_launch_plan *out, kiln_err *err);
 
 /* The parameter list a problem implies. cuda selects CUDA type names (__nv_bfloat16, __half), else
- * C names (kiln_bf16, kiln_f16 from kiln_cpu.h). */
+ * C names (kiln_bf16, kiln_f16 from kiln_cpu.h): kiln_dtype_kernel_type. */
 void kiln_abi_signature(const kiln_problem *p, int has_scratch, int cuda, kiln_signature *out);
 
+/* The pieces kiln_abi_signature is built from, for kernels described without a kiln_problem (a
+ * library manifest's entries, the gate's ceiling kernels). Appends one parameter; more than
+ * KILN_MAX_PARAMS is a programmer error (callers bound the count first). */
+void kiln_abi_add_param(kiln_signature *sig, kiln_param_kind kind, const char *name,
+                        const char *c_type);
+/* Appends a tensor: "const T* name" for an input, "T* name" for an output, T the kernel type of t.
+ */
+void kiln_abi_add_tensor(kiln_signature *sig, const char *name, kiln_dtype t, int is_output,
+                         int cuda);
+
+/* "const float* x, float* y, int64_t n": the parameters as C, for an emitter's own entry points.
+ * "" for none. Caller frees. */
+char *kiln_abi_param_list(const kiln_signature *sig);
+
 /* The C prototype of an entry point, e.g. for docs and for error messages:
- * "void kiln_kernel(const float* x, float* y, int64_t n)". Caller frees. */
+ * "void kiln_kernel(const float* x, float* y, int64_t n)"; with cuda, `extern "C" __global__ void
+ * ENTRY(...)`. entry may carry attributes before the name ("__launch_bounds__(256) k"). Caller
+ * frees. */
 char *kiln_abi_prototype(const kiln_signature *sig, const char *entry, int cuda);
 
 #endif

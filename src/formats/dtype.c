@@ -36,25 +36,54 @@ typedef struct {
     const char *st_name; /* safetensors; NULL when the format cannot name it */
     const char *c_type;  /* a scalar of this type as a candidate receives it (docs/abi.md) */
     int is_float;
+    /* An element in a kernel: CUDA's type and conversions (cuda_fp16.h, cuda_bf16.h), and the cpu
+     * backend's (kiln_cpu.h). The 8- and 4-bit floats are raw bytes in both, with no conversion. */
+    kiln_kernel_type cuda, cpu;
 } dtype_info;
 
+#define RAW_BYTES                                                                                  \
+    { "uint8_t", NULL, NULL }
+#define PLAIN(type)                                                                                \
+    { type, "", "" }
+
 static const dtype_info DTYPES[KILN_DTYPE_COUNT] = {
-    [KILN_F64] = {8, "float64", "F64", "double", 1},
-    [KILN_F32] = {4, "float32", "F32", "float", 1},
-    [KILN_F16] = {2, "float16", "F16", "float", 1},
-    [KILN_BF16] = {2, "bfloat16", "BF16", "float", 1},
-    [KILN_F8_E4M3] = {1, "float8_e4m3fn", "F8_E4M3", "float", 1},
-    [KILN_F8_E5M2] = {1, "float8_e5m2", "F8_E5M2", "float", 1},
+    [KILN_F64] = {8, "float64", "F64", "double", 1, PLAIN("double"), PLAIN("double")},
+    [KILN_F32] = {4, "float32", "F32", "float", 1, PLAIN("float"), PLAIN("float")},
+    [KILN_F16] = {2,
+                  "float16",
+                  "F16",
+                  "float",
+                  1,
+                  {"__half", "__half2float", "__float2half_rn"},
+                  {"kiln_f16", "kiln_f16_to_float", "kiln_float_to_f16"}},
+    [KILN_BF16] = {2,
+                   "bfloat16",
+                   "BF16",
+                   "float",
+                   1,
+                   {"__nv_bfloat16", "__bfloat162float", "__float2bfloat16_rn"},
+                   {"kiln_bf16", "kiln_bf16_to_float", "kiln_float_to_bf16"}},
+    [KILN_F8_E4M3] = {1, "float8_e4m3fn", "F8_E4M3", "float", 1, RAW_BYTES, RAW_BYTES},
+    [KILN_F8_E5M2] = {1, "float8_e5m2", "F8_E5M2", "float", 1, RAW_BYTES, RAW_BYTES},
     /* One fp4 value per byte: safetensors has no such type. */
-    [KILN_F4_E2M1] = {1, "float4_e2m1", NULL, "float", 1},
+    [KILN_F4_E2M1] = {1, "float4_e2m1", NULL, "float", 1, RAW_BYTES, RAW_BYTES},
     /* safetensors "F4" counts 4-bit values; safetensors.c converts the last dimension. */
-    [KILN_F4_E2M1X2] = {1, "float4_e2m1fn_x2", "F4", "float", 1},
-    [KILN_I64] = {8, "int64", "I64", "int64_t", 0},
-    [KILN_I32] = {4, "int32", "I32", "int32_t", 0},
-    [KILN_I16] = {2, "int16", "I16", "int32_t", 0},
-    [KILN_I8] = {1, "int8", "I8", "int32_t", 0},
-    [KILN_U8] = {1, "uint8", "U8", "int32_t", 0},
-    [KILN_BOOL] = {1, "bool", "BOOL", "bool", 0},
+    [KILN_F4_E2M1X2] = {1, "float4_e2m1fn_x2", "F4", "float", 1, RAW_BYTES, RAW_BYTES},
+    [KILN_I64] = {8, "int64", "I64", "int64_t", 0, PLAIN("int64_t"), PLAIN("int64_t")},
+    [KILN_I32] = {4, "int32", "I32", "int32_t", 0, PLAIN("int32_t"), PLAIN("int32_t")},
+    [KILN_I16] = {2, "int16", "I16", "int32_t", 0, PLAIN("int16_t"), PLAIN("int16_t")},
+    [KILN_I8] = {1, "int8", "I8", "int32_t", 0, PLAIN("int8_t"), PLAIN("int8_t")},
+    [KILN_U8] = {1, "uint8", "U8", "int32_t", 0, PLAIN("uint8_t"), PLAIN("uint8_t")},
+    [KILN_BOOL] = {1, "bool", "BOOL", "bool", 0, PLAIN("bool"), PLAIN("bool")},
+};
+
+/* PyTorch's other names for the same types (torch.float is torch.float32, ...). */
+static const struct {
+    const char *alias;
+    kiln_dtype t;
+} TORCH_ALIASES[] = {
+    {"float", KILN_F32}, {"double", KILN_F64}, {"half", KILN_F16},
+    {"long", KILN_I64},  {"int", KILN_I32},    {"short", KILN_I16},
 };
 
 static int valid(kiln_dtype t) {
@@ -94,12 +123,29 @@ int kiln_dtype_parse_st(const char *name, kiln_dtype *out) {
     return -1;
 }
 
+int kiln_dtype_parse_torch(const char *name, kiln_dtype *out) {
+    if (strncmp(name, "torch.", 6) == 0)
+        name += 6;
+    for (size_t i = 0; i < sizeof TORCH_ALIASES / sizeof TORCH_ALIASES[0]; i++) {
+        if (strcmp(name, TORCH_ALIASES[i].alias) == 0) {
+            *out = TORCH_ALIASES[i].t;
+            return 0;
+        }
+    }
+    return kiln_dtype_parse(name, out);
+}
+
 int kiln_dtype_is_float(kiln_dtype t) {
     return valid(t) && DTYPES[t].is_float;
 }
 
 const char *kiln_dtype_c_type(kiln_dtype t) {
     return valid(t) ? DTYPES[t].c_type : "void";
+}
+
+kiln_kernel_type kiln_dtype_kernel_type(kiln_dtype t, int cuda) {
+    KILN_ASSERT(valid(t));
+    return cuda ? DTYPES[t].cuda : DTYPES[t].cpu;
 }
 
 /* ---- small floats ---- */

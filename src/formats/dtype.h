@@ -34,12 +34,29 @@ const char *kiln_dtype_name(kiln_dtype t);
 const char *kiln_dtype_st_name(kiln_dtype t);
 /* Parses a SOL-ExecBench dtype name; returns 0 on success, -1 if unknown. */
 int kiln_dtype_parse(const char *name, kiln_dtype *out);
+/* Parses a PyTorch dtype as a reference or capture spells it: "torch.bfloat16", "bfloat16", and
+ * PyTorch's aliases ("torch.float", "torch.half", "torch.double", "torch.long", "torch.int",
+ * "torch.short"); returns 0 on success, -1 for a type kiln does not have (complex, float8_e4m3fnuz,
+ * layouts, memory formats...). */
+int kiln_dtype_parse_torch(const char *name, kiln_dtype *out);
 /* Parses a safetensors dtype name; returns 0 on success, -1 if unknown. */
 int kiln_dtype_parse_st(const char *name, kiln_dtype *out);
 /* 1 for floating-point types (NaN/Inf are possible), 0 for integers and bool. */
 int kiln_dtype_is_float(kiln_dtype t);
 /* The C type a candidate uses for a scalar of this type ("float", "int64_t", ...), for the ABI. */
 const char *kiln_dtype_c_type(kiln_dtype t);
+
+/* How a kernel spells one element of a tensor of some dtype. */
+typedef struct {
+    const char *type;       /* "__nv_bfloat16" (CUDA), "kiln_bf16" (cpu, kiln_cpu.h), "float" ... */
+    const char *to_float;   /* the function widening an element to float; "" where C converts it;
+                               NULL for the 8- and 4-bit floats (raw bytes: no conversion) */
+    const char *from_float; /* the function rounding a float to an element; "" or NULL as above */
+} kiln_kernel_type;
+
+/* The element type of t in a kernel: CUDA's names when cuda, else the cpu backend's. The one map
+ * from dtypes to kernel types: the ABI's parameter lists and every emitter use it. */
+kiln_kernel_type kiln_dtype_kernel_type(kiln_dtype t, int cuda);
 
 /* Element i of a buffer, widened to double (exact for everything but int64 beyond 2^53).
  * float4_e2m1fn_x2 holds two values per byte: there i counts values, low nibble first. */

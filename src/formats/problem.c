@@ -415,6 +415,8 @@ static int parse_tensor(const kiln_problem *p, const cJSON *c, const src *s, con
             t->axis[t->ndim++] = ax;
         }
     }
+    for (int d = 0; d < KILN_MAX_DIMS; d++)
+        t->layout.perm[d] = d;
     t->name = xstrdup(name);
     return KILN_OK;
 }
@@ -447,6 +449,55 @@ static int optional_string(const cJSON *root, const char *key, const src *s, cha
     return KILN_OK;
 }
 
+/* One entry of "kiln": {"layouts": {NAME: {"stored": ..., "permute": [...], "expand": [...]}}}
+ * (docs/capture.md): a "permute" must be a permutation of the tensor's dims. */
+static int parse_layout(const cJSON *l, const src *s, kiln_tensor_spec *t) {
+    char field[160];
+    snprintf(field, sizeof field, "kiln.layouts.%s", t->name);
+    if (!cJSON_IsObject(l))
+        return fail(s, KILN_ERR_FORMAT, "%s: not an object", field);
+    int rc = check_unique(l, s, field);
+    if (rc != KILN_OK)
+        return rc;
+    kiln_layout *lay = &t->layout;
+    lay->expanded = get(l, "expand") != NULL;
+    const cJSON *pm = get(l, "permute");
+    if (absent_or_null(pm))
+        return KILN_OK;
+    int seen = 0, k = 0;
+    if (cJSON_IsArray(pm) && cJSON_GetArraySize(pm) == t->ndim) {
+        for (const cJSON *v = pm->child; v; v = v->next, k++) {
+            int64_t d;
+            if (json_int(v, &d) != 0 || d < 0 || d >= t->ndim || (seen >> d & 1))
+                break;
+            seen |= 1 << d;
+            lay->perm[k] = (int)d;
+            lay->permuted |= d != k;
+        }
+    }
+    if (k != t->ndim || !cJSON_IsArray(pm))
+        return fail(s, KILN_ERR_FORMAT, "%s.permute: not a permutation of the %d dims of %s", field,
+                    t->ndim, t->name);
+    return KILN_OK;
+}
+
+static int parse_layouts(kiln_problem *p, const cJSON *layouts, const src *s) {
+    if (absent_or_null(layouts))
+        return KILN_OK;
+    if (!cJSON_IsObject(layouts))
+        return fail(s, KILN_ERR_FORMAT, "kiln.layouts: not an object");
+    int rc = check_unique(layouts, s, "kiln.layouts");
+    for (int g = 0; g < 2 && rc == KILN_OK; g++) {
+        kiln_tensor_spec *ts = g ? p->outputs : p->inputs;
+        for (int i = 0; i < (g ? p->n_outputs : p->n_inputs) && rc == KILN_OK; i++) {
+            const cJSON *l = get(layouts, ts[i].name);
+            if (l)
+                rc = parse_layout(l, s, &ts[i]);
+        }
+    }
+    return rc;
+}
+
 static int parse_kiln_fields(kiln_problem *p, const cJSON *k, const src *s) {
     if (!k)
         return KILN_OK;
@@ -454,6 +505,9 @@ static int parse_kiln_fields(kiln_problem *p, const cJSON *k, const src *s) {
         return fail(s, KILN_ERR_FORMAT, "kiln: not an object");
     int rc = check_unique(k, s, "kiln");
     if (rc != KILN_OK)
+        return rc;
+    p->kiln = cJSON_Duplicate(k, 1);
+    if ((rc = parse_layouts(p, get(k, "layouts"), s)) != KILN_OK)
         return rc;
     const cJSON *v;
     if ((v = get(k, "min_bytes")) && json_nonneg_number(v, &p->min_bytes) != 0)
@@ -951,6 +1005,7 @@ void kiln_problem_free(kiln_problem *p) {
     free(p->op_type);
     free(p->reference);
     free(p->custom_inputs_entrypoint);
+    cJSON_Delete(p->kiln);
     free(p);
 }
 
@@ -985,6 +1040,39 @@ int64_t kiln_tensor_shape(const kiln_problem *p, const kiln_tensor_spec *t, cons
         numel *= shape[d]; /* cannot overflow: check_sizes bounded the byte size at load */
     }
     return numel;
+}
+
+int kiln_tensor_same_shape(const kiln_problem *p, const kiln_tensor_spec *a,
+                           const kiln_tensor_spec *b) {
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int w = 0; w < p->n_workloads; w++) {
+        int64_t sa[KILN_MAX_DIMS], sb[KILN_MAX_DIMS];
+        kiln_tensor_shape(p, a, &p->workloads[w], sa);
+        kiln_tensor_shape(p, b, &p->workloads[w], sb);
+        if (memcmp(sa, sb, (size_t)a->ndim * sizeof sa[0]) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+void kiln_tensor_dim_expr(const kiln_problem *p, const kiln_tensor_spec *t, int d, char *out,
+                          size_t n) {
+    KILN_ASSERT(d >= 0 && d < t->ndim);
+    if (t->axis[d] >= 0)
+        snprintf(out, n, "%s", p->axes[t->axis[d]].name);
+    else
+        snprintf(out, n, "%lld", (long long)t->literal[d]);
+}
+
+const char *kiln_problem_kiln_str(const kiln_problem *p, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p->kiln, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+double kiln_problem_kiln_num(const kiln_problem *p, const char *key, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p->kiln, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
 double kiln_problem_min_bytes(const kiln_problem *p, const kiln_workload *w) {

@@ -17,6 +17,16 @@ typedef struct {
     char *expression; /* expr axes: the expression; otherwise NULL */
 } kiln_axis;
 
+/* How capture stored a tensor ("kiln": {"layouts": {NAME: ...}}, docs/capture.md): dense in some
+ * order of its dims, possibly with broadcast dims stored once. The definition's shape is the
+ * stored shape; the reference permutes (and expands) it back to what the model had. */
+typedef struct {
+    int permuted;            /* stored in an order other than the captured dims' */
+    int perm[KILN_MAX_DIMS]; /* stored dim k holds captured dim perm[k]; the identity if not
+                                permuted */
+    int expanded;            /* dims the model broadcast (stride 0) are stored once, with size 1 */
+} kiln_layout;
+
 typedef struct {
     char *name;
     kiln_dtype dtype;
@@ -24,6 +34,7 @@ typedef struct {
     int ndim;                       /* 0 for shape [] (a 0-d tensor) and for scalars */
     int axis[KILN_MAX_DIMS];        /* index into problem->axes per dimension; -1: a literal size */
     int64_t literal[KILN_MAX_DIMS]; /* the size where axis[d] is -1 (a shape entry like "4") */
+    kiln_layout layout;             /* dense row-major unless "kiln.layouts" says otherwise */
 } kiln_tensor_spec;
 
 /* Tolerance: an output passes when every element has |out - ref| <= atol + rtol * |ref| AND the
@@ -79,7 +90,11 @@ typedef struct {
     char **constraints; /* kept as text; checked by the Python reference */
     int n_workloads;
     kiln_workload *workloads;
-    /* kiln's namespaced additions ("kiln": {...} in definition.json); negative when absent. */
+    /* kiln's namespaced object ("kiln": {...} in definition.json), as parsed; NULL when absent.
+     * Capture writes what the op is there ("kind", "aten", "args", "ops", "module_class", ...:
+     * docs/capture.md); src/formats/opchain.h reads the op chain from it. */
+    struct cJSON *kiln;
+    /* Fields of it kiln reads at load; negative when absent. */
     double min_bytes; /* minimum bytes moved, for speed of light; < 0: derive from the tensors */
     double flops;     /* useful flops; < 0: unknown (treated as memory-bound) */
     int has_tolerance;
@@ -107,10 +122,21 @@ int kiln_problem_axis_index(const kiln_problem *p, const char *name);
 int kiln_problem_input_index(const kiln_problem *p, const char *name);
 int kiln_problem_output_index(const kiln_problem *p, const char *name);
 
+/* A string (a number) field of p->kiln; NULL (dflt) when absent or of another type. */
+const char *kiln_problem_kiln_str(const kiln_problem *p, const char *key);
+double kiln_problem_kiln_num(const kiln_problem *p, const char *key, double dflt);
+
 /* Shape of a tensor in a workload: fills shape[0..ndim) and returns the element count (1 for
  * scalars and 0-d tensors). */
 int64_t kiln_tensor_shape(const kiln_problem *p, const kiln_tensor_spec *t, const kiln_workload *w,
                           int64_t shape[KILN_MAX_DIMS]);
+/* 1 when a and b have the same shape in every workload of p. */
+int kiln_tensor_same_shape(const kiln_problem *p, const kiln_tensor_spec *a,
+                           const kiln_tensor_spec *b);
+/* Dimension d of t as an expression over the axis names (launch directives, emitted sizes): the
+ * axis's name, or its literal size. */
+void kiln_tensor_dim_expr(const kiln_problem *p, const kiln_tensor_spec *t, int d, char *out,
+                          size_t n);
 
 /* Minimum bytes a kernel must move for workload w: p->min_bytes when given, else every input tensor
  * read once plus every output written once. */

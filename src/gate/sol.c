@@ -72,15 +72,6 @@ static const char cpu_ceiling_src[] =
     "    }\n"
     "}\n";
 
-static void add_param(kiln_signature *sig, kiln_param_kind kind, const char *name,
-                      const char *c_type) {
-    kiln_param *p = &sig->p[sig->n++];
-    memset(p, 0, sizeof *p);
-    p->kind = kind;
-    snprintf(p->name, sizeof p->name, "%s", name);
-    snprintf(p->c_type, sizeof p->c_type, "%s", c_type);
-}
-
 static double median_of(double *v, int n) {
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
@@ -125,11 +116,11 @@ static int measure(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
     kiln_device_info info;
     be->ops->device_info(be, &info);
     kiln_signature copy_sig = {0}, fma_sig = {0};
-    add_param(&copy_sig, KILN_PARAM_PTR, "src", "const void*");
-    add_param(&copy_sig, KILN_PARAM_PTR, "dst", "void*");
-    add_param(&copy_sig, KILN_PARAM_I64, "n16", "int64_t");
-    add_param(&fma_sig, KILN_PARAM_PTR, "out", "float*");
-    add_param(&fma_sig, KILN_PARAM_I64, "iters", "int64_t");
+    kiln_abi_add_param(&copy_sig, KILN_PARAM_PTR, "src", "const void*");
+    kiln_abi_add_param(&copy_sig, KILN_PARAM_PTR, "dst", "void*");
+    kiln_abi_add_param(&copy_sig, KILN_PARAM_I64, "n16", "int64_t");
+    kiln_abi_add_param(&fma_sig, KILN_PARAM_PTR, "out", "float*");
+    kiln_abi_add_param(&fma_sig, KILN_PARAM_I64, "iters", "int64_t");
     kiln_abi copy_abi = {0}, fma_abi = {0};
     copy_abi.n_launches = 2;
     fma_abi.n_launches = 1;

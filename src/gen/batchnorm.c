@@ -37,16 +37,15 @@ static void bn_dims_of(const kiln_problem *p, const kiln_match *m, const kiln_wo
     d->total = d->outer * d->C * d->inner;
 }
 
-static const char *const BN_OPS[] = {"batch_norm.default",
-                                     "_batch_norm_impl_index.default",
-                                     "native_batch_norm.default",
-                                     "_native_batch_norm_legit_no_training.default",
-                                     "_batch_norm_no_update.default",
-                                     "cudnn_batch_norm.default",
+static const char *const BN_OPS[] = {"aten::batch_norm.default",
+                                     "aten::_batch_norm_impl_index.default",
+                                     "aten::native_batch_norm.default",
+                                     "aten::_native_batch_norm_legit_no_training.default",
+                                     "aten::_batch_norm_no_update.default",
+                                     "aten::cudnn_batch_norm.default",
                                      NULL};
 
-static int bn_validate(const kiln_problem *p, kiln_match *m, const cJSON *kiln, char *why,
-                       size_t wl) {
+static int bn_validate(const kiln_problem *p, kiln_match *m, char *why, size_t wl) {
     const kiln_tensor_spec *x = &p->inputs[m->input_of_role[BN_X]];
     const kiln_tensor_spec *y = &p->outputs[m->output_of_role[BN_Y]];
     if (x->ndim < 2) {
@@ -60,7 +59,7 @@ static int bn_validate(const kiln_problem *p, kiln_match *m, const cJSON *kiln, 
         return 0;
     }
     int px[KILN_MAX_DIMS], pt[KILN_MAX_DIMS];
-    if (!chn_layout_perm(kiln, x->name, x->ndim, px, why, wl))
+    if (!chn_layout_perm(x, px, why, wl))
         return 0;
     const int outs[] = {m->output_of_role[BN_Y], -1};
     const int ins[] = {m->input_of_role[BN_R], -1};
@@ -69,11 +68,11 @@ static int bn_validate(const kiln_problem *p, kiln_match *m, const cJSON *kiln, 
             k == 0 ? &p->outputs[outs[0]] : (ins[0] >= 0 ? &p->inputs[ins[0]] : NULL);
         if (!t)
             continue;
-        if (!chn_same_shape(p, t, x) || t->dtype != x->dtype) {
+        if (!kiln_tensor_same_shape(p, t, x) || t->dtype != x->dtype) {
             snprintf(why, wl, "%s does not have the shape and dtype of %s", t->name, x->name);
             return 0;
         }
-        if (!chn_layout_perm(kiln, t->name, t->ndim, pt, why, wl))
+        if (!chn_layout_perm(t, pt, why, wl))
             return 0;
         if (!chn_perm_equal(px, pt, x->ndim)) {
             snprintf(why, wl, "%s is stored in another memory order than %s", t->name, x->name);
@@ -113,90 +112,97 @@ static int bn_validate(const kiln_problem *p, kiln_match *m, const cJSON *kiln, 
 }
 
 /* batch_norm-like (training false) [add residual] [relu] */
-static int bn_from_chain(const kiln_problem *p, const chn_chain *ch, kiln_match *m, char *why,
-                         size_t wl) {
-    const chn_step *st = &ch->step[0];
+static int bn_from_chain(const kiln_opchain *c, kiln_match *m, char *why, size_t wl) {
+    const kiln_op *op = &c->ops[0];
     int which = -1;
     for (int k = 0; BN_OPS[k]; k++)
-        if (chn_op_is(st, BN_OPS[k], NULL))
+        if (kiln_op_is(op, BN_OPS[k]))
             which = k;
     if (which < 0) {
-        snprintf(why, wl, "step 0 is aten::%s, not a batch norm", st->op);
+        snprintf(why, wl, "step 0 is %s, not a batch norm", op->aten);
         return 0;
     }
-    const int s = chn_schema_find(st->op), training = chn_schema_param(s, "training");
-    if (training >= 0 && !(st->arg[training].kind == ARG_BOOL && st->arg[training].num == 0)) {
+    const kiln_arg *training = chn_arg(op, "training");
+    if (chn_has_param(op, "training") &&
+        !(training && training->kind == KILN_ARG_BOOL && training->num == 0)) {
         snprintf(why, wl, "a batch norm in training mode (batch statistics), not inference");
         return 0;
     }
     int w, b;
-    if (st->arg[0].kind != ARG_INPUT || !chn_optional_input(&st->arg[1], &w) ||
-        !chn_optional_input(&st->arg[2], &b) || st->arg[3].kind != ARG_INPUT ||
-        st->arg[4].kind != ARG_INPUT) {
+    const int x = kiln_arg_input(chn_arg(op, "input"));
+    const int rm = kiln_arg_input(chn_arg(op, "running_mean"));
+    const int rv = kiln_arg_input(chn_arg(op, "running_var"));
+    if (x < 0 || !chn_optional_input(chn_arg(op, "weight"), &w) ||
+        !chn_optional_input(chn_arg(op, "bias"), &b) || rm < 0 || rv < 0) {
         snprintf(why, wl,
                  "the batch norm's input, weight, bias or running statistics are not "
                  "problem inputs");
         return 0;
     }
-    int e = chn_schema_param(s, "eps") >= 0 ? chn_schema_param(s, "eps")
-                                            : chn_schema_param(s, "epsilon");
-    if (st->arg[e].kind != ARG_NUM && st->arg[e].kind != ARG_ABSENT) {
+    const kiln_arg *e = chn_arg(op, chn_has_param(op, "eps") ? "eps" : "epsilon");
+    if (e && e->kind != KILN_ARG_NUM) {
         snprintf(why, wl, "eps is not a constant");
         return 0;
     }
     int k = 1, r = -1, relu = 0;
-    if (k < ch->n && chn_op_is(&ch->step[k], "add.Tensor", "add_.Tensor")) {
-        const chn_arg *a0 = &ch->step[k].arg[0], *a1 = &ch->step[k].arg[1];
-        if (chn_arg_is_value(a0, 0) && a1->kind == ARG_INPUT)
-            r = a1->index;
-        else if (chn_arg_is_value(a1, 0) && a0->kind == ARG_INPUT)
-            r = a0->index;
-        if (r < 0 || chn_num_or(&ch->step[k].arg[2], 1) != 1) {
+    if (k < c->n_ops && (kiln_op_is(&c->ops[k], "aten::add.Tensor") ||
+                         kiln_op_is(&c->ops[k], "aten::add_.Tensor"))) {
+        const kiln_arg *a0 = chn_arg(&c->ops[k], "self"), *a1 = chn_arg(&c->ops[k], "other");
+        if (kiln_arg_is_result(a0, 0, 0) && kiln_arg_input(a1) >= 0)
+            r = kiln_arg_input(a1);
+        else if (kiln_arg_is_result(a1, 0, 0) && kiln_arg_input(a0) >= 0)
+            r = kiln_arg_input(a0);
+        const kiln_arg *alpha = chn_arg(&c->ops[k], "alpha");
+        if (r < 0 || kiln_arg_num(alpha, 1) != 1) {
             snprintf(why, wl, "the add after the batch norm is not bn + input (alpha 1)");
             return 0;
         }
         k++;
     }
-    if (k < ch->n && chn_op_is(&ch->step[k], "relu.default", "relu_.default") &&
-        chn_arg_is_value(&ch->step[k].arg[0], k - 1))
+    if (k < c->n_ops &&
+        (kiln_op_is(&c->ops[k], "aten::relu.default") ||
+         kiln_op_is(&c->ops[k], "aten::relu_.default")) &&
+        kiln_arg_is_result(chn_arg(&c->ops[k], "self"), k - 1, 0))
         relu = 1, k++;
-    if (k != ch->n) {
-        snprintf(why, wl, "step %d (aten::%s) does not continue a batch_norm[+add][+relu] pattern",
-                 k, ch->step[k].op);
+    if (k != c->n_ops) {
+        snprintf(why, wl, "step %d (%s) does not continue a batch_norm[+add][+relu] pattern", k,
+                 c->ops[k].aten);
         return 0;
     }
-    if (!strcmp(ch->kind, "aten")) {
-        if (ch->n_kept < 1 || ch->kept[0] != 0) {
+    if (!strcmp(c->kind, "aten")) {
+        if (c->outputs[0].slot != 0) {
             snprintf(why, wl, "the problem does not return the batch norm's output");
             return 0;
         }
-        for (int j = 1; j < ch->n_kept; j++) {
+        for (int j = 1; j < c->n_outputs; j++) {
             /* native/legit/no_update return (y, save_mean, save_invstd[, reserve]); in inference
              * the saved statistics are running_mean and 1/sqrt(running_var + eps) */
-            if (which < 2 || which == 5 || ch->kept[j] > 2) {
-                snprintf(why, wl, "output %d of aten::%s is not one this family produces",
-                         ch->kept[j], st->op);
+            const int slot = c->outputs[j].slot;
+            if (which < 2 || which == 5 || slot > 2) {
+                snprintf(why, wl, "output %d of %s is not one this family produces", slot,
+                         op->aten);
                 return 0;
             }
-            m->output_of_role[ch->kept[j] == 1 ? BN_SMEAN : BN_SINV] = j;
+            m->output_of_role[slot == 1 ? BN_SMEAN : BN_SINV] = j;
         }
         if ((m->output_of_role[BN_SMEAN] < 0) != (m->output_of_role[BN_SINV] < 0)) {
             snprintf(why, wl, "the problem returns only one of the saved statistics");
             return 0;
         }
-    } else if (p->n_outputs != 1 || ch->ret_step != ch->n - 1 || ch->ret_slot != 0) {
+    } else if (c->n_outputs != 1 || c->outputs[0].input >= 0 || c->outputs[0].op != c->n_ops - 1 ||
+               c->outputs[0].slot != 0) {
         snprintf(why, wl, "the problem returns something other than the last op's value");
         return 0;
     }
     m->output_of_role[BN_Y] = 0;
-    m->input_of_role[BN_X] = st->arg[0].index;
+    m->input_of_role[BN_X] = x;
     m->input_of_role[BN_W] = w, m->input_of_role[BN_B] = b;
-    m->input_of_role[BN_RM] = st->arg[3].index, m->input_of_role[BN_RV] = st->arg[4].index;
+    m->input_of_role[BN_RM] = rm, m->input_of_role[BN_RV] = rv;
     m->input_of_role[BN_R] = r;
-    kiln_match_set(m, "eps", chn_num_or(&st->arg[e], 1e-5));
+    kiln_match_set(m, "eps", kiln_arg_num(e, 1e-5));
     kiln_match_set(m, "relu", relu);
-    snprintf(m->how, sizeof m->how, "%s: aten::%s, eps %g%s%s", ch->kind, st->op,
-             chn_num_or(&st->arg[e], 1e-5), r >= 0 ? ", fused residual add" : "",
+    snprintf(m->how, sizeof m->how, "%s: aten::%s, eps %g%s%s", c->kind, op->aten + 6,
+             kiln_arg_num(e, 1e-5), r >= 0 ? ", fused residual add" : "",
              relu ? ", fused relu" : "");
     return 1;
 }
@@ -238,14 +244,14 @@ static int bn_from_op_type(const kiln_problem *p, kiln_match *m, char *why, size
 }
 
 static int bn_match(const kiln_problem *p, kiln_match *m, char *why, size_t wl) {
-    chn_chain ch;
-    int no_kiln, ok;
-    if (chn_chain_load(p, &ch, &no_kiln, why, wl))
-        ok = bn_from_chain(p, &ch, m, why, wl);
+    kiln_opchain *c = NULL;
+    int ok;
+    if (!kiln_opchain_described(p))
+        ok = bn_from_op_type(p, m, why, wl);
     else
-        ok = no_kiln && bn_from_op_type(p, m, why, wl);
+        ok = chn_chain_read(p, &c, why, wl) && bn_from_chain(c, m, why, wl);
     if (ok)
-        ok = bn_validate(p, m, ch.kiln, why, wl);
+        ok = bn_validate(p, m, why, wl);
     if (ok) {
         const int nd = p->inputs[m->input_of_role[BN_X]].ndim;
         const int cl = nd > 2 && kiln_match_get(m, "cpos", 1) == nd - 1;
@@ -254,7 +260,7 @@ static int bn_match(const kiln_problem *p, kiln_match *m, char *why, size_t wl) 
                  kiln_match_get(m, "relu", 0) ? "_relu" : "", cl ? "_channels_last" : "",
                  m->output_of_role[BN_SMEAN] >= 0 ? "_stats" : "");
     }
-    chn_chain_free(&ch);
+    kiln_opchain_free(c);
     return ok;
 }
 
@@ -313,7 +319,8 @@ static void bn_variant_defines(kiln_strbuf *b, const kiln_problem *p, const kiln
         int i = m->input_of_role[r];
         kiln_dtype t = i >= 0 ? p->inputs[i].dtype : KILN_F32;
         if (cuda)
-            kiln_strbuf_printf(b, "#define BN_T%s %s\n", roles[r], chn_cuda_type(t));
+            kiln_strbuf_printf(b, "#define BN_T%s %s\n", roles[r],
+                               kiln_dtype_kernel_type(t, 1).type);
         else
             chn_cpu_type_defines(b, "BN", roles[r], t, 0);
     }
@@ -321,8 +328,8 @@ static void bn_variant_defines(kiln_strbuf *b, const kiln_problem *p, const kiln
     kiln_dtype ty = p->outputs[m->output_of_role[BN_Y]].dtype;
     kiln_dtype ts = so >= 0 ? p->outputs[so].dtype : KILN_F32;
     if (cuda) {
-        kiln_strbuf_printf(b, "#define BN_TY %s\n#define BN_TS %s\n", chn_cuda_type(ty),
-                           chn_cuda_type(ts));
+        kiln_strbuf_printf(b, "#define BN_TY %s\n#define BN_TS %s\n",
+                           kiln_dtype_kernel_type(ty, 1).type, kiln_dtype_kernel_type(ts, 1).type);
     } else {
         chn_cpu_type_defines(b, "BN", "Y", ty, 1);
         chn_cpu_type_defines(b, "BN", "S", ts, 1);
@@ -361,14 +368,12 @@ static void bn_body_args(kiln_strbuf *b, const kiln_problem *p, const kiln_match
 static char *bn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
     const kiln_family *f = &kiln_family_batchnorm;
     kiln_strbuf b = {0};
-    kiln_signature sig;
-    kiln_abi_signature(p, 0, cuda, &sig);
     if (!cuda) {
         bn_variant_defines(&b, p, m, 0);
-        kiln_strbuf_printf(&b, "// kiln: launch bn_cpu\n%s\nvoid bn_cpu(",
-                           kiln_family_template("batchnorm_cpu.c"));
-        chn_params_of(&sig, &b);
-        kiln_strbuf_printf(&b, ") {\n    bn_cpu_run(");
+        char *proto = kiln_family_prototype(p, 0, 0, NULL, "bn_cpu");
+        kiln_strbuf_printf(&b, "// kiln: launch bn_cpu\n%s\n%s {\n    bn_cpu_run(",
+                           kiln_family_template("batchnorm_cpu.c"), proto);
+        free(proto);
         bn_body_args(&b, p, m, 0);
         kiln_strbuf_printf(&b, ");\n}\n");
         return chn_with_banner(f, m, pt, 0, &b);
@@ -397,9 +402,9 @@ static char *bn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     else if (mode == 2)
         kiln_strbuf_printf(&b, "\n");
     kiln_strbuf_printf(&b, "%s\n", kiln_family_template("batchnorm.cu"));
-    kiln_strbuf_printf(&b, "extern \"C\" __global__ void __launch_bounds__(BN_THREADS) bn_main(");
-    chn_params_of(&sig, &b);
-    kiln_strbuf_printf(&b, ") {\n    bn_run(");
+    char *proto = kiln_family_prototype(p, 0, 1, "BN_THREADS", "bn_main");
+    kiln_strbuf_printf(&b, "%s {\n    bn_run(", proto);
+    free(proto);
     bn_body_args(&b, p, m, 1);
     kiln_strbuf_printf(&b, ");\n}\n");
     return chn_with_banner(f, m, pt, 1, &b);

@@ -14,6 +14,7 @@
 #define KILN_FAMILY_H
 
 #include "../backend/abi.h"
+#include "../formats/opchain.h"
 
 #define KILN_FAMILY_MAX_PARAMS 12
 #define KILN_FAMILY_MAX_VALUES 16
@@ -106,18 +107,24 @@ int64_t kiln_family_start_index(const kiln_family *f, const kiln_problem *p, con
 char *kiln_family_point_str(const kiln_family *f, const int64_t *point);
 
 /* Helpers for emitters. */
-/* The banner every generated file starts with: family, variant, parameters, hash of the body. */
-char *kiln_family_banner(const kiln_family *f, const kiln_match *m, const int64_t *point,
-                         const char *body);
+/* The whole candidate: the banner every generated file starts with (family, variant, parameters,
+ * how it matched, hash of the body), then body, which it takes (and frees). */
+char *kiln_family_source(const kiln_family *f, const kiln_match *m, const int64_t *point,
+                         char *body);
 /* "#define NAME VALUE\n" for every parameter of point. */
 char *kiln_family_defines(const kiln_family *f, const int64_t *point);
 /* The template text of a family, embedded at build time from src/gen/templates/NAME.cu (or .c). */
 const char *kiln_family_template(const char *file_name);
-
-/* The "kiln" object of p's definition.json (capture writes "kind", "aten", "args", "layouts",
- * "module_class", "aten_ops"... there: docs/capture.md), or NULL when absent or unreadable. The
- * caller frees it with cJSON_Delete. Matchers read what the op is from here. */
-struct cJSON *kiln_problem_read_kiln(const kiln_problem *p);
+/* The prototype of an entry point taking p's ABI signature (kiln_abi_signature): `extern "C"
+ * __global__ void __launch_bounds__(BOUNDS) ENTRY(...)` for CUDA (no bounds when NULL), `void
+ * ENTRY(...)` for the cpu backend. Caller frees. */
+char *kiln_family_prototype(const kiln_problem *p, int has_scratch, int cuda, const char *bounds,
+                            const char *entry);
+/* snprintf for expressions whose length the caller checks (no truncation warning). */
+void kiln_family_fmt(char *out, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The greatest common divisor (gcd(0, b) = b), for vector widths that divide every workload. */
+int64_t kiln_family_gcd(int64_t a, int64_t b);
 
 /* Match facts. */
 void kiln_match_set(kiln_match *m, const char *key, double value);

@@ -49,8 +49,7 @@ static void gn_dims_of(const kiln_problem *p, const kiln_match *m, const kiln_wo
 }
 
 /* Checks shapes, dtypes and layouts of a recognised group norm and fills the expressions. */
-static int gn_validate(const kiln_problem *p, kiln_match *m, const cJSON *kiln, char *why,
-                       size_t wl) {
+static int gn_validate(const kiln_problem *p, kiln_match *m, char *why, size_t wl) {
     const kiln_tensor_spec *x = &p->inputs[m->input_of_role[GN_X]];
     const kiln_tensor_spec *y = &p->outputs[m->output_of_role[GN_Y]];
     if (x->ndim < 2) {
@@ -63,13 +62,12 @@ static int gn_validate(const kiln_problem *p, kiln_match *m, const cJSON *kiln, 
                  kiln_dtype_name(x->dtype), kiln_dtype_name(y->dtype));
         return 0;
     }
-    if (!chn_same_shape(p, x, y)) {
+    if (!kiln_tensor_same_shape(p, x, y)) {
         snprintf(why, wl, "output %s does not have the shape of input %s", y->name, x->name);
         return 0;
     }
     int px[KILN_MAX_DIMS], py[KILN_MAX_DIMS];
-    if (!chn_layout_perm(kiln, x->name, x->ndim, px, why, wl) ||
-        !chn_layout_perm(kiln, y->name, y->ndim, py, why, wl))
+    if (!chn_layout_perm(x, px, why, wl) || !chn_layout_perm(y, py, why, wl))
         return 0;
     for (int d = 0; d < x->ndim; d++)
         if (px[d] != d || py[d] != d) {
@@ -126,42 +124,42 @@ static int gn_validate(const kiln_problem *p, kiln_match *m, const cJSON *kiln, 
 }
 
 /* [cast to float] group_norm | native_group_norm [silu | sigmoid, mul] [cast] */
-static int gn_from_chain(const kiln_problem *p, const chn_chain *ch, kiln_match *m, char *why,
+static int gn_from_chain(const kiln_problem *p, const kiln_opchain *c, kiln_match *m, char *why,
                          size_t wl) {
     int k = 0, x = -1, mid = -1, silu = 0;
-    const chn_step *st = &ch->step[0];
-    if (ch->n > 1 && chn_is_cast(st)) {
-        if (st->arg[0].kind != ARG_INPUT || (mid = chn_cast_dtype(st)) < 0) {
+    const kiln_op *op = &c->ops[0];
+    if (c->n_ops > 1 && chn_is_cast(op)) {
+        if ((x = kiln_arg_input(chn_arg(op, "self"))) < 0 || (mid = chn_cast_dtype(op)) < 0) {
             snprintf(why, wl, "the cast before the group norm is not of an input to a float type");
             return 0;
         }
-        x = st->arg[0].index;
         k = 1;
     }
-    st = &ch->step[k];
-    int native = chn_op_is(st, "native_group_norm.default", NULL);
-    if (!native && !chn_op_is(st, "group_norm.default", NULL)) {
-        snprintf(why, wl, "step %d is aten::%s, not a group norm", k, st->op);
+    op = &c->ops[k];
+    int native = kiln_op_is(op, "aten::native_group_norm.default");
+    if (!native && !kiln_op_is(op, "aten::group_norm.default")) {
+        snprintf(why, wl, "step %d is %s, not a group norm", k, op->aten);
         return 0;
     }
-    if (k == 0 && st->arg[0].kind == ARG_INPUT)
-        x = st->arg[0].index;
-    else if (k == 0 || !chn_arg_is_value(&st->arg[0], k - 1)) {
+    const kiln_arg *in = chn_arg(op, "input");
+    if (k == 0 && kiln_arg_input(in) >= 0)
+        x = kiln_arg_input(in);
+    else if (k == 0 || !kiln_arg_is_result(in, k - 1, 0)) {
         snprintf(why, wl, "the group norm's input is not a problem input");
         return 0;
     }
     int w, b;
-    const chn_arg *ag = &st->arg[native ? 6 : 1], *ae = &st->arg[native ? 7 : 4];
-    if (!chn_optional_input(&st->arg[native ? 1 : 2], &w) ||
-        !chn_optional_input(&st->arg[native ? 2 : 3], &b)) {
+    const kiln_arg *ag = chn_arg(op, native ? "group" : "num_groups"), *ae = chn_arg(op, "eps");
+    if (!chn_optional_input(chn_arg(op, "weight"), &w) ||
+        !chn_optional_input(chn_arg(op, "bias"), &b)) {
         snprintf(why, wl, "the group norm's weight or bias is computed, not a problem input");
         return 0;
     }
-    if (ag->kind != ARG_NUM || ag->num < 1 || ag->num != floor(ag->num)) {
+    if (!ag || ag->kind != KILN_ARG_NUM || ag->num < 1 || ag->num != floor(ag->num)) {
         snprintf(why, wl, "the number of groups is not a constant");
         return 0;
     }
-    if (ae->kind != ARG_NUM && ae->kind != ARG_ABSENT) {
+    if (ae && ae->kind != KILN_ARG_NUM) {
         snprintf(why, wl, "eps is not a constant");
         return 0;
     }
@@ -170,51 +168,57 @@ static int gn_from_chain(const kiln_problem *p, const chn_chain *ch, kiln_match 
         int64_t s[KILN_MAX_DIMS];
         const kiln_tensor_spec *t = &p->inputs[x];
         kiln_tensor_shape(p, t, &p->workloads[0], s);
-        if (t->ndim < 2 || chn_num_or(&st->arg[3], -1) != s[0] ||
-            chn_num_or(&st->arg[4], -1) != s[1] ||
-            chn_num_or(&st->arg[5], -1) != chn_dims_prod(s, 2, t->ndim)) {
+        if (t->ndim < 2 || kiln_arg_num(chn_arg(op, "N"), -1) != s[0] ||
+            kiln_arg_num(chn_arg(op, "C"), -1) != s[1] ||
+            kiln_arg_num(chn_arg(op, "HxW"), -1) != chn_dims_prod(s, 2, t->ndim)) {
             snprintf(why, wl, "native_group_norm's N, C, HxW are not the input's shape");
             return 0;
         }
     }
     int gn_step = k++;
-    if (k < ch->n && chn_op_is(&ch->step[k], "silu.default", "silu_.default") &&
-        chn_arg_is_value(&ch->step[k].arg[0], gn_step)) {
+    const kiln_op *next = k < c->n_ops ? &c->ops[k] : NULL;
+    if (next &&
+        (kiln_op_is(next, "aten::silu.default") || kiln_op_is(next, "aten::silu_.default")) &&
+        kiln_arg_is_result(chn_arg(next, "self"), gn_step, 0)) {
         silu = 1, k++;
-    } else if (k + 1 < ch->n && chn_op_is(&ch->step[k], "sigmoid.default", NULL) &&
-               chn_arg_is_value(&ch->step[k].arg[0], gn_step) &&
-               chn_op_is(&ch->step[k + 1], "mul.Tensor", NULL)) {
-        const chn_arg *a0 = &ch->step[k + 1].arg[0], *a1 = &ch->step[k + 1].arg[1];
-        if ((chn_arg_is_value(a0, gn_step) && chn_arg_is_value(a1, k)) ||
-            (chn_arg_is_value(a1, gn_step) && chn_arg_is_value(a0, k)))
+    } else if (k + 1 < c->n_ops && kiln_op_is(next, "aten::sigmoid.default") &&
+               kiln_arg_is_result(chn_arg(next, "self"), gn_step, 0) &&
+               kiln_op_is(&c->ops[k + 1], "aten::mul.Tensor")) {
+        const kiln_arg *a0 = chn_arg(&c->ops[k + 1], "self");
+        const kiln_arg *a1 = chn_arg(&c->ops[k + 1], "other");
+        if ((kiln_arg_is_result(a0, gn_step, 0) && kiln_arg_is_result(a1, k, 0)) ||
+            (kiln_arg_is_result(a1, gn_step, 0) && kiln_arg_is_result(a0, k, 0)))
             silu = 2, k += 2;
     }
-    if (k < ch->n && chn_is_cast(&ch->step[k]) && chn_arg_is_value(&ch->step[k].arg[0], k - 1)) {
-        if (chn_cast_dtype(&ch->step[k]) < 0) {
+    if (k < c->n_ops && chn_is_cast(&c->ops[k]) &&
+        kiln_arg_is_result(chn_arg(&c->ops[k], "self"), k - 1, 0)) {
+        if (chn_cast_dtype(&c->ops[k]) < 0) {
             snprintf(why, wl, "the cast after the group norm is not to a float type");
             return 0;
         }
         k++;
     }
-    if (k != ch->n) {
-        snprintf(why, wl, "step %d (aten::%s) does not continue a group_norm[+silu] pattern", k,
-                 ch->step[k].op);
+    if (k != c->n_ops) {
+        snprintf(why, wl, "step %d (%s) does not continue a group_norm[+silu] pattern", k,
+                 c->ops[k].aten);
         return 0;
     }
-    if (!strcmp(ch->kind, "aten")) {
-        if (ch->n_kept < 1 || ch->kept[0] != 0) {
+    if (!strcmp(c->kind, "aten")) {
+        /* the outputs are results of the op: y first, then mean and rstd */
+        if (c->outputs[0].slot != 0) {
             snprintf(why, wl, "the problem does not return the group norm's output");
             return 0;
         }
         m->output_of_role[GN_Y] = 0;
-        for (int j = 1; j < ch->n_kept; j++)
-            m->output_of_role[ch->kept[j] == 1 ? GN_MEAN : GN_RSTD] = j;
+        for (int j = 1; j < c->n_outputs; j++)
+            m->output_of_role[c->outputs[j].slot == 1 ? GN_MEAN : GN_RSTD] = j;
         if ((m->output_of_role[GN_MEAN] < 0) != (m->output_of_role[GN_RSTD] < 0)) {
             snprintf(why, wl, "the problem returns only one of mean and rstd");
             return 0;
         }
     } else {
-        if (p->n_outputs != 1 || ch->ret_step != ch->n - 1 || ch->ret_slot != 0) {
+        if (c->n_outputs != 1 || c->outputs[0].input >= 0 || c->outputs[0].op != c->n_ops - 1 ||
+            c->outputs[0].slot != 0) {
             snprintf(why, wl, "the problem returns something other than the last op's value");
             return 0;
         }
@@ -222,14 +226,13 @@ static int gn_from_chain(const kiln_problem *p, const chn_chain *ch, kiln_match 
     }
     m->input_of_role[GN_X] = x, m->input_of_role[GN_W] = w, m->input_of_role[GN_B] = b;
     kiln_match_set(m, "groups", ag->num);
-    kiln_match_set(m, "eps", chn_num_or(ae, 1e-5));
+    kiln_match_set(m, "eps", kiln_arg_num(ae, 1e-5));
     kiln_match_set(m, "silu", silu);
     kiln_match_set(m, "mid", mid >= 0 ? mid : (int)p->inputs[x].dtype);
-    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(ch->kiln, "module_class");
-    snprintf(m->how, sizeof m->how, "%s%s%.48s: aten::%.60s, %g groups, eps %g%s%s", ch->kind,
-             cJSON_IsString(cls) ? " " : "", cJSON_IsString(cls) ? cls->valuestring : "", st->op,
-             ag->num, chn_num_or(ae, 1e-5), silu ? ", fused silu" : "",
-             mid >= 0 ? ", cast to float first" : "");
+    const char *cls = kiln_problem_kiln_str(p, "module_class");
+    snprintf(m->how, sizeof m->how, "%s%s%.48s: aten::%.60s, %g groups, eps %g%s%s", c->kind,
+             cls ? " " : "", cls ? cls : "", op->aten + 6, ag->num, kiln_arg_num(ae, 1e-5),
+             silu ? ", fused silu" : "", mid >= 0 ? ", cast to float first" : "");
     return 1;
 }
 
@@ -288,19 +291,19 @@ static int gn_from_op_type(const kiln_problem *p, kiln_match *m, char *why, size
 }
 
 static int gn_match(const kiln_problem *p, kiln_match *m, char *why, size_t wl) {
-    chn_chain ch;
-    int no_kiln, ok;
-    if (chn_chain_load(p, &ch, &no_kiln, why, wl))
-        ok = gn_from_chain(p, &ch, m, why, wl);
+    kiln_opchain *c = NULL;
+    int ok;
+    if (!kiln_opchain_described(p))
+        ok = gn_from_op_type(p, m, why, wl);
     else
-        ok = no_kiln && gn_from_op_type(p, m, why, wl);
+        ok = chn_chain_read(p, &c, why, wl) && gn_from_chain(p, c, m, why, wl);
     if (ok) {
-        ok = gn_validate(p, m, ch.kiln, why, wl);
+        ok = gn_validate(p, m, why, wl);
         int silu = (int)kiln_match_get(m, "silu", 0);
         snprintf(m->variant, sizeof m->variant, "group_norm%s%s", silu ? "_silu" : "",
                  m->output_of_role[GN_MEAN] >= 0 ? "_stats" : "");
     }
-    chn_chain_free(&ch);
+    kiln_opchain_free(c);
     return ok;
 }
 
@@ -384,8 +387,9 @@ static void gn_variant_defines(kiln_strbuf *b, const kiln_problem *p, const kiln
             b,
             "#define GN_TX %s\n#define GN_TY %s\n#define GN_TW %s\n#define GN_TB %s\n"
             "#define GN_TM %s\n",
-            chn_cuda_type(p->inputs[x].dtype), chn_cuda_type(p->outputs[y].dtype),
-            chn_cuda_type(tw), chn_cuda_type(tb), chn_cuda_type(tm));
+            kiln_dtype_kernel_type(p->inputs[x].dtype, 1).type,
+            kiln_dtype_kernel_type(p->outputs[y].dtype, 1).type, kiln_dtype_kernel_type(tw, 1).type,
+            kiln_dtype_kernel_type(tb, 1).type, kiln_dtype_kernel_type(tm, 1).type);
     } else {
         chn_cpu_type_defines(b, "GN", "X", p->inputs[x].dtype, 0);
         chn_cpu_type_defines(b, "GN", "W", tw, 0);
@@ -425,14 +429,13 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     const int mode = (int)pt[GP_MODE], G = (int)kiln_match_get(m, "groups", 1);
     const char *x = p->inputs[m->input_of_role[GN_X]].name;
     kiln_strbuf b = {0};
-    kiln_signature sig;
-    kiln_abi_signature(p, cuda && (mode == 1 || mode == 2), cuda, &sig);
+    const int scratch = cuda && (mode == 1 || mode == 2);
     if (!cuda) {
         gn_variant_defines(&b, p, m, 0);
-        kiln_strbuf_printf(&b, "// kiln: launch gn_cpu\n%s\nvoid gn_cpu(",
-                           kiln_family_template("groupnorm_cpu.c"));
-        chn_params_of(&sig, &b);
-        kiln_strbuf_printf(&b, ") {\n    gn_cpu_run(%s, ", x);
+        char *proto = kiln_family_prototype(p, 0, 0, NULL, "gn_cpu");
+        kiln_strbuf_printf(&b, "// kiln: launch gn_cpu\n%s\n%s {\n    gn_cpu_run(%s, ",
+                           kiln_family_template("groupnorm_cpu.c"), proto, x);
+        free(proto);
         gn_body_args(&b, p, m, 0);
         kiln_strbuf_printf(&b, ");\n}\n");
         return chn_with_banner(f, m, pt, 0, &b);
@@ -478,20 +481,18 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     static const char *const body[] = {"gn_rows_body", "gn_apply_body", "gn_coop_body",
                                        "gn_cluster_body"};
     if (mode == 1) {
-        kiln_strbuf_printf(
-            &b, "extern \"C\" __global__ void __launch_bounds__(GN_THREADS) gn_partial(");
-        chn_params_of(&sig, &b);
+        char *proto = kiln_family_prototype(p, scratch, 1, "GN_THREADS", "gn_partial");
         kiln_strbuf_printf(
             &b,
-            ") {\n    gn_partial_body(%s, (long long)%s, (long long)%s, (long long)%s, %d, "
+            "%s {\n    gn_partial_body(%s, (long long)%s, (long long)%s, (long long)%s, %d, "
             "kiln_scratch);\n}\n\n",
-            x, m->rows_expr, m->extra_expr[0], m->cols_expr, G);
+            proto, x, m->rows_expr, m->extra_expr[0], m->cols_expr, G);
+        free(proto);
     }
-    kiln_strbuf_printf(
-        &b, "extern \"C\" __global__ void __launch_bounds__(GN_THREADS, GN_MIN_BLOCKS) %s(",
-        mode == 1 ? "gn_apply" : "gn_main");
-    chn_params_of(&sig, &b);
-    kiln_strbuf_printf(&b, ") {\n    %s(%s, ", body[mode], x);
+    char *proto = kiln_family_prototype(p, scratch, 1, "GN_THREADS, GN_MIN_BLOCKS",
+                                        mode == 1 ? "gn_apply" : "gn_main");
+    kiln_strbuf_printf(&b, "%s {\n    %s(%s, ", proto, body[mode], x);
+    free(proto);
     gn_body_args(&b, p, m, 1);
     kiln_strbuf_printf(&b, "%s);\n}\n", mode == 1 || mode == 2 ? ", kiln_scratch" : "");
     return chn_with_banner(f, m, pt, 1, &b);

@@ -46,9 +46,6 @@
  * names the first point of the space so that sweep's dedupe runs it once. */
 #include "family.h"
 
-#include <cjson/cJSON.h>
-#include <ctype.h>
-#include <stdarg.h>
 #include <string.h>
 
 enum { P_SPLIT, P_THREADS, P_VBYTES, P_UNROLL, P_GROUP, P_PLAN, P_COUNT };
@@ -67,39 +64,8 @@ extern const kiln_family kiln_family_pool;
 
 /* ---- small helpers ---- */
 
-/* snprintf through a va_list: expressions are checked for length by their users, not by GCC. */
-static void fmt_into(char *out, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fmt_into(char *out, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out, n, fmt, ap);
-    va_end(ap);
-}
-
-static int64_t gcd64(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 static int dtype_ok(kiln_dtype t) {
     return t == KILN_F32 || t == KILN_BF16 || t == KILN_F16;
-}
-
-static const char *cuda_type(kiln_dtype t) {
-    return t == KILN_BF16 ? "__nv_bfloat16" : t == KILN_F16 ? "__half" : "float";
-}
-
-/* The size of stored dim d of tensor t as an expression over axis names. */
-static void dim_expr(const kiln_problem *p, const kiln_tensor_spec *t, int d, char *out, size_t n) {
-    if (t->axis[d] >= 0)
-        snprintf(out, n, "%s", p->axes[t->axis[d]].name);
-    else
-        snprintf(out, n, "%lld", (long long)t->literal[d]);
 }
 
 /* The product of stored dims [d0, d1) of t as an expression ("1" when empty). */
@@ -109,95 +75,63 @@ static void prod_expr(const kiln_problem *p, const kiln_tensor_spec *t, int d0, 
     out[0] = 0;
     for (int d = d0; d < d1; d++) {
         char e[96];
-        dim_expr(p, t, d, e, sizeof e);
+        kiln_tensor_dim_expr(p, t, d, e, sizeof e);
         off += (size_t)snprintf(out + off, off < n ? n - off : 0, "%s(%s)", off ? "*" : "", e);
     }
     if (!out[0])
         snprintf(out, n, "1");
 }
 
-/* ---- what the op is: the "kiln" object (capture), a module's reference, or op_type ---- */
+/* ---- what the op is: the op chain (a captured call or module, a chain), or op_type ---- */
 
 typedef struct {
     int x;            /* problem input index of the pooled tensor */
     int out_h, out_w; /* 1 and 1 for global pooling */
     int red[2];       /* reduced logical dims (normalised); -1 when "the last two" */
     int n_red;
-    int perm[KILN_MAX_DIMS]; /* stored dim j holds logical dim perm[j] */
-    int has_perm;
-    int out_perm[KILN_MAX_DIMS];
-    int out_has_perm;
 } pool_op;
 
-/* Reads a layouts entry: permute (stored order) and whether dims were broadcast (expand). */
-static int read_layout(const cJSON *kiln, const char *name, int *perm, int *has_perm, int *expand) {
-    *has_perm = 0;
-    *expand = 0;
-    const cJSON *lay =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(kiln, "layouts"), name);
-    if (!cJSON_IsObject(lay))
-        return 0;
-    *expand = cJSON_GetObjectItemCaseSensitive(lay, "expand") != NULL;
-    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(lay, "permute");
-    if (!cJSON_IsArray(pm))
-        return 0;
-    int n = cJSON_GetArraySize(pm);
-    if (n > KILN_MAX_DIMS)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        const cJSON *v = cJSON_GetArrayItem(pm, i);
-        if (!cJSON_IsNumber(v))
-            return -1;
-        perm[i] = v->valueint;
-    }
-    *has_perm = 1;
-    return n;
-}
-
-/* Integers of a JSON list (or one integer) into out; returns the count or -1. */
-static int json_ints(const cJSON *v, int *out, int max) {
-    if (cJSON_IsNumber(v)) {
-        out[0] = v->valueint;
+/* Integers of a list argument (or one integer) into out; returns the count or -1. */
+static int arg_ints(const kiln_arg *a, int *out, int max) {
+    if (a && a->kind == KILN_ARG_NUM && a->num == (int)a->num) {
+        out[0] = (int)a->num;
         return 1;
     }
-    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > max)
+    if (!a || a->kind != KILN_ARG_INTS || a->n_ints > max)
         return -1;
-    int n = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, v) {
-        if (!cJSON_IsNumber(e))
-            return -1;
-        out[n++] = e->valueint;
-    }
-    return n;
+    for (int i = 0; i < a->n_ints; i++)
+        out[i] = (int)a->ints[i];
+    return a->n_ints;
 }
 
-/* The op of a captured aten call from its label and "args" ({"args": [...], "kwargs": {...}}). */
-static int op_from_aten(const char *label, const cJSON *args, pool_op *op, char *why, size_t n) {
-    const cJSON *pos = cJSON_GetObjectItemCaseSensitive(args, "args");
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(args, "kwargs");
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(pos, 0), "tensor");
-    const int adaptive = strcmp(label, "aten::adaptive_avg_pool2d.default") == 0 ||
-                         strcmp(label, "aten::_adaptive_avg_pool2d.default") == 0;
-    if (!adaptive && strcmp(label, "aten::mean.dim") != 0) {
-        snprintf(why, n, "%s is not average pooling", label);
+/* The pooling a chain of one op computes; how says where it came from. */
+static int op_from_chain(const kiln_problem *p, const kiln_opchain *c, pool_op *op, char *how,
+                         size_t how_len, char *why, size_t n) {
+    const char *cls = kiln_problem_kiln_str(p, "module_class");
+    if (c->n_ops != 1 || c->outputs[0].input >= 0) {
+        snprintf(why, n, "%s %s is not a single pooling op", c->kind, cls ? cls : "");
         return 0;
     }
-    if (!cJSON_IsNumber(t)) {
-        snprintf(why, n, "%s: the first argument is not a tensor", label);
+    const kiln_op *o = &c->ops[0];
+    const int adaptive = kiln_op_is(o, "aten::adaptive_avg_pool2d.default") ||
+                         kiln_op_is(o, "aten::_adaptive_avg_pool2d.default");
+    if (!adaptive && !kiln_op_is(o, "aten::mean.dim")) {
+        snprintf(why, n, "%s is not average pooling", o->aten);
         return 0;
     }
-    op->x = t->valueint;
+    snprintf(how, how_len, "%s", strcmp(c->kind, "aten") ? c->kind : o->aten);
+    op->x = kiln_arg_input(kiln_op_arg(o, 0, "self"));
+    if (op->x < 0) {
+        snprintf(why, n, "%s: the first argument is not an input tensor", o->aten);
+        return 0;
+    }
     if (adaptive) {
         int sz[2];
-        const cJSON *os = cJSON_GetArrayItem(pos, 1);
-        if (!os)
-            os = cJSON_GetObjectItemCaseSensitive(kw, "output_size");
-        int k = json_ints(os, sz, 2);
+        int k = arg_ints(kiln_op_arg(o, 1, "output_size"), sz, 2);
         if (k == 1)
             sz[1] = sz[0];
         if (k < 1 || sz[0] < 1 || sz[1] < 1) {
-            snprintf(why, n, "%s: output_size is not two positive integers", label);
+            snprintf(why, n, "%s: output_size is not two positive integers", o->aten);
             return 0;
         }
         op->out_h = sz[0];
@@ -205,81 +139,16 @@ static int op_from_aten(const char *label, const cJSON *args, pool_op *op, char 
         op->n_red = 0; /* the last two logical dims */
         return 1;
     }
-    {
-        const cJSON *dims = cJSON_GetArrayItem(pos, 1);
-        if (!dims)
-            dims = cJSON_GetObjectItemCaseSensitive(kw, "dim");
-        op->n_red = json_ints(dims, op->red, 2);
-        if (op->n_red != 2) {
-            snprintf(why, n, "aten::mean.dim over %s dims, not the two spatial ones",
-                     op->n_red < 0    ? "unreadable"
-                     : op->n_red == 1 ? "one of the"
-                                      : "other");
-            return 0;
-        }
-        op->out_h = op->out_w = 1;
-        return 1;
-    }
-}
-
-/* A module problem: its reference must be one pooling call, read from the text capture wrote
- * (`v0 = torch.ops.aten.mean.dim(x, [-1, -2], True)`). */
-static int op_from_module(const kiln_problem *p, const cJSON *kiln, pool_op *op, char *why,
-                          size_t n) {
-    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(kiln, "aten_ops");
-    if (cJSON_GetArraySize(ops) != 1 || !cJSON_IsString(cJSON_GetArrayItem(ops, 0))) {
-        snprintf(why, n, "module %s is not a single pooling op",
-                 cJSON_IsString(cJSON_GetObjectItemCaseSensitive(kiln, "module_class"))
-                     ? cJSON_GetObjectItemCaseSensitive(kiln, "module_class")->valuestring
-                     : "?");
+    op->n_red = arg_ints(kiln_op_arg(o, 1, "dim"), op->red, 2);
+    if (op->n_red != 2) {
+        snprintf(why, n, "aten::mean.dim over %s dims, not the two spatial ones",
+                 op->n_red < 0    ? "unreadable"
+                 : op->n_red == 1 ? "one of the"
+                                  : "other");
         return 0;
     }
-    const char *label = cJSON_GetArrayItem(ops, 0)->valuestring;
-    const char *call = p->reference ? strstr(p->reference, "torch.ops.aten.") : NULL;
-    const char *paren = call ? strchr(call, '(') : NULL;
-    if (!paren) {
-        snprintf(why, n, "module reference has no aten call to read");
-        return 0;
-    }
-    /* (NAME, [a, b]) or (NAME, [a, b], True|False) */
-    char name[64] = "";
-    const char *s = paren + 1;
-    int k = 0;
-    while (*s && (isalnum((unsigned char)*s) || *s == '_') && k < 63)
-        name[k++] = *s++;
-    name[k] = 0;
-    int vals[2], nv = 0;
-    const char *lb = strchr(s, '[');
-    const char *rb = lb ? strchr(lb, ']') : NULL;
-    const char *close = strchr(s, ')');
-    if (!lb || !rb || !close || rb > close) {
-        snprintf(why, n, "cannot read the arguments of %s in the module reference", label);
-        return 0;
-    }
-    for (const char *q = lb + 1; q < rb && nv < 2;) {
-        char *end;
-        long v = strtol(q, &end, 10);
-        if (end == q)
-            break;
-        vals[nv++] = (int)v;
-        q = end;
-        while (q < rb && (*q == ',' || *q == ' '))
-            q++;
-    }
-    int xi = kiln_problem_input_index(p, name);
-    if (xi < 0 || nv < 1) {
-        snprintf(why, n, "cannot read the arguments of %s in the module reference", label);
-        return 0;
-    }
-    cJSON *args = cJSON_CreateObject();
-    cJSON *pos = cJSON_AddArrayToObject(args, "args");
-    cJSON *t = cJSON_CreateObject();
-    cJSON_AddNumberToObject(t, "tensor", xi);
-    cJSON_AddItemToArray(pos, t);
-    cJSON_AddItemToArray(pos, cJSON_CreateIntArray(vals, nv));
-    int ok = op_from_aten(label, args, op, why, n);
-    cJSON_Delete(args);
-    return ok;
+    op->out_h = op->out_w = 1;
+    return 1;
 }
 
 /* ---- the match ---- */
@@ -288,24 +157,16 @@ static int pool_match(const kiln_problem *p, kiln_match *m, char *why, size_t wh
     pool_op op;
     memset(&op, 0, sizeof op);
     op.x = -1;
-    cJSON *kiln = kiln_problem_read_kiln(p);
-    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(kiln, "kind");
     int ok = 0;
     char how[96] = "";
-    if (cJSON_IsString(kind) && strcmp(kind->valuestring, "aten") == 0) {
-        const cJSON *aten = cJSON_GetObjectItemCaseSensitive(kiln, "aten");
-        if (!cJSON_IsString(aten))
-            snprintf(why, why_len, "captured aten call without a label");
+    if (kiln_opchain_described(p)) {
+        kiln_opchain *c = NULL;
+        kiln_err err;
+        if (kiln_opchain_read(p, &c, &err) != KILN_OK)
+            snprintf(why, why_len, "%s", err.msg);
         else
-            ok = op_from_aten(aten->valuestring, cJSON_GetObjectItemCaseSensitive(kiln, "args"),
-                              &op, why, why_len);
-        if (ok)
-            snprintf(how, sizeof how, "%s", aten->valuestring);
-    } else if (cJSON_IsString(kind) && strcmp(kind->valuestring, "module") == 0) {
-        ok = op_from_module(p, kiln, &op, why, why_len);
-        snprintf(how, sizeof how, "module");
-    } else if (kiln && cJSON_IsString(kind)) {
-        snprintf(why, why_len, "a \"%s\" problem, not a captured pooling call", kind->valuestring);
+            ok = op_from_chain(p, c, &op, how, sizeof how, why, why_len);
+        kiln_opchain_free(c);
     } else {
         /* a hand-written problem: NCHW average pooling named by op_type */
         static const char *const names[] = {
@@ -339,26 +200,19 @@ static int pool_match(const kiln_problem *p, kiln_match *m, char *why, size_t wh
             snprintf(how, sizeof how, "op_type");
         }
     }
-    if (!ok) {
-        cJSON_Delete(kiln);
+    if (!ok)
         return 0;
-    }
     if (op.x < 0 || op.x >= p->n_inputs || p->inputs[op.x].is_scalar) {
         snprintf(why, why_len, "the pooled argument is not an input tensor");
-        cJSON_Delete(kiln);
         return 0;
     }
     if (p->n_outputs != 1) {
         snprintf(why, why_len, "pooling has one output, the problem %d", p->n_outputs);
-        cJSON_Delete(kiln);
         return 0;
     }
     const kiln_tensor_spec *x = &p->inputs[op.x], *y = &p->outputs[0];
     const int r = x->ndim;
-    int expand = 0, out_expand = 0;
-    int np = read_layout(kiln, x->name, op.perm, &op.has_perm, &expand);
-    int onp = read_layout(kiln, y->name, op.out_perm, &op.out_has_perm, &out_expand);
-    cJSON_Delete(kiln);
+    const int *perm = x->layout.perm; /* stored dim j holds logical dim perm[j] */
     if (!dtype_ok(x->dtype) || !dtype_ok(y->dtype)) {
         snprintf(why, why_len, "dtype %s -> %s (pool handles float32, bfloat16, float16)",
                  kiln_dtype_name(x->dtype), kiln_dtype_name(y->dtype));
@@ -368,17 +222,10 @@ static int pool_match(const kiln_problem *p, kiln_match *m, char *why, size_t wh
         snprintf(why, why_len, "input %s has %d dims (pool wants 2 to 4)", x->name, r);
         return 0;
     }
-    if (expand) {
+    if (x->layout.expanded) {
         snprintf(why, why_len, "input %s is a broadcast (expanded) tensor", x->name);
         return 0;
     }
-    if (np < 0 || (op.has_perm && np != r) || onp < 0) {
-        snprintf(why, why_len, "unreadable layout of %s", x->name);
-        return 0;
-    }
-    if (!op.has_perm)
-        for (int j = 0; j < r; j++)
-            op.perm[j] = j;
     /* which stored dims are reduced */
     int red[2];
     if (op.n_red == 0) {
@@ -396,7 +243,7 @@ static int pool_match(const kiln_problem *p, kiln_match *m, char *why, size_t wh
     int at[2] = {-1, -1}; /* stored positions of the reduced logical dims */
     for (int k = 0; k < 2; k++)
         for (int j = 0; j < r; j++)
-            if (op.perm[j] == red[k])
+            if (perm[j] == red[k])
                 at[k] = j;
     if (at[0] < 0 || at[1] < 0) {
         snprintf(why, why_len, "layout of %s does not name every dim", x->name);
@@ -424,7 +271,7 @@ static int pool_match(const kiln_problem *p, kiln_match *m, char *why, size_t wh
         }
         int same = y->ndim == r;
         for (int j = 0; same && j < r; j++)
-            same = (op.out_has_perm ? op.out_perm[j] : j) == op.perm[j];
+            same = y->layout.perm[j] == perm[j];
         if (!same) {
             snprintf(why, why_len, "output %s is not stored in the order of %s", y->name, x->name);
             return 0;
@@ -458,7 +305,7 @@ static int pool_match(const kiln_problem *p, kiln_match *m, char *why, size_t wh
         rows_max = rows > rows_max ? rows : rows_max;
         c_max = c > c_max ? c : c_max;
         c_min = c < c_min ? c : c_min;
-        c_gcd = gcd64(c_gcd, c);
+        c_gcd = kiln_family_gcd(c_gcd, c);
     }
     snprintf(m->variant, sizeof m->variant, "%s_%s", global ? "global" : "adaptive",
              mode == MODE_NCHW ? "nchw" : "channels_last");
@@ -476,13 +323,14 @@ static int pool_match(const kiln_problem *p, kiln_match *m, char *why, size_t wh
     m->output_of_role[0] = 0;
     prod_expr(p, x, 0, lo, m->extra_expr[0], sizeof m->extra_expr[0]); /* rows (NCHW) / n */
     if (mode == MODE_NHWC)
-        dim_expr(p, x, r - 1, m->extra_expr[1], sizeof m->extra_expr[1]);
+        kiln_tensor_dim_expr(p, x, r - 1, m->extra_expr[1], sizeof m->extra_expr[1]);
     else
         snprintf(m->extra_expr[1], sizeof m->extra_expr[1], "1");
-    dim_expr(p, x, lo, m->extra_expr[2], sizeof m->extra_expr[2]);
-    dim_expr(p, x, hi, m->extra_expr[3], sizeof m->extra_expr[3]);
-    fmt_into(m->rows_expr, sizeof m->rows_expr, "%s*%s", m->extra_expr[0], m->extra_expr[1]);
-    fmt_into(m->cols_expr, sizeof m->cols_expr, "(%s)*(%s)", m->extra_expr[2], m->extra_expr[3]);
+    kiln_tensor_dim_expr(p, x, lo, m->extra_expr[2], sizeof m->extra_expr[2]);
+    kiln_tensor_dim_expr(p, x, hi, m->extra_expr[3], sizeof m->extra_expr[3]);
+    kiln_family_fmt(m->rows_expr, sizeof m->rows_expr, "%s*%s", m->extra_expr[0], m->extra_expr[1]);
+    kiln_family_fmt(m->cols_expr, sizeof m->cols_expr, "(%s)*(%s)", m->extra_expr[2],
+                    m->extra_expr[3]);
     snprintf(m->how, sizeof m->how, "%s on %s (%s), %s", how, x->name,
              mode == MODE_NCHW ? "NCHW rows" : "channels-last", global ? "1x1" : "adaptive");
     return 1;
@@ -571,21 +419,6 @@ static const char *pool_check(const kiln_problem *p, const kiln_match *m, const 
 /* ---- emission ---- */
 
 /* The entry point's prototype with __launch_bounds__ (CUDA). */
-static char *entry_prototype(const kiln_problem *p, int cuda, int64_t threads) {
-    kiln_signature sig;
-    kiln_abi_signature(p, 0, cuda, &sig);
-    char *proto = kiln_abi_prototype(&sig, "pool_kernel", cuda);
-    if (!cuda)
-        return proto;
-    char *at = strstr(proto, "void pool_kernel(");
-    KILN_ASSERT(at);
-    *at = 0;
-    char *s = xasprintf("%svoid __launch_bounds__(%lld) %s", proto, (long long)threads,
-                        at + strlen("void "));
-    free(proto);
-    return s;
-}
-
 static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
     const kiln_tensor_spec *x = &p->inputs[m->input_of_role[0]], *y = &p->outputs[0];
     const int mode = (int)kiln_match_get(m, "mode", 0);
@@ -606,7 +439,8 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
         &b,
         "%s#define POOL_ALGO %d\n#define POOL_VEC %lld\n#define POOL_TIN %s\n#define "
         "POOL_TOUT %s\n#define POOL_ENTRY_DEFINED 1\n",
-        defs, algo, (long long)vec, cuda_type(x->dtype), cuda_type(y->dtype));
+        defs, algo, (long long)vec, kiln_dtype_kernel_type(x->dtype, 1).type,
+        kiln_dtype_kernel_type(y->dtype, 1).type);
     free(defs);
     char call[1024];
     switch (algo) {
@@ -616,8 +450,9 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
                            "smem=%lld*%s*%s*%zu+16\n",
                            N, (long long)(threads / lanes), (long long)threads,
                            (long long)(threads / lanes), H, W, esize);
-        fmt_into(call, sizeof call, "pool_tile(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s));",
-                 x->name, y->name, N, H, W);
+        kiln_family_fmt(call, sizeof call,
+                        "pool_tile(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s));", x->name, y->name,
+                        N, H, W);
         break;
     case ALGO_DIRECT:
         kiln_strbuf_printf(&b, "// kiln: launch pool_kernel grid=ceil_div(%s,%lld)*%lld block=%lld",
@@ -625,8 +460,9 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
         if (split > 1)
             kiln_strbuf_printf(&b, " cluster=%lld", (long long)split);
         kiln_strbuf_printf(&b, "\n");
-        fmt_into(call, sizeof call, "pool_direct(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s));",
-                 x->name, y->name, N, H, W);
+        kiln_family_fmt(call, sizeof call,
+                        "pool_direct(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s));", x->name,
+                        y->name, N, H, W);
         break;
     case ALGO_CL:
         kiln_strbuf_printf(
@@ -635,51 +471,34 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
         if (split > 1)
             kiln_strbuf_printf(&b, " cluster=%lld", (long long)split);
         kiln_strbuf_printf(&b, "\n");
-        fmt_into(call, sizeof call, "pool_cl(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s), %s);",
-                 x->name, y->name, N, H, W, C);
+        kiln_family_fmt(call, sizeof call,
+                        "pool_cl(%s, %s, (int64_t)(%s), (int64_t)(%s) * (%s), %s);", x->name,
+                        y->name, N, H, W, C);
         break;
     default:
         if (mode == MODE_NCHW) {
             kiln_strbuf_printf(&b,
                                "// kiln: launch pool_kernel grid=ceil_div(%s*%d,%lld) block=%lld\n",
                                N, oh * ow, (long long)threads, (long long)threads);
-            fmt_into(call, sizeof call, "pool_window_nchw(%s, %s, %s, %s, %s, %d, %d);", x->name,
-                     y->name, N, H, W, oh, ow);
+            kiln_family_fmt(call, sizeof call, "pool_window_nchw(%s, %s, %s, %s, %s, %d, %d);",
+                            x->name, y->name, N, H, W, oh, ow);
         } else {
             kiln_strbuf_printf(&b,
                                "// kiln: launch pool_kernel grid=ceil_div(%s*%d*(%s/%lld),%lld) "
                                "block=%lld\n",
                                N, oh * ow, C, (long long)vec, (long long)threads,
                                (long long)threads);
-            fmt_into(call, sizeof call, "pool_window_nhwc(%s, %s, %s, %s, %s, %s, %d, %d);",
-                     x->name, y->name, N, H, W, C, oh, ow);
+            kiln_family_fmt(call, sizeof call, "pool_window_nhwc(%s, %s, %s, %s, %s, %s, %d, %d);",
+                            x->name, y->name, N, H, W, C, oh, ow);
         }
     }
     kiln_strbuf_printf(&b, "%s", kiln_family_template("pool.cu"));
-    char *proto = entry_prototype(p, 1, threads);
+    char bounds[32];
+    snprintf(bounds, sizeof bounds, "%lld", (long long)threads);
+    char *proto = kiln_family_prototype(p, 0, 1, bounds, "pool_kernel");
     kiln_strbuf_printf(&b, "\n%s {\n    %s\n}\n", proto, call);
     free(proto);
-    char *banner = kiln_family_banner(&kiln_family_pool, m, pt, b.s);
-    char *src = xasprintf("%s%s", banner, b.s);
-    free(banner);
-    free(b.s);
-    return src;
-}
-
-static void cpu_conv(kiln_dtype t, const char **type, const char **load, const char **store) {
-    if (t == KILN_BF16) {
-        *type = "kiln_bf16";
-        *load = "kiln_bf16_to_float(v)";
-        *store = "kiln_float_to_bf16(f)";
-    } else if (t == KILN_F16) {
-        *type = "kiln_f16";
-        *load = "kiln_f16_to_float(v)";
-        *store = "kiln_float_to_f16(f)";
-    } else {
-        *type = "float";
-        *load = "(v)";
-        *store = "(f)";
-    }
+    return kiln_family_source(&kiln_family_pool, m, pt, b.s);
 }
 
 static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
@@ -689,19 +508,16 @@ static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
     const int oh = (int)kiln_match_get(m, "out_h", 1), ow = (int)kiln_match_get(m, "out_w", 1);
     const char *N = m->extra_expr[0], *C = m->extra_expr[1], *H = m->extra_expr[2],
                *W = m->extra_expr[3];
-    const char *ti, *li, *si, *to, *lo, *so;
-    cpu_conv(x->dtype, &ti, &li, &si);
-    cpu_conv(y->dtype, &to, &lo, &so);
-    (void)si;
-    (void)lo;
+    const kiln_kernel_type ti = kiln_dtype_kernel_type(x->dtype, 0);
+    const kiln_kernel_type to = kiln_dtype_kernel_type(y->dtype, 0);
     kiln_strbuf b = {0};
     kiln_strbuf_printf(
         &b,
         "// cpu: the GPU parameters do not apply\n#define POOL_TIN %s\n#define POOL_LOAD(v) "
-        "%s\n#define POOL_TOUT %s\n#define POOL_STORE(f) %s\n",
-        ti, li, to, so);
+        "%s(v)\n#define POOL_TOUT %s\n#define POOL_STORE(f) %s(f)\n",
+        ti.type, ti.to_float, to.type, to.from_float);
     kiln_strbuf_printf(&b, "%s", kiln_family_template("pool_cpu.c"));
-    char *proto = entry_prototype(p, 0, 0);
+    char *proto = kiln_family_prototype(p, 0, 0, NULL, "pool_kernel");
     kiln_strbuf_printf(&b, "\n// kiln: launch pool_kernel\n%s {\n    ", proto);
     free(proto);
     if (!global)
@@ -716,11 +532,7 @@ static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
     kiln_strbuf_printf(&b, "\n}\n");
     int64_t first[KILN_FAMILY_MAX_PARAMS];
     kiln_family_point(&kiln_family_pool, 0, first);
-    char *banner = kiln_family_banner(&kiln_family_pool, m, first, b.s);
-    char *src = xasprintf("%s%s", banner, b.s);
-    free(banner);
-    free(b.s);
-    return src;
+    return kiln_family_source(&kiln_family_pool, m, first, b.s);
 }
 
 static char *pool_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {

@@ -218,26 +218,6 @@ static const char *rn_check(const kiln_problem *p, const kiln_match *m, const in
 
 /* ---- emission ---- */
 
-static const char *cuda_type(kiln_dtype t) {
-    return t == KILN_BF16 ? "__nv_bfloat16" : t == KILN_F16 ? "__half" : "float";
-}
-
-static const char *cpu_type(kiln_dtype t) {
-    return t == KILN_BF16 ? "kiln_bf16" : t == KILN_F16 ? "kiln_f16" : "float";
-}
-
-static const char *cpu_to_float(kiln_dtype t) {
-    return t == KILN_BF16  ? "kiln_bf16_to_float(v)"
-           : t == KILN_F16 ? "kiln_f16_to_float(v)"
-                           : "(v)";
-}
-
-static const char *cpu_from_float(kiln_dtype t) {
-    return t == KILN_BF16  ? "kiln_float_to_bf16(f)"
-           : t == KILN_F16 ? "kiln_float_to_f16(f)"
-                           : "(f)";
-}
-
 /* What the variant is, for both languages: kind, element types (with the CPU's conversions),
  * which tensors exist, and the programs. */
 static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cuda) {
@@ -252,11 +232,11 @@ static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cud
         kiln_dtype dt = t ? t->dtype : KILN_F32;
         if (r != ROLE_X)
             off += (size_t)snprintf(s + off, cap - off, "#define RN_HAS_%s %d\n", in_names[r], !!t);
-        off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_T %s\n", in_names[r],
-                                cuda ? cuda_type(dt) : cpu_type(dt));
+        const kiln_kernel_type k = kiln_dtype_kernel_type(dt, cuda);
+        off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_T %s\n", in_names[r], k.type);
         if (!cuda)
-            off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_F(v) %s\n", in_names[r],
-                                    cpu_to_float(dt));
+            off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_F(v) %s(v)\n", in_names[r],
+                                    k.to_float);
     }
     for (int o = OUT_Y; o <= OUT_RSTD; o++) {
         int idx = m->output_of_role[o];
@@ -264,11 +244,11 @@ static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cud
         if (o != OUT_Y)
             off += (size_t)snprintf(s + off, cap - off, "#define RN_HAS_%s %d\n", out_names[o],
                                     idx >= 0);
-        off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_T %s\n", out_names[o],
-                                cuda ? cuda_type(dt) : cpu_type(dt));
+        const kiln_kernel_type k = kiln_dtype_kernel_type(dt, cuda);
+        off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_T %s\n", out_names[o], k.type);
         if (!cuda)
-            off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_OF(f) %s\n", out_names[o],
-                                    cpu_from_float(dt));
+            off += (size_t)snprintf(s + off, cap - off, "#define RN_%s_OF(f) %s(f)\n", out_names[o],
+                                    k.from_float);
     }
     static const struct {
         const char *fact, *macro, *base;
@@ -290,17 +270,9 @@ static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cud
 /* The entry point: the problem's exact signature, calling the body with each role's pointer. */
 static char *entry_point(const kiln_problem *p, const kiln_match *m, const char *entry, int cuda,
                          int block) {
-    kiln_signature sig;
-    kiln_abi_signature(p, 0, cuda, &sig);
-    char *proto = kiln_abi_prototype(&sig, entry, cuda);
-    char *head = proto;
-    if (cuda) {
-        char *v = strstr(proto, "void ");
-        KILN_ASSERT(v);
-        head =
-            xasprintf("%.*svoid __launch_bounds__(%d) %s", (int)(v - proto), proto, block, v + 5);
-        free(proto);
-    }
+    char bounds[32];
+    snprintf(bounds, sizeof bounds, "%d", block);
+    char *head = kiln_family_prototype(p, 0, cuda, bounds, entry);
     static const char *const in_types[] = {"RN_X_T", "RN_W_T", "RN_B_T", "RN_G_T"};
     static const char *const out_types[] = {"RN_Y_T", "RN_MEAN_T", "RN_RSTD_T"};
     char args[1024];
@@ -373,13 +345,9 @@ static char *rn_emit(const kiln_family *f, const kiln_problem *p, const kiln_mat
         for (int i = 0; i < f->n_params; i++)
             canonical[i] = f->params[i].values[0];
     }
-    char *banner = kiln_family_banner(f, m, canonical, body);
-    char *s = xasprintf("%s%s", banner, body);
-    free(banner);
-    free(body);
     free(variant);
     free(entry);
-    return s;
+    return kiln_family_source(f, m, canonical, body);
 }
 
 static char *rms_emit(const kiln_problem *p, const kiln_match *m, const int64_t *point, int cuda) {

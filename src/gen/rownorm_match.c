@@ -1,18 +1,18 @@
 /* rownorm_match.c: how the rmsnorm and layernorm families recognise a problem and read the exact
  * computation (the rounding program) its reference performs.
  *
- * How a problem is recognised. Capture writes a straight-line reference for both kinds of problem:
- * an aten call (`result = torch.ops.aten.native_layer_norm.default(input, [64], weight, bias,
- * 1e-05)`) or a leaf module's forward (`v0 = torch.ops.aten.to.dtype(input0, torch.float32)`, ...,
- * `return v8`). Rather than pattern-matching op lists, the matcher *interprets* that source over an
- * abstract domain: each variable is "an input with a program", "x squared", "mean of x^2", "+ eps",
- * "rsqrt(...)", "the normalised value with a program", "mean" or "rstd". Casts append rounding
- * steps exactly where the dtype narrows, products follow PyTorch's type promotion (bf16 * bf16
- * rounds to bf16, bf16 * fp32 does not), and anything else (a residual add, a norm over another
- * dim, a square computed in bf16, a reshape) declines with the line that broke the pattern. So
- * Gemma4RMSNorm (pow(ms + eps, -0.5)), Qwen3_5MoeRMSNorm (1 + w), LlamaRMSNorm,
- * Qwen3_5MoeRMSNormGated (* silu(gate)), with_scale=False variants, aten::rms_norm /
- * _fused_rms_norm / layer_norm / native_layer_norm (with their mean and rstd outputs) all land on
+ * How a problem is recognised. Rather than pattern-matching op lists, the matcher *interprets* the
+ * problem's op chain (src/formats/opchain.h: a captured call such as
+ * aten::native_layer_norm.default(input, [64], weight, bias, 1e-05), or a leaf module's forward,
+ * to.dtype(input0, torch.float32) ... type_as(v7, input0)) over an abstract domain: each value is
+ * "an input with a program", "x squared", "mean of x^2", "+ eps", "rsqrt(...)", "the normalised
+ * value with a program", "mean" or "rstd". Casts append rounding steps exactly where the dtype
+ * narrows, products follow PyTorch's type promotion (bf16 * bf16 rounds to bf16, bf16 * fp32 does
+ * not), and anything else (a residual add, a norm over another dim, a square computed in bf16, a
+ * reshape) declines with the op that broke the pattern. So Gemma4RMSNorm (pow(ms + eps, -0.5)),
+ * Qwen3_5MoeRMSNorm (1 + w), LlamaRMSNorm, Qwen3_5MoeRMSNormGated (* silu(gate)), with_scale=False
+ * variants, aten::rms_norm / _fused_rms_norm / layer_norm / native_layer_norm (with their mean and
+ * rstd outputs) all land on
  * one code path. Hand-written problems (SOL-ExecBench's rmsnorm_h4096) have free Python references:
  * there op_type and shapes pick the roles, eps comes from a scalar input or a literal in the
  * source, and the program is the common "fp32 affine, one rounding" (see match_handwritten).
@@ -23,7 +23,6 @@
  * is harmless before the final store. */
 #include "rownorm.h"
 
-#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <float.h>
 #include <math.h>
@@ -104,7 +103,6 @@ typedef enum {
 } rn_kind;
 
 typedef struct {
-    char name[48];
     rn_kind kind;
     int input; /* S_IN: input index; S_NUM: scalar input index or -1 */
     kiln_dtype dt;
@@ -113,12 +111,11 @@ typedef struct {
     int norm; /* S_N: 0 rms, 1 layer */
 } rn_val;
 
-#define RN_MAX_VALS 96
-
 typedef struct {
     const kiln_problem *p;
-    rn_val v[RN_MAX_VALS];
-    int n;
+    rn_val *in;                                            /* per problem input */
+    rn_val res[KILN_OPCHAIN_MAX_OPS][KILN_OP_MAX_RESULTS]; /* per op result */
+    int n_res[KILN_OPCHAIN_MAX_OPS];                       /* results op k computed */
     int role[5]; /* input index per ROLE_*, -1 when absent */
     rn_prog prog_w, prog_b, prog_g, prog_y;
     int norm; /* -1 until known */
@@ -143,21 +140,12 @@ static int decline(rn_interp *I, const char *fmt, ...) {
     return 0;
 }
 
-static rn_val *val_find(rn_interp *I, const char *name) {
-    for (int i = I->n - 1; i >= 0; i--)
-        if (strcmp(I->v[i].name, name) == 0)
-            return &I->v[i];
-    return NULL;
-}
-
-/* Binds name to val (a new definition shadows an old one, as Python rebinding does). */
-static int val_set(rn_interp *I, const char *name, const rn_val *val) {
-    if (I->n == RN_MAX_VALS)
-        return decline(I, "reference too long (over %d values)", RN_MAX_VALS);
-    I->v[I->n] = *val;
-    snprintf(I->v[I->n].name, sizeof I->v[0].name, "%s", name);
-    I->n++;
-    return 1;
+/* The value the chain names: an input, or a result an earlier op computed; NULL when the
+ * interpreter did not follow it. */
+static rn_val *value_of(rn_interp *I, kiln_value v) {
+    if (v.input >= 0)
+        return &I->in[v.input];
+    return v.slot < I->n_res[v.op] ? &I->res[v.op][v.slot] : NULL;
 }
 
 static int prog_add(rn_interp *I, rn_prog *p, int step) {
@@ -181,7 +169,7 @@ static kiln_dtype promote(kiln_dtype a, kiln_dtype b) {
     return a == b ? a : KILN_F32;
 }
 
-/* ---- reading the reference's lines ---- */
+/* ---- the chain's arguments ---- */
 
 typedef enum { A_NONE, A_NUM, A_BOOL, A_LIST, A_DTYPE, A_VAR, A_OTHER } rn_arg_kind;
 
@@ -204,141 +192,56 @@ typedef struct {
     rn_arg kw[RN_MAX_ARGS];
 } rn_call;
 
-static char *trim(char *s) {
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        s[--n] = 0;
-    return s;
-}
-
-/* Splits s in place at commas outside brackets; returns the count (an empty tail is dropped). */
-static int split_top(char *s, char **items, int max) {
-    int n = 0, depth = 0;
-    char *start = s;
-    for (char *c = s;; c++) {
-        if (*c == '(' || *c == '[')
-            depth++;
-        else if (*c == ')' || *c == ']')
-            depth--;
-        if ((*c == ',' && depth == 0) || *c == 0) {
-            int end = *c == 0;
-            *c = 0;
-            char *t = trim(start);
-            if (*t) {
-                if (n == max)
-                    return -1;
-                items[n++] = t;
-            }
-            if (end)
-                break;
-            start = c + 1;
-        }
-    }
-    return n;
-}
-
-static int parse_number(const char *s, double *out) {
-    char *end = NULL;
-    if (strcmp(s, "float('inf')") == 0 || strcmp(s, "float('-inf')") == 0 ||
-        strcmp(s, "float('nan')") == 0) {
-        *out = s[7] == 'i' ? INFINITY : s[7] == '-' ? -INFINITY : NAN;
-        return 1;
-    }
-    if (!*s)
-        return 0;
-    *out = strtod(s, &end);
-    return end && *end == 0;
-}
-
-static int parse_arg(rn_interp *I, char *text, rn_arg *a) {
+static int arg_of(rn_interp *I, const kiln_arg *k, rn_arg *a) {
     memset(a, 0, sizeof *a);
-    double num;
-    if (strcmp(text, "None") == 0) {
+    switch (k->kind) {
+    case KILN_ARG_NONE:
         a->kind = A_NONE;
-    } else if (strcmp(text, "True") == 0 || strcmp(text, "False") == 0) {
-        a->kind = A_BOOL;
-        a->num = text[0] == 'T';
-    } else if (parse_number(text, &num)) {
-        a->kind = A_NUM;
-        a->num = num;
-    } else if (text[0] == '[' || text[0] == '(') {
-        size_t n = strlen(text);
-        if (n < 2 || text[n - 1] != (text[0] == '[' ? ']' : ')'))
-            return decline(I, "cannot read the argument '%.60s'", text);
-        text[n - 1] = 0;
-        char *items[KILN_MAX_DIMS + 1];
-        int k = split_top(text + 1, items, KILN_MAX_DIMS);
-        if (k < 0)
-            return decline(I, "a list argument longer than %d", KILN_MAX_DIMS);
+        break;
+    case KILN_ARG_NUM:
+    case KILN_ARG_BOOL:
+        a->kind = k->kind == KILN_ARG_NUM ? A_NUM : A_BOOL;
+        a->num = k->num;
+        break;
+    case KILN_ARG_DTYPE:
+        a->kind = A_DTYPE;
+        a->dtype = k->dtype;
+        break;
+    case KILN_ARG_INTS:
         a->kind = A_LIST;
-        for (int i = 0; i < k; i++) {
-            if (!parse_number(items[i], &num) || num != floor(num))
-                return decline(I, "a list argument holds '%.40s', not an integer", items[i]);
-            a->list[a->n_list++] = (int64_t)num;
-        }
-    } else if (strncmp(text, "torch.", 6) == 0) {
-        static const struct {
-            const char *name;
-            kiln_dtype t;
-        } dts[] = {{"torch.float32", KILN_F32},   {"torch.float", KILN_F32},
-                   {"torch.bfloat16", KILN_BF16}, {"torch.float16", KILN_F16},
-                   {"torch.half", KILN_F16},      {"torch.float64", KILN_F64},
-                   {"torch.double", KILN_F64}};
-        a->kind = A_OTHER; /* layouts, memory formats */
-        for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
-            if (strcmp(text, dts[i].name) == 0) {
-                a->kind = A_DTYPE;
-                a->dtype = dts[i].t;
-            }
-        if (a->kind == A_OTHER && (strstr(text, "int") || strstr(text, "bool") ||
-                                   strstr(text, "float8") || strstr(text, "complex"))) {
-            a->kind = A_DTYPE;
-            a->dtype = KILN_DTYPE_COUNT;
-        }
-    } else if (strcmp(text, "DEVICE") == 0) {
-        a->kind = A_OTHER;
-    } else {
-        a->val = val_find(I, text);
-        if (!a->val)
-            return decline(I, "the reference uses '%.60s', which kiln cannot follow", text);
+        a->n_list = k->n_ints;
+        memcpy(a->list, k->ints, sizeof a->list);
+        break;
+    case KILN_ARG_TENSOR:
         a->kind = A_VAR;
+        a->val = value_of(I, k->value);
+        if (!a->val)
+            return decline(I, "the reference uses '%.40s', which kiln cannot follow", k->text);
+        break;
+    case KILN_ARG_OTHER:
+        a->kind = A_OTHER; /* layouts, memory formats, devices */
+        break;
     }
     return 1;
 }
 
-/* Parses "OP.OVERLOAD(ARGS)" after "torch.ops.aten.". */
-static int parse_call(rn_interp *I, char *s, rn_call *c) {
+/* Op k of the chain as the interpreter's call: in-place variants compute what their functional
+ * forms do (the chain already names their result). */
+static int call_of(rn_interp *I, const kiln_op *op, rn_call *c) {
     memset(c, 0, sizeof *c);
-    char *dot = strchr(s, '.');
-    char *paren = strchr(s, '(');
-    size_t n = strlen(s);
-    if (!dot || !paren || dot > paren || s[n - 1] != ')')
-        return decline(I, "cannot read the call '%.80s'", s);
-    snprintf(c->op, sizeof c->op, "%.*s", (int)(dot - s), s);
-    snprintf(c->overload, sizeof c->overload, "%.*s", (int)(paren - dot - 1), dot + 1);
-    s[n - 1] = 0;
-    char *items[RN_MAX_ARGS + 1];
-    int k = split_top(paren + 1, items, RN_MAX_ARGS);
-    if (k < 0)
-        return decline(I, "aten::%s has more than %d arguments", c->op, RN_MAX_ARGS);
-    for (int i = 0; i < k; i++) {
-        char *eq = NULL;
-        for (char *t = items[i]; isalnum((unsigned char)*t) || *t == '_'; t++)
-            if (t[1] == '=' && t[2] != '=')
-                eq = t + 1;
-        if (eq) {
-            *eq = 0;
-            snprintf(c->kw_name[c->n_kw], sizeof c->kw_name[0], "%s", trim(items[i]));
-            if (!parse_arg(I, trim(eq + 1), &c->kw[c->n_kw++]))
-                return 0;
-        } else {
-            if (c->n_kw)
-                return decline(I, "a positional argument after a keyword in aten::%s", c->op);
-            if (!parse_arg(I, items[i], &c->pos[c->n_pos++]))
-                return 0;
-        }
+    snprintf(c->op, sizeof c->op, "%s", op->name);
+    if (op->inplace)
+        c->op[strlen(c->op) - 1] = 0;
+    snprintf(c->overload, sizeof c->overload, "%s", op->overload);
+    if (op->n_args > RN_MAX_ARGS || op->n_kwargs > RN_MAX_ARGS)
+        return decline(I, "%s has more than %d arguments", op->aten, RN_MAX_ARGS);
+    for (int i = 0; i < op->n_args; i++)
+        if (!arg_of(I, &op->args[i], &c->pos[c->n_pos++]))
+            return 0;
+    for (int i = 0; i < op->n_kwargs; i++) {
+        snprintf(c->kw_name[c->n_kw], sizeof c->kw_name[0], "%s", op->kwarg_name[i]);
+        if (!arg_of(I, &op->kwargs[i], &c->kw[c->n_kw++]))
+            return 0;
     }
     return 1;
 }
@@ -701,86 +604,15 @@ static int interp_call(rn_interp *I, rn_call *c, rn_val *out, int *n_out) {
     return decline(I, "aten::%s.%s is not part of an RMSNorm/LayerNorm pattern", op, c->overload);
 }
 
-/* A line "A = torch.ops.aten.OP.OV(...)", "A, B, C = ...", "A = A.permute(...)", "DEVICE = ...". */
-static int interp_assign(rn_interp *I, char *lhs, char *rhs) {
-    rn_val res[3];
-    int n_res = 1;
-    if (strncmp(rhs, "torch.ops.aten.", 15) == 0) {
-        rn_call c;
-        if (!parse_call(I, rhs + 15, &c))
-            return 0;
-        /* an in-place op (add_ in PyTorch's own decompositions) computes what its functional form
-         * does and also rebinds the tensor it wrote */
-        size_t n = strlen(c.op);
-        rn_val *written = NULL;
-        if (n > 1 && c.op[n - 1] == '_' && c.op[0] != '_') {
-            c.op[n - 1] = 0;
-            written = c.n_pos && c.pos[0].kind == A_VAR ? c.pos[0].val : NULL;
-        }
-        if (!interp_call(I, &c, res, &n_res))
-            return 0;
-        if (written && n_res == 1 && !val_set(I, written->name, &res[0]))
-            return 0;
-    } else if (strncmp(rhs, "torch.ops.", 10) == 0) {
-        return decline(I, "calls %.60s (not an aten op)", rhs);
-    } else if (strcmp(lhs, "DEVICE") == 0) {
-        return 1;
-    } else {
-        /* the layout restore lines of captured references: a view in memory order, or a clone */
-        char *dot = strchr(rhs, '.');
-        if (!dot)
-            return decline(I, "cannot read the line '%.80s = %.80s'", lhs, rhs);
-        *dot = 0;
-        rn_val *src = val_find(I, trim(rhs));
-        const char *method = dot + 1;
-        if (!src)
-            return decline(I, "cannot read the line '%.80s'", lhs);
-        if (strncmp(method, "expand(", 7) == 0)
-            return decline(I, "%s is broadcast (stored once, expanded)", lhs);
-        if (strncmp(method, "permute(", 8) && strncmp(method, "clone()", 7) &&
-            strncmp(method, "contiguous()", 12))
-            return decline(I, "cannot read the line '%.80s = ...%.60s'", lhs, method);
-        res[0] = *src; /* permutations are checked against the layouts (check_layouts) */
-    }
-    char *names[4];
-    int n_names = split_top(lhs, names, 3);
-    if (n_names == 1 && n_res > 1) {
-        for (int i = 0; i < n_res; i++) {
-            char nm[64];
-            snprintf(nm, sizeof nm, "%s[%d]", names[0], i);
-            if (!val_set(I, nm, &res[i]))
-                return 0;
-        }
-        return 1;
-    }
-    if (n_names != n_res)
-        return decline(I, "%d names for %d results", n_names, n_res);
-    for (int i = 0; i < n_names; i++)
-        if (strcmp(names[i], "_") && !val_set(I, names[i], &res[i]))
-            return 0;
-    return 1;
-}
-
-static int interp_return(rn_interp *I, char *e) {
-    size_t n = strlen(e);
-    if (n >= 2 && e[0] == '(' && e[n - 1] == ')') {
-        e[n - 1] = 0;
-        e++;
-    }
-    char *items[5];
-    int k = split_top(e, items, 4);
-    if (k < 1)
+/* The problem's outputs: the normalised value (once), its mean and its rstd. */
+static int interp_outputs(rn_interp *I, const kiln_opchain *c) {
+    if (c->n_outputs < 1 || c->n_outputs > 4)
         return decline(I, "returns more than 4 values or none");
-    I->n_out = k;
-    for (int i = 0; i < k; i++) {
-        char *dot = strstr(items[i], ".permute(");
-        if (!dot)
-            dot = strstr(items[i], ".contiguous()");
-        if (dot)
-            *dot = 0;
-        const rn_val *v = val_find(I, trim(items[i]));
+    I->n_out = c->n_outputs;
+    for (int i = 0; i < c->n_outputs; i++) {
+        const rn_val *v = value_of(I, c->outputs[i]);
         if (!v)
-            return decline(I, "returns '%.60s', which kiln cannot follow", items[i]);
+            return decline(I, "returns %s, which kiln cannot follow", I->p->outputs[i].name);
         if (v->kind == S_N) {
             if (I->norm >= 0)
                 return decline(I, "returns two normalised tensors");
@@ -800,76 +632,20 @@ static int interp_return(rn_interp *I, char *e) {
     return 1;
 }
 
-/* Runs the reference's run() over the abstract domain. Returns 1 when it is a row norm. */
-static int interp_reference(rn_interp *I) {
-    const char *ref = I->p->reference;
-    const char *def = ref ? strstr(ref, "def run(") : NULL;
-    if (!def)
-        return decline(I, "the reference has no run()");
-    char *text = xstrdup(def + 8);
-    int ok = 1, returned = 0;
-    char *close = strchr(text, ')');
-    if (!close) {
-        free(text);
-        return decline(I, "cannot read run()'s parameters");
+/* Runs the op chain over the abstract domain. Returns 1 when it is a row norm. */
+static int interp_chain(rn_interp *I, const kiln_opchain *c) {
+    for (int i = 0; i < I->p->n_inputs; i++) {
+        rn_val *v = &I->in[i];
+        v->input = i;
+        v->dt = I->p->inputs[i].dtype;
+        v->kind = I->p->inputs[i].is_scalar ? S_NUM : S_IN;
     }
-    *close = 0;
-    char *params[64];
-    int n_params = split_top(text, params, 63);
-    for (int i = 0; i < n_params && ok; i++) {
-        int idx = kiln_problem_input_index(I->p, params[i]);
-        rn_val v;
-        memset(&v, 0, sizeof v);
-        if (idx < 0) {
-            ok = decline(I, "run() parameter '%s' is not an input", params[i]);
-            break;
-        }
-        v.input = idx;
-        v.dt = I->p->inputs[idx].dtype;
-        v.kind = I->p->inputs[idx].is_scalar ? S_NUM : S_IN;
-        ok = val_set(I, params[i], &v);
+    for (int k = 0; k < c->n_ops; k++) {
+        rn_call call;
+        if (!call_of(I, &c->ops[k], &call) || !interp_call(I, &call, I->res[k], &I->n_res[k]))
+            return 0;
     }
-    char *line = strchr(close + 1, '\n');
-    while (ok && line && !returned) {
-        char *start = line + 1;
-        line = strchr(start, '\n');
-        if (line)
-            *line = 0;
-        int quote = 0;
-        for (char *c = start; *c; c++) {
-            if (*c == '\'' || *c == '"')
-                quote = !quote;
-            if (*c == '#' && !quote) {
-                *c = 0;
-                break;
-            }
-        }
-        char *s = trim(start);
-        if (!*s)
-            continue;
-        if (strncmp(s, "return ", 7) == 0) {
-            ok = interp_return(I, trim(s + 7));
-            returned = 1;
-            continue;
-        }
-        char *eq = NULL;
-        int depth = 0;
-        for (char *c = s; *c && !eq; c++) {
-            depth += (*c == '(' || *c == '[') - (*c == ')' || *c == ']');
-            if (*c == '=' && depth == 0 && c[1] != '=' && c > s && !strchr("=<>!", c[-1]))
-                eq = c;
-        }
-        if (!eq) {
-            ok = decline(I, "cannot read the line '%.80s'", s);
-            break;
-        }
-        *eq = 0;
-        ok = interp_assign(I, trim(s), trim(eq + 1));
-    }
-    free(text);
-    if (ok && !returned)
-        ok = decline(I, "run() has no return");
-    return ok;
+    return interp_outputs(I, c);
 }
 
 /* ---- shapes and layouts ---- */
@@ -950,51 +726,30 @@ static int check_shapes(rn_interp *I) {
 /* Captured layouts: the kernel reads stored bytes, so x, the gate and y must be stored with their
  * last dim last, and in one and the same order: a permutation of the leading dims only reorders the
  * rows, which is harmless when x, the gate and y agree (and wrong when they do not). */
-static int check_layouts(rn_interp *I, const cJSON *kiln) {
-    const cJSON *layouts = cJSON_GetObjectItemCaseSensitive(kiln, "layouts");
-    if (!cJSON_IsObject(layouts))
-        return 1;
-    char *order = NULL; /* the memory order every row-shaped tensor must share */
-    const char *first = NULL;
-    int ok = 1;
-    for (int t = 0; t < I->p->n_inputs + I->p->n_outputs && ok; t++) {
+static int check_layouts(rn_interp *I) {
+    const kiln_tensor_spec *first = NULL; /* the memory order every row-shaped tensor must share */
+    for (int t = 0; t < I->p->n_inputs + I->p->n_outputs; t++) {
         int is_in = t < I->p->n_inputs;
         const kiln_tensor_spec *ts = is_in ? &I->p->inputs[t] : &I->p->outputs[t - I->p->n_inputs];
         int rowlike = is_in ? (t == I->role[ROLE_X] || t == I->role[ROLE_G])
                             : I->out_role[t - I->p->n_inputs] == OUT_Y;
-        const cJSON *l = cJSON_GetObjectItemCaseSensitive(layouts, ts->name);
-        const cJSON *stored = cJSON_GetObjectItemCaseSensitive(l, "stored");
-        const cJSON *perm = cJSON_GetObjectItemCaseSensitive(l, "permute");
-        int permuted = cJSON_IsString(stored) && !strcmp(stored->valuestring, "memory_order");
-        if (permuted &&
-            (!rowlike || cJSON_GetObjectItemCaseSensitive(l, "expand") || !cJSON_IsArray(perm))) {
-            ok = decline(I, "%s is stored broadcast or permuted", ts->name);
-            break;
-        }
+        const kiln_layout *l = &ts->layout;
+        if (l->expanded)
+            return decline(I, "%s is broadcast (stored once, expanded)", ts->name);
+        if (l->permuted && !rowlike)
+            return decline(I, "%s is stored broadcast or permuted", ts->name);
         if (!rowlike)
             continue;
-        char *s;
-        if (permuted) {
-            const cJSON *last = cJSON_GetArrayItem(perm, cJSON_GetArraySize(perm) - 1);
-            if (!cJSON_IsNumber(last) || last->valueint != ts->ndim - 1 || I->k != 1) {
-                ok = decline(I, "%s is stored with its last dim moved (memory order)", ts->name);
-                break;
-            }
-            s = cJSON_PrintUnformatted(perm);
-        } else {
-            s = xstrdup("identity");
-        }
-        if (!order) {
-            order = s;
-            first = ts->name;
-            continue;
-        }
-        if (strcmp(s, order))
-            ok = decline(I, "%s and %s are stored in different memory orders", first, ts->name);
-        free(s);
+        if (l->permuted && (l->perm[ts->ndim - 1] != ts->ndim - 1 || I->k != 1))
+            return decline(I, "%s is stored with its last dim moved (memory order)", ts->name);
+        if (!first)
+            first = ts;
+        else if (first->ndim != ts->ndim ||
+                 memcmp(first->layout.perm, l->perm, sizeof(int) * (size_t)ts->ndim))
+            return decline(I, "%s and %s are stored in different memory orders", first->name,
+                           ts->name);
     }
-    free(order);
-    return ok;
+    return 1;
 }
 
 /* ---- hand-written problems ---- */
@@ -1208,30 +963,38 @@ int rn_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len, in
     for (int r = 0; r < 5; r++)
         I->role[r] = -1;
     I->norm = -1;
-    cJSON *kiln = kiln_problem_read_kiln(p);
-    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(kiln, "kind");
+    I->in = xcalloc((size_t)p->n_inputs + 1, sizeof *I->in);
+    const char *kind = kiln_problem_kiln_str(p, "kind");
+    kiln_opchain *c = NULL;
+    kiln_err err;
     char origin[160];
-    int ok;
-    if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "aten")) {
-        const cJSON *aten = cJSON_GetObjectItemCaseSensitive(kiln, "aten");
-        const char *name = cJSON_IsString(aten) ? aten->valuestring : "?";
+    int ok = 1;
+    if (kind && !strcmp(kind, "aten")) {
+        const char *name = kiln_problem_kiln_str(p, "aten");
+        name = name ? name : "?";
         snprintf(origin, sizeof origin, "captured %s", name);
         static const char *const known[] = {"aten::layer_norm.", "aten::native_layer_norm.",
                                             "aten::rms_norm.", "aten::_fused_rms_norm."};
         ok = 0;
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             ok |= !strncmp(name, known[i], strlen(known[i]));
-        ok = ok ? interp_reference(I) : decline(I, "%s is not a row norm", name);
-    } else if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "module")) {
-        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(kiln, "module_class");
-        snprintf(origin, sizeof origin, "module %s", cJSON_IsString(cls) ? cls->valuestring : "?");
-        ok = interp_reference(I);
-    } else if (cJSON_IsString(kind)) {
-        ok = decline(I, "captured problem of kind '%s'", kind->valuestring);
-        snprintf(origin, sizeof origin, "?");
+        if (!ok)
+            decline(I, "%s is not a row norm", name);
+    } else if (kind && !strcmp(kind, "module")) {
+        const char *cls = kiln_problem_kiln_str(p, "module_class");
+        snprintf(origin, sizeof origin, "module %s", cls ? cls : "?");
+    } else if (kiln_opchain_described(p)) {
+        snprintf(origin, sizeof origin, "chain");
     } else {
         snprintf(origin, sizeof origin, "hand-written op_type %s", p->op_type ? p->op_type : "?");
         ok = match_handwritten(I, layer);
+    }
+    if (ok && kiln_opchain_described(p)) {
+        if (kiln_opchain_read(p, &c, &err) != KILN_OK)
+            ok = decline(I, "%s", err.msg);
+        else
+            ok = interp_chain(I, c);
+        kiln_opchain_free(c);
     }
     if (ok && I->norm != layer)
         ok = decline(I, "%s, not %s", I->norm ? "a LayerNorm" : "an RMSNorm",
@@ -1243,7 +1006,7 @@ int rn_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len, in
     if (ok && !I->have_eps)
         ok = decline(I, "no eps is added");
     if (ok)
-        ok = check_shapes(I) && check_layouts(I, kiln);
+        ok = check_shapes(I) && check_layouts(I);
     if (ok) {
         int n_y = 0;
         for (int o = 0; o < I->n_out; o++)
@@ -1251,8 +1014,8 @@ int rn_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len, in
         if (n_y != 1)
             ok = decline(I, "no normalised output");
     }
-    cJSON_Delete(kiln);
     if (!ok) {
+        free(I->in);
         free(I);
         return 0;
     }
@@ -1311,6 +1074,7 @@ int rn_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len, in
                   I->prog_w.n ? w : "", I->prog_g.n ? ", g = " : "", I->prog_g.n ? g : "", eps);
     snprintf(m->how, sizeof m->how, "%s", how);
     free(how);
+    free(I->in);
     free(I);
     return 1;
 }

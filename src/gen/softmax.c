@@ -29,11 +29,11 @@
  *    row) and SMX_UNROLL vectors in flight per thread in streaming loops keep enough requests
  *    in flight.
  *
- * What it matches. A captured aten::_softmax.default (or aten::softmax.int) over the last
- * dimension; a captured leaf module whose forward is a _softmax with casts around it (its
- * reference is read for the dim and the cast dtypes); a "chain" ("kiln": {"kind": "chain",
- * "aten_ops": [...]}, kiln's record of a fused pattern written by hand or by a fusion agent) of
- * casts, a scale multiply, a mask add and the softmax; and hand-written problems with op_type
+ * What it matches (from the problem's op chain, src/formats/opchain.h). A captured
+ * aten::_softmax.default (or aten::softmax.int) over the last dimension; a captured leaf module
+ * whose forward is a _softmax with casts around it; a "kind": "chain" (a fused pattern written by
+ * hand or by a fusion agent) of casts, a scale multiply, a mask add and the softmax; and
+ * hand-written problems with op_type
  * "softmax": one tensor x, optional `mask` and `scale` inputs, one output of x's shape. Casts
  * into and out of the op are one kernel: the `softmax(x.float(), -1).to(bf16)` of eager attention
  * reads bf16 and writes bf16. Eager PyTorch rounds `x * scale` to x's dtype and `+ mask` to the
@@ -44,8 +44,6 @@
  * The CPU emission ignores the geometry: one source per problem, which sweep runs once. */
 #include "family.h"
 
-#include <cjson/cJSON.h>
-#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -198,62 +196,6 @@ static int eager_facts(kiln_dtype tx, int has_scale, kiln_dtype tmask, int has_m
     return chain_facts(ops, n, tx, has_scale, tmask, has_mask, tout, m, why, why_len);
 }
 
-/* ---- reading the reference of a captured module ---- */
-
-/* Scans `torch.ops.aten.NAME.OVERLOAD(args)` calls of a reference in order: the op (as
- * "aten::NAME.OVERLOAD") and its argument text. Returns how many were found (at most max). */
-typedef struct {
-    char op[96];
-    char args[256];
-} ref_call;
-
-static int scan_reference(const char *ref, ref_call *calls, int max) {
-    int n = 0;
-    const char *key = "torch.ops.aten.";
-    for (const char *s = strstr(ref, key); s && n < max; s = strstr(s, key)) {
-        s += strlen(key);
-        const char *open = strchr(s, '(');
-        const char *eol = strchr(s, '\n');
-        if (!open || (eol && open > eol))
-            continue;
-        snprintf(calls[n].op, sizeof calls[n].op, "aten::%.*s", (int)(open - s), s);
-        int depth = 0;
-        const char *e = open;
-        for (; *e && (*e != '\n'); e++) {
-            depth += *e == '(' ? 1 : *e == ')' ? -1 : 0;
-            if (depth == 0)
-                break;
-        }
-        snprintf(calls[n].args, sizeof calls[n].args, "%.*s",
-                 (int)(e - open - 1 > 0 ? e - open - 1 : 0), open + 1);
-        n++;
-        s = e;
-    }
-    return n;
-}
-
-/* A PyTorch dtype name ("bfloat16", "float", "half" ...; "torch." already skipped), or -1. */
-static int torch_dtype(const char *d, kiln_dtype *out) {
-    char name[32];
-    int k = 0;
-    while (k < 31 && (isalnum((unsigned char)d[k]) || d[k] == '_')) {
-        name[k] = d[k];
-        k++;
-    }
-    name[k] = 0;
-    if (strcmp(name, "float") == 0)
-        snprintf(name, sizeof name, "float32");
-    if (strcmp(name, "half") == 0)
-        snprintf(name, sizeof name, "float16");
-    return kiln_dtype_parse(name, out);
-}
-
-/* "dtype=torch.bfloat16" in an argument text, or -1. */
-static int ref_cast_dtype(const char *args, kiln_dtype *out) {
-    const char *d = strstr(args, "dtype=torch.");
-    return d ? torch_dtype(d + strlen("dtype=torch."), out) : -1;
-}
-
 /* ---- the matcher ---- */
 
 static int op_is_softmax(const char *op) {
@@ -271,82 +213,27 @@ static const char *not_softmax_reason(const char *op) {
     return NULL;
 }
 
-/* The dim argument of a captured aten call (args[1] or kwargs "dim"), its half_to_float
- * (_softmax) and its dtype (softmax.int: a cast before the softmax; *cast_known 0 when None). */
-static int aten_dim(const cJSON *args, int64_t *dim, int *half_to_float, kiln_dtype *cast,
-                    int *cast_known) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(args, "args");
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(args, "kwargs");
-    const cJSON *d = cJSON_GetArrayItem(a, 1);
-    if (!cJSON_IsNumber(d))
-        d = cJSON_GetObjectItemCaseSensitive(kw, "dim");
-    if (!cJSON_IsNumber(d))
-        return -1;
-    *dim = (int64_t)d->valuedouble;
-    const cJSON *third = cJSON_GetArrayItem(a, 2);
-    const cJSON *h =
-        cJSON_IsBool(third) ? third : cJSON_GetObjectItemCaseSensitive(kw, "half_to_float");
-    *half_to_float = cJSON_IsTrue(h);
-    const cJSON *t = cJSON_IsString(third) ? third : cJSON_GetObjectItemCaseSensitive(kw, "dtype");
-    *cast_known = cJSON_IsString(t) && strncmp(t->valuestring, "torch.", 6) == 0 &&
-                  torch_dtype(t->valuestring + 6, cast) == 0;
-    return 0;
-}
-
-/* A stored layout rows can be walked in: contiguous (or a contiguous copy), or a dense permutation
- * that keeps the last dimension last. perm_out (ndim entries) gets the permutation, -1 when none.
- */
-static const char *layout_ok(const cJSON *layouts, const char *name, int ndim, int *perm_out) {
-    for (int d = 0; d < ndim; d++)
-        perm_out[d] = -1;
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(layouts, name);
-    if (!l)
-        return NULL; /* no layout recorded: the ABI's dense row-major */
-    const cJSON *stored = cJSON_GetObjectItemCaseSensitive(l, "stored");
-    if (cJSON_GetObjectItemCaseSensitive(l, "expand"))
-        return "is broadcast (a stride-0 dimension stored once)";
-    if (!cJSON_IsString(stored) || strcmp(stored->valuestring, "contiguous") == 0 ||
-        strcmp(stored->valuestring, "contiguous_copy") == 0)
+/* Why a tensor's stored layout does not let rows be walked, or NULL: it must be dense (or a
+ * contiguous copy), or a dense permutation that keeps the last dimension last. */
+static const char *layout_ok(const kiln_tensor_spec *t) {
+    if (t->ndim < 1)
         return NULL;
-    const cJSON *perm = cJSON_GetObjectItemCaseSensitive(l, "permute");
-    if (!cJSON_IsArray(perm) || cJSON_GetArraySize(perm) != ndim)
-        return "has a layout this family does not read";
-    for (int d = 0; d < ndim; d++) {
-        const cJSON *v = cJSON_GetArrayItem(perm, d);
-        perm_out[d] = cJSON_IsNumber(v) ? (int)v->valueint : -2;
-    }
-    if (perm_out[ndim - 1] != ndim - 1)
+    if (t->layout.expanded)
+        return "is broadcast (a stride-0 dimension stored once)";
+    if (t->layout.perm[t->ndim - 1] != t->ndim - 1)
         return "is stored with the softmax dimension not innermost (not contiguous along it)";
     return NULL;
 }
 
-static int same_shape_every_workload(const kiln_problem *p, const kiln_tensor_spec *a,
-                                     const kiln_tensor_spec *b) {
-    if (a->ndim != b->ndim)
-        return 0;
-    for (int w = 0; w < p->n_workloads; w++) {
-        int64_t sa[KILN_MAX_DIMS], sb[KILN_MAX_DIMS];
-        kiln_tensor_shape(p, a, &p->workloads[w], sa);
-        kiln_tensor_shape(p, b, &p->workloads[w], sb);
-        for (int d = 0; d < a->ndim; d++)
-            if (sa[d] != sb[d])
-                return 0;
-    }
-    return 1;
-}
-
-/* One dimension of a tensor as an expression: its axis name or its literal size. */
-static void dim_expr(const kiln_problem *p, const kiln_tensor_spec *t, int d, char *out, size_t n) {
-    if (t->axis[d] >= 0)
-        snprintf(out, n, "%s", p->axes[t->axis[d]].name);
-    else
-        snprintf(out, n, "%lld", (long long)t->literal[d]);
+static int same_order(const kiln_tensor_spec *a, const kiln_tensor_spec *b) {
+    return a->ndim == b->ndim &&
+           memcmp(a->layout.perm, b->layout.perm, sizeof(int) * (size_t)a->ndim) == 0;
 }
 
 /* Checks the tensors of a matched problem and fills roles, dtypes and the row/column expressions.
  */
 static int match_tensors(const kiln_problem *p, kiln_match *m, int ix, int imask, int iscale,
-                         const cJSON *const_scale, char *why, size_t why_len) {
+                         const double *const_scale, char *why, size_t why_len) {
     const kiln_tensor_spec *x = &p->inputs[ix];
     if (p->n_outputs != 1) {
         why_set(why, why_len, "%d outputs; a softmax has one", p->n_outputs);
@@ -362,7 +249,7 @@ static int match_tensors(const kiln_problem *p, kiln_match *m, int ix, int imask
                 kiln_dtype_name(x->dtype), kiln_dtype_name(y->dtype));
         return 0;
     }
-    if (!same_shape_every_workload(p, x, y)) {
+    if (!kiln_tensor_same_shape(p, x, y)) {
         why_set(why, why_len, "output %s does not have the shape of %s", y->name, x->name);
         return 0;
     }
@@ -402,7 +289,7 @@ static int match_tensors(const kiln_problem *p, kiln_match *m, int ix, int imask
         m->input_of_role[ROLE_MASK] = imask;
         kiln_match_set(m, "has_mask", 1);
         kiln_match_set(m, "tmask", dt_code(mk->dtype));
-        kiln_match_set(m, "mask_direct", same_shape_every_workload(p, x, mk));
+        kiln_match_set(m, "mask_direct", kiln_tensor_same_shape(p, x, mk));
     }
     if (iscale >= 0) {
         const kiln_tensor_spec *sc = &p->inputs[iscale];
@@ -414,24 +301,24 @@ static int match_tensors(const kiln_problem *p, kiln_match *m, int ix, int imask
         kiln_match_set(m, "has_scale", 1);
         kiln_match_set(m, "scale_kind", sc->is_scalar ? SCALE_ARG : SCALE_TENSOR);
         kiln_match_set(m, "tscale", dt_code(sc->dtype));
-    } else if (cJSON_IsNumber(const_scale)) {
-        /* a constant scale the problem states ("kiln": {"scale": 0.125}) */
+    } else if (const_scale) {
+        /* a constant scale: a chain's multiply by a number, or "kiln": {"scale": 0.125} */
         kiln_match_set(m, "has_scale", 1);
         kiln_match_set(m, "scale_kind", SCALE_CONST);
-        kiln_match_set(m, "scale_const", const_scale->valuedouble);
+        kiln_match_set(m, "scale_const", *const_scale);
     }
     /* rows: the product of the leading dimensions; cols: the last */
     size_t off = 0;
     m->rows_expr[0] = 0;
     for (int d = 0; d + 1 < x->ndim; d++) {
         char e[96];
-        dim_expr(p, x, d, e, sizeof e);
+        kiln_tensor_dim_expr(p, x, d, e, sizeof e);
         off += (size_t)snprintf(m->rows_expr + off, sizeof m->rows_expr - off, "%s%s", d ? "*" : "",
                                 e);
     }
     if (x->ndim == 1)
         snprintf(m->rows_expr, sizeof m->rows_expr, "1");
-    dim_expr(p, x, x->ndim - 1, m->cols_expr, sizeof m->cols_expr);
+    kiln_tensor_dim_expr(p, x, x->ndim - 1, m->cols_expr, sizeof m->cols_expr);
     return 1;
 }
 
@@ -471,17 +358,74 @@ static kiln_dtype dtype_or(const kiln_problem *p, int i, kiln_dtype dflt) {
     return i >= 0 ? p->inputs[i].dtype : dflt;
 }
 
-static int match_aten(const kiln_problem *p, const cJSON *kiln, kiln_match *m, char *why,
+/* One op of a chain as the roundings see it: a cast (_to_copy, with its dtype when given), a
+ * multiply, an add or a softmax (softmax.int with a dtype: a cast, then the softmax). Returns the
+ * entries written (0: none of these); *dim gets a softmax's dim (-1 when it has none). */
+static int to_chain_ops(const kiln_op *op, chain_op *out, int64_t *dim) {
+    if (kiln_op_is(op, "aten::_to_copy.default")) {
+        const kiln_arg *t = kiln_op_arg(op, -1, "dtype");
+        int known = t && t->kind == KILN_ARG_DTYPE;
+        out[0] = (chain_op){OP_COPY, known ? t->dtype : KILN_F32, known, 0};
+        return 1;
+    }
+    if (kiln_op_is(op, "aten::mul.Tensor") || kiln_op_is(op, "aten::mul.Scalar")) {
+        out[0] = (chain_op){OP_MUL, KILN_F32, 0, 0};
+        return 1;
+    }
+    if (kiln_op_is(op, "aten::add.Tensor")) {
+        out[0] = (chain_op){OP_ADD, KILN_F32, 0, 0};
+        return 1;
+    }
+    if (!op_is_softmax(op->aten))
+        return 0;
+    const kiln_arg *d = kiln_op_arg(op, 1, "dim");
+    *dim = d && d->kind == KILN_ARG_NUM ? (int64_t)d->num : -1;
+    int n = 0;
+    if (kiln_op_is(op, "aten::softmax.int")) {
+        const kiln_arg *t = kiln_op_arg(op, 2, "dtype");
+        if (t && t->kind == KILN_ARG_DTYPE)
+            out[n++] = (chain_op){OP_COPY, t->dtype, 1, 0};
+        out[n++] = (chain_op){OP_SOFTMAX, KILN_F32, 0, 0};
+    } else {
+        const kiln_arg *h = kiln_op_arg(op, 2, "half_to_float");
+        out[n++] = (chain_op){OP_SOFTMAX, KILN_F32, 0, h && h->kind == KILN_ARG_BOOL && h->num};
+    }
+    return n;
+}
+
+/* The stored layouts of x and the output: rows walkable, in one memory order. who prefixes the
+ * reason. */
+static int layouts_ok(const kiln_problem *p, const kiln_tensor_spec *x, const char *who, char *why,
                       size_t why_len) {
-    const cJSON *aten = cJSON_GetObjectItemCaseSensitive(kiln, "aten");
-    const char *op = cJSON_IsString(aten) ? aten->valuestring : "";
+    const char *bad = layout_ok(x);
+    if (bad) {
+        why_set(why, why_len, "%sinput %s %s", who, x->name, bad);
+        return 0;
+    }
+    const kiln_tensor_spec *y = &p->outputs[0];
+    if (p->n_outputs >= 1 && y->ndim == x->ndim) {
+        if ((bad = layout_ok(y))) {
+            why_set(why, why_len, "%soutput %s %s", who, y->name, bad);
+            return 0;
+        }
+        if (!same_order(x, y)) {
+            why_set(why, why_len, "%sinput and output are stored in different memory orders", who);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int match_aten(const kiln_problem *p, const kiln_opchain *c, kiln_match *m, char *why,
+                      size_t why_len) {
+    const char *op = c->ops[0].aten;
     const char *no = not_softmax_reason(op);
     if (no) {
         why_set(why, why_len, "%s", no);
         return 0;
     }
     if (!op_is_softmax(op)) {
-        why_set(why, why_len, "captured %s, not aten::_softmax", op[0] ? op : "an unnamed op");
+        why_set(why, why_len, "captured %s, not aten::_softmax", op);
         return 0;
     }
     if (p->n_inputs != 1 || p->inputs[0].is_scalar) {
@@ -490,10 +434,11 @@ static int match_aten(const kiln_problem *p, const cJSON *kiln, kiln_match *m, c
         return 0;
     }
     const kiln_tensor_spec *x = &p->inputs[0];
-    int64_t dim = 0;
-    int h2f = 0, cast_known = 0;
-    kiln_dtype cast = KILN_F32;
-    if (aten_dim(cJSON_GetObjectItemCaseSensitive(kiln, "args"), &dim, &h2f, &cast, &cast_known)) {
+    chain_op ops[2];
+    int64_t dim = -1;
+    int n = to_chain_ops(&c->ops[0], ops, &dim);
+    const kiln_arg *d = kiln_op_arg(&c->ops[0], 1, "dim");
+    if (!d || d->kind != KILN_ARG_NUM) {
         why_set(why, why_len, "the captured call has no integer dim argument");
         return 0;
     }
@@ -502,77 +447,53 @@ static int match_aten(const kiln_problem *p, const cJSON *kiln, kiln_match *m, c
                 (long long)dim, x->ndim);
         return 0;
     }
-    const cJSON *layouts = cJSON_GetObjectItemCaseSensitive(kiln, "layouts");
-    int px[KILN_MAX_DIMS] = {-1}, py[KILN_MAX_DIMS] = {-1};
-    const char *bad = x->ndim ? layout_ok(layouts, x->name, x->ndim, px) : NULL;
-    if (bad) {
-        why_set(why, why_len, "input %s %s", x->name, bad);
+    if (x->ndim && !layouts_ok(p, x, "", why, why_len))
         return 0;
-    }
-    if (p->n_outputs >= 1 && x->ndim) {
-        bad = layout_ok(layouts, p->outputs[0].name, x->ndim, py);
-        if (bad) {
-            why_set(why, why_len, "output %s %s", p->outputs[0].name, bad);
-            return 0;
-        }
-        if (memcmp(px, py, sizeof(int) * (size_t)x->ndim) != 0) {
-            why_set(why, why_len, "input and output are stored in different memory orders");
-            return 0;
-        }
-    }
     if (!match_tensors(p, m, 0, -1, -1, NULL, why, why_len))
         return 0;
-    chain_op ops[2] = {{OP_COPY, cast, 1, 0}, {OP_SOFTMAX, KILN_F32, 0, h2f}};
-    if (!chain_facts(ops + !cast_known, 1 + cast_known, x->dtype, 0, KILN_F32, 0,
-                     p->outputs[0].dtype, m, why, why_len))
+    if (!chain_facts(ops, n, x->dtype, 0, KILN_F32, 0, p->outputs[0].dtype, m, why, why_len))
         return 0;
     snprintf(m->how, sizeof m->how, "captured %s over dim %lld%s", op, (long long)dim,
-             px[0] >= 0 ? " (memory order kept: rows are independent)" : "");
+             x->layout.permuted ? " (memory order kept: rows are independent)" : "");
     return 1;
 }
 
-static int match_module(const kiln_problem *p, const cJSON *kiln, kiln_match *m, char *why,
+static int match_module(const kiln_problem *p, const kiln_opchain *c, kiln_match *m, char *why,
                         size_t why_len) {
-    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(kiln, "module_class");
-    const char *name = cJSON_IsString(cls) ? cls->valuestring : "?";
+    const char *name = kiln_problem_kiln_str(p, "module_class");
+    name = name ? name : "?";
     if (p->n_inputs != 1) {
         why_set(why, why_len, "module %s has %d inputs; a softmax module takes one", name,
                 p->n_inputs);
         return 0;
     }
-    ref_call calls[16];
-    int n = p->reference ? scan_reference(p->reference, calls, 16) : 0;
-    chain_op ops[16];
-    int n_sm = 0;
+    chain_op ops[2 * KILN_OPCHAIN_MAX_OPS];
+    int n = 0, n_sm = 0;
     int64_t dim = 0;
-    for (int i = 0; i < n; i++) {
-        const char *no = not_softmax_reason(calls[i].op);
+    for (int i = 0; i < c->n_ops; i++) {
+        const kiln_op *op = &c->ops[i];
+        const char *no = not_softmax_reason(op->aten);
         if (no) {
             why_set(why, why_len, "module %s: %s", name, no);
             return 0;
         }
-        if (strcmp(calls[i].op, "aten::_to_copy.default") == 0) {
-            kiln_dtype t = KILN_F32;
-            int known = ref_cast_dtype(calls[i].args, &t) == 0;
-            ops[i] = (chain_op){OP_COPY, t, known, 0};
-        } else if (op_is_softmax(calls[i].op)) {
-            /* NAME, DIM[, half_to_float] */
-            const char *c1 = strchr(calls[i].args, ',');
-            long long d = c1 ? strtoll(c1 + 1, NULL, 10) : 0;
-            const char *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
-            int h2f = c2 && strstr(c2, "True") != NULL;
-            if (!c1) {
+        int k = op_is_softmax(op->aten) || kiln_op_is(op, "aten::_to_copy.default")
+                    ? to_chain_ops(op, ops + n, &dim)
+                    : 0;
+        if (!k) {
+            why_set(why, why_len, "module %s runs %s, which is not a cast or a softmax", name,
+                    op->aten);
+            return 0;
+        }
+        if (op_is_softmax(op->aten)) {
+            const kiln_arg *d = kiln_op_arg(op, 1, "dim");
+            if (!d || d->kind != KILN_ARG_NUM) {
                 why_set(why, why_len, "module %s: cannot read the softmax's dim", name);
                 return 0;
             }
-            dim = d;
             n_sm++;
-            ops[i] = (chain_op){OP_SOFTMAX, KILN_F32, 0, h2f};
-        } else {
-            why_set(why, why_len, "module %s runs %s, which is not a cast or a softmax", name,
-                    calls[i].op);
-            return 0;
         }
+        n += k;
     }
     if (n_sm != 1) {
         why_set(why, why_len, "module %s: %d softmax calls in its forward", name, n_sm);
@@ -583,97 +504,69 @@ static int match_module(const kiln_problem *p, const cJSON *kiln, kiln_match *m,
                 (long long)dim);
         return 0;
     }
-    const cJSON *layouts = cJSON_GetObjectItemCaseSensitive(kiln, "layouts");
-    int px[KILN_MAX_DIMS];
-    const char *bad = layout_ok(layouts, p->inputs[0].name, p->inputs[0].ndim, px);
-    if (!bad && p->n_outputs == 1) {
-        int py[KILN_MAX_DIMS];
-        bad = layout_ok(layouts, p->outputs[0].name, p->inputs[0].ndim, py);
-        if (!bad && memcmp(px, py, sizeof(int) * (size_t)p->inputs[0].ndim) != 0)
-            bad = "is stored in a memory order other than the input's";
-    }
-    if (bad) {
-        why_set(why, why_len, "module %s: a tensor %s", name, bad);
+    char who[160];
+    snprintf(who, sizeof who, "module %.100s: ", name);
+    if (!layouts_ok(p, &p->inputs[0], who, why, why_len))
         return 0;
-    }
     if (!match_tensors(p, m, 0, -1, -1, NULL, why, why_len))
         return 0;
     if (!chain_facts(ops, n, p->inputs[0].dtype, 0, KILN_F32, 0, p->outputs[0].dtype, m, why,
                      why_len))
         return 0;
-    snprintf(m->how, sizeof m->how, "module %s: %d aten ops, softmax over dim %lld", name, n,
+    snprintf(m->how, sizeof m->how, "module %s: %d aten ops, softmax over dim %lld", name, c->n_ops,
              (long long)dim);
     return 1;
 }
 
-static int match_chain(const kiln_problem *p, const cJSON *kiln, kiln_match *m, char *why,
+static int match_chain(const kiln_problem *p, const kiln_opchain *c, kiln_match *m, char *why,
                        size_t why_len) {
     int ix, imask, iscale;
     if (!roles_by_name(p, &ix, &imask, &iscale, why, why_len))
         return 0;
-    /* "aten_ops": op labels; or eltwise's "ops": objects with "aten", "args", "kwargs" */
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(kiln, "aten_ops");
-    if (!list)
-        list = cJSON_GetObjectItemCaseSensitive(kiln, "ops");
-    int n = cJSON_GetArraySize(list);
-    if (!cJSON_IsArray(list) || n < 1 || n > 16) {
-        why_set(why, why_len, "a chain needs \"aten_ops\" (1 to 16 op names)");
-        return 0;
-    }
-    chain_op ops[16];
-    for (int i = 0; i < n; i++) {
-        const cJSON *o = cJSON_GetArrayItem(list, i);
-        const cJSON *label = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "aten") : o;
-        const char *op = cJSON_IsString(label) ? label->valuestring : "";
-        const char *no = not_softmax_reason(op);
+    chain_op ops[2 * KILN_OPCHAIN_MAX_OPS];
+    int n = 0, has_const = 0;
+    double scale = 1;
+    for (int i = 0; i < c->n_ops; i++) {
+        const kiln_op *op = &c->ops[i];
+        const char *no = not_softmax_reason(op->aten);
         if (no) {
             why_set(why, why_len, "%s", no);
             return 0;
         }
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "args");
-        const cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "kwargs");
-        if (strcmp(op, "aten::_to_copy.default") == 0) {
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(kw, "dtype");
-            kiln_dtype cast = KILN_F32;
-            int known = cJSON_IsString(t) && strncmp(t->valuestring, "torch.", 6) == 0 &&
-                        torch_dtype(t->valuestring + 6, &cast) == 0;
-            ops[i] = (chain_op){OP_COPY, cast, known, 0};
-        } else if (strcmp(op, "aten::mul.Tensor") == 0 || strcmp(op, "aten::mul.Scalar") == 0) {
-            ops[i] = (chain_op){OP_MUL, KILN_F32, 0, 0};
-        } else if (strcmp(op, "aten::add.Tensor") == 0) {
-            ops[i] = (chain_op){OP_ADD, KILN_F32, 0, 0};
-        } else if (op_is_softmax(op)) {
-            const cJSON *d = cJSON_GetArrayItem(args, 1);
-            if (cJSON_IsNumber(d) && !dim_is_last((int64_t)d->valuedouble, p->inputs[ix].ndim)) {
-                why_set(why, why_len, "a chain softmax over dim %d, not the last", d->valueint);
-                return 0;
-            }
-            ops[i] = (chain_op){OP_SOFTMAX, KILN_F32, 0, cJSON_IsTrue(cJSON_GetArrayItem(args, 2))};
-        } else {
-            why_set(why, why_len, "chain op %s is not a cast, scale, mask add or softmax", op);
+        int64_t dim = -1;
+        int k = to_chain_ops(op, ops + n, &dim);
+        if (!k) {
+            why_set(why, why_len, "chain op %s is not a cast, scale, mask add or softmax",
+                    op->aten);
             return 0;
         }
+        if (op_is_softmax(op->aten) && !dim_is_last(dim, p->inputs[ix].ndim)) {
+            why_set(why, why_len, "a chain softmax over dim %lld, not the last", (long long)dim);
+            return 0;
+        }
+        if (ops[n].kind == OP_MUL) { /* a multiply by a number is a constant scale */
+            for (int a = 0; a < 2; a++) {
+                const kiln_arg *v = kiln_op_arg(op, a, a ? "other" : "self");
+                if (v && v->kind == KILN_ARG_NUM)
+                    has_const = 1, scale = v->num;
+            }
+        }
+        n += k;
     }
-    const cJSON *dim = cJSON_GetObjectItemCaseSensitive(kiln, "dim");
-    if (dim &&
-        (!cJSON_IsNumber(dim) || !dim_is_last((int64_t)dim->valuedouble, p->inputs[ix].ndim))) {
-        why_set(why, why_len, "a chain softmax over dim %s, not the last",
-                cJSON_IsNumber(dim) ? "other than -1" : "(not a number)");
+    if (!layouts_ok(p, &p->inputs[ix], "", why, why_len))
         return 0;
-    }
-    if (!match_tensors(p, m, ix, imask, iscale, cJSON_GetObjectItemCaseSensitive(kiln, "scale"),
-                       why, why_len))
+    if (!match_tensors(p, m, ix, imask, iscale, has_const ? &scale : NULL, why, why_len))
         return 0;
     if (!chain_facts(ops, n, p->inputs[ix].dtype, (int)kiln_match_get(m, "has_scale", 0),
                      dtype_or(p, imask, KILN_F32), imask >= 0, p->outputs[0].dtype, m, why,
                      why_len))
         return 0;
-    snprintf(m->how, sizeof m->how, "chain of %d ops ending in a softmax over the last dim", n);
+    snprintf(m->how, sizeof m->how, "chain of %d ops ending in a softmax over the last dim",
+             c->n_ops);
     return 1;
 }
 
-static int match_plain(const kiln_problem *p, const cJSON *kiln, kiln_match *m, char *why,
-                       size_t why_len) {
+static int match_plain(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
     if (!p->op_type || strcmp(p->op_type, "softmax") != 0) {
         why_set(why, why_len, "op_type %s, not softmax (and no \"kiln\" capture record)",
                 p->op_type ? p->op_type : "(none)");
@@ -682,8 +575,8 @@ static int match_plain(const kiln_problem *p, const cJSON *kiln, kiln_match *m, 
     int ix, imask, iscale;
     if (!roles_by_name(p, &ix, &imask, &iscale, why, why_len))
         return 0;
-    if (!match_tensors(p, m, ix, imask, iscale, cJSON_GetObjectItemCaseSensitive(kiln, "scale"),
-                       why, why_len))
+    const double scale = kiln_problem_kiln_num(p, "scale", NAN);
+    if (!match_tensors(p, m, ix, imask, iscale, isnan(scale) ? NULL : &scale, why, why_len))
         return 0;
     if (!eager_facts(p->inputs[ix].dtype, (int)kiln_match_get(m, "has_scale", 0),
                      dtype_or(p, imask, KILN_F32), imask >= 0, p->outputs[0].dtype, m, why,
@@ -703,25 +596,23 @@ static void name_variant(const kiln_problem *p, kiln_match *m) {
 }
 
 static int smx_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
-    cJSON *kiln = kiln_problem_read_kiln(p);
-    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(kiln, "kind");
-    const char *k = cJSON_IsString(kind) ? kind->valuestring : NULL;
+    kiln_opchain *c = NULL;
+    kiln_err err;
     int ok;
-    if (!k)
-        ok = match_plain(p, kiln, m, why, why_len);
-    else if (strcmp(k, "aten") == 0)
-        ok = match_aten(p, kiln, m, why, why_len);
-    else if (strcmp(k, "module") == 0)
-        ok = match_module(p, kiln, m, why, why_len);
-    else if (strcmp(k, "chain") == 0)
-        ok = match_chain(p, kiln, m, why, why_len);
-    else {
-        why_set(why, why_len, "capture kind %s is not one this family reads", k);
+    if (!kiln_opchain_described(p))
+        ok = match_plain(p, m, why, why_len);
+    else if (kiln_opchain_read(p, &c, &err) != KILN_OK) {
+        why_set(why, why_len, "%s", err.msg);
         ok = 0;
-    }
+    } else if (strcmp(c->kind, "aten") == 0)
+        ok = match_aten(p, c, m, why, why_len);
+    else if (strcmp(c->kind, "module") == 0)
+        ok = match_module(p, c, m, why, why_len);
+    else
+        ok = match_chain(p, c, m, why, why_len);
     if (ok)
         name_variant(p, m);
-    cJSON_Delete(kiln);
+    kiln_opchain_free(c);
     return ok;
 }
 
@@ -953,14 +844,14 @@ static void emit_call(kiln_strbuf *b, const kiln_problem *p, const kiln_match *m
         int k = 0;
         for (int d = x->ndim - 2; d >= 0; d--, k++) {
             char xe[96];
-            dim_expr(p, x, d, xe, sizeof xe);
+            kiln_tensor_dim_expr(p, x, d, xe, sizeof xe);
             int md = d - (x->ndim - mk->ndim);
             kiln_strbuf_printf(b, "        smx_mb.size[%d] = %s;\n", k, xe);
             if (md < 0) {
                 kiln_strbuf_printf(b, "        smx_mb.stride[%d] = 0;\n", k);
             } else {
                 char me[96];
-                dim_expr(p, mk, md, me, sizeof me);
+                kiln_tensor_dim_expr(p, mk, md, me, sizeof me);
                 kiln_strbuf_printf(b, "        smx_mb.stride[%d] = (%s) == 1 ? 0 : smx_run;\n", k,
                                    me);
                 kiln_strbuf_printf(b, "        smx_run *= %s;\n", me);
@@ -1034,18 +925,12 @@ static char *emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_m
     const char *tmpl = kiln_family_template("softmax.cu");
     KILN_ASSERT(tmpl);
     kiln_strbuf_printf(&b, "%s\n", tmpl);
-    kiln_signature sig;
-    kiln_abi_signature(p, 0, 1, &sig);
-    char *proto = kiln_abi_prototype(&sig, "__launch_bounds__(SMX_THREADS) kiln_softmax", 1);
+    char *proto = kiln_family_prototype(p, 0, 1, "SMX_THREADS", "kiln_softmax");
     kiln_strbuf_printf(&b, "%s {\n", proto);
     free(proto);
     emit_call(&b, p, m, 1);
     kiln_strbuf_printf(&b, "}\n");
-    char *banner = kiln_family_banner(f, m, pt, b.s);
-    char *out = xasprintf("%s%s", banner, b.s);
-    free(banner);
-    free(b.s);
-    return out;
+    return kiln_family_source(f, m, pt, b.s);
 }
 
 /* The C source for the cpu backend: no geometry, so one source per problem (sweep dedupes it). */
@@ -1056,9 +941,7 @@ static char *emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_ma
     const char *tmpl = kiln_family_template("softmax_cpu.c");
     KILN_ASSERT(tmpl);
     kiln_strbuf_printf(&b, "%s\n", tmpl);
-    kiln_signature sig;
-    kiln_abi_signature(p, 0, 0, &sig);
-    char *proto = kiln_abi_prototype(&sig, "kiln_softmax", 0);
+    char *proto = kiln_family_prototype(p, 0, 0, NULL, "kiln_softmax");
     kiln_strbuf_printf(&b, "%s {\n", proto);
     free(proto);
     emit_call(&b, p, m, 0);

@@ -223,30 +223,6 @@ static const cJSON *gated_launch(const cJSON *launches) {
     return cJSON_GetArrayItem(launches, 0);
 }
 
-static void add_param(kiln_signature *sig, kiln_param_kind kind, const char *name,
-                      const char *c_type) {
-    kiln_param *p = &sig->p[sig->n++];
-    p->kind = kind;
-    snprintf(p->name, sizeof p->name, "%s", name);
-    snprintf(p->c_type, sizeof p->c_type, "%s", c_type);
-}
-
-static const char *element_c_type(kiln_dtype t, int cuda) {
-    switch (t) {
-    case KILN_F16:
-        return cuda ? "__half" : "kiln_f16";
-    case KILN_BF16:
-        return cuda ? "__nv_bfloat16" : "kiln_bf16";
-    case KILN_F8_E4M3:
-    case KILN_F8_E5M2:
-    case KILN_F4_E2M1:
-    case KILN_F4_E2M1X2:
-        return "uint8_t";
-    default:
-        return kiln_dtype_c_type(t);
-    }
-}
-
 /* Fills e from the manifest entry j; a damaged entry is an error (the library is refused), an
  * unusable one is disabled with its reason. */
 static int parse_entry(kiln_rt *rt, const cJSON *j, int index, rt_entry *e, kiln_err *err) {
@@ -389,21 +365,14 @@ static int parse_entry(kiln_rt *rt, const cJSON *j, int index, rt_entry *e, kiln
     /* The parameter list the gate implies (docs/abi.md): inputs, outputs, axes, [scratch]. */
     if (e->n_inputs + e->n_outputs + e->n_axes + 1 > KILN_MAX_PARAMS)
         BAD("more than %d kernel parameters", KILN_MAX_PARAMS);
-    for (int i = 0; i < e->n_inputs; i++) {
-        char c_type[48];
-        snprintf(c_type, sizeof c_type, "const %s*", element_c_type(e->inputs[i].dtype, rt->cuda));
-        add_param(&e->sig, e->inputs[i].is_scalar ? KILN_PARAM_I64 : KILN_PARAM_PTR,
-                  e->inputs[i].name, c_type);
-    }
-    for (int i = 0; i < e->n_outputs; i++) {
-        char c_type[48];
-        snprintf(c_type, sizeof c_type, "%s*", element_c_type(e->outputs[i].dtype, rt->cuda));
-        add_param(&e->sig, KILN_PARAM_PTR, e->outputs[i].name, c_type);
-    }
+    for (int i = 0; i < e->n_inputs; i++)
+        kiln_abi_add_tensor(&e->sig, e->inputs[i].name, e->inputs[i].dtype, 0, rt->cuda);
+    for (int i = 0; i < e->n_outputs; i++)
+        kiln_abi_add_tensor(&e->sig, e->outputs[i].name, e->outputs[i].dtype, 1, rt->cuda);
     for (int a = 0; a < e->n_axes; a++)
-        add_param(&e->sig, KILN_PARAM_I64, e->axis_names[a], "int64_t");
+        kiln_abi_add_param(&e->sig, KILN_PARAM_I64, e->axis_names[a], "int64_t");
     if (has_scratch)
-        add_param(&e->sig, KILN_PARAM_PTR, "kiln_scratch", "void*");
+        kiln_abi_add_param(&e->sig, KILN_PARAM_PTR, "kiln_scratch", "void*");
     const char *signature = json_str(j, "signature");
     if (!signature)
         BAD("no \"signature\"");

@@ -386,7 +386,8 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     kiln_abi abi;
     memset(&abi, 0, sizeof abi);
     int have_abi = 0, rc = KILN_OK;
-    cJSON *kiln = NULL, *e = NULL, *res = NULL;
+    const cJSON *kiln = NULL;
+    cJSON *e = NULL, *res = NULL;
     char *stem = NULL, *kernel_file = NULL, *path = NULL, *proto = NULL, *cubin = NULL, *log = NULL;
     kiln_err lerr;
 
@@ -400,7 +401,7 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
         goto done;
     }
     have_abi = 1;
-    kiln = kiln_problem_read_kiln(p);
+    kiln = p->kiln;
     res = w->result_json ? cJSON_Parse(w->result_json) : NULL;
     stem = file_stem(w);
 
@@ -525,7 +526,6 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     e = NULL;
 done:
     cJSON_Delete(e);
-    cJSON_Delete(kiln);
     cJSON_Delete(res);
     if (have_abi)
         kiln_abi_free(&abi);

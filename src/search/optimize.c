@@ -166,14 +166,13 @@ static void problem_load(kiln_opt_problem *pr, const char *dir) {
         pr->skip = xasprintf("does not load: %s", err.msg);
         return;
     }
-    cJSON *kiln = kiln_problem_read_kiln(pr->p);
+    const cJSON *kiln = pr->p->kiln;
     if (kiln) {
         pr->share = kiln_number(kiln, "share");
         double cu = kiln_number(kiln, "compile_us");
         if (cu < 0)
             cu = kiln_number(kiln, "torch_compile_us");
         pr->compile_us = cu;
-        cJSON_Delete(kiln);
     }
 }
 

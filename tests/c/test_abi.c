@@ -328,11 +328,39 @@ static void test_signature_and_prototype(void **state) {
     free(cpu);
 }
 
+/* The pieces callers without a kiln_problem build signatures from (a manifest entry, the gate's
+ * ceiling kernels), and the parameter list an emitter writes its own entry points with. */
+static void test_signature_pieces(void **state) {
+    (void)state;
+    kiln_signature sig = {0};
+    kiln_abi_add_tensor(&sig, "x", KILN_BF16, 0, 1);
+    kiln_abi_add_tensor(&sig, "w", KILN_I16, 0, 1);
+    kiln_abi_add_tensor(&sig, "y", KILN_F8_E4M3, 1, 1);
+    kiln_abi_add_param(&sig, KILN_PARAM_I64, "n", "int64_t");
+    assert_int_equal(sig.n, 4);
+    assert_int_equal(sig.p[0].kind, KILN_PARAM_PTR);
+    assert_int_equal(sig.p[2].kind, KILN_PARAM_PTR);
+    assert_int_equal(sig.p[3].kind, KILN_PARAM_I64);
+    char *list = kiln_abi_param_list(&sig);
+    assert_string_equal(list, "const __nv_bfloat16* x, const int16_t* w, uint8_t* y, int64_t n");
+    free(list);
+    /* attributes before the entry's name, as the families' launch bounds */
+    char *proto = kiln_abi_prototype(&sig, "__launch_bounds__(256) k", 1);
+    assert_string_equal(proto, "extern \"C\" __global__ void __launch_bounds__(256) k(const "
+                               "__nv_bfloat16* x, const int16_t* w, uint8_t* y, int64_t n)");
+    free(proto);
+    kiln_signature empty = {0};
+    list = kiln_abi_param_list(&empty);
+    assert_string_equal(list, "");
+    free(list);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_launches), cmocka_unit_test(test_parse_default_launch),
-        cmocka_unit_test(test_parse_errors),   cmocka_unit_test(test_plan),
-        cmocka_unit_test(test_plan_limits),    cmocka_unit_test(test_signature_and_prototype),
+        cmocka_unit_test(test_parse_launches),   cmocka_unit_test(test_parse_default_launch),
+        cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_plan_limits),      cmocka_unit_test(test_signature_and_prototype),
+        cmocka_unit_test(test_signature_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

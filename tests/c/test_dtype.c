@@ -67,6 +67,87 @@ static void test_tables(void **state) {
     assert_int_equal(kiln_dtype_parse_st("float32", &t), -1);
 }
 
+/* PyTorch's spellings of a dtype: "torch.NAME", the bare name, and its aliases; nothing else. */
+static void test_torch_names(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        kiln_dtype t;
+    } ok[] = {
+        {"torch.float32", KILN_F32},
+        {"torch.float", KILN_F32},
+        {"float32", KILN_F32},
+        {"torch.bfloat16", KILN_BF16},
+        {"torch.float16", KILN_F16},
+        {"torch.half", KILN_F16},
+        {"half", KILN_F16},
+        {"torch.float64", KILN_F64},
+        {"torch.double", KILN_F64},
+        {"torch.int64", KILN_I64},
+        {"torch.long", KILN_I64},
+        {"torch.int", KILN_I32},
+        {"torch.short", KILN_I16},
+        {"torch.bool", KILN_BOOL},
+        {"torch.uint8", KILN_U8},
+        {"torch.float8_e4m3fn", KILN_F8_E4M3},
+        {"torch.float8_e5m2", KILN_F8_E5M2},
+        {"torch.float4_e2m1fn_x2", KILN_F4_E2M1X2},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        kiln_dtype t = KILN_DTYPE_COUNT;
+        if (kiln_dtype_parse_torch(ok[i].name, &t) != 0 || t != ok[i].t)
+            fail_msg("%s: parsed as %s", ok[i].name, kiln_dtype_name(t));
+    }
+    static const char *const bad[] = {"torch.complex64", "torch.float8_e4m3fnuz",
+                                      "torch.strided",   "torch.channels_last",
+                                      "torch.",          "",
+                                      "Float32",         "torch.Float"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kiln_dtype t;
+        if (kiln_dtype_parse_torch(bad[i], &t) == 0)
+            fail_msg("%s: parsed as %s", bad[i], kiln_dtype_name(t));
+    }
+}
+
+/* The one dtype -> kernel type map, for CUDA and for the cpu backend (kiln_cpu.h). */
+static void test_kernel_types(void **state) {
+    (void)state;
+    static const struct {
+        kiln_dtype t;
+        const char *cuda, *cuda_load, *cuda_store, *cpu, *cpu_load, *cpu_store;
+    } rows[] = {
+        {KILN_F32, "float", "", "", "float", "", ""},
+        {KILN_F64, "double", "", "", "double", "", ""},
+        {KILN_BF16, "__nv_bfloat16", "__bfloat162float", "__float2bfloat16_rn", "kiln_bf16",
+         "kiln_bf16_to_float", "kiln_float_to_bf16"},
+        {KILN_F16, "__half", "__half2float", "__float2half_rn", "kiln_f16", "kiln_f16_to_float",
+         "kiln_float_to_f16"},
+        {KILN_I64, "int64_t", "", "", "int64_t", "", ""},
+        {KILN_I16, "int16_t", "", "", "int16_t", "", ""},
+        {KILN_U8, "uint8_t", "", "", "uint8_t", "", ""},
+        {KILN_BOOL, "bool", "", "", "bool", "", ""},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        kiln_kernel_type c = kiln_dtype_kernel_type(rows[i].t, 1);
+        kiln_kernel_type h = kiln_dtype_kernel_type(rows[i].t, 0);
+        assert_string_equal(c.type, rows[i].cuda);
+        assert_string_equal(c.to_float, rows[i].cuda_load);
+        assert_string_equal(c.from_float, rows[i].cuda_store);
+        assert_string_equal(h.type, rows[i].cpu);
+        assert_string_equal(h.to_float, rows[i].cpu_load);
+        assert_string_equal(h.from_float, rows[i].cpu_store);
+    }
+    /* the 8- and 4-bit floats are raw bytes with no conversion */
+    const kiln_dtype raw[] = {KILN_F8_E4M3, KILN_F8_E5M2, KILN_F4_E2M1, KILN_F4_E2M1X2};
+    for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++)
+        for (int cuda = 0; cuda < 2; cuda++) {
+            kiln_kernel_type k = kiln_dtype_kernel_type(raw[i], cuda);
+            assert_string_equal(k.type, "uint8_t");
+            assert_null(k.to_float);
+            assert_null(k.from_float);
+        }
+}
+
 static uint32_t f32_bits(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
@@ -345,6 +426,8 @@ static void test_against_pytorch(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_torch_names),
+        cmocka_unit_test(test_kernel_types),
         cmocka_unit_test(test_16bit_round_trip_exhaustive),
         cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_bf16_rounding),

@@ -19,12 +19,6 @@
 #include "backend/nvrtc.h"
 #include "gen/family.h"
 
-/* Problems are written to a temporary directory and loaded from there: matchers read the "kiln"
- * object through kiln_problem_read_kiln, i.e. from the problem's directory, which a problem parsed
- * from memory does not have. */
-static char tmp_root[256];
-static int n_problems;
-
 /* ---- building definitions: const axes named n<size>, as capture writes them ---- */
 
 typedef struct {
@@ -77,19 +71,11 @@ static char *finish(def_builder *d, const char *op_type, const char *kiln) {
 }
 
 static kiln_problem *load_text(const char *def, const char *wl) {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/p%d", tmp_root, n_problems++);
-    assert_int_equal(mkdir(dir, 0700), 0);
-    char *path = kiln_path_join(dir, "definition.json");
     kiln_err err = {{0}};
-    assert_int_equal(kiln_write_file(path, def, strlen(def), &err), KILN_OK);
-    free(path);
-    path = kiln_path_join(dir, "workload.jsonl");
-    assert_int_equal(kiln_write_file(path, wl, strlen(wl), &err), KILN_OK);
-    free(path);
     kiln_problem *p = NULL;
-    if (kiln_problem_load(dir, &p, &err))
-        fail_msg("kiln_problem_load: %s\n%s", err.msg, def);
+    if (kiln_problem_parse(def, strlen(def), "definition.json", wl, strlen(wl), "workload.jsonl",
+                           &p, &err))
+        fail_msg("kiln_problem_parse: %s\n%s", err.msg, def);
     return p;
 }
 
@@ -157,11 +143,14 @@ static kiln_problem *gn_chain(const char *dtype, int64_t N, int64_t C, int64_t H
     tensor(&d, 0, "out0", dtype, N, C, H, W, (int64_t)0);
     add(&d, "}");
     char kiln[1024];
-    snprintf(
-        kiln, sizeof kiln,
-        "{\"kind\": \"chain\", \"ops\": [{\"aten\": \"aten::group_norm.default\", \"args\": "
-        "[\"input\", %d, null, null, 1e-06], \"out\": \"v0\"}, %s], \"outputs\": [\"out0\"]}",
-        G, op1 ? op1 : "{\"aten\": \"aten::silu.default\", \"args\": [\"v0\"], \"out\": \"out0\"}");
+    snprintf(kiln, sizeof kiln,
+             "{\"kind\": \"chain\", \"ops\": [{\"aten\": \"aten::group_norm.default\", \"args\": "
+             "[{\"ref\": \"input\"}, %d, null, null, 1e-06], \"out\": \"v0\"}, %s], \"outputs\": "
+             "[\"out0\"]}",
+             G,
+             op1 ? op1
+                 : "{\"aten\": \"aten::silu.default\", \"args\": [{\"ref\": \"v0\"}], \"out\": "
+                   "\"out0\"}");
     return load_def(finish(&d, "group_norm_silu", kiln));
 }
 
@@ -245,10 +234,11 @@ static kiln_problem *bn_problem(const char *dtype, const char *rdtype, int64_t N
     if (add_relu) /* in-place add_ onto the residual: it rebinds "residual" */
         snprintf(kiln, sizeof kiln,
                  "{\"kind\": \"chain\", \"ops\": [{\"aten\": \"aten::%s\", \"args\": "
-                 "[\"input\", \"weight\", \"bias\", \"running_mean\", \"running_var\", %s], "
-                 "\"out\": \"bn\"}, {\"aten\": \"aten::add_.Tensor\", \"args\": [\"residual\", "
-                 "\"bn\"]}, {\"aten\": \"aten::relu.default\", \"args\": [\"residual\"], \"out\": "
-                 "\"y\"}], \"outputs\": [\"y\"]%s}",
+                 "[{\"ref\": \"input\"}, {\"ref\": \"weight\"}, {\"ref\": \"bias\"}, {\"ref\": "
+                 "\"running_mean\"}, {\"ref\": \"running_var\"}, %s], \"out\": \"bn\"}, {\"aten\": "
+                 "\"aten::add_.Tensor\", \"args\": [{\"ref\": \"residual\"}, {\"ref\": \"bn\"}]}, "
+                 "{\"aten\": \"aten::relu.default\", \"args\": [{\"ref\": \"residual\"}], "
+                 "\"out\": \"y\"}], \"outputs\": [\"y\"]%s}",
                  op, args, lay);
     else
         snprintf(kiln, sizeof kiln,
@@ -473,13 +463,13 @@ static void test_groupnorm_declines(void **state) {
                    "not a multiple of 4 groups");
     expect_decline(f,
                    gn_chain("float32", 1, 32, 4, 4, 8,
-                            "{\"aten\": \"aten::relu.default\", \"args\": [\"v0\"], "
+                            "{\"aten\": \"aten::relu.default\", \"args\": [{\"ref\": \"v0\"}], "
                             "\"out\": \"out0\"}"),
                    "does not continue");
     expect_decline(f,
                    gn_chain("float32", 1, 32, 4, 4, 8,
-                            "{\"aten\": \"aten::softmax.int\", \"args\": [\"v0\", -1], "
-                            "\"out\": \"out0\"}"),
+                            "{\"aten\": \"aten::softmax.int\", \"args\": [{\"ref\": \"v0\"}, "
+                            "-1], \"out\": \"out0\"}"),
                    "not part of a channel-norm pattern");
     expect_decline(f, gn_handwritten("softmax", "float32", 3), "op_type 'softmax'");
     expect_decline(f, gn_handwritten("group_norm", "float32", 1), "1 dimensions");
@@ -644,16 +634,7 @@ static void test_batchnorm_declines(void **state) {
                                    "0.1, 1e-05, true]}, \"layouts\": {\"input\": {\"stored\": "
                                    "\"memory_order\", \"expand\": [2, 8]}}}")),
                    "broadcast");
-    expect_decline(f,
-                   gn_aten("float32", "float32", 2, 16, 4, 4, 4, 1e-5, 0,
-                           "\"layouts\": {\"out0\": {\"stored\": \"memory_order\", "
-                           "\"permute\": [0, 2, 2, 1]}}"),
-                   "not a batch norm");
-    expect_decline(kiln_family_find("groupnorm"),
-                   gn_aten("float32", "float32", 2, 16, 4, 4, 4, 1e-5, 0,
-                           "\"layouts\": {\"out0\": {\"stored\": \"memory_order\", "
-                           "\"permute\": [0, 2, 2, 1]}}"),
-                   "malformed");
+    /* (a malformed "permute" does not load at all: test_problem.c) */
 }
 
 static void test_batchnorm_constraints(void **state) {
@@ -712,20 +693,6 @@ static void test_batchnorm_compiles(void **state) {
     }
 }
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(tmp_root, sizeof tmp_root, "%s/kiln-chnorm-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(tmp_root) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[320];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_groupnorm_matches),     cmocka_unit_test(test_groupnorm_declines),
@@ -733,5 +700,5 @@ int main(void) {
         cmocka_unit_test(test_batchnorm_matches),     cmocka_unit_test(test_batchnorm_declines),
         cmocka_unit_test(test_batchnorm_constraints), cmocka_unit_test(test_batchnorm_compiles),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

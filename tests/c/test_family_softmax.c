@@ -36,10 +36,9 @@
 
 static const kiln_family *fam;
 
-/* ---- problems on disk (the matcher reads the "kiln" object from DIR/definition.json) ---- */
+/* ---- problems, parsed from memory ---- */
 
 typedef struct {
-    char dir[64];
     kiln_problem *p;
     kiln_match m;
     char why[512];
@@ -55,25 +54,14 @@ static char *dq(const char *s) {
     return t;
 }
 
-static void write_text(const char *dir, const char *name, const char *text) {
-    char *path = kiln_path_join(dir, name);
-    kiln_err err;
-    assert_int_equal(kiln_write_file(path, text, strlen(text), &err), KILN_OK);
-    free(path);
-}
-
 /* Loads a problem from single-quoted JSON and runs the matcher on it. */
 static void load(prob *pr, const char *def, const char *wl) {
     memset(pr, 0, sizeof *pr);
-    snprintf(pr->dir, sizeof pr->dir, "/tmp/kiln-test-softmax-XXXXXX");
-    assert_non_null(mkdtemp(pr->dir));
     char *d = dq(def), *w = dq(wl);
-    write_text(pr->dir, "definition.json", d);
-    write_text(pr->dir, "workload.jsonl", w);
+    kiln_err err;
+    int rc = kiln_problem_parse(d, strlen(d), "definition", w, strlen(w), "workload", &pr->p, &err);
     free(d);
     free(w);
-    kiln_err err;
-    int rc = kiln_problem_load(pr->dir, &pr->p, &err);
     if (rc)
         fail_msg("problem does not load: %s", err.msg);
     for (int k = 0; k < 8; k++)
@@ -84,13 +72,6 @@ static void load(prob *pr, const char *def, const char *wl) {
 }
 
 static void unload(prob *pr) {
-    char *a = kiln_path_join(pr->dir, "definition.json"),
-         *b = kiln_path_join(pr->dir, "workload.jsonl");
-    unlink(a);
-    unlink(b);
-    rmdir(pr->dir);
-    free(a);
-    free(b);
     kiln_problem_free(pr->p);
 }
 
@@ -138,8 +119,11 @@ static const char bf16_chain_def[] =
     "'var'}, 'q': {'type': 'var'}, 'k': {'type': 'const', 'value': 4096}}, 'inputs': {'x': "
     "{'shape': ['b', 'h', 'q', 'k'], 'dtype': 'bfloat16'}}, 'outputs': {'y': {'shape': ['b', 'h', "
     "'q', 'k'], 'dtype': 'bfloat16'}}, " REF
-    ", 'kiln': {'kind': 'chain', 'dim': -1, 'aten_ops': ['aten::_to_copy.default', "
-    "'aten::_softmax.default', 'aten::_to_copy.default']}}";
+    ", 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::_to_copy.default', 'args': [{'ref': "
+    "'x'}], 'kwargs': {'dtype': 'torch.float32'}, 'out': 'xf'}, {'aten': "
+    "'aten::_softmax.default', 'args': [{'ref': 'xf'}, -1, false], 'out': 'p'}, {'aten': "
+    "'aten::_to_copy.default', 'args': [{'ref': 'p'}], 'kwargs': {'dtype': 'torch.bfloat16'}, "
+    "'out': 'y'}]}}";
 static const char bf16_chain_wl[] =
     "{'uuid': 'a', 'axes': {'b': 1, 'h': 2, 'q': 3}, 'inputs': {'x': {'type': 'random'}}}\n"
     "{'uuid': 'b', 'axes': {'b': 2, 'h': 8, 'q': 64}, 'inputs': {'x': {'type': 'random'}}}\n";
@@ -310,8 +294,10 @@ static void test_matcher_roundings(void **state) {
     expect_rounding("{'name': 'r', 'axes': {'r': {'type': 'var'}}, 'inputs': {'x': {'shape': "
                     "['r', '72'], 'dtype': 'bfloat16'}}, 'outputs': {'y': {'shape': ['r', '72'], "
                     "'dtype': 'float32'}}, " REF
-                    ", 'kiln': {'kind': 'chain', 'aten_ops': ['aten::_softmax.default', "
-                    "'aten::_to_copy.default']}}",
+                    ", 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::_softmax.default', "
+                    "'args': [{'ref': 'x'}, -1, false], 'out': 'p'}, {'aten': "
+                    "'aten::_to_copy.default', 'args': [{'ref': 'p'}], 'kwargs': {'dtype': "
+                    "'torch.float32'}, 'out': 'y'}]}}",
                     "{'uuid': 'a', 'axes': {'r': 3}, 'inputs': {'x': {'type': 'random'}}}\n", -1,
                     -1, 1);
     /* softmax.int with dtype=float32 on bf16: the cast comes first, nothing is rounded to bf16 */
@@ -335,8 +321,9 @@ static void test_matcher_roundings(void **state) {
                     "['r', '72'], 'dtype': 'bfloat16'}}, 'outputs': {'y': {'shape': ['r', '72'], "
                     "'dtype': 'float32'}}, " REF
                     ", 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::_to_copy.default', "
-                    "'args': ['x'], 'kwargs': {'dtype': 'torch.float32'}, 'out': 'xf'}, {'aten': "
-                    "'aten::_softmax.default', 'args': ['xf', -1, false], 'out': 'y'}]}}",
+                    "'args': [{'ref': 'x'}], 'kwargs': {'dtype': 'torch.float32'}, 'out': 'xf'}, "
+                    "{'aten': 'aten::_softmax.default', 'args': [{'ref': 'xf'}, -1, false], "
+                    "'out': 'y'}]}}",
                     "{'uuid': 'a', 'axes': {'r': 3}, 'inputs': {'x': {'type': 'random'}}}\n", -1,
                     -1, -1);
     /* a cast first: the scale and the mask work in float32 */
@@ -344,9 +331,12 @@ static void test_matcher_roundings(void **state) {
         "{'name': 'c', 'axes': {'r': {'type': 'var'}}, 'inputs': {'x': {'shape': "
         "['r', '72'], 'dtype': 'bfloat16'}, 'mask': {'shape': ['r', '72'], 'dtype': "
         "'bfloat16'}}, 'outputs': {'y': {'shape': ['r', '72'], 'dtype': 'bfloat16'}}, " REF
-        ", 'kiln': {'kind': 'chain', 'scale': 0.5, 'aten_ops': "
-        "['aten::_to_copy.default', 'aten::mul.Tensor', 'aten::add.Tensor', "
-        "'aten::_softmax.default', 'aten::_to_copy.default']}}",
+        ", 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::_to_copy.default', 'args': [{'ref': "
+        "'x'}], 'kwargs': {'dtype': 'torch.float32'}, 'out': 'v0'}, {'aten': 'aten::mul.Tensor', "
+        "'args': [{'ref': 'v0'}, 0.5], 'out': 'v1'}, {'aten': 'aten::add.Tensor', 'args': "
+        "[{'ref': 'v1'}, {'ref': 'mask'}], 'out': 'v2'}, {'aten': 'aten::_softmax.default', "
+        "'args': [{'ref': 'v2'}, -1, false], 'out': 'v3'}, {'aten': 'aten::_to_copy.default', "
+        "'args': [{'ref': 'v3'}], 'kwargs': {'dtype': 'torch.bfloat16'}, 'out': 'y'}]}}",
         "{'uuid': 'a', 'axes': {'r': 3}, 'inputs': {'x': {'type': 'random'}, 'mask': "
         "{'type': 'random'}}}\n",
         -1, -1, -1);
@@ -430,15 +420,17 @@ static void test_matcher_declines(void **state) {
     expect_decline("{'name': 'c', 'axes': {'n': {'type': 'var'}}, 'inputs': {'x': {'shape': ['n', "
                    "'8'], 'dtype': 'float32'}}, 'outputs': {'y': {'shape': ['n', '8'], 'dtype': "
                    "'float32'}}, " REF
-                   ", 'kiln': {'kind': 'chain', 'aten_ops': ['aten::exp.default', "
-                   "'aten::_softmax.default']}}",
+                   ", 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::exp.default', 'args': "
+                   "[{'ref': 'x'}], 'out': 'e'}, {'aten': 'aten::_softmax.default', 'args': "
+                   "[{'ref': 'e'}, -1, false], 'out': 'y'}]}}",
                    "{'uuid': 'a', 'axes': {'n': 2}, 'inputs': {'x': {'type': 'random'}}}\n",
                    "not a cast, scale, mask add or softmax");
     expect_decline(
         "{'name': 'c', 'axes': {'n': {'type': 'var'}}, 'inputs': {'x': {'shape': ['n', "
         "'8'], 'dtype': 'float32'}}, 'outputs': {'y': {'shape': ['n', '8'], 'dtype': "
-        "'float32'}}, " REF ", 'kiln': {'kind': 'chain', 'aten_ops': ['aten::mul.Tensor', "
-        "'aten::_softmax.default']}}",
+        "'float32'}}, " REF ", 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::mul.Tensor', "
+        "'args': [{'ref': 'x'}, {'ref': 'x'}], 'out': 's'}, {'aten': 'aten::_softmax.default', "
+        "'args': [{'ref': 's'}, -1, false], 'out': 'y'}]}}",
         "{'uuid': 'a', 'axes': {'n': 2}, 'inputs': {'x': {'type': 'random'}}}\n", "not one scale");
 }
 

@@ -401,6 +401,79 @@ static void test_parse_from_memory(void **state) {
     assert_non_null(strstr(err.msg, "W:1: inputs.a: missing"));
 }
 
+/* The "kiln" object stays with the problem, parsed once, with the layouts of its tensors; a layout
+ * that is not a permutation of the tensor's dims does not load. */
+static void test_kiln_object_and_layouts(void **state) {
+    (void)state;
+    static const char def_fmt[] =
+        "{\"name\":\"p\",\"axes\":{\"n\":{\"type\":\"const\",\"value\":2}},"
+        "\"inputs\":{\"a\":{\"shape\":[\"n\",\"n\",\"n\"],\"dtype\":\"float32\"},"
+        "\"b\":{\"shape\":[\"n\"],\"dtype\":\"float32\"}},"
+        "\"outputs\":{\"c\":{\"shape\":[\"n\",\"n\",\"n\"],\"dtype\":\"float32\"}},"
+        "\"reference\":\"def run(a, b): ...\"%s}";
+    const char *wl = "{\"uuid\":\"u\",\"axes\":{},\"inputs\":{\"a\":{\"type\":\"random\"},"
+                     "\"b\":{\"type\":\"random\"}}}";
+    char def[1024];
+    kiln_problem *p = NULL;
+    kiln_err err = {{0}};
+    snprintf(def, sizeof def, def_fmt,
+             ",\"kiln\":{\"kind\":\"aten\",\"aten\":\"aten::add.Tensor\",\"share\":0.25,"
+             "\"layouts\":{\"a\":{\"stored\":\"memory_order\",\"permute\":[0,2,1]},"
+             "\"b\":{\"stored\":\"memory_order\",\"expand\":[2,2,2]},"
+             "\"c\":{\"stored\":\"contiguous\",\"permute\":[0,1,2]}}}");
+    if (kiln_problem_parse(def, strlen(def), "D", wl, strlen(wl), "W", &p, &err) != KILN_OK)
+        fail_msg("%s", err.msg);
+    assert_non_null(p->kiln);
+    assert_string_equal(kiln_problem_kiln_str(p, "kind"), "aten");
+    assert_string_equal(kiln_problem_kiln_str(p, "aten"), "aten::add.Tensor");
+    assert_null(kiln_problem_kiln_str(p, "share"));
+    assert_true(kiln_problem_kiln_num(p, "share", -1) == 0.25);
+    assert_true(kiln_problem_kiln_num(p, "module_class", -1) == -1);
+    const kiln_layout *la = &p->inputs[0].layout, *lb = &p->inputs[1].layout;
+    const kiln_layout *lc = &p->outputs[0].layout;
+    assert_true(la->permuted && !la->expanded);
+    assert_int_equal(la->perm[0], 0);
+    assert_int_equal(la->perm[1], 2);
+    assert_int_equal(la->perm[2], 1);
+    assert_true(!lb->permuted && lb->expanded && lb->perm[0] == 0);
+    assert_true(!lc->permuted && !lc->expanded && lc->perm[2] == 2); /* the identity, given */
+    kiln_problem_free(p);
+
+    /* without a "kiln" object: none kept, every tensor dense row-major */
+    snprintf(def, sizeof def, def_fmt, "");
+    if (kiln_problem_parse(def, strlen(def), "D", wl, strlen(wl), "W", &p, &err) != KILN_OK)
+        fail_msg("%s", err.msg);
+    assert_null(p->kiln);
+    assert_null(kiln_problem_kiln_str(p, "kind"));
+    assert_true(!p->inputs[0].layout.permuted && p->inputs[0].layout.perm[1] == 1);
+    kiln_problem_free(p);
+
+    static const struct {
+        const char *kiln, *want;
+    } bad[] = {
+        {",\"kiln\":{\"layouts\":{\"a\":{\"permute\":[0,1]}}}",
+         "D: kiln.layouts.a.permute: not a permutation of the 3 dims of a"},
+        {",\"kiln\":{\"layouts\":{\"a\":{\"permute\":[0,1,1]}}}",
+         "D: kiln.layouts.a.permute: not a permutation"},
+        {",\"kiln\":{\"layouts\":{\"c\":{\"permute\":[0,1,3]}}}",
+         "D: kiln.layouts.c.permute: not a permutation"},
+        {",\"kiln\":{\"layouts\":{\"b\":{\"permute\":\"0\"}}}",
+         "D: kiln.layouts.b.permute: not a permutation of the 1 dims of b"},
+        {",\"kiln\":{\"layouts\":{\"a\":[0,2,1]}}", "D: kiln.layouts.a: not an object"},
+        {",\"kiln\":{\"layouts\":[]}", "D: kiln.layouts: not an object"},
+        {",\"kiln\":[]", "D: kiln: not an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(def, sizeof def, def_fmt, bad[i].kiln);
+        p = (kiln_problem *)0x1;
+        assert_int_equal(kiln_problem_parse(def, strlen(def), "D", wl, strlen(wl), "W", &p, &err),
+                         KILN_ERR_FORMAT);
+        assert_null(p);
+        if (!strstr(err.msg, bad[i].want))
+            fail_msg("%s: message \"%s\" lacks \"%s\"", bad[i].kiln, err.msg, bad[i].want);
+    }
+}
+
 static void test_tolerance_defaults(void **state) {
     (void)state;
     static const struct {
@@ -430,10 +503,11 @@ static void test_tolerance_defaults(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_solbench_rmsnorm),  cmocka_unit_test(test_good_basic),
-        cmocka_unit_test(test_good_custom),       cmocka_unit_test(test_literal_dims),
-        cmocka_unit_test(test_malformed),         cmocka_unit_test(test_missing_files),
-        cmocka_unit_test(test_parse_from_memory), cmocka_unit_test(test_tolerance_defaults),
+        cmocka_unit_test(test_solbench_rmsnorm),   cmocka_unit_test(test_good_basic),
+        cmocka_unit_test(test_good_custom),        cmocka_unit_test(test_literal_dims),
+        cmocka_unit_test(test_malformed),          cmocka_unit_test(test_missing_files),
+        cmocka_unit_test(test_parse_from_memory),  cmocka_unit_test(test_kiln_object_and_layouts),
+        cmocka_unit_test(test_tolerance_defaults),
     };
     return cmocka_run_group_tests_name("problem", tests, NULL, NULL);
 }

@@ -276,6 +276,109 @@ def test_layouts_reproduce(tmp_path, capsys):
     assert model["passes"] == 2
 
 
+# Leaf modules whose forwards are chains of aten ops (one with an op returning two tensors and an
+# in-place add_): their problems carry the forward as kiln's op chain ("ops", docs/formats.md).
+CHAIN_SCRIPT = textwrap.dedent("""
+    import torch, torch.nn as nn
+
+    class Stats(nn.Module):
+        def forward(self, x):
+            var, mean = torch.var_mean(x, -1, keepdim=True)
+            var.add_(1e-5)
+            return var * mean
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(64))
+
+        def forward(self, x):
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return (h * self.weight).to(x.dtype)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stats = Stats()
+            self.norm = RMSNorm()
+
+        def forward(self, x):
+            return self.norm(x), self.stats(x.float())
+
+    torch.manual_seed(0)
+    m = Net().eval()
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(2):
+            m(x)
+""")
+
+
+def _check_op_chain(d):
+    """The "ops" of a module problem: the reference's calls in its order, every value an input or an
+    earlier op's result, results with their dtypes, outputs among the values."""
+    kiln = d["kiln"]
+    assert "aten_ops" not in kiln
+    ops, outputs = kiln["ops"], kiln["outputs"]
+    calls = [line.split("torch.ops.aten.")[1].split("(")[0] for line in d["reference"].splitlines()
+             if "torch.ops.aten." in line]
+    assert [op["aten"] for op in ops] == ["aten::" + c for c in calls]
+    known = set(d["inputs"])
+
+    def refs(v):
+        if isinstance(v, dict):
+            assert set(v) == {"ref"}, v
+            yield v["ref"]
+        elif isinstance(v, list):
+            for e in v:
+                yield from refs(e)
+
+    for op in ops:
+        for name in refs(op["args"] + list(op.get("kwargs", {}).values())):
+            assert name in known, (name, op)
+        outs = op.get("out")
+        names = outs if isinstance(outs, list) else [outs] if outs else []
+        assert len(op.get("dtypes", [])) == len(names)
+        assert all(dt in ("float32", "bfloat16", None) for dt in op.get("dtypes", []))
+        known.update(n for n in names if n)
+    assert len(outputs) == len(d["outputs"]) and all(o in known for o in outputs)
+    return ops
+
+
+def test_module_problem_op_chain(tmp_path, capsys):
+    script = tmp_path / "chain.py"
+    script.write_text(CHAIN_SCRIPT)
+    out = tmp_path / "run"
+    rc = capture_main([str(script), "--out", str(out), "--device", "cpu", "--no-reference"])
+    text = capsys.readouterr()
+    assert rc == 0, text.out + text.err
+    modules = {}
+    for problem_dir in _problems(out):
+        with open(os.path.join(problem_dir, "definition.json")) as f:
+            d = json.load(f)
+        if d["kiln"]["kind"] == "module":
+            modules[d["kiln"]["module_class"]] = (problem_dir, d)
+            _check_problem_reproduces(problem_dir)
+    assert sorted(modules) == ["RMSNorm", "Stats"]
+    ops = _check_op_chain(modules["Stats"][1])
+    assert isinstance(ops[0]["out"], list) and ops[0]["aten"].startswith("aten::var_mean")
+    assert any(op["aten"] == "aten::add_.Tensor" for op in ops)
+    _check_op_chain(modules["RMSNorm"][1])
+    # the C side matches the module from its "ops"
+    kiln_bin = os.path.join(ROOT, "build", "kiln")
+    if not os.path.exists(kiln_bin):
+        pytest.skip("build/kiln is not built (make)")
+    env = _env()
+    env["KILN_PYTHON"] = sys.executable
+    r = subprocess.run([kiln_bin, "sweep", modules["RMSNorm"][0], "--backend", "cpu", "--family",
+                        "rmsnorm", "--list", "--out", str(tmp_path / "src"), "--ref-dir",
+                        str(tmp_path / "ref")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "matches family rmsnorm (rmsnorm_weight" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
 def test_tiny_max_bytes_says_what_was_skipped(tmp_path, capsys):
     script = tmp_path / "layouts.py"
     script.write_text(LAYOUT_SCRIPT)

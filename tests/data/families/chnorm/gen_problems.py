@@ -5,8 +5,8 @@ next to this file (tests/data/families/chnorm/<name>/) and the GPU rows under be
 
 Every problem is in SOL-ExecBench's format with a "kiln" object the families' matchers read: "aten"
 (one captured call, as kiln.capture writes it), "module" (a captured leaf module: its reference is
-the straight-line forward) or "chain" (a hand-written fused pattern in the "ops" form the eltwise
-family defines, see docs/families/chnorm.md); one test problem has no "kiln" object and is recognised by op_type.
+the straight-line forward and its "ops") or "chain" (a hand-written fused pattern in kiln's op-chain form,
+docs/formats.md "Op chains"); one test problem has no "kiln" object and is recognised by op_type.
 Activations are `random` inputs; batch norm's per-channel parameters come from a small safetensors
 file (running_var must be positive, and the gate's random sets keep each tensor's range), so the
 files stay small at any activation size. Output is deterministic (fixed seeds, sorted keys).
@@ -132,11 +132,11 @@ def group_norm(base, name, shape, groups, dtype, eps=1e-6, silu=False, wdtype=No
                f"{'bias' if affine else 'None'}, {eps!r})"
     params = ", ".join(ins)
     if silu:
-        named = ["input" if a == {"tensor": 0} else "weight" if a == {"tensor": 1}
-                 else "bias" if a == {"tensor": 2} else a for a in args]
+        named = [{"ref": "input"} if a == {"tensor": 0} else {"ref": "weight"} if a == {"tensor": 1}
+                 else {"ref": "bias"} if a == {"tensor": 2} else a for a in args]
         kiln = {"kind": "chain", "ops": [
             {"aten": aten, "args": named, "out": "v0"},
-            {"aten": "aten::silu.default", "args": ["v0"], "out": "out0"}], "outputs": ["out0"]}
+            {"aten": "aten::silu.default", "args": [{"ref": "v0"}], "out": "out0"}], "outputs": ["out0"]}
         body = f"    v0 = {call}\n    return torch.ops.aten.silu.default(v0)\n"
         op_type = "group_norm_silu"
     else:
@@ -182,16 +182,16 @@ def batch_norm(base, name, shape, dtype, variant="", channels_last=False, eps=1e
         call = f"torch.ops.aten.{op}(input, weight, bias, running_mean, running_var, 0.1, {eps!r})[0]"
     body = "".join(restore(n, perm) for n in ins if perm and n in ("input", "residual"))
     body += f"    v0 = {call}\n"
-    named = ["input", "weight", "bias", "running_mean", "running_var"] + args[5:]
+    named = [{"ref": n} for n in ("input", "weight", "bias", "running_mean", "running_var")] + args[5:]
     steps = [{"aten": aten, "args": named, "out": "v0"}]
     last = "v0"
     if "add" in variant:
         body += "    v1 = torch.ops.aten.add.Tensor(v0, residual)\n"
-        steps.append({"aten": "aten::add.Tensor", "args": ["v0", "residual"], "out": "v1"})
+        steps.append({"aten": "aten::add.Tensor", "args": [{"ref": "v0"}, {"ref": "residual"}], "out": "v1"})
         last = "v1"
     if "relu" in variant:
         body += f"    v2 = torch.ops.aten.relu.default({last})\n"
-        steps.append({"aten": "aten::relu.default", "args": [last], "out": "v2"})
+        steps.append({"aten": "aten::relu.default", "args": [{"ref": last}], "out": "v2"})
         last = "v2"
     ret = f"{last}.permute({', '.join(map(str, perm))})" if perm else last
     if save_stats:
@@ -252,9 +252,13 @@ def tests(base: str) -> None:
                       "    v2 = torch.ops.aten.to.dtype(v1, torch.bfloat16)\n"
                       "    return v2\n"),
         "kiln": {"kind": "module", "module_class": "GroupNorm32",
-                 "aten_ops": ["aten::to.dtype", "aten::group_norm.default", "aten::to.dtype"],
                  "layouts": {"input0": layout(shape), "weight": layout([16]), "bias": layout([16]),
-                             "out0": layout(shape)}},
+                             "out0": layout(shape)},
+                 "ops": [{"aten": "aten::to.dtype", "args": [{"ref": "input0"}, "torch.float32"], "out": "v0"},
+                         {"aten": "aten::group_norm.default",
+                          "args": [{"ref": "v0"}, 4, {"ref": "weight"}, {"ref": "bias"}], "out": "v1"},
+                         {"aten": "aten::to.dtype", "args": [{"ref": "v1"}, "torch.bfloat16"], "out": "v2"}],
+                 "outputs": ["v2"]},
     }
     write(base, "gn_module_cast_bf16", definition, {"input0": "random", "weight": "random", "bias": "random"}, {})
     # hand-written: no "kiln" object, op_type, var axes, a row of 1 element and one of 12*4097

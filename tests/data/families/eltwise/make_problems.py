@@ -1,7 +1,8 @@
 """Writes the eltwise family's problem directories: the small test problems next to this file and the
 GPU rows under bench/problems/eltwise_*. Captured forms ("kind": "aten" / "module") follow what
 `kiln capture` writes (the reference's straight-line aten calls, layouts for channels-last tensors);
-the "kind": "chain" form is the fused chain docs/families/eltwise.md defines. Inputs are random.
+the "kind": "chain" form is kiln's op chain (docs/formats.md "Op chains"; positional arguments are written
+here as names and become {"ref": NAME}). Inputs are random.
 
     python tests/data/families/eltwise/make_problems.py      (from the repository root)
 """
@@ -62,8 +63,13 @@ def aten_ref(params, call, restore=(), ret="result"):
     return HEAD + f"def run({', '.join(params)}):\n" + "\n".join(body) + "\n"
 
 
+def refs(args):
+    """Names (strings not starting with torch.) become {"ref": NAME}, the chain form's values."""
+    return [{"ref": a} if isinstance(a, str) and not a.startswith("torch.") else a for a in args]
+
+
 def chain(*ops, outputs=None):
-    k = {"kind": "chain", "ops": [dict(o) for o in ops]}
+    k = {"kind": "chain", "ops": [dict(o, args=refs(o["args"])) for o in ops]}
     if outputs:
         k["outputs"] = outputs
     return k
@@ -132,7 +138,9 @@ def tests():
     write(t, "module_gelu_f32", "a captured activation module (nn.GELU, erf form)",
           const(n4=4, n50=50), {"input0": (["n4", "n50"], "float32")}, {"out0": (["n4", "n50"], "float32")},
           HEAD + "def run(input0):\n    v0 = torch.ops.aten.gelu.default(input0)\n    return v0\n",
-          {"kind": "module", "module_class": "GELU", "aten_ops": ["aten::gelu.default"]}, [{}],
+          {"kind": "module", "module_class": "GELU",
+           "ops": [{"aten": "aten::gelu.default", "args": refs(["input0"]), "out": "v0"}], "outputs": ["v0"]},
+          [{}],
           op_type="module:GELU")
     write(t, "module_gate_bf16", "a captured module: f32 math on bf16 inputs, cast back (type_as)",
           const(n3=3, n64=64),
@@ -147,8 +155,13 @@ def tests():
           "    v5 = torch.ops.aten.type_as.default(v4, input0)\n"
           "    return v5\n",
           {"kind": "module", "module_class": "Gate",
-           "aten_ops": ["aten::to.dtype", "aten::sigmoid.default", "aten::to.dtype", "aten::add.Tensor",
-                        "aten::mul.Tensor", "aten::type_as.default"]}, [{}], op_type="module:Gate")
+           "ops": [{"aten": "aten::to.dtype", "args": refs(["input0", "torch.float32"]), "out": "v0"},
+                   {"aten": "aten::sigmoid.default", "args": refs(["v0"]), "out": "v1"},
+                   {"aten": "aten::to.dtype", "args": refs(["weight", "torch.float32"]), "out": "v2"},
+                   {"aten": "aten::add.Tensor", "args": refs(["v2", 1.0]), "out": "v3"},
+                   {"aten": "aten::mul.Tensor", "args": refs(["v1", "v3"]), "out": "v4"},
+                   {"aten": "aten::type_as.default", "args": refs(["v4", "input0"]), "out": "v5"}],
+           "outputs": ["v5"]}, [{}], op_type="module:Gate")
     write(t, "cl_bias_sigmoid_bf16", "sigmoid(x * w) with x channels-last and w [1, C, 1, 1]",
           const(n1=1, n2=2, n8=8, n4=4, n3=3),
           {"x": (["n2", "n4", "n3", "n8"], "bfloat16"), "w": (["n1", "n8", "n1", "n1"], "bfloat16")},

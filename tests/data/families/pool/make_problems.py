@@ -130,8 +130,10 @@ def tests():
                    "outputs": {"out0": {"shape": ["n2", "n32", "1", "1"], "dtype": "float32"}},
                    "reference": mod_ref,
                    "kiln": {"kind": "module", "module_class": "AdaptiveAvgPool2d",
-                            "aten_ops": ["aten::adaptive_avg_pool2d.default"],
-                            "layouts": {"input0": layout([2, 32, 6, 6]), "out0": layout([2, 32, 1, 1])}}},
+                            "layouts": {"input0": layout([2, 32, 6, 6]), "out0": layout([2, 32, 1, 1])},
+                            "ops": [{"aten": "aten::adaptive_avg_pool2d.default",
+                                     "args": [{"ref": "input0"}, [1, 1]], "out": "v0"}],
+                            "outputs": ["v0"]}},
                   f, indent=1)
         f.write("\n")
     with open(os.path.join(d, "workload.jsonl"), "w") as f:
