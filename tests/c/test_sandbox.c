@@ -639,7 +639,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* What the sandbox costs: the round trip of a call to an empty kernel (send, SIGCONT, reply,
- * SIGSTOP and its confirmation), and a runner's start (exec, mapping, dlopen, threads, filter). */
+ * SIGSTOP and its confirmation; a timer leaves out the stop), and a runner's start (exec, mapping,
+ * dlopen, threads, filter). */
 static void test_overhead(void **state) {
     (void)state;
     kiln_module *m = compile_ok("// kiln: launch probe\n"
@@ -647,17 +648,22 @@ static void test_overhead(void **state) {
                                 "    (void)x; (void)op; (void)y; (void)n;\n"
                                 "}\n");
     enum { N_CALLS = 2000, N_STARTS = 20 };
-    static double call_us[N_CALLS], start_us[N_STARTS];
+    static double call_us[N_CALLS], timed_us[N_CALLS], start_us[N_STARTS];
     for (int i = 0; i < 20; i++)
         call_ok(m, 0, NULL);
+    kiln_err err = {{0}};
+    kiln_timer *t;
+    assert_int_equal(be->ops->timer_create(be, &t, &err), KILN_OK);
     for (int i = 0; i < N_CALLS; i++) {
         double t0 = kiln_now_s();
-        kiln_err err;
+        assert_int_equal(be->ops->timer_start(be, t, &err), KILN_OK);
         if (call(m, 0, NULL, &err))
             fail_msg("call %d: %s", i, err.msg);
+        assert_int_equal(be->ops->timer_stop(be, t, &err), KILN_OK);
         call_us[i] = (kiln_now_s() - t0) * 1e6;
+        assert_int_equal(be->ops->timer_elapsed_us(be, t, &timed_us[i], &err), KILN_OK);
     }
-    kiln_err err = {{0}};
+    be->ops->timer_destroy(be, t);
     for (int i = 0; i < N_STARTS; i++) {
         kiln_devptr p;
         assert_int_equal(be->ops->alloc(be, 64, KILN_ALLOC_CANDIDATE, &p, &err), KILN_OK);
@@ -667,10 +673,13 @@ static void test_overhead(void **state) {
         be->ops->free(be, p);
     }
     qsort(call_us, N_CALLS, sizeof call_us[0], cmp_double);
+    qsort(timed_us, N_CALLS, sizeof timed_us[0], cmp_double);
     qsort(start_us, N_STARTS, sizeof start_us[0], cmp_double);
     double call_med = call_us[N_CALLS / 2];
-    printf("    sandbox call round trip (empty kernel): median %.1f us, p10 %.1f, p90 %.1f\n",
-           call_med, call_us[N_CALLS / 10], call_us[N_CALLS * 9 / 10]);
+    printf("    sandbox call, empty kernel: launch() median %.1f us (p10 %.1f, p90 %.1f); "
+           "its timer says %.1f us (p10 %.1f, p90 %.1f)\n",
+           call_med, call_us[N_CALLS / 10], call_us[N_CALLS * 9 / 10], timed_us[N_CALLS / 2],
+           timed_us[N_CALLS / 10], timed_us[N_CALLS * 9 / 10]);
     printf("    runner start + first call: median %.2f ms, min %.2f, max %.2f\n",
            start_us[N_STARTS / 2] / 1e3, start_us[0] / 1e3, start_us[N_STARTS - 1] / 1e3);
     /* loose bounds, for a shared 2-core machine: they catch a sandbox gone pathological */
