@@ -437,12 +437,12 @@ static int runner_pause(kiln_runner *r, kiln_err *err) {
         rc = runner_fail(r, KILN_ERR_LAUNCH, err, "%s", how);
     } else {
         char byte;
-        ssize_t got = recv(r->sock, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-        if (got > 0)
+        ssize_t pending = recv(r->sock, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (pending > 0)
             rc = runner_fail(r, KILN_ERR_LAUNCH, err,
                              "the candidate broke the runner's protocol (it wrote to the gate "
                              "out of turn)");
-        else if (got == 0)
+        else if (pending == 0)
             rc = runner_fail(r, KILN_ERR_LAUNCH, err,
                              "the candidate broke the runner's protocol (it closed its channel "
                              "to the gate)");
