@@ -422,6 +422,34 @@ static void test_escapes_refused(void **state) {
     be->ops->module_free(be, m);
 }
 
+/* $KILN_SANDBOX_EXTRA_MB bounds what a candidate may allocate beyond its buffers. */
+static void test_memory_limit(void **state) {
+    (void)state;
+    kiln_backend *saved = be, *small = NULL;
+    kiln_devptr saved_x = x_buf, saved_y = y_buf;
+    kiln_backend_config cfg = {.sandbox = 1};
+    kiln_err err = {{0}};
+    setenv("KILN_SANDBOX_EXTRA_MB", "64", 1);
+    int rc = kiln_backend_open_with("cpu", 0, &cfg, &small, &err);
+    unsetenv("KILN_SANDBOX_EXTRA_MB");
+    assert_int_equal(rc, KILN_OK);
+    be = small;
+    assert_int_equal(be->ops->alloc(be, (size_t)n_elems * 4, KILN_ALLOC_CANDIDATE, &x_buf, &err),
+                     KILN_OK);
+    assert_int_equal(be->ops->alloc(be, (size_t)n_elems * 8, KILN_ALLOC_CANDIDATE, &y_buf, &err),
+                     KILN_OK);
+    kiln_module *m = compile_ok(hostile_src);
+    int64_t y[3];
+    call_ok(m, 101, y); /* 256 MiB */
+    assert_int_equal(y[2], 1);
+    assert_int_equal(y[1], ENOMEM);
+    be->ops->module_free(be, m);
+    kiln_backend_close(small);
+    be = saved;
+    x_buf = saved_x;
+    y_buf = saved_y;
+}
+
 /* (e) a call that never returns is cut off at the limit, and the process with it */
 static void test_infinite_loop_times_out(void **state) {
     (void)state;
@@ -696,6 +724,7 @@ int main(void) {
         cmocka_unit_test(test_write_past_end_faults),
         cmocka_unit_test(test_escapes_refused),
         cmocka_unit_test(test_thread_bomb),
+        cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_infinite_loop_times_out),
         cmocka_unit_test(test_protocol_attacks),
         cmocka_unit_test(test_load_time_code_refused),
