@@ -1,4 +1,5 @@
-# kiln build: `make` builds build/kiln and build/libkiln_rt.so; `make test` runs every test.
+# kiln build: `make` builds build/kiln, its cpu sandbox build/kiln-sandbox and build/libkiln_rt.so;
+# `make test` runs every test.
 # Everything goes under build/. CUDA is needed only for its headers: the driver is dlopen'ed at run time
 # and NVRTC is dlopen'ed too, so the binary runs (and says "no GPU") where there is neither.
 #
@@ -25,7 +26,9 @@ RPATH := -Wl,-rpath,'$$ORIGIN/lib'
 WHOLE_LIB := -Wl,--whole-archive $(BUILD)/libkiln.a -Wl,--no-whole-archive $(BUILD)/libkiln_core.a
 LIBS_A := $(BUILD)/libkiln.a $(BUILD)/libkiln_core.a
 
-CORE_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c))
+# src/backend/sandbox_main.c is the cpu sandbox's runner, a program of its own (build/kiln-sandbox).
+SANDBOX_MAIN := src/backend/sandbox_main.c
+CORE_SRC := $(sort $(filter-out $(SANDBOX_MAIN),$(wildcard src/util/*.c src/formats/*.c src/backend/*.c)))
 LIB_SRC := $(sort $(wildcard src/gate/*.c src/gen/*.c src/store/*.c src/search/*.c))
 TEMPLATES := $(sort $(wildcard src/gen/templates/*))
 # The gate's own device kernels (poison, masks, the output check), embedded the same way.
@@ -54,7 +57,8 @@ HEADERS := $(shell find src -name '*.h')
 
 .PHONY: all deps demo test test-c test-py fuzz fuzz-smoke format format-check clean
 
-all: $(BUILD)/kiln $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp $(BUILD)/lib/libmicrohttpd.so.12
+all: $(BUILD)/kiln $(BUILD)/kiln-sandbox $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp \
+	$(BUILD)/lib/libmicrohttpd.so.12
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -106,6 +110,11 @@ $(BUILD)/libkiln_rt.so: $(RT_OBJ) $(BUILD)/libkiln_core.a src/runtime/kiln_rt.ma
 	$(CC) $(ALL_CFLAGS) -shared -Wl,--no-undefined -Wl,--version-script=src/runtime/kiln_rt.map \
 		-o $@ $(RT_OBJ) $(BUILD)/libkiln_core.a $(CORE_LDLIBS) $(RPATH)
 
+# The cpu sandbox's runner: the process a cpu candidate runs in, under a seccomp filter (libseccomp,
+# shipped in build/lib). It links none of kiln's libraries; its OpenMP threads are the candidate's.
+$(BUILD)/kiln-sandbox: $(SANDBOX_MAIN) $(HEADERS) $(BUILD)/lib/libseccomp.so.2
+	$(CC) $(ALL_CFLAGS) -fopenmp -o $@ $(SANDBOX_MAIN) -lseccomp -ldl $(RPATH)
+
 # Copy the third-party shared objects the GPU machine lacks next to the binary.
 $(BUILD)/lib/.stamp:
 	@mkdir -p $(BUILD)/lib
@@ -118,6 +127,14 @@ $(BUILD)/lib/.stamp:
 $(BUILD)/lib/libmicrohttpd.so.12:
 	@mkdir -p $(BUILD)/lib
 	cp -L $$(ldconfig -p | awk '/libmicrohttpd.so.12 /{print $$NF; exit}') $@
+
+# libseccomp is not there either.
+$(BUILD)/lib/libseccomp.so.2:
+	@mkdir -p $(BUILD)/lib
+	cp -L $$(ldconfig -p | awk '/libseccomp.so.2 /{print $$NF; exit}') $@
+
+# The cpu backend's tests start runners.
+$(BUILD)/tests/test_backend_cpu $(BUILD)/tests/test_sandbox: $(BUILD)/kiln-sandbox
 
 # The dashboard's test links the web objects, which libkiln.a does not hold.
 $(BUILD)/tests/test_web: tests/c/test_web.c $(WEB_OBJ) $(LIBS_A) $(BUILD)/lib/.stamp \
