@@ -206,7 +206,16 @@ static kiln_outcome run_failure(ctx *c, int rc, const char *phase, const kiln_er
         cJSON_Delete(ev);
         return kiln_gate_send_fatal(c->fd, err->msg);
     }
-    cJSON_AddNullToObject(ev, "signal");
+    /* the sandboxed cpu backend says "... died of SIGSEGV" when the candidate's process got one */
+    const char *sig = strstr(err->msg, "died of SIG");
+    if (sig) {
+        char name[16];
+        snprintf(name, sizeof name, "%.*s", (int)strspn(sig + 8, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+                 sig + 8);
+        cJSON_AddStringToObject(ev, "signal", name);
+    } else {
+        cJSON_AddNullToObject(ev, "signal");
+    }
     cJSON_AddStringToObject(ev, "error", err->msg);
     return send_outcome(c->fd, KILN_OUTCOME_CRASHED, ev);
 }

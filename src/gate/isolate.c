@@ -417,11 +417,13 @@ static cJSON *session_eval_once(kiln_gate_session *s, int pi, const char *kernel
     int timed_out = off == len ? watch(&st, s->sock, s->pid, opt, 1) : 0;
     int status = 0;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(st.result, "outcome");
-    int crashed = cJSON_IsString(o) && strcmp(o->valuestring, "crashed") == 0;
-    if (st.done && !crashed && !st.fatal) {
+    /* after these the gate process exits (service.c): its context may be lost or busy for good */
+    int ends = cJSON_IsString(o) &&
+               (strcmp(o->valuestring, "crashed") == 0 || strcmp(o->valuestring, "timeout") == 0);
+    if (st.done && !ends && !st.fatal) {
         s->evals++;
     } else if (st.done) {
-        session_stop(s); /* the child exits after a crash or a fatal: wait for it */
+        session_stop(s); /* the child exits after a crash, a timeout or a fatal: wait for it */
     } else {
         /* killed by the watchdog, or dead: its status says how it ended */
         if (!timed_out)
