@@ -19,6 +19,8 @@
  * incumbent's median (race_factor), as `slower`, with its partial timing. */
 #include "gate_impl.h"
 
+#include "../backend/cpu.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -621,6 +623,33 @@ static kiln_outcome compile_candidate(kiln_gate_proc *g, const kiln_problem *p, 
     return KILN_OUTCOME_OK;
 }
 
+/* Plans every workload and allocates the largest scratch any needs, once, before the first run: on
+ * the sandboxed cpu backend a candidate buffer allocated after the candidate was loaded restarts
+ * its process. */
+static kiln_outcome plan_all(ctx *c, const kiln_abi *abi) {
+    size_t most = 0;
+    kiln_outcome r = KILN_OUTCOME_OK;
+    for (int w = 0; w < c->p->n_workloads && r == KILN_OUTCOME_OK; w++) {
+        c->w = w;
+        kiln_err err;
+        int rc = kiln_abi_plan(abi, c->p, &c->p->workloads[w], &c->plan, &err);
+        if (rc) {
+            cJSON *ev = cJSON_CreateObject();
+            cJSON_AddStringToObject(ev, "message", err.msg);
+            cJSON_AddNumberToObject(ev, "workload_index", w);
+            r = send_outcome(
+                c->fd, rc == KILN_ERR_RESOURCE ? KILN_OUTCOME_RESOURCE : KILN_OUTCOME_COMPILE_ERROR,
+                ev);
+        } else if (c->plan.scratch_bytes > most) {
+            most = c->plan.scratch_bytes;
+        }
+    }
+    if (r != KILN_OUTCOME_OK || most == 0)
+        return r;
+    c->plan.scratch_bytes = most;
+    return plan_workload(c, abi); /* allocates it; re-plans the last workload */
+}
+
 kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
                                       const kiln_refdata *ref, const char *source,
                                       const kiln_gate_options *opt, int fd) {
@@ -632,6 +661,12 @@ kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
     kiln_gate_send_device(fd, g->be, &g->ceil);
     uint64_t seed = opt->seed ? opt->seed : kiln_gate_seed_from_os();
     kiln_gate_send_line(fd, "draw_seed %016llx", (unsigned long long)seed);
+    /* the problem's data first: a candidate buffer allocated after the candidate is loaded would
+     * restart a sandboxed candidate's process */
+    kiln_res_problem *rp = NULL;
+    kiln_gate_send_line(fd, "phase load");
+    if (kiln_resident_get(g->res, p, ref, &rp, &err))
+        return kiln_gate_send_fatal(fd, err.msg);
     kiln_outcome result = compile_candidate(g, p, source, fd, &abi, &sig, &mod);
     if (result != KILN_OUTCOME_OK) {
         kiln_abi_free(&abi);
@@ -639,16 +674,6 @@ kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
     }
     if (g->be->ops->set_call_limit)
         g->be->ops->set_call_limit(g->be, opt->timeout_s);
-    kiln_res_problem *rp = NULL;
-    kiln_gate_send_line(fd, "phase load");
-    int rc = kiln_resident_get(g->res, p, ref, &rp, &err);
-    if (rc) {
-        g->be->ops->module_free(g->be, mod);
-        kiln_abi_free(&abi);
-        if (rc == KILN_ERR_LAUNCH)
-            return kiln_gate_send_fatal(fd, err.msg); /* the context is gone: exit */
-        return kiln_gate_send_fatal(fd, err.msg);
-    }
     ctx c = {.g = g, .p = p, .rp = rp, .sig = &sig, .mod = mod, .opt = opt, .fd = fd, .rng = seed};
     c.cuda = strcmp(g->be->ops->name, "cuda") == 0;
     c.max_abs_err = xcalloc((size_t)p->n_workloads + 1, sizeof *c.max_abs_err);
@@ -658,6 +683,7 @@ kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
     c.poison = xcalloc((size_t)p->n_outputs + 1, sizeof *c.poison);
     for (int i = 0; i < sig.n; i++)
         c.params[i] = &c.values[i];
+    result = plan_all(&c, &abi);
     /* Pass 0 proves every workload; only a kernel right everywhere is timed (pass 1). */
     for (int w = 0; w < p->n_workloads && result == KILN_OUTCOME_OK; w++) {
         c.w = w;
@@ -690,6 +716,14 @@ kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
     }
     if (result == KILN_OUTCOME_OK)
         send_outcome(fd, KILN_OUTCOME_OK, cJSON_CreateObject());
+    if (!c.cuda) { /* what a cpu candidate printed is in its runner's log */
+        char tail[4096];
+        if (kiln_cpu_runner_log_tail(g->be, mod, tail, sizeof tail) > 0) {
+            cJSON *t = cJSON_CreateString(tail);
+            send_json(fd, "candidate_output", t);
+            cJSON_Delete(t);
+        }
+    }
     if (c.scratch)
         g->be->ops->free(g->be, c.scratch);
     free(c.max_abs_err);

@@ -73,10 +73,18 @@ static void handle_line(watch_state *st, char *line) {
         cJSON_ReplaceItemInObjectCaseSensitive(st->result, "draw_seed", cJSON_CreateString(rest));
     } else if (strcmp(line, "candidate_output") == 0) {
         cJSON *o = cJSON_Parse(rest);
-        if (cJSON_IsString(o))
-            cJSON_AddItemToObject(st->result, "candidate_output", o);
-        else
+        const cJSON *had = cJSON_GetObjectItemCaseSensitive(st->result, "candidate_output");
+        if (cJSON_IsString(o) && cJSON_IsString(had)) {
+            char *both = xasprintf("%s%s", had->valuestring, o->valuestring);
+            cJSON_ReplaceItemInObjectCaseSensitive(st->result, "candidate_output",
+                                                   cJSON_CreateString(both));
+            free(both);
             cJSON_Delete(o);
+        } else if (cJSON_IsString(o)) {
+            cJSON_AddItemToObject(st->result, "candidate_output", o);
+        } else {
+            cJSON_Delete(o);
+        }
     } else if (strcmp(line, "compiled") == 0) {
         cJSON_ReplaceItemInObjectCaseSensitive(st->result, "compile_s",
                                                cJSON_CreateNumber(atof(rest)));

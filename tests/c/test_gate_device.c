@@ -3,7 +3,8 @@
  * toolkit is (no spills); on a GPU the device check must give exactly the host's counts and first
  * indices on random outputs of every dtype (written, unwritten, NaN, off by a little and by a lot,
  * masked references), a candidate's store into a read-only input must fault, and a read just past
- * the end of a guarded buffer must fault. Without a GPU the device tests say "SKIP: ..." and skip. */
+ * the end of a guarded buffer must fault. Without a GPU the device tests say "SKIP: ..." and skip.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,7 +46,8 @@ static void test_kernels_compile_without_spills(void **state) {
     kiln_err err;
     if (kiln_cuda_compile_only(gate_source(), "sm_90", &cubin, &len, &log, &err))
         fail_msg("gate_device.cu does not compile: %s\n%s", err.msg, log ? log : "");
-    const char *entries[] = {"kiln_gate_fill", "kiln_gate_mask", "kiln_gate_check", "kiln_gate_diff"};
+    const char *entries[] = {"kiln_gate_fill", "kiln_gate_mask", "kiln_gate_check",
+                             "kiln_gate_diff"};
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
         kiln_cubin_usage u;
         if (kiln_cubin_usage_of(cubin, len, entries[i], &u, &err))
@@ -147,7 +149,7 @@ static void test_device_check_equals_host_check(void **state) {
     (void)state;
     NEED_GPU();
     kiln_dtype types[] = {KILN_F32, KILN_F64, KILN_BF16, KILN_F16, KILN_F8_E4M3, KILN_F8_E5M2,
-                          KILN_I64, KILN_I32,  KILN_I16,  KILN_I8,  KILN_U8,      KILN_BOOL};
+                          KILN_I64, KILN_I32, KILN_I16,  KILN_I8,  KILN_U8,      KILN_BOOL};
     size_t n = 300007; /* not a multiple of anything the kernels use */
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         kiln_dtype t = types[k];
@@ -169,8 +171,8 @@ static void test_device_check_equals_host_check(void **state) {
                 kiln_dtype_store(t, out, i, NAN);
         compare_check(t, out, ref, n, poison, 0, &tol);
         compare_check(t, out, ref, n, poison, 0x9e3779b97f4a7c15ull, &tol); /* masked */
-        kiln_tolerance sol = {.atol = 1e-2, .rtol = 1e-2, .sol = 1, .matched_ratio = 0.9,
-                              .error_cap = 2};
+        kiln_tolerance sol = {
+            .atol = 1e-2, .rtol = 1e-2, .sol = 1, .matched_ratio = 0.9, .error_cap = 2};
         compare_check(t, out, ref, n, poison, 0, &sol);
         free(ref);
         free(out);

@@ -82,6 +82,9 @@ def run_corpus(backend: str, tmp_path: Path) -> None:
         if got not in want:
             wrong.append(f"{line}, expected {' or '.join(sorted(want))}")
     assert not wrong, "\n".join(wrong)
+    # what a kernel printed is reported with its verdict, never on kiln's stdout
+    printed = results[[k.stem for k in corpus].index("fake_stdout_json")]
+    assert '"outcome": "ok"' in printed.get("candidate_output", ""), printed.get("candidate_output")
     assert results[-1]["outcome"] == "ok", f"the gate did not survive the corpus: {results[-1]}"
     assert digest(problem) == before_problem, "the problem's files changed"
     assert digest(refs) == before_refs, "the reference data changed"
