@@ -112,8 +112,12 @@ $(BUILD)/libkiln_rt.so: $(RT_OBJ) $(BUILD)/libkiln_core.a src/runtime/kiln_rt.ma
 
 # The cpu sandbox's runner: the process a cpu candidate runs in, under a seccomp filter (libseccomp,
 # shipped in build/lib). It links none of kiln's libraries; its OpenMP threads are the candidate's.
-$(BUILD)/kiln-sandbox: $(SANDBOX_MAIN) $(HEADERS) $(BUILD)/lib/libseccomp.so.2
-	$(CC) $(ALL_CFLAGS) -fopenmp -o $@ $(SANDBOX_MAIN) -lseccomp -ldl $(RPATH)
+$(BUILD)/obj/src/backend/sandbox_main.o: $(SANDBOX_MAIN) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fopenmp -c $< -o $@
+
+$(BUILD)/kiln-sandbox: $(BUILD)/obj/src/backend/sandbox_main.o $(BUILD)/lib/libseccomp.so.2
+	$(CC) $(ALL_CFLAGS) -fopenmp -o $@ $< -lseccomp -ldl $(RPATH)
 
 # Copy the third-party shared objects the GPU machine lacks next to the binary.
 $(BUILD)/lib/.stamp:

@@ -68,6 +68,7 @@ typedef struct {
     CUcontext ctx;
     CUstream stream;
     size_t granularity; /* of cuMemCreate, 0 until the first guarded allocation */
+    int no_read_only;   /* the driver refused a read-only mapping once: map inputs read-write */
     cuda_guarded *guarded;
     int n_guarded, cap_guarded;
     int ctx_retained;
@@ -516,7 +517,18 @@ static int guarded_alloc(cuda_state *st, size_t n_bytes, int read_only, kiln_dev
         goto fail;
     b.map = b.reserve + g;
     what = "cuMemSetAccess";
-    if ((r = set_access(st, b.map, b.map_len, read_only)) != CUDA_SUCCESS)
+    r = set_access(st, b.map, b.map_len, read_only && !st->no_read_only);
+    if (r != CUDA_SUCCESS && read_only && !st->no_read_only) {
+        /* A driver that cannot map device memory read-only: the inputs stay writable, and the
+         * gate's comparison of every input with its pristine copy is what catches a store. */
+        st->no_read_only = 1;
+        fprintf(stderr,
+                "kiln: this driver cannot map device memory read-only (%s); inputs are "
+                "compared with their copies instead\n",
+                kiln_cuda_error_name(r));
+        r = set_access(st, b.map, b.map_len, 0);
+    }
+    if (r != CUDA_SUCCESS)
         goto fail;
     if (read_only) {
         what = "cuMemAddressReserve (alias)";
