@@ -57,13 +57,15 @@ void kiln_store_unlock(void);
 /* ---- the gate's result object (docs/gate.md), read here and nowhere else ---- */
 
 typedef struct {
-    char outcome[32];   /* "ok", "mismatch", ...; "" when absent */
-    double time_us;     /* summary.time_us_geomean; -1 when absent */
-    double spread_pct;  /* the largest workloads[].time_us.spread_pct; -1 when absent */
-    double sol_pct;     /* summary.sol_pct_geomean; -1 when absent */
-    double score;       /* summary.sol_score_geomean; 0 when absent */
-    int score_known;    /* summary.sol_score_geomean is a number */
-    double ref_time_us; /* geomean of workloads[].ref_time_us > 0 (PyTorch eager); -1 absent */
+    char outcome[32];      /* "ok", "mismatch", ...; "" when absent */
+    double time_us;        /* summary.time_us_geomean; -1 when absent */
+    double spread_pct;     /* the largest workloads[].time_us.spread_pct; -1 when absent */
+    double sol_pct;        /* summary.sol_pct_geomean; -1 when absent */
+    double score;          /* summary.sol_score_geomean; 0 when absent */
+    int score_known;       /* summary.sol_score_geomean is a number */
+    double ref_time_us;    /* geomean of workloads[].ref_time_us > 0 (PyTorch eager); -1 absent */
+    double ref_spread_pct; /* the largest spread of those eager times; -1 when none was measured
+                              (a baseline timed once, at capture) */
 } kiln_store_summary;
 
 /* Reads the numbers of a gate result; never fails (anything absent or not a number reads as the
@@ -71,6 +73,40 @@ typedef struct {
 void kiln_store_summary_read(const cJSON *result, kiln_store_summary *out);
 /* The same from JSON text (NULL or text that does not parse reads as nothing). */
 void kiln_store_summary_parse(const char *result_json, kiln_store_summary *out);
+
+/* A timing whose spread ((p90 - p10) / median) is above this many percent is flagged wherever it
+ * is shown; an eager baseline above it is not divided by at all. */
+#define KILN_SPREAD_LIMIT_PCT 5.0
+
+/* What a table may say about eager_us / kiln_us. */
+enum {
+    KILN_SPEEDUP_UNKNOWN,   /* a time is missing: "-" */
+    KILN_SPEEDUP_SUPPORTED, /* the figure, spreads within the limit: "2.50x" */
+    KILN_SPEEDUP_NOISY,     /* the figure holds, but kiln's spread is over the limit: "2.50x!" */
+    KILN_SPEEDUP_NOT_SIGNIFICANT, /* the interval the spreads allow contains 1: "n.s." */
+    KILN_SPEEDUP_NOISY_BASELINE   /* eager's spread is over the limit: no figure, "noisy" */
+};
+typedef struct {
+    int verdict;  /* KILN_SPEEDUP_* */
+    double value; /* eager / kiln when the verdict shows a figure, else -1 */
+    double ratio; /* eager / kiln whatever the verdict (for sorting and JSON), -1 unknown */
+} kiln_store_speedup;
+
+/* The eager baseline a winner is compared with: the one its gate result carries with a spread
+ * (timed beside the candidate), else the problem's own (capture's, timed once: spread unknown),
+ * else the result's without a spread. *eager_us and *spread_pct are -1 when unknown. */
+void kiln_store_baseline_pick(double problem_eager_us, const kiln_store_summary *sum,
+                              double *eager_us, double *spread_pct);
+
+/* The one rule for a speedup shown anywhere: times < 0 are unknown, spreads < 0 unknown (taken as
+ * 0: a baseline timed once cannot be refused for its noise, only shown without a spread). */
+void kiln_store_speedup_judge(double eager_us, double eager_spread_pct, double kiln_us,
+                              double kiln_spread_pct, kiln_store_speedup *out);
+/* The verdict as a table cell ("2.50x", "2.50x!", "n.s.", "noisy", "-") in buf; returns buf. */
+const char *kiln_store_speedup_text(const kiln_store_speedup *v, char *buf, size_t cap);
+/* The verdict's name for JSON: "supported", "noisy", "not_significant", "noisy_baseline",
+ * "unknown". */
+const char *kiln_store_speedup_name(int verdict);
 
 /* ---- writes ---- */
 
