@@ -1126,7 +1126,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                   "no problem can be optimised (every one was skipped; "
                   "the reasons are above and in the store's events)");
         status = 1;
-        kiln_opt_print_table(c, "nothing to do");
+        kiln_opt_print_table(c, s, "nothing to do");
     }
     resumed_counts rc;
     if (!status)
@@ -1134,6 +1134,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     if (status)
         goto done;
     record_start(c, s, n_active, &rc);
+    kiln_opt_plan_announce(c, s, n_active);
 
     /* the workers, watched until the run is over */
     struct sigaction old_int, old_term;
@@ -1154,7 +1155,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                   c->run_dir);
         status = 1;
         free(ps.seen);
-        kiln_opt_print_table(c, stop_reason);
+        kiln_opt_print_table(c, NULL, stop_reason);
         goto done;
     }
     kiln_opt_progress_draw(c, &ps, 1);
@@ -1165,7 +1166,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
 
     /* the artifact, the table */
     status = write_library(c, s, status, err);
-    kiln_opt_print_table(c, stop_reason);
+    kiln_opt_print_table(c, s, stop_reason);
     if (status == 0 && strcmp(stop_reason, "interrupted") == 0) {
         kiln_errf(err, KILN_ERR_INVALID,
                   "interrupted; everything finished is in the store: run the same command to "
