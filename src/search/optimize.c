@@ -802,6 +802,11 @@ static int load_problems(kiln_opt_ctx *c, kiln_err *err) {
 static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_err *err) {
     const kiln_optimize_options *o = &c->opt;
     *n_active = 0;
+    /* marks where this run's events begin: a "skip" after it says the problem is not searched now
+     * (the dashboard), and the search's own time starts only at "start" */
+    char *prep = xasprintf("kiln optimize: preparing %d problems", c->n_problems);
+    kiln_store_event(s, 0, "prepare", prep, NULL);
+    free(prep);
     for (int i = 0; i < c->n_problems; i++) {
         kiln_opt_problem *pr = &c->problems[i];
         char *no_family = NULL;
@@ -1126,6 +1131,8 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                   "no problem can be optimised (every one was skipped; "
                   "the reasons are above and in the store's events)");
         status = 1;
+        kiln_store_event(s, 0, "done",
+                         "kiln optimize stopped: nothing to do (every problem skipped)", NULL);
         kiln_opt_print_table(c, s, "nothing to do");
     }
     resumed_counts rc;

@@ -359,12 +359,18 @@ int kiln_store_data_version(kiln_store *s, int64_t *version, kiln_err *err);
 
 /* When the run started and whether it is over: started_unix_s is meta started_unix_s, else meta
  * created_unix_s, else the first problem's creation (-1 none); the latest run-wide event's kind
- * ("" none) and time; meta "budget" (0 unset). */
+ * ("" none) and time; meta "budget" (0 unset). searched_s is the time searches actually ran: the
+ * sum over every `kiln optimize` of its "start" to its "done" event (preparing problems, and the
+ * time between runs, do not count); one without a "done" ended with its last result (killed), or,
+ * the latest, runs now (searching) unless no result came for KILN_STORE_SEARCH_QUIET_S. */
+#define KILN_STORE_SEARCH_QUIET_S 60.0
 typedef struct {
     double started_unix_s;
     char last_event_kind[32];
     double last_event_unix_s;
     long budget;
+    double searched_s;
+    int searching;
 } kiln_store_run_state;
 int kiln_store_run_state_read(kiln_store *s, kiln_store_run_state *rs, kiln_err *err);
 
@@ -381,12 +387,14 @@ int kiln_store_dash_outcomes(kiln_store *s, int64_t problem_id, cJSON *into, int
 /* 1 in *exists when the problem exists. */
 int kiln_store_problem_exists(kiln_store *s, int64_t id, int *exists, kiln_err *err);
 /* Problem rows (all, or only_id's), hottest first: id, name, dir, share, eager_us, compile_us,
- * sol_us, incumbent_id, n_candidates, n_done_events. */
+ * sol_us, incumbent_id, n_candidates, n_done_events, skip_reason (why the latest `kiln optimize`
+ * did not search it, from its "skip" event after the run-wide "prepare"; null when searched). */
 int kiln_store_dash_problems(kiln_store *s, int64_t only_id, cJSON **rows, kiln_err *err);
 /* A problem's best, the winner's verdict (result_id from kiln_store_winner_get): candidate_id,
- * time_us, sol_pct, score, spread_pct, params, agent, draft, family; *ref_time_us gets the
- * reference's time in that verdict (-1 none). *best NULL when there is no such result. */
-int kiln_store_dash_best(kiln_store *s, int64_t result_id, cJSON **best, double *ref_time_us,
+ * time_us, sol_pct, score, spread_pct, params, agent, draft, family; *sum gets that verdict's
+ * summary (its eager baseline and the baseline's spread among it). *best NULL (and *sum empty)
+ * when there is no such result. */
+int kiln_store_dash_best(kiln_store *s, int64_t result_id, cJSON **best, kiln_store_summary *sum,
                          kiln_err *err);
 
 /* A page of rows newest first: appends up to limit items; *next is the id to page on with
