@@ -831,6 +831,13 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
                 }
             }
         }
+        /* --time counts from the command's start, preparing included: once it is over (or on a
+         * signal) the problems not prepared yet are left out, all but the first that can be
+         * searched */
+        if (!pr->skip && *n_active > 0 &&
+            (coord_signals || (o->time_s > 0 && now_s() - c->t0 >= o->time_s)))
+            pr->skip = xstrdup(coord_signals ? "not prepared: interrupted"
+                                             : "not prepared: the time limit (--time) came first");
         if (!pr->skip) {
             kiln_err rerr;
             if (!o->quiet)
@@ -977,19 +984,10 @@ static void record_start(kiln_opt_ctx *c, kiln_store *s, int n_active, const res
     }
 }
 
-/* Takes SIGINT and SIGTERM (the old actions go to *old_int, *old_term), adds the gates and the
- * agents to the blackboard and forks them; the coordinator's store connection moves to c->store
- * (spawn reopens it after each fork). */
-static void start_workers(kiln_opt_ctx *c, kiln_store *s, struct sigaction *old_int,
-                          struct sigaction *old_term) {
+/* Adds the gates and the agents to the blackboard and forks them; the coordinator's store
+ * connection moves to c->store (spawn reopens it after each fork). */
+static void start_workers(kiln_opt_ctx *c, kiln_store *s) {
     kiln_bb *bb = c->bb;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, old_int);
-    sigaction(SIGTERM, &sa, old_term);
-    coord_signals = 0;
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     kiln_bb_lock(bb);
     /* gate g drives device g; more gates than devices share them round robin (the cpu backend
@@ -1027,7 +1025,7 @@ static int watch(kiln_opt_ctx *c, int n_active, kiln_opt_progress *ps, double *t
             *stop_reason = "interrupted";
             break;
         }
-        if (o->time_s > 0 && now_s() - *t_start >= o->time_s) {
+        if (o->time_s > 0 && now_s() - c->t0 >= o->time_s) {
             *stop_reason = "time limit";
             break;
         }
@@ -1113,10 +1111,20 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     kiln_opt_ctx ctx;
     kiln_opt_ctx *c = &ctx;
     memset(c, 0, sizeof *c);
+    c->t0 = now_s();
     kiln_store *s = NULL;
     kiln_bb *bb = NULL;
     char *bb_name = NULL;
     int n_active = 0;
+    /* SIGINT and SIGTERM from the start: one while the problems are prepared ends the preparation,
+     * and the run stops as it does once searching (the library is written) */
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    coord_signals = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     int status = configure(c, o, err);
     if (!status)
         status = lock_run(c, err);
@@ -1144,16 +1152,13 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     kiln_opt_plan_announce(c, s, n_active);
 
     /* the workers, watched until the run is over */
-    struct sigaction old_int, old_term;
-    start_workers(c, s, &old_int, &old_term);
+    start_workers(c, s);
     s = NULL;
     kiln_opt_progress ps = {0};
     double t_start = 0;
     const char *stop_reason = "done";
     status = watch(c, n_active, &ps, &t_start, &stop_reason, err);
     stop_workers(c);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
     flush_nodes(c, 1);
     s = c->store;
     c->store = NULL;
@@ -1182,6 +1187,8 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     }
 
 done:
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     if (bb) {
         kiln_bb_detach(bb);
         kiln_bb_unlink(bb_name);

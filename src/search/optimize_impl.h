@@ -55,6 +55,7 @@ typedef struct {
     int max_inflight;       /* candidates of one problem being made, queued or in a gate */
     int max_inflight_total; /* the same over all problems */
     pid_t coordinator;      /* the coordinator's pid (workers watch it) */
+    double t0;              /* when the command started (kiln_now_s): --time counts from it */
     kiln_store *store;      /* the coordinator's connection while workers run; NULL in workers */
 } kiln_opt_ctx;
 
