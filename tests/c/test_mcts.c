@@ -488,7 +488,7 @@ static void test_priority_is_share_times_headroom(void **state) {
     Q->best_time_us = 200;
     Q->best_sol_pct = 10;
     assert_true(fabs(kiln_opt_priority(&c, 1) - 0.3 * 0.8) < 1e-12);
-    /* no SOL known: all of min(best, eager) is headroom; at the speed of light, none; no share, 0 */
+    /* no SOL known: all of min(best, eager) is headroom; at the SOL, none; no share: 0 */
     Q->best_time_us = 50;
     Q->best_sol_pct = -1;
     assert_true(fabs(kiln_opt_priority(&c, 1) - 0.3 * 0.5) < 1e-12);
