@@ -262,7 +262,7 @@ class _Sigints:
 def run_child(cmd: list, stop_at: Optional[float] = None, stdout=None) -> tuple:
     """Runs cmd in its own process group and waits: (exit status, how it was stopped: None, "interrupted"
     (tune got SIGINT and passed it on) or "out of time" (still running at stop_at, a time.monotonic(): asked
-    to stop with SIGINT, again STOP_GRACE_S later, then killed)). Raises TuneError(130) on a third SIGINT."""
+    to stop with SIGINT, again STOP_GRACE_S later, then killed)). A third SIGINT to tune kills the child."""
     p = subprocess.Popen(cmd, env=_env(), stdout=stdout, process_group=0, preexec_fn=_die_with_parent)
     how, passed, stops = None, 0, 0
     with _Sigints() as sig:

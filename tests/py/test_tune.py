@@ -62,19 +62,19 @@ def _built():
 
 
 def test_tiny_time_ends_within_it_and_reports(tmp_path):
-    """--time 45 on the tiny model: the whole tune (capture, search, install check, report) ends within it,
+    """--time 60 on the tiny model: the whole tune (capture, search, install check, report) ends within it,
     exits 0, and the report has the four forward columns and says how the time went."""
     run = tmp_path / "run"
     t0 = time.monotonic()
-    p = _tune([SCRIPT, "--out", str(run), "--backend", "cpu", "--time", "45", "--rounds", "2"], timeout=300)
+    p = _tune([SCRIPT, "--out", str(run), "--backend", "cpu", "--time", "60", "--rounds", "2"], timeout=300)
     wall = time.monotonic() - t0
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert wall <= 45 + 3, wall  # the budget, and the start of a Python before tune's clock starts
+    assert wall <= 60 + 3, wall  # the budget, and the start of a Python before tune's clock starts
     report = json.load(open(run / "report.json"))
-    assert report["ok"] is True and report["elapsed_s"] <= 45
-    assert report["search"]["planned_s"] > 0 and report["search"]["planned_s"] + report["search"]["reserve_s"] <= 45
+    assert report["ok"] is True and report["elapsed_s"] <= 60
+    assert report["search"]["planned_s"] > 0 and report["search"]["planned_s"] + report["search"]["reserve_s"] <= 60
     md = (run / "report.md").read_text()
-    assert FOUR_COLUMNS in md and "## Time" in md and "Budget 45 s (--time)" in md
+    assert FOUR_COLUMNS in md and "## Time" in md and "Budget 60 s (--time)" in md
     assert report["model"]["eager_ms"] > 0
     assert "kiln optimize: plan: " in p.stdout + p.stderr  # announced before the search
     # every hot op says what became of it
