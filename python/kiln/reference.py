@@ -467,18 +467,18 @@ def run_reference(reference: Reference, problem: Problem, workload: Workload, in
     return _normalize_outputs(problem, workload, result, set_index)
 
 
-def _time_cpu_us(reference: Reference, workload: Workload, args: list[Any], first_run_s: float) -> float:
+def _time_cpu_us(reference: Reference, workload: Workload, args: list[Any], first_run_s: float) -> list:
     runs = max(1, min(CPU_MAX_RUNS, int(CPU_TIME_BUDGET_S / max(first_run_s, 1e-9))))
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         _call(reference, workload, args, 0)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+        times.append((time.perf_counter() - start) * 1e6)
+    return times
 
 
-def _time_cuda_us(reference: Reference, workload: Workload, args: list[Any], device: str) -> float:
-    """Median of >= 10 runs timed with CUDA events, each after a 256 MiB write that flushes L2."""
+def _time_cuda_us(reference: Reference, workload: Workload, args: list[Any], device: str) -> list:
+    """>= 10 runs timed with CUDA events (us), each after a 256 MiB write that flushes L2."""
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
     torch.cuda.synchronize(device)
     start = time.perf_counter()
@@ -497,20 +497,35 @@ def _time_cuda_us(reference: Reference, workload: Workload, args: list[Any], dev
         ends[i].record()
     torch.cuda.synchronize(device)
     del flush
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+def measure_reference(reference: Reference, workload: Workload, inputs: dict[str, Any], device: str,
+                   first_run_s: float = 0.0) -> tuple:
+    """The reference's median time on inputs in microseconds and its spread in percent, (p90 - p10)
+    / median as the gate reports a candidate's (see the module docstring)."""
+    args = _clone_args(inputs)
+    try:
+        if device.startswith("cuda"):
+            times = _time_cuda_us(reference, workload, args, device)
+        else:
+            times = _time_cpu_us(reference, workload, args, first_run_s)
+    except RuntimeError as e:  # a CUDA error surfacing at a synchronisation
+        raise ReferenceFailure(f"{workload.label}: timing the reference failed: "
+                               f"{' '.join(str(e).split())}") from None
+    median = statistics.median(times)
+    if len(times) > 1:
+        q = statistics.quantiles(times, n=10, method="inclusive")
+        spread = 100.0 * (q[-1] - q[0]) / median if median > 0 else 0.0
+    else:
+        spread = 0.0
+    return median, spread
 
 
 def time_reference_us(reference: Reference, workload: Workload, inputs: dict[str, Any], device: str,
                       first_run_s: float = 0.0) -> float:
-    """The reference's median time on inputs in microseconds (see the module docstring)."""
-    args = _clone_args(inputs)
-    try:
-        if device.startswith("cuda"):
-            return _time_cuda_us(reference, workload, args, device)
-        return _time_cpu_us(reference, workload, args, first_run_s)
-    except RuntimeError as e:  # a CUDA error surfacing at a synchronisation
-        raise ReferenceFailure(f"{workload.label}: timing the reference failed: "
-                               f"{' '.join(str(e).split())}") from None
+    """The reference's median time on inputs in microseconds."""
+    return measure_reference(reference, workload, inputs, device, first_run_s)[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -668,10 +683,12 @@ def _build_workload(problem: Problem, workload: Workload, reference: Reference, 
                      "blake2b": content_hash(os.path.join(out_dir, file_name)),
                      "scalars": _scalars(problem, workload, inputs)})
         del outputs
-    ref_time_us = None
+    ref_time_us = ref_spread_pct = None
     if time_reference:
-        ref_time_us = round(time_reference_us(reference, workload, real, device, first_run_s), 3)
-    return {"uuid": workload.uuid, "axes": dict(workload.axes), "ref_time_us": ref_time_us, "sets": sets}
+        median, spread = measure_reference(reference, workload, real, device, first_run_s)
+        ref_time_us, ref_spread_pct = round(median, 3), round(spread, 2)
+    return {"uuid": workload.uuid, "axes": dict(workload.axes), "ref_time_us": ref_time_us,
+            "ref_spread_pct": ref_spread_pct, "sets": sets}
 
 
 def content_hash(path: str) -> str:

@@ -139,6 +139,14 @@ static int parse_workload(const kiln_problem *p, const char *ref_dir, const cJSO
                         wi);
         rw->ref_time_us = t->valuedouble;
     }
+    const cJSON *sp = get(js, "ref_spread_pct");
+    rw->ref_spread_pct = -1;
+    if (sp && !cJSON_IsNull(sp)) {
+        if (!cJSON_IsNumber(sp) || !(sp->valuedouble >= 0) || !isfinite(sp->valuedouble))
+            return fail(s, KILN_ERR_FORMAT,
+                        "workloads[%d].ref_spread_pct: not a non-negative number", wi);
+        rw->ref_spread_pct = sp->valuedouble;
+    }
     if (!cJSON_IsArray(sets) || cJSON_GetArraySize(sets) == 0)
         return fail(s, KILN_ERR_FORMAT, "workloads[%d].sets: not a non-empty array", wi);
     rw->sets = xcalloc((size_t)cJSON_GetArraySize(sets), sizeof *rw->sets);

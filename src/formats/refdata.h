@@ -6,7 +6,7 @@
  * Layout of a reference directory REF:
  *   REF/manifest.json  {"kiln_reference": 1, "problem": NAME, "key": HEX16, "device": "cpu"|"cuda",
  *                       "torch": VERSION, "workloads": [{"uuid": U, "axes": {ALL AXES: int},
- *                         "ref_time_us": float|null,
+ *                         "ref_time_us": float|null, "ref_spread_pct": float|null,
  *                         "sets": [{"file": "w0_s0.safetensors", "kind": "real"|"random",
  *                                   "seed": int, "blake2b": HEX32, "scalars": {NAME: number}}]}]}
  *   REF/wK_sJ.safetensors  tensors "input.NAME" (every tensor input) and "output.NAME" (every
@@ -25,7 +25,8 @@ typedef struct {
 } kiln_refset;
 
 typedef struct {
-    double ref_time_us; /* < 0 when not measured */
+    double ref_time_us;    /* < 0 when not measured */
+    double ref_spread_pct; /* its (p90 - p10) / median in percent; < 0 when not known */
     int n_sets;
     kiln_refset *sets;
 } kiln_refworkload;

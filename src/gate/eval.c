@@ -521,6 +521,9 @@ static kiln_outcome finish_workload(ctx *c, cJSON *wj, double med) {
         cJSON_AddNumberToObject(wj, "ref_time_us", ref_us);
     else
         cJSON_AddNullToObject(wj, "ref_time_us");
+    double ref_spread = c->rp->ref->workloads[c->w].ref_spread_pct;
+    if (ref_spread >= 0)
+        cJSON_AddNumberToObject(wj, "ref_spread_pct", ref_spread);
     double sol_us = min_bytes / (ceil->copy_gbps * 1e3);
     if (p->flops > 0 && p->flops / (ceil->fma_gflops * 1e3) > sol_us)
         sol_us = p->flops / (ceil->fma_gflops * 1e3);
@@ -534,8 +537,8 @@ static kiln_outcome finish_workload(ctx *c, cJSON *wj, double med) {
         cJSON_AddNumberToObject(wj, "gflops", p->flops / (med * 1e3));
     double pct = 100.0 * sol_us / med;
     cJSON_AddNumberToObject(wj, "sol_pct", pct > 100 ? 100 : pct);
-    /* cuda's copy ceiling is steady to a few percent; a cpu's is measured once on a machine that may
-     * have been busy, and its caches are large: there only a time far below it is refused */
+    /* cuda's copy ceiling is steady to a few percent; a cpu's is measured once on a machine that
+     * may have been busy, and its caches are large: there only a time far below it is refused */
     double floor_frac = c->cuda ? 0.9 : 0.25;
     if (med < floor_frac * sol_us) {
         cJSON *ev = cJSON_CreateObject();
@@ -545,10 +548,11 @@ static kiln_outcome finish_workload(ctx *c, cJSON *wj, double med) {
         cJSON_AddNumberToObject(ev, "min_bytes", min_bytes);
         cJSON_AddNumberToObject(ev, "ceiling_gbps", ceil->copy_gbps);
         cJSON_AddNumberToObject(ev, "below", floor_frac);
-        cJSON_AddStringToObject(ev, "message",
-                                "the median time is below the time the minimum bytes take at the "
-                                "device's measured copy rate (times 'below'): the work was not done "
-                                "in it");
+        cJSON_AddStringToObject(
+            ev, "message",
+            "the median time is below the time the minimum bytes take at the "
+            "device's measured copy rate (times 'below'): the work was not done "
+            "in it");
         send_json(c->fd, "workload", wj);
         return send_outcome(c->fd, KILN_OUTCOME_IMPOSSIBLE, ev);
     }
