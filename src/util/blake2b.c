@@ -26,11 +26,18 @@ static inline uint64_t rotr(uint64_t x, int n) {
     return (x >> n) | (x << (64 - n));
 }
 
+/* A little-endian 64-bit word (one load on the little-endian machines kiln runs on). */
 static inline uint64_t load64(const unsigned char *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+#else
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
+#endif
 }
 
 #define G(a, b, c, d, x, y)                                                                        \
@@ -57,17 +64,31 @@ static void compress(kiln_blake2b *s, const unsigned char *block, int last) {
     v[13] ^= s->t[1];
     if (last)
         v[14] = ~v[14];
-    for (int r = 0; r < 12; r++) {
-        const unsigned char *z = sigma[r % 10];
-        G(0, 4, 8, 12, m[z[0]], m[z[1]]);
-        G(1, 5, 9, 13, m[z[2]], m[z[3]]);
-        G(2, 6, 10, 14, m[z[4]], m[z[5]]);
-        G(3, 7, 11, 15, m[z[6]], m[z[7]]);
-        G(0, 5, 10, 15, m[z[8]], m[z[9]]);
-        G(1, 6, 11, 12, m[z[10]], m[z[11]]);
-        G(2, 7, 8, 13, m[z[12]], m[z[13]]);
-        G(3, 4, 9, 14, m[z[14]], m[z[15]]);
-    }
+        /* the twelve rounds unrolled, so that every message index is a constant */
+#define ROUND(r)                                                                                   \
+    do {                                                                                           \
+        G(0, 4, 8, 12, m[sigma[r][0]], m[sigma[r][1]]);                                            \
+        G(1, 5, 9, 13, m[sigma[r][2]], m[sigma[r][3]]);                                            \
+        G(2, 6, 10, 14, m[sigma[r][4]], m[sigma[r][5]]);                                           \
+        G(3, 7, 11, 15, m[sigma[r][6]], m[sigma[r][7]]);                                           \
+        G(0, 5, 10, 15, m[sigma[r][8]], m[sigma[r][9]]);                                           \
+        G(1, 6, 11, 12, m[sigma[r][10]], m[sigma[r][11]]);                                         \
+        G(2, 7, 8, 13, m[sigma[r][12]], m[sigma[r][13]]);                                          \
+        G(3, 4, 9, 14, m[sigma[r][14]], m[sigma[r][15]]);                                          \
+    } while (0)
+    ROUND(0);
+    ROUND(1);
+    ROUND(2);
+    ROUND(3);
+    ROUND(4);
+    ROUND(5);
+    ROUND(6);
+    ROUND(7);
+    ROUND(8);
+    ROUND(9);
+    ROUND(0);
+    ROUND(1);
+#undef ROUND
     for (int i = 0; i < 8; i++)
         s->h[i] ^= v[i] ^ v[i + 8];
 }
