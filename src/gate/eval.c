@@ -725,6 +725,12 @@ kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
     }
     if (result == KILN_OUTCOME_OK)
         send_outcome(fd, KILN_OUTCOME_OK, cJSON_CreateObject());
+    if (c.cuda && result == KILN_OUTCOME_TIMEOUT) {
+        /* its kernel is still running: unloading the module would wait for it forever. The
+         * process exits next (service.c) and the driver ends the kernel with the context. */
+        kiln_abi_free(&abi);
+        return result;
+    }
     if (!c.cuda) { /* what a cpu candidate printed is in its runner's log */
         char tail[4096];
         if (kiln_cpu_runner_log_tail(g->be, mod, tail, sizeof tail) > 0) {

@@ -237,10 +237,12 @@ static int watch(watch_state *st, int fd, pid_t pid, const kiln_gate_options *op
         if (pr == 0) {
             timed_out = 1;
             kill(pid, SIGKILL);
-            cJSON *ev = cJSON_CreateObject();
-            add_phase(ev, st);
-            cJSON_AddNumberToObject(ev, "limit_s", limit);
-            set_outcome(st, KILN_OUTCOME_TIMEOUT, ev);
+            if (!st->have_outcome) { /* a verdict the child sent before it went silent stands */
+                cJSON *ev = cJSON_CreateObject();
+                add_phase(ev, st);
+                cJSON_AddNumberToObject(ev, "limit_s", limit);
+                set_outcome(st, KILN_OUTCOME_TIMEOUT, ev);
+            }
             break;
         }
         if (len + 4096 > cap) {
