@@ -27,7 +27,7 @@ note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -
 build/kiln --version || { echo "build/kiln missing: carry build/ or .devbuild/"; exit 1; }
 
 echo "== 1. C tests on the GPU"
-for t in test_backend_cuda test_gate_device test_library test_cubin; do
+for t in ${CTESTS:-test_backend_cuda test_gate_device test_library test_cubin}; do
     if [ -x "build/tests/$t" ]; then
         timeout 300 "build/tests/$t" >"$OUT/$t.log" 2>&1
         note "$t: exit $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$OUT/$t.log" | tr '\n' ' ')"
@@ -37,7 +37,7 @@ for t in test_backend_cuda test_gate_device test_library test_cubin; do
 done
 
 echo "== 2. pytest on the GPU"
-for f in test_gate_cuda test_hostile test_install; do
+for f in ${PYTESTS:-test_gate_cuda test_hostile test_install}; do
     sel=""
     [ "$f" = test_install ] && sel="-k cuda"
     timeout "${PYTEST_TIMEOUT:-420}" "$KILN_PYTHON" -m pytest "tests/py/$f.py" $sel -q -rs -s -p no:cacheprovider \
@@ -56,6 +56,7 @@ else
 fi
 
 echo "== summary"
+tar czf "$OUT/logs.tgz" -C "$OUT" $(cd "$OUT" && ls *.log 2>/dev/null) 2>/dev/null
 "$KILN_PYTHON" - "$OUT" <<'PYEOF' | tee -a "$summary"
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])

@@ -23,13 +23,13 @@ mkdir -p "$OUT"
 PROBLEMS=(softmax_bf16_chain_1x8x4096x4096 groupnorm_f32_128x1024x1024 rmsnorm_gemma4_bf16_s4096_h2304)
 REFS=/tmp/kiln-throughput-refs
 
-sweep() { # sweep BIN LABEL LIMIT PROBLEMS_DIR NAME [env...]
-    local bin=$1 label=$2 limit=$3 dir=$4 name=$5
-    shift 5
+sweep() { # sweep BIN LABEL LIMIT PROBLEMS_DIR NAME SECONDS [env...]
+    local bin=$1 label=$2 limit=$3 dir=$4 name=$5 seconds=$6
+    shift 6
     local t0 t1
     rm -f "$OUT/$label-$name.jsonl"
     t0=$(date +%s.%N)
-    env "$@" timeout "${SWEEP_TIMEOUT:-400}" "$bin" sweep "$dir/$name" --backend cuda \
+    env "$@" timeout "$seconds" "$bin" sweep "$dir/$name" --backend cuda \
         --limit "$limit" --ref-dir "$REFS/$label-$name" --jsonl "$OUT/$label-$name.jsonl" \
         --out "/tmp/kiln-throughput-sweep/$label-$name" >"$OUT/$label-$name.out" 2>"$OUT/$label-$name.log"
     echo "$?" >"$OUT/$label-$name.rc"
@@ -47,12 +47,13 @@ refs() { # refs BIN LABEL PROBLEMS_DIR NAME [env...]: the reference data, outsid
 for name in "${PROBLEMS[@]}"; do
     echo "== $name"
     refs build/kiln new bench/problems "$name"
-    sweep build/kiln new "$LIMIT" bench/problems "$name"
+    sweep build/kiln new "$LIMIT" bench/problems "$name" "${SWEEP_TIMEOUT:-400}"
     if [ -n "${OLD_KILN:-}" ]; then
         # the earlier build reads its own problem files (the op chain's form changed since)
         refs "$OLD_KILN" old "$OLD_HOME/bench/problems" "$name" KILN_HOME="$OLD_HOME" \
             PYTHONPATH="$OLD_HOME/python"
-        sweep "$OLD_KILN" old "$OLD_LIMIT" "$OLD_HOME/bench/problems" "$name" KILN_HOME="$OLD_HOME" \
+        sweep "$OLD_KILN" old "$OLD_LIMIT" "$OLD_HOME/bench/problems" "$name" \
+            "${OLD_SWEEP_TIMEOUT:-400}" KILN_HOME="$OLD_HOME" \
             PYTHONPATH="$OLD_HOME/python"
     fi
 done
