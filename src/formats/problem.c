@@ -1096,7 +1096,18 @@ kiln_tolerance kiln_problem_output_tolerance(const kiln_problem *p, int w, int o
         return p->workloads[w].tolerance;
     if (p->has_tolerance)
         return p->tolerance;
-    return kiln_tolerance_default(p->outputs[o].dtype);
+    kiln_tolerance t = kiln_tolerance_default(p->outputs[o].dtype);
+    if (t.atol == 0 && t.rtol == 0)
+        return t; /* integers and bool stay exact */
+    /* a float output computed from narrower float inputs holds their precision
+     * (softmax(bf16).float() carries bf16 values): it is judged by the loosest of their defaults */
+    for (int i = 0; i < p->n_inputs; i++) {
+        kiln_tolerance d = kiln_tolerance_default(p->inputs[i].dtype);
+        t.atol = d.atol > t.atol ? d.atol : t.atol;
+        t.rtol = d.rtol > t.rtol ? d.rtol : t.rtol;
+        t.rel_l2 = d.rel_l2 > t.rel_l2 ? d.rel_l2 : t.rel_l2;
+    }
+    return t;
 }
 
 kiln_tolerance kiln_tolerance_default(kiln_dtype t) {
