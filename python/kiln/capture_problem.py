@@ -64,8 +64,8 @@ class Stored:
     exact: bool             # the reference can rebuild the captured strides
     path: Optional[str] = None        # the full copy, raw bytes in the spool
     summary: Optional[dict] = None    # {"stats", "structure"} of the data
-    slice_path: Optional[str] = None  # its first slice_elements elements, raw bytes in the spool
-    slice_elements: int = 0
+    slice_path: Optional[str] = None  # raw bytes in the spool that begin with its first slice_elements
+    slice_elements: int = 0           # elements (path itself when there is a full copy)
 
     @property
     def numel(self) -> int:
@@ -84,16 +84,13 @@ class Stored:
 
     @property
     def spooled_bytes(self) -> int:
-        return (self.nbytes if self.path else 0) + self.slice_elements * self.dtype.itemsize
+        own_slice = self.slice_path is not None and self.slice_path != self.path
+        return (self.nbytes if self.path else 0) + (self.slice_elements * self.dtype.itemsize if own_slice else 0)
 
     def load(self) -> torch.Tensor:
         """The full copy, read from the spool (a host tensor of data_shape)."""
         assert self.path is not None, "a tensor that was not kept whole"
         return _read_raw(self.path, self.numel, self.dtype).reshape(self.data_shape)
-
-    def load_slice(self) -> torch.Tensor:
-        assert self.slice_path is not None
-        return _read_raw(self.slice_path, self.slice_elements, self.dtype)
 
     @property
     def data(self) -> torch.Tensor:
@@ -427,8 +424,8 @@ SAFETENSORS_DTYPES = {
 
 def write_safetensors(path: str, tensors: dict) -> int:
     """Writes a safetensors file and returns its size. tensors: {name: host tensor, or (raw file, dtype,
-    shape) of bytes to copy}; raw files are copied in pieces, so a file bigger than memory can be written."""
-    import shutil
+    shape) of bytes to copy}; raw files are copied in pieces, so a file bigger than memory can be written (the
+    bytes of shape only: a slice is the beginning of a raw file)."""
     import struct
     os.makedirs(os.path.dirname(path), exist_ok=True)
     header, offset, parts = {}, 0, []
@@ -458,8 +455,17 @@ def write_safetensors(path: str, tensors: dict) -> int:
                 if value.numel():
                     f.write(value.view(torch.uint8).numpy())
             else:
-                with open(value[0], "rb") as src:
-                    shutil.copyfileobj(src, f, SPOOL_CHUNK_BYTES)
+                raw, dtype, shape = value
+                left = dtype.itemsize
+                for s in shape:
+                    left *= s
+                with open(raw, "rb") as src:
+                    while left > 0:
+                        chunk = src.read(min(left, SPOOL_CHUNK_BYTES))
+                        if not chunk:
+                            raise OSError(f"{raw}: shorter than its tensor")
+                        f.write(chunk)
+                        left -= len(chunk)
     os.replace(tmp, path)
     return os.path.getsize(path)
 

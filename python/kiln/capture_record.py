@@ -50,7 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln.capture_problem import DTYPE_NAMES, Spool, Stored, layout_of
-from kiln.capture_stats import StatsError, leading_slice, summarize
+from kiln.capture_stats import StatsError, leading_count, leading_slice, summarize
 
 # Allocation and bookkeeping ops: no tensor work (their outputs are uninitialised or unchanged).
 META_OP_NAMES = frozenset({
@@ -522,8 +522,10 @@ class Recorder:
 
     def hold(self, t: torch.Tensor, full: bool = True, summary: bool = True) -> Optional[Stored]:
         """What capture keeps of t (see the module docstring): its layout; a full copy in the spool when
-        full and the caps allow; with summary, a summary and a leading slice when t is not copied whole or
-        is bigger than a slice. None (and last_hold_failure) when t could be neither copied nor summarised."""
+        full and the caps allow (its leading elements are then its slice, and its summary is made from the
+        copy only if the problem is written with it drawn); else, with summary, its summary and a leading
+        slice, measured now on t's device. None (and last_hold_failure) when t could be neither copied nor
+        summarised."""
         self.last_hold_failure = None
         stored, view = layout_of(t)
         provisional = not self.seen_forward
@@ -537,7 +539,10 @@ class Recorder:
                 stored.path = self._spool_copy(view)
         elif self.holding_disabled:
             self.last_hold_failure = self.holding_disabled
-        if summary and (stored.path is None or stored.nbytes > self.slice_bytes):
+        if stored.path is not None:
+            stored.slice_path = stored.path
+            stored.slice_elements = leading_count(stored.data_shape, stored.dtype.itemsize, self.slice_bytes)
+        elif summary:
             try:
                 self._summarize(stored, view)
             except (torch.OutOfMemoryError, MemoryError, RuntimeError, OSError, StatsError) as e:
@@ -568,13 +573,12 @@ class Recorder:
             return None
 
     def _summarize(self, stored: Stored, view: torch.Tensor) -> None:
-        """stored.summary (and a slice when stored is bigger than one), measured on view's device."""
+        """stored.summary and slice, measured on view's device."""
         dense = view if view.is_contiguous() else view.contiguous()
         stored.summary = summarize(dense)
-        if stored.nbytes > self.slice_bytes or stored.path is None:
-            piece = leading_slice(dense, self.slice_bytes)
-            stored.slice_path = self.spool.put(piece, ".slice")
-            stored.slice_elements = piece.numel()
+        piece = leading_slice(dense, self.slice_bytes)
+        stored.slice_path = self.spool.put(piece, ".slice")
+        stored.slice_elements = piece.numel()
 
     # ---- the dispatch mode --------------------------------------------------------------------------
 

@@ -96,34 +96,37 @@ def _moments(s: float, ss: float, n: int) -> tuple:
 def _float_stats(flat: torch.Tensor) -> dict:
     n = flat.numel()
     counts = {"nan": 0, "pos_inf": 0, "neg_inf": 0, "masked": 0, "zeros": 0}
-    s = ss = s_nz = ss_nz = 0.0
-    n_reg = n_nz = 0
+    s = ss = 0.0
+    n_reg = 0
     lo, hi, mask_value = math.inf, -math.inf, None
     for chunk in _flat_chunks(flat):
-        x = chunk.double() if chunk.dtype == torch.float64 else chunk.float()
-        nan, pinf, ninf = torch.isnan(x), x == math.inf, x == -math.inf
-        masked = torch.isfinite(x) & (x <= MASK_THRESHOLD)
-        counts["nan"] += int(nan.sum())
-        counts["pos_inf"] += int(pinf.sum())
-        counts["neg_inf"] += int(ninf.sum())
-        n_masked = int(masked.sum())
-        if n_masked:
-            counts["masked"] += n_masked
-            m = float(x[masked].min())
-            mask_value = m if mask_value is None else min(mask_value, m)
-        reg = x[~(nan | pinf | ninf | masked)].double()
+        x = chunk if chunk.dtype in (torch.float32, torch.float64) else chunk.float()
+        reg = x
+        c_lo, c_hi = torch.aminmax(x)
+        if not (bool(torch.isfinite(c_lo)) and bool(torch.isfinite(c_hi)) and float(c_lo) > MASK_THRESHOLD):
+            nan, pinf, ninf = torch.isnan(x), x == math.inf, x == -math.inf
+            masked = torch.isfinite(x) & (x <= MASK_THRESHOLD)
+            counts["nan"] += int(nan.sum())
+            counts["pos_inf"] += int(pinf.sum())
+            counts["neg_inf"] += int(ninf.sum())
+            n_masked = int(masked.sum())
+            if n_masked:
+                counts["masked"] += n_masked
+                m = float(x[masked].min())
+                mask_value = m if mask_value is None else min(mask_value, m)
+            reg = x[~(nan | pinf | ninf | masked)]
+            if reg.numel():
+                c_lo, c_hi = torch.aminmax(reg)
         if reg.numel():
-            lo, hi = min(lo, float(reg.min())), max(hi, float(reg.max()))
-            s += float(reg.sum())
-            ss += float((reg * reg).sum())
+            lo, hi = min(lo, float(c_lo)), max(hi, float(c_hi))
+            s += float(reg.sum(dtype=torch.float64))
+            ss += float(torch.linalg.vector_norm(reg, dtype=torch.float64)) ** 2
             n_reg += reg.numel()
-            nz = reg[reg != 0]
-            counts["zeros"] += reg.numel() - nz.numel()
-            n_nz += nz.numel()
-            s_nz += float(nz.sum())
-            ss_nz += float((nz * nz).sum())
+            counts["zeros"] += int((reg == 0).sum())
+    # zeros add nothing to the sums: the moments of the non-zero values come from the same sums
+    n_nz = n_reg - counts["zeros"]
     mean, std = _moments(s, ss, n_reg)
-    mean_nz, std_nz = _moments(s_nz, ss_nz, n_nz)
+    mean_nz, std_nz = _moments(s, ss, n_nz)
     out = {"min": lo if n_reg else None, "max": hi if n_reg else None, "mean": mean, "std": std,
            "mean_nonzero": mean_nz, "std_nonzero": std_nz}
     out.update({k: v / max(n, 1) for k, v in counts.items()})
@@ -276,15 +279,23 @@ def _index_structure(t: torch.Tensor, stats: dict) -> Optional[dict]:
     return None
 
 
-def leading_slice(t: torch.Tensor, max_bytes: int) -> torch.Tensor:
-    """The first elements of t in memory order, whole rows of its last dim where a row fits, at most
-    max_bytes (at least one element); a host copy."""
-    flat = t.detach().reshape(-1)
-    n = max(1, min(flat.numel(), max_bytes // max(t.element_size(), 1)))
-    row = t.shape[-1] if t.dim() else 1
+def leading_count(shape: tuple, itemsize: int, max_bytes: int) -> int:
+    """How many leading elements (in memory order) a real slice of a tensor of shape keeps: at most
+    max_bytes, whole rows of the last dim where a row fits, at least one element."""
+    numel = 1
+    for s in shape:
+        numel *= int(s)
+    n = max(1, min(numel, max_bytes // max(itemsize, 1)))
+    row = int(shape[-1]) if len(shape) else 1
     if row > 0 and n >= row:
         n -= n % row
-    return flat[:n].to("cpu", copy=True)
+    return n
+
+
+def leading_slice(t: torch.Tensor, max_bytes: int) -> torch.Tensor:
+    """The leading_count first elements of t (dense, in memory order), as a host copy."""
+    n = leading_count(tuple(t.shape), t.element_size(), max_bytes)
+    return t.detach().reshape(-1)[:n].to("cpu", copy=True)
 
 
 # ---------------------------------------------------------------------------------------------------
