@@ -9,13 +9,18 @@ the formats and the reasons):
 
   RUN/problems/<name>/definition.json   reference calling the captured aten overload (or a leaf module's
                                         forward, "kind": "module"), plus "kiln": {calls, share, ...}
-  RUN/problems/<name>/workload.jsonl    workload 0: the real captured tensors; then random sets drawn
-                                        with the real tensors' statistics
-  RUN/problems/<name>/tensors/          real.safetensors, real_outputs.safetensors, random<j>.safetensors
+  RUN/problems/<name>/workload.jsonl    workload 0: the real captured tensors (a tensor too big to keep:
+                                        a `random` input with its statistics, structure and real slice in
+                                        kiln.drawn); then random sets drawn with the real tensors' statistics
+  RUN/problems/<name>/tensors/          real.safetensors, slices.safetensors, real_outputs.safetensors,
+                                        random<j>.safetensors
   RUN/problems/<name>/kiln/ref-<dev>/   reference data for the gate (kiln.reference.build_reference)
   RUN/model.json                        every op in call order: module path, producer -> consumer edges,
                                         device time, the problem each call belongs to
-  RUN/capture.json                      wall times, device, versions, script, what was skipped and why
+  RUN/capture.json                      wall times, device, versions, script, what was skipped and why,
+                                        the names this run gave and their content hashes
+
+Capture holds RUN/kiln.lock while it runs and puts the new problems in place only when it succeeded.
 """
 
 from __future__ import annotations
@@ -72,6 +77,21 @@ def _size(text: str) -> int:
         raise ValueError(text) from None
 
 
+def add_size_options(p: Parser) -> None:
+    """Declares the options of capture's byte plan on p: kiln capture's own parser and kiln tune's, which
+    hands them to capture with capture_args (so that tune checks them before anything runs)."""
+    p.option("--max-bytes", metavar="B", kind="custom", convert=_size, wants="a size such as 2GiB, 512M or 1000000",
+             default=DEFAULT_MAX_BYTES, default_text=f"{DEFAULT_MAX_BYTES >> 30}GiB",
+             help="the most bytes of tensors saved in all; bigger tensors are kept as statistics, structure and "
+                  "a real slice")
+    p.option("--random-sets", metavar="K", kind="int", lo=0, default=2, help="random workloads per problem")
+
+
+def capture_args(opts) -> list:
+    """The kiln capture arguments for the options add_size_options declared, as opts holds them."""
+    return ["--max-bytes", str(opts.max_bytes), "--random-sets", str(opts.random_sets)]
+
+
 def parser() -> Parser:
     """`kiln capture`'s command line (its --help)."""
     p = Parser(
@@ -79,23 +99,22 @@ def parser() -> Parser:
         "Runs an unmodified PyTorch script with kiln watching, ranks its aten ops and fused leaf modules by "
         "device time, and writes the ones that matter as SOL-ExecBench problems on the script's own tensors: "
         "RUN/problems/<name>/ (definition, workloads, tensors, the gate's reference data), RUN/model.json "
-        "(every op in call order, producer -> consumer) and RUN/capture.json. Everything after `--` goes to "
+        "(every op in call order, producer -> consumer) and RUN/capture.json. No op is dropped for its size: "
+        "a tensor too big to keep is written as its statistics, structure and a real slice. A problem is "
+        "named by its content: a changed problem never takes an old name. Everything after `--` goes to "
         "the script, which runs as __main__ as `python SCRIPT` would run it; docs/capture.md has the formats.",
         [(0, "captured"),
          (1, "the script failed (its own exception is shown with its traceback), did no tensor work, or a "
              "problem could not be written"),
-         (2, "bad invocation")],
+         (2, "bad invocation, or RUN is in use by another kiln process (kiln optimize or tune)")],
         "kiln capture examples/resnet50.py --out runs/resnet50 -- --small",
         unknown_hint=" (the script's own arguments go after `--`)")
     p.add_argument("script")
     p.option("--out", metavar="RUN", required=True, help="the run directory to write (problems/, model.json, ...)")
     p.option("--top", metavar="N", kind="int", lo=1, default=20, help="problems to write per kind")
-    p.option("--max-bytes", metavar="B", kind="custom", convert=_size, wants="a size such as 2GiB, 512M or 1000000",
-             default=DEFAULT_MAX_BYTES, default_text=f"{DEFAULT_MAX_BYTES >> 30}GiB",
-             help="the most bytes of tensors saved in all")
+    add_size_options(p)
     p.option("--device", metavar="auto|cuda|cpu", choices=["auto", "cuda", "cpu"], default="auto",
              help="whose time ranks the ops: CUDA kernel time or CPU time; auto: cuda when PyTorch sees a GPU")
-    p.option("--random-sets", metavar="K", kind="int", lo=0, default=2, help="random workloads per problem")
     p.option("--no-reference", action="store_true",
              help="do not build the gate's reference data (kiln eval builds it when needed)")
     p.option("--quiet", action="store_true", help="print only the ranked table")
