@@ -119,3 +119,24 @@ def test_pip_install_into_a_fresh_venv_then_install_a_library(tmp_path):
     assert out["kiln"].startswith(site), out  # the installed package, not the checkout
     assert out["runtime"] == os.path.join(site, "kiln", "libkiln_rt.so")
     assert out["hits"] >= 1 and out["max_err"] < 1e-5, out
+
+
+def test_make_install_puts_a_working_kiln_under_prefix(tmp_path):
+    """`make install PREFIX=DIR`: DIR/bin/kiln runs, and its Python commands use the package installed beside
+    it (kiln_home is DIR/lib/kiln), not the checkout's."""
+    prefix = tmp_path / "prefix"
+    make = subprocess.run(["make", "install", f"PREFIX={prefix}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert make.returncode == 0, make.stdout[-2000:] + make.stderr[-2000:]
+    kiln_bin = str(prefix / "bin" / "kiln")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KILN_HOME", "KILN_BIN")}
+    help_ = subprocess.run([kiln_bin, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert help_.returncode == 0 and help_.stdout.startswith("usage: kiln COMMAND"), help_.stderr
+    script = tmp_path / "where.py"
+    script.write_text("import kiln, torch\nprint('kiln from', kiln.__file__)\n"
+                      "with torch.no_grad():\n    torch.softmax(torch.randn(8, 16), dim=-1)\n")
+    cap = subprocess.run([kiln_bin, "capture", str(script), "--out", str(tmp_path / "run"), "--device", "cpu",
+                          "--no-reference"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert cap.returncode == 0, cap.stdout[-2000:] + cap.stderr[-2000:]
+    assert f"kiln from {prefix}/lib/kiln/python/kiln/__init__.py" in cap.stdout
+    assert os.listdir(tmp_path / "run" / "problems")
