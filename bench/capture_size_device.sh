@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # capture_size_device.sh: capture at any size on the GPU machine (issue 14, "Capture at any size"). For each
-# case of bench/size_ops.py (single ops and small models with 1-8 GiB inputs, at real size): `kiln capture`
+# case of bench/size_ops.py (single ops and small models with 2-4 GiB inputs, at real size): `kiln capture`
 # with the default --max-bytes must write every hot op as a problem (nothing skipped, big inputs drawn from
 # statistics), then `kiln tune` must end with a report (exit 0). A markdown table for bench/RESULTS.md is
-# printed last and written to $OUT/capture-size-results.md; logs in $OUT/<case>-{capture,tune}.log.
+# printed last and written to $OUT/capture-size-results.md; logs in $OUT/<case>-{capture,tune}.log. Each
+# run is removed after its row is written: the reference data of 4 GiB inputs is three sets of inputs and
+# outputs on disk (about 24 GiB), and the machine has 64.
 #
 #   bash bench/capture_size_device.sh [CASE...]   (default: all; one call may not fit them all in 10 minutes)
 #   SMALL=1 bash bench/capture_size_device.sh      (CPU-sized, to check the script itself)
@@ -58,5 +60,6 @@ EOF
 )
   inputs=$(grep -o 'inputs [0-9.]* GiB [a-z0-9.]*' "$OUT/$c-capture.log" | head -1)
   echo "| $c | ${inputs#inputs } | $crc | $((t1 - t0)) | $row | $trc | $((t2 - t1)) |" >>"$summary"
+  [ -n "${KEEP:-}" ] || rm -rf "$run"
 done
 cat "$summary"

@@ -1,4 +1,4 @@
-"""size_ops.py: single ops and small models whose inputs are 2-16 GiB, for bench/capture_size_device.sh —
+"""size_ops.py: single ops and small models whose inputs are 2-4 GiB, for bench/capture_size_device.sh —
 scripts of kiln's own in the style of the unseen real-size scripts of issue 14 (softmax and log-softmax over
 long fp32 rows, elementwise activations, group/RMS/batch/layer norms, sums and means over one axis,
 windowed average pooling, conv + norm + activation models, a masked attention softmax).
@@ -49,18 +49,18 @@ class ConvNormAct(nn.Module):
 def cases() -> dict:
     """name -> (module, [input shapes at real size], [shapes with --small], dtype, input kind)."""
     return {
-        "softmax": (Op(lambda x: torch.softmax(x, dim=-1)), [(65536, 32768)], [(256, 32768)], torch.float32,
-                    "randn"),                                                                   # 8 GiB
-        "log_softmax": (Op(lambda x: F.log_softmax(x, dim=-1)), [(32768, 65536)], [(128, 65536)], torch.float32,
-                        "randn"),                                                               # 8 GiB
-        "gelu": (Op(F.gelu), [(1 << 20, 4096)], [(4096, 4096)], torch.bfloat16, "randn"),       # 8 GiB
-        "silu": (Op(F.silu), [(1 << 19, 4096)], [(2048, 4096)], torch.float32, "randn"),        # 8 GiB
+        "softmax": (Op(lambda x: torch.softmax(x, dim=-1)), [(32768, 32768)], [(256, 32768)], torch.float32,
+                    "randn"),                                                                   # 4 GiB
+        "log_softmax": (Op(lambda x: F.log_softmax(x, dim=-1)), [(16384, 65536)], [(128, 65536)], torch.float32,
+                        "randn"),                                                               # 4 GiB
+        "gelu": (Op(F.gelu), [(1 << 19, 4096)], [(4096, 4096)], torch.bfloat16, "randn"),       # 4 GiB
+        "silu": (Op(F.silu), [(1 << 18, 4096)], [(2048, 4096)], torch.float32, "randn"),        # 4 GiB
         "rmsnorm": (RMSNorm(8192), [(1 << 18, 8192)], [(1024, 8192)], torch.bfloat16, "randn"),  # 4 GiB
         "layer_norm": (nn.LayerNorm(4096), [(1 << 18, 4096)], [(1024, 4096)], torch.float32, "randn"),  # 4 GiB
         "group_norm": (nn.GroupNorm(32, 256), [(64, 256, 256, 256)], [(1, 256, 64, 64)], torch.float32,
                        "randn"),                                                                # 4 GiB
-        "batch_norm": (nn.BatchNorm2d(128).eval(), [(64, 128, 256, 256)], [(1, 128, 64, 64)], torch.bfloat16,
-                       "randn"),                                                                # 1 GiB
+        "batch_norm": (nn.BatchNorm2d(128).eval(), [(128, 128, 256, 256)], [(1, 128, 64, 64)], torch.bfloat16,
+                       "randn"),                                                                # 2 GiB
         "sum_axis": (Op(lambda x: x.sum(dim=1)), [(16384, 65536)], [(64, 65536)], torch.float32, "randn"),  # 4 GiB
         "mean_axis": (Op(lambda x: x.mean(dim=0)), [(65536, 16384)], [(256, 16384)], torch.float32,
                       "randn"),                                                                 # 4 GiB
@@ -68,8 +68,8 @@ def cases() -> dict:
                      [(1, 64, 64, 64)], torch.float32, "randn"),                                # 2 GiB
         "conv_norm_act": (ConvNormAct(256), [(64, 256, 256, 256)], [(1, 256, 16, 16)], torch.bfloat16,
                           "randn"),                                                             # 2 GiB
-        "masked_softmax": (Op(lambda x, m: torch.softmax(x + m, dim=-1)), [(32, 16, 2048, 2048), (2048, 2048)],
-                           [(1, 4, 256, 256), (256, 256)], torch.float32, "causal"),             # 8 GiB
+        "masked_softmax": (Op(lambda x, m: torch.softmax(x + m, dim=-1)), [(16, 16, 2048, 2048), (2048, 2048)],
+                           [(1, 4, 256, 256), (256, 256)], torch.float32, "causal"),             # 4 GiB
     }
 
 
