@@ -645,6 +645,7 @@ class Capture:
             check = self.check_loads(problem_dir)
         if check.get("fatal"):
             shutil.rmtree(problem_dir, ignore_errors=True)
+            self.rundir.given.pop(name, None)  # the name was not used after all
             c.skip(check["fatal"])
             return
         self.bytes_written += n_bytes

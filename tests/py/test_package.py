@@ -129,7 +129,7 @@ def test_make_install_puts_a_working_kiln_under_prefix(tmp_path):
                           timeout=600)
     assert make.returncode == 0, make.stdout[-2000:] + make.stderr[-2000:]
     kiln_bin = str(prefix / "bin" / "kiln")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KILN_HOME", "KILN_BIN")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KILN_HOME", "KILN_BIN", "KILN_PYTHON")}
     help_ = subprocess.run([kiln_bin, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert help_.returncode == 0 and help_.stdout.startswith("usage: kiln COMMAND"), help_.stderr
     script = tmp_path / "where.py"
