@@ -55,7 +55,7 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 HEADERS := $(shell find src -name '*.h')
 
-.PHONY: all deps demo test test-c test-py fuzz fuzz-smoke format format-check clean
+.PHONY: all deps demo install test test-c test-py fuzz fuzz-smoke format format-check clean
 
 all: $(BUILD)/kiln $(BUILD)/kiln-sandbox $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp \
 	$(BUILD)/lib/libmicrohttpd.so.12
@@ -162,6 +162,30 @@ $(BUILD)/tests/%: tests/c/%.c $(LIBS_A) $(BUILD)/lib/.stamp
 
 deps:
 	bash scripts/deps.sh
+
+# make install PREFIX=DIR: kiln under DIR/lib/kiln, laid out like the checkout (build/ with the shared objects
+# the binary's rpath expects, python/, src/backend/kiln_cpu.h for cpu kernels, docs/abi.md for the llm
+# agent), so that the binary finds all of it from where it runs (kiln_home); and DIR/bin/kiln, which runs it
+# with $(PYTHON) unless KILN_PYTHON names another Python with torch. `pip install DIR/lib/kiln/python` puts
+# the package into any other environment.
+PREFIX ?= /usr/local
+KILN_LIBDIR = $(PREFIX)/lib/kiln
+# the venv's folder resolved (.venv may be a link), never the interpreter (that would leave the venv)
+INSTALL_PYTHON = $(realpath $(dir $(PYTHON)))/$(notdir $(PYTHON))
+install: all
+	install -d $(DESTDIR)$(KILN_LIBDIR)/build/lib $(DESTDIR)$(KILN_LIBDIR)/src/backend \
+		$(DESTDIR)$(KILN_LIBDIR)/docs $(DESTDIR)$(PREFIX)/bin
+	rm -rf $(DESTDIR)$(KILN_LIBDIR)/python/kiln && install -d $(DESTDIR)$(KILN_LIBDIR)/python/kiln
+	install -m 755 $(BUILD)/kiln $(BUILD)/libkiln_rt.so $(DESTDIR)$(KILN_LIBDIR)/build/
+	cp -P $(BUILD)/lib/*.so* $(DESTDIR)$(KILN_LIBDIR)/build/lib/
+	install -m 644 python/kiln/*.py python/kiln/_dispatch.cpp $(DESTDIR)$(KILN_LIBDIR)/python/kiln/
+	install -m 644 python/pyproject.toml python/kiln_build.py $(DESTDIR)$(KILN_LIBDIR)/python/
+	install -m 644 src/backend/kiln_cpu.h $(DESTDIR)$(KILN_LIBDIR)/src/backend/
+	install -m 644 docs/abi.md $(DESTDIR)$(KILN_LIBDIR)/docs/
+	printf '#!/bin/sh\n# kiln, from make install: the binary under %s, run with a Python that has torch.\n: "$${KILN_PYTHON:=%s}"\nexport KILN_PYTHON\nexec "%s/build/kiln" "$$@"\n' \
+		"$(KILN_LIBDIR)" "$(INSTALL_PYTHON)" "$(KILN_LIBDIR)" > $(DESTDIR)$(PREFIX)/bin/kiln
+	chmod 755 $(DESTDIR)$(PREFIX)/bin/kiln
+	@echo "kiln installed: $(PREFIX)/bin/kiln (Python: $(INSTALL_PYTHON); pip install $(KILN_LIBDIR)/python for import kiln elsewhere)"
 
 demo: all
 	bash scripts/demo.sh

@@ -19,7 +19,12 @@ standard normal rounded to the nearest e2m1 value and packed two per byte (low n
 in [-128, 128), other integers uniform in [-1024, 1024), uint8 uniform in [0, 256), bool uniform, random
 scalars one such draw. As there, `probs` of an op_type "sampling" problem is the softmax of its draw.
 Draws happen on the CPU with a torch.Generator, then move to the device, so the inputs of a set do not
-depend on the device.
+depend on the device. One kind of input is drawn on the device itself: a `random` input that kiln capture
+wrote for a real tensor too big to keep, with its statistics, structure and a real slice in the workload's
+kiln.drawn (docs/formats.md, "Inputs drawn from statistics"; kiln.capture_stats.draw): set 0 of its
+workload is the real slice in the leading elements and a draw from the statistics after it, the other sets
+are draws. These are the size of the model's own tensors (gigabytes), so they are drawn where the
+reference runs, with that device's generator: the same seed gives the same set on the same kind of device.
 
 Seeds: set J of workload K (K = its position in workload.jsonl, from 0) uses seed S + 1000*K + J, where S is
 --seed (default: drawn from the OS's random source, so that no one knows the random sets before they are
@@ -57,6 +62,7 @@ import safetensors  # noqa: E402
 import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 
+from .capture_stats import MASK_THRESHOLD, StatsError, draw  # noqa: E402
 from .problem import (Problem, ProblemError, TensorSpec, Workload, fnv1a64_hex, load_problem)
 
 __all__ = [
@@ -68,7 +74,6 @@ __all__ = [
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 2  # 2: every set file has its content hash ("blake2b")
 SEED_STRIDE = 1000  # sets per workload at most; set J of workload K uses seed + SEED_STRIDE*K + J
-MASK_THRESHOLD = -1e4  # float values at or below this are masks (e.g. finfo.min) and are kept in place
 CPU_TIME_BUDGET_S = 2.0
 CPU_MAX_RUNS = 50
 CUDA_WARMUP_RUNS = 3
@@ -368,7 +373,9 @@ def _draw_inputs(problem: Problem, workload: Workload, device: str, seed: int,
     for name, spec in problem.inputs.items():
         desc = workload.inputs[name]
         at = f"{workload.label}: input '{name}'"
-        if desc.kind == "random":
+        if name in workload.drawn:
+            value = drawn_input(problem, workload, name, device, seed, with_slice=real is None)
+        elif desc.kind == "random":
             if spec.is_scalar:
                 value = _scalar_value(spec, random_scalar(spec.dtype, generator), at, ProblemError)
             else:
@@ -386,6 +393,50 @@ def _draw_inputs(problem: Problem, workload: Workload, device: str, seed: int,
             value = random_like_stats(real[name].to("cpu"), generator)
         inputs[name] = value.to(device) if isinstance(value, torch.Tensor) else value
     return inputs
+
+
+def drawn_input(problem: Problem, workload: Workload, name: str, device: str, seed: int,
+                with_slice: bool) -> torch.Tensor:
+    """A `random` input that stands for a real tensor too big to keep (workload kiln.drawn, written by
+    kiln capture): drawn from its statistics and structure (kiln.capture_stats.draw) on device, with a
+    generator of that device seeded with seed (one per input: name's position is added, so two inputs
+    with the same statistics differ); with_slice puts the real slice in its leading elements (the real
+    set of the workload, set 0)."""
+    spec = problem.inputs[name]
+    entry = workload.drawn[name]
+    at = f"{workload.label}: input '{name}'"
+    shape = problem.shape(spec, workload)
+    dtype = _torch_dtype(spec.dtype)
+    generator = torch.Generator(device=device).manual_seed(seed + list(problem.inputs).index(name))
+    try:
+        value = draw(entry, shape, dtype, generator, torch.device(device))
+    except StatsError as e:
+        raise ProblemError(f"{at}: kiln.drawn: {e}") from None
+    sl = entry.get("slice")
+    if with_slice and sl:
+        piece = _load_slice(problem, workload, name, sl)
+        if piece.numel() > value.numel():
+            raise ProblemError(f"{at}: kiln.drawn slice has {piece.numel()} elements, the input {value.numel()}")
+        value.view(-1)[:piece.numel()] = piece.to(value.device)
+    return value
+
+
+def _load_slice(problem: Problem, workload: Workload, name: str, sl: dict) -> torch.Tensor:
+    at = f"{workload.label}: input '{name}': kiln.drawn slice"
+    path = sl["path"] if os.path.isabs(sl["path"]) else os.path.join(problem.dir, sl["path"])
+    try:
+        with safetensors.safe_open(path, framework="pt", device="cpu") as f:
+            if sl["tensor_key"] not in f.keys():
+                raise ProblemError(f"{at}: {path} has no tensor '{sl['tensor_key']}'")
+            piece = f.get_tensor(sl["tensor_key"])
+    except ProblemError:
+        raise
+    except Exception as e:
+        raise ProblemError(f"{at}: cannot read {path}: {' '.join(str(e).split())}") from None
+    if piece.dtype != _torch_dtype(problem.inputs[name].dtype) or piece.numel() != sl["elements"]:
+        raise ProblemError(f"{at}: {path} holds {piece.numel()} {piece.dtype} elements, not "
+                           f"{sl['elements']} {problem.inputs[name].dtype}")
+    return piece.reshape(-1)
 
 
 def materialize_inputs(problem: Problem, workload: Workload, device: str = "cpu", seed: int = 0,

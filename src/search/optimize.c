@@ -673,6 +673,17 @@ static int configure(kiln_opt_ctx *c, const kiln_optimize_options *o, kiln_err *
 /* Takes the run's lock; a coordinator that died a moment ago may leave workers holding it while
  * they exit, which is waited for. 0, or 2 with err. */
 static int lock_run(kiln_opt_ctx *c, kiln_err *err) {
+    /* A RUN to read is never created: capture and tune make runs; a RUN followed by problem
+     * directories is one to write, and may be new. */
+    struct stat st;
+    if (c->opt.n_problem_dirs == 0 && (stat(c->opt.run_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        kiln_errf(
+            err, KILN_ERR_INVALID,
+            "%s is not a directory: kiln capture SCRIPT --out %s (or kiln tune) makes a run, or "
+            "name problem directories after RUN",
+            c->opt.run_dir, c->opt.run_dir);
+        return 2;
+    }
     if (kiln_mkdirs(c->opt.run_dir, err) != KILN_OK)
         return 2;
     c->run_dir = abs_path(c->opt.run_dir);

@@ -542,16 +542,19 @@ def test_corrupt_store(template, tmp_path):
 
 
 def test_bad_invocations(tmp_path):
+    (tmp_path / "empty").mkdir()
     for args, message in [
         ([], "expected RUN"),
         ([str(tmp_path / "r"), "--budget", "0"], "--budget wants an integer"),
         ([str(tmp_path / "r"), "--backend", "tpu"], "unknown backend 'tpu'"),
         ([str(tmp_path / "r"), "--specialists", "geometry,poetry"], "unknown specialist 'poetry'"),
         ([str(tmp_path / "empty"), "--backend", "cpu"], "holds no problem directory"),
+        ([str(tmp_path / "missing"), "--backend", "cpu"], "is not a directory: kiln capture"),
     ]:
         r = subprocess.run([str(KILN), "optimize", *args], cwd=ROOT, env=kiln_env(), capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 2, (args, r.stderr)
         assert message in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "missing").exists()  # a RUN to read is never created
     r = subprocess.run([str(KILN), "optimize", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("usage: kiln optimize")
