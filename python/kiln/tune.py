@@ -985,8 +985,14 @@ def hot_ops(run_dir: str, report: dict, limit: int = 20) -> list:
             row["status"], row["why"] = "not optimised", p["skipped"]
         elif p is not None:
             row["status"] = "no kernel"
-            row["why"] = (f"no correct kernel in {p.get('candidates')} candidates" if p.get("best_us") is None
-                          else "its winner did not make it into the library (kiln optimize's warnings say why)")
+            if p.get("best_us") is not None:
+                row["why"] = "its winner did not make it into the library (kiln optimize's warnings say why)"
+            elif not p.get("results"):  # made, never evaluated: the budget, not the kernels
+                row["status"] = "not searched"
+                row["why"] = (f"the search stopped ({search.get('stopped') or 'ended'}) before a candidate of it "
+                              "was evaluated")
+            else:
+                row["why"] = f"no correct kernel in {p['results']} evaluated candidates"
         elif search.get("stopped") in ("no time left", "nothing to optimise"):
             row["status"], row["why"] = "not searched", f"the search: {search['stopped']}"
         else:

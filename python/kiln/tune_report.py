@@ -75,7 +75,10 @@ def _model_section(report: dict) -> list:
     m = report.get("model")
     lines = ["## Model forward", ""]
     if not m:
-        return lines + [report.get("model_note") or "not timed (an earlier step failed)", ""]
+        note = report.get("model_note")
+        if not note and report.get("out_of_time"):
+            note = f"not timed: {report['out_of_time']}"
+        return lines + [note or "not timed (an earlier step failed)", ""]
     lines.append("| model | grad mode | eager ms | kiln ms | torch.compile ms | kiln + torch.compile ms "
                  "| kiln speedup | compile speedup | kiln + compile speedup | max diff kiln | max diff compile "
                  "| max diff kiln + compile |")

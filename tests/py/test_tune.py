@@ -342,3 +342,23 @@ def test_dropping_marks_the_kiln_compile_column_for_a_new_timing(monkeypatch, tm
     tune._drop_until_faster(None, lib, None, None, report, decisions, entries)
     assert "kiln_compile_ms" not in report["model"] and report["model_kiln_compile_stale"] is True
     assert report["model"]["compile_ms"] == 3.0
+
+
+def test_a_search_cut_by_the_budget_is_not_called_a_failure(tmp_path):
+    """A problem whose candidate was made but never evaluated before --time ran out is "not searched" with
+    that reason, never "no correct kernel"; one whose candidates were evaluated and all failed is "no
+    kernel"; and the forward not timed for lack of time says so, not "an earlier step failed"."""
+    groups = [{"aten": "aten::pow.Tensor_Scalar", "problem": "pow_p", "share": 0.6, "not_a_problem": None},
+              {"aten": "aten::add.Tensor", "problem": "add_p", "share": 0.4, "not_a_problem": None}]
+    (tmp_path / "model.json").write_text(json.dumps({"groups": groups}))
+    report = {"search": {"stopped": "time limit"},
+              "problems": [{"problem": "pow_p", "candidates": 1, "results": 0, "ok": 0, "best_us": None},
+                           {"problem": "add_p", "candidates": 3, "results": 3, "ok": 0, "best_us": None}]}
+    rows = {r["problem"]: r for r in tune.hot_ops(str(tmp_path), report)}
+    assert rows["pow_p"]["status"] == "not searched"
+    assert "time limit" in rows["pow_p"]["why"] and "before a candidate" in rows["pow_p"]["why"]
+    assert rows["add_p"]["status"] == "no kernel" and rows["add_p"]["why"] == "no correct kernel in 3 evaluated candidates"
+    md = tune.render_markdown({"script": SCRIPT, "script_args": [], "run_dir": "x", "model": None,
+                               "out_of_time": "the budget (--time 45 s) ran out during the install check"})
+    assert "not timed: the budget (--time 45 s) ran out during the install check" in md
+    assert "an earlier step failed" not in md
