@@ -26,7 +26,7 @@ WHOLE_LIB := -Wl,--whole-archive $(BUILD)/libkiln.a -Wl,--no-whole-archive $(BUI
 LIBS_A := $(BUILD)/libkiln.a $(BUILD)/libkiln_core.a
 
 CORE_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c))
-LIB_SRC := $(sort $(wildcard src/gate/*.c src/gen/*.c src/store/*.c src/search/*.c))
+LIB_SRC := $(sort $(wildcard src/gate/*.c src/gen/*.c src/gen/ir/*.c src/store/*.c src/search/*.c))
 TEMPLATES := $(sort $(wildcard src/gen/templates/*))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 RT_SRC := $(sort $(wildcard src/runtime/*.c))
