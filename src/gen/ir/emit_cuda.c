@@ -28,6 +28,9 @@ typedef struct {
     int ids;
     int cached;
     int vload[KIR_MAX_ACCESS]; /* access c is read in vectors */
+    int64_t team_bytes;        /* shared memory: the team exchange, */
+    int64_t xch_bytes;         /* one of the two cluster exchange buffers, */
+    int64_t shared_bytes;      /* and all of it (KG_SHARED_BYTES) */
 } cu_ctx;
 
 /* Access c can move as one vector of vec elements along axis a: unit stride there and every other
@@ -434,10 +437,11 @@ static void step_merge(cu_ctx *C, const kg_step *st) {
                        "reinterpret_cast<%s *>(kg_sm));\n",
                        s, cs.merge, cs.type);
     if (C->pt[P_SPLIT] > 1 && C->pt[P_SPLITMODE] == 0) {
-        kiln_strbuf_printf(C->b,
-                           "        kg_cluster<KG_SPLIT, KG_VO>(%s, %s(), reinterpret_cast<%s "
-                           "*>(kg_xch[kg_buf]), kg_lo, kg_lk == 0);\n        kg_buf ^= 1;\n",
-                           s, cs.merge, cs.type);
+        kiln_strbuf_printf(
+            C->b,
+            "        kg_cluster<KG_SPLIT, KG_VO>(%s, %s(), reinterpret_cast<%s "
+            "*>(kg_xch + kg_buf * %lld), kg_lo, kg_lk == 0);\n        kg_buf ^= 1;\n",
+            s, cs.merge, cs.type, (long long)C->xch_bytes);
     }
 }
 
@@ -461,11 +465,12 @@ static void scratch_merge(cu_ctx *C) {
                            "KG_SPLIT + kg_rank] = %s[kg_e];\n",
                            k, s);
     }
-    kiln_strbuf_printf(b, "        __threadfence();\n        __syncthreads();\n"
-                          "        if (threadIdx.x == 0)\n"
-                          "            kg_last = atomicAdd(&kg_count[kg_g], 1u) == KG_SPLIT - 1;\n"
-                          "        __syncthreads();\n        if (!kg_last)\n            continue;\n"
-                          "        __threadfence();\n");
+    kiln_strbuf_printf(b,
+                       "        __threadfence();\n        __syncthreads();\n"
+                       "        if (threadIdx.x == 0)\n"
+                       "            *kg_last = atomicAdd(&kg_count[kg_g], 1u) == KG_SPLIT - 1;\n"
+                       "        __syncthreads();\n        if (!*kg_last)\n            continue;\n"
+                       "        __threadfence();\n");
     for (int k = 0; k < plan->n_steps; k++) {
         char s[32];
         state_name(&plan->steps[k], s, sizeof s);
@@ -486,17 +491,18 @@ static void emit_reduction(cu_ctx *C) {
     const kir *ir = plan->ir;
     kiln_strbuf *b = C->b;
     const int64_t split = C->pt[P_SPLIT], mode = C->pt[P_SPLITMODE];
-    const int sb = state_bytes(plan);
-    const int64_t threads = C->pt[P_THREADS], team = C->pt[P_TEAM];
-    const int kfast = plan->kind == KG_ROWS;
-    const int64_t slots = kfast ? (team > 32 ? threads / 32 : 1) : threads * C->vo;
-    kiln_strbuf_printf(b, "    __shared__ __align__(16) unsigned char kg_sm[%lld];\n",
-                       (long long)(slots * sb));
+    /* shared memory, one array: the team exchange, two cluster buffers, the last-block flag */
+    kiln_strbuf_printf(b, "    KG_SHARED_ARRAY(kg_shared);\n"
+                          "    unsigned char *const kg_sm = kg_shared; /* the team exchange */\n");
     if (split > 1 && mode == 0)
         kiln_strbuf_printf(b,
-                           "    __shared__ __align__(16) unsigned char kg_xch[2][%lld];\n"
-                           "    int kg_buf = 0;\n",
-                           (long long)(threads / team * C->vo * sb));
+                           "    unsigned char *const kg_xch = kg_shared + %lld; /* 2 x %lld bytes: "
+                           "the cluster exchange */\n    int kg_buf = 0;\n",
+                           (long long)C->team_bytes, (long long)C->xch_bytes);
+    if (split > 1 && mode == 1)
+        kiln_strbuf_printf(b,
+                           "    int *const kg_last = reinterpret_cast<int *>(kg_shared + %lld);\n",
+                           (long long)C->team_bytes);
     kiln_strbuf_printf(b,
                        "    const int kg_lk = KG_KFAST ? threadIdx.x %% KG_TEAM : threadIdx.x / "
                        "KG_OPB; /* lane along the reduced axes */\n"
@@ -518,8 +524,7 @@ static void emit_reduction(cu_ctx *C) {
                        "kg_red;\n"
                        "    (void)kg_rank;\n");
     if (split > 1 && mode == 1)
-        kiln_strbuf_printf(b, "    __shared__ int kg_last;\n"
-                              "    unsigned *kg_count = static_cast<unsigned *>(kiln_scratch);\n"
+        kiln_strbuf_printf(b, "    unsigned *kg_count = static_cast<unsigned *>(kiln_scratch);\n"
                               "    const int64_t kg_part_bytes = kg_groups * KG_OPB * KG_VO * "
                               "KG_SPLIT * 16;\n"
                               "    unsigned char *kg_parts = static_cast<unsigned char "
@@ -629,6 +634,14 @@ char *kg_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt
     }
     const int64_t chunk = ((red_max + split - 1) / split + C.rv - 1) / C.rv * C.rv;
     C.items = (chunk + team * C.rv - 1) / (team * C.rv);
+    if (red) {
+        const int64_t sb = state_bytes(plan);
+        const int64_t slots =
+            plan->kind == KG_ROWS ? (team > 32 ? threads / 32 : 1) : threads * C.vo;
+        C.team_bytes = (slots * sb + 15) / 16 * 16;
+        C.xch_bytes = (opb * C.vo * sb + 15) / 16 * 16;
+        C.shared_bytes = C.team_bytes + (split > 1 ? (pt[P_SPLITMODE] ? 16 : 2 * C.xch_bytes) : 0);
+    }
     const kir *ir = plan->ir;
     uint32_t streamed = red ? ir->red : ir->domain;
     for (int v = 0; v < ir->n_nodes; v++) {
@@ -648,7 +661,8 @@ char *kg_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt
     static const char *const kinds[] = {"pointwise", "rows", "columns"};
     kiln_strbuf_printf(&b, " * plan: %s */\n", kinds[plan->kind]);
     char *defs = kiln_family_defines(&kiln_family_gen, pt);
-    kiln_strbuf_printf(&b, "%s#define KG_VEC %lld\n", defs, (long long)C.vec);
+    kiln_strbuf_printf(&b, "%s#define KG_VEC %lld\n#define KG_SHARED_BYTES %lld\n", defs,
+                       (long long)C.vec, (long long)(C.shared_bytes > 16 ? C.shared_bytes : 16));
     free(defs);
     if (red)
         kiln_strbuf_printf(&b,
@@ -686,7 +700,7 @@ char *kg_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt
             (long long)(opb * C.vo), (long long)(opb * C.vo * split * 16));
     kiln_strbuf_printf(&b, "%s\n%s\n", kiln_family_template("gen_math.h"),
                        kiln_family_template("gen.cuh"));
-    char *proto = kiln_family_prototype(p, scratch, 1, "KG_THREADS", "kg_kernel");
+    char *proto = kiln_family_prototype(p, scratch, 1, "KG_THREADS, 1", "kg_kernel");
     kiln_strbuf_printf(&b, "%s {\n", proto);
     free(proto);
     if (red)

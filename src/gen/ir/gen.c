@@ -63,12 +63,13 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
             biggest = e > biggest ? e : biggest;
         }
     }
-    int state = 4, windows = 0, reds = 0;
+    int state = 4, windows = 0, remaps = 0, reds = 0;
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
         if (!plan.live[v])
             continue;
-        windows |= x->kind == KIR_WINDOW || x->kind == KIR_REMAP;
+        windows |= x->kind == KIR_WINDOW;
+        remaps |= x->kind == KIR_REMAP;
         if (x->kind != KIR_REDUCE)
             continue;
         reds++;
@@ -77,7 +78,10 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     }
     static const char *const kinds[] = {"pointwise", "rows", "columns"};
     kiln_family_fmt(m->variant, sizeof m->variant, "%s%s%s", kinds[plan.kind],
-                    reds ? (plan.pairs ? "_pairs" : "_reduce") : "", windows ? "_window" : "");
+                    reds ? (plan.pairs ? "_pairs" : "_reduce") : "",
+                    windows  ? "_window"
+                    : remaps ? "_gather"
+                             : "");
     kiln_match_set(m, "kind", plan.kind);
     kiln_match_set(m, "vgcd", (double)vgcd);
     kiln_match_set(m, "esize", esize);
@@ -87,6 +91,8 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     kiln_match_set(m, "red_max", (double)red);
     kiln_match_set(m, "phases1", plan.n_phases);
     kiln_match_set(m, "phases2", two.n_phases);
+    kiln_match_set(m, "steps1", plan.n_steps);
+    kiln_match_set(m, "steps2", two.n_steps);
     kiln_match_set(m, "full_out", plan.full_out);
     kiln_match_set(m, "pairs", plan.pairs);
     kiln_match_set(m, "state_bytes", state);
@@ -110,7 +116,7 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
 /* What a point means for the plan: derived quantities shared by check and the model. */
 typedef struct {
     int64_t threads, vec, unroll, team, split, mode, online, cache, persist;
-    int64_t opb, vo, items, blocks, phases, words;
+    int64_t opb, vo, items, blocks, phases, steps, words;
 } point_info;
 
 static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
@@ -125,6 +131,7 @@ static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
     q->cache = pt[P_CACHE];
     q->persist = pt[P_PERSIST];
     q->phases = q->online ? fact(m, "phases1") : fact(m, "phases2");
+    q->steps = q->online ? fact(m, "steps1") : fact(m, "steps2");
     const int64_t vec = q->vec > 0 ? q->vec : 1;
     if (kind == KG_POINTWISE) {
         q->opb = q->vo = 1;
@@ -153,8 +160,12 @@ static const char *gen_check(const kiln_problem *p, const kiln_match *m, const i
         return "VBYTES is less than one element of the widest operand";
     if (q.vec > 1 && (vgcd == 0 || vgcd % q.vec))
         return "VEC must divide the vector axis in every workload";
-    if (q.words > KG_MAX_WORDS)
-        return "the loads a thread holds exceed the register budget";
+    /* what else a thread holds: ~48 registers of indices and temporaries, and its states */
+    if (q.words > KG_MAX_WORDS || q.words + 48 + 8 * q.vo * q.steps > 65536 / q.threads)
+        return "the loads a thread holds exceed the register budget (64 words, and room for its "
+               "states and indices in the block's share)";
+    if (q.vec > 1 && fact(m, "windows"))
+        return "a pooling window per output: VEC 1 (the window's loads are gathers anyway)";
     if (kind == KG_POINTWISE) {
         if (q.team != 1 || q.split != 1 || q.mode != 0 || !q.online || !q.cache)
             return "pointwise: the reduction parameters are at their first values";
@@ -202,7 +213,10 @@ static const char *gen_check(const kiln_problem *p, const kiln_match *m, const i
 
 /* ---- the roofline model and the start point ---- */
 
-/* Estimated seconds of point pt on workload 0's sizes (the largest the facts keep). */
+/* Estimated seconds of point pt on the largest workload the facts keep: the larger of the memory
+ * roof (bytes over the bandwidth that the bytes in flight sustain) and the issue roof (a few
+ * instructions per element, and an address per vector), plus the exchanges of the reduction
+ * passes and the launch. */
 static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
     point_info q;
     info_of(m, pt, &q);
@@ -218,23 +232,40 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
     const double resident = fmin((double)q.blocks, KG_SMS * blocks_per_sm) * (double)q.threads;
     const double held =
         q.cache && kind != KG_POINTWISE ? (double)q.items : fmin((double)q.unroll, (double)q.items);
-    const double inflight = resident * work * held * (double)(q.vec * fact(m, "in_bytes"));
-    const double bw = KG_BW * fmin(1, fmax(inflight, 1) / (KG_SMS * KG_INFLIGHT_SM));
+    /* a warp request under 128 bytes takes a miss slot for less: it covers less of the latency */
+    const double request = fmin(1, 32.0 * (double)(q.vec * fact(m, "esize")) / 128);
+    const double inflight =
+        resident * work * held * (double)(q.vec * fact(m, "in_bytes")) * request;
+    double bw = KG_BW * fmin(1, fmax(inflight, 1) / (KG_SMS * KG_INFLIGHT_SM));
+    const double warps = fmin(64, resident / KG_SMS / 32); /* resident warps per SM */
+    if (warps < 16) /* too few warps to overlap loads, math and stores */
+        bw *= 0.5 + 0.5 * warps / 16;
+    /* a block that reads its slice, then writes it, overlaps only with other blocks on its SM */
+    if (kind != KG_POINTWISE && fact(m, "full_out") && blocks_per_sm < 2)
+        bw *= 0.75;
     double moved = bytes;
     if (kind != KG_POINTWISE && !q.cache) { /* the reduced inputs are read once per pass */
         const double passes = (double)(q.phases + fact(m, "full_out"));
         moved += (passes - 1) * (double)fact(m, "red_max") * (double)fact(m, "outer_max") *
                  (double)fact(m, "in_bytes");
     }
-    double t = moved / bw + KG_LAUNCH_S;
+    const double elements = kind == KG_POINTWISE
+                                ? (double)fact(m, "total_max")
+                                : (double)fact(m, "red_max") * (double)fact(m, "outer_max");
+    const double issue = elements * (4 + 8.0 / (double)q.vec) / (KG_SMS * 128 * 1.98e9);
+    double t = fmax(moved / bw, issue) + KG_LAUNCH_S;
     if (kind != KG_POINTWISE) {
-        /* exchanges: a team reduction per pass, a cluster barrier or a scratch round trip */
-        const double waves = fmax(1, (double)q.blocks / (KG_SMS * blocks_per_sm));
-        t += waves * (double)q.phases *
+        /* the passes' exchanges, once per group a block slot works through */
+        const double groups = (double)(fact(m, "outer_max") + q.opb * q.vo - 1) /
+                              (double)(q.opb * q.vo) * (double)q.split;
+        const double rounds = ceil(groups / (KG_SMS * blocks_per_sm));
+        t += rounds * (double)q.phases *
              (log2((double)q.team + 1) * 20e-9 + (q.split > 1 ? (q.mode ? 1.5e-6 : 0.4e-6) : 0));
         if (q.split > 1 && q.mode == 1)
             t += 1e-6;
     }
+    if (!q.persist) /* block scheduling, per wave */
+        t += ceil((double)q.blocks / (KG_SMS * blocks_per_sm)) * 50e-9;
     return t;
 }
 

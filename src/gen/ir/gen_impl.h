@@ -65,7 +65,8 @@ int kg_plan_make(const kiln_problem *p, int online, kg_plan *plan, char *why, si
 void kg_plan_free(kg_plan *plan);
 /* The stride of access c along axis a in workload w. */
 int64_t kg_stride(const kg_plan *plan, int c, int a, int w);
-/* The largest element size (bytes) of the accesses that stream along the vector axis, and the
+/* The largest element size (bytes) of what streams along the vector axis (the loads that move
+ * along the reduced axes and the outputs along them; everything in a pointwise plan), and the
  * bytes per element of the streamed loads. */
 void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes);
 

@@ -187,9 +187,10 @@ void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes) {
         *max_esize = es > *max_esize ? es : *max_esize;
         *in_bytes += es;
     }
-    for (int o = 0; o < p->n_outputs; o++) {
+    for (int o = 0; o < p->n_outputs; o++) { /* a reduction's outputs at the outer points are not */
         int es = (int)kiln_dtype_size(p->outputs[o].dtype);
-        *max_esize = es > *max_esize ? es : *max_esize;
+        if (plan->kind == KG_POINTWISE || kg_output_full(ir, o))
+            *max_esize = es > *max_esize ? es : *max_esize;
     }
 }
 

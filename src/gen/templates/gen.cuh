@@ -6,6 +6,48 @@
 //
 // Merges are associative and deterministic: every thread of a team, and every block of a cluster,
 // combines the same partials in the same order, so all of them hold bitwise the same result.
+// ---- hardware: begin (the only PTX and __shared__; tests/data/gen/emu/emu_gen.h is its host
+// version, so that the kernels' logic runs on the host emulator) ----
+// All of a kernel's shared memory: one array of KG_SHARED_BYTES that the kernel carves.
+#define KG_SHARED_ARRAY(name) __shared__ __align__(16) unsigned char name[KG_SHARED_BYTES]
+// Thread-block clusters through PTX: cooperative_groups compiles under NVRTC too but costs ~1 s
+// and ~270 KB of cubin per candidate (docs/families/softmax.md).
+__device__ __forceinline__ unsigned kg_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// Every thread of every block of the cluster arrives; writes before are visible to reads after.
+__device__ __forceinline__ void kg_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::
+                     : "memory");
+}
+// The state at `local`'s address in the shared memory of block `rank` of the cluster, word by
+// word.
+template <class S> __device__ __forceinline__ S kg_dsmem(const S *local, unsigned rank) {
+    unsigned w[sizeof(S) / 4], r;
+    const unsigned a = (unsigned)__cvta_generic_to_shared(local);
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+#pragma unroll
+    for (int k = 0; k < (int)(sizeof(S) / 4); k++)
+        asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(w[k]) : "r"(r + 4 * k));
+    S out;
+    memcpy(&out, w, sizeof out);
+    return out;
+}
+// A state in global memory written by another block (after its __threadfence): read past L1.
+template <class S> __device__ __forceinline__ S kg_ld_partial(const S *p) {
+    unsigned w[sizeof(S) / 4];
+#pragma unroll
+    for (int k = 0; k < (int)(sizeof(S) / 4); k++)
+        w[k] = __ldcg(reinterpret_cast<const unsigned *>(p) + k);
+    S out;
+    memcpy(&out, w, sizeof out);
+    return out;
+}
+// ---- hardware: end ----
+
 // ---- vectors: BYTES of raw bits, loaded and stored in one access ----
 template <int BYTES> struct kg_raw;
 template <> struct kg_raw<1> {
@@ -181,33 +223,6 @@ __device__ __forceinline__ void kg_team(S (&x)[VO], F f, S *sm) {
     __syncthreads();
 }
 
-// ---- thread-block clusters (sm_90), through PTX: cooperative_groups compiles under NVRTC too but
-// costs ~1 s and ~270 KB of cubin per candidate (docs/families/softmax.md) ----
-__device__ __forceinline__ unsigned kg_cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-// Every thread of every block of the cluster arrives; writes before are visible to reads after.
-__device__ __forceinline__ void kg_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::
-                     : "memory");
-}
-// The state at `local`'s address in the shared memory of block `rank` of the cluster, word by
-// word.
-template <class S> __device__ __forceinline__ S kg_dsmem(const S *local, unsigned rank) {
-    S out;
-    const unsigned a = (unsigned)__cvta_generic_to_shared(local);
-    unsigned r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-#pragma unroll
-    for (int w = 0; w < (int)(sizeof(S) / 4); w++)
-        asm volatile("ld.shared::cluster.u32 %0, [%1];"
-                     : "=r"(reinterpret_cast<unsigned *>(&out)[w])
-                     : "r"(r + 4 * w));
-    return out;
-}
 // The team results of the SPLIT blocks of the cluster merged in rank order: one writer per team
 // publishes its VO states in `xch` (this exchange's buffer: the caller alternates two so that one
 // barrier per exchange suffices), then every thread reads all ranks. Every thread calls it.
@@ -226,12 +241,4 @@ __device__ __forceinline__ void kg_cluster(S (&x)[VO], F f, S *xch, int slot, bo
             acc = f(acc, kg_dsmem(&xch[slot * VO + v], (unsigned)r));
         x[v] = acc;
     }
-}
-// A state in global memory written by another block (after its __threadfence): read past L1.
-template <class S> __device__ __forceinline__ S kg_ld_partial(const S *p) {
-    S out;
-#pragma unroll
-    for (int w = 0; w < (int)(sizeof(S) / 4); w++)
-        reinterpret_cast<unsigned *>(&out)[w] = __ldcg(reinterpret_cast<const unsigned *>(p) + w);
-    return out;
 }
