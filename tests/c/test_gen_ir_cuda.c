@@ -48,179 +48,93 @@ typedef struct {
 #define ATEN(label, args)                                                                          \
     "'kiln': {'kind': 'aten', 'aten': '" label "', 'args': {'args': " args ", 'kwargs': {}}}"
 
+/* clang-format off */
 static const small_case CASES[] = {
     {"log_softmax_rows", "self",
-     "{'name': 'x', " AXES2(5, 301) ", 'inputs': {'self': " T(
-         "['a', 'b']", "float32") "}, "
-                                  "'outputs': {'out0': " T("['a', 'b']", "float32") "}, " ATEN(
-                                      "aten::_log_softmax.default",
-                                      "[{'tensor': 0}, -1, false]") "}"},
+     "{'name': 'x', " AXES2(5, 301) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b']", "float32") "}, "
+     ATEN("aten::_log_softmax.default", "[{'tensor': 0}, -1, false]") "}"},
     {"softmax_channels", "self",
-     "{'name': 'x', " AXES4(3, 37, 4, 8) ", 'inputs': {'self': " T(
-         "['a', 'b', 'c', 'd']",
-         "float32") "}, "
-                    "'outputs': {'out0': " T("['a', 'b', 'c', 'd']", "float32") "}, " ATEN(
-                        "aten::_softmax.default", "[{'tensor': 0}, 1, false]") "}"},
+     "{'name': 'x', " AXES4(3, 37, 4, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', 'c', 'd']", "float32") "}, "
+     ATEN("aten::_softmax.default", "[{'tensor': 0}, 1, false]") "}"},
     {"sum_columns", "self",
-     "{'name': 'x', " AXES4(4, 300, 2, 8) ", 'inputs': {'self': " T(
-         "['a', 'b', 'c', 'd']",
-         "float32") "}, "
-                    "'outputs': {'out0': " T("['a', 'c', 'd']", "float32") "}, " ATEN(
-                        "aten::sum.dim_IntList", "[{'tensor': 0}, [1]]") "}"},
+     "{'name': 'x', " AXES4(4, 300, 2, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'c', 'd']", "float32") "}, "
+     ATEN("aten::sum.dim_IntList", "[{'tensor': 0}, [1]]") "}"},
     {"max_dim_rows", "self",
-     "{'name': 'x', " AXES2(6, 129) ", 'inputs': {'self': " T(
-         "['a', 'b']", "float32") "}, "
-                                  "'outputs': {'out0': " T("['a']", "float32") ", 'out1': " T(
-                                      "['a']", "int64") "}, " ATEN("aten::max.dim",
-                                                                   "[{'tensor': 0}, 1]") "}"},
+     "{'name': 'x', " AXES2(6, 129) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a']", "float32") ", 'out1': " T("['a']", "int64") "}, "
+     ATEN("aten::max.dim", "[{'tensor': 0}, 1]") "}"},
     {"argmin_columns", "self",
-     "{'name': 'x', " AXES2(50, 24) ", 'inputs': {'self': " T(
-         "['a', 'b']", "float32") "}, "
-                                  "'outputs': {'out0': " T("['b']", "int64") "}, " ATEN(
-                                      "aten::argmin.default", "[{'tensor': 0}, 0]") "}"},
+     "{'name': 'x', " AXES2(50, 24) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['b']", "int64") "}, " ATEN("aten::argmin.default", "[{'tensor': 0}, 0]")
+     "}"},
     {"var_mean_rows", "self",
-     "{'name': 'x', " AXES2(7, 200) ", 'inputs': {'self': " T(
-         "['a', 'b']",
-         "float32") "}, "
-                    "'outputs': {'out0': " T("['a', '1']", "float32") ", 'out1': " T(
-                        "['a', '1']",
-                        "float32") "}, "
-                                   "'kiln': {'kind': 'aten', 'aten': 'aten::var_mean.correction', "
-                                   "'args': {'args': [{'tensor': 0}, [1]], 'kwargs': "
-                                   "{'correction': 1, 'keepdim': true}}}}"},
+     "{'name': 'x', " AXES2(7, 200) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a', '1']", "float32") ", 'out1': " T("['a', '1']", "float32")
+     "}, 'kiln': {'kind': 'aten', 'aten': 'aten::var_mean.correction', "
+     "'args': {'args': [{'tensor': 0}, [1]], 'kwargs': {'correction': 1, 'keepdim': true}}}}"},
     {"many_rows", "self",
-     "{'name': 'x', " AXES2(2200, 12) ", 'inputs': {'self': " T(
-         "['a', 'b']", "float32") "}, "
-                                  "'outputs': {'out0': " T("['a']", "float32") "}, " ATEN(
-                                      "aten::logsumexp.default", "[{'tensor': 0}, [1]]") "}"},
+     "{'name': 'x', " AXES2(2200, 12) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a']", "float32") "}, "
+     ATEN("aten::logsumexp.default", "[{'tensor': 0}, [1]]") "}"},
     {"logsumexp_rows", "self",
-     "{'name': 'x', " AXES2(9, 77) ", 'inputs': {'self': " T(
-         "['a', 'b']", "float32") "}, "
-                                  "'outputs': {'out0': " T("['a']", "float32") "}, " ATEN(
-                                      "aten::logsumexp.default", "[{'tensor': 0}, [1]]") "}"},
+     "{'name': 'x', " AXES2(9, 77) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a']", "float32") "}, "
+     ATEN("aten::logsumexp.default", "[{'tensor': 0}, [1]]") "}"},
     {"rmsnorm_channels_bf16", "input0 weight",
-     "{'name': 'x', " AXES4(2, 24, 8, 8) ", 'inputs': {'input0': " T(
-         "['a', 'b', 'c', 'd']",
-         "bfloat16") ", "
-                     "'weight': " T("['b']", "bfloat16") "}, 'outputs': {'out0': " T(
-                         "['a', 'b', 'c', 'd']",
-                         "bfloat16") "}, 'kiln': {'kind': 'chain', 'ops': ["
-                                     "{'aten': 'aten::_to_copy.default', 'args': [{'ref': "
-                                     "'input0'}], 'kwargs': {'dtype': 'torch.float32'}, 'out': "
-                                     "'v0'}, "
-                                     "{'aten': 'aten::pow.Tensor_Scalar', 'args': [{'ref': 'v0'}, "
-                                     "2], 'out': 'v1'}, "
-                                     "{'aten': 'aten::mean.dim', 'args': [{'ref': 'v1'}, [1], "
-                                     "true], 'out': 'v2'}, "
-                                     "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'v2'}, 1e-06], "
-                                     "'out': 'v3'}, "
-                                     "{'aten': 'aten::rsqrt.default', 'args': [{'ref': 'v3'}], "
-                                     "'out': 'v4'}, "
-                                     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v0'}, {'ref': "
-                                     "'v4'}], 'out': 'v5'}, "
-                                     "{'aten': 'aten::_to_copy.default', 'args': [{'ref': 'v5'}], "
-                                     "'kwargs': {'dtype': 'torch.bfloat16'}, 'out': 'v6'}, "
-                                     "{'aten': 'aten::view.default', 'args': [{'ref': 'weight'}, "
-                                     "[1, -1, 1, 1]], 'out': 'v7'}, "
-                                     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v6'}, {'ref': "
-                                     "'v7'}], 'out': 'v8'}], 'outputs': ['v8']}}"},
+     "{'name': 'x', " AXES4(2, 24, 8, 8) ", 'inputs': {'input0': " T("['a', 'b', 'c', 'd']", "bfloat16")
+     ", 'weight': " T("['b']", "bfloat16") "}, 'outputs': {'out0': " T("['a', 'b', 'c', 'd']", "bfloat16")
+     "}, 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::_to_copy.default', "
+     "'args': [{'ref': 'input0'}], 'kwargs': {'dtype': 'torch.float32'}, 'out': 'v0'}, "
+     "{'aten': 'aten::pow.Tensor_Scalar', 'args': [{'ref': 'v0'}, 2], 'out': 'v1'}, "
+     "{'aten': 'aten::mean.dim', 'args': [{'ref': 'v1'}, [1], true], 'out': 'v2'}, "
+     "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'v2'}, 1e-06], 'out': 'v3'}, "
+     "{'aten': 'aten::rsqrt.default', 'args': [{'ref': 'v3'}], 'out': 'v4'}, "
+     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v0'}, {'ref': 'v4'}], 'out': 'v5'}, "
+     "{'aten': 'aten::_to_copy.default', 'args': [{'ref': 'v5'}], "
+     "'kwargs': {'dtype': 'torch.bfloat16'}, 'out': 'v6'}, {'aten': 'aten::view.default', "
+     "'args': [{'ref': 'weight'}, [1, -1, 1, 1]], 'out': 'v7'}, "
+     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v6'}, {'ref': 'v7'}], 'out': 'v8'}], "
+     "'outputs': ['v8']}}"},
     {"layer_norm_bf16", "input weight bias",
-     "{'name': 'x', " AXES2(9, 96) ", 'inputs': {'input': " T(
-         "['a', 'b']",
-         "bfloat16") ", 'weight': " T("['b']",
-                                      "bfloat16") ", 'bias': " T("['b']",
-                                                                 "bfloat16") "}, 'outputs': "
-                                                                             "{'out0': " T("['a', "
-                                                                                           "'b']",
-                                                                                           "bfloat1"
-                                                                                           "6") ", "
-                                                                                                "'o"
-                                                                                                "ut"
-                                                                                                "1'"
-                                                                                                ":"
-                                                                                                " " T("['a', '1']",
-                                                                                                      "float32") ", 'out2': " T("['a', '1']",
-                                                                                                                                "float32") "}, " ATEN("aten::native_layer_norm.default",
-                                                                                                                                                      "[{'tensor': 0}, [96], {'tensor': 1}, {'tensor': 2}, 1e-05]") "}"},
+     "{'name': 'x', " AXES2(9, 96) ", 'inputs': {'input': " T("['a', 'b']", "bfloat16") ", 'weight': "
+     T("['b']", "bfloat16") ", 'bias': " T("['b']", "bfloat16") "}, 'outputs': {'out0': "
+     T("['a', 'b']", "bfloat16") ", 'out1': " T("['a', '1']", "float32") ", 'out2': "
+     T("['a', '1']", "float32") "}, "
+     ATEN("aten::native_layer_norm.default", "[{'tensor': 0}, [96], {'tensor': 1}, {'tensor': 2}, 1e-05]") "}"},
     {"max_pool", "self",
-     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T(
-         "['a', 'b', 'c', 'd']",
-         "float32") "}, "
-                    "'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") ", 'out1': " T(
-                        "['a', 'b', '5', '6']",
-                        "int64") "}, " ATEN("aten::max_pool2d_with_indices.default",
-                                            "[{'tensor': 0}, [3, 3], [2, 2], [1, 1]]") "}"},
+     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") ", 'out1': "
+     T("['a', 'b', '5', '6']", "int64") "}, "
+     ATEN("aten::max_pool2d_with_indices.default", "[{'tensor': 0}, [3, 3], [2, 2], [1, 1]]") "}"},
     {"avg_pool_ceil", "self",
-     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T(
-         "['a', 'b', 'c', 'd']",
-         "float32") "}, "
-                    "'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") "}, " ATEN(
-                        "aten::avg_pool2d.default",
-                        "[{'tensor': 0}, [2, 2], [2, 2], [1, 1], true, false]") "}"},
+     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") "}, "
+     ATEN("aten::avg_pool2d.default", "[{'tensor': 0}, [2, 2], [2, 2], [1, 1], true, false]") "}"},
     {"pad", "self",
-     "{'name': 'x', " AXES4(2, 3, 5, 8) ", 'inputs': {'self': " T(
-         "['a', 'b', 'c', 'd']",
-         "float32") "}, "
-                    "'outputs': {'out0': " T("['a', 'b', '8', '12']", "float32") "}, " ATEN(
-                        "aten::constant_pad_nd.default",
-                        "[{'tensor': 0}, [1, 3, 2, 1], 0.5]") "}"},
+     "{'name': 'x', " AXES4(2, 3, 5, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '8', '12']", "float32") "}, "
+     ATEN("aten::constant_pad_nd.default", "[{'tensor': 0}, [1, 3, 2, 1], 0.5]") "}"},
     {"upsample", "input",
-     "{'name': 'x', " AXES4(2, 3, 5, 8) ", 'inputs': {'input': " T(
-         "['a', 'b', 'c', 'd']",
-         "float32") "}, "
-                    "'outputs': {'out0': " T("['a', 'b', '10', '16']", "float32") "}, " ATEN(
-                        "aten::upsample_nearest2d.vec", "[{'tensor': 0}, null, [2.0, 2.0]]") "}"},
+     "{'name': 'x', " AXES4(2, 3, 5, 8) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '10', '16']", "float32") "}, "
+     ATEN("aten::upsample_nearest2d.vec", "[{'tensor': 0}, null, [2.0, 2.0]]") "}"},
     {"gelu_gate_bf16", "x g bias",
-     "{'name': 'x', " AXES2(17, 64) ", 'inputs': {'x': " T("['a', 'b']", "bfloat16") ", 'g': " T(
-         "['a', 'b']",
-         "bfloat16") ", 'bias': " T("['b']",
-                                    "bfloat16") "}, 'outputs': {'out': " T("['a', 'b']",
-                                                                           "bfloat16") "}, 'kiln': "
-                                                                                       "{'kind': "
-                                                                                       "'chain', "
-                                                                                       "'ops': ["
-                                                                                       "{'aten': "
-                                                                                       "'aten::"
-                                                                                       "gelu."
-                                                                                       "default', "
-                                                                                       "'args': "
-                                                                                       "[{'ref': "
-                                                                                       "'x'}], "
-                                                                                       "'kwargs': "
-                                                                                       "{'"
-                                                                                       "approximate"
-                                                                                       "': "
-                                                                                       "'tanh'}, "
-                                                                                       "'out': "
-                                                                                       "'v0'}, "
-                                                                                       "{'aten': "
-                                                                                       "'aten::mul."
-                                                                                       "Tensor', "
-                                                                                       "'args': "
-                                                                                       "[{'ref': "
-                                                                                       "'v0'}, "
-                                                                                       "{'ref': "
-                                                                                       "'g'}], "
-                                                                                       "'out': "
-                                                                                       "'v1'}, "
-                                                                                       "{'aten': "
-                                                                                       "'aten::add."
-                                                                                       "Tensor', "
-                                                                                       "'args': "
-                                                                                       "[{'ref': "
-                                                                                       "'v1'}, "
-                                                                                       "{'ref': "
-                                                                                       "'bias'}], "
-                                                                                       "'out': "
-                                                                                       "'out'}], "
-                                                                                       "'outputs': "
-                                                                                       "['out']}}"},
+     "{'name': 'x', " AXES2(17, 64) ", 'inputs': {'x': " T("['a', 'b']", "bfloat16") ", 'g': "
+     T("['a', 'b']", "bfloat16") ", 'bias': " T("['b']", "bfloat16") "}, 'outputs': {'out': "
+     T("['a', 'b']", "bfloat16") "}, 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::gelu.default', "
+     "'args': [{'ref': 'x'}], 'kwargs': {'approximate': 'tanh'}, 'out': 'v0'}, "
+     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v0'}, {'ref': 'g'}], 'out': 'v1'}, "
+     "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'v1'}, {'ref': 'bias'}], "
+     "'out': 'out'}], 'outputs': ['out']}}"},
     {"sum_all", "self",
-     "{'name': 'x', " AXES2(3, 100) ", 'inputs': {'self': " T(
-         "['a', 'b']", "float32") "}, "
-                                  "'outputs': {'out0': {'shape': [], 'dtype': 'float32'}}, " ATEN(
-                                      "aten::sum.default", "[{'tensor': 0}]") "}"},
+     "{'name': 'x', " AXES2(3, 100) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': {'shape': [], 'dtype': 'float32'}}, "
+     ATEN("aten::sum.default", "[{'tensor': 0}]") "}"},
 };
+/* clang-format on */
 
 static char *dq(const char *s) {
     char *t = xstrdup(s);
