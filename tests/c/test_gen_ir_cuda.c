@@ -129,6 +129,14 @@ static const small_case CASES[] = {
      "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v0'}, {'ref': 'g'}], 'out': 'v1'}, "
      "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'v1'}, {'ref': 'bias'}], "
      "'out': 'out'}], 'outputs': ['out']}}"},
+    {"index_rows", "self idx",
+     "{'name': 'x', " AXES2(40, 16) ", 'inputs': {'self': " T("['b', 'b']", "bfloat16") ", 'idx': "
+     T("['a']", "int64") "}, 'outputs': {'out0': " T("['a', 'b']", "bfloat16") "}, "
+     ATEN("aten::index.Tensor", "[{'tensor': 0}, [{'tensor': 1}]]") "}"},
+    {"cat_dim1", "x y",
+     "{'name': 'x', " AXES2(6, 8) ", 'inputs': {'x': " T("['a', 'b']", "float32") ", 'y': "
+     T("['a', '5']", "float32") "}, 'outputs': {'out0': " T("['a', '13']", "float32") "}, "
+     ATEN("aten::cat.default", "[[{'tensor': 0}, {'tensor': 1}], 1]") "}"},
     {"sum_all", "self",
      "{'name': 'x', " AXES2(3, 100) ", 'inputs': {'self': " T("['a', 'b']", "float32")
      "}, 'outputs': {'out0': {'shape': [], 'dtype': 'float32'}}, "
@@ -537,6 +545,8 @@ static void test_emulated(void **state) {
         {"avg_pool_ceil", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=4", 0},
         {"pad", "KG_THREADS=64 KG_VBYTES=16", 0},
         {"upsample", "KG_THREADS=64 KG_VBYTES=8 KG_UNROLL=1", 0},
+        {"index_rows", "KG_THREADS=64 KG_VBYTES=8", 0},
+        {"cat_dim1", "KG_THREADS=64 KG_VBYTES=4", 1},
     };
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++)
         emulate(be, case_named(pts[i].name), pts[i].settings, pts[i].specials);

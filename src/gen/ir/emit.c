@@ -111,6 +111,8 @@ static void rounded(kiln_dtype t, const char *expr, char *out, size_t n) {
  * exponents PyTorch's pow kernels special-case. */
 static void op_expr(const kir_node *x, const char ops[3][96], char *out, size_t n) {
     const char *expr = KIR_OP_INFO[x->op].expr;
+    if (x->op == KO_DIV_FLOOR && kir_dtype_is_int(x->dtype))
+        expr = "kg_idiv_floor($a, $b)";
     if ((x->op == KO_ADD || x->op == KO_SUB) && x->k[0] == 1)
         expr = x->op == KO_ADD ? "$a + $b" : "$a - $b";
     if (x->op == KO_POW_K) {
@@ -313,14 +315,22 @@ static void emit_remap(kg_scope *s, int v) {
     const kir_map *m = &ir->maps[x->map];
     const int id = (*s->next_id)++;
     const char *in = s->indent;
-    char coord[3][32], fill[48], ind[96];
+    char coord[3][32], fill[48], ind[96], at[3][96];
+    for (int i = 0; i < m->n; i++) /* a gather's indices, at this scope's coordinates */
+        if (m->index[i] >= 0)
+            snprintf(at[i], sizeof at[i], "%s", kg_value(s, m->index[i]));
     temp_name(s, v);
     constant(x->k[0], kir_dtype_is_int(x->dtype), fill, sizeof fill);
     kiln_strbuf_printf(s->b, "%s%s %s = %s;\n%s{ /* gather */\n", in, kg_ctype(x->dtype),
                        s->name[v], fill, in);
     for (int i = 0; i < m->n; i++) {
-        const char *dst = s->coord[m->dst[i]][0] ? s->coord[m->dst[i]] : "0";
         snprintf(coord[i], sizeof coord[i], "kg_g%d_%d", id, i);
+        if (m->index[i] >= 0) { /* a gather: the index's value, negative from the end */
+            kiln_strbuf_printf(s->b, "%s    const int64_t %s = %s < 0 ? %s + (%s) : %s;\n", in,
+                               coord[i], at[i], at[i], ir->axes[m->src[i]].size, at[i]);
+            continue;
+        }
+        const char *dst = s->coord[m->dst[i]][0] ? s->coord[m->dst[i]] : "0";
         kiln_strbuf_printf(s->b, "%s    const int64_t %s = ((int64_t)(%s) * %lld + %lld)", in,
                            coord[i], dst, (long long)m->mul[i], (long long)m->add[i]);
         if (m->den[i] > 1)
@@ -365,6 +375,12 @@ const char *kg_value(kg_scope *s, int v) {
         kg_offset(s, x->acc, off, sizeof off);
         snprintf(elem, sizeof elem, "%s[%s]", kg_tensor_name(ir->p, ir->acc[x->acc].tensor), off);
         kg_load_expr(x->dtype, s->cuda, elem, rhs, sizeof rhs);
+        break;
+    }
+    case KIR_POS: {
+        char off[512];
+        kg_offset(s, x->acc, off, sizeof off);
+        snprintf(rhs, sizeof rhs, "(int64_t)(%s)", off);
         break;
     }
     case KIR_OP: {

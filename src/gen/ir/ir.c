@@ -164,7 +164,8 @@ int kir_add(kir *ir, kir_node node) {
         const kir_map *m = &ir->maps[node.map];
         node.axes = x->axes;
         for (int i = 0; i < m->n; i++)
-            node.axes = (node.axes & ~(1u << m->src[i])) | 1u << m->dst[i];
+            node.axes = (node.axes & ~(1u << m->src[i])) |
+                        (m->index[i] >= 0 ? ir->nodes[m->index[i]].axes : 1u << m->dst[i]);
         break;
     }
     default:
@@ -284,8 +285,11 @@ static int check_context(const kir *ir, int v, uint32_t allowed, int in_map, cha
             return snprintf(why, n, "a window or gather inside another"), 0;
         const kir_map *m = &ir->maps[x->map];
         for (int i = 0; i < m->n; i++)
-            inner = (inner & ~(1u << m->dst[i])) | 1u << m->src[i];
-        in_map = 1;
+            inner = (inner & ~(m->index[i] >= 0 ? 0 : 1u << m->dst[i])) | 1u << m->src[i];
+        /* a gather's indices are read at the result's coordinates */
+        if (x->n_a > 1 && !check_context(ir, x->a[1], allowed, in_map, why, n))
+            return 0;
+        return check_context(ir, x->a[0], inner, 1, why, n);
     }
     if (x->kind == KIR_REDUCE)
         inner |= x->red;
@@ -323,7 +327,8 @@ int kir_finish(kir *ir, char *why, size_t n) {
     for (int k = 0; k < ir->n_maps; k++)
         for (int i = 0; i < ir->maps[k].n; i++) {
             ir->maps[k].src[i] = id[ir->maps[k].src[i]];
-            ir->maps[k].dst[i] = id[ir->maps[k].dst[i]];
+            if (ir->maps[k].index[i] < 0)
+                ir->maps[k].dst[i] = id[ir->maps[k].dst[i]];
         }
     for (int k = 0; k < ir->n_acc; k++) {
         kir_access *c = &ir->acc[k];
@@ -467,6 +472,8 @@ static void print_axes(kiln_strbuf *b, uint32_t set) {
 }
 
 void kir_print(const kir *ir, kiln_strbuf *b) {
+    int live[KIR_MAX_NODES];
+    mark_live(ir, live);
     kiln_strbuf_printf(b, "axes:");
     for (int a = 0; a < ir->n_axes; a++)
         if ((ir->domain | ir->remapped) >> a & 1)
@@ -475,10 +482,15 @@ void kir_print(const kir *ir, kiln_strbuf *b) {
     kiln_strbuf_printf(b, "\n");
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
+        if (!live[v])
+            continue;
         kiln_strbuf_printf(b, "v%d = ", v);
         switch (x->kind) {
         case KIR_LOAD:
             kiln_strbuf_printf(b, "load %s", ir->p->inputs[ir->acc[x->acc].tensor].name);
+            break;
+        case KIR_POS:
+            kiln_strbuf_printf(b, "position");
             break;
         case KIR_SCALAR:
             kiln_strbuf_printf(b, "scalar %s", ir->p->inputs[x->input].name);
@@ -512,7 +524,10 @@ void kir_print(const kir *ir, kiln_strbuf *b) {
             kiln_strbuf_printf(b, "%s window of v%d", KIR_RED_INFO[x->op].name, x->a[0]);
             break;
         case KIR_REMAP:
-            kiln_strbuf_printf(b, "remap of v%d", x->a[0]);
+            if (x->n_a > 1)
+                kiln_strbuf_printf(b, "gather of v%d by v%d", x->a[0], x->a[1]);
+            else
+                kiln_strbuf_printf(b, "remap of v%d", x->a[0]);
             break;
         }
         kiln_strbuf_printf(b, " : %s ", short_dtype(x->dtype));

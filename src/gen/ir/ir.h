@@ -52,7 +52,7 @@ typedef enum {
     X(KO_MUL, "mul", 2, KIR_RES_PROMOTE, "$a * $b")                                                \
     X(KO_DIV, "div", 2, KIR_RES_FLOAT, "$a / $b")                                                  \
     X(KO_DIV_TRUNC, "div_trunc", 2, KIR_RES_PROMOTE, "truncf($a / $b)")                            \
-    X(KO_DIV_FLOOR, "div_floor", 2, KIR_RES_PROMOTE, "kg_div_floor($a, $b)")                       \
+    X(KO_DIV_FLOOR, "div_floor", 2, KIR_RES_PROMOTE, "kg_div_floor($a, $b)") /* ints: kg_idiv */   \
     X(KO_NEG, "neg", 1, KIR_RES_PROMOTE, "-$a")                                                    \
     X(KO_ABS, "abs", 1, KIR_RES_PROMOTE, "kg_abs($a)")                                             \
     X(KO_SIGN, "sign", 1, KIR_RES_PROMOTE, "kg_sign($a)")                                          \
@@ -100,6 +100,9 @@ typedef enum {
     X(KO_NOT, "logical_not", 1, KIR_RES_BOOL, "!$a")                                               \
     X(KO_AND, "logical_and", 2, KIR_RES_BOOL, "$a && $b")                                          \
     X(KO_OR, "logical_or", 2, KIR_RES_BOOL, "$a || $b")                                            \
+    X(KO_BITAND, "bitwise_and", 2, KIR_RES_PROMOTE, "$a & $b")                                     \
+    X(KO_BITOR, "bitwise_or", 2, KIR_RES_PROMOTE, "$a | $b")                                       \
+    X(KO_BITXOR, "bitwise_xor", 2, KIR_RES_PROMOTE, "$a ^ $b")                                     \
     X(KO_ISNAN, "isnan", 1, KIR_RES_BOOL, "kg_isnan($a)")                                          \
     X(KO_ISINF, "isinf", 1, KIR_RES_BOOL, "kg_isinf($a)")                                          \
     X(KO_WHERE, "where", 3, KIR_RES_WHERE, "$a ? $b : $c")                                         \
@@ -149,7 +152,9 @@ typedef enum {
     KIR_REDUCE, /* .op (a kir_red) of .a[0] over the axes .red; argmax's index: access .acc */
     KIR_PART,   /* result .op (1 ..) of the reduction or window .a[0] */
     KIR_WINDOW, /* .op (KR_AVG, KR_MAXPOOL) of .a[0] over the pooling window .map */
-    KIR_REMAP,  /* .a[0] at other coordinates (.map), .k[0] outside the operand */
+    KIR_REMAP,  /* .a[0] at other coordinates (.map; a gather reads them from .a[1]), .k[0] outside
+                 */
+    KIR_POS, /* the point's position (int64): the offset of access .acc (triu's row and column) */
 } kir_kind;
 
 typedef struct {
@@ -169,9 +174,9 @@ typedef struct {
 } kir_node;
 
 /* A strided walk over the domain: an input's elements (tensor >= 0), an output's (tensor =
- * -1 - output), or the flat index argmax returns (tensor = KIR_INDEX). While lowering, dims are
- * the value's logical dims (dim_axis -1: a dim of size 1); kir_finish turns them into a stride per
- * domain axis. */
+ * -1 - output), or a position (tensor = KIR_INDEX: argmax's flat index, KIR_POS). While lowering,
+ * dims are the value's logical dims (dim_axis -1: a dim of size 1); kir_finish turns them into a
+ * stride per domain axis. */
 #define KIR_INDEX (-1000)
 typedef struct {
     int tensor;
@@ -185,7 +190,9 @@ typedef struct {
 /* A pooling window (KIR_WINDOW) or a coordinate map (KIR_REMAP) over n spatial axes: src[i] is the
  * operand's axis, dst[i] the result's. Window i reads src = dst * stride - pad + j * dilation for
  * j < kernel (adaptive: dst * in / out to ceil((dst + 1) * in / out)); a remap reads src = (dst *
- * mul + add) / den (floor) and gives the fill value where that is outside [0, size of src). */
+ * mul + add) / den (floor), or (index[i] >= 0, a gather) the value of node index[i] (negative
+ * values count from the end; the node is the remap's second operand and brings its own axes,
+ * dst[i] is then unused), and gives the fill value where that is outside [0, size of src). */
 typedef struct {
     int n;
     int src[3], dst[3];
@@ -193,6 +200,7 @@ typedef struct {
     int adaptive, count_include_pad;
     int64_t divisor; /* avg: divisor_override, 0 for none */
     int64_t mul[3], add[3], den[3];
+    int index[3];
 } kir_map;
 
 typedef struct {
@@ -260,7 +268,8 @@ int kir_depends(const kir *ir, int v, int u);
  * flops of workload w. */
 double kir_bytes(const kir *ir, int w);
 double kir_flops(const kir *ir, int w);
-/* The IR as text, one node a line: "v7 = exp(v6) : f32 [c0 c2]"; for tests and banners. */
+/* The IR as text: its axes, then every node the outputs need, one a line ("v7 = exp(v6) : f32
+ * [c0 c2]": the dtype and the axes it moves along), then the outputs; for tests and banners. */
 void kir_print(const kir *ir, kiln_strbuf *b);
 /* 1 for a dtype the generator computes with (floats but float64 and float4, integers, bool). */
 int kir_dtype_ok(kiln_dtype t);

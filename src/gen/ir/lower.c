@@ -4,6 +4,7 @@
  * rules (rules.c) over a problem's op chain and binds the outputs. */
 #include "lower.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -342,16 +343,18 @@ int lower_count(lower_ctx *L, lval x, const int64_t *dims, int n, double minus, 
 
 /* ---- windows and gathers ---- */
 
-/* A window or remap node over the last m.n dims of x; the result's dims of size out_size. */
-static int spatial(lower_ctx *L, lval x, kir_map m, char out_size[][KIR_EXPR], kir_node node,
-                   lval *out) {
-    if (x.node < 0 || x.ndim < m.n)
+/* A window or remap node over dims d0 .. d0 + m.n of x; the result's dims of size out_size. */
+static int spatial(lower_ctx *L, lval x, int d0, kir_map m, char out_size[][KIR_EXPR],
+                   kir_node node, lval *out) {
+    if (x.node < 0 || d0 < 0 || d0 + m.n > x.ndim)
         return lower_fail(L, "needs at least %d dims", m.n);
     if (L->ir->n_maps == KIR_MAX_MAPS)
         return full(L);
     *out = x;
+    for (int i = 0; i < 3; i++)
+        m.index[i] = -1;
     for (int i = 0; i < m.n; i++) {
-        int d = x.ndim - m.n + i;
+        int d = d0 + i;
         m.src[i] = x.axis[d] >= 0 ? kir_axis_find(L->ir, x.axis[d]) : kir_axis_new(L->ir, "1");
         m.dst[i] = kir_axis_new(L->ir, out_size[i]);
         if (m.src[i] < 0 || m.dst[i] < 0)
@@ -376,17 +379,78 @@ static int spatial(lower_ctx *L, lval x, kir_map m, char out_size[][KIR_EXPR], k
 int lower_window(lower_ctx *L, lval x, kir_map m, int kind, char out_size[][KIR_EXPR], kiln_dtype t,
                  lval *out, int *node) {
     kir_node w = {.kind = KIR_WINDOW, .dtype = t, .op = kind};
-    if (!spatial(L, x, m, out_size, w, out))
+    if (!spatial(L, x, x.ndim - m.n, m, out_size, w, out))
         return 0;
     *node = out->node;
     return 1;
 }
 
-int lower_remap(lower_ctx *L, lval x, kir_map m, char out_size[][KIR_EXPR], double fill,
+int lower_remap(lower_ctx *L, lval x, int d0, kir_map m, char out_size[][KIR_EXPR], double fill,
                 lval *out) {
     kir_node r = {.kind = KIR_REMAP, .dtype = x.node >= 0 ? lv_dtype(L, x) : KILN_F32};
     r.k[0] = fill;
-    return spatial(L, x, m, out_size, r, out);
+    return spatial(L, x, d0, m, out_size, r, out);
+}
+
+int lower_gather(lower_ctx *L, lval x, int d, lval idx, lval *out) {
+    if ((d = lv_dim(d, x.ndim)) < 0 || idx.node < 0)
+        return lower_fail(L, "a gather along a dim out of range");
+    if (!kir_dtype_is_int(lv_dtype(L, idx)) || lv_dtype(L, idx) == KILN_BOOL)
+        return lower_fail(L, "indices of %s (a boolean mask has a data-dependent shape)",
+                          kiln_dtype_name(lv_dtype(L, idx)));
+    if (x.ndim - 1 + idx.ndim > KILN_MAX_DIMS)
+        return lower_fail(L, "a gather with too many dims");
+    if (L->ir->n_maps == KIR_MAX_MAPS)
+        return full(L);
+    kir_map m = {.n = 1, .index = {idx.node, -1, -1}};
+    m.src[0] = x.axis[d] >= 0 ? kir_axis_find(L->ir, x.axis[d]) : kir_axis_new(L->ir, "1");
+    if (m.src[0] < 0)
+        return full(L);
+    L->ir->maps[L->ir->n_maps] = m;
+    kir_node r = {.kind = KIR_REMAP, .dtype = lv_dtype(L, x), .n_a = 2, .a = {x.node, idx.node}};
+    r.map = L->ir->n_maps++;
+    r.acc = -1;
+    lval res;
+    memset(&res, 0, sizeof res);
+    for (int e = 0; e < d; e++)
+        res.axis[res.ndim++] = x.axis[e];
+    for (int e = 0; e < idx.ndim; e++)
+        res.axis[res.ndim++] = idx.axis[e];
+    for (int e = d + 1; e < x.ndim; e++)
+        res.axis[res.ndim++] = x.axis[e];
+    if ((res.node = kir_add(L->ir, r)) < 0)
+        return full(L);
+    res.prio = tensor_prio(res.ndim);
+    *out = res;
+    return 1;
+}
+
+int lower_position(lower_ctx *L, lval x, int d, lval *out) {
+    if ((d = lv_dim(d, x.ndim)) < 0)
+        return lower_fail(L, "a dim out of range");
+    if (x.axis[d] < 0) { /* a dim of size 1: always 0 */
+        if (!lv_const(L, 0, out))
+            return 0;
+        L->ir->nodes[out->node].dtype = KILN_I64;
+        return 1;
+    }
+    if (L->ir->n_acc == KIR_MAX_ACCESS)
+        return full(L);
+    kir_access *c = &L->ir->acc[L->ir->n_acc];
+    memset(c, 0, sizeof *c);
+    c->tensor = KIR_INDEX;
+    c->ndim = 1;
+    c->dim_axis[0] = x.axis[d];
+    snprintf(c->dim_stride[0], KIR_EXPR, "1");
+    snprintf(c->offset, sizeof c->offset, "0");
+    kir_node pos = {.kind = KIR_POS, .dtype = KILN_I64, .acc = L->ir->n_acc++, .map = -1};
+    pos.axes = 1u << kir_axis_find(L->ir, x.axis[d]);
+    memset(out, 0, sizeof *out); /* x's dims, all of size 1 but d */
+    out->ndim = x.ndim;
+    for (int e = 0; e < x.ndim; e++)
+        out->axis[e] = e == d ? x.axis[d] : -1;
+    out->prio = 2;
+    return (out->node = kir_add(L->ir, pos)) >= 0 ? 1 : full(L);
 }
 
 /* ---- views ---- */
@@ -636,12 +700,28 @@ static int bind_input(lower_ctx *L, int i) {
     c->ndim = v->ndim = t->ndim;
     snprintf(c->offset, sizeof c->offset, "0");
     kir_node ld = {.kind = KIR_LOAD, .dtype = t->dtype, .acc = L->ir->n_acc++, .map = -1};
+    /* a dim the model broadcast is stored once (size 1): its captured size comes from kiln.shapes,
+     * and the value does not move along it (stride 0) */
+    const cJSON *shape = t->layout.expanded
+                             ? cJSON_GetObjectItemCaseSensitive(
+                                   cJSON_GetObjectItemCaseSensitive(L->p->kiln, "shapes"), t->name)
+                             : NULL;
     char stride[KIR_EXPR] = "1";
     for (int k = t->ndim - 1; k >= 0; k--) { /* stored dim k holds logical dim perm[k] */
         char size[KIR_EXPR];
         int l = t->layout.perm[k];
         kiln_tensor_dim_expr(L->p, t, k, size, sizeof size);
         snprintf(c->dim_stride[l], KIR_EXPR, "%s", stride);
+        const cJSON *full_size = cJSON_GetArrayItem(shape, l);
+        if (is_one(L, size) && cJSON_IsNumber(full_size) && full_size->valuedouble > 1) {
+            char s[32];
+            snprintf(s, sizeof s, "%lld", (long long)full_size->valuedouble);
+            if (!new_axis(L, s, &c->dim_axis[l]))
+                return 0;
+            snprintf(c->dim_stride[l], KIR_EXPR, "0");
+            v->axis[l] = c->dim_axis[l];
+            continue;
+        }
         if (!new_axis(L, size, &c->dim_axis[l]))
             return 0;
         v->axis[l] = c->dim_axis[l];

@@ -86,9 +86,18 @@ int lower_count(lower_ctx *L, lval x, const int64_t *dims, int n, double minus, 
  * KR_AVG or KR_MAXPOOL; out_size the pooled sizes (expressions); *node gets the window node. */
 int lower_window(lower_ctx *L, lval x, kir_map m, int kind, char out_size[][KIR_EXPR], kiln_dtype t,
                  lval *out, int *node);
-/* x read at src = (dst * mul + add) / den along its last m.n dims, new sizes out_size, fill where
- * outside. */
-int lower_remap(lower_ctx *L, lval x, kir_map m, char out_size[][KIR_EXPR], double fill, lval *out);
+/* x read at src = (dst * mul + add) / den along its dims d0 .. d0 + m.n, new sizes out_size, fill
+ * where outside. */
+int lower_remap(lower_ctx *L, lval x, int d0, kir_map m, char out_size[][KIR_EXPR], double fill,
+                lval *out);
+
+/* x[..., idx, ...]: dim d of x read at the values of the integer tensor idx, whose dims replace
+ * it (aten::index with one index tensor; negative indices count from the end). */
+int lower_gather(lower_ctx *L, lval x, int d, lval idx, lval *out);
+
+/* The coordinate of x's dim d at each point (int64; 0 for a dim of size 1), shaped like x with its
+ * other dims of size 1. */
+int lower_position(lower_ctx *L, lval x, int d, lval *out);
 
 /* ---- views ---- */
 int view_unsqueeze(lower_ctx *L, lval x, int d, lval *out);

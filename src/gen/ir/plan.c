@@ -76,7 +76,7 @@ static int mergeable(const kg_plan *plan, int a, int b) {
     const kir *ir = plan->ir;
     for (int k = 0; k < ir->n_maps; k++)
         for (int i = 0; i < ir->maps[k].n; i++)
-            if (ir->maps[k].dst[i] == a || ir->maps[k].dst[i] == b)
+            if (ir->maps[k].index[i] < 0 && (ir->maps[k].dst[i] == a || ir->maps[k].dst[i] == b))
                 return 0;
     for (int v = 0; v < ir->n_nodes; v++)
         if (plan->live[v] && ((ir->nodes[v].axes >> a & 1) != (ir->nodes[v].axes >> b & 1)))

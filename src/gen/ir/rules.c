@@ -159,6 +159,54 @@ static int with_constants(lower_ctx *L, const kiln_op *op, const lower_rule *r, 
     return lower_fail(L, "no constants for this op");
 }
 
+/* Bitwise and, or, xor (also `&`, `|`, `^` on tensors) of integers and bools. */
+static int bitwise(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    lval a, b;
+    if (!self_arg(L, op, &a) || !lower_arg(L, op, 1, "other", &b) || b.node < 0)
+        return 0;
+    if (!kir_dtype_is_int(lv_dtype(L, a)) || !kir_dtype_is_int(lv_dtype(L, b)))
+        return lower_fail(L, "bitwise logic on floats");
+    return lower_binary(L, r->code, a, b, out);
+}
+
+/* copy_(self, src): src in self's dtype, broadcast to self's shape. */
+static int copy(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    lval self, src;
+    int64_t sizes[KILN_MAX_DIMS];
+    if (!self_arg(L, op, &self) || !lower_arg(L, op, 1, "src", &src) || src.node < 0)
+        return 0;
+    for (int d = 0; d < self.ndim; d++)
+        sizes[d] = kir_eval(L->p, lv_size(L, self, d), 0);
+    if (src.ndim != self.ndim && !view_expand(L, src, sizes, self.ndim, &src))
+        return 0;
+    return lower_cast(L, src, lv_dtype(L, self), out);
+}
+
+/* triu / tril (x, diagonal): x where column - row >= diagonal (<= for tril), else 0. */
+static int triangle(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    lval x, row, col, d, k, keep, zero;
+    double diagonal = 0;
+    if (!self_arg(L, op, &x) || !num(L, op, 1, "diagonal", 0, &diagonal))
+        return 0;
+    if (x.ndim < 2)
+        return lower_fail(L, "fewer than 2 dims");
+    if (!lower_position(L, x, -2, &row) || !lower_position(L, x, -1, &col) ||
+        !lower_binary(L, KO_SUB, col, row, &d) || !lv_const(L, diagonal, &k))
+        return 0;
+    L->ir->nodes[k.node].dtype = KILN_I64;
+    lval w[3];
+    if (!lower_binary(L, strcmp(op->name, "triu") ? KO_LE : KO_GE, d, k, &keep) ||
+        !lv_const(L, 0, &zero))
+        return 0;
+    w[0] = keep;
+    w[1] = x;
+    w[2] = zero;
+    return lower_pointwise(L, KO_WHERE, w, 3, 0, 0, KILN_DTYPE_COUNT, out) &&
+           lower_cast(L, *out, lv_dtype(L, x), out);
+}
+
 /* where(condition, self, other) */
 static int where(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
     (void)r;
@@ -686,7 +734,7 @@ static int pad(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) 
         if (!kir_same(L->p, lv_size(L, x, d), in) || s < 1)
             return lower_fail(L, "padding a dim whose size differs between workloads");
     }
-    return lower_remap(L, x, m, size, value, out);
+    return lower_remap(L, x, x.ndim - m.n, m, size, value, out);
 }
 
 /* upsample_nearest{1,2,3}d by integer factors: src = dst / factor. */
@@ -714,7 +762,90 @@ static int upsample(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *
         m.den[i] = o / in;
         snprintf(size[i], KIR_EXPR, "%lld", (long long)o);
     }
-    return lower_remap(L, x, m, size, 0, out);
+    return lower_remap(L, x, x.ndim - m.n, m, size, 0, out);
+}
+
+/* index.Tensor(self, indices): one index tensor among Nones, a gather along its dim. */
+static int gather(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    lval x, idx;
+    const kiln_arg *a = kiln_op_arg(op, 1, "indices");
+    if (!self_arg(L, op, &x))
+        return 0;
+    if (!a || a->kind != KILN_ARG_OTHER || a->n_values < 1)
+        return lower_fail(L, "indices that are not a list of tensors");
+    int d = -1;
+    for (int i = 0; i < a->n_values; i++)
+        if (a->values[i].input >= 0 || a->values[i].op >= 0) {
+            if (d >= 0)
+                return lower_fail(L, "more than one index tensor");
+            d = i;
+        }
+    const kiln_value *v = &a->values[d];
+    idx = v->input >= 0 ? L->in[v->input] : L->res[v->op][v->slot];
+    return lower_gather(L, x, d, idx, out);
+}
+
+/* embedding(weight, indices, ...): a gather of weight's rows. */
+static int embedding(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    lval w, idx;
+    if (!lower_arg(L, op, 0, "weight", &w) || !lower_arg(L, op, 1, "indices", &idx))
+        return 0;
+    return lower_gather(L, w, 0, idx, out);
+}
+
+/* cat(tensors, dim): each input read at dst - its offset along dim (0 outside it), the reads added:
+ * exactly one is inside at every point, and x + 0 is x. As in PyTorch, 1-d empty tensors are
+ * left out. */
+static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    const kiln_arg *a = kiln_op_arg(op, 0, "tensors");
+    double dim = 0;
+    if (!a || a->kind != KILN_ARG_OTHER || a->n_values < 1 || !num(L, op, 1, "dim", 0, &dim))
+        return lower_fail(L, "tensors that are not a list of tensors");
+    lval in[KILN_MAX_DIMS];
+    int64_t total = 0, size[KILN_MAX_DIMS];
+    int n = 0;
+    for (int k = 0; k < a->n_values; k++) {
+        const kiln_value *v = &a->values[k];
+        if (v->input < 0 && v->op < 0)
+            return lower_fail(L, "a None among the tensors");
+        const int i = n;
+        in[i] = v->input >= 0 ? L->in[v->input] : L->res[v->op][v->slot];
+        if (in[i].ndim == 1 && kir_same(L->p, lv_size(L, in[i], 0), "0"))
+            continue;
+        n++;
+        int d = lv_dim((int)dim, in[i].ndim);
+        if (d < 0 || in[i].ndim != in[0].ndim)
+            return lower_fail(L, "a dim out of range");
+        size[i] = kir_eval(L->p, lv_size(L, in[i], d), 0);
+        char s[32];
+        snprintf(s, sizeof s, "%lld", (long long)size[i]);
+        if (!kir_same(L->p, lv_size(L, in[i], d), s))
+            return lower_fail(L, "a dim whose size differs between workloads");
+        total += size[i];
+    }
+    if (n == 0)
+        return lower_fail(L, "only empty tensors");
+    kiln_dtype t = lower_promote(L, in, n);
+    char sz[1][KIR_EXPR];
+    snprintf(sz[0], KIR_EXPR, "%lld", (long long)total);
+    lval acc = {.node = -1};
+    int64_t off = 0;
+    for (int i = 0; i < n; off += size[i++]) {
+        kir_map m = {.n = 1, .mul = {1}, .add = {-off}, .den = {1}};
+        lval part;
+        if (!lower_remap(L, in[i], lv_dim((int)dim, in[i].ndim), m, sz, 0, &part) ||
+            !lower_cast(L, part, t, &part))
+            return 0;
+        if (acc.node < 0)
+            acc = part;
+        else if (!lower_binary(L, KO_ADD, acc, part, &acc))
+            return 0;
+    }
+    *out = acc;
+    return 1;
 }
 
 /* ---- the table ---- */
@@ -724,6 +855,7 @@ const lower_rule KIR_RULES[] = {
     {"add sub rsub", binary, KO_ADD},
     {"mul multiply", binary, KO_MUL},
     {"div true_divide divide", binary, KO_DIV},
+    {"floor_divide", compare, KO_DIV_FLOOR},
     {"maximum fmax", compare, KO_MAX},
     {"minimum fmin", compare, KO_MIN},
     {"pow", power, 0},
@@ -772,11 +904,16 @@ const lower_rule KIR_RULES[] = {
     {"logical_and", compare, KO_AND},
     {"logical_or", compare, KO_OR},
     {"logical_not", unary, KO_NOT},
+    {"bitwise_and __and__", bitwise, KO_BITAND},
+    {"bitwise_or __or__", bitwise, KO_BITOR},
+    {"bitwise_xor __xor__", bitwise, KO_BITXOR},
     {"isnan", unary, KO_ISNAN},
     {"isinf", unary, KO_ISINF},
     {"where", where, 0},
+    {"triu tril", triangle, 0},
     {"masked_fill", masked_fill, 0},
     /* casts and copies */
+    {"copy", copy, 0},
     {"to _to_copy type_as contiguous clone alias detach lift_fresh_copy", cast, 0},
     /* views */
     {"view _unsafe_view reshape unsqueeze squeeze permute transpose t expand flatten slice "
@@ -807,5 +944,8 @@ const lower_rule KIR_RULES[] = {
      adaptive_pool, 0},
     {"constant_pad_nd pad", pad, 0},
     {"upsample_nearest1d upsample_nearest2d upsample_nearest3d", upsample, 0},
+    {"index", gather, 0},
+    {"embedding", embedding, 0},
+    {"cat concat concatenate", cat, 0},
 };
 const int KIR_N_RULES = sizeof KIR_RULES / sizeof KIR_RULES[0];

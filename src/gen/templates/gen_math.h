@@ -62,6 +62,11 @@ KG_FN float kg_pow(float a, float b) {
 KG_FN float kg_div_floor(float a, float b) {
     return floorf(a / b);
 }
+/* floor division of integers (C's / truncates) */
+KG_FN int64_t kg_idiv_floor(int64_t a, int64_t b) {
+    const int64_t q = a / b;
+    return q - (q * b != a && ((a < 0) != (b < 0)));
+}
 
 /* ---- bits ---- */
 #ifdef __CUDACC__
