@@ -109,6 +109,8 @@ class Ops(nn.Module):
             torch.sigmoid(y), F.silu(y), F.gelu(y), F.gelu(y, approximate="tanh"), F.relu(y), y.pow(3),
             torch.pow(y.abs(), z), torch.rsqrt(y.abs() + 1), torch.sqrt(y.abs()), torch.where(y > z, y, z),
             torch.clamp(y, -0.5, 0.5), y.to(torch.bfloat16), yb.float(),
+            # data movement: concatenation, padding, a gather by indices
+            torch.cat([y, z[:, :5]], 1), F.pad(x, (1, 2, 0, 1), value=0.5), y[torch.tensor([3, 0, -1, 2])],
             # the chains of leaf modules
             self.rms_c(x), self.rms_c16(xb), self.rms_last(yb), self.ln_c(x), self.ln_last(y), self.smx(x),
             self.gated(y, z, z[0]),
