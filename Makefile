@@ -1,4 +1,5 @@
-# kiln build: `make` builds build/kiln and build/libkiln_rt.so; `make test` runs every test.
+# kiln build: `make` builds build/kiln, its cpu sandbox build/kiln-sandbox and build/libkiln_rt.so;
+# `make test` runs every test.
 # Everything goes under build/. CUDA is needed only for its headers: the driver is dlopen'ed at run time
 # and NVRTC is dlopen'ed too, so the binary runs (and says "no GPU") where there is neither.
 #
@@ -25,9 +26,13 @@ RPATH := -Wl,-rpath,'$$ORIGIN/lib'
 WHOLE_LIB := -Wl,--whole-archive $(BUILD)/libkiln.a -Wl,--no-whole-archive $(BUILD)/libkiln_core.a
 LIBS_A := $(BUILD)/libkiln.a $(BUILD)/libkiln_core.a
 
-CORE_SRC := $(sort $(wildcard src/util/*.c src/formats/*.c src/backend/*.c))
+# src/backend/sandbox_main.c is the cpu sandbox's runner, a program of its own (build/kiln-sandbox).
+SANDBOX_MAIN := src/backend/sandbox_main.c
+CORE_SRC := $(sort $(filter-out $(SANDBOX_MAIN),$(wildcard src/util/*.c src/formats/*.c src/backend/*.c)))
 LIB_SRC := $(sort $(wildcard src/gate/*.c src/gen/*.c src/gen/ir/*.c src/store/*.c src/search/*.c))
 TEMPLATES := $(sort $(wildcard src/gen/templates/*))
+# The gate's own device kernels (poison, masks, the output check), embedded the same way.
+GATE_KERNELS := $(sort $(wildcard src/gate/kernels/*))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 RT_SRC := $(sort $(wildcard src/runtime/*.c))
 # The dashboard (kiln serve) is linked into the binary only, never into libkiln_rt.so. Its assets are
@@ -40,7 +45,8 @@ WEB_ASSETS := $(sort $(wildcard web/assets/*)) $(JS_DIR)/chart.js/chart.min.js \
 WEB_OBJ := $(WEB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/web/assets.o
 WEB_LDLIBS := -lmicrohttpd
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/templates.o
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/templates.o \
+	$(BUILD)/obj/gen/gate_kernels.o
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 RT_OBJ := $(RT_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/c/test_*.c))
@@ -49,9 +55,10 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 HEADERS := $(shell find src -name '*.h')
 
-.PHONY: all deps demo test test-c test-py fuzz fuzz-smoke format format-check clean
+.PHONY: all deps demo install test test-c test-py fuzz fuzz-smoke format format-check clean
 
-all: $(BUILD)/kiln $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp $(BUILD)/lib/libmicrohttpd.so.12
+all: $(BUILD)/kiln $(BUILD)/kiln-sandbox $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp \
+	$(BUILD)/lib/libmicrohttpd.so.12
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -61,6 +68,14 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 $(BUILD)/gen/templates.c: $(TEMPLATES) scripts/embed.sh
 	@mkdir -p $(dir $@)
 	bash scripts/embed.sh $@ kiln_embedded_templates $(TEMPLATES)
+
+$(BUILD)/gen/gate_kernels.c: $(GATE_KERNELS) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	bash scripts/embed.sh $@ kiln_gate_kernels $(GATE_KERNELS)
+
+$(BUILD)/obj/gen/gate_kernels.o: $(BUILD)/gen/gate_kernels.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/gen/templates.o: $(BUILD)/gen/templates.c
 	@mkdir -p $(dir $@)
@@ -95,6 +110,15 @@ $(BUILD)/libkiln_rt.so: $(RT_OBJ) $(BUILD)/libkiln_core.a src/runtime/kiln_rt.ma
 	$(CC) $(ALL_CFLAGS) -shared -Wl,--no-undefined -Wl,--version-script=src/runtime/kiln_rt.map \
 		-o $@ $(RT_OBJ) $(BUILD)/libkiln_core.a $(CORE_LDLIBS) $(RPATH)
 
+# The cpu sandbox's runner: the process a cpu candidate runs in, under a seccomp filter (libseccomp,
+# shipped in build/lib). It links none of kiln's libraries; its OpenMP threads are the candidate's.
+$(BUILD)/obj/src/backend/sandbox_main.o: $(SANDBOX_MAIN) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fopenmp -c $< -o $@
+
+$(BUILD)/kiln-sandbox: $(BUILD)/obj/src/backend/sandbox_main.o $(BUILD)/lib/libseccomp.so.2
+	$(CC) $(ALL_CFLAGS) -fopenmp -o $@ $< -lseccomp -ldl $(RPATH)
+
 # Copy the third-party shared objects the GPU machine lacks next to the binary.
 $(BUILD)/lib/.stamp:
 	@mkdir -p $(BUILD)/lib
@@ -107,6 +131,14 @@ $(BUILD)/lib/.stamp:
 $(BUILD)/lib/libmicrohttpd.so.12:
 	@mkdir -p $(BUILD)/lib
 	cp -L $$(ldconfig -p | awk '/libmicrohttpd.so.12 /{print $$NF; exit}') $@
+
+# libseccomp is not there either.
+$(BUILD)/lib/libseccomp.so.2:
+	@mkdir -p $(BUILD)/lib
+	cp -L $$(ldconfig -p | awk '/libseccomp.so.2 /{print $$NF; exit}') $@
+
+# The cpu backend's tests start runners.
+$(BUILD)/tests/test_backend_cpu $(BUILD)/tests/test_sandbox: $(BUILD)/kiln-sandbox
 
 # The dashboard's test links the web objects, which libkiln.a does not hold.
 $(BUILD)/tests/test_web: tests/c/test_web.c $(WEB_OBJ) $(LIBS_A) $(BUILD)/lib/.stamp \
@@ -130,6 +162,30 @@ $(BUILD)/tests/%: tests/c/%.c $(LIBS_A) $(BUILD)/lib/.stamp
 
 deps:
 	bash scripts/deps.sh
+
+# make install PREFIX=DIR: kiln under DIR/lib/kiln, laid out like the checkout (build/ with the shared objects
+# the binary's rpath expects, python/, src/backend/kiln_cpu.h for cpu kernels, docs/abi.md for the llm
+# agent), so that the binary finds all of it from where it runs (kiln_home); and DIR/bin/kiln, which runs it
+# with $(PYTHON) unless KILN_PYTHON names another Python with torch. `pip install DIR/lib/kiln/python` puts
+# the package into any other environment.
+PREFIX ?= /usr/local
+KILN_LIBDIR = $(PREFIX)/lib/kiln
+# the venv's folder resolved (.venv may be a link), never the interpreter (that would leave the venv)
+INSTALL_PYTHON = $(realpath $(dir $(PYTHON)))/$(notdir $(PYTHON))
+install: all
+	install -d $(DESTDIR)$(KILN_LIBDIR)/build/lib $(DESTDIR)$(KILN_LIBDIR)/src/backend \
+		$(DESTDIR)$(KILN_LIBDIR)/docs $(DESTDIR)$(PREFIX)/bin
+	rm -rf $(DESTDIR)$(KILN_LIBDIR)/python/kiln && install -d $(DESTDIR)$(KILN_LIBDIR)/python/kiln
+	install -m 755 $(BUILD)/kiln $(BUILD)/libkiln_rt.so $(DESTDIR)$(KILN_LIBDIR)/build/
+	cp -P $(BUILD)/lib/*.so* $(DESTDIR)$(KILN_LIBDIR)/build/lib/
+	install -m 644 python/kiln/*.py python/kiln/_dispatch.cpp $(DESTDIR)$(KILN_LIBDIR)/python/kiln/
+	install -m 644 python/pyproject.toml python/kiln_build.py $(DESTDIR)$(KILN_LIBDIR)/python/
+	install -m 644 src/backend/kiln_cpu.h $(DESTDIR)$(KILN_LIBDIR)/src/backend/
+	install -m 644 docs/abi.md $(DESTDIR)$(KILN_LIBDIR)/docs/
+	printf '#!/bin/sh\n# kiln, from make install: the binary under %s, run with a Python that has torch.\n: "$${KILN_PYTHON:=%s}"\nexport KILN_PYTHON\nexec "%s/build/kiln" "$$@"\n' \
+		"$(KILN_LIBDIR)" "$(INSTALL_PYTHON)" "$(KILN_LIBDIR)" > $(DESTDIR)$(PREFIX)/bin/kiln
+	chmod 755 $(DESTDIR)$(PREFIX)/bin/kiln
+	@echo "kiln installed: $(PREFIX)/bin/kiln (Python: $(INSTALL_PYTHON); pip install $(KILN_LIBDIR)/python for import kiln elsewhere)"
 
 demo: all
 	bash scripts/demo.sh

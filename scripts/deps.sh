@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what kiln needs to build and test: Debian packages (compiler, cmocka, cJSON, clang for the
-# fuzzers; libmicrohttpd, Chart.js and highlight.js for the dashboard, Chromium for its browser tests)
-# and a Python virtual environment in .venv with PyTorch (CPU is enough) for the references.
+# fuzzers; libseccomp for the cpu sandbox; libmicrohttpd, Chart.js and highlight.js for the dashboard,
+# Chromium for its browser tests) and a Python virtual environment in .venv with PyTorch (CPU is
+# enough) for the references.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES="build-essential clang libclang-rt-14-dev clang-format libcmocka-dev libcjson-dev \
-libsqlite3-dev libcurl4-openssl-dev python3-venv pkg-config libmicrohttpd-dev libjs-chart.js \
-libjs-highlight.js chromium"
+libsqlite3-dev libcurl4-openssl-dev python3-venv pkg-config libmicrohttpd-dev libseccomp-dev \
+libjs-chart.js libjs-highlight.js chromium"
 missing=""
 for p in $APT_PACKAGES; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

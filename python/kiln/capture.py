@@ -9,13 +9,18 @@ the formats and the reasons):
 
   RUN/problems/<name>/definition.json   reference calling the captured aten overload (or a leaf module's
                                         forward, "kind": "module"), plus "kiln": {calls, share, ...}
-  RUN/problems/<name>/workload.jsonl    workload 0: the real captured tensors; then random sets drawn
-                                        with the real tensors' statistics
-  RUN/problems/<name>/tensors/          real.safetensors, real_outputs.safetensors, random<j>.safetensors
+  RUN/problems/<name>/workload.jsonl    workload 0: the real captured tensors (a tensor too big to keep:
+                                        a `random` input with its statistics, structure and real slice in
+                                        kiln.drawn); then random sets drawn with the real tensors' statistics
+  RUN/problems/<name>/tensors/          real.safetensors, slices.safetensors, real_outputs.safetensors,
+                                        random<j>.safetensors
   RUN/problems/<name>/kiln/ref-<dev>/   reference data for the gate (kiln.reference.build_reference)
   RUN/model.json                        every op in call order: module path, producer -> consumer edges,
                                         device time, the problem each call belongs to
-  RUN/capture.json                      wall times, device, versions, script, what was skipped and why
+  RUN/capture.json                      wall times, device, versions, script, what was skipped and why,
+                                        the names this run gave and their content hashes
+
+Capture holds RUN/kiln.lock while it runs and puts the new problems in place only when it succeeded.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from kiln.cli import Parser, UsageError, stdout_to_stderr
 
 DEFAULT_MAX_BYTES = 2 << 30
 REFERENCE_SETS = 3  # input sets the gate proves on, real + random, per problem at least
-HOLD_FLOOR_BYTES = 4 << 30  # host copies held during the run: max(8 x --max-bytes, this), <= half of free RAM
+HOLD_FLOOR_BYTES = 4 << 30  # spooled during the run: max(8 x --max-bytes, this), <= half of the free disk
+SLICE_BYTES_MIN, SLICE_BYTES_MAX = 1 << 10, 16 << 20  # a real slice is --max-bytes / 256, within these
 HEADER_BYTES_PER_TENSOR = 192  # safetensors header entry of one tensor, at most (names are short)
 HEADER_BYTES_PER_FILE = 16
 KILN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -71,6 +77,21 @@ def _size(text: str) -> int:
         raise ValueError(text) from None
 
 
+def add_size_options(p: Parser) -> None:
+    """Declares the options of capture's byte plan on p: kiln capture's own parser and kiln tune's, which
+    hands them to capture with capture_args (so that tune checks them before anything runs)."""
+    p.option("--max-bytes", metavar="B", kind="custom", convert=_size, wants="a size such as 2GiB, 512M or 1000000",
+             default=DEFAULT_MAX_BYTES, default_text=f"{DEFAULT_MAX_BYTES >> 30}GiB",
+             help="the most bytes of tensors saved in all; bigger tensors are kept as statistics, structure and "
+                  "a real slice")
+    p.option("--random-sets", metavar="K", kind="int", lo=0, default=2, help="random workloads per problem")
+
+
+def capture_args(opts) -> list:
+    """The kiln capture arguments for the options add_size_options declared, as opts holds them."""
+    return ["--max-bytes", str(opts.max_bytes), "--random-sets", str(opts.random_sets)]
+
+
 def parser() -> Parser:
     """`kiln capture`'s command line (its --help)."""
     p = Parser(
@@ -78,23 +99,22 @@ def parser() -> Parser:
         "Runs an unmodified PyTorch script with kiln watching, ranks its aten ops and fused leaf modules by "
         "device time, and writes the ones that matter as SOL-ExecBench problems on the script's own tensors: "
         "RUN/problems/<name>/ (definition, workloads, tensors, the gate's reference data), RUN/model.json "
-        "(every op in call order, producer -> consumer) and RUN/capture.json. Everything after `--` goes to "
+        "(every op in call order, producer -> consumer) and RUN/capture.json. No op is dropped for its size: "
+        "a tensor too big to keep is written as its statistics, structure and a real slice. A problem is "
+        "named by its content: a changed problem never takes an old name. Everything after `--` goes to "
         "the script, which runs as __main__ as `python SCRIPT` would run it; docs/capture.md has the formats.",
         [(0, "captured"),
          (1, "the script failed (its own exception is shown with its traceback), did no tensor work, or a "
              "problem could not be written"),
-         (2, "bad invocation")],
+         (2, "bad invocation, or RUN is in use by another kiln process (kiln optimize or tune)")],
         "kiln capture examples/resnet50.py --out runs/resnet50 -- --small",
         unknown_hint=" (the script's own arguments go after `--`)")
     p.add_argument("script")
     p.option("--out", metavar="RUN", required=True, help="the run directory to write (problems/, model.json, ...)")
     p.option("--top", metavar="N", kind="int", lo=1, default=20, help="problems to write per kind")
-    p.option("--max-bytes", metavar="B", kind="custom", convert=_size, wants="a size such as 2GiB, 512M or 1000000",
-             default=DEFAULT_MAX_BYTES, default_text=f"{DEFAULT_MAX_BYTES >> 30}GiB",
-             help="the most bytes of tensors saved in all")
+    add_size_options(p)
     p.option("--device", metavar="auto|cuda|cpu", choices=["auto", "cuda", "cpu"], default="auto",
              help="whose time ranks the ops: CUDA kernel time or CPU time; auto: cuda when PyTorch sees a GPU")
-    p.option("--random-sets", metavar="K", kind="int", lo=0, default=2, help="random workloads per problem")
     p.option("--no-reference", action="store_true",
              help="do not build the gate's reference data (kiln eval builds it when needed)")
     p.option("--quiet", action="store_true", help="print only the ranked table")
@@ -123,15 +143,17 @@ def parse_args(argv: list) -> argparse.Namespace:
 # Running the script.
 
 
-def _host_memory_available() -> Optional[int]:
+def _disk_available(path: str) -> Optional[int]:
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
     except OSError:
-        pass
-    return None
+        return None
+
+
+def slice_bytes_for(max_bytes: int) -> int:
+    """The size of the real slice kept of a tensor too big to keep: --max-bytes / 256, in [1 KiB, 16 MiB]."""
+    return min(max(max_bytes // 256, SLICE_BYTES_MIN), SLICE_BYTES_MAX)
 
 
 def _user_traceback(exc: BaseException, script: str) -> str:
@@ -274,32 +296,38 @@ class Capture:
         self.bytes_written = 0
         self.names: set = set()
         self.write_error: Optional[str] = None
+        self.ledger: dict = {}
 
     # ---- set-up and run ------------------------------------------------------------------------------
 
     def prepare_out(self) -> None:
+        """Opens the run: its lock, its ledger of names (kiln.capture_run). A previous capture's problems,
+        model.json and capture.json stay until this one has succeeded, then they are replaced."""
+        from kiln.capture_run import RunDir, RunLocked
         if os.path.exists(self.out) and not os.path.isdir(self.out):
             raise CaptureError(f"--out {self.opts.out}: exists and is not a directory", 2)
+        self.rundir = RunDir(self.out)
         try:
-            os.makedirs(self.out, exist_ok=True)
-            for name in ("problems",):
-                path = os.path.join(self.out, name)
-                if os.path.isdir(path):
-                    shutil.rmtree(path)  # a previous capture's problems: replaced, never mixed
-            for name in ("model.json", "capture.json"):
-                path = os.path.join(self.out, name)
-                if os.path.exists(path):
-                    os.remove(path)
-            os.makedirs(os.path.join(self.out, "problems"))
+            self.rundir.open()
+        except RunLocked as e:
+            raise CaptureError(str(e), 2) from None
         except OSError as e:
+            self.rundir.close()
             raise CaptureError(f"--out {self.opts.out}: {e.strerror or e}", 2)
 
     def run(self) -> int:
-        t_start = time.perf_counter()
         self.prepare_out()
+        try:
+            return self._run()
+        finally:
+            self.rundir.close()
+
+    def _run(self) -> int:
+        t_start = time.perf_counter()
         import torch
         from torch.profiler import ProfilerActivity, profile
 
+        from kiln.capture_problem import Spool
         from kiln.capture_record import Recorder
 
         device = self.opts.device
@@ -308,14 +336,16 @@ class Capture:
         if device == "cuda" and not torch.cuda.is_available():
             raise CaptureError("--device cuda: PyTorch sees no CUDA device (use --device cpu)", 2)
         self.device = device
-        # Host copies are made before the ranking is known, so more is held than will be written.
-        avail = _host_memory_available()
+        # Copies are spooled to disk before the ranking is known, so more is kept than will be written.
+        avail = _disk_available(self.out)
         hold_cap = max(8 * self.opts.max_bytes, HOLD_FLOOR_BYTES)
         if avail is not None:
             hold_cap = min(hold_cap, avail // 2)
         # Before the first module forward, copies are provisional (model construction and .to() are not
         # the model; a script that never calls a module keeps them): they get at most --max-bytes.
-        self.recorder = rec = Recorder(device, hold_cap, min(self.opts.max_bytes, hold_cap), self.opts.max_bytes)
+        self.slice_bytes = slice_bytes_for(self.opts.max_bytes)
+        self.recorder = rec = Recorder(device, Spool(self.rundir.spool_dir), hold_cap,
+                                       min(self.opts.max_bytes, hold_cap), self.opts.max_bytes, self.slice_bytes)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         if not self.opts.quiet:
             self.log(f"kiln capture: running {self.opts.script} {' '.join(self.opts.script_args)}".rstrip()
@@ -350,6 +380,10 @@ class Capture:
         t0 = time.perf_counter()
         self.write_problems()
         self.wall["problems_s"] = time.perf_counter() - t0
+        try:
+            self.ledger = self.rundir.commit()
+        except OSError as e:
+            raise CaptureError(f"cannot put the new problems in place under {self.opts.out}: {e.strerror or e}", 1)
         self.write_model_json()
         self.wall["total_s"] = time.perf_counter() - t_start
         self.write_capture_json()
@@ -420,9 +454,11 @@ class Capture:
         return name
 
     def write_problems(self) -> None:
-        """The top --top aten signatures and the top --top leaf-module signatures (by time) become problems.
-        Bytes are planned before anything is written: first the real tensors of every candidate, in order
-        of time share, while they fit in --max-bytes; then random sets with what is left."""
+        """The top --top aten signatures and the top --top leaf-module signatures (by time) become problems;
+        none is dropped for its size. Bytes are planned before anything is written, in rounds over the
+        candidates in order of share: every problem starts with its inputs drawn from statistics (no
+        bytes); then each gets its small inputs and the slices of its big ones while they fit in
+        --max-bytes; then its real inputs in full; then its real outputs; then random sets."""
         top = self.opts.top
         eligible = [g for g in self.groups if g.no_problem is None][:top]
         modules = self.module_groups[:top]
@@ -430,18 +466,23 @@ class Capture:
         cands += [c for c in (self.module_candidate(m) for m in modules) if c is not None]
         cands.sort(key=lambda c: -c.share)
         budget = self.opts.max_bytes
-        planned = []
+        for level in ("sliced", "real"):
+            for c in cands:
+                if c.can(level):
+                    extra = c.bytes_at(level) - c.bytes_at(c.level)
+                    if extra <= budget:
+                        budget -= extra
+                        c.level = level
         for c in cands:
-            if c.real_bytes <= budget:
-                budget -= c.real_bytes
-                planned.append(c)
-            else:
-                c.skip(f"over --max-bytes: its real tensors need {_fmt_bytes(c.real_bytes)}, "
-                       f"{_fmt_bytes(budget)} of {_fmt_bytes(self.opts.max_bytes)} left")
-        for c in planned:
-            c.n_random = self.opts.random_sets if c.per_set == 0 else min(self.opts.random_sets, budget // c.per_set)
-            budget -= c.n_random * c.per_set
-        for c in planned:
+            if c.level == "real" and c.outputs_held and c.output_bytes <= budget:
+                budget -= c.output_bytes
+                c.with_outputs = True
+        for c in cands:
+            if c.with_outputs:
+                c.n_random = self.opts.random_sets if c.per_set == 0 else min(self.opts.random_sets,
+                                                                              budget // c.per_set)
+                budget -= c.n_random * c.per_set
+        for c in cands:
             if self.write_error:
                 c.skip(self.write_error)
             else:
@@ -458,7 +499,7 @@ class Capture:
                 for ids in m["calls"]:
                     for i in ids:
                         self.module_problem_of[i] = m["problem"]
-        self.recorder.samples.clear()  # the held tensors are no longer needed
+        self.recorder.samples.clear()  # the kept tensors are no longer needed
         for m in self.module_groups:
             m["trace"] = None
 
@@ -471,7 +512,7 @@ class Capture:
             return None
         inputs = [(n, s) for n, s, is_out in zip(sample.flat_names, sample.inputs, sample.flat_is_out)
                   if not is_out]
-        kept = [k for k, s in enumerate(sample.outputs) if s.data.numel() > 0]
+        kept = [k for k, s in enumerate(sample.outputs) if s.numel > 0]
         if not kept:
             g.skipped = "no non-empty tensor output"
             return None
@@ -501,9 +542,9 @@ class Capture:
                        f"{100 * share:.1f}% of {self.time_source} time; first at {g.paths[0] or '<root>'}. "
                        f"Tensors are stored in memory order (kiln.layouts).")
         c = Candidate(name, func._opname, description, inputs, outputs, source, kiln, share,
-                      {"kind": "aten", "aten": label, "group": self.groups.index(g)})
+                      {"kind": "aten", "aten": label, "group": self.groups.index(g)}, self.slice_bytes)
         c.on_skip = lambda why: setattr(g, "skipped", why)
-        c.on_ok = lambda: setattr(g, "problem", name)
+        c.on_ok = lambda final: setattr(g, "problem", final)
         c.release = lambda: self.names.discard(name)
         return c
 
@@ -517,7 +558,7 @@ class Capture:
         if any(s is None for _, s in inputs) or any(s is None for _, s, _ in tr.outputs):
             m["skipped"] = "tensors not held"
             return None
-        kept = [k for k, (_, s, _) in enumerate(tr.outputs) if s.data.numel() > 0]
+        kept = [k for k, (_, s, _) in enumerate(tr.outputs) if s.numel > 0]
         if not kept:
             m["skipped"] = "no non-empty tensor output"
             return None
@@ -545,56 +586,86 @@ class Capture:
                        f"captured from {os.path.basename(self.opts.script)}: {len(m['calls'])} call(s), "
                        f"{100 * share:.1f}% of {self.time_source} time; first at {first_path}.")
         c = Candidate(name, f"module:{m['cls']}", description, inputs, outputs, source, kiln, share,
-                      {"kind": "module", "module_class": m["cls"]})
+                      {"kind": "module", "module_class": m["cls"]}, self.slice_bytes)
         c.on_skip = lambda why: m.__setitem__("skipped", why)
-        c.on_ok = lambda: m.__setitem__("problem", name)
+        c.on_ok = lambda final: m.__setitem__("problem", final)
         c.release = lambda: self.names.discard(name)
         return c
 
     def emit_problem(self, c: "Candidate") -> None:
-        """Writes, checks and (unless --no-reference) builds the reference data of one problem."""
-        import torch
-
-        from kiln.capture_problem import DTYPE_NAMES, Axes, random_like, write_problem
-        name, inputs, outputs, kiln = c.name, c.inputs, c.outputs, c.kiln
+        """Writes one problem at its planned level, names it by its content (kiln.capture_run), then checks
+        it and (unless --no-reference) builds its reference data when its real outputs were written."""
+        from kiln.capture_problem import (DTYPE_NAMES, REAL_OUTPUTS_FILE, Axes, workload_line,
+                                          write_problem_files, write_random_sets, write_real_set)
+        from kiln.problem import ProblemError, content_hash
+        inputs, outputs, kiln = c.inputs, c.outputs, c.kiln
         axes = Axes()
+        modes = c.modes()
+        drawn_names = [n for n, _, mode in modes if mode == "drawn"]
+        kiln["real_outputs"] = REAL_OUTPUTS_FILE if c.with_outputs else None
+        if drawn_names:
+            kiln["inputs_drawn"] = drawn_names
         definition = {
-            "name": name,
+            "name": c.name,
             "op_type": c.op_type,
             "description": c.description,
             "axes": axes.axes,
             "custom_inputs_entrypoint": None,
-            "inputs": {n: {"shape": axes.shape(s.data.shape), "dtype": DTYPE_NAMES[s.dtype]} for n, s in inputs},
-            "outputs": {n: {"shape": axes.shape(s.data.shape), "dtype": DTYPE_NAMES[s.dtype]} for n, s in outputs},
+            "inputs": {n: {"shape": axes.shape(s.data_shape), "dtype": DTYPE_NAMES[s.dtype]} for n, s in inputs},
+            "outputs": {n: {"shape": axes.shape(s.data_shape), "dtype": DTYPE_NAMES[s.dtype]} for n, s in outputs},
             "reference": c.source,
             "constraints": [],
             "kiln": kiln,
         }
-        randoms = []
-        for j in range(1, c.n_random + 1):
-            gen = torch.Generator().manual_seed(_seed_of(name, j))
-            randoms.append({n: random_like(s.data, gen).contiguous() for n, s in inputs})
-        problem_dir = os.path.join(self.out, "problems", name)
+        staging = self.rundir.staging_dir(f".new-{c.name}")
         t0 = time.perf_counter()
         try:
-            n_bytes = write_problem(problem_dir, definition, inputs, outputs, randoms, {})
-        except OSError as e:
-            shutil.rmtree(problem_dir, ignore_errors=True)
-            self.write_error = f"cannot write under {self.opts.out}: {e.strerror or e}"
+            os.makedirs(staging)
+            descriptors, drawn, n_bytes = write_real_set(staging, modes, outputs if c.with_outputs else None)
+            w0 = workload_line("", 0, "real", descriptors, {"drawn": drawn} if drawn else {})
+            h = content_hash(definition, [w0], staging)
+            name = self.rundir.name_for(c.name, h)
+            definition["name"] = name
+            kiln["content_hash"] = h
+            w0 = workload_line(h, 0, "real", descriptors, {"drawn": drawn} if drawn else {})
+            seeds = [(int(h[:12], 16) + j) % (1 << 62) for j in range(1, c.n_random + 1)]
+            randoms, more = write_random_sets(staging, h, modes, seeds)
+            n_bytes += more
+            write_problem_files(staging, definition, [w0] + randoms)
+            problem_dir = self.rundir.staging_dir(name)
+            os.replace(staging, problem_dir)
+        except (OSError, ProblemError) as e:
+            shutil.rmtree(staging, ignore_errors=True)
+            self.write_error = f"cannot write under {self.opts.out}: {getattr(e, 'strerror', None) or e}"
             c.skip(self.write_error)
             return
-        del randoms
-        check = self.check_problem(problem_dir, outputs, c.n_random)
+        if c.with_outputs:
+            check = self.check_problem(problem_dir, outputs, c.n_random)
+        else:
+            check = self.check_loads(problem_dir)
         if check.get("fatal"):
             shutil.rmtree(problem_dir, ignore_errors=True)
+            self.rundir.given.pop(name, None)  # the name was not used after all
             c.skip(check["fatal"])
             return
         self.bytes_written += n_bytes
         self.written.append(dict(c.summary, name=name, calls=kiln["calls"], share=kiln["share"],
-                                 device_time_us=kiln["device_time_us"], bytes=n_bytes,
+                                 device_time_us=kiln["device_time_us"], bytes=n_bytes, content_hash=h,
+                                 inputs=c.level, drawn_inputs=drawn_names, real_outputs=c.with_outputs,
                                  random_workloads=check["random_workloads"], real_check=check["real"],
                                  reference=check.get("reference"), seconds=round(time.perf_counter() - t0, 3)))
-        c.on_ok()
+        c.on_ok(name)
+
+    def check_loads(self, problem_dir: str) -> dict:
+        """A problem without real outputs (inputs drawn from statistics, or too big with its outputs):
+        its files must load; the reference runs where the gate builds its reference data."""
+        from kiln.reference import ProblemError, load_problem
+        try:
+            load_problem(problem_dir)
+        except ProblemError as e:
+            return {"fatal": f"kiln's own problem files do not load: {e}", "real": None, "random_workloads": 0}
+        return {"real": None, "random_workloads": 0,
+                "reference": "on demand: built where the gate runs (kiln optimize, kiln eval)"}
 
     def check_problem(self, problem_dir: str, outputs: list, n_random: int) -> dict:
         """Runs the reference on the real inputs (it must reproduce the model's outputs) and on every
@@ -618,7 +689,7 @@ class Capture:
             checks = {}
             for name, stored in outputs:  # compared where the reference ran (big outputs on the GPU)
                 out = got[name].detach()
-                checks[name] = compare(out, stored.data.to(out.device))
+                checks[name] = compare(out, stored.load().to(out.device))
             result["real"] = {"ok": all(c["ok"] for c in checks.values()), "outputs": checks}
             bad_random = None
             for w in problem.workloads[1:]:
@@ -751,7 +822,9 @@ class Capture:
             "max_bytes": self.opts.max_bytes, "bytes_written": self.bytes_written,
             "top": self.opts.top, "random_sets": self.opts.random_sets,
             "problems": self.written, "skipped": self.skipped,
-            "holding": {"cap_bytes": rec.hold_cap, "disabled": rec.holding_disabled},
+            "holding": {"cap_bytes": rec.hold_cap, "disabled": rec.holding_disabled,
+                        "slice_bytes": self.slice_bytes},
+            "names": self.ledger,
             "torch_flags": self.torch_flags,
             "internal_errors": rec.internal_errors,
         }
@@ -796,6 +869,11 @@ class Capture:
         bad = [p["name"] for p in self.written if p.get("real_check") and not p["real_check"]["ok"]]
         if bad:
             w(f"WARNING: the reference does not reproduce the model's outputs for: {', '.join(bad)}")
+        drawn = [p["name"] for p in self.written if p["drawn_inputs"]]
+        if drawn:
+            w(f"{len(drawn)} problem(s) keep inputs as statistics, structure and a real slice (their tensors "
+              f"exceed --max-bytes {_fmt_bytes(self.opts.max_bytes)}); their reference data is built where "
+              f"the gate runs: {', '.join(drawn)}")
         failed = [p["name"] for p in self.written if str(p.get("reference", "")).startswith("failed")]
         if failed:
             w(f"WARNING: reference data could not be built for: {', '.join(failed)}")
@@ -819,7 +897,10 @@ class Capture:
 
 @dataclass
 class Candidate:
-    """A problem about to be written: everything but its random sets, which wait for the byte plan."""
+    """A problem about to be written: everything but what the byte plan decides, its level and its
+    random sets. Levels: "drawn" (every input a `random` input drawn from its statistics), "sliced" (small
+    inputs real, big ones drawn with their real slice), "real" (every input real); with_outputs adds
+    the model's real outputs (and with them the check and the reference data at capture)."""
     name: str
     op_type: str
     description: str
@@ -829,16 +910,57 @@ class Candidate:
     kiln: dict
     share: float
     summary: dict
+    slice_bytes: int
+    level: str = "drawn"
+    with_outputs: bool = False
     n_random: int = 0
     on_skip: Any = None
     on_ok: Any = None
     release: Any = None
 
+    def can(self, level: str) -> bool:
+        return level != "real" or all(s.held for _, s in self.inputs)
+
+    def mode(self, s, level: str) -> str:
+        """How one input is written at a level: "real", "whole_slice" or "drawn"."""
+        if level == "real" or (level == "sliced" and s.held and s.nbytes <= self.slice_bytes):
+            return "real"
+        if level == "sliced" and s.slice_path and s.slice_elements == s.numel:
+            return "whole_slice"
+        return "drawn"
+
+    def bytes_at(self, level: str) -> int:
+        """Bytes of the real set at a level (real.safetensors and slices.safetensors), headers included."""
+        n = 0
+        for _, s in self.inputs:
+            mode = self.mode(s, level)
+            if mode != "drawn":
+                n += s.nbytes + HEADER_BYTES_PER_TENSOR
+            elif s.slice_path and level != "drawn":
+                n += s.slice_elements * s.dtype.itemsize + HEADER_BYTES_PER_TENSOR
+        return n + (2 * HEADER_BYTES_PER_FILE if n else 0)
+
+    def modes(self) -> list:
+        """[(name, Stored, mode)] at the planned level; a drawn input kept only whole gets its summary now
+        (small: its summary was not needed while recording), and one drawn at level "drawn" loses its slice."""
+        from kiln.capture_stats import summarize
+        out = []
+        for name, s in self.inputs:
+            mode = self.mode(s, self.level)
+            if mode == "drawn" and s.summary is None:
+                s.summary = summarize(s.load())
+            if mode == "drawn" and self.level == "drawn":
+                s.slice_path, s.slice_elements = None, 0
+            out.append((name, s, mode))
+        return out
+
     @property
-    def real_bytes(self) -> int:
-        """Bytes of real.safetensors + real_outputs.safetensors, headers included (an upper bound)."""
-        return (sum(s.nbytes + HEADER_BYTES_PER_TENSOR for _, s in self.inputs + self.outputs)
-                + 2 * HEADER_BYTES_PER_FILE)
+    def outputs_held(self) -> bool:
+        return all(s.held for _, s in self.outputs)
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(s.nbytes + HEADER_BYTES_PER_TENSOR for _, s in self.outputs) + HEADER_BYTES_PER_FILE
 
     @property
     def per_set(self) -> int:
@@ -853,18 +975,12 @@ class Candidate:
 def _layout_fields(inputs: list, outputs: list) -> dict:
     both = inputs + outputs
     return {"shapes": {n: list(s.shape) for n, s in both}, "strides": {n: list(s.stride) for n, s in both},
-            "storage_offsets": {n: s.offset for n, s in both}, "layouts": {n: s.layout_json() for n, s in both},
-            "real_outputs": "tensors/real_outputs.safetensors"}
+            "storage_offsets": {n: s.offset for n, s in both}, "layouts": {n: s.layout_json() for n, s in both}}
 
 
 def op_label_of(func) -> str:
     from kiln.capture_record import op_label
     return op_label(func)
-
-
-def _seed_of(name: str, j: int) -> int:
-    from kiln.problem import fnv1a64
-    return (fnv1a64(name.encode()) + j) % (1 << 62)
 
 
 def _fmt_bytes(n: float) -> str:

@@ -45,21 +45,56 @@ TOLERANCE = {
 _UUID_NAMESPACE = uuid.UUID("6b696c6e-6361-7074-7572-650000000001")
 
 
+SPOOL_CHUNK_BYTES = 64 << 20  # host memory of one copy step: device -> host -> spool file
+
+
 @dataclass
 class Stored:
-    """A held copy of a tensor on the host, in memory order (see the module docstring)."""
-    data: torch.Tensor   # contiguous host tensor as stored
+    """What capture kept of one tensor: its captured layout always; a full copy in the spool (path) when
+    the caps allowed one; a summary (kiln.capture_stats: statistics and structure) and a leading slice
+    (slice_path, slice_elements) when it is not kept whole or is bigger than a slice. The kept data is in
+    memory order (see the module docstring): data_shape is its shape."""
     shape: tuple         # the captured shape
     stride: tuple        # the captured strides
     offset: int          # the captured storage offset
     dtype: torch.dtype
+    data_shape: tuple    # the shape of the data as stored (memory order, broadcast dims once)
     perm: Optional[list]    # the captured tensor (before expansion) is data.permute(inverse(perm))
     expand: bool            # the captured tensor is that, expanded to shape
     exact: bool             # the reference can rebuild the captured strides
+    path: Optional[str] = None        # the full copy, raw bytes in the spool
+    summary: Optional[dict] = None    # {"stats", "structure"} of the data
+    slice_path: Optional[str] = None  # raw bytes in the spool that begin with its first slice_elements
+    slice_elements: int = 0           # elements (path itself when there is a full copy)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.data_shape:
+            n *= s
+        return n
 
     @property
     def nbytes(self) -> int:
-        return self.data.numel() * self.data.element_size()
+        return self.numel * self.dtype.itemsize
+
+    @property
+    def held(self) -> bool:
+        return self.path is not None
+
+    @property
+    def spooled_bytes(self) -> int:
+        own_slice = self.slice_path is not None and self.slice_path != self.path
+        return (self.nbytes if self.path else 0) + (self.slice_elements * self.dtype.itemsize if own_slice else 0)
+
+    def load(self) -> torch.Tensor:
+        """The full copy, read from the spool (a host tensor of data_shape)."""
+        assert self.path is not None, "a tensor that was not kept whole"
+        return _read_raw(self.path, self.numel, self.dtype).reshape(self.data_shape)
+
+    @property
+    def data(self) -> torch.Tensor:
+        return self.load()
 
     def layout_json(self) -> dict:
         if not self.exact:
@@ -68,7 +103,7 @@ class Stored:
             kind = "contiguous"
         else:
             kind = "memory_order"
-        out = {"stored": kind, "stored_shape": list(self.data.shape)}
+        out = {"stored": kind, "stored_shape": list(self.data_shape)}
         if self.perm is not None:
             out["permute"] = list(self.perm)
         if self.expand:
@@ -76,28 +111,89 @@ class Stored:
         return out
 
 
-def store_tensor(t: torch.Tensor) -> Stored:
-    """A host copy of t in memory order. Raises what the copy raises (out of memory)."""
-    with torch.inference_mode(False), torch.no_grad():
-        t = t.detach()
-        shape, stride = tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride())
-        base = t
-        expand = False
-        for d in range(t.dim()):
-            if stride[d] == 0 and shape[d] > 1:
-                base = base.narrow(d, 0, 1)
-                expand = True
-        perm = None
-        exact = True
-        if not base.is_contiguous():
-            order = sorted(range(base.dim()), key=lambda d: (-base.stride(d), d))
-            if base.permute(order).is_contiguous():
-                perm = order
-                base = base.permute(order)
-            else:
-                base, exact, expand = t, False, False
-        data = base.to("cpu", copy=True).contiguous()
-        return Stored(data, shape, stride, int(t.storage_offset()), t.dtype, perm, expand, exact)
+def _read_raw(path: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    if numel == 0:
+        return torch.empty(0, dtype=dtype)
+    return torch.from_file(path, shared=False, size=numel, dtype=dtype)
+
+
+def layout_of(t: torch.Tensor) -> tuple:
+    """(Stored with t's layout and nothing kept, t's data in memory order as a view of t: dense when the
+    layout is exact, else t itself)."""
+    t = t.detach()
+    shape, stride = tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride())
+    base = t
+    expand = False
+    for d in range(t.dim()):
+        if stride[d] == 0 and shape[d] > 1:
+            base = base.narrow(d, 0, 1)
+            expand = True
+    perm = None
+    exact = True
+    if not base.is_contiguous():
+        order = sorted(range(base.dim()), key=lambda d: (-base.stride(d), d))
+        if base.permute(order).is_contiguous():
+            perm = order
+            base = base.permute(order)
+        else:
+            base, exact, expand = t, False, False
+    stored = Stored(shape, stride, int(t.storage_offset()), t.dtype, tuple(int(s) for s in base.shape),
+                    perm, expand, exact)
+    return stored, base
+
+
+def memory_chunks(view: torch.Tensor):
+    """The elements of view in row-major order, as contiguous pieces of at most SPOOL_CHUNK_BYTES where
+    rows allow (a dense view is cut anywhere; another one along its first dim)."""
+    view = view.detach()
+    if view.numel() == 0:
+        return
+    if view.is_contiguous():
+        flat = view.reshape(-1)
+        step = max(1, SPOOL_CHUNK_BYTES // view.element_size())
+        for i in range(0, flat.numel(), step):
+            yield flat[i:i + step]
+        return
+    if view.dim() == 0 or view.shape[0] == 1:
+        yield view.contiguous().reshape(-1)
+        return
+    row_bytes = max(1, view[0].numel() * view.element_size())
+    step = max(1, SPOOL_CHUNK_BYTES // row_bytes)
+    for i in range(0, view.shape[0], step):
+        yield view[i:i + step].contiguous().reshape(-1)
+
+
+class Spool:
+    """Raw copies of captured tensors on disk (RUN/.capture-spool-PID/), written as they are recorded in
+    pieces of SPOOL_CHUNK_BYTES, so that capture never holds the model's tensors in host memory."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.n = 0
+        os.makedirs(root, exist_ok=True)
+
+    def put(self, view: torch.Tensor, suffix: str = "") -> str:
+        """Writes view's elements in row-major order to a new file and returns its path. Raises what the
+        copy or the write raises (out of memory, disk full); the file is then gone."""
+        path = os.path.join(self.root, f"{self.n}{suffix}.bin")
+        self.n += 1
+        try:
+            with torch.inference_mode(False), torch.no_grad(), open(path, "wb") as f:
+                for chunk in memory_chunks(view):
+                    f.write(chunk.to("cpu").contiguous().view(torch.uint8).numpy())
+        except BaseException:
+            self.remove(path)
+            raise
+        return path
+
+    @staticmethod
+    def remove(path: Optional[str]) -> None:
+        if path and os.path.exists(path):
+            os.remove(path)
+
+    def close(self) -> None:
+        import shutil
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def inverse_perm(perm: list) -> list:
@@ -319,12 +415,57 @@ class Axes:
         return names
 
 
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2", torch.int64: "I64", torch.int32: "I32",
+    torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL",
+}
+
+
 def write_safetensors(path: str, tensors: dict) -> int:
-    """Writes tensors (contiguous host tensors) and returns the file size."""
-    import safetensors.torch
+    """Writes a safetensors file and returns its size. tensors: {name: host tensor, or (raw file, dtype,
+    shape) of bytes to copy}; raw files are copied in pieces, so a file bigger than memory can be written (the
+    bytes of shape only: a slice is the beginning of a raw file)."""
+    import struct
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    header, offset, parts = {}, 0, []
+    for name in sorted(tensors):
+        value = tensors[name]
+        if isinstance(value, torch.Tensor):
+            value = value.detach().to("cpu").contiguous()
+            dtype, shape, n = value.dtype, tuple(value.shape), value.numel() * value.element_size()
+        else:
+            raw, dtype, shape = value
+            n = 1
+            for s in shape:
+                n *= s
+            n *= dtype.itemsize
+        header[name] = {"dtype": SAFETENSORS_DTYPES[dtype], "shape": [int(s) for s in shape],
+                        "data_offsets": [offset, offset + n]}
+        parts.append(value)
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
     tmp = path + ".tmp"
-    safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, tmp)
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for value in parts:
+            if isinstance(value, torch.Tensor):
+                if value.numel():
+                    f.write(value.view(torch.uint8).numpy())
+            else:
+                raw, dtype, shape = value
+                left = dtype.itemsize
+                for s in shape:
+                    left *= s
+                with open(raw, "rb") as src:
+                    while left > 0:
+                        chunk = src.read(min(left, SPOOL_CHUNK_BYTES))
+                        if not chunk:
+                            raise OSError(f"{raw}: shorter than its tensor")
+                        f.write(chunk)
+                        left -= len(chunk)
     os.replace(tmp, path)
     return os.path.getsize(path)
 
@@ -340,13 +481,18 @@ def random_like(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return drawn
 
 
-def workload_line(name: str, index: int, kind: str, input_names: list, file: str, extra: dict) -> dict:
+def workload_line(key: str, index: int, kind: str, inputs: dict, extra: dict) -> dict:
+    """A workload line: its uuid is derived from key (the problem's content hash), index and kind."""
     return {
-        "uuid": str(uuid.uuid5(_UUID_NAMESPACE, f"{name}/{index}/{kind}")),
+        "uuid": str(uuid.uuid5(_UUID_NAMESPACE, f"{key}/{index}/{kind}")),
         "axes": {},
-        "inputs": {n: {"type": "safetensors", "path": file, "tensor_key": n} for n in input_names},
+        "inputs": inputs,
         "kiln": dict({"set": kind}, **extra),
     }
+
+
+def safetensors_input(file: str, key: str) -> dict:
+    return {"type": "safetensors", "path": file, "tensor_key": key}
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor) -> dict:
@@ -382,26 +528,59 @@ def dump_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
-def write_problem(problem_dir: str, definition: dict, inputs: list, outputs: list, random_sets: list,
-                  workload_extra: dict) -> int:
-    """Writes one problem directory. inputs/outputs: [(name, Stored)]; random_sets: [{name: tensor}].
-    Returns the bytes written under tensors/."""
-    os.makedirs(os.path.join(problem_dir, "tensors"), exist_ok=True)
-    names = [n for n, _ in inputs]
-    n_bytes = write_safetensors(os.path.join(problem_dir, "tensors", "real.safetensors"),
-                                {n: s.data for n, s in inputs})
-    n_bytes += write_safetensors(os.path.join(problem_dir, "tensors", "real_outputs.safetensors"),
-                                 {n: s.data for n, s in outputs})
-    lines = [workload_line(definition["name"], 0, "real", names, "tensors/real.safetensors", workload_extra)]
-    for j, tensors in enumerate(random_sets, start=1):
+REAL_FILE = "tensors/real.safetensors"
+SLICES_FILE = "tensors/slices.safetensors"
+REAL_OUTPUTS_FILE = "tensors/real_outputs.safetensors"
+
+
+def write_real_set(problem_dir: str, inputs: list, outputs: Optional[list]) -> tuple:
+    """Writes the real set of a problem from the spool: inputs [(name, Stored, mode)] with mode "real"
+    (its full copy), "whole_slice" (its slice, which holds every element) or "drawn" (a `random` input
+    with its statistics, structure and slice); outputs [(name, Stored)] or None (no real outputs).
+    Returns (workload 0's input descriptors, its kiln.drawn, bytes written)."""
+    real, slices, descriptors, drawn = {}, {}, {}, {}
+    for name, st, mode in inputs:
+        if mode == "real":
+            real[name] = (st.path, st.dtype, st.data_shape)
+            descriptors[name] = safetensors_input(REAL_FILE, name)
+        elif mode == "whole_slice":
+            real[name] = (st.slice_path, st.dtype, st.data_shape)
+            descriptors[name] = safetensors_input(REAL_FILE, name)
+        else:
+            descriptors[name] = {"type": "random"}
+            entry = dict(st.summary)
+            if st.slice_path:
+                slices[name] = (st.slice_path, st.dtype, (st.slice_elements,))
+                entry["slice"] = {"path": SLICES_FILE, "tensor_key": name, "elements": st.slice_elements}
+            drawn[name] = entry
+    n_bytes = 0
+    for file, tensors in ((REAL_FILE, real), (SLICES_FILE, slices),
+                          (REAL_OUTPUTS_FILE, {n: (s.path, s.dtype, s.data_shape) for n, s in outputs or []})):
+        if tensors or (file == REAL_OUTPUTS_FILE and outputs is not None):
+            n_bytes += write_safetensors(os.path.join(problem_dir, file), tensors)
+    return descriptors, drawn, n_bytes
+
+
+def write_random_sets(problem_dir: str, key: str, inputs: list, seeds: list) -> tuple:
+    """Random workloads 1..len(seeds): every input drawn like its real full copy (random_like) with the
+    seed of its set. Returns (workload lines, bytes written)."""
+    lines, n_bytes = [], 0
+    for j, seed in enumerate(seeds, start=1):
+        gen = torch.Generator().manual_seed(seed)
         file = f"tensors/random{j}.safetensors"
-        n_bytes += write_safetensors(os.path.join(problem_dir, file), tensors)
-        lines.append(workload_line(definition["name"], j, "random", names, file, {"seed": j}))
+        n_bytes += write_safetensors(os.path.join(problem_dir, file),
+                                     {n: random_like(s.load(), gen) for n, s, _ in inputs})
+        lines.append(workload_line(key, j, "random", {n: safetensors_input(file, n) for n, _, _ in inputs},
+                                   {"seed": seed}))
+    return lines, n_bytes
+
+
+def write_problem_files(problem_dir: str, definition: dict, lines: list) -> None:
+    """definition.json and workload.jsonl."""
     dump_json(os.path.join(problem_dir, "definition.json"), definition)
     with open(os.path.join(problem_dir, "workload.jsonl"), "w") as f:
         for line in lines:
             f.write(json.dumps(line, allow_nan=False) + "\n")
-    return n_bytes
 
 
 def rewrite_workloads(problem_dir: str, keep: int) -> None:
@@ -412,8 +591,8 @@ def rewrite_workloads(problem_dir: str, keep: int) -> None:
     for line in lines[keep:]:
         obj = json.loads(line)
         for desc in obj["inputs"].values():
-            p = os.path.join(problem_dir, desc["path"])
-            if os.path.exists(p):
+            p = os.path.join(problem_dir, desc.get("path") or "")
+            if desc.get("path") and os.path.exists(p):
                 os.remove(p)
     with open(path, "w") as f:
         f.writelines(lines[:keep])

@@ -23,12 +23,16 @@ script never calls a module (a purely functional script); until the first forwar
 recorded provisionally and their held tensors are kept in a separate pool (at most --max-bytes) that is
 dropped when the first forward starts (model construction and `.to()` of the weights are not the model).
 
-Holding tensors: for the first in-scope call of every problem-eligible signature, the inputs are copied to
-host memory before the call (so in-place and `out=` ops are captured as they were before they wrote), and
-the outputs after it, in their memory order (see capture_problem.store_tensor). Everything held is counted
-against a host-memory cap; when it is reached, or when host memory runs out, later signatures are not held
-and the reason is kept for the report. Nothing here ever raises into the user's script: an internal error
-is counted and reported, and the user's op still runs.
+Holding tensors: for the first in-scope call of every problem-eligible signature, the inputs are kept
+before the call (so in-place and `out=` ops are captured as they were before they wrote), and the outputs
+after it, in their memory order (capture_problem.layout_of). What is kept of a tensor (hold): a full copy,
+streamed to a spool file on disk as it is recorded, when the call's tensors fit in --max-bytes and the
+spool's cap allows; and, for every input that is not copied whole or is bigger than a slice, its summary
+(kiln.capture_stats: statistics and structure, measured on the tensor's own device) with a leading slice.
+So no call is lost for its size: a problem whose tensors are too big to keep is written with inputs drawn
+from their summaries. When memory or disk runs out, full copies stop and the reason is kept for the
+report. Nothing here ever raises into the user's script: an internal error is counted and reported, and
+the user's op still runs.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ from torch.profiler import record_function
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils.weak import WeakIdKeyDictionary
 
-from kiln.capture_problem import DTYPE_NAMES, Stored, store_tensor
+from kiln.capture_problem import DTYPE_NAMES, Spool, Stored, layout_of
+from kiln.capture_stats import StatsError, leading_count, leading_slice, summarize
 
 # Allocation and bookkeeping ops: no tensor work (their outputs are uninitialised or unchanged).
 META_OP_NAMES = frozenset({
@@ -208,7 +213,22 @@ def encode(value):
         return ("i", int(value))
     if value is None or isinstance(value, (bool, int, str)):
         return (type(value).__name__, value)
-    return (type(value).__name__, str(value))
+    return _opaque(value)
+
+
+# Argument types whose str() is short and says all there is to them.
+_TEXT_TYPES = (torch.dtype, torch.layout, torch.memory_format, torch.SymFloat, torch.SymBool)
+
+
+def _opaque(value) -> tuple:
+    """Any other argument as a short tuple. Never str() of an arbitrary object: str() of a storage (the
+    argument of the set_ that torch.load and safetensors call for every tensor) renders every byte of
+    it and, under the profiler, records an op per byte: a 1 MB checkpoint grew capture to 24 GB."""
+    if isinstance(value, _TEXT_TYPES):
+        return (type(value).__name__, str(value))
+    if isinstance(value, (torch.UntypedStorage, torch.TypedStorage)):
+        return ("storage", int(value.nbytes()))
+    return (type(value).__name__,)
 
 
 def grad_mode_now() -> str:
@@ -332,7 +352,7 @@ class ModuleTrace:
             name += "_"
         stored = None
         if self.sample:
-            stored = recorder.hold(t)
+            stored = recorder.hold(t, full=self.nbytes + t.numel() * t.element_size() <= recorder.max_sample_bytes)
             if stored is None:
                 self.fail(recorder.last_hold_failure or "tensors not held")
                 return name
@@ -423,10 +443,13 @@ class _Var:
 class Recorder:
     """All state of one capture. `mode()` is the dispatch mode; `install_hooks()` the module hooks."""
 
-    def __init__(self, device: str, hold_cap_bytes: int, provisional_cap_bytes: int, max_sample_bytes: int):
+    def __init__(self, device: str, spool: Spool, hold_cap_bytes: int, provisional_cap_bytes: int,
+                 max_sample_bytes: int, slice_bytes: int):
         self.device = device
-        self.hold_cap = hold_cap_bytes
-        self.max_sample_bytes = max_sample_bytes  # a call whose tensors alone exceed this is never held
+        self.spool = spool
+        self.hold_cap = hold_cap_bytes  # bytes in the spool at most
+        self.max_sample_bytes = max_sample_bytes  # a call whose tensors exceed this is not copied whole
+        self.slice_bytes = slice_bytes  # an input bigger than this is summarised, with a slice this big
         self.provisional_cap = provisional_cap_bytes
         self.ops: list[OpRecord] = []
         self.n_calls = 0           # every dispatched call, metadata included
@@ -497,34 +520,65 @@ class Recorder:
                 return wtid
         return tid
 
-    def hold(self, t: torch.Tensor) -> Optional[Stored]:
-        """A host copy of t (in memory order) if the caps allow; None (and last_hold_failure) if not."""
+    def hold(self, t: torch.Tensor, full: bool = True, summary: bool = True) -> Optional[Stored]:
+        """What capture keeps of t (see the module docstring): its layout; a full copy in the spool when
+        full and the caps allow (its leading elements are then its slice, and its summary is made from the
+        copy only if the problem is written with it drawn); else, with summary, its summary and a leading
+        slice, measured now on t's device. None (and last_hold_failure) when t could be neither copied nor
+        summarised."""
         self.last_hold_failure = None
-        if self.holding_disabled:
-            self.last_hold_failure = self.holding_disabled
-            return None
+        stored, view = layout_of(t)
         provisional = not self.seen_forward
-        meta = TensorMeta.of(t)
-        if provisional and self.provisional_bytes + meta.nbytes > self.provisional_cap:
-            self.last_hold_failure = "provisional pool full"
-            return None
-        if self.held_bytes + meta.nbytes > self.hold_cap:
-            self.last_hold_failure = (f"host hold cap reached ({_fmt_bytes(self.hold_cap)} held; "
-                                      f"raise --max-bytes)")
-            return None
+        if full and not self.holding_disabled:
+            if provisional and self.provisional_bytes + stored.nbytes > self.provisional_cap:
+                self.last_hold_failure = "provisional pool full"
+            elif self.held_bytes + stored.nbytes > self.hold_cap:
+                self.last_hold_failure = (f"spool cap reached ({_fmt_bytes(self.hold_cap)} kept; "
+                                          f"raise --max-bytes)")
+            else:
+                stored.path = self._spool_copy(view)
+        elif self.holding_disabled:
+            self.last_hold_failure = self.holding_disabled
+        if stored.path is not None:
+            stored.slice_path = stored.path
+            stored.slice_elements = leading_count(stored.data_shape, stored.dtype.itemsize, self.slice_bytes)
+        elif summary:
+            try:
+                self._summarize(stored, view)
+            except (torch.OutOfMemoryError, MemoryError, RuntimeError, OSError, StatsError) as e:
+                if isinstance(e, RuntimeError) and not isinstance(e, torch.OutOfMemoryError) \
+                        and "out of memory" not in str(e).lower():
+                    raise
+                Spool.remove(stored.slice_path)
+                stored.summary, stored.slice_path, stored.slice_elements = None, None, 0
+                if stored.path is None:
+                    self.last_hold_failure = f"cannot summarise it ({type(e).__name__}: {str(e)[:120]})"
+                    return None
+        if provisional:
+            self.provisional_bytes += stored.spooled_bytes
+        self.held_bytes += stored.spooled_bytes
+        return stored
+
+    def _spool_copy(self, view: torch.Tensor) -> Optional[str]:
         try:
-            stored = store_tensor(t)
-        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
-            if isinstance(e, RuntimeError) and "out of memory" not in str(e).lower():
+            return self.spool.put(view)
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError, OSError) as e:
+            if isinstance(e, RuntimeError) and not isinstance(e, torch.OutOfMemoryError) \
+                    and "out of memory" not in str(e).lower():
                 raise
-            self.holding_disabled = (f"memory exhausted while copying tensors ({type(e).__name__}); "
-                                     f"later signatures not held")
+            what = "disk full" if isinstance(e, OSError) else "memory exhausted"
+            self.holding_disabled = (f"{what} while copying tensors ({type(e).__name__}); later tensors "
+                                     f"are kept as statistics and a slice")
             self.last_hold_failure = self.holding_disabled
             return None
-        if provisional:
-            self.provisional_bytes += stored.nbytes
-        self.held_bytes += stored.nbytes
-        return stored
+
+    def _summarize(self, stored: Stored, view: torch.Tensor) -> None:
+        """stored.summary and slice, measured on view's device."""
+        dense = view if view.is_contiguous() else view.contiguous()
+        stored.summary = summarize(dense)
+        piece = leading_slice(dense, self.slice_bytes)
+        stored.slice_path = self.spool.put(piece, ".slice")
+        stored.slice_elements = piece.numel()
 
     # ---- the dispatch mode --------------------------------------------------------------------------
 
@@ -601,17 +655,14 @@ class Recorder:
 
     def _hold_inputs(self, func, flat, sargs, skwargs, key) -> Optional[Sample]:
         need = sum(TensorMeta.of(f.tensor).nbytes for f in flat if not f.is_out)
-        if need > self.max_sample_bytes:
-            self.not_held[key] = (f"its inputs alone ({_fmt_bytes(need)}) exceed --max-bytes "
-                                  f"({_fmt_bytes(self.max_sample_bytes)})")
-            return None
+        full = need <= self.max_sample_bytes  # else: summaries and slices only
         stored, nbytes, out_buffers = [], 0, {}
         for i, f in enumerate(flat):
             if f.is_out:
                 stored.append(None)
                 out_buffers[i] = TensorMeta.of(f.tensor)
                 continue
-            s = self.hold(f.tensor)
+            s = self.hold(f.tensor, full=full)
             if s is None:
                 self._release(stored)
                 self.not_held[key] = self.last_hold_failure or "not held"
@@ -622,11 +673,19 @@ class Recorder:
                       sargs, skwargs, stored, [], None, grad_mode_now(), nbytes, out_buffers)
 
     def _release(self, stored) -> None:
+        """Forgets what was kept of these tensors (their spool files go)."""
         for s in stored:
             if s is not None:
-                self.held_bytes -= s.nbytes
-                if not self.seen_forward:
-                    self.provisional_bytes -= s.nbytes
+                self._drop_copies(s)
+
+    def _drop_copies(self, s: Stored) -> None:
+        n = s.spooled_bytes
+        Spool.remove(s.path)
+        Spool.remove(s.slice_path)
+        s.path, s.slice_path, s.slice_elements, s.summary = None, None, 0, None
+        self.held_bytes -= n
+        if not self.seen_forward:
+            self.provisional_bytes -= n
 
     def _after(self, index, func, args, kwargs, out, pre):
         if pre is None:
@@ -674,22 +733,15 @@ class Recorder:
                 except Exception:
                     pass
         if sample is not None:
-            outs_stored = []
-            for o in outs:
-                s = self.hold(o)
-                if s is None:
-                    self._release(sample.inputs)
-                    self._release(outs_stored)
-                    self.not_held[key] = self.last_hold_failure or "not held"
-                    sample = None
-                    break
-                outs_stored.append(s)
-            if sample is not None and sample.nbytes + sum(s.nbytes for s in outs_stored) > self.max_sample_bytes:
+            # outputs are copied whole only when every input was and everything fits in --max-bytes;
+            # otherwise only their layout is kept (the reference computes them where the gate runs)
+            need = sample.nbytes + sum(o.numel() * o.element_size() for o in outs)
+            full = need <= self.max_sample_bytes and all(s is None or s.held for s in sample.inputs)
+            outs_stored = [self.hold(o, full=full, summary=False) for o in outs]
+            if any(s is None for s in outs_stored):
                 self._release(sample.inputs)
                 self._release(outs_stored)
-                need = sample.nbytes + sum(s.nbytes for s in outs_stored)
-                self.not_held[key] = (f"its tensors alone ({_fmt_bytes(need)}) exceed --max-bytes "
-                                      f"({_fmt_bytes(self.max_sample_bytes)})")
+                self.not_held[key] = self.last_hold_failure or "not held"
                 sample = None
             if sample is not None:
                 sample.outputs = outs_stored
@@ -774,7 +826,12 @@ class Recorder:
         if not self.stack:
             if not self.seen_forward:
                 self.seen_forward = True
-                self.provisional.clear()  # pre-forward work (construction, .to()) is not the model
+                for sample in self.provisional.values():  # pre-forward work (construction, .to())
+                    for st in sample.inputs + sample.outputs:  # is not the model
+                        if st is not None:
+                            Spool.remove(st.path)
+                            Spool.remove(st.slice_path)
+                self.provisional.clear()
                 self.held_bytes -= self.provisional_bytes
                 self.provisional_bytes = 0
             self.n_passes += 1
@@ -849,7 +906,9 @@ class Recorder:
                 return tr.fail("returns a tensor it did not compute")
             stored = None
             if tr.sample:
-                stored = self.hold(o)
+                nbytes = o.numel() * o.element_size()
+                full = tr.nbytes + nbytes <= self.max_sample_bytes and all(s.held for _, _, s, _ in tr.inputs)
+                stored = self.hold(o, full=full, summary=False)
                 if stored is None:
                     return tr.fail(self.last_hold_failure or "tensors not held")
                 tr.nbytes += stored.nbytes
@@ -906,7 +965,9 @@ def json_arg(v):
         return v
     if isinstance(v, torch.SymInt):
         return int(v)
-    return str(v)
+    if isinstance(v, (torch.device,) + _TEXT_TYPES):
+        return str(v)
+    return "<" + ":".join(str(x) for x in _opaque(v)) + ">"
 
 
 def _args_json(sargs, skwargs):

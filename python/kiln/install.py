@@ -47,6 +47,7 @@ import warnings
 from typing import Optional
 
 from kiln.install_aten import _AtenEntry, _AtenOverride, _boxable, _number_positions, _resolve_overload
+from kiln.install_cost import judge, measure_dispatch_us
 from kiln.install_cpp import DISPATCH_MODES, _dispatch_mode, _install_cpp, cache_dir, dispatch_extension
 from kiln.install_gate import _Gate, _Slot, _template, _torch_dtype, _Unsupported
 from kiln.install_module import _is_activation, _ModuleBinder, _ModuleEntry
@@ -77,6 +78,8 @@ class Installation:
         self.active = False
         self.installed: list = []   # entry names
         self.skipped: dict = {}     # entry name -> why it is not installed
+        self.left_out: dict = {}    # entry name -> the kind of reason ("slower than eager", ...): run's line
+        self.dispatch_cost_us: dict = {}  # dispatch path -> hit overhead measured for the decision (None: not)
         self.notes: list = []
         self._entry_counts: dict = {}   # entry name -> [hits]
         self._target_counts: dict = {}  # "aten::x.y" or "module Class" -> [hits, misses, grad fallbacks]
@@ -126,6 +129,23 @@ class Installation:
         if self.owns_library:
             self.library.close()
 
+    def line(self) -> str:
+        """One line: how many entries were installed and which ops they replace, how many were left out and
+        why (by kind of reason), e.g. "installed 2 of 7 entries (aten::softmax.int, module RMSNorm); left
+        out 5: 3 slower than eager, 2 not compared"."""
+        targets = sorted({self._entry_target.get(n) or n for n in self.installed})
+        text = f"installed {len(self.installed)} of {len(self.library.entries)} entries"
+        if targets:
+            text += f" ({', '.join(targets)})"
+        if self.skipped:
+            kinds: dict = {}
+            for name in self.skipped:
+                kind = self.left_out.get(name, "left out")
+                kinds[kind] = kinds.get(kind, 0) + 1
+            text += f"; left out {len(self.skipped)}: " + ", ".join(
+                f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+        return text
+
     def summary(self) -> str:
         lines = [f"kiln: {len(self.installed)} of {len(self.library.entries)} entries installed from "
                  f"{self.library.path} ({self.library.backend})"]
@@ -171,8 +191,10 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
              uninstall; a path is opened here and closed by uninstall).
     model:   the root module whose submodules at the captured paths get module entries. Without it, the
              model's first forward is watched for them (as `kiln run` needs).
-    entries: None: what `kiln tune` decided (install.json) when it matches the manifest, else every usable
-             entry; "all": every usable entry; or a list of entry names.
+    entries: None: the entries worth installing: what `kiln tune` decided (install.json, when it matches
+             the manifest), else those whose kernel beat eager in the gate (the library says) by more than
+             the dispatch cost measured here (kiln.install_cost); "all": every usable entry; or a list of
+             entry names.
     compile_friendly: module entries also become custom ops (kiln::<entry>) that torch.compile traces into
              its graph without a break; the eager path is the same either way (docs/install.md).
     dispatch: "python" (default; else $KILN_DISPATCH): aten entries are Python kernels; "cpp": C++ kernels
@@ -203,6 +225,35 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     return inst
 
 
+def _skip(inst: Installation, name: str, category: str, reason: str) -> None:
+    inst.skipped[name] = reason
+    inst.left_out[name] = category
+
+
+def _worth_it(inst: Installation, lib: Library, e: Entry, decisions: Optional[dict]) -> bool:
+    """entries=None: `kiln tune`'s decision where install.json has one (it timed the call on this model,
+    dispatch included), else the library's verdict on the kernel plus the dispatch cost measured here
+    (kiln.install_cost). Records why an entry is left out."""
+    if decisions is not None and e.name in decisions:
+        d = decisions.get(e.name) or {}
+        if not d.get("install", False):
+            _skip(inst, e.name, "left out by kiln tune", "kiln tune: " + str(d.get("reason", "not chosen")))
+            return False
+        return True
+    cost = None
+    decision = e.data.get("install")
+    if isinstance(decision, dict) and decision.get("beats_eager"):
+        mode = "python" if e.kind == "module" else inst.dispatch_mode
+        cost, note = measure_dispatch_us(lib, mode)
+        inst.dispatch_cost_us[mode] = cost
+        if f"dispatch cost: {note}" not in inst.notes:
+            inst.notes.append(f"dispatch cost: {note}")
+    ok, category, why = judge(e, cost)
+    if not ok:
+        _skip(inst, e.name, category, why)
+    return ok
+
+
 def _install_into(inst: Installation, lib: Library, model, entries, compile_friendly: bool = False) -> None:
     import torch
     decisions = None
@@ -221,13 +272,12 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
     for e in lib.entries:
         inst._entry_target[e.name] = e.target
         if wanted is not None and e.name not in wanted:
-            inst.skipped[e.name] = "not selected"
-            continue
-        if decisions is not None and not (decisions.get(e.name) or {}).get("install", False):
-            inst.skipped[e.name] = "kiln tune: " + str((decisions.get(e.name) or {}).get("reason", "not chosen"))
+            _skip(inst, e.name, "not selected", "not selected")
             continue
         if e.disabled:
-            inst.skipped[e.name] = e.disabled
+            _skip(inst, e.name, "disabled", e.disabled)
+            continue
+        if entries is None and not _worth_it(inst, lib, e, decisions):
             continue
         try:
             gate = _Gate(lib, e, inst)
@@ -239,7 +289,7 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
             else:
                 raise _Unsupported(f"kind {e.kind!r}")
         except (_Unsupported, KilnError) as why:
-            inst.skipped[e.name] = str(why)
+            _skip(inst, e.name, "cannot be installed", str(why))
             inst._entry_counts.pop(e.name, None)
             continue
     overrides = []
@@ -248,7 +298,7 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
             overrides.append(_AtenOverride(op, key, aes, inst))
         except _Unsupported as why:
             for ae in aes:
-                inst.skipped[ae.gate.entry.name] = str(why)
+                _skip(inst, ae.gate.entry.name, "cannot be installed", str(why))
                 inst._entry_counts.pop(ae.gate.entry.name, None)
     inst.active = True
     _ACTIVE.append(inst)

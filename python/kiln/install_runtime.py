@@ -46,10 +46,23 @@ _rt_lib = None
 _rt_lock = threading.Lock()
 
 
-def runtime_path() -> str:
-    """Where libkiln_rt.so is: $KILN_RT_LIB, else build/libkiln_rt.so of the kiln tree this package is in."""
+def runtime_candidates() -> list:
+    """Where libkiln_rt.so is looked for, in order: $KILN_RT_LIB; beside this package (an installed package,
+    `pip install ./python`, carries it); build/ of the kiln checkout this package is in; $KILN_HOME/build."""
     env = os.environ.get("KILN_RT_LIB")
-    return env if env else os.path.join(ROOT, "build", "libkiln_rt.so")
+    if env:
+        return [env]
+    found = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "libkiln_rt.so"),
+             os.path.join(ROOT, "build", "libkiln_rt.so")]
+    if os.environ.get("KILN_HOME"):
+        found.append(os.path.join(os.environ["KILN_HOME"], "build", "libkiln_rt.so"))
+    return found
+
+
+def runtime_path() -> str:
+    """The first of runtime_candidates() that exists (the last one when none does, for the message)."""
+    candidates = runtime_candidates()
+    return next((p for p in candidates if os.path.exists(p)), candidates[-1])
 
 
 def _rt():
@@ -60,8 +73,9 @@ def _rt():
             return _rt_lib
         path = runtime_path()
         if not os.path.exists(path):
-            raise KilnError(f"libkiln_rt not found at {path}: build it with `make` in {ROOT} "
-                            "(or set KILN_RT_LIB)")
+            raise KilnError(f"libkiln_rt not found (looked at {', '.join(runtime_candidates())}): build it "
+                            f"with `make` in the kiln checkout, then `pip install ./python` again or set "
+                            f"KILN_HOME to the checkout (or KILN_RT_LIB to the library)")
         try:
             lib = ctypes.CDLL(path)
         except OSError as e:

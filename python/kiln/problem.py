@@ -215,6 +215,10 @@ class Workload:
     axes: dict[str, int]  # every axis resolved, in definition order
     inputs: dict[str, InputDesc]  # in definition order
     tolerance: Optional[dict] = None
+    # kiln's inputs drawn from statistics: {name: {"stats", "structure", "slice"}} for `random` inputs
+    # that stand for a real tensor too big to keep (docs/formats.md, "Inputs drawn from statistics")
+    drawn: dict = field(default_factory=dict)
+    kiln: dict = field(default_factory=dict)  # the line's "kiln" object as it is
 
     @property
     def label(self) -> str:
@@ -483,8 +487,36 @@ def _parse_workload(obj: Any, problem: Problem, index: int, line: int, where: st
             raise ProblemError(f"{at}: constraint '{text}' does not hold for axes {axes}")
 
     tolerance = obj.get("tolerance")
+    kiln = obj.get("kiln") if isinstance(obj.get("kiln"), dict) else {}
+    drawn = _parse_drawn(kiln.get("drawn"), inputs, at)
     return Workload(index, line, uuid, dict(given), axes, inputs,
-                    tolerance if isinstance(tolerance, dict) else None)
+                    tolerance if isinstance(tolerance, dict) else None, drawn, kiln)
+
+
+def _parse_drawn(raw: Any, inputs: dict[str, InputDesc], at: str) -> dict:
+    """kiln.drawn of a workload line: statistics (and a real slice) of `random` inputs."""
+    if raw is None:
+        return {}
+    at = f"{at}: kiln.drawn"
+    if not isinstance(raw, dict):
+        raise ProblemError(f"{at} must be an object")
+    for name, entry in raw.items():
+        where = f"{at}: '{name}'"
+        if name not in inputs:
+            raise ProblemError(f"{where}: not an input")
+        if inputs[name].kind != "random":
+            raise ProblemError(f"{where}: the input's descriptor is {inputs[name].kind}, not random")
+        if not isinstance(entry, dict) or not isinstance(entry.get("stats"), dict):
+            raise ProblemError(f"{where}: needs a \"stats\" object")
+        if "structure" in entry and not isinstance(entry["structure"], dict):
+            raise ProblemError(f"{where}: \"structure\" must be an object")
+        sl = entry.get("slice")
+        if sl is not None:
+            if not isinstance(sl, dict) or not isinstance(sl.get("path"), str) or not sl["path"] \
+                    or not isinstance(sl.get("tensor_key"), str) or not _is_int(sl.get("elements")) \
+                    or sl["elements"] < 1:
+                raise ProblemError(f"{where}: \"slice\" needs a 'path', a 'tensor_key' and 'elements' >= 1")
+    return raw
 
 
 def _parse_workloads(data: bytes, problem: Problem, path: str) -> list[Workload]:
@@ -558,3 +590,142 @@ def load_problem(problem_dir: str) -> Problem:
                       "%016x" % fnv1a64(wl_bytes, fnv1a64(def_bytes)), kiln_fields)
     problem.workloads = _parse_workloads(wl_bytes, problem, wl_path)
     return problem
+
+
+# ---------------------------------------------------------------------------------------------------
+# The content hash: a problem's identity (docs/capture.md, "A problem is its content"). Results and
+# kernels belong to a content, never to a name: capture gives a changed problem a new name, and the C side
+# recomputes this hash from the same files, so the recipe below is the contract between the two.
+
+CONTENT_HASH_TAG = "kiln-content-hash 1"
+_HASH_CHUNK = 16 << 20
+
+
+def canonical_lines(value: Any, prefix: str = ""):
+    """The canonical text of a JSON value, one line per leaf: `PATH VALUE`, PATH the keys joined by "."
+    (objects in sorted key order) and "[i]" for list items; VALUE `null`, `true`, `false`,
+    `n` + printf("%.17g") of the number as a double, or `s<UTF-8 byte length>:` + the string's bytes;
+    an empty object `{}`, an empty list `[]`. Every line ends with a newline."""
+    if isinstance(value, dict):
+        if not value:
+            yield f"{prefix} {{}}\n"
+        for key in sorted(value, key=lambda k: k.encode()):
+            yield from canonical_lines(value[key], f"{prefix}.{key}" if prefix else key)
+    elif isinstance(value, list):
+        if not value:
+            yield f"{prefix} []\n"
+        for i, item in enumerate(value):
+            yield from canonical_lines(item, f"{prefix}[{i}]")
+    elif value is None:
+        yield f"{prefix} null\n"
+    elif isinstance(value, bool):
+        yield f"{prefix} {'true' if value else 'false'}\n"
+    elif isinstance(value, (int, float)):
+        yield f"{prefix} n{'%.17g' % float(value)}\n"
+    elif isinstance(value, str):
+        yield f"{prefix} s{len(value.encode())}:{value}\n"
+    else:
+        raise ProblemError(f"not a JSON value: {type(value).__name__}")
+
+
+def tensor_digest(path: str, key: str) -> dict:
+    """{"dtype", "shape", "blake2b"} of one tensor of a safetensors file: its dtype code and shape as the
+    header says, and BLAKE2b (16 bytes, hex) of its data bytes. Raises ProblemError."""
+    import hashlib
+    import struct
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                raise ProblemError(f"{path}: not a safetensors file")
+            (n,) = struct.unpack("<Q", head)
+            if n > 100 << 20:
+                raise ProblemError(f"{path}: safetensors header of {n} bytes")
+            header = json.loads(f.read(n))
+            entry = header.get(key) if isinstance(header, dict) else None
+            if not isinstance(entry, dict):
+                raise ProblemError(f"{path}: no tensor '{key}'")
+            begin, end = entry["data_offsets"]
+            h = hashlib.blake2b(digest_size=16)
+            f.seek(8 + n + begin)
+            left = end - begin
+            while left > 0:
+                chunk = f.read(min(left, _HASH_CHUNK))
+                if not chunk:
+                    raise ProblemError(f"{path}: tensor '{key}' is cut short")
+                h.update(chunk)
+                left -= len(chunk)
+    except OSError as e:
+        raise ProblemError(f"{path}: cannot read: {e.strerror}") from None
+    except (ValueError, KeyError, TypeError):
+        raise ProblemError(f"{path}: malformed safetensors header") from None
+    return {"dtype": entry["dtype"], "shape": entry["shape"], "blake2b": h.hexdigest()}
+
+
+def _identity_of_workload(obj: dict, problem_dir: str) -> dict:
+    def digest(rel: str, key: str) -> dict:
+        return tensor_digest(rel if os.path.isabs(rel) else os.path.join(problem_dir, rel), key)
+
+    out = {k: v for k, v in obj.items() if k not in ("uuid", "kiln")}
+    inputs = {}
+    for name, desc in (obj.get("inputs") or {}).items():
+        if isinstance(desc, dict) and desc.get("type") == "safetensors":
+            desc = dict({"type": "safetensors"}, **digest(desc["path"], desc["tensor_key"]))
+        inputs[name] = desc
+    out["inputs"] = inputs
+    drawn = (obj.get("kiln") or {}).get("drawn")
+    if drawn:
+        ident = {}
+        for name, entry in drawn.items():
+            entry = dict(entry)
+            if entry.get("slice"):
+                sl = entry["slice"]
+                entry["slice"] = dict({"elements": sl["elements"]}, **digest(sl["path"], sl["tensor_key"]))
+            ident[name] = entry
+        out["kiln"] = {"drawn": ident}
+    return out
+
+
+def content_hash(definition: dict, workloads: list, problem_dir: str) -> str:
+    """A problem's content hash (32 hex digits): BLAKE2b, 16-byte digest, of the canonical lines
+    (canonical_lines) of {"definition": D, "workloads": [W...]} after the line CONTENT_HASH_TAG.
+
+    D is definition.json without "name", "description" and "kiln", but with "kiln": {"torch_flags"}
+    when the definition has them (they change what the reference computes). The workloads are the lines
+    of workload.jsonl (a trace record's "workload"), except those whose "kiln" says {"set": "random"}
+    (random sets derived from the rest), each without "uuid" and "kiln", every safetensors input
+    replaced by {"type": "safetensors"} + tensor_digest of the tensor it names, and, when the line has
+    kiln.drawn, "kiln": {"drawn": ...} with every slice replaced by {"elements"} + tensor_digest."""
+    import hashlib
+    d = {k: v for k, v in definition.items() if k not in ("name", "description", "kiln")}
+    flags = (definition.get("kiln") or {}).get("torch_flags")
+    if flags is not None:
+        d["kiln"] = {"torch_flags": flags}
+    ws = []
+    for w in workloads:
+        if isinstance(w.get("workload"), dict):
+            w = w["workload"]
+        if (w.get("kiln") or {}).get("set") == "random":
+            continue
+        ws.append(_identity_of_workload(w, problem_dir))
+    h = hashlib.blake2b(digest_size=16)
+    h.update((CONTENT_HASH_TAG + "\n").encode())
+    for line in canonical_lines({"definition": d, "workloads": ws}):
+        h.update(line.encode())
+    return h.hexdigest()
+
+
+def content_hash_of_dir(problem_dir: str) -> str:
+    """content_hash of the problem files in problem_dir. Raises ProblemError."""
+    _, definition = _load_json_file(os.path.join(problem_dir, DEFINITION_FILE))
+    path = os.path.join(problem_dir, WORKLOAD_FILE)
+    try:
+        with open(path) as f:
+            workloads = [json.loads(line) for line in f if line.strip()]
+    except OSError as e:
+        raise ProblemError(f"{path}: cannot read: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ProblemError(f"{path}: bad JSON: {e}") from None
+    if not isinstance(definition, dict) or not all(isinstance(w, dict) for w in workloads):
+        raise ProblemError(f"{problem_dir}: definition or workloads are not JSON objects")
+    return content_hash(definition, workloads, problem_dir)

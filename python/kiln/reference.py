@@ -19,10 +19,16 @@ standard normal rounded to the nearest e2m1 value and packed two per byte (low n
 in [-128, 128), other integers uniform in [-1024, 1024), uint8 uniform in [0, 256), bool uniform, random
 scalars one such draw. As there, `probs` of an op_type "sampling" problem is the softmax of its draw.
 Draws happen on the CPU with a torch.Generator, then move to the device, so the inputs of a set do not
-depend on the device.
+depend on the device. One kind of input is drawn on the device itself: a `random` input that kiln capture
+wrote for a real tensor too big to keep, with its statistics, structure and a real slice in the workload's
+kiln.drawn (docs/formats.md, "Inputs drawn from statistics"; kiln.capture_stats.draw): set 0 of its
+workload is the real slice in the leading elements and a draw from the statistics after it, the other sets
+are draws. These are the size of the model's own tensors (gigabytes), so they are drawn where the
+reference runs, with that device's generator: the same seed gives the same set on the same kind of device.
 
 Seeds: set J of workload K (K = its position in workload.jsonl, from 0) uses seed S + 1000*K + J, where S is
---seed (default 0); one generator per set draws the inputs in definition order. A `custom` entrypoint runs
+--seed (default: drawn from the OS's random source, so that no one knows the random sets before they are
+drawn; the manifest records it); one generator per set draws the inputs in definition order. A `custom` entrypoint runs
 with torch.manual_seed of that seed (the global RNG state is restored afterwards). The same seed gives the
 same files, byte for byte.
 
@@ -34,11 +40,13 @@ Errors are one line on stderr naming the file, workload and field.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import linecache
 import math
 import os
 import re
+import secrets
 import statistics
 import sys
 import time
@@ -54,6 +62,7 @@ import safetensors  # noqa: E402
 import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 
+from .capture_stats import MASK_THRESHOLD, StatsError, draw  # noqa: E402
 from .problem import (Problem, ProblemError, TensorSpec, Workload, fnv1a64_hex, load_problem)
 
 __all__ = [
@@ -63,9 +72,8 @@ __all__ = [
 ]
 
 MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: every set file has its content hash ("blake2b")
 SEED_STRIDE = 1000  # sets per workload at most; set J of workload K uses seed + SEED_STRIDE*K + J
-MASK_THRESHOLD = -1e4  # float values at or below this are masks (e.g. finfo.min) and are kept in place
 CPU_TIME_BUDGET_S = 2.0
 CPU_MAX_RUNS = 50
 CUDA_WARMUP_RUNS = 3
@@ -365,7 +373,9 @@ def _draw_inputs(problem: Problem, workload: Workload, device: str, seed: int,
     for name, spec in problem.inputs.items():
         desc = workload.inputs[name]
         at = f"{workload.label}: input '{name}'"
-        if desc.kind == "random":
+        if name in workload.drawn:
+            value = drawn_input(problem, workload, name, device, seed, with_slice=real is None)
+        elif desc.kind == "random":
             if spec.is_scalar:
                 value = _scalar_value(spec, random_scalar(spec.dtype, generator), at, ProblemError)
             else:
@@ -383,6 +393,50 @@ def _draw_inputs(problem: Problem, workload: Workload, device: str, seed: int,
             value = random_like_stats(real[name].to("cpu"), generator)
         inputs[name] = value.to(device) if isinstance(value, torch.Tensor) else value
     return inputs
+
+
+def drawn_input(problem: Problem, workload: Workload, name: str, device: str, seed: int,
+                with_slice: bool) -> torch.Tensor:
+    """A `random` input that stands for a real tensor too big to keep (workload kiln.drawn, written by
+    kiln capture): drawn from its statistics and structure (kiln.capture_stats.draw) on device, with a
+    generator of that device seeded with seed (one per input: name's position is added, so two inputs
+    with the same statistics differ); with_slice puts the real slice in its leading elements (the real
+    set of the workload, set 0)."""
+    spec = problem.inputs[name]
+    entry = workload.drawn[name]
+    at = f"{workload.label}: input '{name}'"
+    shape = problem.shape(spec, workload)
+    dtype = _torch_dtype(spec.dtype)
+    generator = torch.Generator(device=device).manual_seed(seed + list(problem.inputs).index(name))
+    try:
+        value = draw(entry, shape, dtype, generator, torch.device(device))
+    except StatsError as e:
+        raise ProblemError(f"{at}: kiln.drawn: {e}") from None
+    sl = entry.get("slice")
+    if with_slice and sl:
+        piece = _load_slice(problem, workload, name, sl)
+        if piece.numel() > value.numel():
+            raise ProblemError(f"{at}: kiln.drawn slice has {piece.numel()} elements, the input {value.numel()}")
+        value.view(-1)[:piece.numel()] = piece.to(value.device)
+    return value
+
+
+def _load_slice(problem: Problem, workload: Workload, name: str, sl: dict) -> torch.Tensor:
+    at = f"{workload.label}: input '{name}': kiln.drawn slice"
+    path = sl["path"] if os.path.isabs(sl["path"]) else os.path.join(problem.dir, sl["path"])
+    try:
+        with safetensors.safe_open(path, framework="pt", device="cpu") as f:
+            if sl["tensor_key"] not in f.keys():
+                raise ProblemError(f"{at}: {path} has no tensor '{sl['tensor_key']}'")
+            piece = f.get_tensor(sl["tensor_key"])
+    except ProblemError:
+        raise
+    except Exception as e:
+        raise ProblemError(f"{at}: cannot read {path}: {' '.join(str(e).split())}") from None
+    if piece.dtype != _torch_dtype(problem.inputs[name].dtype) or piece.numel() != sl["elements"]:
+        raise ProblemError(f"{at}: {path} holds {piece.numel()} {piece.dtype} elements, not "
+                           f"{sl['elements']} {problem.inputs[name].dtype}")
+    return piece.reshape(-1)
 
 
 def materialize_inputs(problem: Problem, workload: Workload, device: str = "cpu", seed: int = 0,
@@ -464,18 +518,18 @@ def run_reference(reference: Reference, problem: Problem, workload: Workload, in
     return _normalize_outputs(problem, workload, result, set_index)
 
 
-def _time_cpu_us(reference: Reference, workload: Workload, args: list[Any], first_run_s: float) -> float:
+def _time_cpu_us(reference: Reference, workload: Workload, args: list[Any], first_run_s: float) -> list:
     runs = max(1, min(CPU_MAX_RUNS, int(CPU_TIME_BUDGET_S / max(first_run_s, 1e-9))))
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         _call(reference, workload, args, 0)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+        times.append((time.perf_counter() - start) * 1e6)
+    return times
 
 
-def _time_cuda_us(reference: Reference, workload: Workload, args: list[Any], device: str) -> float:
-    """Median of >= 10 runs timed with CUDA events, each after a 256 MiB write that flushes L2."""
+def _time_cuda_us(reference: Reference, workload: Workload, args: list[Any], device: str) -> list:
+    """>= 10 runs timed with CUDA events (us), each after a 256 MiB write that flushes L2."""
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
     torch.cuda.synchronize(device)
     start = time.perf_counter()
@@ -494,20 +548,35 @@ def _time_cuda_us(reference: Reference, workload: Workload, args: list[Any], dev
         ends[i].record()
     torch.cuda.synchronize(device)
     del flush
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+def measure_reference(reference: Reference, workload: Workload, inputs: dict[str, Any], device: str,
+                   first_run_s: float = 0.0) -> tuple:
+    """The reference's median time on inputs in microseconds and its spread in percent, (p90 - p10)
+    / median as the gate reports a candidate's (see the module docstring)."""
+    args = _clone_args(inputs)
+    try:
+        if device.startswith("cuda"):
+            times = _time_cuda_us(reference, workload, args, device)
+        else:
+            times = _time_cpu_us(reference, workload, args, first_run_s)
+    except RuntimeError as e:  # a CUDA error surfacing at a synchronisation
+        raise ReferenceFailure(f"{workload.label}: timing the reference failed: "
+                               f"{' '.join(str(e).split())}") from None
+    median = statistics.median(times)
+    if len(times) > 1:
+        q = statistics.quantiles(times, n=10, method="inclusive")
+        spread = 100.0 * (q[-1] - q[0]) / median if median > 0 else 0.0
+    else:
+        spread = 0.0
+    return median, spread
 
 
 def time_reference_us(reference: Reference, workload: Workload, inputs: dict[str, Any], device: str,
                       first_run_s: float = 0.0) -> float:
-    """The reference's median time on inputs in microseconds (see the module docstring)."""
-    args = _clone_args(inputs)
-    try:
-        if device.startswith("cuda"):
-            return _time_cuda_us(reference, workload, args, device)
-        return _time_cpu_us(reference, workload, args, first_run_s)
-    except RuntimeError as e:  # a CUDA error surfacing at a synchronisation
-        raise ReferenceFailure(f"{workload.label}: timing the reference failed: "
-                               f"{' '.join(str(e).split())}") from None
+    """The reference's median time on inputs in microseconds."""
+    return measure_reference(reference, workload, inputs, device, first_run_s)[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -662,24 +731,41 @@ def _build_workload(problem: Problem, workload: Workload, reference: Reference, 
         file_name = f"w{workload.index}_s{j}.safetensors"
         _write_set(os.path.join(out_dir, file_name), problem, workload, kind, set_seed_j, inputs, outputs)
         sets.append({"file": file_name, "kind": kind, "seed": set_seed_j,
+                     "blake2b": content_hash(os.path.join(out_dir, file_name)),
                      "scalars": _scalars(problem, workload, inputs)})
         del outputs
-    ref_time_us = None
+    ref_time_us = ref_spread_pct = None
     if time_reference:
-        ref_time_us = round(time_reference_us(reference, workload, real, device, first_run_s), 3)
-    return {"uuid": workload.uuid, "axes": dict(workload.axes), "ref_time_us": ref_time_us, "sets": sets}
+        median, spread = measure_reference(reference, workload, real, device, first_run_s)
+        ref_time_us, ref_spread_pct = round(median, 3), round(spread, 2)
+    return {"uuid": workload.uuid, "axes": dict(workload.axes), "ref_time_us": ref_time_us,
+            "ref_spread_pct": ref_spread_pct, "sets": sets}
+
+
+def content_hash(path: str) -> str:
+    """The content hash the gate checks a set file against before it uses it (BLAKE2b, 16 bytes,
+    hex): src/util/blake2b.c computes the same."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def build_reference(problem_dir: str, out_dir: Optional[str] = None, device: str = "cpu",
-                    key: Optional[str] = None, n_sets: int = 3, seed: int = 0,
+                    key: Optional[str] = None, n_sets: int = 3, seed: Optional[int] = None,
                     time_reference: bool = True, quiet: bool = True, log=None) -> dict:
     """Writes the reference data of the problem in problem_dir to out_dir (default
     PROBLEM_DIR/kiln/ref-<device>) and returns the manifest. The manifest is written last, so an
-    interrupted run leaves no manifest. Raises ProblemError (bad input) or ReferenceFailure."""
+    interrupted run leaves no manifest. seed None draws the base seed from the OS: the random sets
+    are then known to no one in advance (the manifest records it, so they can be drawn again).
+    Raises ProblemError (bad input) or ReferenceFailure."""
     log = log or (lambda line: print(line, flush=True))
     problem = load_problem(problem_dir)
     if not 1 <= n_sets <= SEED_STRIDE:
         raise ProblemError(f"--sets {n_sets}: expected 1 to {SEED_STRIDE}")
+    if seed is None:
+        seed = secrets.randbelow(1 << 40) * SEED_STRIDE
     if seed < 0:
         raise ProblemError(f"--seed {seed}: expected a non-negative integer")
     _check_device(device)
@@ -716,7 +802,8 @@ def build_reference(problem_dir: str, out_dir: Optional[str] = None, device: str
     finally:
         reference.close()
     manifest = {"kiln_reference": MANIFEST_VERSION, "problem": problem.name, "key": source_key,
-                "device": device.split(":")[0], "torch": torch.__version__, "workloads": entries}
+                "device": device.split(":")[0], "torch": torch.__version__, "seed": seed,
+                "workloads": entries}
     _write_manifest(out_dir, manifest)
     _remove_stale_sets(out_dir, {s["file"] for e in entries for s in e["sets"]})
     if not quiet:
@@ -737,7 +824,8 @@ def _parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--key", metavar="HEX", help="source key to record (default: FNV-1a 64 of the files)")
     parser.add_argument("--sets", type=int, default=3, metavar="N",
                         help="input sets per workload: the real one plus N-1 random ones (default 3)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="base seed (default 0)")
+    parser.add_argument("--seed", type=int, default=None, metavar="S",
+                        help="base seed (default: drawn from the OS, recorded in the manifest)")
     parser.add_argument("--no-time", action="store_true", help="do not time the reference")
     parser.add_argument("--quiet", action="store_true", help="print errors only")
     return parser.parse_args(argv)

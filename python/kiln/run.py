@@ -19,7 +19,8 @@ from kiln.cli import UsageError, format_help
 
 OPTIONS = [  # (flag, value name or None, help): the options come before the script
     ("--library", "DIR", "the library: RUN/library or RUN (default: $KILN_LIBRARY)"),
-    ("--entries", "all|NAME,...", "the entries to install (default: what kiln tune decided, else all usable)"),
+    ("--entries", "all|NAME,...", "the entries to install (default: those worth it: what kiln tune decided, else "
+     "those whose kernel beat eager in the gate by more than kiln's dispatch cost; all: every usable one)"),
     ("--strict", None, "exit 1 instead of running eagerly when libkiln_rt refuses the library"),
     ("--stats", None, "print the installation and its hits and misses on stderr when the script ends"),
     ("--stats-json", "PATH", "write the installation and its hits and misses to PATH as JSON"),
@@ -130,6 +131,9 @@ def main(argv: Optional[list] = None) -> int:
         if opts["strict"]:
             return 1
         print("kiln run: running the script eagerly", file=sys.stderr)
+    if inst is not None:
+        more = " (--stats lists them)" if inst.skipped and not opts["stats"] else ""
+        print(f"kiln run: {inst.line()}{more}", file=sys.stderr, flush=True)
     if inst is not None and opts["stats"]:
         print(inst.summary(), file=sys.stderr, flush=True)
     try:
@@ -145,6 +149,7 @@ def main(argv: Optional[list] = None) -> int:
                           f"grad fallbacks {c['grad_fallbacks']:>6}", file=sys.stderr)
             if opts["stats_json"]:
                 record = {"library": inst.library.path, "installed": inst.installed, "skipped": inst.skipped,
+                          "left_out": inst.left_out, "dispatch_cost_us": inst.dispatch_cost_us,
                           "notes": inst.notes, "stats": stats}
                 with open(opts["stats_json"], "w") as f:
                     json.dump(record, f, indent=1)

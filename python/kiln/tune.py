@@ -1,26 +1,38 @@
-"""kiln tune: one command from an unmodified PyTorch script to a report of what kiln's kernels do for it.
+"""kiln tune: one command from an unmodified PyTorch script to a report of what kiln's kernels do for it, within a
+time budget.
 
     kiln tune SCRIPT.py [options] [-- SCRIPT ARGS...]     (`kiln tune --help` lists them)
 
-Four steps, each printed as it runs:
+Four steps, each printed as it runs, all within --time (default 10 minutes on a GPU, 2 on a CPU):
 
 1. capture    `python -m kiln.capture SCRIPT --out RUN --device BACKEND -- ARGS`: the script's hot ops and
               fused leaf modules become problems (docs/capture.md).
-2. optimize   `kiln optimize RUN --backend BACKEND [--budget N]`: kernels are searched, proved and timed;
-              the winners are written to RUN/library (manifest.json + kernels).
+2. search     `kiln optimize RUN --backend BACKEND --time T --json`: kernels are searched, proved and timed
+              for the problems a kernel family matches, where share x headroom to the speed of light is
+              largest first, until T; the winners go to RUN/library (manifest.json + kernels). Ctrl-C or the
+              end of T stops the search and the best found so far is what the next steps install.
 3. install check, in this process: the script runs once more, eagerly, while kiln watches which module it
               calls at the top (the model) and with which arguments. Then, per library entry, the op (or the
               module) is timed through PyTorch's dispatcher on the gate's exact shapes — eager against kiln,
               dispatch cost included, alternating — and an entry is kept only where kiln wins by more than
-              --margin. The decisions go to RUN/library/install.json, which `kiln run` and
-              kiln.install() read. Finally the model's forward is timed eager vs kiln (the kept entries)
-              vs torch.compile vs torch.compile with kiln installed (its module entries are custom ops
-              inside the compiled graph) in the same process, alternating eager and kiln, and the outputs
-              are compared.
-4. report     RUN/report.md and RUN/report.json: per model the forward time eager / kiln / torch.compile /
-              kiln + torch.compile and the max output difference against eager; per entry the kernel
-              speedup (from the gate), the per-call times with dispatch, the gate's hit and miss overhead,
-              and whether it was installed and why not.
+              --margin and the spreads support it. The decisions go to RUN/library/install.json, which `kiln
+              run` and kiln.install() read. Finally the model's forward is timed eager vs kiln (the kept
+              entries) vs torch.compile vs torch.compile with kiln installed, alternating eager and kiln,
+              and the outputs are compared.
+4. report     RUN/report.md and RUN/report.json (tune_report.py): the four forward times, every hot op with
+              its result or why kiln did not optimise it, per entry whether it was installed and why.
+
+The budget. T is planned at the start: capture runs first; what remains, less a reserve for the install check
+(estimated from the script's own run time, a tenth of the budget and, with torch.compile, a quarter more),
+goes to the search; the install check fits its rounds into what is left and stops at the deadline. With
+nothing to optimise (no family matches any hot op) the report still has the eager and torch.compile times and
+each hot op's reason, and tune exits 0. A tune that fails writes RUN/report.failed.{md,json} and leaves the last
+good report in place; reports are written atomically.
+
+Signals. capture and optimize run in their own process group: a Ctrl-C reaches tune, which passes one SIGINT
+on (a second one is passed on too: optimize then stops its workers at once). During the search that only
+ends the search; during the install check it stops tune with exit status 130, and the report says what was
+done.
 
 How the model is found (nothing in the script changes): while the script runs, `torch.nn.Module.__call__`
 is wrapped for the duration of that one run, and every call that is not inside another module's call (a
@@ -29,17 +41,16 @@ is the model; its last call's arguments are replayed for the timings. A script t
 model to time; the report then has the entries but no model line.
 
 --compile is on by default on cuda and off on cpu (torch.compile on a CPU needs a C++ toolchain and
-minutes). --library DIR skips steps 1 and 2 and checks that library. Interrupted (SIGINT, e.g. `timeout -s
-INT`), the report is still written with what was done, and an interrupted torch.compile only loses the
-compile columns ("interrupted").
+minutes). --library DIR skips steps 1 and 2 and checks that library.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
-import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,8 +60,12 @@ from typing import Optional
 
 from kiln import default_backend, split_script_args
 from kiln.cli import Parser, UsageError, stdout_to_stderr
+from kiln.install_cost import EntryBench, Timer, _gate_tensor, speedup_judge, spread_pct  # noqa: F401 - its API
+from kiln.tune_report import render_markdown, write_report  # noqa: F401 - render_markdown: its API
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_TIME_S = {"cuda": 600.0, "cpu": 120.0}
+STOP_GRACE_S = 10.0  # after a stop is asked of a child: then SIGINT again, then SIGKILL
 
 
 class TuneError(Exception):
@@ -61,31 +76,44 @@ class TuneError(Exception):
         self.code = code
 
 
+class OutOfTime(BaseException):
+    """The budget's deadline passed inside the install check (raised by the alarm; BaseException so that no
+    step's `except Exception` takes it for its own failure)."""
+
+
 def parser() -> Parser:
     """`kiln tune`'s command line (its --help)."""
     p = Parser(
         "tune", ["SCRIPT.py [options] [-- SCRIPT ARGS...]"],
-        "One command from an unmodified PyTorch script to a report of what kiln's kernels do for it, in four "
-        "steps: capture (kiln capture), optimize (kiln optimize), an install check in this process (each "
-        "library entry is timed through PyTorch's dispatcher, eager against kiln, and kept only where kiln "
-        "wins by more than --margin; the decisions go to RUN/library/install.json, which kiln run and "
-        "kiln.install read), and a report, RUN/report.md and RUN/report.json: the model's forward eager, with "
-        "kiln, with torch.compile and with both, and per entry why it was installed or not. Everything after "
-        "`--` goes to the script.",
-        [(0, "the report was written"),
-         (1, "a step failed (its output says why; the report says what was done)"),
-         (2, "bad invocation"),
-         (130, "interrupted (SIGINT): the report says what was done")],
-        "kiln tune examples/resnet50.py --backend cpu --budget 8 -- --small",
+        "One command from an unmodified PyTorch script to a report of what kiln's kernels do for it, within a "
+        "time budget (--time), in four steps: capture (kiln capture), a search (kiln optimize, where share x "
+        "headroom to the speed of light is largest, until the budget's search share is spent or Ctrl-C), an "
+        "install check in this process (each library entry is timed through PyTorch's dispatcher, eager "
+        "against kiln, and kept only where kiln wins by more than --margin; the decisions go to "
+        "RUN/library/install.json, which kiln run and kiln.install read), and a report, RUN/report.md and "
+        "RUN/report.json: the model's forward eager, with kiln, with torch.compile and with both, every hot op "
+        "with its result or why it was not optimised, and per entry why it was installed or not. Every option "
+        "is checked before anything runs. Everything after `--` goes to the script.",
+        [(0, "the report was written (also when nothing could be optimised, or the search was stopped)"),
+         (1, "a step failed (its output says why; RUN/report.failed.md says what was done, and the last good "
+             "report stays)"),
+         (2, "bad invocation (nothing was run)"),
+         (130, "interrupted (SIGINT) after the search: the report says what was done")],
+        "kiln tune examples/resnet50.py --backend cpu --time 60 -- --small",
         unknown_hint=" (the script's own arguments go after `--`)")
     p.add_argument("script")
     p.option("--out", metavar="RUN", default_text="runs/<script name>", help="the run directory")
     p.option("--backend", metavar="cuda|cpu", choices=["cuda", "cpu"], unknown="backend", default_text="cuda when PyTorch sees a GPU",
              help="where kernels are searched and the model runs")
-    p.option("--budget", metavar="N", kind="int", default_text="kiln optimize's", help="candidates per problem, as kiln optimize "
-             "--budget")
-    p.option("--top", metavar="N", kind="int", default_text="kiln capture's",
-             help="problems per kind captured, and optimized, as kiln capture --top")
+    p.option("--time", metavar="S", kind="number", lo=1, default_text="600 on cuda, 120 on cpu",
+             help="seconds for the whole tune: capture, search, install check and report")
+    p.option("--budget", metavar="N", kind="int", default_text="kiln optimize's",
+             help="candidates per problem kiln can optimise, at most, as kiln optimize --budget")
+    p.option("--top", metavar="N", kind="int", default_text="all",
+             help="search only the N hottest problems kiln can optimise (a kernel family matches), as kiln "
+                  "optimize --top; capture writes at least as many")
+    p.option("--max-bytes", metavar="B", default_text="kiln capture's",
+             help="the most bytes of tensors capture saves, as kiln capture --max-bytes")
     p.option("--compile", dest="compile", action="store_true", default=None, default_text="on cuda",
              help="time torch.compile and kiln inside torch.compile too")
     p.option("--no-compile", dest="compile", action="store_false", help="do not time torch.compile")
@@ -95,9 +123,9 @@ def parser() -> Parser:
     p.option("--dispatch", metavar="python|cpp|auto", choices=["python", "cpp", "auto"],
              default_text="$KILN_DISPATCH, else python",
              help="how aten entries are dispatched, as kiln.install's dispatch=")
-    p.option("--library", metavar="DIR", help="check this library; skips capture and optimize")
+    p.option("--library", metavar="DIR", help="check this library; skips capture and the search")
     p.option("--skip-capture", action="store_true", help="use RUN's existing capture")
-    p.option("--skip-optimize", action="store_true", help="use RUN/library as it is")
+    p.option("--skip-optimize", action="store_true", help="use RUN/library as it is (no search)")
     p.option("--serve", metavar="[=PORT]", nargs="?", const="", default_text="kiln optimize --serve's port",
              help="serve the dashboard while kiln optimize runs (kiln optimize --serve)")
     p.option("--json", action="store_true",
@@ -106,6 +134,8 @@ def parser() -> Parser:
 
 
 def parse_args(argv: list) -> argparse.Namespace:
+    """tune's options, every one checked before anything runs: its own, the values capture and optimize will
+    get (by their own rules), the backend and the kiln binary. TuneError(code 2) says what is wrong."""
     argv, script_args = split_script_args(argv)
     try:
         opts = parser().parse(argv)
@@ -118,9 +148,50 @@ def parse_args(argv: list) -> argparse.Namespace:
         opts.out = os.path.join("runs", os.path.splitext(os.path.basename(opts.script))[0])
     if opts.library:
         opts.skip_capture = opts.skip_optimize = True
+    if opts.max_bytes is not None:
+        from kiln.capture import CaptureError, parse_bytes
+        try:
+            parse_bytes(opts.max_bytes)
+        except CaptureError as e:
+            raise TuneError(f"{e}; see kiln tune --help", 2) from None
+    if opts.backend is None:
+        opts.backend = default_backend()
+    elif opts.backend == "cuda" and default_backend() != "cuda":
+        raise TuneError("--backend cuda: no GPU is visible here (kiln's rule: a CUDA driver and a device)", 2)
+    if opts.time is None:
+        opts.time = DEFAULT_TIME_S[opts.backend]
+    if not opts.skip_optimize:
+        check_optimize_options(opts)
     if opts.dispatch:
         os.environ["KILN_DISPATCH"] = opts.dispatch  # every kiln.install of this process (and kiln run's)
     return opts
+
+
+def _optimize_flags(opts) -> list:
+    flags = ["--backend", opts.backend]
+    if opts.budget is not None:
+        flags += ["--budget", str(opts.budget)]
+    if opts.top is not None:
+        flags += ["--top", str(opts.top)]
+    return flags
+
+
+def check_optimize_options(opts) -> None:
+    """The values tune passes to kiln optimize, checked by kiln optimize's own option table (the one place
+    their bounds are written): `kiln optimize FLAGS --help` refuses a bad value before it prints the help."""
+    kiln = _kiln_binary()
+    if not os.path.exists(kiln):
+        raise TuneError(f"{kiln} does not exist: build kiln with `make` in {ROOT}, or pass --library DIR", 2)
+    try:
+        p = subprocess.run([kiln, "optimize", *_optimize_flags(opts), "--help"], capture_output=True, text=True,
+                           timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise TuneError(f"cannot run {kiln} optimize: {e}", 2) from None
+    if p.returncode != 0:
+        why = (p.stderr or p.stdout).strip().splitlines()
+        why = why[0] if why else f"exit status {p.returncode}"
+        why = why.replace("kiln optimize: ", "").replace("see kiln optimize --help", "see kiln tune --help")
+        raise TuneError(why, 2)
 
 
 def _env() -> dict:
@@ -139,54 +210,160 @@ def _log(line: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
+# The budget, and the child processes it is spent in.
+
+
+class Budget:
+    """--time as a deadline, and the reserve the install check is planned to need after the search."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.start = time.monotonic()
+        self.deadline = self.start + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def check_reserve(self, script_s: float, compile_too: bool) -> float:
+        """Seconds kept for the install check and the report: a tenth of the budget plus three runs of the
+        script and a start-up, and a quarter of the budget for torch.compile's two compilations; at most
+        six tenths of the budget."""
+        r = 0.1 * self.seconds + 3 * max(script_s, 0.0) + 5 + (0.25 * self.seconds if compile_too else 0)
+        return min(r, 0.6 * self.seconds)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when tune dies (kiln optimize then stops as on Ctrl-C)."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the child outlives a killed tune, nothing worse
+        pass
+
+
+class _Sigints:
+    """While a child runs, SIGINT is counted instead of raised: run_child passes each one on."""
+
+    def __enter__(self):
+        self.count = 0
+        self.old = signal.signal(signal.SIGINT, self._on)
+        return self
+
+    def _on(self, signum, frame):
+        self.count += 1
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self.old)
+        return False
+
+
+def run_child(cmd: list, stop_at: Optional[float] = None, stdout=None) -> tuple:
+    """Runs cmd in its own process group and waits: (exit status, how it was stopped: None, "interrupted"
+    (tune got SIGINT and passed it on) or "out of time" (still running at stop_at, a time.monotonic(): asked
+    to stop with SIGINT, again STOP_GRACE_S later, then killed)). A third SIGINT to tune kills the child."""
+    p = subprocess.Popen(cmd, env=_env(), stdout=stdout, process_group=0, preexec_fn=_die_with_parent)
+    how, passed, stops = None, 0, 0
+    with _Sigints() as sig:
+        while True:
+            try:
+                return p.wait(timeout=0.1), how
+            except subprocess.TimeoutExpired:
+                pass
+            if sig.count > passed:
+                passed = sig.count
+                how = how or "interrupted"
+                try:
+                    os.killpg(p.pid, signal.SIGINT if passed < 3 else signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if stop_at is not None and time.monotonic() >= stop_at + stops * STOP_GRACE_S:
+                how = how or "out of time"
+                try:
+                    os.killpg(p.pid, signal.SIGINT if stops < 2 else signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                stops += 1
+
+
+# ---------------------------------------------------------------------------------------------------
 # Steps 1 and 2: other processes.
 
 
-def step_capture(opts, report: dict) -> None:
+def step_capture(opts, report: dict, budget: Budget) -> None:
+    from kiln.capture import parser as capture_parser
     cmd = [sys.executable, "-m", "kiln.capture", opts.script, "--out", opts.out, "--device", opts.backend]
-    if opts.top:
-        cmd += ["--top", str(opts.top)]
+    if opts.top:  # capture writes at least as many problems as the search may take
+        cmd += ["--top", str(max(opts.top, capture_parser().get_default("top")))]
+    if opts.max_bytes is not None:
+        cmd += ["--max-bytes", opts.max_bytes]
     cmd += ["--", *opts.script_args]
     _log(f"kiln tune [1/4] capture: {' '.join(cmd[1:])}")
     t0 = time.perf_counter()
-    rc = subprocess.call(cmd, env=_env())
+    rc, how = run_child(cmd, stop_at=budget.deadline - budget.check_reserve(0, False))
     report["steps"]["capture"] = {"rc": rc, "seconds": round(time.perf_counter() - t0, 2)}
+    if how == "interrupted":
+        raise TuneError("capture interrupted (SIGINT)", 130)
+    if how:
+        raise TuneError(f"capture did not finish within the budget (--time {opts.time:g} s)")
     if rc != 0:
         raise TuneError(f"capture failed (exit status {rc}); its output above says why")
 
 
-def optimize_available(kiln: str) -> Optional[str]:
-    """None when `kiln optimize` can run, else why not."""
-    if not os.path.exists(kiln):
-        return f"{kiln} does not exist: build kiln with `make` in {ROOT}"
+def _script_seconds(run_dir: str) -> float:
+    """The script's own run time at capture (RUN/capture.json), 0 when unknown."""
     try:
-        p = subprocess.run([kiln, "optimize", "--help"], capture_output=True, text=True, timeout=30)
-    except OSError as e:
-        return f"cannot run {kiln}: {e}"
-    if p.returncode != 0:
-        return (f"`{kiln} optimize --help` failed ({(p.stderr or p.stdout).strip()[:200]}); rebuild kiln, or "
-                "pass --library DIR to check an existing library")
-    return None
+        with open(os.path.join(run_dir, "capture.json")) as f:
+            wall = json.load(f).get("wall_s") or {}
+        return float(wall.get("script_s") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
 
 
-def step_optimize(opts, report: dict) -> None:
-    kiln = _kiln_binary()
-    why = optimize_available(kiln)
-    if why:
-        report["steps"]["optimize"] = {"rc": None, "error": why}
-        raise TuneError(f"optimize: {why}")
-    cmd = [kiln, "optimize", opts.out, "--backend", opts.backend]
-    if opts.budget:
-        cmd += ["--budget", str(opts.budget)]
-    if opts.top:
-        cmd += ["--top", str(opts.top)]
+def step_optimize(opts, report: dict, budget: Budget) -> None:
+    """kiln optimize for what the budget leaves after the install check's reserve; its table (--json) goes to
+    RUN/logs/optimize.json and report["problems"]. A search stopped by Ctrl-C or by the budget is not a
+    failure: the library it wrote has the best found so far. Nothing to optimise is not one either."""
+    compile_too = opts.compile if opts.compile is not None else opts.backend == "cuda"
+    reserve = budget.check_reserve(_script_seconds(opts.out), compile_too)
+    search_s = budget.left() - reserve
+    search = report["search"] = {"planned_s": round(max(search_s, 0), 1), "reserve_s": round(reserve, 1)}
+    if search_s < 1:
+        search["stopped"] = "no time left"
+        _log(f"kiln tune [2/4] search: no time left for it ({budget.left():.0f} s of --time {opts.time:g} s "
+             f"left, {reserve:.0f} s kept for the install check)")
+        return
+    cmd = [_kiln_binary(), "optimize", opts.out, *_optimize_flags(opts), "--time", f"{search_s:.1f}", "--json"]
     if opts.serve is not None:
         cmd += [f"--serve={opts.serve}" if opts.serve else "--serve"]
-    _log(f"kiln tune [2/4] optimize: {' '.join(cmd)}")
+    logs = os.path.join(opts.out, "logs")
+    os.makedirs(logs, exist_ok=True)
+    table_path = os.path.join(logs, "optimize.json")
+    _log(f"kiln tune [2/4] search: {search_s:.0f} s of the {opts.time:g} s budget ({reserve:.0f} s kept for the "
+         f"install check and the report): {' '.join(cmd)}")
     t0 = time.perf_counter()
-    rc = subprocess.call(cmd, env=_env())
-    report["steps"]["optimize"] = {"rc": rc, "seconds": round(time.perf_counter() - t0, 2)}
-    if rc != 0:
+    with open(table_path, "w") as table:
+        rc, how = run_child(cmd, stop_at=time.monotonic() + search_s + STOP_GRACE_S, stdout=table)
+    search.update(rc=rc, seconds=round(time.perf_counter() - t0, 2))
+    report["steps"]["optimize"] = {"rc": rc, "seconds": search["seconds"]}
+    try:
+        with open(table_path) as f:
+            table = json.load(f)
+    except (OSError, ValueError):
+        table = None
+    if table:
+        report["problems"] = table.get("problems") or []
+        search["stopped"] = how or table.get("stopped")
+    if how == "interrupted":
+        _log("kiln tune: search stopped (SIGINT): installing the best found so far")
+    elif how == "out of time":
+        _log("kiln tune: the search overran its time and was stopped")
+    if table and table.get("stopped") == "nothing to do":
+        search["stopped"] = "nothing to optimise"
+        _log("kiln tune: nothing to optimise: no kernel family matches any problem (the report says why per op)")
+        return
+    if rc != 0 and not how:
         raise TuneError(f"kiln optimize failed (exit status {rc}); its output above says why")
     if not os.path.exists(os.path.join(opts.out, "library", "manifest.json")):
         raise TuneError(f"kiln optimize wrote no {os.path.join(opts.out, 'library', 'manifest.json')}")
@@ -298,121 +475,6 @@ def max_abs_diff(a, b) -> Optional[float]:
 # Step 3: timing.
 
 
-class Timer:
-    """Wall time per call of fn with the device synchronised around the loop: for a GPU that is the cost
-    of a call in a stream of calls (host dispatch or kernel, whichever is longer), which is what a model
-    pays."""
-
-    def __init__(self, cuda: bool):
-        import torch
-        self.sync = torch.cuda.synchronize if cuda else (lambda: None)
-
-    def iterations(self, fn, target_s: float) -> int:
-        fn()
-        self.sync()
-        t0 = time.perf_counter()
-        fn()
-        self.sync()
-        one = max(time.perf_counter() - t0, 1e-7)
-        return int(min(max(target_s / one, 1), 10000))
-
-    def per_call_us(self, fn, n: int) -> float:
-        self.sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        self.sync()
-        return (time.perf_counter() - t0) / n * 1e6
-
-
-def _gate_tensor(spec: dict, device, misaligned: bool = False):
-    """A tensor with exactly the gate's dtype, shape and strides (and, misaligned, one element off a 16-byte
-    boundary, so that the gate must miss): floats normal, integers and bools zero (a valid index)."""
-    import torch
-    from kiln.install_gate import _torch_dtype
-    dtype = _torch_dtype(spec["dtype"])
-    shape, strides = [int(s) for s in spec["shape"]], [int(s) for s in spec["strides"]]
-    n = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
-    extra = 1 if misaligned else 0
-    if dtype.is_floating_point:
-        base = torch.randn(n + extra, device=device).to(dtype)
-    else:
-        base = torch.zeros(n + extra, dtype=dtype, device=device)
-    return base.as_strided(shape, strides, extra)
-
-
-def _call_template(template, tensors: list):
-    from kiln.install_gate import _Slot
-    if isinstance(template, _Slot):
-        return tensors[template.index]
-    if isinstance(template, list):
-        return [_call_template(t, tensors) for t in template]
-    if isinstance(template, str) and template.startswith("torch."):
-        import torch
-        return getattr(torch, template[len("torch."):], template)
-    if isinstance(template, str) and template in ("inf", "-inf", "nan"):
-        return float(template)
-    return template
-
-
-class EntryBench:
-    """The per-call benchmark of one entry: the call the gate was built from, and one that must miss."""
-
-    def __init__(self, entry, lib, model_modules: dict):
-        import torch
-
-        from kiln.install_aten import _resolve_overload
-        from kiln.install_gate import _template
-        self.entry = entry
-        self.device = torch.device("cuda", lib.device_index) if lib.is_cuda else torch.device("cpu")
-        self.inputs = [_gate_tensor(g, self.device) for g in entry.inputs]
-        self.miss_inputs = [_gate_tensor(g, self.device, misaligned=True) for g in entry.inputs]
-        self.outputs = [_gate_tensor(g, self.device) for g in entry.outputs]
-        self.scratch = [torch.zeros(max(entry.scratch_bytes, 1), dtype=torch.uint8, device=self.device)] \
-            if entry.has_scratch else []
-        if entry.kind == "aten":
-            op = _resolve_overload(entry.aten)
-            args = [_template(a) for a in entry.args["args"]]
-            kwargs = {k: _template(v) for k, v in (entry.args.get("kwargs") or {}).items()}
-            inplace = any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
-
-            def call(tensors):
-                if inplace:  # an in-place op writes its input: give it a fresh one each time
-                    tensors = [tensors[0].clone()] + tensors[1:]
-                return op(*[_call_template(a, tensors) for a in args],
-                          **{k: _call_template(v, tensors) for k, v in kwargs.items()})
-            self.call = call
-        else:
-            names = [g["name"] for g in entry.inputs]
-            from kiln.install_module import _is_activation
-            act = [i for i, n in enumerate(names) if _is_activation(n)]
-            module = next((model_modules[p] for p in entry.module_paths if p in model_modules), None)
-            if module is None or len(act) != 1:
-                raise ValueError("its module is not in the model that was timed" if module is None
-                                 else "a module with more than one tensor argument")
-            self.module = module
-            self.call = lambda tensors: module(tensors[act[0]])
-            # the module's own parameters are the gate's other inputs: time with them, as the model does
-            self.inputs = [t if i == act[0] else getattr(module, names[i]) for i, t in enumerate(self.inputs)]
-            self.miss_inputs = [t if i == act[0] else getattr(module, names[i])
-                                for i, t in enumerate(self.miss_inputs)]
-
-    def raw(self, lib):
-        """The bare launch: what a gate hit ends with (libkiln_rt's launch without ctypes argument
-        conversion, on PyTorch's current stream), with the pointer array and the stream made once, so that
-        "hit overhead" is the gate, the output allocation and the dispatch, not the cost of lib.launch's
-        argument checks. Checked once here; the timing loop does not look at the status."""
-        import ctypes
-
-        import torch
-        tensors = self.inputs + self.outputs + self.scratch
-        lib.launch(self.entry, tensors)
-        ptrs = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
-        stream = ctypes.c_void_p(torch._C._cuda_getCurrentRawStream(lib.device_index)) if lib.is_cuda else None
-        launch, handle, index, n = lib._launch_fast, lib._handle, self.entry.index, len(tensors)
-        return lambda: launch(handle, index, ptrs, n, None, stream)
-
-
 def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer) -> dict:
     """Per entry: eager and kiln per-call times through the dispatcher on the gate's shapes, a call that
     misses, and the bare launch. Alternates eager and kiln `rounds` times; medians."""
@@ -431,7 +493,9 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
     with _grad_context("no_grad" if grad_mode == "grad" else grad_mode):
         counts = {n: (timer.iterations(lambda b=b: b.call(b.inputs), 0.01),
                       timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01)) for n, b in benches.items()}
-        for _ in range(opts.rounds):
+        for r in range(opts.rounds):
+            if r and _past_deadline(opts):
+                break
             for n, b in benches.items():
                 samples[n]["eager"].append(timer.per_call_us(lambda b=b: b.call(b.inputs), counts[n][0]))
                 samples[n]["eager_miss"].append(
@@ -456,10 +520,18 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
             continue
         med = {k: statistics.median(v) for k, v in s.items() if k != "hits"}
         results[n] = {"eager_us": med["eager"], "kiln_us": med["kiln"], "raw_launch_us": med["raw"],
+                      "eager_spread_pct": spread_pct(s["eager"]), "kiln_spread_pct": spread_pct(s["kiln"]),
                       "hit_overhead_us": med["kiln"] - med["raw"],
                       "miss_overhead_us": med["kiln_miss"] - med["eager_miss"],
-                      "hits": s["hits"]}
+                      "hits": s["hits"], "rounds": len(s["eager"])}
     return results
+
+
+def _past_deadline(opts, needed_s: float = 0.0) -> bool:
+    """Whether the budget's deadline (opts.deadline, a time.monotonic(); None: no budget) is less than
+    needed_s away."""
+    deadline = getattr(opts, "deadline", None)
+    return deadline is not None and time.monotonic() + needed_s >= deadline
 
 
 def decide(entry, bench: Optional[dict], margin: float) -> tuple:
@@ -473,10 +545,17 @@ def decide(entry, bench: Optional[dict], margin: float) -> tuple:
     if bench["hits"] == 0:
         return False, "the gate did not admit the entry's own captured call (a bug: please report it)"
     e, k = bench["eager_us"], bench["kiln_us"]
-    if k < e * (1 - margin):
-        return True, f"{e / k:.2f}x per call with dispatch ({e:.1f} -> {k:.1f} us)"
-    return False, (f"no end-to-end win: {e:.1f} us eager, {k:.1f} us with kiln per call, dispatch included "
-                   f"(kernel and launch alone {bench['raw_launch_us']:.1f} us)")
+    if k >= e * (1 - margin):
+        return False, (f"no end-to-end win: {e:.1f} us eager, {k:.1f} us with kiln per call, dispatch included "
+                       f"(kernel and launch alone {bench['raw_launch_us']:.1f} us)")
+    verdict, value, _ = speedup_judge(e, bench.get("eager_spread_pct"), k, bench.get("kiln_spread_pct"))
+    if verdict == "noisy_baseline":
+        return False, (f"eager's per-call time is too noisy to compare with (spread "
+                       f"{bench['eager_spread_pct']:.0f}% over {bench.get('rounds')} rounds)")
+    if value is None:
+        return False, (f"no win the spreads support: {e:.1f} us eager, {k:.1f} us with kiln per call (spreads "
+                       f"{bench.get('eager_spread_pct') or 0:.0f}% and {bench.get('kiln_spread_pct') or 0:.0f}%)")
+    return True, f"{e / k:.2f}x per call with dispatch ({e:.1f} -> {k:.1f} us)"
 
 
 def write_decisions(lib, decisions: dict) -> str:
@@ -489,6 +568,28 @@ def write_decisions(lib, decisions: dict) -> str:
         f.write("\n")
     os.replace(tmp, path)
     return path
+
+
+OUT_OF_TIME = "out of time (--time) before torch.compile finished"
+
+
+def _round_target_s(opts, target_s: float) -> float:
+    """The length of one timed loop: target_s, or less when the budget's deadline is near (four loops a
+    round, --rounds rounds in what is left)."""
+    deadline = getattr(opts, "deadline", None)
+    if deadline is None:
+        return target_s
+    return max(min(target_s, (deadline - time.monotonic()) / (4 * opts.rounds)), 0.001)
+
+
+def _rounds(opts, measure) -> list:
+    """measure() --rounds times, or fewer (at least once) when the deadline comes first."""
+    out = []
+    for r in range(opts.rounds):
+        if r and _past_deadline(opts):
+            break
+        out.append(measure())
+    return out
 
 
 def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> dict:
@@ -504,11 +605,13 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
         eager_out = forward()
         for _ in range(2):  # warm-up: allocator, thread pools, lazy initialisation
             forward()
-        n = timer.iterations(forward, 0.3)
+        n = timer.iterations(forward, _round_target_s(opts, 0.3))
         out["iterations"] = n
         eager, with_kiln = [], []
         kiln_out, stats = None, None
         for r in range(opts.rounds):
+            if r and _past_deadline(opts):
+                break
             eager.append(timer.per_call_us(forward, n))
             if lib is None:
                 continue
@@ -522,9 +625,12 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
                 with_kiln.append(timer.per_call_us(forward, n))
             finally:
                 kiln.uninstall()
+        out["rounds"] = len(eager)
         out["eager_ms"] = statistics.median(eager) / 1e3
+        out["eager_spread_pct"] = spread_pct(eager)
         if with_kiln:
             out["kiln_ms"] = statistics.median(with_kiln) / 1e3
+            out["kiln_spread_pct"] = spread_pct(with_kiln)
             out["kiln_speedup"] = out["eager_ms"] / out["kiln_ms"]
             out["kiln_max_abs_diff"] = max_abs_diff(kiln_out, eager_out)
             out["kiln_hits_per_forward"] = stats["hits"] if stats else None
@@ -532,7 +638,9 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
             out["entry_hits_per_forward"] = {n: e["hits"] for n, e in (stats or {}).get("entries", {}).items()}
         again = forward()
         out["eager_repeatable"] = max_abs_diff(again, eager_out) == 0
-        if compile_too:
+        if compile_too and _past_deadline(opts, 1.0):
+            out["compile_error"] = OUT_OF_TIME
+        elif compile_too:
             try:
                 compiled = torch.compile(model)
                 t0 = time.perf_counter()
@@ -540,13 +648,17 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
                 compiled(*args, **kwargs)
                 out["compile_warmup_s"] = round(time.perf_counter() - t0, 2)
                 cf = lambda: compiled(*args, **kwargs)  # noqa: E731
-                out["compile_ms"] = statistics.median(timer.per_call_us(cf, n) for _ in range(opts.rounds)) / 1e3
+                times = _rounds(opts, lambda: timer.per_call_us(cf, n))
+                out["compile_ms"] = statistics.median(times) / 1e3
+                out["compile_spread_pct"] = spread_pct(times)
                 out["compile_speedup"] = out["eager_ms"] / out["compile_ms"]
                 out["compile_max_abs_diff"] = max_abs_diff(compiled_out, eager_out)
             except Exception as e:  # noqa: BLE001 - torch.compile's failure is a result, not ours
                 out["compile_error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
             except KeyboardInterrupt:  # Ctrl-C or a time limit (SIGINT) during a long compile: keep the rest
                 out["compile_error"] = "interrupted (SIGINT) before torch.compile finished"
+            except OutOfTime:
+                out["compile_error"] = OUT_OF_TIME
         if compile_too and lib is not None and out.get("kiln_entries_installed"):
             time_kiln_compile(root, lib, opts, timer, out, eager_out)
         elif compile_too:
@@ -555,7 +667,8 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
     return out
 
 
-KILN_COMPILE_KEYS = ("kiln_compile_ms", "kiln_compile_speedup", "kiln_compile_vs_compile", "kiln_compile_max_abs_diff",
+KILN_COMPILE_KEYS = ("kiln_compile_ms", "kiln_compile_spread_pct", "kiln_compile_speedup", "kiln_compile_vs_compile",
+                     "kiln_compile_max_abs_diff",
                      "kiln_compile_error", "kiln_compile_warmup_s", "kiln_compile_hits_per_forward",
                      "kiln_compile_entry_hits_per_forward", "kiln_compile_note")
 
@@ -572,6 +685,9 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
         out.pop(k, None)
     if str(out.get("compile_error", "")).startswith("interrupted"):
         out["kiln_compile_error"] = "interrupted (SIGINT) before torch.compile finished"
+        return
+    if out.get("compile_error") == OUT_OF_TIME or _past_deadline(opts, 1.0):
+        out["kiln_compile_error"] = OUT_OF_TIME
         return
     model, args, kwargs = root.module, root.args, root.kwargs
     n = out.get("iterations") or 1
@@ -596,8 +712,9 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
                 out["kiln_compile_hits_per_forward"] = stats["hits"]
                 out["kiln_compile_entry_hits_per_forward"] = {k: e["hits"] for k, e in stats["entries"].items()}
                 kf = lambda: compiled(*args, **kwargs)  # noqa: E731
-                out["kiln_compile_ms"] = statistics.median(timer.per_call_us(kf, n)
-                                                           for _ in range(opts.rounds)) / 1e3
+                times = _rounds(opts, lambda: timer.per_call_us(kf, n))
+                out["kiln_compile_ms"] = statistics.median(times) / 1e3
+                out["kiln_compile_spread_pct"] = spread_pct(times)
                 out["kiln_compile_speedup"] = out["eager_ms"] / out["kiln_compile_ms"]
                 if out.get("compile_ms"):
                     out["kiln_compile_vs_compile"] = out["compile_ms"] / out["kiln_compile_ms"]
@@ -609,6 +726,8 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
             out["kiln_compile_error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         except KeyboardInterrupt:
             out["kiln_compile_error"] = "interrupted (SIGINT) before torch.compile finished"
+        except OutOfTime:
+            out["kiln_compile_error"] = OUT_OF_TIME
 
 
 def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, entries_out: list) -> None:
@@ -649,14 +768,18 @@ def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, en
             report["model"] = again
             return
         again = time_model(root, lib, opts, timer, False)
-        for k in ("compile_ms", "compile_speedup", "compile_max_abs_diff", "compile_error", "compile_warmup_s"):
+        for k in ("compile_ms", "compile_spread_pct", "compile_speedup", "compile_max_abs_diff", "compile_error",
+                  "compile_warmup_s"):
             if k in first:
                 again[k] = first[k]
         report["model"] = again
         report["model_kiln_compile_stale"] = True
 
 
-def install_check(opts, library_dir: str, report: dict) -> None:
+def install_check(opts, library_dir: Optional[str], report: dict) -> None:
+    """Step 3: finds the model, times every entry of the library at library_dir per call and decides
+    (install.json), times the model's forward. Without a library (nothing to optimise) the forward is timed
+    eager and with torch.compile all the same."""
     import torch
 
     from kiln.install_runtime import KilnError, Library
@@ -669,10 +792,14 @@ def install_check(opts, library_dir: str, report: dict) -> None:
                                "grad_mode": r.grad_mode} for r in roots[:5]]
     lib = None
     try:
+        if library_dir is None:
+            raise FileNotFoundError
         lib = Library(library_dir)
         report["library"] = {"path": lib.path, "backend": lib.backend, "device": lib.info.get("device"),
                              "library_device": lib.info.get("library_device"), "build": lib.info.get("build"),
                              "notes": lib.info.get("notes", []), "n_entries": len(lib.entries)}
+    except FileNotFoundError:
+        report["library"] = None
     except KilnError as e:
         report["library"] = {"path": library_dir, "refused": str(e)}
         _log(f"kiln tune: {e}")
@@ -687,11 +814,16 @@ def install_check(opts, library_dir: str, report: dict) -> None:
             ok, why = decide(e, benches.get(e.name), opts.margin)
             decisions[e.name] = {"install": ok, "reason": why}
             b = benches.get(e.name) or {}
+            spreads = e.data.get("spread_pct") or {}
             entries_out.append({
                 "name": e.name, "target": e.target, "kernel_speedup": e.speedup,
+                "kernel_speedup_verdict": e.data.get("speedup_verdict"),
                 "kernel_time_us": e.time_us.get("kiln"), "kernel_eager_us": e.time_us.get("eager"),
+                "kernel_spread_pct": spreads.get("kiln"), "kernel_eager_spread_pct": spreads.get("eager"),
                 "kernel_compile_us": e.time_us.get("compile"), "share": e.data.get("share"),
+                "library_install": e.data.get("install"),
                 "op_eager_us": b.get("eager_us"), "op_kiln_us": b.get("kiln_us"),
+                "op_eager_spread_pct": b.get("eager_spread_pct"), "op_kiln_spread_pct": b.get("kiln_spread_pct"),
                 "raw_launch_us": b.get("raw_launch_us"), "hit_overhead_us": b.get("hit_overhead_us"),
                 "miss_overhead_us": b.get("miss_overhead_us"), "installed": ok, "reason": why})
         report["install_json"] = write_decisions(lib, decisions)
@@ -718,118 +850,9 @@ def install_check(opts, library_dir: str, report: dict) -> None:
     if cuda and torch.cuda.is_available():
         report["device_name"] = torch.cuda.get_device_name()
     else:
-        report["device_name"] = ((report.get("library") or {}).get("device") or {}).get("name")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Step 4: the report.
-
-
-def _fmt(v, spec: str = ".3f", none: str = "-") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return none
-    return format(v, spec)
-
-
-def render_markdown(report: dict) -> str:
-    lines = [f"# kiln tune: {os.path.basename(report['script'])}", ""]
-    lines.append(f"`{' '.join([report['script'], *report['script_args']])}` on {report.get('backend')} "
-                 f"({report.get('device_name') or '?'}), torch {report.get('torch', '?')}, run `{report['run_dir']}`.")
-    lines.append("")
-    lib = report.get("library") or {}
-    if lib.get("refused"):
-        lines += [f"**Library refused**: {lib['refused']}", ""]
-    m = report.get("model")
-    lines.append("## Model forward")
-    lines.append("")
-    if not m:
-        lines += [report.get("model_note") or "not timed (an earlier step failed)", ""]
-    else:
-        lines.append("| model | grad mode | eager ms | kiln ms | torch.compile ms | kiln + torch.compile ms "
-                     "| kiln speedup | compile speedup | kiln + compile speedup | max diff kiln | max diff compile "
-                     "| max diff kiln + compile |")
-        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        compile_on = "compile_ms" in m or bool(m.get("compile_error"))
-        comp = _fmt(m.get("compile_ms")) if "compile_ms" in m else \
-            ("interrupted" if str(m.get("compile_error", "")).startswith("interrupted") else
-             "failed" if m.get("compile_error") else "off")
-        kcomp = _fmt(m.get("kiln_compile_ms")) if "kiln_compile_ms" in m else \
-            ("interrupted" if str(m.get("kiln_compile_error", "")).startswith("interrupted") else
-             "failed" if m.get("kiln_compile_error") else "-" if compile_on else "off")
-        lines.append(f"| {m['root']} | {m['grad_mode']} | {_fmt(m.get('eager_ms'))} | {_fmt(m.get('kiln_ms'))} | "
-                     f"{comp} | {kcomp} | {_fmt(m.get('kiln_speedup'), '.2f')}x | "
-                     f"{_fmt(m.get('compile_speedup'), '.2f')}x | {_fmt(m.get('kiln_compile_speedup'), '.2f')}x | "
-                     f"{_fmt(m.get('kiln_max_abs_diff'), '.3g')} | {_fmt(m.get('compile_max_abs_diff'), '.3g')} | "
-                     f"{_fmt(m.get('kiln_compile_max_abs_diff'), '.3g')} |")
-        lines.append("")
-        lines.append(f"Medians of {m['rounds']} alternating rounds of {m.get('iterations')} forwards each. kiln ran "
-                     f"{_fmt(m.get('kiln_hits_per_forward'), 'd')} kernel calls per forward and fell back "
-                     f"{_fmt(m.get('kiln_misses_per_forward'), 'd')} times.")
-        for d in report.get("model_dropped") or []:
-            lines.append(f"Dropped `{d['entry']}`: with it the forward took {d['kiln_ms']:.3f} ms against "
-                         f"{d['eager_ms']:.3f} ms eager.")
-        if m.get("kiln_note"):
-            lines.append(f"{m['kiln_note'][0].upper()}{m['kiln_note'][1:]}.")
-        elif "kiln_ms" in m and not m.get("kiln_entries_installed"):
-            lines.append("No entry won end to end, so nothing was installed: the kiln column is eager again, and "
-                         "its difference from eager is the noise of this machine.")
-        if m.get("compile_error"):
-            lines.append(f"torch.compile failed: {m['compile_error']}")
-        if "kiln_compile_ms" in m:
-            vs = m.get("kiln_compile_vs_compile")
-            lines.append(f"kiln + torch.compile: torch.compile of the model with kiln installed (module entries "
-                         f"become kiln:: custom ops in the compiled graph); kiln ran "
-                         f"{_fmt(m.get('kiln_compile_hits_per_forward'), 'd')} kernel calls per compiled forward"
-                         + (f", {vs:.2f}x against torch.compile alone." if vs else "."))
-        if m.get("kiln_compile_note"):
-            lines.append(f"kiln + torch.compile: {m['kiln_compile_note']}.")
-        if m.get("kiln_compile_error"):
-            lines.append(f"kiln + torch.compile failed: {m['kiln_compile_error']}")
-        if m.get("eager_repeatable") is False:
-            lines.append("Note: two eager forwards differ; the model is not deterministic, so the differences "
-                         "above include that.")
-        lines.append("")
-    rows = report.get("entries") or []
-    lines.append("## Entries")
-    lines.append("")
-    if not rows:
-        lines += ["none (no library, or an empty one)", ""]
-    else:
-        lines.append("| entry | replaces | share | kernel speedup | per call eager us | per call kiln us | "
-                     "hit overhead us | miss overhead us | installed | hits per forward | why |")
-        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
-        for r in rows:
-            share = f"{100 * r['share']:.1f}%" if isinstance(r.get("share"), (int, float)) else "-"
-            lines.append(f"| {r['name']} | {r['target']} | {share} | {_fmt(r.get('kernel_speedup'), '.2f')}x | "
-                         f"{_fmt(r.get('op_eager_us'), '.1f')} | {_fmt(r.get('op_kiln_us'), '.1f')} | "
-                         f"{_fmt(r.get('hit_overhead_us'), '.1f')} | {_fmt(r.get('miss_overhead_us'), '.1f')} | "
-                         f"{'yes' if r['installed'] else 'no'} | {_fmt(r.get('hits_per_forward'), 'd')} | "
-                         f"{r['reason']} |")
-        lines.append("")
-        lines.append("Kernel speedup: eager over kiln kernel time in the gate (isolated, L2 flushed). Per call: "
-                     "wall time of the op through PyTorch's dispatcher in a loop, with kiln's gate (aten entries "
-                     f"dispatched by {os.environ.get('KILN_DISPATCH') or 'python'}; module entries in Python). "
-                     "Hit overhead: per call with kiln minus the bare launch; miss overhead: a call that misses "
-                     "the gate minus the same call eagerly.")
-        lines.append("")
-    if report.get("install_json"):
-        lines += [f"Decisions: `{report['install_json']}` (read by `kiln run` and `kiln.install`).", ""]
-    if report.get("error"):
-        lines += [f"**Stopped**: {report['error']}", ""]
-    return "\n".join(lines)
-
-
-def write_report(report: dict) -> None:
-    os.makedirs(report["run_dir"], exist_ok=True)
-    with open(os.path.join(report["run_dir"], "report.json"), "w") as f:
-        json.dump(report, f, indent=1, default=str)
-        f.write("\n")
-    text = render_markdown(report)
-    with open(os.path.join(report["run_dir"], "report.md"), "w") as f:
-        f.write(text + "\n")
-    _log("kiln tune [4/4] report: " + os.path.join(report["run_dir"], "report.md"))
-    _log("")
-    _log(text)
+        captured = _load_json(os.path.join(report["run_dir"], "capture.json")) or {}
+        report["device_name"] = (((report.get("library") or {}).get("device") or {}).get("name")
+                                 or captured.get("device_name"))
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -846,39 +869,134 @@ def main(argv: Optional[list] = None) -> int:
     return code
 
 
+class _Alarm:
+    """The budget's hard stop inside this process: OutOfTime at the deadline (plus a little, so that the
+    install check's own deadline checks come first)."""
+
+    def __init__(self, budget: Budget, slack_s: float = 2.0):
+        self.at = budget.left() + slack_s
+
+    def __enter__(self):
+        def ring(signum, frame):
+            raise OutOfTime()
+        self.old = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, max(self.at, 0.01))
+        return self
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.old)
+        return False
+
+
 def tune(opts) -> tuple:
-    """The four steps; (exit status, the report written)."""
+    """The four steps within the budget; (exit status, the report written)."""
     if opts.backend is None:
         opts.backend = default_backend()
+    if getattr(opts, "time", None) is None:
+        opts.time = DEFAULT_TIME_S[opts.backend]
+    budget = Budget(opts.time)
+    opts.deadline = budget.deadline
     library_dir = opts.library or os.path.join(opts.out, "library")
     report: dict = {"kiln_report": 1, "script": opts.script, "script_args": opts.script_args,
                     "run_dir": opts.out if not opts.library else (opts.out or os.path.dirname(library_dir)),
-                    "backend": opts.backend, "steps": {}, "started_unix_s": int(time.time())}
+                    "backend": opts.backend, "steps": {}, "started_unix_s": int(time.time()),
+                    "time_budget_s": opts.time, "search": {}}
+    _log(f"kiln tune: {opts.time:g} s in all (--time): capture first, then the search for what is left less the "
+         f"install check's share (the plan follows the capture), then the install check and the report")
     code = 0
     try:
         if not opts.skip_capture:
-            step_capture(opts, report)
+            step_capture(opts, report, budget)
         if not opts.skip_optimize:
-            step_optimize(opts, report)
-        if not os.path.exists(os.path.join(library_dir, "manifest.json")):
+            step_optimize(opts, report, budget)
+        stopped = report["search"].get("stopped")
+        have_library = os.path.exists(os.path.join(library_dir, "manifest.json"))
+        if stopped == "nothing to optimise":
+            have_library = False
+        elif not have_library and stopped != "no time left":
             raise TuneError(f"no library at {library_dir} (run without --skip-optimize, or pass --library)")
         t0 = time.perf_counter()
-        install_check(opts, library_dir, report)
-        report["steps"]["install_check"] = {"seconds": round(time.perf_counter() - t0, 2)}
+        try:
+            with _Alarm(budget):
+                install_check(opts, library_dir if have_library else None, report)
+        finally:
+            report["steps"]["install_check"] = {"seconds": round(time.perf_counter() - t0, 2)}
     except TuneError as e:
         report["error"] = str(e)
         print(f"kiln tune: {e}", file=sys.stderr)
         code = e.code
+    except OutOfTime:  # the report says what was measured in time; running out of it is no failure
+        report["out_of_time"] = f"the budget (--time {opts.time:g} s) ran out during the install check"
+        print(f"kiln tune: {report['out_of_time']}", file=sys.stderr)
+        import kiln
+        kiln.uninstall()
     except Exception as e:  # noqa: BLE001 - the report says what was done before the failure
         report["error"] = f"{type(e).__name__}: {e}"
         traceback.print_exc()
         code = 1
-    except KeyboardInterrupt:  # Ctrl-C or a time limit (SIGINT): the report still says how far it got
+    except KeyboardInterrupt:  # Ctrl-C after the search: the report still says how far it got
         report["error"] = "interrupted (SIGINT)"
         print("kiln tune: interrupted", file=sys.stderr)
         code = 130
-    write_report(report)
+    report["hot_ops"] = hot_ops(report["run_dir"], report)
+    report["elapsed_s"] = round(budget.elapsed(), 2)
+    write_report(report, good=code == 0)
     return code, report
+
+
+# ---------------------------------------------------------------------------------------------------
+# What became of every hot op.
+
+
+def _load_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def hot_ops(run_dir: str, report: dict, limit: int = 20) -> list:
+    """The model's hottest ops and fused modules (RUN/model.json), hottest first, each with what became of it:
+    status "installed", "not installed", "no kernel" (searched, nothing correct), "not optimised" (kiln
+    optimize skipped it), "not searched" or "not captured", and why (the entry's, optimize's or capture's
+    reason)."""
+    model = _load_json(os.path.join(run_dir, "model.json")) or {}
+    groups = [dict(g, op=g.get("aten")) for g in model.get("groups") or []]
+    groups += [dict(g, op=f"module {g.get('module_class')}", not_a_problem=None)
+               for g in model.get("module_groups") or []]
+    groups.sort(key=lambda g: -(g.get("share") or 0))
+    problems = {p.get("problem"): p for p in report.get("problems") or []}
+    entries = {e.get("name"): e for e in report.get("entries") or []}
+    search = report.get("search") or {}
+    rows = []
+    for g in groups[:limit]:
+        name = g.get("problem")
+        row = {"op": g.get("op"), "share": g.get("share"), "calls": g.get("calls"), "problem": name}
+        p, e = problems.get(name), entries.get(name)
+        if not name:
+            row["status"] = "not captured"
+            row["why"] = g.get("not_a_problem") or g.get("skipped") or "not among the signatures capture wrote (--top)"
+        elif e is not None:
+            row["status"] = "installed" if e.get("installed") else "not installed"
+            row["why"] = e.get("reason")
+        elif p is not None and p.get("skipped"):
+            row["status"], row["why"] = "not optimised", p["skipped"]
+        elif p is not None:
+            row["status"] = "no kernel"
+            row["why"] = (f"no correct kernel in {p.get('candidates')} candidates" if p.get("best_us") is None
+                          else "its winner did not make it into the library (kiln optimize's warnings say why)")
+        elif search.get("stopped") in ("no time left", "nothing to optimise"):
+            row["status"], row["why"] = "not searched", f"the search: {search['stopped']}"
+        else:
+            row["status"], row["why"] = "not searched", "not among the problems searched (--top)"
+        if p is not None:
+            for k in ("eager_us", "eager_spread_pct", "best_us", "spread_pct", "speedup", "speedup_ratio",
+                      "speedup_verdict", "candidates"):
+                row[k] = p.get(k)
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

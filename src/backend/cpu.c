@@ -1,6 +1,8 @@
-/* cpu.c: the cpu backend: a candidate is compiled by the system compiler into a shared object,
- * loaded with dlopen and called through generated trampolines; its buffers end at guard pages so
- * that a write past the end faults instead of passing unseen.
+/* cpu.c: the cpu backend: a candidate is compiled by the system compiler into a shared object and
+ * called through generated trampolines, either in this process (dlopen: libkiln_rt, running a
+ * proven library) or, when the backend is opened with config.sandbox, in a runner process of its
+ * own that holds nothing but the candidate's buffers (sandbox.c: the gate). Either way its buffers
+ * end at guard pages, so that a write past the end faults instead of passing unseen.
  *
  * Why trampolines: the gate holds parameters the way cuLaunchKernel takes them (an array of
  * pointers to values). A C function cannot be called with a run-time parameter list, so for every
@@ -10,7 +12,8 @@
  * register as the candidate expects. The trampoline is compiled with the candidate into one .so; an
  * entry point the candidate does not define shows up as an undefined symbol when that .so is loaded
  * with RTLD_NOW. */
-#include "backend.h"
+#include "cpu.h"
+#include "sandbox.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -18,6 +21,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -44,21 +48,29 @@ typedef struct cpu_alloc {
 typedef struct {
     kiln_device_info info;
     char header_dir[PATH_MAX];
-    cpu_alloc *allocs;
+    kiln_sandbox *sbx; /* NULL: candidates run in this process */
+    cpu_alloc *allocs; /* plain memory (and, in this process, candidate buffers) */
     unsigned char *flush_buf;
     size_t flush_len;
     unsigned flush_round;
 } cpu_state;
 
 struct kiln_module {
-    void *dl;
     int n;
     char entry[KILN_MAX_LAUNCHES][128];
+    int n_params;
+    kiln_param_kind kind[KILN_MAX_PARAMS];
+    /* in this process */
+    void *dl;
     void (*call[KILN_MAX_LAUNCHES])(void **params);
+    /* sandboxed: the runner, and the folder that holds candidate.so and runner.log */
+    kiln_runner *runner;
+    char *dir;
 };
 
 struct kiln_timer {
     struct timespec start, stop;
+    double start_overhead_s, stop_overhead_s; /* kiln_sandbox_overhead_s at start and stop */
     int started, stopped;
 };
 
@@ -167,12 +179,13 @@ static int cpu_find_header(char *dir, size_t cap, kiln_err *err) {
 }
 
 static int cpu_init(kiln_backend *be, int device, const kiln_backend_config *cfg, kiln_err *err) {
-    (void)cfg;
     if (device != 0)
         return kiln_errf(err, KILN_ERR_NO_DEVICE, "the cpu backend has one device (0), not %d",
                          device);
     cpu_state *st = xcalloc(1, sizeof *st);
     int rc = cpu_find_header(st->header_dir, sizeof st->header_dir, err);
+    if (rc == KILN_OK && cfg->sandbox)
+        rc = kiln_sandbox_open(&st->sbx, err);
     if (rc) {
         free(st);
         return rc;
@@ -198,6 +211,7 @@ static void cpu_shutdown(kiln_backend *be) {
         return;
     while (st->allocs)
         cpu_free(be, st->allocs->user);
+    kiln_sandbox_close(st->sbx);
     free(st->flush_buf);
     free(st);
     be->impl = NULL;
@@ -323,14 +337,13 @@ static char *trampoline_source(const kiln_signature *sig, const kiln_abi *abi) {
     return s;
 }
 
-/* Removes the files compile() wrote and the private folder itself. */
-static void remove_dir(const char *dir, const char *const *files, int n) {
+/* Removes the first n of files from dir. */
+static void remove_files(const char *dir, const char *const *files, int n) {
     for (int i = 0; i < n; i++) {
         char *p = kiln_path_join(dir, files[i]);
         unlink(p);
         free(p);
     }
-    rmdir(dir);
 }
 
 static int valid_entry_name(const char *s) {
@@ -378,41 +391,23 @@ static void log_append(char **log, const char *line) {
     free(old);
 }
 
-static int cpu_compile(kiln_backend *be, const char *source, const kiln_signature *sig,
-                       const kiln_abi *abi, kiln_module **out, char **log, kiln_err *err) {
-    cpu_state *st = be->impl;
-    KILN_ASSERT(source && sig && abi && out);
-    char *ignored_log = NULL;
-    if (!log)
-        log = &ignored_log;
-    *out = NULL;
-    *log = NULL;
-    if (abi->n_launches < 1 || abi->n_launches > KILN_MAX_LAUNCHES)
-        return kiln_errf(err, KILN_ERR_INVALID, "a candidate needs 1 to %d launches, not %d",
-                         KILN_MAX_LAUNCHES, abi->n_launches);
-    for (int k = 0; k < abi->n_launches; k++)
-        if (!valid_entry_name(abi->launch[k].entry))
-            return kiln_errf(err, KILN_ERR_COMPILE, "'%s' is not a valid entry point name",
-                             abi->launch[k].entry);
+/* Files a compile may leave in its folder; a sandboxed module keeps the last two until it is freed.
+ */
+static const char *const compile_files[] = {
+    "candidate.c",           "kiln_trampoline.c", "compile.log", "candidate.c.tmp",
+    "kiln_trampoline.c.tmp", "candidate.so",      "runner.log"};
+#define N_COMPILE_FILES ((int)(sizeof compile_files / sizeof compile_files[0]))
+#define N_SOURCE_FILES 5 /* the ones before candidate.so */
 
-    const char *tmp = getenv("TMPDIR");
-    char *dir = xasprintf("%s/kiln-cpu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        int rc = kiln_errf(err, KILN_ERR_IO, "cannot create a temporary folder %s: %s", dir,
-                           strerror(errno));
-        free(dir);
-        return rc;
-    }
-    static const char *const files[] = {"candidate.c",     "kiln_trampoline.c",
-                                        "candidate.so",    "compile.log",
-                                        "candidate.c.tmp", "kiln_trampoline.c.tmp"};
-    char *src_path = kiln_path_join(dir, files[0]);
-    char *tramp_path = kiln_path_join(dir, files[1]);
-    char *so_path = kiln_path_join(dir, files[2]);
-    char *log_path = kiln_path_join(dir, files[3]);
+/* Compiles source and its trampolines into dir/candidate.so. *log gets the compiler's output. */
+static int cpu_build(cpu_state *st, const char *dir, const char *source, const kiln_signature *sig,
+                     const kiln_abi *abi, char **log, kiln_err *err) {
+    char *src_path = kiln_path_join(dir, "candidate.c");
+    char *tramp_path = kiln_path_join(dir, "kiln_trampoline.c");
+    char *so_path = kiln_path_join(dir, "candidate.so");
+    char *log_path = kiln_path_join(dir, "compile.log");
     char *header = kiln_path_join(st->header_dir, "kiln_cpu.h");
     char *tramp = trampoline_source(sig, abi);
-    void *dl = NULL;
     int rc = kiln_write_file(src_path, source, strlen(source), err);
     if (rc == KILN_OK)
         rc = kiln_write_file(tramp_path, tramp, strlen(tramp), err);
@@ -421,6 +416,9 @@ static int cpu_compile(kiln_backend *be, const char *source, const kiln_signatur
         char *argv[64];
         int n = cc_words(cc_buf, sizeof cc_buf, argv, 32);
         const char *flags[] = {"-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
+                               /* no crt files: their frame_dummy and _init would be code that
+                                * runs at load time, which the sandbox refuses (sandbox_elf.c) */
+                               "-nostartfiles",
                                /* an undeclared function is always a bug; say where, not at load */
                                "-Werror=implicit-function-declaration",
                                /* -I too, so that an explicit #include "kiln_cpu.h" works */
@@ -448,65 +446,135 @@ static int cpu_compile(kiln_backend *be, const char *source, const kiln_signatur
                                -exit_code);
         }
     }
-    if (rc == KILN_OK) {
-        dl = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
-        if (!dl) {
-            const char *why = dlerror();
-            const char *missing = undefined_entry(why, abi);
-            char *msg;
-            if (missing) {
-                char *proto = kiln_abi_prototype(sig, missing, 0);
-                msg = xasprintf("entry point '%s' is not defined (expected a non-static function "
-                                "%s)",
-                                missing, proto);
-                free(proto);
-            } else {
-                msg = xasprintf("cannot load the compiled candidate: %s", why ? why : "?");
-            }
-            log_append(log, msg);
-            rc = kiln_errf(err, KILN_ERR_COMPILE, "%s", msg);
-            free(msg);
-        }
-    }
-    kiln_module *m = NULL;
-    if (rc == KILN_OK) {
-        /* OpenMP runtimes park worker threads inside themselves: unloading one while they sleep
-         * crashes the process later, so pin whichever one the candidate pulled in. */
-        static const char *const omp_libs[] = {"libgomp.so.1", "libomp.so.5", "libomp.so",
-                                               "libiomp5.so"};
-        for (size_t i = 0; i < sizeof omp_libs / sizeof omp_libs[0]; i++) {
-            void *h = dlopen(omp_libs[i], RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-            if (h)
-                dlclose(h);
-        }
-        m = xcalloc(1, sizeof *m);
-        m->dl = dl;
-        m->n = abi->n_launches;
-        for (int k = 0; k < abi->n_launches && rc == KILN_OK; k++) {
-            char sym[32];
-            snprintf(sym, sizeof sym, "kiln__call_%d", k);
-            snprintf(m->entry[k], sizeof m->entry[k], "%s", abi->launch[k].entry);
-            void *f = dlsym(dl, sym);
-            if (!f)
-                rc = kiln_errf(err, KILN_ERR_BACKEND, "trampoline %s missing from the candidate",
-                               sym);
-            else
-                memcpy(&m->call[k], &f, sizeof f); /* object to function pointer, as POSIX allows */
-        }
-        if (rc) {
-            dlclose(dl);
-            free(m);
-            m = NULL;
-        }
-    }
-    remove_dir(dir, files, (int)(sizeof files / sizeof files[0]));
-    free(dir);
     free(src_path);
     free(tramp_path);
     free(so_path);
     free(log_path);
     free(header);
     free(tramp);
+    return rc;
+}
+
+/* A candidate that did not load is a compile error; an entry point missing from it is the usual
+ * reason, and then the message says what to define. */
+static int load_failed(const char *why, const kiln_signature *sig, const kiln_abi *abi, char **log,
+                       kiln_err *err) {
+    const char *missing = undefined_entry(why, abi);
+    char *msg;
+    if (missing) {
+        char *proto = kiln_abi_prototype(sig, missing, 0);
+        msg = xasprintf("entry point '%s' is not defined (expected a non-static function %s)",
+                        missing, proto);
+        free(proto);
+    } else {
+        msg = xasprintf("cannot load the compiled candidate: %s", why ? why : "?");
+    }
+    log_append(log, msg);
+    int rc = kiln_errf(err, KILN_ERR_COMPILE, "%s", msg);
+    free(msg);
+    return rc;
+}
+
+/* Loads dir/candidate.so into this process. */
+static int cpu_load_here(kiln_module *m, const char *dir, const kiln_signature *sig,
+                         const kiln_abi *abi, char **log, kiln_err *err) {
+    char *so_path = kiln_path_join(dir, "candidate.so");
+    void *dl = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    free(so_path);
+    if (!dl)
+        return load_failed(dlerror(), sig, abi, log, err);
+    /* OpenMP runtimes park worker threads inside themselves: unloading one while they sleep
+     * crashes the process later, so pin whichever one the candidate pulled in. */
+    static const char *const omp_libs[] = {"libgomp.so.1", "libomp.so.5", "libomp.so",
+                                           "libiomp5.so"};
+    for (size_t i = 0; i < sizeof omp_libs / sizeof omp_libs[0]; i++) {
+        void *h = dlopen(omp_libs[i], RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+        if (h)
+            dlclose(h);
+    }
+    for (int k = 0; k < abi->n_launches; k++) {
+        char sym[32];
+        snprintf(sym, sizeof sym, "kiln__call_%d", k);
+        void *f = dlsym(dl, sym);
+        if (!f) {
+            dlclose(dl);
+            return kiln_errf(err, KILN_ERR_BACKEND, "trampoline %s missing from the candidate",
+                             sym);
+        }
+        memcpy(&m->call[k], &f, sizeof f); /* object to function pointer, as POSIX allows */
+    }
+    m->dl = dl;
+    return KILN_OK;
+}
+
+/* Checks dir/candidate.so and starts a runner that loads it (the folder stays with the module). */
+static int cpu_load_sandboxed(cpu_state *st, kiln_module *m, const char *dir,
+                              const kiln_signature *sig, const kiln_abi *abi, char **log,
+                              kiln_err *err) {
+    char *so_path = kiln_path_join(dir, "candidate.so");
+    kiln_err lerr = {{0}};
+    int rc = kiln_sandbox_check_elf(so_path, &lerr);
+    free(so_path);
+    if (rc) {
+        log_append(log, lerr.msg);
+        return kiln_errf(err, rc, "%s", lerr.msg);
+    }
+    rc = kiln_runner_open(st->sbx, dir, abi->n_launches, &m->runner, &lerr);
+    if (rc == KILN_ERR_COMPILE)
+        return load_failed(lerr.msg, sig, abi, log, err);
+    if (rc)
+        return kiln_errf(err, rc, "%s", lerr.msg);
+    return KILN_OK;
+}
+
+static int cpu_compile(kiln_backend *be, const char *source, const kiln_signature *sig,
+                       const kiln_abi *abi, kiln_module **out, char **log, kiln_err *err) {
+    cpu_state *st = be->impl;
+    KILN_ASSERT(source && sig && abi && out);
+    char *ignored_log = NULL;
+    if (!log)
+        log = &ignored_log;
+    *out = NULL;
+    *log = NULL;
+    if (abi->n_launches < 1 || abi->n_launches > KILN_MAX_LAUNCHES)
+        return kiln_errf(err, KILN_ERR_INVALID, "a candidate needs 1 to %d launches, not %d",
+                         KILN_MAX_LAUNCHES, abi->n_launches);
+    for (int k = 0; k < abi->n_launches; k++)
+        if (!valid_entry_name(abi->launch[k].entry))
+            return kiln_errf(err, KILN_ERR_COMPILE, "'%s' is not a valid entry point name",
+                             abi->launch[k].entry);
+
+    const char *tmp = getenv("TMPDIR");
+    char *dir = xasprintf("%s/kiln-cpu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        int rc = kiln_errf(err, KILN_ERR_IO, "cannot create a temporary folder %s: %s", dir,
+                           strerror(errno));
+        free(dir);
+        return rc;
+    }
+    kiln_module *m = xcalloc(1, sizeof *m);
+    m->n = abi->n_launches;
+    for (int k = 0; k < abi->n_launches; k++)
+        snprintf(m->entry[k], sizeof m->entry[k], "%s", abi->launch[k].entry);
+    m->n_params = sig->n;
+    for (int i = 0; i < sig->n; i++)
+        m->kind[i] = sig->p[i].kind;
+    int rc = cpu_build(st, dir, source, sig, abi, log, err);
+    if (rc == KILN_OK)
+        rc = st->sbx ? cpu_load_sandboxed(st, m, dir, sig, abi, log, err)
+                     : cpu_load_here(m, dir, sig, abi, log, err);
+    if (rc == KILN_OK && st->sbx) {
+        remove_files(dir, compile_files, N_SOURCE_FILES); /* candidate.so and the log stay */
+        m->dir = dir;
+    } else {
+        remove_files(dir, compile_files, N_COMPILE_FILES);
+        rmdir(dir);
+        free(dir);
+    }
+    if (rc) {
+        free(m);
+        m = NULL;
+    }
     free(ignored_log);
     *out = m;
     return rc;
@@ -516,7 +584,15 @@ static void cpu_module_free(kiln_backend *be, kiln_module *m) {
     (void)be;
     if (!m)
         return;
-    dlclose(m->dl);
+    if (m->runner)
+        kiln_runner_close(m->runner);
+    if (m->dl)
+        dlclose(m->dl);
+    if (m->dir) {
+        remove_files(m->dir, compile_files, N_COMPILE_FILES);
+        rmdir(m->dir);
+        free(m->dir);
+    }
     free(m);
 }
 
@@ -537,9 +613,10 @@ static int cpu_entry_attrs(kiln_backend *be, kiln_module *m, const char *entry, 
 
 /* ---- memory ---- */
 
-static int cpu_alloc_fn(kiln_backend *be, size_t n_bytes, unsigned flags, kiln_devptr *out,
-                        kiln_err *err) {
-    cpu_state *st = be->impl;
+/* Plain memory, and every buffer of the backend in this process: pages of its own that end at a
+ * PROT_NONE page. */
+static int cpu_alloc_here(cpu_state *st, size_t n_bytes, unsigned flags, kiln_devptr *out,
+                          kiln_err *err) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (n_bytes > SIZE_MAX / 2 - 2 * page)
         return kiln_errf(err, KILN_ERR_RESOURCE, "cannot allocate %zu bytes", n_bytes);
@@ -570,8 +647,18 @@ static int cpu_alloc_fn(kiln_backend *be, size_t n_bytes, unsigned flags, kiln_d
     return KILN_OK;
 }
 
+static int cpu_alloc_fn(kiln_backend *be, size_t n_bytes, unsigned flags, kiln_devptr *out,
+                        kiln_err *err) {
+    cpu_state *st = be->impl;
+    if (st->sbx && (flags & KILN_ALLOC_CANDIDATE))
+        return kiln_sandbox_alloc(st->sbx, n_bytes, (flags & KILN_ALLOC_READONLY) != 0, out, err);
+    return cpu_alloc_here(st, n_bytes, flags, out, err);
+}
+
 static void cpu_free(kiln_backend *be, kiln_devptr p) {
     cpu_state *st = be->impl;
+    if (st->sbx && kiln_sandbox_free(st->sbx, p))
+        return;
     for (cpu_alloc **link = &st->allocs; *link; link = &(*link)->next) {
         cpu_alloc *a = *link;
         if (a->user == (uintptr_t)p) {
@@ -583,76 +670,132 @@ static void cpu_free(kiln_backend *be, kiln_devptr p) {
     }
 }
 
-/* The allocation [p, p + n) lies inside, or NULL (with err) when it is not inside one, so that a
- * gate bug is an error, not a fault. */
-static cpu_alloc *cpu_find_range(cpu_state *st, kiln_devptr p, size_t n, const char *what,
-                                 kiln_err *err) {
+/* The address at which this process reads and writes [p, p + n) — a sandbox buffer's view, or the
+ * allocation itself — and in *lock the allocation to unlock around a write (a read-only one made
+ * here). NULL (with err) when the range is not inside one allocation, so that a gate bug is an
+ * error, not a fault. */
+static void *cpu_resolve(cpu_state *st, kiln_devptr p, size_t n, const char *what, cpu_alloc **lock,
+                         kiln_err *err) {
+    *lock = NULL;
+    if (st->sbx) {
+        void *view = kiln_sandbox_view(st->sbx, p, n);
+        if (view)
+            return view;
+    }
     for (cpu_alloc *a = st->allocs; a; a = a->next)
         if ((uintptr_t)p >= a->user && (uintptr_t)p - a->user <= a->n_bytes &&
-            n <= a->n_bytes - ((uintptr_t)p - a->user))
-            return a;
+            n <= a->n_bytes - ((uintptr_t)p - a->user)) {
+            *lock = a;
+            return (void *)(uintptr_t)p;
+        }
     kiln_errf(err, KILN_ERR_INVALID, "%s: %zu bytes at 0x%llx are not inside one allocation", what,
               n, (unsigned long long)p);
     return NULL;
 }
 
-/* A read-only buffer is writable only while the gate itself writes it. */
+/* A read-only buffer made here is writable only while the gate itself writes it. */
 static void cpu_unlock(cpu_alloc *a, int writable) {
-    if (a->read_only)
+    if (a && a->read_only)
         mprotect(a->base, a->data_len, writable ? PROT_READ | PROT_WRITE : PROT_READ);
 }
 
 static int cpu_upload(kiln_backend *be, kiln_devptr dst, const void *src, size_t n, kiln_err *err) {
-    cpu_alloc *a = cpu_find_range(be->impl, dst, n, "upload", err);
-    if (!a)
+    cpu_alloc *lock;
+    void *to = cpu_resolve(be->impl, dst, n, "upload", &lock, err);
+    if (!to)
         return KILN_ERR_INVALID;
-    cpu_unlock(a, 1);
+    cpu_unlock(lock, 1);
     if (n)
-        memcpy((void *)(uintptr_t)dst, src, n);
-    cpu_unlock(a, 0);
+        memcpy(to, src, n);
+    cpu_unlock(lock, 0);
     return KILN_OK;
 }
 
 static int cpu_download(kiln_backend *be, void *dst, kiln_devptr src, size_t n, kiln_err *err) {
-    if (!cpu_find_range(be->impl, src, n, "download", err))
+    cpu_alloc *lock;
+    const void *from = cpu_resolve(be->impl, src, n, "download", &lock, err);
+    if (!from)
         return KILN_ERR_INVALID;
     if (n)
-        memcpy(dst, (const void *)(uintptr_t)src, n);
+        memcpy(dst, from, n);
     return KILN_OK;
 }
 
 static int cpu_memset8(kiln_backend *be, kiln_devptr dst, uint8_t value, size_t n, kiln_err *err) {
-    cpu_alloc *a = cpu_find_range(be->impl, dst, n, "memset", err);
-    if (!a)
+    cpu_alloc *lock;
+    void *to = cpu_resolve(be->impl, dst, n, "memset", &lock, err);
+    if (!to)
         return KILN_ERR_INVALID;
-    cpu_unlock(a, 1);
+    cpu_unlock(lock, 1);
     if (n)
-        memset((void *)(uintptr_t)dst, value, n);
-    cpu_unlock(a, 0);
+        memset(to, value, n);
+    cpu_unlock(lock, 0);
     return KILN_OK;
 }
 
 static int cpu_copy(kiln_backend *be, kiln_devptr dst, kiln_devptr src, size_t n, kiln_err *err) {
-    cpu_alloc *d = cpu_find_range(be->impl, dst, n, "copy", err);
-    if (!d || !cpu_find_range(be->impl, src, n, "copy", err))
+    cpu_alloc *lock, *ignored;
+    void *to = cpu_resolve(be->impl, dst, n, "copy", &lock, err);
+    const void *from = to ? cpu_resolve(be->impl, src, n, "copy", &ignored, err) : NULL;
+    if (!from)
         return KILN_ERR_INVALID;
-    cpu_unlock(d, 1);
+    cpu_unlock(lock, 1);
     if (n)
-        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-    cpu_unlock(d, 0);
+        memmove(to, from, n);
+    cpu_unlock(lock, 0);
     return KILN_OK;
 }
 
 static void *cpu_host_view(kiln_backend *be, kiln_devptr p) {
-    (void)be;
-    return (void *)(uintptr_t)p;
+    cpu_state *st = be->impl;
+    if (st->sbx) {
+        void *view = kiln_sandbox_view(st->sbx, p, 0);
+        if (view)
+            return view;
+    }
+    return (void *)(uintptr_t)p; /* memory of this process */
 }
 
 /* ---- running ---- */
 
+/* The bytes of a parameter of this kind (its slot in a call record holds them at its start). */
+static size_t param_bytes(kiln_param_kind kind) {
+    switch (kind) {
+    case KILN_PARAM_I32:
+    case KILN_PARAM_F32:
+        return 4;
+    case KILN_PARAM_BOOL:
+        return sizeof(bool);
+    case KILN_PARAM_PTR:
+    case KILN_PARAM_I64:
+    case KILN_PARAM_F64:
+        return 8;
+    }
+    return 8;
+}
+
+/* One call into the module's runner. A pointer the runner does not map is refused here: it would
+ * only be a fault in the candidate's process, blamed on the candidate. */
+static int cpu_call_runner(cpu_state *st, kiln_module *m, const int *which, int n_launches,
+                           void **params, kiln_err *err) {
+    uint64_t value[KILN_MAX_PARAMS] = {0};
+    for (int i = 0; i < m->n_params; i++) {
+        memcpy(&value[i], params[i], param_bytes(m->kind[i]));
+        if (m->kind[i] == KILN_PARAM_PTR && value[i] &&
+            !kiln_sandbox_view(st->sbx, (kiln_devptr)value[i], 0))
+            return kiln_errf(err, KILN_ERR_INVALID,
+                             "parameter %d (0x%llx) is not a candidate buffer: a sandboxed "
+                             "candidate sees only memory allocated with KILN_ALLOC_CANDIDATE",
+                             i, (unsigned long long)value[i]);
+    }
+    uint32_t entry[KILN_MAX_LAUNCHES];
+    for (int i = 0; i < n_launches; i++)
+        entry[i] = (uint32_t)which[i];
+    return kiln_runner_call(m->runner, n_launches, entry, m->n_params, value, err);
+}
+
 static int cpu_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan *plan, void **params,
                       kiln_err *err) {
-    (void)be;
     /* Resolve every launch first, so that a bad plan runs nothing. */
     int which[KILN_MAX_LAUNCHES];
     if (plan->n_launches < 0 || plan->n_launches > KILN_MAX_LAUNCHES)
@@ -666,9 +809,18 @@ static int cpu_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan *
             return kiln_errf(err, KILN_ERR_INVALID, "entry point '%s' was not compiled",
                              plan->launch[i].entry);
     }
+    cpu_state *st = be->impl;
+    if (st->sbx)
+        return cpu_call_runner(st, m, which, plan->n_launches, params, err);
     for (int i = 0; i < plan->n_launches; i++)
         m->call[which[i]](params);
     return KILN_OK;
+}
+
+static void cpu_set_call_limit(kiln_backend *be, double seconds) {
+    cpu_state *st = be->impl;
+    if (st->sbx)
+        kiln_sandbox_set_call_limit(st->sbx, seconds);
 }
 
 static int cpu_wait(kiln_backend *be, double timeout_s, kiln_err *err) {
@@ -706,9 +858,15 @@ static void cpu_timer_destroy(kiln_backend *be, kiln_timer *t) {
     free(t);
 }
 
+/* Sandbox work (starting runners, stopping them after a reply) is left out of a timer: what it
+ * measures is the candidate's calls as the gate sees them, send to reply. */
+static double cpu_overhead_s(const cpu_state *st) {
+    return st->sbx ? kiln_sandbox_overhead_s(st->sbx) : 0.0;
+}
+
 static int cpu_timer_start(kiln_backend *be, kiln_timer *t, kiln_err *err) {
-    (void)be;
     (void)err;
+    t->start_overhead_s = cpu_overhead_s(be->impl);
     clock_gettime(CLOCK_MONOTONIC, &t->start);
     t->started = 1;
     t->stopped = 0;
@@ -716,10 +874,10 @@ static int cpu_timer_start(kiln_backend *be, kiln_timer *t, kiln_err *err) {
 }
 
 static int cpu_timer_stop(kiln_backend *be, kiln_timer *t, kiln_err *err) {
-    (void)be;
     if (!t->started)
         return kiln_errf(err, KILN_ERR_INVALID, "timer stopped before it was started");
     clock_gettime(CLOCK_MONOTONIC, &t->stop);
+    t->stop_overhead_s = cpu_overhead_s(be->impl);
     t->stopped = 1;
     return KILN_OK;
 }
@@ -729,8 +887,17 @@ static int cpu_timer_elapsed_us(kiln_backend *be, kiln_timer *t, double *us, kil
     if (!t->started || !t->stopped)
         return kiln_errf(err, KILN_ERR_INVALID, "timer read before it was started and stopped");
     *us = (double)(t->stop.tv_sec - t->start.tv_sec) * 1e6 +
-          (double)(t->stop.tv_nsec - t->start.tv_nsec) * 1e-3;
+          (double)(t->stop.tv_nsec - t->start.tv_nsec) * 1e-3 -
+          (t->stop_overhead_s - t->start_overhead_s) * 1e6;
     return KILN_OK;
+}
+
+size_t kiln_cpu_runner_log_tail(kiln_backend *be, kiln_module *m, char *buf, size_t cap) {
+    if (cap)
+        buf[0] = 0;
+    if (!be || be->ops != &kiln_backend_cpu || !m || !m->runner)
+        return 0;
+    return kiln_runner_log_tail(m->runner, buf, cap);
 }
 
 const kiln_backend_ops kiln_backend_cpu = {
@@ -757,4 +924,5 @@ const kiln_backend_ops kiln_backend_cpu = {
     .timer_start = cpu_timer_start,
     .timer_stop = cpu_timer_stop,
     .timer_elapsed_us = cpu_timer_elapsed_us,
+    .set_call_limit = cpu_set_call_limit,
 };

@@ -68,6 +68,7 @@ typedef struct {
     CUcontext ctx;
     CUstream stream;
     size_t granularity; /* of cuMemCreate, 0 until the first guarded allocation */
+    int no_read_only;   /* the driver refused a read-only mapping once: map inputs read-write */
     cuda_guarded *guarded;
     int n_guarded, cap_guarded;
     int ctx_retained;
@@ -228,6 +229,33 @@ static int check_params(const cuda_entry *e, const kiln_signature *sig, char *ms
     return 0;
 }
 
+/* Compiles source for this device and loads it as a module without entry points yet (*out); a
+ * cubin the driver rejects is the candidate's compile error, any other load failure the device's.
+ */
+static int compile_load(cuda_state *st, const char *source, kiln_module **out, char **log,
+                        kiln_err *err) {
+    char arch[32];
+    kiln_cuda_arch(st->info.cc_major, st->info.cc_minor, source, arch, sizeof arch);
+    char *cubin = NULL;
+    size_t cubin_len = 0;
+    int rc = kiln_cuda_compile_only(source, arch, &cubin, &cubin_len, log, err);
+    if (rc)
+        return rc;
+    kiln_module *m = xcalloc(1, sizeof *m);
+    CUresult r = kiln_cuda.ModuleLoadData(&m->mod, cubin);
+    free(cubin);
+    if (r != CUDA_SUCCESS) {
+        free(m);
+        if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
+            r == CUDA_ERROR_INVALID_PTX || r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+            return kiln_errf(err, KILN_ERR_COMPILE, "the driver rejected the %s cubin: %s: %s",
+                             arch, kiln_cuda_error_name(r), kiln_cuda_error_text(r));
+        return cu_fail(st, r, "cuModuleLoadData", err);
+    }
+    *out = m;
+    return KILN_OK;
+}
+
 static int cuda_compile_module(cuda_state *st, const char *source, const kiln_signature *sig,
                                const kiln_abi *abi, kiln_module **out, char **log, kiln_err *err);
 
@@ -253,26 +281,11 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
     if (abi->n_launches < 1 || abi->n_launches > KILN_MAX_LAUNCHES)
         return kiln_errf(err, KILN_ERR_INVALID, "a candidate needs 1 to %d launches, not %d",
                          KILN_MAX_LAUNCHES, abi->n_launches);
-    char arch[32];
-    kiln_cuda_arch(st->info.cc_major, st->info.cc_minor, source, arch, sizeof arch);
-    char *cubin = NULL;
-    size_t cubin_len = 0;
-    int rc = kiln_cuda_compile_only(source, arch, &cubin, &cubin_len, log, err);
+    kiln_module *m = NULL;
+    int rc = compile_load(st, source, &m, log, err);
     if (rc)
         return rc;
-    kiln_module *m = xcalloc(1, sizeof *m);
-    CUresult r = kiln_cuda.ModuleLoadData(&m->mod, cubin);
-    free(cubin);
-    if (r != CUDA_SUCCESS) {
-        m->mod = NULL;
-        if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
-            r == CUDA_ERROR_INVALID_PTX || r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
-            rc = kiln_errf(err, KILN_ERR_COMPILE, "the driver rejected the %s cubin: %s: %s", arch,
-                           kiln_cuda_error_name(r), kiln_cuda_error_text(r));
-        else
-            rc = cu_fail(st, r, "cuModuleLoadData", err);
-        goto done;
-    }
+    CUresult r;
     for (int k = 0; k < abi->n_launches && rc == KILN_OK; k++) {
         const char *name = abi->launch[k].entry;
         int seen = 0;
@@ -315,7 +328,6 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
             break;
         }
     }
-done:
     if (rc) {
         if (m->mod && !st->dead)
             kiln_cuda.ModuleUnload(m->mod);
@@ -516,7 +528,18 @@ static int guarded_alloc(cuda_state *st, size_t n_bytes, int read_only, kiln_dev
         goto fail;
     b.map = b.reserve + g;
     what = "cuMemSetAccess";
-    if ((r = set_access(st, b.map, b.map_len, read_only)) != CUDA_SUCCESS)
+    r = set_access(st, b.map, b.map_len, read_only && !st->no_read_only);
+    if (r != CUDA_SUCCESS && read_only && !st->no_read_only) {
+        /* A driver that cannot map device memory read-only: the inputs stay writable, and the
+         * gate's comparison of every input with its pristine copy is what catches a store. */
+        st->no_read_only = 1;
+        fprintf(stderr,
+                "kiln: this driver cannot map device memory read-only (%s); inputs are "
+                "compared with their copies instead\n",
+                kiln_cuda_error_name(r));
+        r = set_access(st, b.map, b.map_len, 0);
+    }
+    if (r != CUDA_SUCCESS)
         goto fail;
     if (read_only) {
         what = "cuMemAddressReserve (alias)";
@@ -740,22 +763,7 @@ static int cuda_load_raw(kiln_backend *be, const char *source, kiln_module **out
         *log = NULL;
     if (st->dead)
         return cu_dead(st, err);
-    char arch[32];
-    kiln_cuda_arch(st->info.cc_major, st->info.cc_minor, source, arch, sizeof arch);
-    char *cubin = NULL;
-    size_t cubin_len = 0;
-    int rc = kiln_cuda_compile_only(source, arch, &cubin, &cubin_len, log, err);
-    if (rc)
-        return rc;
-    kiln_module *m = xcalloc(1, sizeof *m);
-    CUresult r = kiln_cuda.ModuleLoadData(&m->mod, cubin);
-    free(cubin);
-    if (r != CUDA_SUCCESS) {
-        free(m);
-        return cu_fail(st, r, "cuModuleLoadData", err);
-    }
-    *out = m;
-    return KILN_OK;
+    return compile_load(st, source, out, log, err);
 }
 
 static int cuda_launch_raw(kiln_backend *be, kiln_module *m, const char *entry,

@@ -1,11 +1,11 @@
 /* cmd_eval.c: `kiln eval PROBLEM_DIR KERNEL_FILE...`: prove and time candidates (docs/gate.md). */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../backend/cuda_driver.h"
 #include "../gate/gate.h"
 #include "cli.h"
 #include "options.h"
@@ -23,7 +23,8 @@ static const kiln_cli_use eval_options[] = {
     {KILN_OPT_WARMUP, NULL, NULL},
     {KILN_OPT_SETS, NULL, NULL},
     {KILN_OPT_TIMEOUT, NULL, NULL},
-    {KILN_OPT_SEED, "the seed of the audit draw", NULL},
+    {KILN_OPT_SEED, "the seed of the gate's random draws (poison patterns); default: from the OS",
+     NULL},
     {KILN_OPT_REF_DIR, NULL, NULL},
     {KILN_OPT_NO_TIME, NULL, NULL},
 };
@@ -169,17 +170,25 @@ int kiln_cmd_eval(int argc, char **argv) {
     }
     int status = 2;
     kiln_refdata *ref = NULL;
+    pid_t compiling = 0;
     if (strcmp(backend, "cuda") == 0) {
         /* Checked before the reference helper runs, so that a machine without a GPU is told at
          * once. */
-        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-        if (!h) {
+        if (!kiln_cuda_driver_present()) {
             fprintf(stderr,
                     "kiln eval: no NVIDIA driver here (libcuda.so.1 not found): the cuda backend "
                     "needs a GPU; use --backend cpu\n");
             goto done;
         }
-        dlclose(h);
+        /* several kernels: the compile pool builds them while the reference data is found and
+         * the gate takes them in turn */
+        char **sources = xcalloc((size_t)n_kernels + 1, sizeof *sources);
+        for (int k = 0; k < n_kernels; k++)
+            kiln_read_file(kernels[k], &sources[k], NULL, NULL);
+        compiling = kiln_gate_precompile_start((const char *const *)sources, n_kernels, NULL);
+        for (int k = 0; k < n_kernels; k++)
+            free(sources[k]);
+        free(sources);
     }
     if (kiln_refs_ensure(p, strcmp(backend, "cuda") == 0 ? "cuda" : "cpu", ref_dir, json, &ref,
                          &err)) {
@@ -211,6 +220,7 @@ int kiln_cmd_eval(int argc, char **argv) {
     }
     cJSON_Delete(all);
 done:
+    kiln_gate_precompile_wait(compiling);
     kiln_refdata_free(ref);
     kiln_problem_free(p);
     return status;

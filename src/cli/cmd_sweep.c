@@ -149,60 +149,6 @@ static const cJSON *find_row(const cJSON *rows, const char *family, const char *
     return NULL;
 }
 
-/* Compiles every job's source with NVRTC, one process per core, so that the gate (one candidate at
- * a time) finds the cubins in the cache instead of compiling each in turn. Processes, not threads:
- * 16 threads of one process compiled 60 sources in 3-6 s on the H200, where one NVRTC process takes
- * ~0.2 s per source on this project's CI machine; processes share none of its state. And never in
- * this process: once a process has used NVRTC, the CUDA driver no longer initialises in the
- * children it forks (cuInit answers CUDA_ERROR_NOT_INITIALIZED), and the gate's child is forked
- * from here. Returns the pid of the compiling process (0: none) so that the reference data can be
- * built meanwhile; precompile_wait() joins it. */
-static pid_t precompile_start(sweep_job *jobs, int n) {
-    if (n < 2)
-        return 0;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid > 0 ? pid : 0; /* on failure the gate compiles each in turn */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n_procs = cores > 1 ? (int)(cores < 64 ? cores : 64) : 1;
-    if (n_procs > n)
-        n_procs = n;
-    double t0 = kiln_now_s();
-    pid_t *kids = xcalloc((size_t)n_procs, sizeof *kids);
-    for (int w = 0; w < n_procs; w++) {
-        kids[w] = fork();
-        if (kids[w] == 0) {
-            for (int k = w; k < n; k += n_procs) {
-                if (jobs[k].kept)
-                    continue;
-                char *cubin = NULL, *log = NULL;
-                size_t len = 0;
-                /* the result lands in the cubin cache; compile errors are the gate's to report */
-                kiln_cuda_compile_only(jobs[k].source, NULL, &cubin, &len, &log, NULL);
-                free(cubin);
-                free(log);
-            }
-            _exit(0);
-        }
-    }
-    for (int w = 0; w < n_procs; w++) {
-        int status;
-        while (kids[w] > 0 && waitpid(kids[w], &status, 0) < 0 && errno == EINTR) {
-        }
-    }
-    fprintf(stderr, "kiln sweep: compiled %d sources in %d processes in %.1f s\n", n, n_procs,
-            kiln_now_s() - t0);
-    _exit(0);
-}
-
-static void precompile_wait(pid_t pid) {
-    int status;
-    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-}
-
 /* --list: each matching family with its space, its valid points and where a search starts, as
  * lines or (json) one object {"problem", "families": [{"family", "variant", "space", "valid",
  * "start", "start_from"}]}. */
@@ -325,6 +271,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
     }
     int status = 2, failed = 0;
     kiln_gate_session *session = NULL;
+    pid_t compiling = 0; /* the compile pool */
     kiln_refdata *ref = NULL;
     char *dir = NULL;
     sweep_row *rows = NULL;
@@ -443,9 +390,14 @@ int kiln_cmd_sweep(int argc, char **argv) {
         free(valid);
         free(pick);
     }
-    pid_t compiling = cuda ? precompile_start(jobs, n_jobs) : 0;
+    if (cuda) {
+        const char **sources = xcalloc((size_t)n_jobs + 1, sizeof *sources);
+        for (int k = 0; k < n_jobs; k++)
+            sources[k] = jobs[k].kept ? NULL : jobs[k].source;
+        compiling = kiln_gate_precompile_start(sources, n_jobs, "kiln sweep");
+        free(sources);
+    }
     int refs_rc = kiln_refs_ensure(p, cuda ? "cuda" : "cpu", ref_dir, json, &ref, &err);
-    precompile_wait(compiling);
     if (refs_rc) {
         fprintf(stderr, "kiln sweep: %s\n", err.msg);
         failed = 1;
@@ -494,6 +446,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
         cJSON_AddItemToArray(jrows, jr);
     }
 jobs_done:
+    kiln_gate_precompile_wait(compiling);
     for (int k = 0; k < n_jobs; k++) {
         free(jobs[k].params);
         free(jobs[k].file);

@@ -150,7 +150,10 @@ static const row table[KILN_OPT_COUNT] = {
     [KILN_OPT_BUDGET] = {"budget", KIND_INT, "N", 1, BIG, OPTIMIZE(budget), .show_default = 1,
                          .help = "candidates per problem, across resumed runs"},
     [KILN_OPT_TIME] = {"time", KIND_REAL, "S", 0, BIG, .min_open = 1, OPTIMIZE(time_s),
-                       .dflt = "no limit", .help = "stop making candidates after S seconds"},
+                       .dflt = "no limit",
+                       .help =
+                           "stop making candidates S seconds after the command started (preparing "
+                           "the problems counts); the library is written as at any end"},
     [KILN_OPT_AGENTS] = {"agents", KIND_INT, "K", 1, BIG, OPTIMIZE(agents),
                          .dflt = "2 on cpu, 4 on cuda", .help = "agent processes"},
     [KILN_OPT_SPECIALISTS] = {"specialists", KIND_TEXT, "LIST", OPTIMIZE(specialists),

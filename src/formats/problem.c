@@ -21,10 +21,10 @@
  *  - a shape entry made of digits ("shape": ["M", "4"]) is a literal size, as SOL-ExecBench's code
  *    reads it although its docs ask for axis names (kiln_tensor_spec: axis -1, literal 4);
  *  - a workload's tolerance is kiln's {"tolerance": {"atol", "rtol", "rel_l2"}} or SOL-ExecBench's
- *    {"correctness": {"max_atol", "max_rtol", ...}} (both default to 1e-2 there). SOL-ExecBench has
- * no L2 criterion, so rel_l2 is taken as max(max_atol, max_rtol): loose enough for every output
- * SOL's element-wise bounds admit on a reference of typical magnitude, strict enough that zeros
- * fail. What is refused although SOL-ExecBench's code lets it through:
+ *    {"correctness": {"max_atol", "max_rtol", "required_matched_ratio", "max_error_cap"}}, which is
+ *    judged by SOL-ExecBench's own rules (kiln_tolerance.sol: a matched ratio and an error cap,
+ *    no L2 criterion), so that a solution that benchmark accepts is accepted here too.
+ * What is refused although SOL-ExecBench's code lets it through:
  *  - duplicate keys in any object kiln reads (JSON parsers silently keep one of them);
  *  - names of axes, inputs and outputs that are not C identifiers, or that collide: they become the
  *    parameter names of every candidate (docs/abi.md);
@@ -183,23 +183,29 @@ static int read_tolerance(const cJSON *obj, const src *s, const char *field, kil
     return KILN_OK;
 }
 
-/* SOL-ExecBench's workload "correctness" (see the note at the top). */
+/* SOL-ExecBench's workload "correctness" (see the note at the top): its defaults are max_atol and
+ * max_rtol 1e-2, required_matched_ratio 1, no max_error_cap. */
 static int read_correctness(const cJSON *obj, const src *s, kiln_tolerance *t) {
     if (!cJSON_IsObject(obj))
         return fail(s, KILN_ERR_FORMAT, "correctness: not an object");
     int rc = check_unique(obj, s, "correctness");
     if (rc != KILN_OK)
         return rc;
-    const char *keys[2] = {"max_atol", "max_rtol"};
-    double vals[2] = {1e-2, 1e-2};
-    for (int i = 0; i < 2; i++) {
+    const char *keys[4] = {"max_atol", "max_rtol", "required_matched_ratio", "max_error_cap"};
+    double vals[4] = {1e-2, 1e-2, 1.0, 0.0};
+    for (int i = 0; i < 4; i++) {
         const cJSON *v = get(obj, keys[i]);
-        if (v && json_nonneg_number(v, &vals[i]) != 0)
+        if (v && !cJSON_IsNull(v) && json_nonneg_number(v, &vals[i]) != 0)
             return fail(s, KILN_ERR_FORMAT, "correctness.%s: not a non-negative number", keys[i]);
     }
+    if (vals[2] > 1)
+        return fail(s, KILN_ERR_FORMAT, "correctness.required_matched_ratio: above 1");
+    memset(t, 0, sizeof *t);
     t->atol = vals[0];
     t->rtol = vals[1];
-    t->rel_l2 = vals[0] > vals[1] ? vals[0] : vals[1];
+    t->sol = 1;
+    t->matched_ratio = vals[2];
+    t->error_cap = vals[3];
     return KILN_OK;
 }
 
@@ -1085,22 +1091,41 @@ double kiln_problem_min_bytes(const kiln_problem *p, const kiln_workload *w) {
     return bytes;
 }
 
+kiln_tolerance kiln_problem_output_tolerance(const kiln_problem *p, int w, int o) {
+    if (w >= 0 && w < p->n_workloads && p->workloads[w].has_tolerance)
+        return p->workloads[w].tolerance;
+    if (p->has_tolerance)
+        return p->tolerance;
+    kiln_tolerance t = kiln_tolerance_default(p->outputs[o].dtype);
+    if (t.atol == 0 && t.rtol == 0)
+        return t; /* integers and bool stay exact */
+    /* a float output computed from narrower float inputs holds their precision
+     * (softmax(bf16).float() carries bf16 values): it is judged by the loosest of their defaults */
+    for (int i = 0; i < p->n_inputs; i++) {
+        kiln_tolerance d = kiln_tolerance_default(p->inputs[i].dtype);
+        t.atol = d.atol > t.atol ? d.atol : t.atol;
+        t.rtol = d.rtol > t.rtol ? d.rtol : t.rtol;
+        t.rel_l2 = d.rel_l2 > t.rel_l2 ? d.rel_l2 : t.rel_l2;
+    }
+    return t;
+}
+
 kiln_tolerance kiln_tolerance_default(kiln_dtype t) {
     switch (t) {
     case KILN_F64:
-        return (kiln_tolerance){1e-8, 1e-7, 1e-7};
+        return (kiln_tolerance){.atol = 1e-8, .rtol = 1e-7, .rel_l2 = 1e-7};
     case KILN_F32:
-        return (kiln_tolerance){1e-5, 1e-4, 1e-5};
+        return (kiln_tolerance){.atol = 1e-5, .rtol = 1e-4, .rel_l2 = 1e-5};
     case KILN_F16:
-        return (kiln_tolerance){1e-3, 1e-2, 2e-3};
+        return (kiln_tolerance){.atol = 1e-3, .rtol = 1e-2, .rel_l2 = 2e-3};
     case KILN_BF16:
-        return (kiln_tolerance){1e-2, 2e-2, 1e-2};
+        return (kiln_tolerance){.atol = 1e-2, .rtol = 2e-2, .rel_l2 = 1e-2};
     case KILN_F8_E4M3:
     case KILN_F8_E5M2:
     case KILN_F4_E2M1:
     case KILN_F4_E2M1X2:
-        return (kiln_tolerance){0.1, 0.25, 0.1};
+        return (kiln_tolerance){.atol = 0.1, .rtol = 0.25, .rel_l2 = 0.1};
     default:
-        return (kiln_tolerance){0, 0, 0};
+        return (kiln_tolerance){.atol = 0, .rtol = 0, .rel_l2 = 0};
     }
 }

@@ -39,9 +39,14 @@ typedef struct {
 
 /* Tolerance: an output passes when every element has |out - ref| <= atol + rtol * |ref| AND the
  * relative L2 error ||out - ref|| / ||ref|| <= rel_l2 (when ||ref|| > 0). The L2 test is what stops
- * an all-zero output from passing on small references. */
+ * an all-zero output from passing on small references.
+ * A workload that carries SOL-ExecBench's "correctness" is judged by that benchmark's rules instead
+ * (sol = 1): at least matched_ratio of the elements within atol + rtol * |ref|, and, when
+ * error_cap > 0, no element off by more than error_cap; rel_l2 is not used. */
 typedef struct {
     double atol, rtol, rel_l2;
+    int sol;
+    double matched_ratio, error_cap;
 } kiln_tolerance;
 
 /* Default tolerance for an output dtype (exact for integers and bool). */
@@ -96,6 +101,11 @@ typedef struct {
     kiln_tolerance tolerance; /* "kiln": {"tolerance": {"atol":..,"rtol":..,"rel_l2":..}} */
     uint64_t source_key; /* FNV-1a of definition.json bytes then workload.jsonl bytes (cache key) */
 } kiln_problem;
+
+/* The tolerance output o is judged by on workload w: the workload's, else the problem's ("kiln":
+ * {"tolerance"}), else the loosest default of the output's dtype and the float inputs' dtypes (an
+ * integer or bool output stays exact). w = -1: no workload's own. */
+kiln_tolerance kiln_problem_output_tolerance(const kiln_problem *p, int w, int o);
 
 /* Loads DIR/definition.json and DIR/workload.jsonl. Errors name the file, the line (for jsonl) and
  * the field: bad JSON, a missing or mistyped field, an unknown dtype, a shape naming an unknown

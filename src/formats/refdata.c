@@ -2,6 +2,12 @@
  * as it is now, and opens its input sets with their tensors checked against the definition. */
 #include "refdata.h"
 
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../util/blake2b.h"
+
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
@@ -59,13 +65,17 @@ static int parse_set(const kiln_problem *p, const char *ref_dir, const cJSON *js
     if (!cJSON_IsObject(js))
         return fail(s, KILN_ERR_FORMAT, "%s: not an object", field);
     const cJSON *file = get(js, "file"), *kind = get(js, "kind"), *seed = get(js, "seed"),
-                *scalars = get(js, "scalars");
+                *scalars = get(js, "scalars"), *hash = get(js, "blake2b");
     if (!cJSON_IsString(file) || !path_is_inside(file->valuestring))
         return fail(s, KILN_ERR_FORMAT, "%s.file: not a relative path inside the directory", field);
     set->file = kiln_path_join(ref_dir, file->valuestring);
     struct stat sb;
     if (stat(set->file, &sb) != 0 || !S_ISREG(sb.st_mode))
         return fail(s, KILN_ERR_FORMAT, "%s.file: %s does not exist", field, set->file);
+    if (!cJSON_IsString(hash) || strlen(hash->valuestring) != 32)
+        return fail(s, KILN_ERR_FORMAT, "%s.blake2b: not the 32-hex-digit content hash of the file",
+                    field);
+    snprintf(set->blake2b, sizeof set->blake2b, "%s", hash->valuestring);
     if (!cJSON_IsString(kind) ||
         (strcmp(kind->valuestring, "real") != 0 && strcmp(kind->valuestring, "random") != 0))
         return fail(s, KILN_ERR_FORMAT, "%s.kind: not \"real\" or \"random\"", field);
@@ -133,6 +143,14 @@ static int parse_workload(const kiln_problem *p, const char *ref_dir, const cJSO
                         wi);
         rw->ref_time_us = t->valuedouble;
     }
+    const cJSON *sp = get(js, "ref_spread_pct");
+    rw->ref_spread_pct = -1;
+    if (sp && !cJSON_IsNull(sp)) {
+        if (!cJSON_IsNumber(sp) || !(sp->valuedouble >= 0) || !isfinite(sp->valuedouble))
+            return fail(s, KILN_ERR_FORMAT,
+                        "workloads[%d].ref_spread_pct: not a non-negative number", wi);
+        rw->ref_spread_pct = sp->valuedouble;
+    }
     if (!cJSON_IsArray(sets) || cJSON_GetArraySize(sets) == 0)
         return fail(s, KILN_ERR_FORMAT, "workloads[%d].sets: not a non-empty array", wi);
     rw->sets = xcalloc((size_t)cJSON_GetArraySize(sets), sizeof *rw->sets);
@@ -174,8 +192,8 @@ int kiln_refdata_load(const char *ref_dir, const kiln_problem *p, kiln_refdata *
         rc = fail(&s, KILN_ERR_FORMAT, "kiln_reference: missing (not a kiln reference manifest)");
         goto done;
     }
-    if (version->valuedouble != 1) {
-        rc = fail(&s, KILN_ERR_UNSUPPORTED, "kiln_reference: version %g, this kiln reads 1",
+    if (version->valuedouble != 2) {
+        rc = fail(&s, KILN_ERR_UNSUPPORTED, "kiln_reference: version %g, this kiln reads 2",
                   version->valuedouble);
         goto done;
     }
@@ -216,6 +234,105 @@ done:
     free(text);
     free(path);
     kiln_refdata_free(r);
+    return rc;
+}
+
+/* The file's identity for the verified-file shortcut. */
+static int file_stamp(const char *path, int64_t *size, int64_t *mtime_ns, uint64_t *ino) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    *size = (int64_t)st.st_size;
+    *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    *ino = (uint64_t)st.st_ino;
+    return 0;
+}
+
+/* Hashes one set file; 0 when it matches, with what the file looked like recorded in it. */
+static int verify_one(kiln_refset *set, char *got_hex) {
+    int64_t size0, mtime0, size1, mtime1;
+    uint64_t ino0, ino1;
+    char *buf = NULL;
+    size_t len = 0;
+    set->verified = 0;
+    if (file_stamp(set->file, &size0, &mtime0, &ino0) ||
+        kiln_read_file(set->file, &buf, &len, NULL))
+        return -1;
+    kiln_blake2b_hex(buf, len, 16, got_hex);
+    free(buf);
+    if (strcmp(got_hex, set->blake2b) != 0)
+        return 1;
+    if (file_stamp(set->file, &size1, &mtime1, &ino1) || size1 != size0 || mtime1 != mtime0 ||
+        ino1 != ino0)
+        return 1; /* it changed while it was read */
+    set->verified = 1;
+    set->verified_size = size0;
+    set->verified_mtime_ns = mtime0;
+    set->verified_ino = ino0;
+    return 0;
+}
+
+typedef struct {
+    kiln_refset **sets;
+    int n, next;
+    pthread_mutex_t lock;
+    int bad; /* index of a set that failed, -1 none */
+    char bad_hex[33];
+} verify_job;
+
+static void *verify_worker(void *arg) {
+    verify_job *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        int i = j->next < j->n && j->bad < 0 ? j->next++ : -1;
+        pthread_mutex_unlock(&j->lock);
+        if (i < 0)
+            return NULL;
+        char hex[33] = "";
+        if (verify_one(j->sets[i], hex) != 0) {
+            pthread_mutex_lock(&j->lock);
+            if (j->bad < 0) {
+                j->bad = i;
+                snprintf(j->bad_hex, sizeof j->bad_hex, "%s", hex[0] ? hex : "unreadable");
+            }
+            pthread_mutex_unlock(&j->lock);
+        }
+    }
+}
+
+int kiln_refdata_verify(kiln_refdata *r, kiln_err *err) {
+    verify_job j = {.bad = -1};
+    for (int w = 0; w < r->n_workloads; w++)
+        j.n += r->workloads[w].n_sets;
+    j.sets = xcalloc((size_t)j.n + 1, sizeof *j.sets);
+    int k = 0;
+    for (int w = 0; w < r->n_workloads; w++)
+        for (int s = 0; s < r->workloads[w].n_sets; s++)
+            j.sets[k++] = &r->workloads[w].sets[s];
+    pthread_mutex_init(&j.lock, NULL);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_threads = cores > 1 ? (int)(cores < 16 ? cores : 16) : 1;
+    if (n_threads > j.n)
+        n_threads = j.n;
+    pthread_t *t = xcalloc((size_t)n_threads + 1, sizeof *t);
+    int *started = xcalloc((size_t)n_threads + 1, sizeof *started);
+    for (int i = 1; i < n_threads;
+         i++) /* a thread that cannot start leaves its share to the rest */
+        started[i] = pthread_create(&t[i], NULL, verify_worker, &j) == 0;
+    verify_worker(&j);
+    for (int i = 1; i < n_threads; i++)
+        if (started[i])
+            pthread_join(t[i], NULL);
+    free(started);
+    pthread_mutex_destroy(&j.lock);
+    int rc = KILN_OK;
+    if (j.bad >= 0)
+        rc = kiln_errf(err, KILN_ERR_FORMAT,
+                       "%s: changed on disk since it was written (content hash %s, the manifest "
+                       "says %s)",
+                       j.sets[j.bad]->file, j.bad_hex, j.sets[j.bad]->blake2b);
+    free(t);
+    free(j.sets);
     return rc;
 }
 
@@ -279,8 +396,30 @@ int kiln_refset_open(const kiln_problem *p, int workload, const kiln_refset *set
         if (p->outputs[i].is_scalar)
             return fail(&s, KILN_ERR_UNSUPPORTED,
                         "output '%s' is a scalar: kiln checks tensors only", p->outputs[i].name);
+    char *buf = NULL;
+    size_t len = 0;
+    int64_t size, mtime;
+    uint64_t ino;
+    int unchanged = set->verified && file_stamp(set->file, &size, &mtime, &ino) == 0 &&
+                    size == set->verified_size && mtime == set->verified_mtime_ns &&
+                    ino == set->verified_ino;
+    int rc = kiln_read_file(set->file, &buf, &len, err);
+    if (rc != KILN_OK)
+        return rc;
+    char hex[33];
+    if (unchanged)
+        snprintf(hex, sizeof hex, "%s", set->blake2b); /* hashed by kiln_refdata_verify */
+    else
+        kiln_blake2b_hex(buf, len, 16, hex);
+    if (strcmp(hex, set->blake2b) != 0) {
+        free(buf);
+        return fail(&s, KILN_ERR_FORMAT,
+                    "changed on disk since it was written (content hash %s, the manifest says "
+                    "%s): not used",
+                    hex, set->blake2b);
+    }
     kiln_st *st = NULL;
-    int rc = kiln_st_load(set->file, &st, err);
+    rc = kiln_st_parse_owned(buf, len, set->file, &st, err);
     if (rc != KILN_OK)
         return rc;
     const kiln_workload *w = &p->workloads[workload];

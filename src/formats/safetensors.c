@@ -458,6 +458,11 @@ int kiln_st_load(const char *path, kiln_st **out, kiln_err *err) {
     return parse_owned(buf, len, path, out, err);
 }
 
+int kiln_st_parse_owned(char *buf, size_t len, const char *label, kiln_st **out, kiln_err *err) {
+    *out = NULL;
+    return parse_owned(buf, len, label, out, err);
+}
+
 void kiln_st_free(kiln_st *st) {
     if (!st)
         return;

@@ -25,6 +25,8 @@ typedef struct kiln_st kiln_st; /* one loaded file */
 int kiln_st_load(const char *path, kiln_st **out, kiln_err *err);
 /* The same from memory (the fuzz target calls this); buf is copied. label names it in errors. */
 int kiln_st_parse(const void *buf, size_t len, const char *label, kiln_st **out, kiln_err *err);
+/* kiln_st_parse of a heap buffer the result takes over (no copy; freed with it, also on error). */
+int kiln_st_parse_owned(char *buf, size_t len, const char *label, kiln_st **out, kiln_err *err);
 void kiln_st_free(kiln_st *st);
 
 int kiln_st_count(const kiln_st *st);

@@ -4,6 +4,7 @@
 #define KILN_GATE_H
 
 #include <cjson/cJSON.h>
+#include <sys/types.h>
 
 #include "../backend/backend.h"
 #include "../formats/refdata.h"
@@ -14,9 +15,12 @@ typedef enum {
     KILN_OUTCOME_MISMATCH,
     KILN_OUTCOME_UNWRITTEN,
     KILN_OUTCOME_NAN,
+    KILN_OUTCOME_INPUT_MODIFIED,
     KILN_OUTCOME_TIMEOUT,
     KILN_OUTCOME_CRASHED,
     KILN_OUTCOME_RESOURCE,
+    KILN_OUTCOME_IMPOSSIBLE, /* faster than the speed of light allows: the timing is not real */
+    KILN_OUTCOME_SLOWER, /* right, but clearly slower than the incumbent: timing stopped early */
     KILN_OUTCOME_COUNT
 } kiln_outcome;
 
@@ -28,19 +32,32 @@ int kiln_outcome_parse(const char *name);
 typedef struct {
     const char *backend; /* "cuda" or "cpu" */
     int device;
-    int iters;        /* timed runs per workload; <= 0: the backend's default */
+    int iters;        /* the most timed runs per workload; <= 0: the backend's default (cuda 100,
+                         cpu 20) */
+    int min_iters;    /* the fewest timed runs before timing may stop, never above iters; <= 0: the
+                         backend's default (cuda 10, cpu 5) */
+    double ci_pct;    /* timing of a workload stops once its median is known to +- this percent
+                         (95 % confidence interval of the median); <= 0: run iters */
     int warmup;       /* untimed runs before timing; < 0: the backend's default */
-    int max_sets;     /* input sets proved per workload; <= 0: all in the reference data */
-    uint64_t seed;    /* picks the audit iteration */
-    double timeout_s; /* the longest one run of the candidate (with its check) may take */
+    int max_sets;     /* input sets proved per workload; <= 0: all in the reference data (timing
+                         rotates through all of them either way) */
+    uint64_t seed;    /* the seed of the evaluation's random draws (poison patterns); 0: drawn from
+                         the OS's random source (and reported, so a run can be reproduced) */
+    double timeout_s; /* the longest one run of the candidate may take */
     int no_time;      /* prove only */
+    /* Racing: per workload the incumbent's median time; timing stops with outcome `slower` once the
+     * lower end of the challenger's confidence interval is above race_factor times it. NULL (or a
+     * value <= 0): no race on that workload. */
+    const double *race_us;
+    int n_race;
+    double race_factor; /* <= 0: the default, 1.3 */
 } kiln_gate_options;
 
 void kiln_gate_options_default(kiln_gate_options *opt);
 
 /* ---- proof of one output (prove.c) ---- */
 
-/* The verdict on one output buffer against its reference. */
+/* The verdict on one output against its reference, from the counts of a check (device.c). */
 typedef struct {
     kiln_outcome outcome; /* OK, UNWRITTEN, NAN or MISMATCH */
     int64_t n_elements;
@@ -50,20 +67,27 @@ typedef struct {
     int64_t nan_index; /* first non-finite value where the reference is finite (or differs) */
     double nan_value, nan_expected;
     double max_abs_err, rel_l2_err;
+    double matched_ratio; /* elements within atol + rtol * |ref| (or agreeing non-finite) / all */
+    int64_t n_over_cap, first_over_cap; /* SOL-ExecBench's max_error_cap */
 } kiln_check;
 
-/* Fills n elements at buf with the poison pattern for dtype; round 0 or 1 selects the pattern
- * (integer types use two patterns so that a value that equals one of them is not taken for
- * unwritten). */
-void kiln_poison_fill(kiln_dtype t, void *buf, size_t n, int round);
-/* 1 when element i of buf holds the poison pattern of round. */
-int kiln_poison_is(kiln_dtype t, const void *buf, size_t i, int round);
+/* A poison pattern for dtype t drawn from random bits: for floating-point types a NaN whose payload
+ * comes from the bits (so no arithmetic result is taken for it, and no candidate can know it in
+ * advance), for the rest the bits themselves. An element is unwritten when it holds the pattern and
+ * the reference does not (where the reference holds it, the element is right either way). */
+uint64_t kiln_poison_draw(kiln_dtype t, uint64_t random_bits);
+/* Fills n elements at buf with pattern. */
+void kiln_poison_fill(kiln_dtype t, void *buf, size_t n, uint64_t pattern);
 
-/* Checks out against ref. written_mask, when non-NULL, has one byte per element (1 = written in
- * some poison round); when NULL, the poison of round 0 is looked for in out itself. */
-void kiln_check_output(kiln_dtype t, const void *out, const void *ref, size_t n,
-                       const unsigned char *written_mask, const kiln_tolerance *tol,
-                       kiln_check *res);
+/* Checks n elements of out against ref (host memory; ref not masked), poison being the pattern out
+ * was filled with. */
+void kiln_check_output(kiln_dtype t, const void *out, const void *ref, size_t n, uint64_t poison,
+                       const kiln_tolerance *tol, kiln_check *res);
+
+/* The next 64 random bits of a reproducible stream (splitmix64) whose state starts as a seed. */
+uint64_t kiln_gate_random(uint64_t *state);
+/* A seed from the OS's random source (getrandom), never 0. */
+uint64_t kiln_gate_seed_from_os(void);
 
 /* ---- speed of light (sol.c) ---- */
 
@@ -80,48 +104,53 @@ double kiln_sol_score(double t_us, double t_sol_us, double t_base_us);
 
 /* ---- evaluation ---- */
 
-/* Evaluates in this process (the gate child runs this) and reports progress and results as lines on
- * fd (see isolate.c for the protocol). Returns the outcome. */
-kiln_outcome kiln_gate_eval_here(const kiln_problem *p, const kiln_refdata *ref,
-                                 const char *kernel_path, const char *source,
-                                 const kiln_gate_options *opt, int fd);
-
-/* Evaluates in a forked child with a watchdog. Returns the result object of docs/gate.md
- * ("--json"), never NULL. */
+/* Evaluates one candidate in a gate process of its own (a session of one evaluation). Returns the
+ * result object of docs/gate.md ("--json"), never NULL. */
 cJSON *kiln_gate_eval(const kiln_problem *p, const kiln_refdata *ref, const char *kernel_path,
                       const kiln_gate_options *opt);
 
-/* ---- the persistent gate (isolate.c) ---- */
+/* ---- the gate service (isolate.c, service.c) ---- */
 
-/* A problem with its reference data, as the gate child knows them. */
+/* A problem with its reference data, as the gate process knows them. */
 typedef struct {
     const kiln_problem *p;
     const kiln_refdata *ref;
 } kiln_gate_pair;
 
-/* The gate child of a session: opens the backend once, then evaluates one candidate per command
- * line read from cmd_fd ("eval PAIR ITERS WARMUP MAX_SETS SEED NO_TIME TIMEOUT PATH") and ends each
- * evaluation with a "done" line on fd. Returns at end of file on cmd_fd, when the backend cannot
- * be opened, or after a crashed outcome (the process then exits: its context may be lost). */
+/* The gate process: opens the backend once, keeps every problem's data resident on the device, and
+ * evaluates one candidate per command line read from cmd_fd (a JSON object: docs/gate.md "The gate
+ * process"), each ended by a "done" line on fd. Returns at end of file on cmd_fd, when the backend
+ * cannot be opened, or after a crash or timeout (its context may be lost: the process then exits).
+ */
 void kiln_gate_serve(const kiln_gate_pair *pairs, int n_pairs, const kiln_gate_options *opt,
                      int cmd_fd, int fd);
 
-/* A gate session keeps one child (and its device context, ceilings and the host copies of the
- * input sets) alive from one candidate to the next, where kiln_gate_eval forks one per candidate.
- * The child is started on first use and again after any crash, timeout or fatal; a candidate that
- * crashed or timed out in a child that had already run others is evaluated once more in a fresh
- * child, so that a verdict never comes from damage an earlier candidate left behind. Problems and
- * reference data passed to eval must stay alive and unchanged while the session lives. */
+/* A gate session keeps one gate process (its device context, ceilings and the resident problem
+ * data) alive from one candidate to the next. The process is started on first use and again after
+ * any crash, timeout or fatal; a candidate that crashed or timed out in a process that had already
+ * run others is evaluated once more in a fresh one, so that a verdict never comes from damage an
+ * earlier candidate left behind. Problems and reference data passed to eval must stay alive and
+ * unchanged while the session lives. */
 typedef struct kiln_gate_session kiln_gate_session;
 
 /* backend and device come from opt; later evals may vary the other fields. */
 kiln_gate_session *kiln_gate_session_new(const kiln_gate_options *opt);
-/* As kiln_gate_eval, through the session's child; the result also says "gate_child": "fresh" or
+/* As kiln_gate_eval, through the session's process; the result also says "gate_child": "fresh" or
  * "reused". */
 cJSON *kiln_gate_session_eval(kiln_gate_session *s, const kiln_problem *p, const kiln_refdata *ref,
                               const char *kernel_path, const kiln_gate_options *opt);
-/* Stops the child (end of file on its commands, then SIGKILL after a grace period). */
+/* Stops the process (end of file on its commands, then SIGKILL after a grace period). */
 void kiln_gate_session_free(kiln_gate_session *s);
+
+/* ---- the compile pool (precompile.c) ---- */
+
+/* Starts compiling the cuda sources (NULL entries skipped) into the cubin cache in one process per
+ * core, in the background; returns the pool's pid (0: nothing started: fewer than two sources, no
+ * NVRTC). label, when given, prefixes a line on stderr at the end. The gate need not wait: it takes
+ * each cubin from the cache or compiles it itself. */
+pid_t kiln_gate_precompile_start(const char *const *sources, int n, const char *label);
+/* Reaps the pool (0: none). */
+void kiln_gate_precompile_wait(pid_t pid);
 
 /* ---- reference data (refs.c) ---- */
 

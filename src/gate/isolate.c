@@ -1,14 +1,16 @@
-/* isolate.c: runs the gate child (eval.c) in a forked process under a watchdog and assembles the
- * result object of docs/gate.md from the lines it streams.
+/* isolate.c: the watchdog side of the gate: starts the gate process (service.c) in a forked child,
+ * sends it one command per candidate, and assembles the result object of docs/gate.md from the
+ * lines it streams.
  *
  * The parent never touches the device: CUDA state does not survive fork, and a candidate that
- * faults or hangs must cost only the child. The watchdog's limit applies to the silence between two
- * lines of the child, and the child speaks before and after every run of the candidate, so the
- * limit bounds one run (plus its check) rather than the whole evaluation. Compilation and device
- * set-up get a longer limit. When the child goes silent too long it is killed (timeout); when it
- * dies of a signal, or exits without a verdict, the outcome is crashed, with the phase it was in.
+ * faults or hangs must cost only the child. The gate process bounds every run of a candidate
+ * itself (cuda: it stops waiting for a kernel after --timeout; cpu: it kills the sandboxed runner)
+ * and reports `timeout`; the watchdog here is the backstop for a gate process that stops answering
+ * at all: each phase line says how long the phase may take, and a child silent for longer than that
+ * (plus a margin) is killed. When the child dies of a signal, or exits without a verdict, the
+ * outcome is crashed, with the phase it was in.
  */
-#include "gate.h"
+#include "gate_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -22,7 +24,8 @@
 
 typedef struct {
     char phase[32];
-    int workload; /* -1 outside workloads */
+    int workload;         /* -1 outside workloads */
+    double phase_limit_s; /* what the child said the phase may take (0: not said) */
     cJSON *result;
     cJSON *workloads;
     int have_outcome;
@@ -55,15 +58,33 @@ static void handle_line(watch_state *st, char *line) {
     if (strcmp(line, "phase") == 0) {
         char name[32] = {0};
         int w = -1, s = -1;
-        if (sscanf(rest, "%31s %d %d", name, &w, &s) >= 1) {
+        double limit = 0;
+        if (sscanf(rest, "%31s %d %d %lf", name, &w, &s, &limit) >= 1) {
             phase_close(st, kiln_now_s());
             snprintf(st->phase, sizeof st->phase, "%s", name);
             st->workload = w;
+            st->phase_limit_s = limit;
         }
     } else if (strcmp(line, "device") == 0) {
         cJSON *d = cJSON_Parse(rest);
         if (d)
             cJSON_ReplaceItemInObjectCaseSensitive(st->result, "device", d);
+    } else if (strcmp(line, "draw_seed") == 0) {
+        cJSON_ReplaceItemInObjectCaseSensitive(st->result, "draw_seed", cJSON_CreateString(rest));
+    } else if (strcmp(line, "candidate_output") == 0) {
+        cJSON *o = cJSON_Parse(rest);
+        const cJSON *had = cJSON_GetObjectItemCaseSensitive(st->result, "candidate_output");
+        if (cJSON_IsString(o) && cJSON_IsString(had)) {
+            char *both = xasprintf("%s%s", had->valuestring, o->valuestring);
+            cJSON_ReplaceItemInObjectCaseSensitive(st->result, "candidate_output",
+                                                   cJSON_CreateString(both));
+            free(both);
+            cJSON_Delete(o);
+        } else if (cJSON_IsString(o)) {
+            cJSON_AddItemToObject(st->result, "candidate_output", o);
+        } else {
+            cJSON_Delete(o);
+        }
     } else if (strcmp(line, "compiled") == 0) {
         cJSON_ReplaceItemInObjectCaseSensitive(st->result, "compile_s",
                                                cJSON_CreateNumber(atof(rest)));
@@ -127,8 +148,12 @@ static void add_phase(cJSON *ev, const watch_state *st) {
         cJSON_AddNumberToObject(ev, "workload_index", st->workload);
 }
 
+/* The summary of docs/gate.md. Times and scores summarise a verdict of ok only: the workloads a
+ * `slower` candidate was timed on are in its workloads list, but they are not all of them. */
 static void summarise(cJSON *result, int n_workloads) {
     cJSON *ws = cJSON_GetObjectItemCaseSensitive(result, "workloads");
+    const cJSON *oc = cJSON_GetObjectItemCaseSensitive(result, "outcome");
+    int ok = cJSON_IsString(oc) && strcmp(oc->valuestring, "ok") == 0;
     int proved = 0, timed = 0;
     double log_t = 0, log_sol = 0, log_s = 0;
     int n_s = 0;
@@ -139,13 +164,13 @@ static void summarise(cJSON *result, int n_workloads) {
         cJSON *med = cJSON_GetObjectItemCaseSensitive(t, "median");
         cJSON *sol = cJSON_GetObjectItemCaseSensitive(w, "sol_pct");
         cJSON *s = cJSON_GetObjectItemCaseSensitive(w, "sol_score");
-        if (cJSON_IsNumber(med) && med->valuedouble > 0) {
+        if (ok && cJSON_IsNumber(med) && med->valuedouble > 0) {
             timed++;
             log_t += log(med->valuedouble);
             if (cJSON_IsNumber(sol) && sol->valuedouble > 0)
                 log_sol += log(sol->valuedouble);
         }
-        if (cJSON_IsNumber(s) && s->valuedouble > 0) {
+        if (ok && cJSON_IsNumber(s) && s->valuedouble > 0) {
             log_s += log(s->valuedouble);
             n_s++;
         }
@@ -179,6 +204,7 @@ static void watch_init(watch_state *st, const kiln_problem *p, const char *kerne
     cJSON_AddStringToObject(st->result, "kernel", kernel_path);
     cJSON_AddStringToObject(st->result, "backend", opt->backend);
     cJSON_AddNullToObject(st->result, "device");
+    cJSON_AddNullToObject(st->result, "draw_seed");
     cJSON_AddNullToObject(st->result, "outcome");
     cJSON_AddNullToObject(st->result, "evidence");
     cJSON_AddNullToObject(st->result, "compile_s");
@@ -194,12 +220,16 @@ static int watch(watch_state *st, int fd, pid_t pid, const kiln_gate_options *op
     size_t cap = 1 << 16, len = 0;
     char *buf = xmalloc(cap);
     int timed_out = 0;
-    double long_limit = opt->timeout_s > 120 ? opt->timeout_s : 120;
+    /* Setting up (opening the device, measuring its ceilings, compiling, loading a problem's data)
+     * gets the long limit; a phase that states its own limit gets that plus a margin: the child
+     * enforces the limit itself, this is for a child that stopped answering altogether. */
+    double long_limit = opt->timeout_s > 300 ? opt->timeout_s : 300;
     while (!(until_done && st->done)) {
         int setup = st->phase[0] == 0 || strcmp(st->phase, "init") == 0 ||
                     strcmp(st->phase, "ceilings") == 0 || strcmp(st->phase, "compile") == 0 ||
                     strcmp(st->phase, "load") == 0;
-        double limit = setup ? long_limit : opt->timeout_s;
+        double stated = st->phase_limit_s > opt->timeout_s ? st->phase_limit_s : opt->timeout_s;
+        double limit = setup ? long_limit : stated + 30;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         int pr = poll(&pfd, 1, (int)(limit * 1000));
         if (pr < 0 && errno == EINTR)
@@ -207,10 +237,12 @@ static int watch(watch_state *st, int fd, pid_t pid, const kiln_gate_options *op
         if (pr == 0) {
             timed_out = 1;
             kill(pid, SIGKILL);
-            cJSON *ev = cJSON_CreateObject();
-            add_phase(ev, st);
-            cJSON_AddNumberToObject(ev, "limit_s", limit);
-            set_outcome(st, KILN_OUTCOME_TIMEOUT, ev);
+            if (!st->have_outcome) { /* a verdict the child sent before it went silent stands */
+                cJSON *ev = cJSON_CreateObject();
+                add_phase(ev, st);
+                cJSON_AddNumberToObject(ev, "limit_s", limit);
+                set_outcome(st, KILN_OUTCOME_TIMEOUT, ev);
+            }
             break;
         }
         if (len + 4096 > cap) {
@@ -273,51 +305,6 @@ static void watch_finish(watch_state *st, const kiln_problem *p, int timed_out, 
 static void reap(pid_t pid, int *status) {
     while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
     }
-}
-
-cJSON *kiln_gate_eval(const kiln_problem *p, const kiln_refdata *ref, const char *kernel_path,
-                      const kiln_gate_options *opt) {
-    watch_state st;
-    watch_init(&st, p, kernel_path, opt);
-    char *source = NULL;
-    kiln_err err;
-    if (kiln_read_file(kernel_path, &source, NULL, &err) != KILN_OK) {
-        cJSON_AddStringToObject(st.result, "error", err.msg);
-        return st.result;
-    }
-
-    int fds[2];
-    if (pipe(fds) != 0) {
-        cJSON_AddStringToObject(st.result, "error", "pipe failed");
-        free(source);
-        return st.result;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        cJSON_AddStringToObject(st.result, "error", "fork failed");
-        free(source);
-        close(fds[0]);
-        close(fds[1]);
-        return st.result;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        /* A pipe whose reader died must not kill the child with SIGPIPE mid-run. */
-        signal(SIGPIPE, SIG_IGN);
-        kiln_gate_eval_here(p, ref, kernel_path, source, opt, fds[1]);
-        close(fds[1]);
-        _exit(0);
-    }
-    close(fds[1]);
-    free(source);
-    int timed_out = watch(&st, fds[0], pid, opt, 0);
-    close(fds[0]);
-    int status = 0;
-    reap(pid, &status);
-    watch_finish(&st, p, timed_out, status);
-    return st.result;
 }
 
 /* ---- the session ---- */
@@ -404,9 +391,29 @@ static cJSON *session_eval_once(kiln_gate_session *s, int pi, const char *kernel
         return st.result;
     }
     *reused = s->evals > 0;
-    char *cmd =
-        xasprintf("eval %d %d %d %d %llu %d %.17g %s\n", pi, opt->iters, opt->warmup, opt->max_sets,
-                  (unsigned long long)opt->seed, opt->no_time, opt->timeout_s, kernel_path);
+    cJSON *cj = cJSON_CreateObject();
+    cJSON_AddNumberToObject(cj, "pair", pi);
+    cJSON_AddStringToObject(cj, "path", kernel_path);
+    cJSON_AddNumberToObject(cj, "iters", opt->iters);
+    cJSON_AddNumberToObject(cj, "min_iters", opt->min_iters);
+    cJSON_AddNumberToObject(cj, "ci_pct", opt->ci_pct);
+    cJSON_AddNumberToObject(cj, "warmup", opt->warmup);
+    cJSON_AddNumberToObject(cj, "sets", opt->max_sets);
+    cJSON_AddNumberToObject(cj, "timeout", opt->timeout_s);
+    cJSON_AddNumberToObject(cj, "no_time", opt->no_time);
+    cJSON_AddNumberToObject(cj, "race_factor", opt->race_factor);
+    if (opt->seed) {
+        char hex[24];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)opt->seed);
+        cJSON_AddStringToObject(cj, "seed", hex);
+    }
+    cJSON *race = cJSON_AddArrayToObject(cj, "race_us");
+    for (int i = 0; opt->race_us && i < opt->n_race; i++)
+        cJSON_AddItemToArray(race, cJSON_CreateNumber(opt->race_us[i]));
+    char *body = cJSON_PrintUnformatted(cj);
+    cJSON_Delete(cj);
+    char *cmd = xasprintf("%s\n", body);
+    free(body);
     size_t len = strlen(cmd), off = 0;
     while (off < len) {
         ssize_t w = send(s->sock, cmd + off, len - off, MSG_NOSIGNAL);
@@ -420,11 +427,13 @@ static cJSON *session_eval_once(kiln_gate_session *s, int pi, const char *kernel
     int timed_out = off == len ? watch(&st, s->sock, s->pid, opt, 1) : 0;
     int status = 0;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(st.result, "outcome");
-    int crashed = cJSON_IsString(o) && strcmp(o->valuestring, "crashed") == 0;
-    if (st.done && !crashed && !st.fatal) {
+    /* after these the gate process exits (service.c): its context may be lost or busy for good */
+    int ends = cJSON_IsString(o) &&
+               (strcmp(o->valuestring, "crashed") == 0 || strcmp(o->valuestring, "timeout") == 0);
+    if (st.done && !ends && !st.fatal) {
         s->evals++;
     } else if (st.done) {
-        session_stop(s); /* the child exits after a crash or a fatal: wait for it */
+        session_stop(s); /* the child exits after a crash, a timeout or a fatal: wait for it */
     } else {
         /* killed by the watchdog, or dead: its status says how it ended */
         if (!timed_out)
@@ -480,6 +489,15 @@ cJSON *kiln_gate_session_eval(kiln_gate_session *s, const kiln_problem *p, const
         r = session_eval_once(s, pi, kernel_path, opt, &reused);
         cJSON_AddBoolToObject(r, "retried_fresh", 1);
     }
+    return r;
+}
+
+cJSON *kiln_gate_eval(const kiln_problem *p, const kiln_refdata *ref, const char *kernel_path,
+                      const kiln_gate_options *opt) {
+    kiln_gate_session *s = kiln_gate_session_new(opt);
+    cJSON *r = kiln_gate_session_eval(s, p, ref, kernel_path, opt);
+    kiln_gate_session_free(s);
+    cJSON_DeleteItemFromObjectCaseSensitive(r, "gate_child");
     return r;
 }
 

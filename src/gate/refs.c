@@ -100,9 +100,15 @@ int kiln_refs_ensure(const kiln_problem *p, const char *device, const char *ref_
     }
     kiln_err load_err;
     rc = kiln_refdata_load(dir, p, out, &load_err);
-    if (rc == KILN_OK)
+    if (rc == KILN_OK && (rc = kiln_refdata_verify(*out, &load_err)) == KILN_OK)
         goto done;
-    /* Missing or stale: (re)build it. */
+    if (*out) {
+        /* a set file changed on disk: its data are not used, but rebuilt */
+        fprintf(stderr, "kiln: %s\n", load_err.msg);
+        kiln_refdata_free(*out);
+        *out = NULL;
+    }
+    /* Missing, stale or changed: (re)build it. */
     fprintf(stderr, "kiln: writing reference data for %s into %s\n", p->name, dir);
     if ((rc = kiln_mkdirs(dir, err)))
         goto done;

@@ -147,8 +147,10 @@ static int measure(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
         n_bytes = info.mem_bytes / 8;
     if (!cuda)
         n_bytes = (size_t)256 << 20;
-    if ((rc = be->ops->alloc(be, n_bytes, 0, &a, err)) ||
-        (rc = be->ops->alloc(be, n_bytes, 0, &b, err)))
+    /* candidate buffers: the copy kernel runs where candidates run (the cpu sandbox sees only
+     * those) */
+    if ((rc = be->ops->alloc(be, n_bytes, KILN_ALLOC_CANDIDATE, &a, err)) ||
+        (rc = be->ops->alloc(be, n_bytes, KILN_ALLOC_CANDIDATE, &b, err)))
         goto done;
     if ((rc = be->ops->memset8(be, a, 0x3c, n_bytes, err)))
         goto done;
@@ -190,7 +192,7 @@ static int measure(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
 
     /* FMA: enough threads to fill every SM, enough iterations to last milliseconds. */
     unsigned threads = cuda ? sms * 8 * 256 : 1024;
-    if ((rc = be->ops->alloc(be, (size_t)threads * 4, 0, &f, err)))
+    if ((rc = be->ops->alloc(be, (size_t)threads * 4, KILN_ALLOC_CANDIDATE, &f, err)))
         goto done;
     int64_t iters = cuda ? 4096 : 200000;
     void *fma_params[2] = {&f, &iters};

@@ -141,7 +141,8 @@ static char *elt_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     char why[256];
     int ok = elt_read(p, ep, why, sizeof why);
     KILN_ASSERT(ok); /* emit is only called on what match accepted */
-    char *src = cuda ? elt_emit_cuda(p, m, pt, ep) : elt_emit_cpu(p, m, ep);
+    char *src = cuda ? elt_emit_cuda(&kiln_family_eltwise, p, m, pt, ep)
+                     : elt_emit_cpu(&kiln_family_eltwise, p, m, ep);
     free(ep);
     return src;
 }

@@ -108,9 +108,11 @@ typedef struct {
 /* Reads everything the family needs from p; 0 with a reason when p is not an eltwise chain. */
 int elt_read(const kiln_problem *p, elt_problem *ep, char *why, size_t n);
 
-/* The candidate for point pt (CUDA), or the one C source of the cpu backend. */
-char *elt_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
-                    const elt_problem *ep);
-char *elt_emit_cpu(const kiln_problem *p, const kiln_match *m, const elt_problem *ep);
+/* The candidate for point pt (CUDA), or the one C source of the cpu backend; f is the family the
+ * banner and the #defines name (the caller's: the emitters call nothing back in eltwise.c). */
+char *elt_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                    const int64_t *pt, const elt_problem *ep);
+char *elt_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                   const elt_problem *ep);
 
 #endif

@@ -117,8 +117,8 @@ static void emit_offsets(kiln_strbuf *b, const elt_shape *sh, const char *idx, c
     kiln_strbuf_printf(b, "%s(void)elt_c0;\n", indent);
 }
 
-char *elt_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
-                    const elt_problem *ep) {
+char *elt_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                    const int64_t *pt, const elt_problem *ep) {
     const elt_chain *ch = &ep->ch;
     const elt_shape *sh = &ep->sh;
     const int64_t threads = pt[P_THREADS], unroll = pt[P_UNROLL], grid = pt[P_GRID];
@@ -127,7 +127,7 @@ char *elt_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *p
     const int idx64 = sh->total_max + threads * unroll * vec * 2 > ((int64_t)1 << 31);
     const char *idx = "elt_idx";
     kiln_strbuf b = {0};
-    char *defs = kiln_family_defines(&kiln_family_eltwise, pt);
+    char *defs = kiln_family_defines(f, pt);
     kiln_strbuf_printf(
         &b, "%s#define ELT_VEC %lld\n#define ELT_IDX64 %d\n#define ELT_CHAIN_DEFINED 1\n", defs,
         (long long)vec, idx64);
@@ -239,10 +239,11 @@ char *elt_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *p
             kiln_strbuf_printf(&b, "    elt_obj.sc_%s = (float)%s;\n", p->inputs[i].name,
                                p->inputs[i].name);
     kiln_strbuf_printf(&b, "    elt_drive(elt_obj, (%s)(%s));\n}\n", idx, sh->total);
-    return kiln_family_source(&kiln_family_eltwise, m, pt, b.s);
+    return kiln_family_source(f, m, pt, b.s);
 }
 
-char *elt_emit_cpu(const kiln_problem *p, const kiln_match *m, const elt_problem *ep) {
+char *elt_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                   const elt_problem *ep) {
     const elt_chain *ch = &ep->ch;
     const elt_shape *sh = &ep->sh;
     kiln_strbuf b = {0};
@@ -312,6 +313,6 @@ char *elt_emit_cpu(const kiln_problem *p, const kiln_match *m, const elt_problem
         kiln_strbuf_printf(&b, "        }\n");
     kiln_strbuf_printf(&b, "    }\n}\n");
     int64_t first[KILN_FAMILY_MAX_PARAMS];
-    kiln_family_point(&kiln_family_eltwise, 0, first);
-    return kiln_family_source(&kiln_family_eltwise, m, first, b.s);
+    kiln_family_point(f, 0, first);
+    return kiln_family_source(f, m, first, b.s);
 }

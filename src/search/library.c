@@ -28,7 +28,7 @@ typedef struct {
     char *name, *dir, *source, *family, *params, *agent, *result_json;
     int draft;
     double share, eager_us, compile_us, sol_us; /* < 0: unknown */
-    double time_us, sol_pct, score;             /* of the winning result */
+    double time_us, spread_pct, sol_pct, score; /* of the winning result */
 } winner;
 
 static void winner_free(winner *w) {
@@ -90,6 +90,7 @@ static int load_winner(kiln_store *s, const kiln_store_problem_row *p, winner *w
         w->compile_us = p->compile_us;
         w->sol_us = p->sol_us;
         w->time_us = r.time_us;
+        w->spread_pct = r.spread_pct;
         w->sol_pct = r.sol_pct;
         w->score = r.score;
         w->result_json = r.result_json;
@@ -348,19 +349,57 @@ static double result_max(const cJSON *res, const char *key) {
 /* The tolerance every output met: the loosest the gate applied (workload, then problem, then the
  * dtype's default, as the gate chooses it). */
 static kiln_tolerance loosest_tolerance(const kiln_problem *p) {
-    kiln_tolerance t = {0, 0, 0};
+    kiln_tolerance t = {.atol = 0};
     for (int o = 0; o < p->n_outputs; o++) {
         for (int wi = 0; wi < (p->n_workloads ? p->n_workloads : 1); wi++) {
-            kiln_tolerance x = p->n_workloads && p->workloads[wi].has_tolerance
-                                   ? p->workloads[wi].tolerance
-                               : p->has_tolerance ? p->tolerance
-                                                  : kiln_tolerance_default(p->outputs[o].dtype);
+            kiln_tolerance x = kiln_problem_output_tolerance(p, p->n_workloads ? wi : -1, o);
             t.atol = fmax(t.atol, x.atol);
             t.rtol = fmax(t.rtol, x.rtol);
             t.rel_l2 = fmax(t.rel_l2, x.rel_l2);
         }
     }
     return t;
+}
+
+/* "install": whether the kernel beats eager on the gate's own times, the first half of the decision
+ * to install it (kiln.install adds the dispatch cost it measures: docs/install.md). Only a speedup
+ * the spreads support counts; an entry that cannot be compared is left out with the reason. */
+static void add_install_decision(cJSON *e, const kiln_store_speedup *sp, double eager_us,
+                                 double eager_spread_pct, const winner *w) {
+    cJSON *d = cJSON_AddObjectToObject(e, "install");
+    int beats = 0;
+    char *why = NULL;
+    switch (sp->verdict) {
+    case KILN_SPEEDUP_SUPPORTED:
+    case KILN_SPEEDUP_NOISY:
+        beats = sp->value > 1;
+        why = beats ? xasprintf("%.2fx over eager in the gate (%.2f -> %.2f us)", sp->value,
+                                eager_us, w->time_us)
+                    : xasprintf("slower than eager in the gate (%.2f us against %.2f us)",
+                                w->time_us, eager_us);
+        break;
+    case KILN_SPEEDUP_NOT_SIGNIFICANT: {
+        char ks[32] = "not measured", es[32] = "not measured";
+        if (w->spread_pct >= 0)
+            snprintf(ks, sizeof ks, "%.1f%%", w->spread_pct);
+        if (eager_spread_pct >= 0)
+            snprintf(es, sizeof es, "%.1f%%", eager_spread_pct);
+        why = xasprintf("no win the spreads support: %.2f us (spread %s) against eager %.2f us "
+                        "(spread %s)",
+                        w->time_us, ks, eager_us, es);
+        break;
+    }
+    case KILN_SPEEDUP_NOISY_BASELINE:
+        why = xasprintf("the eager baseline is too noisy to compare with (spread %.1f%% > %.0f%%)",
+                        eager_spread_pct, KILN_SPREAD_LIMIT_PCT);
+        break;
+    default:
+        why = xstrdup("no eager time to compare with");
+        break;
+    }
+    cJSON_AddBoolToObject(d, "beats_eager", beats);
+    cJSON_AddStringToObject(d, "reason", why);
+    free(why);
 }
 
 typedef struct {
@@ -493,14 +532,21 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
 
     kiln_store_summary sum;
     kiln_store_summary_read(res, &sum);
-    double eager = w->eager_us >= 0 ? w->eager_us : sum.ref_time_us;
+    double eager, eager_spread;
+    kiln_store_baseline_pick(w->eager_us, &sum, &eager, &eager_spread);
     cJSON *times = cJSON_AddObjectToObject(e, "time_us");
     cJSON_AddItemToObject(times, "kiln", number_or_null(w->time_us));
     cJSON_AddItemToObject(times, "eager", number_or_null(eager));
     cJSON_AddItemToObject(times, "compile", number_or_null(w->compile_us));
     cJSON_AddItemToObject(times, "sol", number_or_null(w->sol_us));
-    cJSON_AddItemToObject(e, "speedup",
-                          number_or_null(eager > 0 && w->time_us > 0 ? eager / w->time_us : -1));
+    cJSON *spreads = cJSON_AddObjectToObject(e, "spread_pct");
+    cJSON_AddItemToObject(spreads, "kiln", number_or_null(w->spread_pct));
+    cJSON_AddItemToObject(spreads, "eager", number_or_null(eager_spread));
+    kiln_store_speedup sp;
+    kiln_store_speedup_judge(eager, eager_spread, w->time_us, w->spread_pct, &sp);
+    cJSON_AddItemToObject(e, "speedup", number_or_null(sp.value));
+    cJSON_AddStringToObject(e, "speedup_verdict", kiln_store_speedup_name(sp.verdict));
+    add_install_decision(e, &sp, eager, eager_spread, w);
     cJSON_AddItemToObject(e, "sol_pct", number_or_null(w->sol_pct));
     cJSON_AddItemToObject(e, "sol_score", number_or_null(w->score));
     cJSON_AddItemToObject(e, "share", number_or_null(w->share));

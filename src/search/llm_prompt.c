@@ -355,8 +355,7 @@ char *kiln_llm_prompt(const kiln_llm_context *ctx) {
     llm_buf_puts(&b, "Outputs:\n");
     for (int i = 0; i < p->n_outputs; i++) {
         add_tensor(&b, p, &p->outputs[i]);
-        kiln_tolerance t =
-            p->has_tolerance ? p->tolerance : kiln_tolerance_default(p->outputs[i].dtype);
+        kiln_tolerance t = kiln_problem_output_tolerance(p, -1, i);
         llm_buf_printf(&b,
                        "  tolerance: |out - ref| <= %g + %g * |ref| elementwise, and relative L2 "
                        "error <= %g\n",

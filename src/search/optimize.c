@@ -673,6 +673,17 @@ static int configure(kiln_opt_ctx *c, const kiln_optimize_options *o, kiln_err *
 /* Takes the run's lock; a coordinator that died a moment ago may leave workers holding it while
  * they exit, which is waited for. 0, or 2 with err. */
 static int lock_run(kiln_opt_ctx *c, kiln_err *err) {
+    /* A RUN to read is never created: capture and tune make runs; a RUN followed by problem
+     * directories is one to write, and may be new. */
+    struct stat st;
+    if (c->opt.n_problem_dirs == 0 && (stat(c->opt.run_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        kiln_errf(
+            err, KILN_ERR_INVALID,
+            "%s is not a directory: kiln capture SCRIPT --out %s (or kiln tune) makes a run, or "
+            "name problem directories after RUN",
+            c->opt.run_dir, c->opt.run_dir);
+        return 2;
+    }
     if (kiln_mkdirs(c->opt.run_dir, err) != KILN_OK)
         return 2;
     c->run_dir = abs_path(c->opt.run_dir);
@@ -802,6 +813,11 @@ static int load_problems(kiln_opt_ctx *c, kiln_err *err) {
 static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_err *err) {
     const kiln_optimize_options *o = &c->opt;
     *n_active = 0;
+    /* marks where this run's events begin: a "skip" after it says the problem is not searched now
+     * (the dashboard), and the search's own time starts only at "start" */
+    char *prep = xasprintf("kiln optimize: preparing %d problems", c->n_problems);
+    kiln_store_event(s, 0, "prepare", prep, NULL);
+    free(prep);
     for (int i = 0; i < c->n_problems; i++) {
         kiln_opt_problem *pr = &c->problems[i];
         char *no_family = NULL;
@@ -826,6 +842,13 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
                 }
             }
         }
+        /* --time counts from the command's start, preparing included: once it is over (or on a
+         * signal) the problems not prepared yet are left out, all but the first that can be
+         * searched */
+        if (!pr->skip && *n_active > 0 &&
+            (coord_signals || (o->time_s > 0 && now_s() - c->t0 >= o->time_s)))
+            pr->skip = xstrdup(coord_signals ? "not prepared: interrupted"
+                                             : "not prepared: the time limit (--time) came first");
         if (!pr->skip) {
             kiln_err rerr;
             if (!o->quiet)
@@ -972,19 +995,10 @@ static void record_start(kiln_opt_ctx *c, kiln_store *s, int n_active, const res
     }
 }
 
-/* Takes SIGINT and SIGTERM (the old actions go to *old_int, *old_term), adds the gates and the
- * agents to the blackboard and forks them; the coordinator's store connection moves to c->store
- * (spawn reopens it after each fork). */
-static void start_workers(kiln_opt_ctx *c, kiln_store *s, struct sigaction *old_int,
-                          struct sigaction *old_term) {
+/* Adds the gates and the agents to the blackboard and forks them; the coordinator's store
+ * connection moves to c->store (spawn reopens it after each fork). */
+static void start_workers(kiln_opt_ctx *c, kiln_store *s) {
     kiln_bb *bb = c->bb;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, old_int);
-    sigaction(SIGTERM, &sa, old_term);
-    coord_signals = 0;
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     kiln_bb_lock(bb);
     /* gate g drives device g; more gates than devices share them round robin (the cpu backend
@@ -1022,7 +1036,7 @@ static int watch(kiln_opt_ctx *c, int n_active, kiln_opt_progress *ps, double *t
             *stop_reason = "interrupted";
             break;
         }
-        if (o->time_s > 0 && now_s() - *t_start >= o->time_s) {
+        if (o->time_s > 0 && now_s() - c->t0 >= o->time_s) {
             *stop_reason = "time limit";
             break;
         }
@@ -1108,10 +1122,20 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     kiln_opt_ctx ctx;
     kiln_opt_ctx *c = &ctx;
     memset(c, 0, sizeof *c);
+    c->t0 = now_s();
     kiln_store *s = NULL;
     kiln_bb *bb = NULL;
     char *bb_name = NULL;
     int n_active = 0;
+    /* SIGINT and SIGTERM from the start: one while the problems are prepared ends the preparation,
+     * and the run stops as it does once searching (the library is written) */
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    coord_signals = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     int status = configure(c, o, err);
     if (!status)
         status = lock_run(c, err);
@@ -1126,7 +1150,9 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                   "no problem can be optimised (every one was skipped; "
                   "the reasons are above and in the store's events)");
         status = 1;
-        kiln_opt_print_table(c, "nothing to do");
+        kiln_store_event(s, 0, "done",
+                         "kiln optimize stopped: nothing to do (every problem skipped)", NULL);
+        kiln_opt_print_table(c, s, "nothing to do");
     }
     resumed_counts rc;
     if (!status)
@@ -1134,18 +1160,16 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     if (status)
         goto done;
     record_start(c, s, n_active, &rc);
+    kiln_opt_plan_announce(c, s, n_active);
 
     /* the workers, watched until the run is over */
-    struct sigaction old_int, old_term;
-    start_workers(c, s, &old_int, &old_term);
+    start_workers(c, s);
     s = NULL;
     kiln_opt_progress ps = {0};
     double t_start = 0;
     const char *stop_reason = "done";
     status = watch(c, n_active, &ps, &t_start, &stop_reason, err);
     stop_workers(c);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
     flush_nodes(c, 1);
     s = c->store;
     c->store = NULL;
@@ -1154,7 +1178,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
                   c->run_dir);
         status = 1;
         free(ps.seen);
-        kiln_opt_print_table(c, stop_reason);
+        kiln_opt_print_table(c, NULL, stop_reason);
         goto done;
     }
     kiln_opt_progress_draw(c, &ps, 1);
@@ -1165,7 +1189,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
 
     /* the artifact, the table */
     status = write_library(c, s, status, err);
-    kiln_opt_print_table(c, stop_reason);
+    kiln_opt_print_table(c, s, stop_reason);
     if (status == 0 && strcmp(stop_reason, "interrupted") == 0) {
         kiln_errf(err, KILN_ERR_INVALID,
                   "interrupted; everything finished is in the store: run the same command to "
@@ -1174,6 +1198,8 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     }
 
 done:
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     if (bb) {
         kiln_bb_detach(bb);
         kiln_bb_unlink(bb_name);

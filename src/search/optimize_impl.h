@@ -55,6 +55,7 @@ typedef struct {
     int max_inflight;       /* candidates of one problem being made, queued or in a gate */
     int max_inflight_total; /* the same over all problems */
     pid_t coordinator;      /* the coordinator's pid (workers watch it) */
+    double t0;              /* when the command started (kiln_now_s): --time counts from it */
     kiln_store *store;      /* the coordinator's connection while workers run; NULL in workers */
 } kiln_opt_ctx;
 
@@ -105,6 +106,18 @@ int kiln_opt_result_read(const cJSON *r, double *time_us, double *spread_pct, do
  * "promoted"), so that a resumed run knows which drafts are over. */
 void kiln_opt_draft_meta(kiln_store *s, int64_t problem_id, int k, const char *state, int slice);
 
+/* ---- the plan (plan.c) ---- */
+
+/* Under the lock: how much of the model's time a candidate for blackboard problem bb_index can
+ * still win: its share times its headroom to the speed of light (plan.c's essay). Agents take
+ * the problem where it is largest. */
+double kiln_opt_priority(const kiln_opt_ctx *c, int bb_index);
+
+/* Prints the plan on stderr (unless --quiet) and records it as a "plan" event: the time limit, and
+ * per searched problem its share, eager time and the candidates its budget leaves. Takes the
+ * blackboard's lock. */
+void kiln_opt_plan_announce(kiln_opt_ctx *c, kiln_store *s, int n_active);
+
 /* ---- progress (progress.c) ---- */
 
 /* A problem's name: its definition's, or its directory's when it did not load. */
@@ -121,8 +134,10 @@ typedef struct {
 /* Draws a line per problem on stderr when something changed (force: now), in place on a terminal;
  * nothing with --quiet. */
 void kiln_opt_progress_draw(kiln_opt_ctx *c, kiln_opt_progress *ps, int force);
-/* The final table on stdout, or one JSON object with --json; stop_reason says why the run ended. */
-void kiln_opt_print_table(kiln_opt_ctx *c, const char *stop_reason);
+/* The final table on stdout, or one JSON object with --json; stop_reason says why the run ended.
+ * Each searched problem's winner, its spread and the eager baseline's come from s (NULL: the
+ * blackboard's incumbents, spreads unknown); the speedup column is kiln_store_speedup_judge's. */
+void kiln_opt_print_table(kiln_opt_ctx *c, kiln_store *s, const char *stop_reason);
 
 /* Appends one line to RUN/logs/gate.log (O_APPEND, one write: lines of several gates never mix). */
 void kiln_opt_log(const kiln_opt_ctx *c, const char *fmt, ...)

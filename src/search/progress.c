@@ -97,7 +97,45 @@ void kiln_opt_progress_draw(kiln_opt_ctx *c, kiln_opt_progress *ps, int force) {
     free(rows);
 }
 
-void kiln_opt_print_table(kiln_opt_ctx *c, const char *stop_reason) {
+/* What the table says about a searched problem: its winner (the store's, what the library ships)
+ * with the spreads of its time and of the eager baseline it is compared with. */
+typedef struct {
+    double best_us, best_spread_pct, eager_us, eager_spread_pct, sol_pct;
+    kiln_store_speedup speedup;
+} table_row;
+
+static void table_row_read(kiln_store *s, const kiln_opt_problem *pr, const progress_row *r,
+                           table_row *t) {
+    t->best_us = r->best_us;
+    t->sol_pct = r->best_us > 0 ? r->best_sol : -1;
+    t->best_spread_pct = t->eager_spread_pct = -1;
+    t->eager_us = pr->eager_us;
+    kiln_store_winner win;
+    kiln_store_result_row res;
+    int found = 0;
+    memset(&res, 0, sizeof res);
+    if (s && kiln_store_winner_get(s, pr->store_id, &win, NULL) == KILN_OK && win.result_id > 0 &&
+        kiln_store_result_get(s, win.result_id, &res, &found, NULL) == KILN_OK && found) {
+        kiln_store_summary sum;
+        kiln_store_summary_parse(res.result_json, &sum);
+        t->best_us = res.time_us;
+        t->best_spread_pct = res.spread_pct;
+        t->sol_pct = res.sol_pct;
+        kiln_store_baseline_pick(pr->eager_us, &sum, &t->eager_us, &t->eager_spread_pct);
+    }
+    kiln_store_result_row_free(&res);
+    kiln_store_speedup_judge(t->eager_us, t->eager_spread_pct, t->best_us, t->best_spread_pct,
+                             &t->speedup);
+}
+
+static void pct_cell(char *buf, size_t cap, double pct) {
+    if (pct >= 0)
+        snprintf(buf, cap, "%.1f%s", pct, pct > KILN_SPREAD_LIMIT_PCT ? "!" : "");
+    else
+        snprintf(buf, cap, "-");
+}
+
+void kiln_opt_print_table(kiln_opt_ctx *c, kiln_store *s, const char *stop_reason) {
     int n = c->n_problems;
     progress_row *rows = NULL;
     int nb = c->bb ? kiln_bb_hdr(c->bb)->n_problems : 0;
@@ -109,6 +147,7 @@ void kiln_opt_print_table(kiln_opt_ctx *c, const char *stop_reason) {
         cJSON_AddStringToObject(out, "run", c->run_dir);
         cJSON_AddStringToObject(out, "backend", c->backend);
         cJSON_AddStringToObject(out, "stopped", stop_reason);
+        cJSON_AddNumberToObject(out, "spread_limit_pct", KILN_SPREAD_LIMIT_PCT);
         cJSON *arr = cJSON_AddArrayToObject(out, "problems");
         for (int i = 0; i < n; i++) {
             kiln_opt_problem *pr = &c->problems[i];
@@ -122,14 +161,20 @@ void kiln_opt_print_table(kiln_opt_ctx *c, const char *stop_reason) {
             cJSON_AddNullToObject(o, key);                                                         \
     } while (0)
             NUM_OR_NULL("share", pr->share);
-            NUM_OR_NULL("eager_us", pr->eager_us);
             NUM_OR_NULL("compile_us", pr->compile_us);
             if (pr->bb >= 0) {
                 progress_row *r = &rows[pr->bb];
-                NUM_OR_NULL("best_us", r->best_us);
-                NUM_OR_NULL("speedup",
-                            r->best_us > 0 && pr->eager_us > 0 ? pr->eager_us / r->best_us : -1);
-                NUM_OR_NULL("sol_pct", r->best_us > 0 ? r->best_sol : -1);
+                table_row t;
+                table_row_read(s, pr, r, &t);
+                NUM_OR_NULL("eager_us", t.eager_us);
+                NUM_OR_NULL("eager_spread_pct", t.eager_spread_pct);
+                NUM_OR_NULL("best_us", t.best_us);
+                NUM_OR_NULL("spread_pct", t.best_us > 0 ? t.best_spread_pct : -1);
+                NUM_OR_NULL("speedup", t.speedup.value);
+                NUM_OR_NULL("speedup_ratio", t.speedup.ratio);
+                cJSON_AddStringToObject(o, "speedup_verdict",
+                                        kiln_store_speedup_name(t.speedup.verdict));
+                NUM_OR_NULL("sol_pct", t.best_us > 0 ? t.sol_pct : -1);
                 NUM_OR_NULL("score", r->best_us > 0 ? r->best_score : -1);
                 cJSON_AddNumberToObject(o, "candidates", r->made);
                 cJSON_AddNumberToObject(o, "results", r->done);
@@ -138,46 +183,60 @@ void kiln_opt_print_table(kiln_opt_ctx *c, const char *stop_reason) {
                 cJSON_AddNumberToObject(o, "drafts", r->drafts);
                 cJSON_AddBoolToObject(o, "exhausted", r->exhausted);
             } else {
+                NUM_OR_NULL("eager_us", pr->eager_us);
                 cJSON_AddStringToObject(o, "skipped", pr->skip ? pr->skip : "skipped");
             }
 #undef NUM_OR_NULL
             cJSON_AddItemToArray(arr, o);
         }
-        char *s = cJSON_Print(out);
-        printf("%s\n", s);
-        free(s);
+        char *text = cJSON_Print(out);
+        printf("%s\n", text);
+        free(text);
         cJSON_Delete(out);
         free(rows);
         return;
     }
-    printf("%-44s %7s %10s %10s %10s %8s %6s %6s\n", "problem", "share", "eager us", "compile us",
-           "best us", "speedup", "SOL %", "cands");
+    printf("%-44s %7s %10s %7s %10s %10s %7s %8s %6s %6s\n", "problem", "share", "eager us",
+           "eager ±%", "compile us", "best us", "best ±%", "speedup", "SOL %", "cands");
+    int flagged = 0;
     for (int i = 0; i < n; i++) {
         kiln_opt_problem *pr = &c->problems[i];
-        char share[16] = "-", eager[24] = "-", comp[24] = "null", best[24] = "-", sp[16] = "-",
-             sol[16] = "-", cands[16] = "-";
+        char share[16] = "-", eager[24] = "-", espread[16] = "-", comp[24] = "null", best[24] = "-",
+             bspread[16] = "-", sp[16] = "-", sol[16] = "-", cands[16] = "-";
         if (pr->share >= 0)
             snprintf(share, sizeof share, "%.1f%%", 100 * pr->share);
-        if (pr->eager_us > 0)
-            snprintf(eager, sizeof eager, "%.2f", pr->eager_us);
+        double eager_us = pr->eager_us;
         if (pr->compile_us > 0)
             snprintf(comp, sizeof comp, "%.2f", pr->compile_us);
         if (pr->bb >= 0) {
             progress_row *r = &rows[pr->bb];
+            table_row t;
+            table_row_read(s, pr, r, &t);
+            eager_us = t.eager_us;
+            pct_cell(espread, sizeof espread, t.eager_spread_pct);
             snprintf(cands, sizeof cands, "%d", r->made);
-            if (r->best_us > 0) {
-                snprintf(best, sizeof best, "%.2f", r->best_us);
-                if (pr->eager_us > 0)
-                    snprintf(sp, sizeof sp, "%.2fx", pr->eager_us / r->best_us);
-                if (r->best_sol >= 0)
-                    snprintf(sol, sizeof sol, "%.1f", r->best_sol);
+            if (t.best_us > 0) {
+                snprintf(best, sizeof best, "%.2f", t.best_us);
+                pct_cell(bspread, sizeof bspread, t.best_spread_pct);
+                kiln_store_speedup_text(&t.speedup, sp, sizeof sp);
+                flagged |= t.speedup.verdict != KILN_SPEEDUP_SUPPORTED;
+                if (t.sol_pct >= 0)
+                    snprintf(sol, sizeof sol, "%.1f", t.sol_pct);
             }
         }
-        printf("%-44.44s %7s %10s %10s %10s %8s %6s %6s", kiln_opt_problem_name(pr), share, eager,
-               comp, best, sp, sol, cands);
+        if (eager_us > 0)
+            snprintf(eager, sizeof eager, "%.2f", eager_us);
+        printf("%-44.44s %7s %10s %7s %10s %10s %7s %8s %6s %6s", kiln_opt_problem_name(pr), share,
+               eager, espread, comp, best, bspread, sp, sol, cands);
         if (pr->bb < 0)
             printf("  skipped: %.100s", pr->skip ? pr->skip : "?");
         printf("\n");
     }
+    if (flagged)
+        printf(
+            "speedup: n.s. = the spreads allow no speedup (the interval contains 1); noisy = the "
+            "eager baseline's spread is over %.0f%%, not divided by; ! = a spread over %.0f%%; "
+            "- = not timed\n",
+            KILN_SPREAD_LIMIT_PCT, KILN_SPREAD_LIMIT_PCT);
     free(rows);
 }

@@ -14,20 +14,27 @@ static int registry_index(const kiln_family *f) {
     return -1;
 }
 
-/* Under the lock: the hottest problem that still has budget and room in the gate's queue. */
+/* Under the lock: of the problems that still have budget and room in the gate's queue, the one
+ * where a candidate can win the most of the model's time (kiln_opt_priority; ties: the hotter). */
 static int pick_problem(kiln_opt_ctx *c) {
     kiln_bb_header *h = kiln_bb_hdr(c->bb);
     if (!kiln_opt_gates_have_room(c))
         return -1;
+    int pick = -1;
+    double best = -1;
     for (int i = 0; i < h->n_problems; i++) {
         kiln_bb_problem *P = kiln_bb_problem_at(c->bb, i);
         if (P->root < 0 || kiln_mcts_problem_finished(P))
             continue;
         if (P->pending >= c->max_inflight)
             continue;
-        return i;
+        double priority = kiln_opt_priority(c, i);
+        if (priority > best) {
+            best = priority;
+            pick = i;
+        }
     }
-    return -1;
+    return pick;
 }
 
 /* The proposal for a new draft's root: another family than the incumbent's when the problem has

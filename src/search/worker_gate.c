@@ -139,7 +139,23 @@ static void gate_once(kiln_opt_ctx *c, kiln_store *s, int worker, kiln_gate_opti
     kiln_opt_problem *pr = &c->problems[c->of_bb[sl.problem]];
     char *path = ensure_candidate_file(c, s, sl.candidate_id);
     kiln_opt_log(c, "eval %lld pid=%d", (long long)sl.candidate_id, (int)getpid());
-    cJSON *r = kiln_gate_session_eval(gate_session, pr->p, pr->ref, path, opt);
+    /* race the incumbent: a challenger clearly slower on a workload stops there (outcome slower) */
+    kiln_bb_lock(bb);
+    int64_t racing = kiln_bb_problem_at(bb, sl.problem)->incumbent_candidate;
+    kiln_bb_unlock(bb);
+    kiln_gate_options eval_opt = *opt;
+    double *race = xcalloc((size_t)pr->p->n_workloads + 1, sizeof *race);
+    kiln_store_result_row inc;
+    int found = 0;
+    if (racing > 0 && kiln_store_result_latest(s, racing, &inc, &found, NULL) == KILN_OK && found) {
+        cJSON *ir = inc.result_json ? cJSON_Parse(inc.result_json) : NULL;
+        eval_opt.n_race = kiln_store_summary_medians(ir, race, pr->p->n_workloads);
+        eval_opt.race_us = race;
+        cJSON_Delete(ir);
+        kiln_store_result_row_free(&inc);
+    }
+    cJSON *r = kiln_gate_session_eval(gate_session, pr->p, pr->ref, path, &eval_opt);
+    free(race);
     double t, spread, sol, score;
     int known = 0;
     int outcome = kiln_opt_result_read(r, &t, &spread, &sol, &score, &known);

@@ -62,6 +62,14 @@ static const char sql_run_state[] =
     "(SELECT kind FROM event WHERE problem_id IS NULL ORDER BY id DESC LIMIT 1), "
     "(SELECT created_unix_s FROM event WHERE problem_id IS NULL ORDER BY id DESC LIMIT 1), "
     "(SELECT value FROM meta WHERE key = 'budget')";
+/* The run-wide events that bound the searches: every `kiln optimize` records "prepare" before it
+ * loads the problems, "start" when its workers start searching and "done" when they stopped. */
+static const char sql_run_marks[] =
+    "SELECT kind, created_unix_s FROM event WHERE problem_id IS NULL "
+    "AND kind IN ('prepare', 'start', 'done') ORDER BY id";
+static const char sql_last_result_before[] =
+    "SELECT max(created_unix_s) FROM result WHERE created_unix_s < ?1";
+static const char sql_last_result[] = "SELECT created_unix_s FROM result ORDER BY id DESC LIMIT 1";
 static const char sql_meta_all[] = "SELECT key, value FROM meta ORDER BY key";
 /* Ids grow with time: the newest rows are the last ids, and a minute's candidates are among the
  * last few thousand (created_unix_s sits after the source in a row: no full scan). */
@@ -104,6 +112,91 @@ int kiln_store_data_version(kiln_store *s, int64_t *version, kiln_err *err) {
     return rc;
 }
 
+/* The latest result's time before t (t <= 0: of all), or -1. */
+static int last_result_time(kiln_store *s, double t, double *out, kiln_err *err) {
+    sqlite3_stmt *st = NULL;
+    int rc = store_stmt(s, t > 0 ? sql_last_result_before : sql_last_result, &st, err), row = 0;
+    *out = -1;
+    if (rc)
+        return rc;
+    if (t > 0)
+        sqlite3_bind_double(st, 1, t);
+    if (!(rc = store_step_row(s, st, &row, "reading the latest result", err)) && row)
+        *out = store_col_known(st, 0);
+    store_stmt_done(st);
+    return rc;
+}
+
+/* A search that was never marked done (its coordinator was killed) ended with its last result
+ * before `before` (<= 0: the latest result; and, while it may still run, at most now), never
+ * before it began. */
+static int open_search_end(kiln_store *s, double began, double before, double now, double *end,
+                           kiln_err *err) {
+    double last = -1;
+    int rc = last_result_time(s, before, &last, err);
+    if (rc)
+        return rc;
+    if (before > 0) {
+        *end = last > began ? last : began;
+    } else {
+        /* a search silent for a minute is taken to have stopped when it fell silent */
+        double quiet = (last > began ? last : began) + KILN_STORE_SEARCH_QUIET_S;
+        *end = now < quiet ? now : quiet;
+        if (*end < began)
+            *end = began;
+    }
+    return KILN_OK;
+}
+
+/* Sums the searches' intervals: "start" to "done", or to what open_search_end says for one that
+ * has no "done" (killed, or running now: *searching). */
+static int search_time(kiln_store *s, kiln_store_run_state *rs, kiln_err *err) {
+    sqlite3_stmt *st = NULL;
+    int rc = store_stmt(s, sql_run_marks, &st, err), row = 0;
+    if (rc)
+        return rc;
+    typedef struct {
+        int kind; /* 0 prepare, 1 start, 2 done */
+        double t;
+    } mark;
+    mark *marks = NULL;
+    int n = 0, cap = 0;
+    while (!(rc = store_step_row(s, st, &row, "reading the run's searches", err)) && row) {
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            marks = xrealloc(marks, (size_t)cap * sizeof *marks);
+        }
+        marks[n].kind = strcmp(k, "start") == 0 ? 1 : strcmp(k, "done") == 0 ? 2 : 0;
+        marks[n].t = sqlite3_column_double(st, 1);
+        n++;
+    }
+    store_stmt_done(st);
+    double now = store_now_unix_s(), began = -1;
+    for (int i = 0; !rc && i <= n; i++) {
+        if (i < n && marks[i].kind == 1) {
+            if (began >= 0) { /* a start without its done: that search was killed */
+                double end = began;
+                rc = open_search_end(s, began, marks[i].t, now, &end, err);
+                rs->searched_s += end - began;
+            }
+            began = marks[i].t;
+        } else if (began >= 0 && (i == n || marks[i].kind == 0 || marks[i].kind == 2)) {
+            double end = began;
+            if (i < n && marks[i].kind == 2)
+                end = marks[i].t > began ? marks[i].t : began;
+            else
+                rc = open_search_end(s, began, i < n ? marks[i].t : 0, now, &end, err);
+            if (i == n && !rc)
+                rs->searching = end >= now;
+            rs->searched_s += end - began;
+            began = -1;
+        }
+    }
+    free(marks);
+    return rc;
+}
+
 int kiln_store_run_state_read(kiln_store *s, kiln_store_run_state *rs, kiln_err *err) {
     memset(rs, 0, sizeof *rs);
     rs->started_unix_s = rs->last_event_unix_s = -1;
@@ -124,6 +217,8 @@ int kiln_store_run_state_read(kiln_store *s, kiln_store_run_state *rs, kiln_err 
             rs->budget = atol((const char *)budget);
     }
     store_stmt_done(st);
+    if (!rc)
+        rc = search_time(s, rs, err);
     return rc;
 }
 
@@ -182,10 +277,14 @@ int kiln_store_dash_outcomes(kiln_store *s, int64_t problem_id, cJSON *into, int
 /* ---- problems ---- */
 
 static const char sql_problem_exists[] = "SELECT 1 FROM problem WHERE id = ?1";
+/* A problem is skipped when the latest `kiln optimize` (since its "prepare" event) skipped it. */
 static const char sql_dash_problems[] =
     "SELECT p.id, p.name, p.dir, p.share, p.eager_us, p.compile_us, p.sol_us, p.incumbent_id, "
     "(SELECT count(*) FROM candidate c WHERE c.problem_id = p.id), "
-    "(SELECT count(*) FROM event e WHERE e.problem_id = p.id AND e.kind = 'done') "
+    "(SELECT count(*) FROM event e WHERE e.problem_id = p.id AND e.kind = 'done'), "
+    "(SELECT e.message FROM event e WHERE e.problem_id = p.id AND e.kind = 'skip' AND e.id > "
+    "  (SELECT coalesce(max(id), 0) FROM event WHERE problem_id IS NULL AND kind = 'prepare') "
+    "  ORDER BY e.id DESC LIMIT 1) "
     "FROM problem p WHERE ?1 IS NULL OR p.id = ?1 "
     "ORDER BY p.share IS NULL, p.share DESC, p.id";
 static const char sql_dash_best[] =
@@ -205,9 +304,9 @@ int kiln_store_problem_exists(kiln_store *s, int64_t id, int *exists, kiln_err *
 }
 
 int kiln_store_dash_problems(kiln_store *s, int64_t only_id, cJSON **rows, kiln_err *err) {
-    static const char *const keys[] = {"id",           "name",         "dir",    "share",
-                                       "eager_us",     "compile_us",   "sol_us", "incumbent_id",
-                                       "n_candidates", "n_done_events"};
+    static const char *const keys[] = {
+        "id",     "name",         "dir",          "share",         "eager_us",   "compile_us",
+        "sol_us", "incumbent_id", "n_candidates", "n_done_events", "skip_reason"};
     *rows = cJSON_CreateArray();
     sqlite3_stmt *st = NULL;
     int rc = store_stmt(s, sql_dash_problems, &st, err);
@@ -217,12 +316,12 @@ int kiln_store_dash_problems(kiln_store *s, int64_t only_id, cJSON **rows, kiln_
     return rows_into(s, st, keys, N_KEYS(keys), *rows, NULL, NULL, "reading the problems", err);
 }
 
-int kiln_store_dash_best(kiln_store *s, int64_t result_id, cJSON **best, double *ref_time_us,
+int kiln_store_dash_best(kiln_store *s, int64_t result_id, cJSON **best, kiln_store_summary *sum,
                          kiln_err *err) {
     static const char *const keys[] = {"candidate_id", "time_us", "sol_pct", "score", "spread_pct",
                                        "params",       "agent",   "draft",   "family"};
     *best = NULL;
-    *ref_time_us = -1;
+    kiln_store_summary_read(NULL, sum);
     if (result_id <= 0)
         return KILN_OK;
     sqlite3_stmt *st = NULL;
@@ -232,9 +331,7 @@ int kiln_store_dash_best(kiln_store *s, int64_t result_id, cJSON **best, double 
     sqlite3_bind_int64(st, 1, result_id);
     if (!(rc = store_step_row(s, st, &row, "reading the best", err)) && row) {
         *best = store_row_json(st, keys, N_KEYS(keys));
-        kiln_store_summary sum;
-        kiln_store_summary_parse((const char *)sqlite3_column_text(st, 9), &sum);
-        *ref_time_us = sum.ref_time_us;
+        kiln_store_summary_parse((const char *)sqlite3_column_text(st, 9), sum);
     }
     store_stmt_done(st);
     return rc;

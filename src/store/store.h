@@ -57,13 +57,15 @@ void kiln_store_unlock(void);
 /* ---- the gate's result object (docs/gate.md), read here and nowhere else ---- */
 
 typedef struct {
-    char outcome[32];   /* "ok", "mismatch", ...; "" when absent */
-    double time_us;     /* summary.time_us_geomean; -1 when absent */
-    double spread_pct;  /* the largest workloads[].time_us.spread_pct; -1 when absent */
-    double sol_pct;     /* summary.sol_pct_geomean; -1 when absent */
-    double score;       /* summary.sol_score_geomean; 0 when absent */
-    int score_known;    /* summary.sol_score_geomean is a number */
-    double ref_time_us; /* geomean of workloads[].ref_time_us > 0 (PyTorch eager); -1 absent */
+    char outcome[32];      /* "ok", "mismatch", ...; "" when absent */
+    double time_us;        /* summary.time_us_geomean; -1 when absent */
+    double spread_pct;     /* the largest workloads[].time_us.spread_pct; -1 when absent */
+    double sol_pct;        /* summary.sol_pct_geomean; -1 when absent */
+    double score;          /* summary.sol_score_geomean; 0 when absent */
+    int score_known;       /* summary.sol_score_geomean is a number */
+    double ref_time_us;    /* geomean of workloads[].ref_time_us > 0 (PyTorch eager); -1 absent */
+    double ref_spread_pct; /* the largest spread of those eager times; -1 when none was measured
+                              (a baseline timed once, at capture) */
 } kiln_store_summary;
 
 /* Reads the numbers of a gate result; never fails (anything absent or not a number reads as the
@@ -71,6 +73,44 @@ typedef struct {
 void kiln_store_summary_read(const cJSON *result, kiln_store_summary *out);
 /* The same from JSON text (NULL or text that does not parse reads as nothing). */
 void kiln_store_summary_parse(const char *result_json, kiln_store_summary *out);
+/* The median time of each workload of an ok result into medians[workload index] (cap entries;
+ * workloads not timed keep what medians held): what a challenger races against. Returns the number
+ * of entries that are meaningful (highest index + 1), 0 for a result that is not ok. */
+int kiln_store_summary_medians(const cJSON *result, double *medians, int cap);
+
+/* A timing whose spread ((p90 - p10) / median) is above this many percent is flagged wherever it
+ * is shown; an eager baseline above it is not divided by at all. */
+#define KILN_SPREAD_LIMIT_PCT 5.0
+
+/* What a table may say about eager_us / kiln_us. */
+enum {
+    KILN_SPEEDUP_UNKNOWN,   /* a time is missing: "-" */
+    KILN_SPEEDUP_SUPPORTED, /* the figure, spreads within the limit: "2.50x" */
+    KILN_SPEEDUP_NOISY,     /* the figure holds, but kiln's spread is over the limit: "2.50x!" */
+    KILN_SPEEDUP_NOT_SIGNIFICANT, /* the interval the spreads allow contains 1: "n.s." */
+    KILN_SPEEDUP_NOISY_BASELINE   /* eager's spread is over the limit: no figure, "noisy" */
+};
+typedef struct {
+    int verdict;  /* KILN_SPEEDUP_* */
+    double value; /* eager / kiln when the verdict shows a figure, else -1 */
+    double ratio; /* eager / kiln whatever the verdict (for sorting and JSON), -1 unknown */
+} kiln_store_speedup;
+
+/* The eager baseline a winner is compared with: the one its gate result carries with a spread
+ * (timed beside the candidate), else the problem's own (capture's, timed once: spread unknown),
+ * else the result's without a spread. *eager_us and *spread_pct are -1 when unknown. */
+void kiln_store_baseline_pick(double problem_eager_us, const kiln_store_summary *sum,
+                              double *eager_us, double *spread_pct);
+
+/* The one rule for a speedup shown anywhere: times < 0 are unknown, spreads < 0 unknown (taken as
+ * 0: a baseline timed once cannot be refused for its noise, only shown without a spread). */
+void kiln_store_speedup_judge(double eager_us, double eager_spread_pct, double kiln_us,
+                              double kiln_spread_pct, kiln_store_speedup *out);
+/* The verdict as a table cell ("2.50x", "2.50x!", "n.s.", "noisy", "-") in buf; returns buf. */
+const char *kiln_store_speedup_text(const kiln_store_speedup *v, char *buf, size_t cap);
+/* The verdict's name for JSON: "supported", "noisy", "not_significant", "noisy_baseline",
+ * "unknown". */
+const char *kiln_store_speedup_name(int verdict);
 
 /* ---- writes ---- */
 
@@ -323,12 +363,18 @@ int kiln_store_data_version(kiln_store *s, int64_t *version, kiln_err *err);
 
 /* When the run started and whether it is over: started_unix_s is meta started_unix_s, else meta
  * created_unix_s, else the first problem's creation (-1 none); the latest run-wide event's kind
- * ("" none) and time; meta "budget" (0 unset). */
+ * ("" none) and time; meta "budget" (0 unset). searched_s is the time searches actually ran: the
+ * sum over every `kiln optimize` of its "start" to its "done" event (preparing problems, and the
+ * time between runs, do not count); one without a "done" ended with its last result (killed), or,
+ * the latest, runs now (searching) unless no result came for KILN_STORE_SEARCH_QUIET_S. */
+#define KILN_STORE_SEARCH_QUIET_S 60.0
 typedef struct {
     double started_unix_s;
     char last_event_kind[32];
     double last_event_unix_s;
     long budget;
+    double searched_s;
+    int searching;
 } kiln_store_run_state;
 int kiln_store_run_state_read(kiln_store *s, kiln_store_run_state *rs, kiln_err *err);
 
@@ -345,12 +391,14 @@ int kiln_store_dash_outcomes(kiln_store *s, int64_t problem_id, cJSON *into, int
 /* 1 in *exists when the problem exists. */
 int kiln_store_problem_exists(kiln_store *s, int64_t id, int *exists, kiln_err *err);
 /* Problem rows (all, or only_id's), hottest first: id, name, dir, share, eager_us, compile_us,
- * sol_us, incumbent_id, n_candidates, n_done_events. */
+ * sol_us, incumbent_id, n_candidates, n_done_events, skip_reason (why the latest `kiln optimize`
+ * did not search it, from its "skip" event after the run-wide "prepare"; null when searched). */
 int kiln_store_dash_problems(kiln_store *s, int64_t only_id, cJSON **rows, kiln_err *err);
 /* A problem's best, the winner's verdict (result_id from kiln_store_winner_get): candidate_id,
- * time_us, sol_pct, score, spread_pct, params, agent, draft, family; *ref_time_us gets the
- * reference's time in that verdict (-1 none). *best NULL when there is no such result. */
-int kiln_store_dash_best(kiln_store *s, int64_t result_id, cJSON **best, double *ref_time_us,
+ * time_us, sol_pct, score, spread_pct, params, agent, draft, family; *sum gets that verdict's
+ * summary (its eager baseline and the baseline's spread among it). *best NULL (and *sum empty)
+ * when there is no such result. */
+int kiln_store_dash_best(kiln_store *s, int64_t result_id, cJSON **best, kiln_store_summary *sum,
                          kiln_err *err);
 
 /* A page of rows newest first: appends up to limit items; *next is the id to page on with

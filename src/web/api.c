@@ -9,6 +9,8 @@
 
 #include "web_impl.h"
 
+#include "../gate/gate.h"
+
 #define LIST_LIMIT_DEFAULT 100
 #define LIST_LIMIT_MAX 1000
 #define CURVE_LIMIT_DEFAULT 5000
@@ -19,10 +21,6 @@
 #define EVIDENCE_LOG_MAX 4096
 /* Characters of an llm prompt or reply shown on a candidate's page. */
 #define LLM_TEXT_MAX 65536
-
-static const char *const outcomes[] = {"ok",  "compile_error", "mismatch", "unwritten",
-                                       "nan", "timeout",       "crashed",  "resource"};
-#define N_OUTCOMES (sizeof outcomes / sizeof outcomes[0])
 
 /* One request: the store to read from and the reply being built. */
 typedef struct {
@@ -184,15 +182,19 @@ static int arg_outcome(api *a, int allow_ok, int allow_waiting, const char **out
     *out = arg(a, "outcome");
     if (!*out)
         return 0;
-    for (size_t i = 0; i < N_OUTCOMES; i++)
-        if (strcmp(*out, outcomes[i]) == 0 && (allow_ok || i > 0))
-            return 0;
+    int o = kiln_outcome_parse(*out);
+    if (o >= 0 && (allow_ok || o != KILN_OUTCOME_OK))
+        return 0;
     if (allow_waiting && strcmp(*out, "waiting") == 0)
         return 0;
-    return fail(a, MHD_HTTP_BAD_REQUEST,
-                "outcome '%.40s' is not one of %scompile_error, mismatch, unwritten, nan, timeout, "
-                "crashed, resource%s",
-                *out, allow_ok ? "ok, " : "", allow_waiting ? ", waiting" : "");
+    kiln_strbuf names = {0};
+    for (int i = allow_ok ? 0 : 1; i < KILN_OUTCOME_COUNT; i++)
+        kiln_strbuf_printf(&names, "%s%s", i > (allow_ok ? 0 : 1) ? ", " : "",
+                           kiln_outcome_name((kiln_outcome)i));
+    int rc = fail(a, MHD_HTTP_BAD_REQUEST, "outcome '%.40s' is not one of %s%s", *out, names.s,
+                  allow_waiting ? ", waiting" : "");
+    free(names.s);
+    return rc;
 }
 
 /* A path segment that must be an id: 400 when malformed, and the caller answers 404 when absent. */
@@ -230,11 +232,15 @@ static cJSON *latest_device(api *a) {
 
 /* ---- problems ---- */
 
-/* The run's state: when it started, whether it is over (its latest run-wide event is "done"). */
+/* The run's state: when it started, whether it is over (its latest run-wide event is "done"), and
+ * how long its searches ran (kiln_store_run_state's searched_s: not the time between runs, nor the
+ * preparation of problems). */
 typedef struct {
     double started_unix_s, end_unix_s;
     int finished;
     long budget; /* meta "budget" when set, else 0 */
+    double searched_s;
+    int searching;
 } run_state;
 
 static void read_run_state(api *a, run_state *rs) {
@@ -249,6 +255,8 @@ static void read_run_state(api *a, run_state *rs) {
     rs->end_unix_s = rs->finished ? st.last_event_unix_s : now;
     rs->budget = st.budget;
     rs->started_unix_s = st.started_unix_s > 0 ? st.started_unix_s : rs->end_unix_s;
+    rs->searched_s = st.searched_s;
+    rs->searching = st.searching;
 }
 
 /* The problem rows (all, or the one with id only_id), hottest first, with each one's winner,
@@ -282,35 +290,50 @@ static cJSON *problems_array(api *a, int64_t only_id, const run_state *rs, int w
         cJSON_AddNumberToObject(p, "n_results", (double)judged);
         cJSON_AddNumberToObject(p, "waiting", n_candidates - (double)judged);
 
-        double eager = num_of(row, "eager_us");
-        const char *eager_source = isnan(eager) ? NULL : "problem";
-        double best_us = NAN, ref_us = -1;
+        double problem_eager = num_of(row, "eager_us");
+        double best_us = NAN, best_spread = -1;
         kiln_store_winner win;
+        kiln_store_summary sum;
         cJSON *best = NULL;
         if (read_ok(a, kiln_store_winner_get(a->s, id, &win, &err), &err) ||
-            read_ok(a, kiln_store_dash_best(a->s, win.result_id, &best, &ref_us, &err), &err))
+            read_ok(a, kiln_store_dash_best(a->s, win.result_id, &best, &sum, &err), &err))
             break;
         if (best) {
             cJSON_AddItemToObject(p, "best", best);
             best_us = num_of(best, "time_us");
-            if (isnan(eager) && ref_us > 0) {
-                eager = ref_us;
-                eager_source = "reference";
-            }
+            best_spread = num_of(best, "spread_pct");
         } else {
             cJSON_AddNullToObject(p, "best");
         }
-        add_num_or_null(p, "eager_us", eager);
-        if (eager_source)
-            cJSON_AddStringToObject(p, "eager_source", eager_source);
+        /* the baseline the winner is compared with, and what its spreads let a table say */
+        double eager, eager_spread;
+        kiln_store_baseline_pick(isnan(problem_eager) ? -1 : problem_eager, &sum, &eager,
+                                 &eager_spread);
+        add_num_or_null(p, "eager_us", eager > 0 ? eager : NAN);
+        add_num_or_null(p, "eager_spread_pct", eager_spread >= 0 ? eager_spread : NAN);
+        if (eager > 0)
+            cJSON_AddStringToObject(p, "eager_source",
+                                    eager == problem_eager ? "problem" : "reference");
         else
             cJSON_AddNullToObject(p, "eager_source");
-        add_num_or_null(p, "speedup", best_us > 0 ? eager / best_us : NAN);
+        kiln_store_speedup sp;
+        kiln_store_speedup_judge(eager, eager_spread, best_us > 0 ? best_us : -1,
+                                 isnan(best_spread) ? -1 : best_spread, &sp);
+        add_num_or_null(p, "speedup", sp.value > 0 ? sp.value : NAN);
+        add_num_or_null(p, "speedup_ratio", sp.ratio > 0 ? sp.ratio : NAN);
+        cJSON_AddStringToObject(p, "speedup_verdict", kiln_store_speedup_name(sp.verdict));
         add_num_or_null(p, "speedup_vs_compile",
                         best_us > 0 ? num_of(p, "compile_us") / best_us : NAN);
-        int done = rs->finished || num_of(row, "n_done_events") > 0 ||
-                   (rs->budget > 0 && judged >= rs->budget);
+        /* skipped is not done: the latest optimize did not search it, and says why */
+        cJSON *skip = cJSON_DetachItemFromObjectCaseSensitive(row, "skip_reason");
+        int skipped = cJSON_IsString(skip);
+        cJSON_AddItemToObject(p, "skipped", skipped ? skip : cJSON_CreateNull());
+        if (!skipped)
+            cJSON_Delete(skip);
+        int done = !skipped && (rs->finished || num_of(row, "n_done_events") > 0 ||
+                                (rs->budget > 0 && judged >= rs->budget));
         cJSON_AddBoolToObject(p, "done", done);
+        cJSON_AddStringToObject(p, "status", skipped ? "skipped" : done ? "done" : "searching");
     }
     cJSON_Delete(rows);
     return arr;
@@ -327,9 +350,10 @@ static cJSON *speedup_estimate(const cJSON *problems) {
     cJSON_ArrayForEach(p, problems) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(p, "share");
         const cJSON *sp = cJSON_GetObjectItemCaseSensitive(p, "speedup");
-        if (!cJSON_IsNumber(sp) || sp->valuedouble <= 0)
+        if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(p, "best")))
             continue;
-        double speed = sp->valuedouble > 1 ? sp->valuedouble : 1; /* slower kernels stay out */
+        /* a speedup the spreads do not support (n.s., a noisy baseline) counts as none */
+        double speed = cJSON_IsNumber(sp) && sp->valuedouble > 1 ? sp->valuedouble : 1;
         lg += log(speed);
         n_op++;
         if (cJSON_IsNumber(s) && s->valuedouble > 0) {
@@ -382,10 +406,11 @@ static void get_run(api *a) {
     cJSON_AddNumberToObject(j, "now_unix_s", now_unix_s());
     cJSON_AddNumberToObject(j, "started_unix_s", rs.started_unix_s);
     cJSON_AddBoolToObject(j, "finished", rs.finished);
-    double elapsed = rs.end_unix_s - rs.started_unix_s;
-    if (elapsed < 0)
-        elapsed = 0;
+    cJSON_AddBoolToObject(j, "searching", rs.searching);
+    double elapsed = rs.searched_s > 0 ? rs.searched_s : 0;
     cJSON_AddNumberToObject(j, "elapsed_s", elapsed);
+    double wall = rs.end_unix_s - rs.started_unix_s;
+    cJSON_AddNumberToObject(j, "wall_s", wall > 0 ? wall : 0);
 
     kiln_store_heads heads;
     if (read_ok(a, kiln_store_heads_read(a->s, &heads, &err), &err)) {
@@ -421,14 +446,16 @@ static void get_run(api *a) {
     /* the header needs each problem's winner, not its outcome counts (unless a budget decides
      * which problems are done) */
     cJSON *problems = problems_array(a, 0, &rs, rs.budget > 0);
-    int n_done = 0, n_winner = 0;
+    int n_done = 0, n_winner = 0, n_skipped = 0;
     const cJSON *p;
     cJSON_ArrayForEach(p, problems) {
         n_done += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "done"));
         n_winner += cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(p, "best"));
+        n_skipped += cJSON_IsString(cJSON_GetObjectItemCaseSensitive(p, "skipped"));
     }
     cJSON_AddNumberToObject(j, "problems_total", cJSON_GetArraySize(problems));
     cJSON_AddNumberToObject(j, "problems_done", n_done);
+    cJSON_AddNumberToObject(j, "problems_skipped", n_skipped);
     cJSON_AddNumberToObject(j, "problems_with_winner", n_winner);
     cJSON_AddItemToObject(j, "speedup_e2e", speedup_estimate(problems));
     cJSON_Delete(problems);

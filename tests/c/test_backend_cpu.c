@@ -1,6 +1,8 @@
 /* test_backend_cpu.c: the cpu backend end to end (compile, memory, launch through the trampolines,
  * timing), its failure modes (compile errors, missing entry points, overruns that must fault) and
- * the 16-bit float conversions of kiln_cpu.h. */
+ * the 16-bit float conversions of kiln_cpu.h. The backend-level tests run twice: in this process,
+ * and sandboxed (every candidate in a runner process; test_sandbox.c covers what the sandbox
+ * refuses). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,16 +70,28 @@ static const char mixed_src[] =
     "}\n";
 
 static kiln_backend *be;
+static int sandboxed; /* be runs candidates in runner processes */
 
-static int setup(void **state) {
-    (void)state;
+static int open_cpu(int sandbox) {
     kiln_err err = {{0}};
-    int rc = kiln_backend_open("cpu", 0, &be, &err);
+    sandboxed = sandbox;
+    kiln_backend_config cfg = {.sandbox = sandbox};
+    int rc = kiln_backend_open_with("cpu", 0, &cfg, &be, &err);
     if (rc) {
         fprintf(stderr, "cpu backend: %s\n", err.msg);
         return -1;
     }
     return 0;
+}
+
+static int setup(void **state) {
+    (void)state;
+    return open_cpu(0);
+}
+
+static int setup_sandboxed(void **state) {
+    (void)state;
+    return open_cpu(1);
 }
 
 static int teardown(void **state) {
@@ -145,8 +159,9 @@ static void test_scale_runs(void **state) {
     for (int64_t i = 0; i < n; i++)
         host[i] = (float)(i % 1000) - 499.75f;
     kiln_devptr x, y;
-    assert_int_equal(be->ops->alloc(be, bytes, 0, &x, &err), KILN_OK);
-    assert_int_equal(be->ops->alloc(be, bytes, 0, &y, &err), KILN_OK);
+    assert_int_equal(
+        be->ops->alloc(be, bytes, KILN_ALLOC_CANDIDATE | KILN_ALLOC_READONLY, &x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, bytes, KILN_ALLOC_CANDIDATE, &y, &err), KILN_OK);
     assert_int_equal(x % 16, 0);
     assert_int_equal(y % 16, 0);
     assert_int_equal(be->ops->upload(be, x, host, bytes, &err), KILN_OK);
@@ -207,8 +222,10 @@ static void test_trampoline_types(void **state) {
         fail_msg("compile: %s\n%s", err.msg, log ? log : "");
     free(log);
     kiln_devptr x, o;
-    assert_int_equal(be->ops->alloc(be, 16, 0, &x, &err), KILN_OK);
-    assert_int_equal(be->ops->alloc(be, 8 * sizeof(double), 0, &o, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, 16, KILN_ALLOC_CANDIDATE | KILN_ALLOC_READONLY, &x, &err),
+                     KILN_OK);
+    assert_int_equal(be->ops->alloc(be, 8 * sizeof(double), KILN_ALLOC_CANDIDATE, &o, &err),
+                     KILN_OK);
     uint16_t xs[8] = {0x4049}; /* bf16 3.140625 */
     assert_int_equal(be->ops->upload(be, x, xs, sizeof xs, &err), KILN_OK);
     double d = -2.5e300;
@@ -355,8 +372,8 @@ static void kernel_past_end(void) {
         _exit(3);
     int64_t n = 1000000;
     kiln_devptr x, y;
-    if (be->ops->alloc(be, (size_t)n * 4, 0, &x, &err) ||
-        be->ops->alloc(be, (size_t)n * 4, 0, &y, &err))
+    if (be->ops->alloc(be, (size_t)n * 4, KILN_ALLOC_CANDIDATE, &x, &err) ||
+        be->ops->alloc(be, (size_t)n * 4, KILN_ALLOC_CANDIDATE, &y, &err))
         _exit(4);
     float alpha = 2;
     void *params[] = {&x, &alpha, &y, &n};
@@ -377,6 +394,101 @@ static void test_guard_page(void **state) {
     st = in_child(kernel_past_end);
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGSEGV)
         fail_msg("a kernel writing past the end did not fault (status 0x%x)", st);
+}
+
+/* A kernel that writes the byte at offset (int64_t)alpha of y (a buffer of 100 bytes). */
+static const char poke_src[] = "// kiln: launch scale\n"
+                               "void scale(const float *x, float alpha, float *y, int64_t n) {\n"
+                               "    (void)x; (void)n;\n"
+                               "    ((volatile unsigned char *)y)[(int64_t)alpha] = 1;\n"
+                               "}\n";
+
+/* Launches m once with y (x a buffer of 16 bytes) and alpha. */
+static int launch_poke(kiln_module *m, kiln_devptr x, kiln_devptr y, float alpha, kiln_err *err) {
+    int64_t n = 4;
+    void *params[] = {&x, &alpha, &y, &n};
+    kiln_launch_plan plan = {0};
+    plan.n_launches = 1;
+    snprintf(plan.launch[0].entry, sizeof plan.launch[0].entry, "scale");
+    return be->ops->launch(be, m, &plan, params, err);
+}
+
+static int compile_scale(const char *src, kiln_module **m) {
+    kiln_problem *p = load(scale_def, scale_wl);
+    kiln_err err = {{0}};
+    int rc = compile(p, src, m, NULL, &err);
+    kiln_problem_free(p);
+    return rc;
+}
+
+/* Sandboxed, the same overrun kills the candidate's process, which the launch reports; the 16-byte
+ * slack before the guard page is the candidate's. */
+static void test_guard_page_sandboxed(void **state) {
+    (void)state;
+    kiln_err err = {{0}};
+    kiln_devptr x, y;
+    assert_int_equal(be->ops->alloc(be, 16, KILN_ALLOC_CANDIDATE, &x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, 100, KILN_ALLOC_CANDIDATE, &y, &err), KILN_OK);
+    assert_int_equal(y % 16, 0);
+    kiln_module *m = NULL;
+    assert_int_equal(compile_scale(poke_src, &m), KILN_OK);
+    assert_int_equal(launch_poke(m, x, y, 0, &err), KILN_OK);
+    assert_int_equal(launch_poke(m, x, y, 111, &err), KILN_OK); /* 100 rounds to 112 */
+    unsigned char back[112];
+    assert_int_equal(be->ops->download(be, back, y, sizeof back, &err), KILN_OK);
+    assert_int_equal(back[0], 1);
+    assert_int_equal(back[111], 1);
+    assert_int_equal(launch_poke(m, x, y, 112, &err), KILN_ERR_LAUNCH);
+    assert_contains(err.msg, "died of SIGSEGV");
+    be->ops->module_free(be, m);
+    be->ops->free(be, x);
+    be->ops->free(be, y);
+}
+
+static kiln_devptr ro_x, ro_y;
+static kiln_module *ro_module;
+
+static void write_read_only(void) {
+    launch_poke(ro_module, ro_y, ro_x, 3, NULL); /* y is x: the read-only buffer */
+    _exit(0);
+}
+
+/* A read-only buffer takes the gate's writes (upload, memset8, copy) and faults the candidate's. */
+static void test_read_only_buffers(void **state) {
+    (void)state;
+    kiln_err err = {{0}};
+    assert_int_equal(
+        be->ops->alloc(be, 100, KILN_ALLOC_CANDIDATE | KILN_ALLOC_READONLY, &ro_x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, 100, KILN_ALLOC_CANDIDATE, &ro_y, &err), KILN_OK);
+    unsigned char bytes[100], back[100];
+    for (int i = 0; i < 100; i++)
+        bytes[i] = (unsigned char)i;
+    assert_int_equal(be->ops->upload(be, ro_x, bytes, sizeof bytes, &err), KILN_OK);
+    assert_int_equal(be->ops->memset8(be, ro_x, 9, 10, &err), KILN_OK);
+    assert_int_equal(be->ops->memset8(be, ro_y, 0, 100, &err), KILN_OK);
+    assert_int_equal(be->ops->copy(be, ro_x + 50, ro_y, 10, &err), KILN_OK);
+    assert_int_equal(be->ops->copy(be, ro_y, ro_x, 100, &err), KILN_OK);
+    assert_int_equal(be->ops->download(be, back, ro_y, sizeof back, &err), KILN_OK);
+    assert_int_equal(back[0], 9);
+    assert_int_equal(back[10], 10);
+    assert_int_equal(back[50], 0);
+    assert_int_equal(back[99], 99);
+    const unsigned char *view = be->ops->host_view(be, ro_x);
+    assert_non_null(view);
+    assert_int_equal(view[99], 99);
+    assert_int_equal(be->ops->copy(be, ro_y, ro_x, 113, &err), KILN_ERR_INVALID); /* past the 112 */
+    assert_int_equal(compile_scale(poke_src, &ro_module), KILN_OK);
+    if (sandboxed) {
+        assert_int_equal(launch_poke(ro_module, ro_y, ro_x, 3, &err), KILN_ERR_LAUNCH);
+        assert_contains(err.msg, "died of SIGSEGV");
+    } else {
+        int st = in_child(write_read_only);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGSEGV)
+            fail_msg("a kernel writing a read-only buffer did not fault (status 0x%x)", st);
+    }
+    be->ops->module_free(be, ro_module);
+    be->ops->free(be, ro_x);
+    be->ops->free(be, ro_y);
 }
 
 static void test_compiler_failures(void **state) {
@@ -546,8 +658,16 @@ int main(void) {
         cmocka_unit_test(test_device_info),       cmocka_unit_test(test_scale_runs),
         cmocka_unit_test(test_trampoline_types),  cmocka_unit_test(test_compile_error),
         cmocka_unit_test(test_missing_entry),     cmocka_unit_test(test_guard_page),
-        cmocka_unit_test(test_compiler_failures), cmocka_unit_test(test_f16_conversions),
-        cmocka_unit_test(test_bf16_conversions),
+        cmocka_unit_test(test_read_only_buffers), cmocka_unit_test(test_compiler_failures),
+        cmocka_unit_test(test_f16_conversions),   cmocka_unit_test(test_bf16_conversions),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest sandboxed[] = {
+        cmocka_unit_test(test_device_info),       cmocka_unit_test(test_scale_runs),
+        cmocka_unit_test(test_trampoline_types),  cmocka_unit_test(test_compile_error),
+        cmocka_unit_test(test_missing_entry),     cmocka_unit_test(test_guard_page_sandboxed),
+        cmocka_unit_test(test_read_only_buffers), cmocka_unit_test(test_compiler_failures),
+    };
+    int failed = cmocka_run_group_tests_name("cpu", tests, setup, teardown);
+    failed += cmocka_run_group_tests_name("cpu sandboxed", sandboxed, setup_sandboxed, teardown);
+    return failed;
 }

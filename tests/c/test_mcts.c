@@ -1,5 +1,6 @@
 /* test_mcts.c: the search policy on a real blackboard: UCT, virtual loss, progressive widening,
- * backup, drafts, exhaustion, the llm agent's open selection and the incumbent rule. */
+ * backup, drafts, exhaustion, the llm agent's open selection, the incumbent rule, and where a run's
+ * time goes between problems (share x headroom, plan.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "search/mcts.h"
+#include "search/optimize_impl.h"
 
 static int name_counter;
 static char bb_name[64];
@@ -451,6 +453,52 @@ static void test_incumbent_rule(void **state) {
     assert_true(v.replace);
 }
 
+/* kiln_opt_priority: share x headroom to the speed of light, as a fraction of the eager time. */
+static void test_priority_is_share_times_headroom(void **state) {
+    (void)state;
+    kiln_bb *bb = make_tree(50);
+    int q = kiln_bb_problem_add(bb, 2, "q");
+    kiln_bb_problem_at(bb, q)->root = kiln_bb_node_add(bb, q, -1, KILN_BB_NODE_ROOT);
+    kiln_opt_problem problems[2];
+    memset(problems, 0, sizeof problems);
+    problems[0].share = 0.5;
+    problems[0].eager_us = 100;
+    problems[1].share = 0.3;
+    problems[1].eager_us = 100;
+    int of_bb[2] = {0, 1};
+    kiln_opt_ctx c;
+    memset(&c, 0, sizeof c);
+    c.bb = bb;
+    c.problems = problems;
+    c.of_bb = of_bb;
+    c.n_problems = 2;
+    /* before any candidate: the headroom is the whole eager time, so the share decides */
+    assert_true(fabs(kiln_opt_priority(&c, 0) - 0.5) < 1e-12);
+    assert_true(fabs(kiln_opt_priority(&c, 1) - 0.3) < 1e-12);
+    /* p at 20 us, 90 % of its speed of light (18 us): 2 us of 100 left, 0.5 x 0.02 */
+    kiln_bb_problem *P = kiln_bb_problem_at(bb, 0);
+    P->incumbent_node = P->root;
+    P->best_time_us = 20;
+    P->best_sol_pct = 90;
+    assert_true(fabs(kiln_opt_priority(&c, 0) - 0.01) < 1e-12);
+    assert_true(kiln_opt_priority(&c, 1) > kiln_opt_priority(&c, 0)); /* q's turn now */
+    /* q's best is slower than eager: the model would run eager (100 us), its sol is 20 us */
+    kiln_bb_problem *Q = kiln_bb_problem_at(bb, q);
+    Q->incumbent_node = Q->root;
+    Q->best_time_us = 200;
+    Q->best_sol_pct = 10;
+    assert_true(fabs(kiln_opt_priority(&c, 1) - 0.3 * 0.8) < 1e-12);
+    /* no SOL known: all of min(best, eager) is headroom; at the SOL, none; no share: 0 */
+    Q->best_time_us = 50;
+    Q->best_sol_pct = -1;
+    assert_true(fabs(kiln_opt_priority(&c, 1) - 0.3 * 0.5) < 1e-12);
+    Q->best_sol_pct = 100;
+    assert_true(kiln_opt_priority(&c, 1) == 0);
+    problems[0].share = -1;
+    assert_true(kiln_opt_priority(&c, 0) == 0);
+    drop_tree(bb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_widen_limit),
@@ -463,6 +511,7 @@ int main(void) {
         cmocka_unit_test(test_exhaustion),
         cmocka_unit_test(test_select_open),
         cmocka_unit_test(test_incumbent_rule),
+        cmocka_unit_test(test_priority_is_share_times_headroom),
     };
     return cmocka_run_group_tests_name("mcts", tests, NULL, NULL);
 }

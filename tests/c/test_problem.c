@@ -180,10 +180,12 @@ static void test_good_basic(void **state) {
     assert_string_equal(w->inputs[0].tensor_key, "x");
     assert_true(w->inputs[2].kind == KILN_INPUT_SCALAR && w->inputs[2].scalar == 1); /* true */
     assert_int_equal(w->inputs[3].kind, KILN_INPUT_RANDOM);
-    /* SOL-ExecBench's correctness: max_atol given, max_rtol at its default, rel_l2 the larger */
+    /* SOL-ExecBench's correctness: max_atol given, max_rtol and required_matched_ratio at their
+     * defaults, no error cap; judged by that benchmark's rules (no L2 criterion) */
     assert_int_equal(w->has_tolerance, 1);
-    assert_true(w->tolerance.atol == 0.5 && w->tolerance.rtol == 0.01 &&
-                w->tolerance.rel_l2 == 0.5);
+    assert_true(w->tolerance.atol == 0.5 && w->tolerance.rtol == 0.01);
+    assert_int_equal(w->tolerance.sol, 1);
+    assert_true(w->tolerance.matched_ratio == 1.0 && w->tolerance.error_cap == 0);
 
     /* line 4 (CRLF, "tolerance"): M=0 gives empty tensors, E=8 */
     w = &p->workloads[2];
@@ -501,13 +503,44 @@ static void test_tolerance_defaults(void **state) {
     }
 }
 
+/* A float32 output computed from bfloat16 and int64 inputs is judged at bfloat16's tolerance; an
+ * int8 output of the same inputs stays exact; a workload's own tolerance still wins. */
+static void test_tolerance_mixed_dtypes(void **state) {
+    (void)state;
+    const char *def = "{\"name\":\"m\",\"axes\":{\"n\":{\"type\":\"var\"}},"
+                      "\"inputs\":{\"x\":{\"shape\":[\"n\"],\"dtype\":\"bfloat16\"},"
+                      "\"i\":{\"shape\":[\"n\"],\"dtype\":\"int64\"}},"
+                      "\"outputs\":{\"y\":{\"shape\":[\"n\"],\"dtype\":\"float32\"},"
+                      "\"k\":{\"shape\":[\"n\"],\"dtype\":\"int8\"}},"
+                      "\"reference\":\"def run(x, i): ...\"}";
+    const char *wl = "{\"uuid\":\"a\",\"axes\":{\"n\":9},\"inputs\":{\"x\":{\"type\":\"random\"},"
+                     "\"i\":{\"type\":\"random\"}}}\n"
+                     "{\"uuid\":\"b\",\"axes\":{\"n\":9},\"inputs\":{\"x\":{\"type\":\"random\"},"
+                     "\"i\":{\"type\":\"random\"}},"
+                     "\"tolerance\":{\"atol\":1e-6,\"rtol\":1e-6,\"rel_l2\":1e-6}}\n";
+    kiln_problem *p = NULL;
+    kiln_err err = {{0}};
+    if (kiln_problem_parse(def, strlen(def), "D", wl, strlen(wl), "W", &p, &err) != KILN_OK)
+        fail_msg("%s", err.msg);
+    kiln_tolerance bf = kiln_tolerance_default(KILN_BF16);
+    kiln_tolerance y = kiln_problem_output_tolerance(p, 0, 0);
+    assert_true(y.atol == bf.atol && y.rtol == bf.rtol && y.rel_l2 == bf.rel_l2);
+    y = kiln_problem_output_tolerance(p, -1, 0);
+    assert_true(y.atol == bf.atol && y.rtol == bf.rtol && y.rel_l2 == bf.rel_l2);
+    kiln_tolerance k = kiln_problem_output_tolerance(p, 0, 1);
+    assert_true(k.atol == 0 && k.rtol == 0 && k.rel_l2 == 0);
+    kiln_tolerance own = kiln_problem_output_tolerance(p, 1, 0);
+    assert_true(own.atol == 1e-6 && own.rtol == 1e-6 && own.rel_l2 == 1e-6);
+    kiln_problem_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_solbench_rmsnorm),   cmocka_unit_test(test_good_basic),
         cmocka_unit_test(test_good_custom),        cmocka_unit_test(test_literal_dims),
         cmocka_unit_test(test_malformed),          cmocka_unit_test(test_missing_files),
         cmocka_unit_test(test_parse_from_memory),  cmocka_unit_test(test_kiln_object_and_layouts),
-        cmocka_unit_test(test_tolerance_defaults),
+        cmocka_unit_test(test_tolerance_defaults), cmocka_unit_test(test_tolerance_mixed_dtypes),
     };
     return cmocka_run_group_tests_name("problem", tests, NULL, NULL);
 }

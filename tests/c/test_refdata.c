@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "formats/refdata.h"
+#include "util/blake2b.h"
 
 #define PROBLEM_DIR "tests/data/formats/problems/good_basic"
 
@@ -74,12 +75,22 @@ static void write_set(const kiln_problem *p, int wi, const char *path, const cha
     }
 }
 
-/* The manifest that matches p: two sets per workload (one real, one random). */
-static cJSON *good_manifest(const kiln_problem *p) {
+/* The content hash of a file, as the manifest records it. */
+static void file_hash(const char *path, char hex[33]) {
+    char *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(kiln_read_file(path, &buf, &len, NULL), KILN_OK);
+    kiln_blake2b_hex(buf, len, 16, hex);
+    free(buf);
+}
+
+/* The manifest that matches p and the set files in dir: two sets per workload (one real, one
+ * random). */
+static cJSON *good_manifest(const kiln_problem *p, const char *dir) {
     char key[17];
     snprintf(key, sizeof key, "%016" PRIx64, p->source_key);
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddNumberToObject(m, "kiln_reference", 1);
+    cJSON_AddNumberToObject(m, "kiln_reference", 2);
     cJSON_AddStringToObject(m, "problem", p->name);
     cJSON_AddStringToObject(m, "key", key);
     cJSON_AddStringToObject(m, "device", "cpu");
@@ -101,6 +112,10 @@ static cJSON *good_manifest(const kiln_problem *p) {
             char file[32];
             snprintf(file, sizeof file, "w%d_s%d.safetensors", wi, si);
             cJSON_AddStringToObject(s, "file", file);
+            char *path = kiln_path_join(dir, file), hex[33];
+            file_hash(path, hex);
+            free(path);
+            cJSON_AddStringToObject(s, "blake2b", hex);
             cJSON_AddStringToObject(s, "kind", si == 0 ? "real" : "random");
             cJSON_AddNumberToObject(s, "seed", 1000 + si);
             cJSON *sc = cJSON_AddObjectToObject(s, "scalars");
@@ -140,7 +155,7 @@ static int setup(void **state) {
             write_set(f->p, wi, name, NULL, NULL, NULL);
         }
     }
-    cJSON *m = good_manifest(f->p);
+    cJSON *m = good_manifest(f->p, f->dir);
     write_manifest(f, m);
     cJSON_Delete(m);
     *state = f;
@@ -168,7 +183,7 @@ static int teardown(void **state) {
 
 static void test_good(void **state) {
     fixture *f = *state;
-    cJSON *m = good_manifest(f->p);
+    cJSON *m = good_manifest(f->p, f->dir);
     write_manifest(f, m);
     cJSON_Delete(m);
     kiln_refdata *r = NULL;
@@ -233,7 +248,10 @@ static void m_name(cJSON *m) {
     cJSON_ReplaceItemInObject(m, "problem", cJSON_CreateString("another"));
 }
 static void m_version(cJSON *m) {
-    cJSON_ReplaceItemInObject(m, "kiln_reference", cJSON_CreateNumber(2));
+    cJSON_ReplaceItemInObject(m, "kiln_reference", cJSON_CreateNumber(3));
+}
+static void m_no_hash(cJSON *m) {
+    cJSON_DeleteItemFromObject(set(m, 1, 0), "blake2b");
 }
 static void m_no_version(cJSON *m) {
     cJSON_DeleteItemFromObject(m, "kiln_reference");
@@ -293,7 +311,8 @@ static void test_bad_manifests(void **state) {
         {m_key, KILN_ERR_FORMAT, "key: '0123456789abcdef' is not the problem's key"},
         {m_key_upper, KILN_ERR_FORMAT, "(the reference data is stale)"},
         {m_name, KILN_ERR_FORMAT, "problem: not 'fixture_norm'"},
-        {m_version, KILN_ERR_UNSUPPORTED, "kiln_reference: version 2"},
+        {m_version, KILN_ERR_UNSUPPORTED, "kiln_reference: version 3"},
+        {m_no_hash, KILN_ERR_FORMAT, "blake2b: not the 32-hex-digit content hash"},
         {m_no_version, KILN_ERR_FORMAT, "kiln_reference: missing"},
         {m_device, KILN_ERR_FORMAT, "device: not \"cpu\" or \"cuda\""},
         {m_fewer, KILN_ERR_FORMAT, "workloads: not an array of the problem's 3 workloads"},
@@ -312,7 +331,7 @@ static void test_bad_manifests(void **state) {
     };
     char *manifest = kiln_path_join(f->dir, "manifest.json");
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
-        cJSON *m = good_manifest(f->p);
+        cJSON *m = good_manifest(f->p, f->dir);
         CASES[i].fn(m);
         write_manifest(f, m);
         cJSON_Delete(m);
@@ -337,7 +356,7 @@ static void test_bad_manifests(void **state) {
     assert_int_equal(kiln_refdata_load(f->dir, f->p, &r, &err), KILN_ERR_IO);
     assert_non_null(strstr(err.msg, manifest));
     free(manifest);
-    cJSON *m = good_manifest(f->p);
+    cJSON *m = good_manifest(f->p, f->dir);
     write_manifest(f, m);
     cJSON_Delete(m);
 }
@@ -359,6 +378,7 @@ static void test_bad_sets(void **state) {
     kiln_refset set = {.file = path, .is_real = 1, .scalars = NULL};
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         write_set(f->p, 0, path, CASES[i].skip, CASES[i].bad_dtype, CASES[i].bad_shape);
+        file_hash(path, set.blake2b);
         kiln_st *st = (kiln_st *)0x1;
         kiln_err err = {{0}};
         int rc = kiln_refset_open(f->p, 0, &set, &st, &err);
@@ -370,14 +390,20 @@ static void test_bad_sets(void **state) {
     }
     /* A set written for another workload (M=7) does not fit workload 0 (M=5). */
     write_set(f->p, 1, path, NULL, NULL, NULL);
+    file_hash(path, set.blake2b);
     kiln_st *st;
     kiln_err err;
     assert_int_equal(kiln_refset_open(f->p, 0, &set, &st, &err), KILN_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "shape [7, 16], the workload needs [5, 16]"));
     assert_int_equal(kiln_refset_open(f->p, 1, &set, &st, &err), KILN_OK);
     kiln_st_free(st);
+    /* A file that changed after its hash was taken is not used, however well-formed. */
+    write_set(f->p, 0, path, NULL, NULL, NULL);
+    assert_int_equal(kiln_refset_open(f->p, 0, &set, &st, &err), KILN_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "changed on disk since it was written"));
     /* A corrupt file: the safetensors reader's message comes through. */
     assert_int_equal(kiln_write_file(path, "\x02\0\0\0\0\0\0\0[]", 10, NULL), KILN_OK);
+    file_hash(path, set.blake2b);
     assert_int_equal(kiln_refset_open(f->p, 0, &set, &st, &err), KILN_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "bad_set.safetensors: header: not a JSON object"));
     unlink(path);

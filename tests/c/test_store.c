@@ -296,6 +296,59 @@ static const char gate_json[] =
     " \"summary\": {\"time_us_geomean\": 3.5, \"sol_pct_geomean\": 41.0,"
     "             \"sol_score_geomean\": 0.62}}";
 
+/* The eager baseline's spread, in either of the shapes a gate result may give it, and the rule
+ * that decides what a table shows for a speedup. */
+static void test_baseline_spread_and_the_speedup_rule(void **state) {
+    (void)state;
+    kiln_store_summary sum;
+    kiln_store_summary_parse(gate_json, &sum);
+    assert_true(sum.ref_spread_pct == -1); /* timed once: no spread */
+    kiln_store_summary_parse("{\"workloads\": [{\"ref_time_us\": {\"median\": 10.0, "
+                             "\"spread_pct\": 3.0}}, {\"ref_time_us\": 40.0, "
+                             "\"ref_spread_pct\": 39756.0}]}",
+                             &sum);
+    assert_true(fabs(sum.ref_time_us - 20.0) < 1e-9 && sum.ref_spread_pct == 39756.0);
+
+    double eager, spread;
+    kiln_store_baseline_pick(30.0, &sum, &eager, &spread); /* the gate's, with its spread */
+    assert_true(fabs(eager - 20.0) < 1e-9 && spread == 39756.0);
+    kiln_store_summary_parse(gate_json, &sum);
+    kiln_store_baseline_pick(30.0, &sum, &eager, &spread); /* no spread: the problem's own */
+    assert_true(eager == 30.0 && spread == -1);
+    kiln_store_baseline_pick(-1, &sum, &eager, &spread);
+    assert_true(fabs(eager - 8.0) < 1e-9 && spread == -1);
+
+    kiln_store_speedup v;
+    char buf[32];
+    kiln_store_speedup_judge(20.0, 2.0, 10.0, 3.0, &v);
+    assert_int_equal(v.verdict, KILN_SPEEDUP_SUPPORTED);
+    assert_string_equal(kiln_store_speedup_text(&v, buf, sizeof buf), "2.00x");
+    /* a stalled baseline: never divided by, whatever the ratio */
+    kiln_store_speedup_judge(5810.0, 39756.0, 10.0, 1.0, &v);
+    assert_int_equal(v.verdict, KILN_SPEEDUP_NOISY_BASELINE);
+    assert_true(v.value == -1 && fabs(v.ratio - 581.0) < 1e-9);
+    assert_string_equal(kiln_store_speedup_text(&v, buf, sizeof buf), "noisy");
+    /* 1.04x with 4% and 6% spreads: the interval [0.99, 1.10] contains 1 */
+    kiln_store_speedup_judge(10.4, 4.0, 10.0, 6.0, &v);
+    assert_int_equal(v.verdict, KILN_SPEEDUP_NOT_SIGNIFICANT);
+    assert_string_equal(kiln_store_speedup_text(&v, buf, sizeof buf), "n.s.");
+    /* a noisy kiln time that still wins clearly: the figure, flagged */
+    kiln_store_speedup_judge(30.0, 1.0, 10.0, 20.0, &v);
+    assert_int_equal(v.verdict, KILN_SPEEDUP_NOISY);
+    assert_string_equal(kiln_store_speedup_text(&v, buf, sizeof buf), "3.00x!");
+    /* a clear loss is a figure too (below 1) */
+    kiln_store_speedup_judge(10.0, 1.0, 20.0, 1.0, &v);
+    assert_int_equal(v.verdict, KILN_SPEEDUP_SUPPORTED);
+    assert_true(fabs(v.value - 0.5) < 1e-9);
+    /* unknown spreads count as none; unknown times give nothing */
+    kiln_store_speedup_judge(20.0, -1, 10.0, -1, &v);
+    assert_int_equal(v.verdict, KILN_SPEEDUP_SUPPORTED);
+    kiln_store_speedup_judge(-1, 1, 10.0, 1, &v);
+    assert_int_equal(v.verdict, KILN_SPEEDUP_UNKNOWN);
+    assert_string_equal(kiln_store_speedup_text(&v, buf, sizeof buf), "-");
+    assert_string_equal(kiln_store_speedup_name(KILN_SPEEDUP_NOISY_BASELINE), "noisy_baseline");
+}
+
 static void test_results_are_recorded_and_read_back(void **state) {
     (void)state;
     char *dir = make_run_dir();
@@ -876,6 +929,7 @@ int main(void) {
         cmocka_unit_test(test_problem_upsert_is_idempotent),
         cmocka_unit_test(test_candidates_are_deduplicated_by_binary_hash),
         cmocka_unit_test(test_results_are_recorded_and_read_back),
+        cmocka_unit_test(test_baseline_spread_and_the_speedup_rule),
         cmocka_unit_test(test_nodes_are_inserted_and_updated),
         cmocka_unit_test(test_events_and_meta),
         cmocka_unit_test(test_read_only_sees_committed_rows_beside_an_open_write),

@@ -701,15 +701,15 @@ static void test_dashboard_run_and_problems(void **state) {
     kiln_store_winner win;
     assert_int_equal(kiln_store_winner_get(s, r.p, &win, &err), KILN_OK);
     cJSON *best = NULL;
-    double ref = 0;
-    assert_int_equal(kiln_store_dash_best(s, win.result_id, &best, &ref, &err), KILN_OK);
+    kiln_store_summary sum;
+    assert_int_equal(kiln_store_dash_best(s, win.result_id, &best, &sum, &err), KILN_OK);
     assert_true(num(best, "candidate_id") == r.c && dnum(best, "time_us") == 3 &&
                 dnum(best, "score") == 0.6 && dnum(best, "spread_pct") == 3 &&
-                fabs(ref - 20) < 1e-9);
+                fabs(sum.ref_time_us - 20) < 1e-9 && sum.ref_spread_pct == -1);
     assert_string_equal(str(best, "agent"), "llm");
     cJSON_Delete(best);
-    assert_int_equal(kiln_store_dash_best(s, 0, &best, &ref, &err), KILN_OK);
-    assert_true(best == NULL && ref == -1);
+    assert_int_equal(kiln_store_dash_best(s, 0, &best, &sum, &err), KILN_OK);
+    assert_true(best == NULL && sum.ref_time_us == -1);
 
     /* the roofline's verdicts: each problem's fastest ok, ranked */
     cJSON *fast = cJSON_CreateArray();

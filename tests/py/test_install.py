@@ -433,10 +433,82 @@ def test_default_entries_follow_install_json(library, tmp_path):
     lib.close()
     lib = Library(lib_dir)
     inst = kiln.install(lib)
-    assert len(inst.installed) == len(lib.entries)
+    # the library's own judgement instead (kiln.install_cost): every entry decided, none by the old file
+    assert set(inst.installed) | set(inst.skipped) == {e.name for e in lib.entries}
+    assert not any(why.startswith("kiln tune") for why in inst.skipped.values())
     assert any("another manifest" in n for n in inst.notes)
     kiln.uninstall()
     lib.close()
+
+
+def _judged_library(library, tmp_path) -> tuple:
+    """A copy of the library without install.json whose entries say, as `kiln optimize` writes it: softmax
+    beats eager by far (eager 1 s), RMSNorm was slower than eager in the gate, every other entry beats
+    eager by a hair that no dispatch cost leaves (0.1 us)."""
+    lib_dir = _copy_library(library, tmp_path)
+    if os.path.exists(os.path.join(lib_dir, "install.json")):
+        os.remove(os.path.join(lib_dir, "install.json"))
+
+    def judge(m):
+        for e in m["entries"]:
+            e["spread_pct"] = {"kiln": 1.0, "eager": 1.0}
+            if e["problem"].startswith("softmax_int"):
+                e["time_us"].update(kiln=10.0, eager=1e6)
+                e["speedup_verdict"], e["speedup"] = "supported", 1e5
+                e["install"] = {"beats_eager": True, "reason": "1e5x over eager in the gate"}
+            elif e["problem"].startswith("module_RMSNorm"):
+                e["time_us"].update(kiln=20.0, eager=10.0)
+                e["speedup_verdict"], e["speedup"] = "supported", 0.5
+                e["install"] = {"beats_eager": False, "reason": "slower than eager in the gate (20.00 us against "
+                                                                 "10.00 us)"}
+            else:
+                e["time_us"].update(kiln=10.0, eager=10.1)
+                e["speedup_verdict"], e["speedup"] = "supported", 1.01
+                e["install"] = {"beats_eager": True, "reason": "1.01x over eager in the gate"}
+    _edit_manifest(lib_dir, judge)
+    names = [e["problem"] for e in json.load(open(os.path.join(lib_dir, "manifest.json")))["entries"]]
+    return lib_dir, names
+
+
+def test_default_entries_beat_eager_with_dispatch(library, tmp_path):
+    """Without install.json, kiln.install installs an entry only where its kernel beat eager in the gate and
+    still does with the dispatch cost it measures: the 1e5x softmax goes in, the RMSNorm that was slower in
+    the gate and the entries that win by 0.1 us (less than any dispatch) stay out, each with its reason."""
+    lib_dir, names = _judged_library(library, tmp_path)
+    inst = kiln.install(lib_dir, model=_model())
+    softmax = next(n for n in names if n.startswith("softmax_int"))
+    rms = next(n for n in names if n.startswith("module_RMSNorm"))
+    assert inst.installed == [softmax], inst.summary()
+    assert inst.left_out[rms] == "slower than eager" and inst.skipped[rms].startswith("slower than eager")
+    for n in names:
+        if n not in (softmax, rms):
+            assert inst.left_out[n] == "slower with dispatch", (n, inst.skipped.get(n))
+            assert "dispatch" in inst.skipped[n]
+    cost = inst.dispatch_cost_us.get("python")
+    assert cost is not None and cost > 0.1, inst.notes
+    assert any(n.startswith("dispatch cost: ") for n in inst.notes)
+    kiln.uninstall()
+    # "all" still means every usable entry, whatever the library says
+    inst = kiln.install(lib_dir, model=_model(), entries="all")
+    assert set(inst.installed) == set(names)
+
+
+def test_kiln_run_installs_only_what_beats_eager(library, tmp_path):
+    """`kiln optimize` -> `kiln run`: entries the library says are slower than eager are not installed, and
+    run's one line says what went in and what was left out, and why."""
+    lib_dir, names = _judged_library(library, tmp_path)
+    stats_path = str(tmp_path / "stats.json")
+    p = _kiln(["run", "--library", lib_dir, "--stats-json", stats_path, SCRIPT, "--iters", "1"], timeout=300)
+    assert p.returncode == 0, p.stderr
+    line = next(ln for ln in p.stderr.splitlines() if ln.startswith("kiln run: installed"))
+    assert line.startswith(f"kiln run: installed 1 of {len(names)} entries (aten::softmax.int); "
+                           f"left out {len(names) - 1}: "), line
+    assert "1 slower than eager" in line and f"{len(names) - 2} slower with dispatch" in line, line
+    record = json.load(open(stats_path))
+    assert [n for n in record["installed"]] == [n for n in names if n.startswith("softmax_int")]
+    assert record["stats"]["targets"]["aten::softmax.int"]["hits"] >= 1
+    assert "module RMSNorm" not in record["stats"]["targets"] or \
+        record["stats"]["targets"]["module RMSNorm"]["hits"] == 0
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -339,6 +339,44 @@ def test_worker_deaths_are_data(template, tmp_path):
     assert_every_candidate_has_a_result(run)
 
 
+def test_a_noisy_baseline_is_flagged_not_divided_by(template, tmp_path):
+    """The winner's gate result carries an eager baseline whose spread is 39756 % (a scheduler stall while
+    eager was timed): the table says "noisy" and shows the spread instead of a speedup, --json has no
+    figure, and the library says the entry does not beat eager (kiln.install leaves it out). The run also
+    announced its plan and marked where its events begin."""
+    run = new_run(template, tmp_path)
+    r = run_optimize(run, "--budget", 2, "--agents", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    assert "kiln optimize: plan: " in r.stderr
+    kinds = [k for (k,) in query(run, "SELECT kind FROM event WHERE problem_id IS NULL ORDER BY id")]
+    assert kinds[0] == "prepare" and kinds.index("start") < kinds.index("plan") < kinds.index("done")
+    name = template["names"][0]
+    con = sqlite3.connect(str(run / "kiln.db"))
+    rows = con.execute("SELECT r.id, r.result_json, r.time_us FROM result r JOIN problem p ON p.id = r.problem_id "
+                       "WHERE p.name = ? AND r.outcome = 'ok'", (name,)).fetchall()
+    assert rows, f"{name} has no ok result"
+    for rid, text, time_us in rows:
+        res = json.loads(text)
+        for w in res["workloads"]:
+            w["ref_time_us"], w["ref_spread_pct"] = 581.0 * time_us, 39756.0
+        con.execute("UPDATE result SET result_json = ? WHERE id = ?", (json.dumps(res), rid))
+    con.commit()
+    con.close()
+    again = run_optimize(run, "--budget", 2, "--agents", 2, "--json")  # finished: the table and the library
+    assert again.returncode == 0, again.stderr
+    row = next(p for p in json.loads(again.stdout)["problems"] if p["problem"] == name)
+    assert row["speedup"] is None and row["speedup_verdict"] == "noisy_baseline"
+    assert row["eager_spread_pct"] == 39756.0 and row["speedup_ratio"] == pytest.approx(581.0, rel=0.05)
+    table = run_optimize(run, "--budget", 2, "--agents", 2).stdout
+    line = next(ln for ln in table.splitlines() if ln.startswith(name[:44]))
+    assert " noisy " in line and "39756.0!" in line and "581" not in line, line
+    assert "not divided by" in table
+    entry = next(e for e in json.loads((run / "library" / "manifest.json").read_text())["entries"]
+                 if e["problem"] == name)
+    assert entry["speedup"] is None and entry["spread_pct"]["eager"] == 39756.0
+    assert entry["install"]["beats_eager"] is False and "too noisy" in entry["install"]["reason"]
+
+
 def test_sigint_stops_cleanly(template, tmp_path):
     run = new_run(template, tmp_path)
     proc = subprocess.Popen(optimize_cmd(run, "--budget", 20, "--agents", 2, "--quiet"), cwd=ROOT,
@@ -504,16 +542,19 @@ def test_corrupt_store(template, tmp_path):
 
 
 def test_bad_invocations(tmp_path):
+    (tmp_path / "empty").mkdir()
     for args, message in [
         ([], "expected RUN"),
         ([str(tmp_path / "r"), "--budget", "0"], "--budget wants an integer"),
         ([str(tmp_path / "r"), "--backend", "tpu"], "unknown backend 'tpu'"),
         ([str(tmp_path / "r"), "--specialists", "geometry,poetry"], "unknown specialist 'poetry'"),
         ([str(tmp_path / "empty"), "--backend", "cpu"], "holds no problem directory"),
+        ([str(tmp_path / "missing"), "--backend", "cpu"], "is not a directory: kiln capture"),
     ]:
         r = subprocess.run([str(KILN), "optimize", *args], cwd=ROOT, env=kiln_env(), capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 2, (args, r.stderr)
         assert message in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "missing").exists()  # a RUN to read is never created
     r = subprocess.run([str(KILN), "optimize", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("usage: kiln optimize")

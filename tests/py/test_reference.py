@@ -9,6 +9,7 @@ problems check the exit codes and one-line messages of the command line. The cud
 PyTorch sees a GPU.
 """
 
+import hashlib
 import json
 import os
 import pathlib
@@ -138,6 +139,26 @@ def test_same_seed_same_files_other_seed_other_random_sets(softmax_problem, tmp_
     assert runs["a"]["w0_s1.safetensors"] != runs["c"]["w0_s1.safetensors"]
 
 
+def test_default_seed_is_drawn_from_the_os_and_recorded(softmax_problem, tmp_path):
+    """Without --seed no one knows the random sets before they are drawn; the manifest records the
+    seed, and the same seed draws them again byte for byte. Every set file carries its content
+    hash, which is what the gate checks before it uses the file."""
+    problem_dir, _ = softmax_problem
+    a = kref.build_reference(str(problem_dir), str(tmp_path / "a"), time_reference=False)
+    b = kref.build_reference(str(problem_dir), str(tmp_path / "b"), time_reference=False)
+    assert a["seed"] != b["seed"]
+    assert (tmp_path / "a" / "w0_s1.safetensors").read_bytes() != \
+        (tmp_path / "b" / "w0_s1.safetensors").read_bytes()
+    again = kref.build_reference(str(problem_dir), str(tmp_path / "c"), seed=a["seed"],
+                                 time_reference=False)
+    assert again["seed"] == a["seed"]
+    for entry in a["workloads"]:
+        for s in entry["sets"]:
+            data = (tmp_path / "a" / s["file"]).read_bytes()
+            assert s["blake2b"] == hashlib.blake2b(data, digest_size=16).hexdigest()
+            assert data == (tmp_path / "c" / s["file"]).read_bytes()
+
+
 def test_reference_is_timed_on_cpu(softmax_problem, tmp_path):
     problem_dir, _ = softmax_problem
     manifest = kref.build_reference(str(problem_dir), str(tmp_path / "ref"), n_sets=1)
@@ -216,8 +237,8 @@ def test_custom_inputs_entrypoint(tmp_path):
                 "inputs": {"values": {"type": "custom"}, "offsets": {"type": "custom"}}}
     write_problem(tmp_path / "p", definition, [workload])
     state = torch.random.get_rng_state()
-    kref.build_reference(str(tmp_path / "p"), str(tmp_path / "a"), time_reference=False)
-    kref.build_reference(str(tmp_path / "p"), str(tmp_path / "b"), time_reference=False)
+    kref.build_reference(str(tmp_path / "p"), str(tmp_path / "a"), seed=7, time_reference=False)
+    kref.build_reference(str(tmp_path / "p"), str(tmp_path / "b"), seed=7, time_reference=False)
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's RNG is left alone
     sets = [read_set(tmp_path / "a" / f"w0_s{j}.safetensors") for j in range(3)]
     assert not torch.equal(sets[0]["input.values"], sets[1]["input.values"])
@@ -234,8 +255,9 @@ def test_custom_inputs_entrypoint(tmp_path):
                     reason="no CUDA device here: the cuda path is tested on the GPU machine")
 def test_cuda_reference_matches_cpu(softmax_problem, tmp_path):
     problem_dir, _ = softmax_problem
-    cpu = kref.build_reference(str(problem_dir), str(tmp_path / "cpu"), device="cpu", time_reference=False)
-    gpu = kref.build_reference(str(problem_dir), str(tmp_path / "gpu"), device="cuda")
+    cpu = kref.build_reference(str(problem_dir), str(tmp_path / "cpu"), device="cpu", seed=3,
+                               time_reference=False)
+    gpu = kref.build_reference(str(problem_dir), str(tmp_path / "gpu"), device="cuda", seed=3)
     assert gpu["device"] == "cuda"
     for c, g in zip(cpu["workloads"], gpu["workloads"]):
         assert isinstance(g["ref_time_us"], float) and 0 < g["ref_time_us"] < 1e5
@@ -263,7 +285,7 @@ def test_published_rmsnorm(cli_runs):
         data += f.read()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["key"] == fnv1a64_independent(data)
-    assert manifest["kiln_reference"] == 1 and manifest["problem"] == "rmsnorm_h4096"
+    assert manifest["kiln_reference"] == 2 and manifest["problem"] == "rmsnorm_h4096"
     assert manifest["torch"] == torch.__version__
     with open(os.path.join(RMSNORM_DIR, "workload.jsonl")) as f:
         lines = [json.loads(line) for line in f if line.strip()]
@@ -515,3 +537,114 @@ def test_random_inputs_follow_sol_execbench_distributions():
     assert -1024 <= i32.min() < -900 and 900 < i32.max() < 1024
     f8 = kref.random_tensor((4096,), "float8_e4m3fn", g).float()
     assert f8.abs().max() <= 2.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inputs drawn from statistics alone (kiln.capture_stats): the structure capture detects comes back.
+
+
+def _roundtrip(t, seed=1):
+    from kiln.capture_stats import draw, summarize
+    summary = json.loads(json.dumps(summarize(t), allow_nan=False))  # what the workload line carries
+    return summary, draw(summary, tuple(t.shape), t.dtype, torch.Generator().manual_seed(seed),
+                         torch.device("cpu"))
+
+
+def test_drawn_float_keeps_range_moments_zeros_and_specials():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 256, generator=g) * 2 + 0.5
+    x = torch.where(torch.rand(256, 256, generator=g) < 0.3, torch.zeros(()), x)  # relu-like zeros
+    x[0, :10] = float("nan")
+    x[1, :20] = torch.finfo(torch.bfloat16).min
+    summary, y = _roundtrip(x.to(torch.bfloat16))
+    stats = summary["stats"]
+    assert stats["dtype"] == "bfloat16" and "structure" not in summary
+    assert stats["zeros"] == pytest.approx(float((x == 0).float().mean()), abs=1e-3)
+    assert stats["nan"] == pytest.approx(10 / x.numel()) and stats["masked"] == pytest.approx(20 / x.numel())
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape
+    yf = y.float()
+    regular = yf[torch.isfinite(yf) & (yf > -1e4)]
+    assert regular.min() >= stats["min"] - 1e-2 and regular.max() <= stats["max"] + 1e-2
+    assert float((yf == 0).float().mean()) == pytest.approx(stats["zeros"], abs=0.02)
+    nz = regular[regular != 0]
+    assert float(nz.mean()) == pytest.approx(stats["mean_nonzero"], abs=0.05)
+    assert float(nz.std()) == pytest.approx(stats["std_nonzero"], rel=0.05)
+    assert 0 < int(torch.isnan(yf).sum()) < 60 and 0 < int((yf <= -1e4).sum()) < 90
+
+
+@pytest.mark.parametrize("lower, upper, name", [(None, 0, "causal"), (-15, 0, "sliding_window"),
+                                                (None, 32, "causal")])
+def test_drawn_masks_keep_their_band(lower, upper, name):
+    from kiln.capture_stats import band_mask
+    masked = band_mask(64, 96, lower, upper, "cpu")
+    scores = torch.randn(2, 4, 64, 96).masked_fill(masked, float("-inf"))             # additive, in scores
+    additive = torch.zeros(1, 1, 64, 96).masked_fill(masked, torch.finfo(torch.float16).min).half()
+    keep = (~masked).expand(2, 1, 64, 96).contiguous()                                  # bool, True = attend
+    for t in (scores, additive, keep):
+        summary, y = _roundtrip(t)
+        assert summary["structure"]["kind"] == "band" and summary["structure"]["name"] == name
+        assert (summary["structure"]["lower"], summary["structure"]["upper"]) == (lower, upper)
+        got = ~y if y.dtype == torch.bool else (y.float() <= -1e4) | torch.isneginf(y.float())
+        assert torch.equal(got, masked.expand(t.shape)), t.dtype
+    assert torch.equal(_roundtrip(additive)[1][..., masked], additive[..., masked])  # the same fill value
+    padded = scores.clone()
+    padded[1, :, :, :3] = float("-inf")  # left padding in one batch only: not one band
+    assert "structure" not in _roundtrip(padded)[0]
+
+
+def test_drawn_one_hot_and_index_sets():
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 10, (300,), generator=g)
+    one_hot = torch.nn.functional.one_hot(labels, 10).float()
+    summary, y = _roundtrip(one_hot)
+    assert summary["structure"] == {"kind": "one_hot"}
+    assert torch.equal(y.sum(-1), torch.ones(300)) and set(y.unique().tolist()) == {0.0, 1.0}
+    positions = torch.arange(5, 133).expand(4, 128).contiguous()
+    summary, y = _roundtrip(positions)
+    assert summary["structure"] == {"kind": "arange", "start": 5} and torch.equal(y, positions)
+    perm = torch.randperm(1000, generator=g).to(torch.int32) + 7
+    summary, y = _roundtrip(perm)
+    assert summary["structure"] == {"kind": "permutation"}
+    assert y.dtype == torch.int32 and torch.equal(torch.sort(y).values, torch.arange(7, 1007, dtype=torch.int32))
+    picks = torch.randperm(50000, generator=g)[:700]
+    summary, y = _roundtrip(picks)
+    assert summary["structure"] == {"kind": "distinct", "sorted": False}
+    assert y.unique().numel() == 700 and y.min() >= picks.min() and y.max() <= picks.max()
+    offsets = torch.sort(torch.randint(0, 4096, (257,), generator=g)).values
+    summary, y = _roundtrip(offsets)
+    assert summary["structure"] == {"kind": "sorted"} and bool((y[1:] >= y[:-1]).all())
+    ids = torch.randint(-3, 40, (64, 64), generator=g)
+    summary, y = _roundtrip(ids)
+    assert "structure" not in summary and (summary["stats"]["min"], summary["stats"]["max"]) == (-3, 39)
+    assert y.min() >= -3 and y.max() <= 39 and y.unique().numel() > 40
+
+
+def test_drawn_input_set_zero_holds_the_real_slice(tmp_path):
+    """A workload input of type random with kiln.drawn: set 0 has the real slice in its leading elements
+    and a draw after it; the other sets are draws; a seed gives the same set again."""
+    from kiln.capture_stats import summarize
+    real = torch.randn(16, 32) * 5
+    entry = summarize(real)
+    entry["slice"] = {"path": "slice.safetensors", "tensor_key": "x", "elements": 64}
+    safetensors.torch.save_file({"x": real.reshape(-1)[:64].clone()}, str(tmp_path / "slice.safetensors"))
+    (tmp_path / "definition.json").write_text(json.dumps({
+        "name": "scale", "axes": {"r": {"type": "const", "value": 16}, "c": {"type": "const", "value": 32}},
+        "inputs": {"x": {"shape": ["r", "c"], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["r", "c"], "dtype": "float32"}},
+        "reference": "import torch\ndef run(x):\n    return x * 2\n"}))
+    (tmp_path / "workload.jsonl").write_text(json.dumps({
+        "uuid": "w0", "axes": {}, "inputs": {"x": {"type": "random"}},
+        "kiln": {"set": "real", "drawn": {"x": entry}}}) + "\n")
+    manifest = kref.build_reference(str(tmp_path), out_dir=str(tmp_path / "ref"), n_sets=3, seed=5)
+    sets = [read_set(tmp_path / "ref" / s["file"])["input.x"] for s in manifest["workloads"][0]["sets"]]
+    assert torch.equal(sets[0].reshape(-1)[:64], real.reshape(-1)[:64])
+    assert not torch.equal(sets[1].reshape(-1)[:64], real.reshape(-1)[:64])
+    for x in sets:
+        assert x.min() >= real.min() and x.max() <= real.max() and abs(float(x.std()) - 5) < 1.0
+    again = kref.build_reference(str(tmp_path), out_dir=str(tmp_path / "ref2"), n_sets=3, seed=5)
+    assert torch.equal(read_set(tmp_path / "ref2" / again["workloads"][0]["sets"][1]["file"])["input.x"], sets[1])
+    bad = json.loads((tmp_path / "workload.jsonl").read_text())
+    bad["kiln"]["drawn"]["x"]["slice"]["elements"] = 0
+    (tmp_path / "workload.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(ProblemError, match="kiln.drawn"):
+        load_problem(str(tmp_path))

@@ -1,10 +1,26 @@
-"""Tests of `kiln tune`'s own machinery (python/kiln/tune.py) that need no library: an interrupt (Ctrl-C, or
-`timeout -s INT` as bench/install_device.sh sends) still leaves a report, and one during torch.compile costs
-only the compile column. The full pipeline is tested in test_install.py."""
+"""Tests of `kiln tune` (python/kiln/tune.py, tune_report.py): its own machinery, and the whole command on the
+cpu backend within a time budget.
+
+- a tiny --time: tune ends within it, exit 0, with the report's four forward columns;
+- SIGINT to the tune process mid-search: the search stops, the best found so far is installed (install.json)
+  and the report is written, exit 0;
+- nothing to optimise (no family matches any hot op): the report has the eager and torch.compile times and,
+  per hot op, why it was not optimised, exit 0;
+- bad options fail before capture starts (no run directory is made);
+- a failed tune keeps the previous good report (its own goes to report.failed.*);
+- an interrupt (Ctrl-C, or `timeout -s INT`) during the install check still leaves a report, and one during
+  torch.compile costs only the compile column;
+- the speedup rule of the Python side holds to the C one's cases; a noisy baseline is flagged, not divided by.
+
+The library's own install machinery is tested in test_install.py."""
 
 import json
 import os
+import signal
+import sqlite3
+import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -15,8 +31,190 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 torch = pytest.importorskip("torch")
 
 from kiln import tune  # noqa: E402
+from kiln.install_cost import speedup_judge, speedup_text  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "tests", "data", "install", "tiny_model.py")
+LINEAR_ONLY = os.path.join(ROOT, "tests", "data", "tune", "linear_only.py")
+KILN = os.path.join(ROOT, "build", "kiln")
+FOUR_COLUMNS = "| eager ms | kiln ms | torch.compile ms | kiln + torch.compile ms |"
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("KILN_PYTHON", sys.executable)
+    return env
+
+
+def _tune(args, timeout=600):
+    return subprocess.run([KILN, "tune", *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built():
+    if not os.path.exists(KILN):
+        pytest.fail("build/kiln is missing: run `make` first")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The whole command.
+
+
+def test_tiny_time_ends_within_it_and_reports(tmp_path):
+    """--time 60 on the tiny model: the whole tune (capture, search, install check, report) ends within it,
+    exits 0, and the report has the four forward columns and says how the time went."""
+    run = tmp_path / "run"
+    t0 = time.monotonic()
+    p = _tune([SCRIPT, "--out", str(run), "--backend", "cpu", "--time", "60", "--rounds", "2"], timeout=300)
+    wall = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert wall <= 60 + 3, wall  # the budget, and the start of a Python before tune's clock starts
+    report = json.load(open(run / "report.json"))
+    assert report["ok"] is True and report["elapsed_s"] <= 60
+    assert report["search"]["planned_s"] > 0 and report["search"]["planned_s"] + report["search"]["reserve_s"] <= 60
+    md = (run / "report.md").read_text()
+    assert FOUR_COLUMNS in md and "## Time" in md and "Budget 60 s (--time)" in md
+    assert report["model"]["eager_ms"] > 0
+    assert "kiln optimize: plan: " in p.stdout + p.stderr  # announced before the search
+    # every hot op says what became of it
+    assert report["hot_ops"] and all(r["status"] and r["why"] for r in report["hot_ops"])
+
+
+def test_sigint_mid_search_installs_the_best_so_far(tmp_path):
+    """SIGINT to the tune process (not its group) once the search has a result: the search stops, tune
+    installs the best found so far (install.json for the library optimize wrote) and reports, exit 0."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([KILN, "tune", SCRIPT, "--out", str(run), "--backend", "cpu", "--time", "300",
+                             "--rounds", "1"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if sqlite3.connect(str(run / "kiln.db")).execute("SELECT COUNT(*) FROM result").fetchone()[0]:
+                    break
+            except sqlite3.Error:
+                pass
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    report = json.load(open(run / "report.json"))
+    if report["search"].get("stopped") == "done":
+        pytest.skip("the search was over before the signal arrived")
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    assert report["search"]["stopped"] == "interrupted" and report["ok"] is True
+    assert "installing the best found so far" in out + err
+    decisions = json.load(open(run / "library" / "install.json"))
+    manifest = json.load(open(run / "library" / "manifest.json"))
+    assert set(decisions["entries"]) == {e["problem"] for e in manifest["entries"]}
+    assert FOUR_COLUMNS in (run / "report.md").read_text()
+
+
+def test_nothing_to_optimise_still_reports(tmp_path):
+    """Two linear layers: no family matches. The report has the eager and torch.compile times and, per hot
+    op, why kiln did not optimise it; exit 0."""
+    run = tmp_path / "run"
+    p = _tune([LINEAR_ONLY, "--out", str(run), "--backend", "cpu", "--time", "240", "--rounds", "2", "--compile"])
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    report = json.load(open(run / "report.json"))
+    assert report["search"]["stopped"] == "nothing to optimise"
+    m = report["model"]
+    assert m["root"] == "TwoLinear" and m["eager_ms"] > 0
+    assert m.get("compile_ms", 0) > 0 or m.get("compile_error"), m
+    assert report["entries"] == []
+    ops = report["hot_ops"]
+    assert ops and ops[0]["op"] == "aten::linear.default"
+    assert all(r["status"] == "not optimised" and "no kernel family matches" in r["why"] for r in ops
+               if r["op"] == "aten::linear.default")
+    md = (run / "report.md").read_text()
+    assert FOUR_COLUMNS in md and "## Hot ops" in md and "not optimised" in md
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["--budget", "0"], "--budget wants an integer"),
+    (["--top", "0"], "--top wants an integer"),
+    (["--time", "0"], "--time wants a number"),
+    (["--max-bytes", "lots"], "--max-bytes 'lots'"),
+    (["--rounds", "0"], "--rounds wants"),
+    (["--backend", "tpu"], "unknown backend"),
+])
+def test_bad_options_fail_before_capture(tmp_path, bad, says):
+    """A bad value of any option tune passes on is refused at once, by the rule of the command that takes it
+    (kiln optimize's option table, capture's size parser), before anything runs: no run directory."""
+    run = tmp_path / "run"
+    t0 = time.monotonic()
+    p = _tune([SCRIPT, "--out", str(run), *bad], timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert says in p.stderr, p.stderr
+    assert not run.exists()
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_failed_tune_keeps_the_previous_report(tmp_path):
+    """A tune whose script fails writes report.failed.{md,json}; the last good report.md stays as it was."""
+    run = tmp_path / "run"
+    run.mkdir()
+    good = {"kiln_report": 1, "ok": True, "script": SCRIPT, "script_args": [], "run_dir": str(run)}
+    (run / "report.json").write_text(json.dumps(good))
+    (run / "report.md").write_text("# the last good report\n")
+    failing = tmp_path / "failing.py"
+    failing.write_text("raise SystemExit('this script fails')\n")
+    p = _tune([str(failing), "--out", str(run), "--backend", "cpu", "--time", "60"])
+    assert p.returncode == 1, p.stderr
+    assert (run / "report.md").read_text() == "# the last good report\n"
+    assert json.load(open(run / "report.json")) == good
+    failed = json.load(open(run / "report.failed.json"))
+    assert failed["ok"] is False and "capture failed" in failed["error"]
+    assert "**Stopped**: capture failed" in (run / "report.failed.md").read_text()
+    assert "the last good report stays" in p.stdout + p.stderr
+    # with no good report there, a failed tune's report is the report
+    (run / "report.json").unlink()
+    p = _tune([str(failing), "--out", str(run), "--backend", "cpu", "--time", "60"])
+    assert p.returncode == 1 and json.load(open(run / "report.json"))["ok"] is False
+
+
+# ---------------------------------------------------------------------------------------------------
+# Honest numbers.
+
+
+def test_speedup_rule_matches_the_c_one():
+    """The cases of tests/c/test_store.c's test_baseline_spread_and_the_speedup_rule, on the Python side."""
+    cases = [((20.0, 2.0, 10.0, 3.0), "supported", "2.00x"),
+             ((5810.0, 39756.0, 10.0, 1.0), "noisy_baseline", "noisy"),
+             ((10.4, 4.0, 10.0, 6.0), "not_significant", "n.s."),
+             ((30.0, 1.0, 10.0, 20.0), "noisy", "3.00x!"),
+             ((10.0, 1.0, 20.0, 1.0), "supported", "0.50x"),
+             ((20.0, None, 10.0, None), "supported", "2.00x"),
+             ((None, 1.0, 10.0, 1.0), "unknown", "-")]
+    for args, verdict, text in cases:
+        v, value, ratio = speedup_judge(*args)
+        assert (v, speedup_text(v, value)) == (verdict, text), args
+    assert speedup_judge(5810.0, 39756.0, 10.0, 1.0)[2] == pytest.approx(581.0)
+
+
+def test_a_noisy_baseline_is_flagged_not_divided_by():
+    """The report's forward row: a 581x "speedup" over an eager time whose rounds spread 39756 % shows as
+    noisy, and a win the spreads do not support as n.s.; the spreads are printed."""
+    model = {"root": "M", "grad_mode": "inference", "rounds": 5, "iterations": 10, "eager_ms": 581.0,
+             "eager_spread_pct": 39756.0, "kiln_ms": 1.0, "kiln_spread_pct": 1.0}
+    md = tune.render_markdown({"script": SCRIPT, "script_args": [], "run_dir": "x", "model": model})
+    header = next(line for line in md.splitlines() if line.startswith("| model"))
+    row = next(line for line in md.splitlines() if line.startswith("| M |"))
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert cells["kiln speedup"] == "noisy" and "581" not in cells["kiln speedup"]
+    assert "eager 39756.0%!" in md
+    model.update(eager_ms=1.03, eager_spread_pct=4.0, kiln_spread_pct=4.0)
+    md = tune.render_markdown({"script": SCRIPT, "script_args": [], "run_dir": "x", "model": model})
+    assert "| n.s. |" in next(line for line in md.splitlines() if line.startswith("| M |"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pieces.
 
 
 def _root():

@@ -3,11 +3,13 @@
 // through /api/stream (server-sent events). Chart.js and highlight.js are Debian's, loaded by
 // index.html as the globals Chart and hljs.
 
-const OUTCOMES = ['ok', 'compile_error', 'mismatch', 'unwritten', 'nan', 'timeout', 'crashed',
-  'resource', 'waiting'];
+// The gate's outcomes (src/gate/prove.c), and "waiting" for a candidate not judged yet.
+const OUTCOMES = ['ok', 'compile_error', 'mismatch', 'unwritten', 'nan', 'input_modified', 'timeout',
+  'crashed', 'resource', 'impossible', 'slower', 'waiting'];
 const COLOURS = {
   ok: '#1a7f37', compile_error: '#8250df', mismatch: '#cf222e', unwritten: '#bc4c00',
-  nan: '#bf8700', timeout: '#0969da', crashed: '#24292f', resource: '#bf3989', waiting: '#8c959f',
+  nan: '#bf8700', input_modified: '#953800', timeout: '#0969da', crashed: '#24292f',
+  resource: '#bf3989', impossible: '#d1242f', slower: '#57606a', waiting: '#8c959f',
 };
 const FEED_MAX = 200;
 
@@ -65,6 +67,25 @@ function logTick(v) {
   return String(+v.toPrecision(2));
 }
 const fmtX = (v) => (isNum(v) ? `${v.toFixed(v >= 10 ? 1 : 2)}×` : '–');
+// A problem's speedup as the store's rule allows it (kiln_store_speedup_judge): the figure, "!" when the
+// winner's spread is over 5 %, "n.s." when the spreads allow no speedup, "noisy" when eager's own spread is
+// over 5 % (not divided by).
+function fmtSpeedup(p) {
+  switch (p.speedup_verdict) {
+    case 'noisy': return `${fmtX(p.speedup)}!`;
+    case 'not_significant': return 'n.s.';
+    case 'noisy_baseline': return 'noisy';
+    default: return fmtX(p.speedup);
+  }
+}
+function speedupTitle(p) {
+  const spread = (v) => (isNum(v) ? `${v.toFixed(1)} %` : 'not measured');
+  const ratio = isNum(p.speedup_ratio) ? `eager / best = ${p.speedup_ratio.toFixed(2)}; ` : '';
+  return `${ratio}spread of eager ${spread(p.eager_spread_pct)}, of the best ` +
+    `${spread(p.best ? p.best.spread_pct : null)}` +
+    ({noisy: '; the best\'s spread is over 5 %', not_significant: '; the spreads allow no speedup',
+      noisy_baseline: '; eager\'s spread is over 5 %: not divided by'}[p.speedup_verdict] || '');
+}
 const fmtNum = (v, p = 3) => (isNum(v) ? (Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3)
   ? v.toExponential(p - 1) : String(+v.toPrecision(p))) : '–');
 
@@ -139,8 +160,11 @@ function renderHeader() {
   tickElapsed();
   $('h-rate').textContent = isNum(r.candidates_per_min) ? r.candidates_per_min.toFixed(1) : '–';
   $('h-rate').title = `${r.candidates_last_min ?? 0} in the last minute`;
-  $('h-done').textContent = `${r.problems_done} / ${r.problems_total}`;
-  $('h-done').title = `${r.problems_with_winner} with a correct kernel`;
+  const skipped = r.problems_skipped || 0;
+  $('h-done').textContent = `${r.problems_done} / ${r.problems_total - skipped}` +
+    (skipped ? ` · ${skipped} skipped` : '');
+  $('h-done').title = `${r.problems_with_winner} with a correct kernel` +
+    (skipped ? `; ${skipped} not searched (the hot-op table says why)` : '');
   const e = r.speedup_e2e || {};
   $('h-speedup').replaceChildren(fmtX(e.value), e.basis === 'share'
     ? el('small', {text: `est., ${Math.round(100 * e.covered_share)} % of model`})
@@ -157,7 +181,7 @@ function renderHeader() {
 function tickElapsed() {
   const r = S.run;
   if (!r) return;
-  const extra = r.finished ? 0 : (Date.now() - S.fetchedAt) / 1000;
+  const extra = r.searching ? (Date.now() - S.fetchedAt) / 1000 : 0; // only while a search runs
   $('h-elapsed').textContent = fmtDuration(r.elapsed_s + extra);
 }
 
@@ -232,14 +256,17 @@ function renderHotOps() {
     return el('tr', {class: 'clickable', 'data-problem': p.id,
       on: {click: () => { location.hash = `#/problem/${p.id}`; }}},
     el('td', {class: 'l'}, el('a', {href: `#/problem/${p.id}`, text: p.name}),
-      p.done ? el('span', {class: 'muted', text: ' ✓'}) : ''),
+      p.skipped ? el('span', {class: 'skipped', text: ' skipped', title: p.skipped})
+        : p.done ? el('span', {class: 'muted', text: ' ✓'}) : ''),
     el('td', {text: isNum(p.share) ? fmtPct(100 * p.share) : '–'}),
-    el('td', {text: fmtUs(p.eager_us), title: p.eager_source === 'reference'
-      ? 'the reference\'s own time measured by the gate' : ''}),
+    el('td', {text: fmtUs(p.eager_us), title: (p.eager_source === 'reference'
+      ? 'the reference\'s own time measured by the gate' : 'the reference\'s time at capture') +
+      `; spread ${isNum(p.eager_spread_pct) ? `${p.eager_spread_pct.toFixed(1)} %` : 'not measured'}`}),
     el('td', {text: fmtUs(p.compile_us)}),
     el('td', {title: 'the winner: the incumbent when its verdict is ok, else the fastest ok candidate'},
       p.best ? candLink(p.best.candidate_id, fmtUs(p.best.time_us)) : '–'),
-    el('td', {class: isNum(speed) ? (speed >= 1 ? 'good' : 'bad') : '', text: fmtX(speed)}),
+    el('td', {class: isNum(speed) ? (speed >= 1 ? 'good' : 'bad') : 'muted', text: fmtSpeedup(p),
+      title: speedupTitle(p)}),
     el('td', {text: p.best ? fmtPct(p.best.sol_pct) : '–'}),
     el('td', {text: String(total)}),
     el('td', {class: 'l'}, bar));
@@ -509,7 +536,8 @@ function renderProblemSummary(p) {
   $('problem-summary').replaceChildren(
     `${p.n_candidates} candidates · ${o.ok || 0} ok · ${fails} failed · best `,
     p.best ? candLink(p.best.candidate_id, fmtUs(p.best.time_us)) : '–',
-    ` · eager ${fmtUs(p.eager_us)} · speedup ${fmtX(p.speedup)} · SOL ${p.best ? fmtPct(p.best.sol_pct) : '–'}`);
+    ` · eager ${fmtUs(p.eager_us)} · speedup ${fmtSpeedup(p)} · SOL ${p.best ? fmtPct(p.best.sol_pct) : '–'}` +
+    (p.skipped ? ` · skipped: ${p.skipped}` : ''));
 }
 
 async function showProblem(id) {

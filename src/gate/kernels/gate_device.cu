@@ -123,10 +123,10 @@ static __device__ double decode(u64 bits, int dt) {
         return (double)(short)(unsigned short)bits;
     case DT_I8:
         return (double)(signed char)(unsigned char)bits;
-    case DT_U8:
-        return (double)(unsigned char)bits;
-    default: /* DT_BOOL */
+    case DT_BOOL:
         return bits ? 1.0 : 0.0;
+    default: /* DT_U8, and float4 codes, which are compared as their bits */
+        return (double)(unsigned char)bits;
     }
 }
 

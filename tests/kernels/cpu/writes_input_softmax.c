@@ -1,9 +1,9 @@
 /* writes_input_softmax.c: computes a correct y, but uses the input x as its scratch buffer: it
  * stores exp(x - max) back into x before normalising into y. For tests/data/problems/softmax_f32.
- * The ABI says inputs must not be written (abi.md, 1); the gate compares every input with the copy
- * it uploaded.
+ * The ABI says inputs must not be written (abi.md, 1): the gate maps them read-only while the
+ * candidate runs, so the first store faults.
  *
- * Expected outcome: mismatch with reason "input_modified" and input "x" (y itself is right). */
+ * Expected outcome: crashed (SIGSEGV) in phase "prove" (y itself would be right). */
 
 // kiln: launch softmax_rows
 

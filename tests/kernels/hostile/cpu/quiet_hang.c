@@ -2,9 +2,11 @@
  *
  * A watchdog that measures silence (the time since the gate child's last progress line) can be
  * kept quiet by a candidate that writes progress lines ("phase time 0") into every descriptor it
- * holds while it spins. A watchdog that measures the wall time of the call itself is not fooled.
+ * holds while it spins. A sandboxed candidate holds one channel, its runner's reply channel: lines
+ * there break the runner's protocol (crashed); and were they not seen, the wall-time limit of the
+ * call itself is not fooled by them (timeout).
  *
- * Expected outcome: timeout. */
+ * Expected outcome: crashed or timeout. */
 
 #include <string.h>
 #include <time.h>

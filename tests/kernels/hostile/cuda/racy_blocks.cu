@@ -6,10 +6,10 @@
  * also relies on a grid-wide barrier it does not have (a spin on a counter), so on other launches
  * it reads a sum that is not finished.
  *
- * Expected outcome: mismatch. */
+ * Expected outcome: mismatch or nan (a row whose sum is read as 0 divides into infinities). */
 
 // kiln: launch softmax_rows grid=(rows, 32) block=128
-// kiln: scratch rows * 8 + 8
+// kiln: scratch rows*8+8
 
 extern "C" __global__ void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols,
                                         void *kiln_scratch) {

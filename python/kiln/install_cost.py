@@ -1,0 +1,273 @@
+"""kiln.install_cost: what installing an entry costs and whether it pays. An entry is worth installing only
+when its kernel, plus what kiln's dispatch adds to every call, beats eager per call. The library says the
+first half (`kiln optimize` writes manifest.json's "install": whether the kernel beat eager in the gate, on
+times whose spreads support it); this module measures the second on this machine and in this process, and
+judges each entry (docs/install.md, "Which entries are installed").
+
+The dispatch cost is the hit overhead: a call of the op through PyTorch's dispatcher with kiln installed,
+minus kiln's bare launch of the same kernel (what the gate, the output allocation and the dispatch add).
+It is measured once per library and dispatch path on the library's smallest aten entry (the probe), on
+tensors of its gate's exact dtype, shape and strides, in alternating rounds; it does not depend on the size
+of the tensors, so the probe stands for every entry. The same machinery (Timer, EntryBench) is what `kiln
+tune` times each entry with."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Optional
+
+SPREAD_LIMIT_PCT = 5.0  # src/store/store.h KILN_SPREAD_LIMIT_PCT: the same limit on the C side
+VERDICT_CATEGORY = {  # manifest "speedup_verdict" (kiln_store_speedup_name) of an entry that does not beat eager
+    "supported": "slower than eager", "noisy": "slower than eager", "not_significant": "no significant win",
+    "noisy_baseline": "noisy eager baseline", "unknown": "not compared"}
+PROBE_MAX_BYTES = 256 << 20  # the probe's tensors, at most (a user's model needs its memory)
+PROBE_ROUNDS = 5
+PROBE_TARGET_S = 0.004  # per timed loop
+
+
+class Timer:
+    """Wall time per call of fn with the device synchronised around the loop: for a GPU that is the cost
+    of a call in a stream of calls (host dispatch or kernel, whichever is longer), which is what a model
+    pays."""
+
+    def __init__(self, cuda: bool):
+        import torch
+        self.sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def iterations(self, fn, target_s: float) -> int:
+        fn()
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        one = max(time.perf_counter() - t0, 1e-7)
+        return int(min(max(target_s / one, 1), 10000))
+
+    def per_call_us(self, fn, n: int) -> float:
+        self.sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        self.sync()
+        return (time.perf_counter() - t0) / n * 1e6
+
+
+def _gate_tensor(spec: dict, device, misaligned: bool = False):
+    """A tensor with exactly the gate's dtype, shape and strides (and, misaligned, one element off a 16-byte
+    boundary, so that the gate must miss): floats normal, integers and bools zero (a valid index)."""
+    import torch
+    from kiln.install_gate import _torch_dtype
+    dtype = _torch_dtype(spec["dtype"])
+    shape, strides = [int(s) for s in spec["shape"]], [int(s) for s in spec["strides"]]
+    n = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
+    extra = 1 if misaligned else 0
+    if dtype.is_floating_point:
+        base = torch.randn(n + extra, device=device).to(dtype)
+    else:
+        base = torch.zeros(n + extra, dtype=dtype, device=device)
+    return base.as_strided(shape, strides, extra)
+
+
+def _call_template(template, tensors: list):
+    from kiln.install_gate import _Slot
+    if isinstance(template, _Slot):
+        return tensors[template.index]
+    if isinstance(template, list):
+        return [_call_template(t, tensors) for t in template]
+    if isinstance(template, str) and template.startswith("torch."):
+        import torch
+        return getattr(torch, template[len("torch."):], template)
+    if isinstance(template, str) and template in ("inf", "-inf", "nan"):
+        return float(template)
+    return template
+
+
+class EntryBench:
+    """The per-call benchmark of one entry: the call the gate was built from, and one that must miss."""
+
+    def __init__(self, entry, lib, model_modules: dict):
+        import torch
+
+        from kiln.install_aten import _resolve_overload
+        from kiln.install_gate import _template
+        self.entry = entry
+        self.device = torch.device("cuda", lib.device_index) if lib.is_cuda else torch.device("cpu")
+        self.inputs = [_gate_tensor(g, self.device) for g in entry.inputs]
+        self.miss_inputs = [_gate_tensor(g, self.device, misaligned=True) for g in entry.inputs]
+        self.outputs = [_gate_tensor(g, self.device) for g in entry.outputs]
+        self.scratch = [torch.zeros(max(entry.scratch_bytes, 1), dtype=torch.uint8, device=self.device)] \
+            if entry.has_scratch else []
+        if entry.kind == "aten":
+            op = _resolve_overload(entry.aten)
+            args = [_template(a) for a in entry.args["args"]]
+            kwargs = {k: _template(v) for k, v in (entry.args.get("kwargs") or {}).items()}
+            inplace = any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+
+            def call(tensors):
+                if inplace:  # an in-place op writes its input: give it a fresh one each time
+                    tensors = [tensors[0].clone()] + tensors[1:]
+                return op(*[_call_template(a, tensors) for a in args],
+                          **{k: _call_template(v, tensors) for k, v in kwargs.items()})
+            self.call = call
+        else:
+            names = [g["name"] for g in entry.inputs]
+            from kiln.install_module import _is_activation
+            act = [i for i, n in enumerate(names) if _is_activation(n)]
+            module = next((model_modules[p] for p in entry.module_paths if p in model_modules), None)
+            if module is None or len(act) != 1:
+                raise ValueError("its module is not in the model that was timed" if module is None
+                                 else "a module with more than one tensor argument")
+            self.module = module
+            self.call = lambda tensors: module(tensors[act[0]])
+            # the module's own parameters are the gate's other inputs: time with them, as the model does
+            self.inputs = [t if i == act[0] else getattr(module, names[i]) for i, t in enumerate(self.inputs)]
+            self.miss_inputs = [t if i == act[0] else getattr(module, names[i])
+                                for i, t in enumerate(self.miss_inputs)]
+
+    def raw(self, lib):
+        """The bare launch: what a gate hit ends with (libkiln_rt's launch without ctypes argument
+        conversion, on PyTorch's current stream), with the pointer array and the stream made once, so that
+        "hit overhead" is the gate, the output allocation and the dispatch, not the cost of lib.launch's
+        argument checks. Checked once here; the timing loop does not look at the status."""
+        import ctypes
+
+        import torch
+        tensors = self.inputs + self.outputs + self.scratch
+        lib.launch(self.entry, tensors)
+        ptrs = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
+        stream = ctypes.c_void_p(torch._C._cuda_getCurrentRawStream(lib.device_index)) if lib.is_cuda else None
+        launch, handle, index, n = lib._launch_fast, lib._handle, self.entry.index, len(tensors)
+        return lambda: launch(handle, index, ptrs, n, None, stream)
+
+
+def _gate_bytes(entry) -> int:
+    from kiln.install_gate import _torch_dtype
+    total = 0
+    for g in list(entry.inputs) + list(entry.outputs):
+        if g.get("shape") is None or g.get("strides") is None:
+            return -1
+        shape, strides = [int(s) for s in g["shape"]], [int(s) for s in g["strides"]]
+        n = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
+        total += n * _torch_dtype(g["dtype"]).itemsize
+    return total
+
+
+def _in_place(entry) -> bool:
+    """aten::add_.Tensor: the call clones its input each time (EntryBench), which the bare launch does not."""
+    return (entry.aten or "").split("::")[-1].split(".")[0].endswith("_")
+
+
+def measure_dispatch_us(lib, dispatch: str) -> tuple:
+    """(hit overhead in us, note), cached on lib per dispatch path: the median over alternating rounds of (op
+    call with kiln installed - bare launch) on the library's smallest usable aten entry, installed alone with
+    this dispatch path; (None, why) when no entry can be probed (none is aten, all are bigger than
+    PROBE_MAX_BYTES, or the probe fails)."""
+    cache = lib.__dict__.setdefault("_dispatch_cost", {})
+    if dispatch not in cache:
+        cache[dispatch] = _probe(lib, dispatch)
+    return cache[dispatch]
+
+
+def _probe(lib, dispatch: str) -> tuple:
+    import torch
+
+    from kiln.install import install, uninstall
+    usable = [e for e in lib.entries if not e.disabled and e.kind == "aten" and not _in_place(e)
+              and 0 <= _gate_bytes(e) <= PROBE_MAX_BYTES]
+    if not usable:
+        return None, (f"no aten entry of at most {PROBE_MAX_BYTES >> 20} MiB to measure it on")
+    probe = min(usable, key=_gate_bytes)
+    timer = Timer(lib.is_cuda)
+    try:
+        bench = EntryBench(probe, lib, {})
+        raw = bench.raw(lib)
+        hit = lambda: bench.call(bench.inputs)  # noqa: E731
+        with torch.inference_mode():
+            inst = install(lib, entries=[probe.name], dispatch=dispatch, compile_friendly=False)
+            try:
+                if probe.name not in inst.installed:
+                    return None, f"the probe {probe.name} did not install: {inst.skipped.get(probe.name)}"
+                n = timer.iterations(hit, PROBE_TARGET_S)
+                overheads = []
+                for _ in range(PROBE_ROUNDS):
+                    overheads.append(timer.per_call_us(hit, n) - timer.per_call_us(raw, n))
+                if inst.stats()["entries"].get(probe.name, {}).get("hits", 0) == 0:
+                    return None, f"the probe {probe.name}'s own call missed its gate"
+            finally:
+                uninstall(inst)
+    except Exception as e:  # noqa: BLE001 - a probe that cannot run is a reason, not a failure
+        return None, f"the probe {probe.name} failed: {type(e).__name__}: {e}"
+    cost = max(statistics.median(overheads), 0.0)
+    return cost, f"{cost:.1f} us per call ({dispatch} dispatch, measured on {probe.name})"
+
+
+def _half(spread_pct) -> float:
+    return spread_pct / 200 if isinstance(spread_pct, (int, float)) and spread_pct > 0 else 0.0
+
+
+def judge(entry, dispatch_us: Optional[float]) -> tuple:
+    """(install?, category, reason) for an entry without a `kiln tune` decision: the library's verdict on the
+    kernel (manifest "install"), then the kernel's time plus the dispatch cost, both at the pessimistic end
+    of their spreads, against eager's at its optimistic end. category is "beats eager", "slower with dispatch"
+    or, for an entry whose kernel did not beat eager, one of VERDICT_CATEGORY's."""
+    decision = entry.data.get("install")
+    if not isinstance(decision, dict):
+        return False, "not compared", "the library does not say whether it beats eager (written by an older kiln)"
+    if not decision.get("beats_eager"):
+        why = str(decision.get("reason") or "it does not beat eager in the gate")
+        return False, VERDICT_CATEGORY.get(entry.data.get("speedup_verdict"), "not compared"), why
+    kiln_us, eager_us = entry.time_us.get("kiln"), entry.time_us.get("eager")
+    spreads = entry.data.get("spread_pct") or {}
+    if not (isinstance(kiln_us, (int, float)) and isinstance(eager_us, (int, float))):
+        return False, "not compared", "the library lacks its kernel or eager time"
+    if dispatch_us is None:
+        return True, "beats eager", f"{decision.get('reason')}; dispatch cost not measured"
+    kiln_hi = kiln_us * (1 + _half(spreads.get("kiln"))) + dispatch_us
+    eager_lo = eager_us * (1 - _half(spreads.get("eager")))
+    if kiln_hi < eager_lo:
+        return True, "beats eager", (f"{eager_us / (kiln_us + dispatch_us):.2f}x per call with dispatch "
+                                     f"({eager_us:.2f} us eager, {kiln_us:.2f} + {dispatch_us:.1f} us)")
+    return False, "slower with dispatch", (f"not faster with dispatch: {kiln_us:.2f} us kernel + {dispatch_us:.1f} us "
+                                           f"dispatch against {eager_us:.2f} us eager")
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a table may say about a speedup: src/store/summary.c's kiln_store_speedup_judge, the same rule for the
+# times measured on the Python side (tune's per-call and forward timings). tests/py/test_tune.py holds the two
+# to the same cases.
+
+
+def spread_pct(samples: list) -> Optional[float]:
+    """(max - min) / median of repeated timings, in percent; None for fewer than two."""
+    if len(samples) < 2:
+        return None
+    med = statistics.median(samples)
+    return 100 * (max(samples) - min(samples)) / med if med > 0 else None
+
+
+def speedup_judge(eager, eager_spread, kiln, kiln_spread) -> tuple:
+    """(verdict, value, ratio): verdict "unknown", "supported", "noisy", "not_significant" or
+    "noisy_baseline"; value eager / kiln where the verdict shows a figure, else None; ratio eager / kiln
+    whatever the verdict (None when a time is missing). Spreads in percent, None unknown (taken as 0)."""
+    num = (int, float)
+    if not (isinstance(eager, num) and isinstance(kiln, num)) or eager <= 0 or kiln <= 0:
+        return "unknown", None, None
+    ratio = eager / kiln
+    if isinstance(eager_spread, num) and eager_spread > SPREAD_LIMIT_PCT:
+        return "noisy_baseline", None, ratio
+    e, k = _half(eager_spread), _half(kiln_spread)
+    lo = eager * (1 - e) / (kiln * (1 + k))
+    hi = eager * (1 + e) / (kiln * (1 - k)) if k < 1 else float("inf")
+    if lo <= 1 <= hi:
+        return "not_significant", None, ratio
+    noisy = isinstance(kiln_spread, num) and kiln_spread > SPREAD_LIMIT_PCT
+    return ("noisy" if noisy else "supported"), ratio, ratio
+
+
+def speedup_text(verdict: str, value) -> str:
+    """The cell: "2.50x", "2.50x!" (a spread over the limit), "n.s.", "noisy" (eager's spread is over the
+    limit: not divided by), "-"."""
+    if verdict in ("supported", "noisy") and value is not None:
+        return f"{value:.2f}x" + ("!" if verdict == "noisy" else "")
+    return {"not_significant": "n.s.", "noisy_baseline": "noisy"}.get(verdict, "-")

@@ -1,0 +1,142 @@
+"""Tests of kiln's Python package as a user installs it: `pip install ./python` into a fresh virtual
+environment (offline: the build backend is python/kiln_build.py and needs nothing downloaded) gives an
+`import kiln` that needs no hand-made sys.path, carries libkiln_rt.so beside the package, and installs a
+small cpu library into a model. torch comes from this interpreter's site-packages through a .pth file, so
+nothing is downloaded."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+torch = pytest.importorskip("torch")
+
+import kiln  # noqa: E402
+from kiln.capture import main as capture_main  # noqa: E402
+
+SOFTMAX_SCRIPT = textwrap.dedent("""
+    import torch
+    x = torch.randn(64, 256)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.softmax(x, dim=-1)
+""")
+SOFTMAX_C = """// kiln: launch softmax_rows
+void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < cols; c++) m = fmaxf(m, xr[c]);
+        double sum = 0.0;
+        for (int64_t c = 0; c < cols; c++) { float e = expf(xr[c] - m); yr[c] = e; sum += e; }
+        for (int64_t c = 0; c < cols; c++) yr[c] = (float)(yr[c] / sum);
+    }
+}
+"""
+USER_SCRIPT = textwrap.dedent("""
+    import json, os, sys, torch
+    import kiln
+    from kiln.install_runtime import runtime_path
+    library = sys.argv[1]
+    x = torch.randn(64, 256)
+    with torch.no_grad():
+        eager = torch.softmax(x, dim=-1)
+        inst = kiln.install(library, entries="all")  # the kernel is untimed: installed on request
+        got = torch.softmax(x, dim=-1)
+        stats = inst.stats()
+        kiln.uninstall()
+    print(json.dumps({"kiln": kiln.__file__, "runtime": runtime_path(), "hits": stats["hits"],
+                      "max_err": float((got - eager).abs().max())}))
+""")
+
+
+def _library(tmp_path) -> str:
+    """A cpu library of one aten entry (softmax over rows) with a kernel written here: a captured problem,
+    and the manifest libkiln_rt reads (docs/library.md)."""
+    script = tmp_path / "softmax.py"
+    script.write_text(SOFTMAX_SCRIPT)
+    run = tmp_path / "run"
+    assert capture_main([str(script), "--out", str(run), "--device", "cpu", "--no-reference"]) == 0
+    (name,) = [n for n in os.listdir(run / "problems") if n.startswith("softmax")]
+    d = json.loads((run / "problems" / name / "definition.json").read_text())
+    k = d["kiln"]
+    lib = run / "library"
+    lib.mkdir()
+    (lib / f"{name}.c").write_text(SOFTMAX_C)
+
+    def gate_tensor(n, spec):
+        return {"name": n, "dtype": spec["dtype"], "shape": k["shapes"][n], "strides": k["strides"][n],
+                "storage_offset": k["storage_offsets"][n], "layout": k["layouts"][n]}
+
+    params = [f"const float* {n}" for n in d["inputs"]] + [f"float* {n}" for n in d["outputs"]]
+    params += [f"int64_t {a}" for a in d["axes"]]
+    entry = {
+        "problem": name, "kind": "aten", "aten": k["aten"],
+        "gate": {"inputs": [gate_tensor(n, s) for n, s in d["inputs"].items()],
+                 "outputs": [gate_tensor(n, s) for n, s in d["outputs"].items()],
+                 "args": k["args"], "grad_mode": k["grad_mode"], "device_capability": "0.0"},
+        "kernel": f"{name}.c", "signature": f"void softmax_rows({', '.join(params)})",
+        "launches": [{"workloads": [0], "axes": {a: v["value"] for a, v in d["axes"].items()},
+                      "launches": [{"entry": "softmax_rows", "grid": [1, 1, 1], "block": [1, 1, 1],
+                                    "cluster": [1, 1, 1], "smem_bytes": 0}], "scratch_bytes": 0}],
+        "time_us": {"kiln": None, "eager": None}, "speedup": None,
+    }
+    manifest = {"kiln_library": 1, "backend": "cpu", "device": {"name": "", "uuid": "", "compute_capability": "0.0"},
+                "build": {"kiln": kiln.__version__, "nvrtc": None}, "entries": [entry]}
+    (lib / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return str(lib)
+
+
+def test_pip_install_into_a_fresh_venv_then_install_a_library(tmp_path):
+    if not os.path.exists(os.path.join(ROOT, "build", "libkiln_rt.so")):
+        pytest.fail("build/libkiln_rt.so is missing: run `make` first")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    py = str(venv / "bin" / "python")
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site, "torch-from-the-test.pth"), "w") as f:  # torch without a download
+        f.write(os.path.dirname(os.path.dirname(torch.__file__)) + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KILN_HOME", "KILN_RT_LIB")}
+    env["PIP_NO_INDEX"] = "1"  # nothing may be fetched
+    pip = subprocess.run([py, "-m", "pip", "install", "--no-deps", os.path.join(ROOT, "python")], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-2000:]
+    assert not os.path.exists(os.path.join(ROOT, "python", "build"))  # the checkout stays clean
+    lib = _library(tmp_path)
+    user = tmp_path / "user.py"
+    user.write_text(USER_SCRIPT)
+    run = subprocess.run([py, str(user), lib], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["kiln"].startswith(site), out  # the installed package, not the checkout
+    assert out["runtime"] == os.path.join(site, "kiln", "libkiln_rt.so")
+    assert out["hits"] >= 1 and out["max_err"] < 1e-5, out
+
+
+def test_make_install_puts_a_working_kiln_under_prefix(tmp_path):
+    """`make install PREFIX=DIR`: DIR/bin/kiln runs, and its Python commands use the package installed beside
+    it (kiln_home is DIR/lib/kiln), not the checkout's."""
+    prefix = tmp_path / "prefix"
+    make = subprocess.run(["make", "install", f"PREFIX={prefix}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert make.returncode == 0, make.stdout[-2000:] + make.stderr[-2000:]
+    kiln_bin = str(prefix / "bin" / "kiln")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KILN_HOME", "KILN_BIN", "KILN_PYTHON")}
+    help_ = subprocess.run([kiln_bin, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert help_.returncode == 0 and help_.stdout.startswith("usage: kiln COMMAND"), help_.stderr
+    script = tmp_path / "where.py"
+    script.write_text("import kiln, torch\nprint('kiln from', kiln.__file__)\n"
+                      "with torch.no_grad():\n    torch.softmax(torch.randn(8, 16), dim=-1)\n")
+    cap = subprocess.run([kiln_bin, "capture", str(script), "--out", str(tmp_path / "run"), "--device", "cpu",
+                          "--no-reference"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert cap.returncode == 0, cap.stdout[-2000:] + cap.stderr[-2000:]
+    assert f"kiln from {prefix}/lib/kiln/python/kiln/__init__.py" in cap.stdout
+    assert os.listdir(tmp_path / "run" / "problems")
