@@ -208,7 +208,8 @@ static void emit_reduction(kiln_strbuf *b, const kg_plan *plan, int *ids) {
     kiln_strbuf_printf(b, "    }\n");
 }
 
-char *kg_emit_cpu(const kiln_problem *p, const kiln_match *m, const kg_plan *plan) {
+char *kg_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                  const kg_plan *plan) {
     kiln_strbuf b = {0}, ir_text = {0};
     kir_print(plan->ir, &ir_text);
     kiln_strbuf_printf(&b, "// cpu: the schedule does not apply (one source for every point)\n"
@@ -230,6 +231,6 @@ char *kg_emit_cpu(const kiln_problem *p, const kiln_match *m, const kg_plan *pla
         emit_reduction(&b, plan, &ids);
     kiln_strbuf_printf(&b, "}\n");
     int64_t first[KILN_FAMILY_MAX_PARAMS];
-    kiln_family_point(&kiln_family_gen, 0, first);
-    return kiln_family_source(&kiln_family_gen, m, first, b.s);
+    kiln_family_point(f, 0, first);
+    return kiln_family_source(f, m, first, b.s);
 }

@@ -613,8 +613,8 @@ static void emit_reduction(cu_ctx *C) {
                               "its shared memory */\n");
 }
 
-char *kg_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
-                   const kg_plan *plan) {
+char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                   const int64_t *pt, const kg_plan *plan) {
     kiln_strbuf b = {0}, ir_text = {0};
     int esize, in_bytes;
     kg_stream_sizes(plan, &esize, &in_bytes);
@@ -660,7 +660,7 @@ char *kg_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt
     free(ir_text.s);
     static const char *const kinds[] = {"pointwise", "rows", "columns"};
     kiln_strbuf_printf(&b, " * plan: %s */\n", kinds[plan->kind]);
-    char *defs = kiln_family_defines(&kiln_family_gen, pt);
+    char *defs = kiln_family_defines(f, pt);
     kiln_strbuf_printf(&b, "%s#define KG_VEC %lld\n#define KG_SHARED_BYTES %lld\n", defs,
                        (long long)C.vec, (long long)(C.shared_bytes > 16 ? C.shared_bytes : 16));
     free(defs);
@@ -708,5 +708,5 @@ char *kg_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt
     else
         emit_pointwise(&C);
     kiln_strbuf_printf(&b, "}\n");
-    return kiln_family_source(&kiln_family_gen, m, pt, b.s);
+    return kiln_family_source(f, m, pt, b.s);
 }

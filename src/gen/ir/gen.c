@@ -321,7 +321,8 @@ static char *gen_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     char why[256];
     int ok = kg_plan_make(p, cuda ? (int)pt[P_ONLINE] : 0, &plan, why, sizeof why);
     KILN_ASSERT(ok); /* emit is only called on what match accepted */
-    char *src = cuda ? kg_emit_cuda(p, m, pt, &plan) : kg_emit_cpu(p, m, &plan);
+    const kiln_family *f = &kiln_family_gen;
+    char *src = cuda ? kg_emit_cuda(f, p, m, pt, &plan) : kg_emit_cpu(f, p, m, &plan);
     kg_plan_free(&plan);
     return src;
 }

@@ -116,8 +116,11 @@ void kg_hoist(kg_scope *s, int v);
 void kg_name_results(kg_scope *s, int node, const char *index);
 
 /* ---- the drivers ---- */
-char *kg_emit_cpu(const kiln_problem *p, const kiln_match *m, const kg_plan *plan);
-char *kg_emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
-                   const kg_plan *plan);
+/* The source of the plan for the cpu backend / for CUDA at point pt, with family f's banner and
+ * defines (f is gen.c's family: passed in so that the drivers do not call back into gen.c). */
+char *kg_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                  const kg_plan *plan);
+char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                   const int64_t *pt, const kg_plan *plan);
 
 #endif

@@ -1,7 +1,7 @@
 /* lower.c: the lowering machinery: the op chain's values as IR nodes seen through their dims, the
  * building blocks every lowering rule is made of (pointwise ops with eager PyTorch's type
- * promotion, casts, reductions, windows, gathers, views), and kir_lower, which runs the table of
- * rules (rules.c) over a problem's op chain and binds the outputs. */
+ * promotion, casts, reductions, windows, gathers, views), and the binding of the problem's inputs
+ * and outputs. kir_lower, which runs the table of rules over an op chain, is in rules.c. */
 #include "lower.h"
 
 #include <cjson/cJSON.h>
@@ -682,8 +682,7 @@ int view_slice(lower_ctx *L, lval x, int d, int64_t start, int64_t end, int64_t 
 
 /* ---- the driver ---- */
 
-/* The value of problem input i: a by-value scalar, or a load through the input's layout. */
-static int bind_input(lower_ctx *L, int i) {
+int lower_bind_input(lower_ctx *L, int i) {
     const kiln_tensor_spec *t = &L->p->inputs[i];
     lval *v = &L->in[i];
     memset(v, 0, sizeof *v);
@@ -733,8 +732,7 @@ static int bind_input(lower_ctx *L, int i) {
     return (v->node = kir_add(L->ir, ld)) >= 0 ? 1 : full(L);
 }
 
-/* Output o is value v: checked against the problem's shape and dtype, stored through its layout. */
-static int bind_output(lower_ctx *L, int o, lval v) {
+int lower_bind_output(lower_ctx *L, int o, lval v) {
     const kiln_tensor_spec *t = &L->p->outputs[o];
     if (v.node < 0)
         return lower_fail(L, "output %s is None", t->name);
@@ -765,90 +763,4 @@ static int bind_output(lower_ctx *L, int o, lval v) {
     }
     L->ir->out[o] = (kir_output){v.node, L->ir->n_acc++};
     return 1;
-}
-
-static const lower_rule *find_rule(const kiln_op *op) {
-    char name[64];
-    snprintf(name, sizeof name, "%s", op->name);
-    if (op->inplace)
-        name[strlen(name) - 1] = 0;
-    size_t l = strlen(name);
-    for (int r = 0; r < KIR_N_RULES; r++)
-        for (const char *s = KIR_RULES[r].names; (s = strstr(s, name)) != NULL; s += l)
-            if ((s == KIR_RULES[r].names || s[-1] == ' ') && (s[l] == ' ' || !s[l]))
-                return &KIR_RULES[r];
-    return NULL;
-}
-
-static int lower_op(lower_ctx *L, int k) {
-    const kiln_op *op = &L->c->ops[k];
-    L->op = op;
-    const lower_rule *r = find_rule(op);
-    if (!r)
-        return lower_fail(L, "no lowering rule");
-    lval out[KILN_OP_MAX_RESULTS];
-    for (int s = 0; s < KILN_OP_MAX_RESULTS; s++)
-        out[s].node = -1;
-    if (!r->fn(L, op, r, out))
-        return 0;
-    if (op->inplace) { /* the result keeps the written tensor's dtype */
-        lval self;
-        if (!lower_arg(L, op, 0, "self", &self) || !lower_cast(L, out[0], lv_dtype(L, self), out))
-            return 0;
-    }
-    for (int s = 0; s < KILN_OP_MAX_RESULTS; s++) {
-        kiln_dtype want = op->result_dtype[s];
-        if (out[s].node >= 0 && want != KILN_DTYPE_COUNT && want != lv_dtype(L, out[s]))
-            return lower_fail(L, "eager gives result %d as %s, the lowering %s", s,
-                              kiln_dtype_name(want), kiln_dtype_name(lv_dtype(L, out[s])));
-        L->res[k][s] = out[s];
-    }
-    L->op = NULL;
-    return 1;
-}
-
-int kir_lower(const kiln_problem *p, kir **out, char *why, size_t n) {
-    *out = NULL;
-    kiln_opchain *c = NULL;
-    kiln_err err;
-    if (!kiln_opchain_described(p))
-        return snprintf(why, n, "no op chain (the generator lowers captured calls and chains)"), 0;
-    if (kiln_opchain_read(p, &c, &err) != KILN_OK)
-        return snprintf(why, n, "%s", err.msg), 0;
-    lower_ctx *L = xcalloc(1, sizeof *L);
-    L->ir = kir_new(p);
-    L->p = p;
-    L->c = c;
-    L->why = why;
-    L->n = n;
-    int ok = p->n_inputs <= (int)(sizeof L->in / sizeof L->in[0]) && p->n_outputs <= KIR_MAX_OUT;
-    if (!ok)
-        snprintf(why, n, "too many inputs or outputs");
-    for (int i = 0; ok && i < p->n_inputs; i++)
-        ok = bind_input(L, i);
-    for (int k = 0; ok && k < c->n_ops; k++)
-        ok = lower_op(L, k);
-    for (int o = 0; ok && o < c->n_outputs; o++) {
-        const kiln_value *v = &c->outputs[o];
-        ok = bind_output(L, o, v->input >= 0 ? L->in[v->input] : L->res[v->op][v->slot]);
-    }
-    L->ir->n_out = p->n_outputs;
-    if (ok)
-        ok = kir_finish(L->ir, why, n);
-    if (ok) {
-        int reds = 0, windows = 0;
-        for (int v = 0; v < L->ir->n_nodes; v++) {
-            reds += L->ir->nodes[v].kind == KIR_REDUCE;
-            windows += L->ir->nodes[v].kind == KIR_WINDOW;
-        }
-        snprintf(L->ir->how, sizeof L->ir->how,
-                 "%s: %d op(s) lowered to %d nodes, %d reduction(s), %d window(s)", c->kind,
-                 c->n_ops, L->ir->n_nodes, reds, windows);
-        *out = L->ir;
-    } else {
-        kir_free(L->ir);
-    }
-    kiln_opchain_free(c);
-    free(L);
-    return ok;
 }

@@ -36,8 +36,11 @@ typedef struct lower_rule {
     int code;
 } lower_rule;
 
-extern const lower_rule KIR_RULES[];
-extern const int KIR_N_RULES;
+/* Input i of the problem as a value (a by-value scalar, or a load through the input's layout; a
+ * dim the model broadcast is read with stride 0); output o bound to value v, checked against the
+ * problem's shape and dtype and stored through its layout. 0 with the reason in L. */
+int lower_bind_input(lower_ctx *L, int i);
+int lower_bind_output(lower_ctx *L, int o, lval v);
 
 /* Records why lowering stops (printf style); returns 0 so that rules can `return fail(...)`. */
 int lower_fail(lower_ctx *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

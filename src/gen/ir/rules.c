@@ -2,7 +2,8 @@
  * reads, and the few functions the rows share. A pointwise op is a row naming its kir_op; a
  * reduction a row naming its kir_red; composite ops (softmax, log_softmax, logsumexp, var, norms,
  * pooling) are short functions that spell PyTorch's own decomposition with the building blocks
- * of lower.h, in the dtypes eager computes them. A new op costs a row here. */
+ * of lower.h, in the dtypes eager computes them. A new op costs a row here. kir_lower, at the end,
+ * runs the table over a problem's op chain. */
 #include "lower.h"
 
 #include <math.h>
@@ -850,7 +851,7 @@ static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) 
 
 /* ---- the table ---- */
 
-const lower_rule KIR_RULES[] = {
+static const lower_rule RULES[] = {
     /* arithmetic */
     {"add sub rsub", binary, KO_ADD},
     {"mul multiply", binary, KO_MUL},
@@ -948,4 +949,92 @@ const lower_rule KIR_RULES[] = {
     {"embedding", embedding, 0},
     {"cat concat concatenate", cat, 0},
 };
-const int KIR_N_RULES = sizeof KIR_RULES / sizeof KIR_RULES[0];
+static const int N_RULES = sizeof RULES / sizeof RULES[0];
+
+/* ---- running the table ---- */
+
+static const lower_rule *find_rule(const kiln_op *op) {
+    char name[64];
+    snprintf(name, sizeof name, "%s", op->name);
+    if (op->inplace)
+        name[strlen(name) - 1] = 0;
+    size_t l = strlen(name);
+    for (int r = 0; r < N_RULES; r++)
+        for (const char *s = RULES[r].names; (s = strstr(s, name)) != NULL; s += l)
+            if ((s == RULES[r].names || s[-1] == ' ') && (s[l] == ' ' || !s[l]))
+                return &RULES[r];
+    return NULL;
+}
+
+static int lower_op(lower_ctx *L, int k) {
+    const kiln_op *op = &L->c->ops[k];
+    L->op = op;
+    const lower_rule *r = find_rule(op);
+    if (!r)
+        return lower_fail(L, "no lowering rule");
+    lval out[KILN_OP_MAX_RESULTS];
+    for (int s = 0; s < KILN_OP_MAX_RESULTS; s++)
+        out[s].node = -1;
+    if (!r->fn(L, op, r, out))
+        return 0;
+    if (op->inplace) { /* the result keeps the written tensor's dtype */
+        lval self;
+        if (!lower_arg(L, op, 0, "self", &self) || !lower_cast(L, out[0], lv_dtype(L, self), out))
+            return 0;
+    }
+    for (int s = 0; s < KILN_OP_MAX_RESULTS; s++) {
+        kiln_dtype want = op->result_dtype[s];
+        if (out[s].node >= 0 && want != KILN_DTYPE_COUNT && want != lv_dtype(L, out[s]))
+            return lower_fail(L, "eager gives result %d as %s, the lowering %s", s,
+                              kiln_dtype_name(want), kiln_dtype_name(lv_dtype(L, out[s])));
+        L->res[k][s] = out[s];
+    }
+    L->op = NULL;
+    return 1;
+}
+
+int kir_lower(const kiln_problem *p, kir **out, char *why, size_t n) {
+    *out = NULL;
+    kiln_opchain *c = NULL;
+    kiln_err err;
+    if (!kiln_opchain_described(p))
+        return snprintf(why, n, "no op chain (the generator lowers captured calls and chains)"), 0;
+    if (kiln_opchain_read(p, &c, &err) != KILN_OK)
+        return snprintf(why, n, "%s", err.msg), 0;
+    lower_ctx *L = xcalloc(1, sizeof *L);
+    L->ir = kir_new(p);
+    L->p = p;
+    L->c = c;
+    L->why = why;
+    L->n = n;
+    int ok = p->n_inputs <= (int)(sizeof L->in / sizeof L->in[0]) && p->n_outputs <= KIR_MAX_OUT;
+    if (!ok)
+        snprintf(why, n, "too many inputs or outputs");
+    for (int i = 0; ok && i < p->n_inputs; i++)
+        ok = lower_bind_input(L, i);
+    for (int k = 0; ok && k < c->n_ops; k++)
+        ok = lower_op(L, k);
+    for (int o = 0; ok && o < c->n_outputs; o++) {
+        const kiln_value *v = &c->outputs[o];
+        ok = lower_bind_output(L, o, v->input >= 0 ? L->in[v->input] : L->res[v->op][v->slot]);
+    }
+    L->ir->n_out = p->n_outputs;
+    if (ok)
+        ok = kir_finish(L->ir, why, n);
+    if (ok) {
+        int reds = 0, windows = 0;
+        for (int v = 0; v < L->ir->n_nodes; v++) {
+            reds += L->ir->nodes[v].kind == KIR_REDUCE;
+            windows += L->ir->nodes[v].kind == KIR_WINDOW;
+        }
+        snprintf(L->ir->how, sizeof L->ir->how,
+                 "%s: %d op(s) lowered to %d nodes, %d reduction(s), %d window(s)", c->kind,
+                 c->n_ops, L->ir->n_nodes, reds, windows);
+        *out = L->ir;
+    } else {
+        kir_free(L->ir);
+    }
+    kiln_opchain_free(c);
+    free(L);
+    return ok;
+}
