@@ -849,6 +849,50 @@ static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) 
     return 1;
 }
 
+/* split / split_with_sizes / chunk / unbind (self, sizes or count, dim): each result a slice
+ * (unbind: a select) of self along dim, whose size must be the same in every workload. */
+static int split(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    lval x;
+    double dim = 0, each = 0;
+    int64_t sizes[KILN_MAX_DIMS];
+    int n = 0;
+    const int unbind = !strcmp(op->name, "unbind");
+    if (!self_arg(L, op, &x) || !num(L, op, unbind ? 1 : 2, "dim", 0, &dim))
+        return 0;
+    const int d = lv_dim((int)dim, x.ndim);
+    if (d < 0)
+        return lower_fail(L, "a dim out of range");
+    const int64_t len = kir_eval(L->p, lv_size(L, x, d), 0);
+    char s[32];
+    snprintf(s, sizeof s, "%lld", (long long)len);
+    if (!kir_same(L->p, lv_size(L, x, d), s))
+        return lower_fail(L, "splitting a dim whose size differs between workloads");
+    if (!strcmp(op->name, "split_with_sizes")) {
+        if (arg_ints(op, 1, "split_sizes", sizes, &n) < 0)
+            return lower_fail(L, "unreadable split sizes");
+    } else {
+        if (!unbind &&
+            !num(L, op, 1, strcmp(op->name, "chunk") ? "split_size" : "chunks", 1, &each))
+            return 0;
+        if (!strcmp(op->name, "chunk")) /* chunks of ceil(len / chunks) */
+            each = each >= 1 ? (double)((len + (int64_t)each - 1) / (int64_t)each) : 0;
+        if (unbind)
+            each = 1;
+        if (each < 1)
+            return lower_fail(L, "a split of size %g", each);
+        for (int64_t at = 0; at < len && n <= KILN_OP_MAX_RESULTS; at += (int64_t)each)
+            sizes[n++] = at + (int64_t)each <= len ? (int64_t)each : len - at;
+    }
+    if (n < 1 || n > KILN_OP_MAX_RESULTS)
+        return lower_fail(L, "a split into more than %d parts", KILN_OP_MAX_RESULTS);
+    int64_t at = 0;
+    for (int k = 0; k < n; at += sizes[k++])
+        if (!view_slice(L, x, d, at, at + sizes[k], !unbind, &out[k]))
+            return 0;
+    return 1;
+}
+
 /* ---- the table ---- */
 
 static const lower_rule RULES[] = {
@@ -920,6 +964,7 @@ static const lower_rule RULES[] = {
     {"view _unsafe_view reshape unsqueeze squeeze permute transpose t expand flatten slice "
      "narrow select view_as expand_as",
      view, 0},
+    {"split split_with_sizes chunk unbind", split, 0},
     /* reductions */
     {"sum", reduce, KR_SUM},
     {"mean", reduce, -1},
