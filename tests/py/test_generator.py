@@ -2,10 +2,11 @@
 
 tests/data/gen/capture_ops.py is a real PyTorch script: `kiln capture --device cpu` writes a problem for
 every op it calls (softmax, log_softmax and logsumexp over the last and other axes, sum/mean/amax/amin/
-argmax/argmin with keepdim both ways, var/std/var_mean, pooling windows, adaptive pooling to 1, pointwise
-ops and casts) and for its leaf modules (RMSNorm and LayerNorm written as chains of ops over the last axis
-and over the channels of NCHW, fp32 and bf16; softmax written by hand over a non-last axis; a gated
-pointwise chain). Every problem must be matched by the generator ("gen") and proven by `kiln sweep --backend
+argmax/argmin and max/min over a dim with keepdim both ways, var/std/var_mean, pooling windows, adaptive
+pooling, pointwise ops, casts, masks (triu, tril), integer and bitwise ops, cat, pad, an index gather and an
+embedding) and for its leaf modules (RMSNorm and LayerNorm written as chains of ops over the last axis and
+over the channels of NCHW, fp32 and bf16; softmax written by hand over a non-last axis; a gated pointwise
+chain; SOL-ExecBench's forms: SwiGLU, RoPE, post-norm RMSNorm with a residual; split and unbind). Every problem must be matched by the generator ("gen") and proven by `kiln sweep --backend
 cpu --family gen` against the PyTorch reference on every workload; `kiln eval` proves one emitted source.
 
 The bundled examples (--small): every problem they capture that no family matches must be a compute-bound
@@ -42,10 +43,13 @@ REQUIRED_ATEN = {
     "aten::div.Tensor", "aten::neg.default", "aten::exp.default", "aten::log.default", "aten::tanh.default",
     "aten::sigmoid.default", "aten::silu.default", "aten::gelu.default", "aten::relu.default",
     "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor", "aten::rsqrt.default", "aten::sqrt.default",
-    "aten::where.self", "aten::clamp.default", "aten::_to_copy.default",
+    "aten::where.self", "aten::clamp.default", "aten::_to_copy.default", "aten::min.dim",
+    "aten::triu.default", "aten::tril.default", "aten::bitwise_and.Scalar", "aten::bitwise_or.Tensor",
+    "aten::bitwise_xor.Scalar", "aten::floor_divide.default", "aten::embedding.default", "aten::cat.default",
+    "aten::constant_pad_nd.default", "aten::index.Tensor",
 }
 REQUIRED_MODULES = {"RMSNormChannels", "RMSNormLast", "LayerNormChannels", "LayerNormLast", "SoftmaxAxis",
-                    "GatedChain"}
+                    "GatedChain", "SwiGLU", "Rope", "ResidualRMSNorm", "SplitRotate"}
 # What only other generators (GEMM, convolution, attention, solvers) can take.
 COMPUTE_BOUND = ("conv1d", "conv2d", "linear", "matmul", "mm", "bmm", "_grouped_mm", "linalg_solve_triangular")
 

@@ -1,8 +1,9 @@
 """A PyTorch script whose forward calls, on small odd shapes, every memory-bound op the tensor-expression
 generator (src/gen/ir) lowers: softmax, log_softmax and logsumexp over the last and other axes,
-sum/mean/amax/amin/argmax/argmin with keepdim both ways, var/std, pooling windows, adaptive pooling to 1,
-pointwise ops and casts, and leaf modules that write RMSNorm, LayerNorm and softmax as chains of ops
-(over the last axis and over the channels of NCHW, fp32 and bf16). tests/py/test_generator.py captures it
+sum/mean/amax/amin/argmax/argmin with keepdim both ways, var/std, pooling windows, adaptive pooling,
+pointwise ops, casts, masks, integer and bitwise ops, data movement, and leaf modules that write RMSNorm,
+LayerNorm and softmax as chains of ops (over the last axis and over the channels of NCHW, fp32 and bf16)
+and SOL-ExecBench's forms (SwiGLU, RoPE, post-norm RMSNorm with a residual). tests/py/test_generator.py captures it
 with `kiln capture --device cpu` and proves every problem the capture writes on the cpu backend.
 
     kiln capture tests/data/gen/capture_ops.py --out runs/gen_ops --device cpu
@@ -78,6 +79,46 @@ class GatedChain(nn.Module):
         return h.to(torch.bfloat16).float() * 2.0 - 1.0
 
 
+class SwiGLU(nn.Module):
+    """SwiGLU's gate: silu(gate) * up on the two halves of one projection."""
+
+    def forward(self, x):
+        gate, up = x.chunk(2, -1)
+        return F.silu(gate) * up
+
+
+class SplitRotate(nn.Module):
+    """split_with_sizes and unbind: parts of one input as separate values."""
+
+    def forward(self, x):
+        a, b = x.split([20, 13], -1)
+        u0, u1, u2 = x[:3].unbind(0)
+        return torch.cat([b, a], -1), u0 * u1 - u2
+
+
+class Rope(nn.Module):
+    """Rotary embedding as transformers writes it: q * cos + rotate_half(q) * sin."""
+
+    def forward(self, q, cos, sin):
+        half = q.shape[-1] // 2
+        rotated = torch.cat((-q[..., half:], q[..., :half]), -1)
+        return q * cos + rotated * sin
+
+
+class ResidualRMSNorm(nn.Module):
+    """Post-norm with a residual: h = x + residual, then RMSNorm of h; both h and the norm are outputs."""
+
+    def __init__(self, h):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(h))
+
+    def forward(self, x, residual):
+        h = x + residual
+        hf = h.float()
+        n = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (n * self.weight).to(h.dtype), h
+
+
 class Ops(nn.Module):
     def __init__(self):
         super().__init__()
@@ -88,9 +129,14 @@ class Ops(nn.Module):
         self.ln_last = LayerNormLast()
         self.smx = SoftmaxAxis()
         self.gated = GatedChain()
+        self.swiglu = SwiGLU()
+        self.rope = Rope()
+        self.split_rot = SplitRotate()
+        self.res_rms = ResidualRMSNorm(33)
 
     def forward(self, x, y, z):
-        xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
+        xb, yb, zb = x.to(torch.bfloat16), y.to(torch.bfloat16), z.to(torch.bfloat16)
+        yi = (y * 10).to(torch.int32)
         xcl = x.contiguous(memory_format=torch.channels_last)
         out = [
             # softmax family over any axis, fp32 and bf16, a channels-last input
@@ -114,6 +160,11 @@ class Ops(nn.Module):
             # the chains of leaf modules
             self.rms_c(x), self.rms_c16(xb), self.rms_last(yb), self.ln_c(x), self.ln_last(y), self.smx(x),
             self.gated(y, z, z[0]),
+            # masks and integer ops, min over an axis, an embedding lookup
+            torch.triu(y, 1), torch.tril(y, -1), (yi & 6) | (yi ^ 3), torch.floor_divide(yi, -3), torch.min(y, 1),
+            F.embedding(torch.tensor([[1, 0], [6, 2]]), y),
+            # SOL-ExecBench's forms: SwiGLU, RoPE, post-norm with a residual
+            self.swiglu(y[:, :32]), self.split_rot(y), self.rope(x, x[0, 0], x[1, 0]), self.res_rms(yb, zb),
         ]
         with torch.inference_mode():  # composite ops arrive whole here: softmax.int, log_softmax.int
             out += [F.softmax(x.clone(), 2), F.log_softmax(y.clone(), 0)]
