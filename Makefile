@@ -29,7 +29,7 @@ LIBS_A := $(BUILD)/libkiln.a $(BUILD)/libkiln_core.a
 # src/backend/sandbox_main.c is the cpu sandbox's runner, a program of its own (build/kiln-sandbox).
 SANDBOX_MAIN := src/backend/sandbox_main.c
 CORE_SRC := $(sort $(filter-out $(SANDBOX_MAIN),$(wildcard src/util/*.c src/formats/*.c src/backend/*.c)))
-LIB_SRC := $(sort $(wildcard src/gate/*.c src/gen/*.c src/store/*.c src/search/*.c))
+LIB_SRC := $(sort $(wildcard src/gate/*.c src/gen/*.c src/gen/ir/*.c src/store/*.c src/search/*.c))
 TEMPLATES := $(sort $(wildcard src/gen/templates/*))
 # The gate's own device kernels (poison, masks, the output check), embedded the same way.
 GATE_KERNELS := $(sort $(wildcard src/gate/kernels/*))

@@ -106,9 +106,45 @@ static void string_arg(const char *s, kiln_arg *a) {
 
 /* ---- JSON: capture's "args" and the "ops" form ---- */
 
+static int json_arg(reader *r, const cJSON *v, int aten_args, kiln_arg *a);
+
+/* A list of tensors and Nones (index's indices) into a's .values: 1, 0 when v is not such a list,
+ * -1 (err set) when an element is a tensor that cannot be read. The argument stays
+ * KILN_ARG_OTHER for readers that only want its text. */
+static int tensor_list(reader *r, const cJSON *v, int aten_args, kiln_arg *a) {
+    const cJSON *e;
+    int n = 0, tensors = 0;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNull(e) && !cJSON_IsObject(e))
+            return 0;
+    }
+    cJSON_ArrayForEach(e, v) {
+        kiln_arg t;
+        if (cJSON_IsNull(e)) {
+            a->values[n++] = (kiln_value){-1, -1, 0};
+            continue;
+        }
+        if (json_arg(r, e, aten_args, &t) != KILN_OK)
+            return -1;
+        if (t.kind != KILN_ARG_TENSOR)
+            return 0;
+        a->values[n++] = t.value;
+        tensors++;
+    }
+    if (!tensors)
+        return 0;
+    a->kind = KILN_ARG_OTHER;
+    a->n_values = n;
+    char *text = cJSON_PrintUnformatted(v);
+    snprintf(a->text, sizeof a->text, "%s", text);
+    free(text);
+    return 1;
+}
+
 /* One JSON argument. Tensors are {"tensor": i} in capture's record of an aten call (aten_args),
  * {"ref": NAME} in "ops". */
 static int json_arg(reader *r, const cJSON *v, int aten_args, kiln_arg *a) {
+    int rc;
     memset(a, 0, sizeof *a);
     a->value = (kiln_value){-1, -1, 0};
     if (cJSON_IsNull(v)) {
@@ -134,6 +170,9 @@ static int json_arg(reader *r, const cJSON *v, int aten_args, kiln_arg *a) {
                 ints = 0;
         }
         a->kind = ints ? KILN_ARG_INTS : KILN_ARG_OTHER;
+        if (!ints && cJSON_GetArraySize(v) <= KILN_MAX_DIMS &&
+            (rc = tensor_list(r, v, aten_args, a)))
+            return rc < 0 ? KILN_ERR_FORMAT : KILN_OK;
         char *text = cJSON_PrintUnformatted(v);
         snprintf(a->text, sizeof a->text, "%s", text);
         free(text);

@@ -41,7 +41,8 @@ typedef enum {
     KILN_ARG_BOOL,   /* .num is 0 or 1 */
     KILN_ARG_DTYPE,  /* a torch dtype kiln has: .dtype */
     KILN_ARG_INTS,   /* a list of up to KILN_MAX_DIMS integers (dims, sizes): .ints */
-    KILN_ARG_OTHER,  /* any other constant ('tanh', a device, a layout, a longer list): .text */
+    KILN_ARG_OTHER,  /* any other constant ('tanh', a device, a layout, a longer list): .text; a
+                        list of tensors and Nones (index's indices) also fills .values */
 } kiln_arg_kind;
 
 typedef struct {
@@ -51,6 +52,8 @@ typedef struct {
     kiln_dtype dtype;
     int n_ints;
     int64_t ints[KILN_MAX_DIMS];
+    int n_values; /* KILN_ARG_OTHER, a list of tensors: .values, None as input -1 and op -1 */
+    kiln_value values[KILN_MAX_DIMS];
     char text[48]; /* how the argument was written (a name, 'tanh', torch.float32), for messages */
 } kiln_arg;
 

@@ -1,6 +1,8 @@
 /* registry.c: the list of built-in kernel families, in the order sweep and search try them. Each
- * family lives in its own file (src/gen/<name>.c) with its template in src/gen/templates/; a family
- * is declared weak here so that the list holds exactly the families linked in. */
+ * family lives in its own file (src/gen/<name>.c) with its template in src/gen/templates/; the
+ * tensor-expression generator (src/gen/ir/) comes last and competes wherever a hand-written
+ * family matches too. A family is declared weak here so that the list holds exactly the families
+ * linked in. */
 #include "family.h"
 
 #define FAMILY(sym) extern const kiln_family sym __attribute__((weak));
@@ -11,7 +13,8 @@
     X(kiln_family_groupnorm)                                                                       \
     X(kiln_family_batchnorm)                                                                       \
     X(kiln_family_pool)                                                                            \
-    X(kiln_family_eltwise)
+    X(kiln_family_eltwise)                                                                         \
+    X(kiln_family_gen)
 FAMILIES(FAMILY)
 #undef FAMILY
 

@@ -2,7 +2,9 @@
  * matched against every family at once (kiln_family_match_all): each of the forms a problem can
  * say what it computes in — a captured aten call, a captured module's "ops", a hand-written chain,
  * the generated reference of an older capture, a hand-written op_type — is taken by exactly the
- * families expected, and declined by the others with a reason. */
+ * families expected, and declined by the others with a reason. The tensor-expression generator
+ * ("gen") takes every problem that states its op chain and whose ops have lowering rules, beside
+ * the hand-written family. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,7 +30,7 @@ static const match_case CASES[] = {
      "'outputs': {'out0': {'shape': ['n8', 'n64'], 'dtype': 'bfloat16'}}, 'reference': 'def "
      "run(self): pass', 'kiln': {'kind': 'aten', 'aten': 'aten::_softmax.default', 'args': "
      "{'args': [{'tensor': 0}, -1, false], 'kwargs': {}}}}",
-     "{'uuid': 'u', 'axes': {}, 'inputs': {'self': {'type': 'random'}}}", "softmax"},
+     "{'uuid': 'u', 'axes': {}, 'inputs': {'self': {'type': 'random'}}}", "softmax gen"},
     {"captured RMSNorm module (ops)",
      "{'name': 'm', 'axes': {'n4': {'type': 'const', 'value': 4}, 'n64': {'type': 'const', "
      "'value': 64}}, 'inputs': {'input0': {'shape': ['n4', 'n64'], 'dtype': 'bfloat16'}, "
@@ -47,7 +49,7 @@ static const match_case CASES[] = {
      "'outputs': ['v8']}}",
      "{'uuid': 'u', 'axes': {}, 'inputs': {'input0': {'type': 'random'}, 'weight': {'type': "
      "'random'}}}",
-     "rmsnorm"},
+     "rmsnorm gen"},
     {"captured native_layer_norm with mean and rstd",
      "{'name': 'l', 'axes': {'n3': {'type': 'const', 'value': 3}, 'n32': {'type': 'const', "
      "'value': 32}}, 'inputs': {'input': {'shape': ['n3', 'n32'], 'dtype': 'float32'}, 'weight': "
@@ -59,7 +61,7 @@ static const match_case CASES[] = {
      "{'tensor': 2}, 1e-05], 'kwargs': {}}}}",
      "{'uuid': 'u', 'axes': {}, 'inputs': {'input': {'type': 'random'}, 'weight': {'type': "
      "'random'}, 'bias': {'type': 'random'}}}",
-     "layernorm"},
+     "layernorm gen"},
     {"hand-written group_norm -> silu chain",
      "{'name': 'g', 'axes': {'n1': {'type': 'const', 'value': 1}, 'n32': {'type': 'const', "
      "'value': 32}, 'n4': {'type': 'const', 'value': 4}}, 'inputs': {'input': {'shape': ['n1', "
@@ -90,7 +92,7 @@ static const match_case CASES[] = {
      "'1', '1'], 'dtype': 'bfloat16'}}, 'reference': 'def run(self): pass', 'kiln': {'kind': "
      "'aten', 'aten': 'aten::mean.dim', 'args': {'args': [{'tensor': 0}, [-1, -2], true], "
      "'kwargs': {}}, 'layouts': {'self': {'stored': 'memory_order', 'permute': [0, 2, 3, 1]}}}}",
-     "{'uuid': 'u', 'axes': {}, 'inputs': {'self': {'type': 'random'}}}", "pool"},
+     "{'uuid': 'u', 'axes': {}, 'inputs': {'self': {'type': 'random'}}}", "pool gen"},
     {"hand-written silu(gate) * up chain",
      "{'name': 'e', 'axes': {'n3': {'type': 'const', 'value': 3}, 'n40': {'type': 'const', "
      "'value': 40}}, 'inputs': {'gate': {'shape': ['n3', 'n40'], 'dtype': 'bfloat16'}, 'up': "
@@ -100,7 +102,7 @@ static const match_case CASES[] = {
      "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'a'}, {'ref': 'up'}], 'out': 'out'}]}}",
      "{'uuid': 'u', 'axes': {}, 'inputs': {'gate': {'type': 'random'}, 'up': {'type': "
      "'random'}}}",
-     "eltwise"},
+     "eltwise gen"},
     {"an older capture: a module read from its generated reference",
      "{'name': 'r', 'axes': {'n4': {'type': 'const', 'value': 4}, 'n80': {'type': 'const', "
      "'value': 80}}, 'inputs': {'input0': {'shape': ['n4', 'n80'], 'dtype': 'bfloat16'}}, "
@@ -109,7 +111,7 @@ static const match_case CASES[] = {
      "    v1 = torch.ops.aten._softmax.default(v0, -1, False)\\n    v2 = "
      "torch.ops.aten._to_copy.default(v1, dtype=torch.bfloat16)\\n    return v2\\n', 'kiln': "
      "{'kind': 'module', 'module_class': 'Probs'}}",
-     "{'uuid': 'u', 'axes': {}, 'inputs': {'input0': {'type': 'random'}}}", "softmax"},
+     "{'uuid': 'u', 'axes': {}, 'inputs': {'input0': {'type': 'random'}}}", "softmax gen"},
     {"hand-written rmsnorm (op_type, no \"kiln\" object)",
      "{'name': 'h', 'op_type': 'rmsnorm', 'axes': {'b': {'type': 'var'}, 'h': {'type': 'const', "
      "'value': 256}}, 'inputs': {'hidden_states': {'shape': ['b', 'h'], 'dtype': 'bfloat16'}, "

@@ -1,0 +1,479 @@
+/* emit.c: the element emitter both backends share: the IR's nodes as straight-line C at a point of
+ * the domain (a scope says where each axis's coordinate comes from), with eager PyTorch's
+ * roundings, loads and stores through the accesses' strides, pooling windows and gathers as
+ * small loops in a nested scope. The CPU driver (emit_cpu.c) and the CUDA driver (emit_cuda.c)
+ * put it inside their loops and name what they computed themselves (reduction results, vector
+ * lanes) in the scope. */
+#include "gen_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+void kg_scope_init(kg_scope *s, kiln_strbuf *b, const kg_plan *plan, int cuda, const char *indent,
+                   int *next_id) {
+    memset(s, 0, sizeof *s);
+    s->b = b;
+    s->plan = plan;
+    s->cuda = cuda;
+    s->indent = indent;
+    s->next_id = next_id;
+    s->id = (*next_id)++;
+}
+
+void kg_scope_child(kg_scope *child, const kg_scope *parent, const char *indent) {
+    *child = *parent;
+    child->indent = indent;
+    child->id = (*parent->next_id)++;
+}
+
+const char *kg_ctype(kiln_dtype t) {
+    return kir_dtype_is_int(t) ? "int64_t" : "float";
+}
+
+const char *kg_tensor_name(const kiln_problem *p, int tensor) {
+    return tensor >= 0 ? p->inputs[tensor].name : p->outputs[-1 - tensor].name;
+}
+
+void kg_load_expr(kiln_dtype t, int cuda, const char *elem, char *out, size_t n) {
+    if (t == KILN_F8_E4M3 || t == KILN_F8_E5M2)
+        snprintf(out, n, "kg_%s_to_float(%s)", t == KILN_F8_E4M3 ? "e4m3" : "e5m2", elem);
+    else if (kir_dtype_is_int(t))
+        snprintf(out, n, "(int64_t)%s", elem);
+    else
+        snprintf(out, n, "%s(%s)", kiln_dtype_kernel_type(t, cuda).to_float, elem);
+}
+
+void kg_store_expr(kiln_dtype t, int cuda, const char *value, char *out, size_t n) {
+    if (t == KILN_F8_E4M3 || t == KILN_F8_E5M2)
+        snprintf(out, n, "kg_float_to_%s(%s)", t == KILN_F8_E4M3 ? "e4m3" : "e5m2", value);
+    else if (t == KILN_BOOL)
+        snprintf(out, n, "(%s) != 0", value);
+    else if (kir_dtype_is_int(t))
+        snprintf(out, n, "(%s)(%s)", kiln_dtype_kernel_type(t, cuda).type, value);
+    else
+        snprintf(out, n, "%s(%s)", kiln_dtype_kernel_type(t, cuda).from_float, value);
+}
+
+void kg_offset(const kg_scope *s, int c, char *out, size_t n) {
+    const kir *ir = s->plan->ir;
+    const kir_access *a = &ir->acc[c];
+    size_t off = 0;
+    if (strcmp(a->offset, "0"))
+        off = (size_t)snprintf(out, n, "%s", a->offset);
+    for (int x = 0; x < ir->n_axes && off < n; x++) {
+        if (!strcmp(a->stride[x], "0") || !s->coord[x][0])
+            continue;
+        const char *plus = off ? " + " : "";
+        if (!strcmp(a->stride[x], "1"))
+            off += (size_t)snprintf(out + off, n - off, "%s%s", plus, s->coord[x]);
+        else
+            off += (size_t)snprintf(out + off, n - off, "%s%s * (%s)", plus, s->coord[x],
+                                    a->stride[x]);
+    }
+    if (!off)
+        off = (size_t)snprintf(out, n, "0");
+    KILN_ASSERT(off < n);
+}
+
+/* A constant in the node's compute type. */
+static void constant(double v, int is_int, char *out, size_t n) {
+    if (is_int)
+        snprintf(out, n, "(int64_t)%lld", (long long)v);
+    else if (isnan(v))
+        snprintf(out, n, "NAN");
+    else if (isinf(v))
+        snprintf(out, n, "%sINFINITY", v < 0 ? "-" : "");
+    else {
+        snprintf(out, n, "%.9g", v);
+        if (!strpbrk(out, ".e"))
+            snprintf(out + strlen(out), n - strlen(out), ".0");
+        snprintf(out + strlen(out), n - strlen(out), "f");
+    }
+}
+
+/* The rounding of a computed value to dtype t, around expr. */
+static void rounded(kiln_dtype t, const char *expr, char *out, size_t n) {
+    static const char *const wrap[KILN_DTYPE_COUNT] = {
+        [KILN_BF16] = "kg_round_bf16",     [KILN_F16] = "kg_round_f16",
+        [KILN_F8_E4M3] = "kg_round_e4m3",  [KILN_F8_E5M2] = "kg_round_e5m2",
+        [KILN_I32] = "(int64_t)(int32_t)", [KILN_I16] = "(int64_t)(int16_t)",
+        [KILN_I8] = "(int64_t)(int8_t)",   [KILN_U8] = "(int64_t)(uint8_t)",
+        [KILN_I64] = "(int64_t)"};
+    if (t == KILN_BOOL)
+        snprintf(out, n, "(int64_t)((%s) != 0)", expr);
+    else if (wrap[t])
+        snprintf(out, n, "%s(%s)", wrap[t], expr);
+    else
+        snprintf(out, n, "%s", expr);
+}
+
+/* The right-hand side of op node x over operand expressions: the table's expression, with the
+ * exponents PyTorch's pow kernels special-case. */
+static void op_expr(const kir_node *x, const char ops[3][96], char *out, size_t n) {
+    const char *expr = KIR_OP_INFO[x->op].expr;
+    if (x->op == KO_DIV_FLOOR && kir_dtype_is_int(x->dtype))
+        expr = "kg_idiv_floor($a, $b)";
+    if ((x->op == KO_ADD || x->op == KO_SUB) && x->k[0] == 1)
+        expr = x->op == KO_ADD ? "$a + $b" : "$a - $b";
+    if (x->op == KO_POW_K) {
+        static const struct {
+            double exponent;
+            const char *expr;
+        } special[] = {{2, "$a * $a"},   {3, "$a * $a * $a"},    {1, "$a"},
+                       {0, "1.f"},       {0.5, "sqrtf($a)"},     {-0.5, "kg_rsqrt($a)"},
+                       {-1, "1.f / $a"}, {-2, "1.f / ($a * $a)"}};
+        for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+            if (x->k[0] == special[i].exponent)
+                expr = special[i].expr;
+    }
+    const int is_int = kir_dtype_is_int(x->dtype);
+    char k[2][48];
+    constant(x->k[0], is_int && x->op != KO_ADD && x->op != KO_SUB, k[0], sizeof k[0]);
+    constant(x->k[1], is_int, k[1], sizeof k[1]);
+    if ((x->op == KO_ADD || x->op == KO_SUB) && is_int)
+        snprintf(k[0], sizeof k[0], "(int64_t)%lld", (long long)x->k[0]);
+    size_t off = 0;
+    for (const char *e = expr; *e && off + 1 < n; e++) {
+        const char *sub = NULL;
+        if (e[0] == '$' && e[1])
+            sub = e[1] == 'a'   ? ops[0]
+                  : e[1] == 'b' ? ops[1]
+                  : e[1] == 'c' ? ops[2]
+                  : e[1] == '0' ? k[0]
+                                : k[1];
+        if (sub) {
+            off += (size_t)snprintf(out + off, n - off, "(%s)", sub);
+            off = off < n ? off : n - 1;
+            e++;
+        } else {
+            out[off++] = *e;
+        }
+    }
+    out[off] = 0;
+}
+
+static void set_name(kg_scope *s, int v, const char *fmt, int a, int b) {
+    snprintf(s->name[v], sizeof s->name[v], fmt, a, b);
+}
+
+/* A temporary's name in scope s. */
+static void temp_name(kg_scope *s, int v) {
+    if (s->id == 0)
+        set_name(s, v, "kv%d", v, 0);
+    else
+        set_name(s, v, "kv%d_%d", v, s->id);
+}
+
+/* The nested scope of a window or remap: the operand's source axes get new coordinates; what
+ * moves along them is computed again. */
+static void map_scope(kg_scope *child, const kg_scope *s, const kir_map *m, const char *indent,
+                      char coord[][32]) {
+    kg_scope_child(child, s, indent);
+    uint32_t src = 0;
+    for (int i = 0; i < m->n; i++) {
+        src |= 1u << m->src[i];
+        snprintf(child->coord[m->src[i]], sizeof child->coord[0], "%s", coord[i]);
+    }
+    const kir *ir = s->plan->ir;
+    for (int v = 0; v < ir->n_nodes; v++)
+        if (ir->nodes[v].axes & src)
+            child->name[v][0] = 0;
+}
+
+/* The flat index of positions pos[] in the operand's plane: ((p0 * size1 + p1) * size2 + p2). */
+static void plane_index(kiln_strbuf *b, const kir *ir, const kir_map *m, const char *pos, int id) {
+    for (int i = 1; i < m->n; i++)
+        kiln_strbuf_printf(b, "(");
+    for (int i = 0; i < m->n; i++) {
+        if (i)
+            kiln_strbuf_printf(b, ") * (%s) + ", ir->axes[m->src[i]].size);
+        kiln_strbuf_printf(b, "kg_%s%d_%d", pos, id, i);
+    }
+}
+
+/* Average or max pooling of x's operand over its window, as PyTorch's avg_pool / max_pool
+ * kernels: windows start at dst * stride - pad; the average divides by the override, by the
+ * window clipped to the padded input (count_include_pad), or by the elements inside the input;
+ * max keeps the first of equal values, a NaN replaces anything, and the index starts at the
+ * first position inside the input. */
+static void emit_window(kg_scope *s, int v) {
+    const kir *ir = s->plan->ir;
+    const kir_node *x = &ir->nodes[v];
+    const kir_map *m = &ir->maps[x->map];
+    const int avg = x->op == KR_AVG, id = (*s->next_id)++;
+    const char *in = s->indent;
+    char ind[96], coord[3][32];
+    temp_name(s, v);
+    kiln_strbuf_printf(s->b, "%sfloat %s;\n", in, s->name[v]);
+    if (!avg)
+        kiln_strbuf_printf(s->b, "%sint64_t %s_i;\n", in, s->name[v]);
+    kiln_strbuf_printf(s->b, "%s{ /* %s window */\n", in, avg ? "average" : "max");
+    for (int i = 0; i < m->n; i++) {
+        const char *size = ir->axes[m->src[i]].size, *out = ir->axes[m->dst[i]].size;
+        const char *dst = s->coord[m->dst[i]][0] ? s->coord[m->dst[i]] : "0";
+        long long st = m->stride[i], pad = m->pad[i], k = m->kernel[i], d = m->dilation[i];
+        if (m->adaptive) {
+            kiln_strbuf_printf(s->b,
+                               "%s    const int64_t kg_lo%d_%d = (int64_t)(%s) * (%s) / (%s);\n",
+                               in, id, i, dst, size, out);
+            kiln_strbuf_printf(s->b,
+                               "%s    const int64_t kg_hi%d_%d = (((int64_t)(%s) + 1) * (%s) + "
+                               "(%s) - 1) / (%s);\n",
+                               in, id, i, dst, size, out, out);
+            continue;
+        }
+        kiln_strbuf_printf(s->b, "%s    const int64_t kg_st%d_%d = (int64_t)(%s) * %lld - %lld;\n",
+                           in, id, i, dst, st, pad);
+        if (avg) {
+            kiln_strbuf_printf(s->b,
+                               "%s    const int64_t kg_en%d_%d = kg_st%d_%d + %lld < (%s) + %lld ? "
+                               "kg_st%d_%d + %lld : (%s) + %lld;\n",
+                               in, id, i, id, i, k, size, pad, id, i, k, size, pad);
+            kiln_strbuf_printf(
+                s->b, "%s    const int64_t kg_lo%d_%d = kg_st%d_%d < 0 ? 0 : kg_st%d_%d;\n", in, id,
+                i, id, i, id, i);
+            kiln_strbuf_printf(s->b,
+                               "%s    const int64_t kg_hi%d_%d = kg_en%d_%d < (%s) ? kg_en%d_%d : "
+                               "(%s);\n",
+                               in, id, i, id, i, size, id, i, size);
+        } else {
+            kiln_strbuf_printf(s->b,
+                               "%s    const int64_t kg_hi%d_%d = kg_st%d_%d + %lld < (%s) ? "
+                               "kg_st%d_%d + %lld : (%s);\n",
+                               in, id, i, id, i, (k - 1) * d + 1, size, id, i, (k - 1) * d + 1,
+                               size);
+            kiln_strbuf_printf(s->b,
+                               "%s    int64_t kg_lo%d_%d = kg_st%d_%d;\n%s    while (kg_lo%d_%d < "
+                               "0)\n%s        kg_lo%d_%d += %lld;\n",
+                               in, id, i, id, i, in, id, i, in, id, i, d);
+        }
+    }
+    if (avg) {
+        kiln_strbuf_printf(s->b, "%s    %s kg_sum%d = 0;\n", in, s->cuda ? "float" : "double", id);
+    } else {
+        kiln_strbuf_printf(
+            s->b, "%s    float kg_best%d = -INFINITY;\n%s    int64_t kg_arg%d = ", in, id, in, id);
+        plane_index(s->b, ir, m, "lo", id);
+        kiln_strbuf_printf(s->b, ";\n");
+    }
+    snprintf(ind, sizeof ind, "%s    ", in);
+    for (int i = 0; i < m->n; i++) {
+        kiln_strbuf_printf(s->b,
+                           "%sfor (int64_t kg_s%d_%d = kg_lo%d_%d; kg_s%d_%d < kg_hi%d_%d; "
+                           "kg_s%d_%d += %lld) {\n",
+                           ind, id, i, id, i, id, i, id, i, id, i,
+                           avg ? 1LL : (long long)m->dilation[i]);
+        snprintf(coord[i], sizeof coord[i], "kg_s%d_%d", id, i);
+        size_t l = strlen(ind);
+        snprintf(ind + l, sizeof ind - l, "    ");
+    }
+    kg_scope child;
+    map_scope(&child, s, m, ind, coord);
+    const char *val = kg_value(&child, x->a[0]);
+    if (avg) {
+        kiln_strbuf_printf(s->b, "%skg_sum%d += %s;\n", ind, id, val);
+    } else {
+        kiln_strbuf_printf(s->b, "%sconst float kg_x%d = %s;\n", ind, id, val);
+        kiln_strbuf_printf(s->b, "%sif (kg_x%d > kg_best%d || kg_x%d != kg_x%d) {\n", ind, id, id,
+                           id, id);
+        kiln_strbuf_printf(s->b, "%s    kg_best%d = kg_x%d;\n%s    kg_arg%d = ", ind, id, id, ind,
+                           id);
+        plane_index(s->b, ir, m, "s", id);
+        kiln_strbuf_printf(s->b, ";\n%s}\n", ind);
+    }
+    for (int i = m->n - 1; i >= 0; i--) {
+        ind[strlen(ind) - 4] = 0;
+        kiln_strbuf_printf(s->b, "%s}\n", ind);
+    }
+    char r[128], e[64];
+    if (avg) {
+        kiln_strbuf_printf(s->b, "%s    const int64_t kg_div%d = ", in, id);
+        if (m->divisor)
+            kiln_strbuf_printf(s->b, "%lld", (long long)m->divisor);
+        for (int i = 0; !m->divisor && i < m->n; i++) {
+            const char *a = m->count_include_pad && !m->adaptive ? "en" : "hi";
+            const char *b = m->count_include_pad && !m->adaptive ? "st" : "lo";
+            kiln_strbuf_printf(s->b, "%s(kg_%s%d_%d - kg_%s%d_%d)", i ? " * " : "", a, id, i, b, id,
+                               i);
+        }
+        kiln_strbuf_printf(s->b, ";\n");
+        snprintf(e, sizeof e, "(float)(kg_sum%d / kg_div%d)", id, id);
+    } else {
+        snprintf(e, sizeof e, "kg_best%d", id);
+    }
+    rounded(x->dtype, e, r, sizeof r);
+    kiln_strbuf_printf(s->b, "%s    %s = %s;\n", in, s->name[v], r);
+    if (!avg)
+        kiln_strbuf_printf(s->b, "%s    %s_i = kg_arg%d;\n", in, s->name[v], id);
+    kiln_strbuf_printf(s->b, "%s}\n", in);
+}
+
+/* x's operand at src = (dst * mul + add) / den, or the fill value outside it. */
+static void emit_remap(kg_scope *s, int v) {
+    const kir *ir = s->plan->ir;
+    const kir_node *x = &ir->nodes[v];
+    const kir_map *m = &ir->maps[x->map];
+    const int id = (*s->next_id)++;
+    const char *in = s->indent;
+    char coord[3][32], fill[48], ind[96], at[3][96];
+    for (int i = 0; i < m->n; i++) /* a gather's indices, at this scope's coordinates */
+        if (m->index[i] >= 0)
+            snprintf(at[i], sizeof at[i], "%s", kg_value(s, m->index[i]));
+    temp_name(s, v);
+    constant(x->k[0], kir_dtype_is_int(x->dtype), fill, sizeof fill);
+    kiln_strbuf_printf(s->b, "%s%s %s = %s;\n%s{ /* gather */\n", in, kg_ctype(x->dtype),
+                       s->name[v], fill, in);
+    for (int i = 0; i < m->n; i++) {
+        snprintf(coord[i], sizeof coord[i], "kg_g%d_%d", id, i);
+        if (m->index[i] >= 0) { /* a gather: the index's value, negative from the end */
+            kiln_strbuf_printf(s->b, "%s    const int64_t %s = %s < 0 ? %s + (%s) : %s;\n", in,
+                               coord[i], at[i], at[i], ir->axes[m->src[i]].size, at[i]);
+            continue;
+        }
+        const char *dst = s->coord[m->dst[i]][0] ? s->coord[m->dst[i]] : "0";
+        kiln_strbuf_printf(s->b, "%s    const int64_t %s = ((int64_t)(%s) * %lld + %lld)", in,
+                           coord[i], dst, (long long)m->mul[i], (long long)m->add[i]);
+        if (m->den[i] > 1)
+            kiln_strbuf_printf(s->b, " / %lld", (long long)m->den[i]);
+        kiln_strbuf_printf(s->b, ";\n");
+    }
+    kiln_strbuf_printf(s->b, "%s    if (", in);
+    for (int i = 0; i < m->n; i++)
+        kiln_strbuf_printf(s->b, "%s%s >= 0 && %s < (%s)", i ? " && " : "", coord[i], coord[i],
+                           ir->axes[m->src[i]].size);
+    kiln_strbuf_printf(s->b, ") {\n");
+    snprintf(ind, sizeof ind, "%s        ", in);
+    kg_scope child;
+    map_scope(&child, s, m, ind, coord);
+    const char *val = kg_value(&child, x->a[0]);
+    kiln_strbuf_printf(s->b, "%s%s = %s;\n%s    }\n%s}\n", ind, s->name[v], val, in, in);
+}
+
+const char *kg_value(kg_scope *s, int v) {
+    if (s->name[v][0])
+        return s->name[v];
+    const kir *ir = s->plan->ir;
+    const kir_node *x = &ir->nodes[v];
+    char rhs[1024], expr[1100];
+    switch (x->kind) {
+    case KIR_CONST:
+        if (!x->expr[0]) {
+            constant(x->value, kir_dtype_is_int(x->dtype), s->name[v], sizeof s->name[v]);
+            return s->name[v];
+        }
+        if (x->value)
+            snprintf(rhs, sizeof rhs, "(float)(%s) - (float)(%.17g)", x->expr, -x->value);
+        else
+            snprintf(rhs, sizeof rhs, "(float)(%s)", x->expr);
+        break;
+    case KIR_SCALAR:
+        snprintf(s->name[v], sizeof s->name[v], "((%s)%.30s)", kg_ctype(x->dtype),
+                 ir->p->inputs[x->input].name);
+        return s->name[v];
+    case KIR_LOAD: {
+        char off[512], elem[600];
+        kg_offset(s, x->acc, off, sizeof off);
+        snprintf(elem, sizeof elem, "%s[%s]", kg_tensor_name(ir->p, ir->acc[x->acc].tensor), off);
+        kg_load_expr(x->dtype, s->cuda, elem, rhs, sizeof rhs);
+        break;
+    }
+    case KIR_POS: {
+        char off[512];
+        kg_offset(s, x->acc, off, sizeof off);
+        snprintf(rhs, sizeof rhs, "(int64_t)(%s)", off);
+        break;
+    }
+    case KIR_OP: {
+        char ops[3][96];
+        for (int i = 0; i < x->n_a; i++)
+            snprintf(ops[i], sizeof ops[i], "%s", kg_value(s, x->a[i]));
+        op_expr(x, ops, expr, sizeof expr);
+        rounded(x->dtype, expr, rhs, sizeof rhs);
+        break;
+    }
+    case KIR_PART: /* max pooling's index; the driver names reduction results */
+        KILN_ASSERT(ir->nodes[x->a[0]].kind == KIR_WINDOW);
+        snprintf(s->name[v], sizeof s->name[v], "%s_i", kg_value(s, x->a[0]));
+        return s->name[v];
+    case KIR_REDUCE:
+        KILN_ASSERT(!"a reduction the driver did not name");
+        return "";
+    case KIR_WINDOW:
+        emit_window(s, v);
+        return s->name[v];
+    case KIR_REMAP:
+        emit_remap(s, v);
+        return s->name[v];
+    }
+    temp_name(s, v);
+    kiln_strbuf_printf(s->b, "%sconst %s %s = %s;\n", s->indent, kg_ctype(x->dtype), s->name[v],
+                       rhs);
+    return s->name[v];
+}
+
+int kg_output_full(const kir *ir, int o) {
+    for (int a = 0; a < ir->n_axes; a++)
+        if ((ir->red >> a & 1) && strcmp(ir->acc[ir->out[o].acc].stride[a], "0"))
+            return 1;
+    return 0;
+}
+
+void kg_store_outputs(kg_scope *s, int along_red, int only) {
+    const kir *ir = s->plan->ir;
+    const kiln_problem *p = ir->p;
+    for (int o = 0; o < ir->n_out; o++) {
+        if ((along_red >= 0 && kg_output_full(ir, o) != along_red) || (only >= 0 && o != only))
+            continue;
+        const kir_access *c = &ir->acc[ir->out[o].acc];
+        char guard[256] = "";
+        size_t g = 0;
+        for (int a = 0; a < ir->n_axes; a++)
+            if ((ir->domain >> a & 1) && !strcmp(c->stride[a], "0") && s->coord[a][0] &&
+                g < sizeof guard - 64)
+                g += (size_t)snprintf(guard + g, sizeof guard - g, "%s%s == 0", g ? " && " : "",
+                                      s->coord[a]);
+        char off[512], st[600];
+        const char *val = kg_value(s, ir->out[o].node);
+        kg_offset(s, ir->out[o].acc, off, sizeof off);
+        kg_store_expr(p->outputs[o].dtype, s->cuda, val, st, sizeof st);
+        if (g)
+            kiln_strbuf_printf(s->b, "%sif (%s) ", s->indent, guard);
+        else
+            kiln_strbuf_printf(s->b, "%s", s->indent);
+        kiln_strbuf_printf(s->b, "%s[%s] = %s;\n", p->outputs[o].name, off, st);
+    }
+}
+/* 1 when v can be computed in s now: it does not move along the reduced axes and every reduction
+ * it reads is named. */
+static int ready(const kg_scope *s, int v) {
+    const kir *ir = s->plan->ir;
+    const kir_node *x = &ir->nodes[v];
+    if (s->name[v][0])
+        return 1;
+    if (x->kind == KIR_REDUCE || (x->kind == KIR_PART && ir->nodes[x->a[0]].kind == KIR_REDUCE) ||
+        (x->axes & ir->red))
+        return 0;
+    for (int i = 0; i < x->n_a; i++)
+        if (!ready(s, x->a[i]))
+            return 0;
+    return 1;
+}
+
+void kg_hoist(kg_scope *s, int v) {
+    const kir_node *x = &s->plan->ir->nodes[v];
+    if (ready(s, v)) {
+        if (x->kind != KIR_CONST && x->kind != KIR_SCALAR)
+            kg_value(s, v);
+        return;
+    }
+    for (int i = 0; i < x->n_a; i++)
+        kg_hoist(s, x->a[i]);
+}
+
+void kg_name_results(kg_scope *s, int node, const char *index) {
+    const kir *ir = s->plan->ir;
+    snprintf(s->name[node], sizeof s->name[node], "kr%d%s", node, index);
+    for (int v = node + 1; v < ir->n_nodes; v++)
+        if (ir->nodes[v].kind == KIR_PART && ir->nodes[v].a[0] == node)
+            snprintf(s->name[v], sizeof s->name[v], "kr%d_1%s", node, index);
+}

@@ -1,0 +1,126 @@
+/* gen_impl.h: what the generator's files share (private to src/gen/ir): the schedule parameters,
+ * the plan of a lowered IR (plan.c: its axes merged and ordered, the kind of kernel, the passes
+ * of its reductions), the element emitter both backends use (emit.c), and the CPU and CUDA
+ * drivers (emit_cpu.c, emit_cuda.c). */
+#ifndef KILN_GEN_IR_GEN_IMPL_H
+#define KILN_GEN_IR_GEN_IMPL_H
+
+#include "../family.h"
+#include "ir.h"
+
+/* The schedule parameters, in table order (the first varies fastest). */
+enum {
+    P_THREADS,   /* threads per block */
+    P_VBYTES,    /* bytes per access of the widest streamed operand: VEC = VBYTES / its size */
+    P_UNROLL,    /* vectors per thread loaded before any is used */
+    P_TEAM,      /* reductions: threads per outer point */
+    P_SPLIT,     /* reductions: blocks per outer point */
+    P_SPLITMODE, /* 0: a thread-block cluster, partials through DSMEM; 1: partials in scratch, the
+                    last block to finish combines them */
+    P_ONLINE,    /* pair reductions (softmax, Welford) in one pass (1) or two (0) */
+    P_CACHE,     /* 1: a thread keeps its slice of the reduced inputs in registers across passes */
+    P_PERSIST,   /* 0: a block per work item; k: at most k x 132 blocks, looping */
+    P_COUNT
+};
+
+/* SMs of the H200 the persistent grid is sized for. */
+#define KG_SMS 132
+/* Registers (32-bit words) a thread may spend on cached or in-flight loads. */
+#define KG_MAX_WORDS 64
+/* Static shared memory for team reductions. */
+#define KG_MAX_SMEM (48 * 1024)
+
+extern const kiln_family kiln_family_gen;
+
+typedef enum { KG_POINTWISE, KG_ROWS, KG_COLUMNS } kg_kind;
+
+/* One pass over the reduced axes computes some reductions: a reduction is one step, a pair (the
+ * softmax pair, Welford) computed in two passes is two (pass 0: the max or the sum; pass 1: the
+ * sum of exponentials or of squared deviations). */
+typedef struct {
+    int node;
+    int pass;
+    int phase;
+} kg_step;
+
+typedef struct {
+    kir *ir; /* lowered, finished, axes merged */
+    kg_kind kind;
+    int n_kept, kept[KIR_MAX_AXES]; /* domain axes not reduced, outermost first */
+    int n_red, red[KIR_MAX_AXES];   /* reduced axes, outermost first */
+    int vec_axis;                   /* the axis vectors run along; -1: none */
+    int online;
+    int n_steps;
+    kg_step steps[KIR_MAX_NODES];
+    int n_phases;
+    int full_out; /* an output moves along the reduced axes */
+    int pairs;    /* a softmax pair or a Welford reduction (ONLINE matters) */
+    int live[KIR_MAX_NODES];
+    char outer[KIR_EXPR], red_len[KIR_EXPR], total[KIR_EXPR]; /* sizes as expressions */
+} kg_plan;
+
+/* Lowers p and plans it for one-pass (online) or two-pass pair reductions: 1, or 0 with the
+ * reason. Free with kg_plan_free. */
+int kg_plan_make(const kiln_problem *p, int online, kg_plan *plan, char *why, size_t n);
+void kg_plan_free(kg_plan *plan);
+/* The stride of access c along axis a in workload w. */
+int64_t kg_stride(const kg_plan *plan, int c, int a, int w);
+/* The largest element size (bytes) of what streams along the vector axis (the loads that move
+ * along the reduced axes and the outputs along them; everything in a pointwise plan), and the
+ * bytes per element of the streamed loads. */
+void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes);
+
+/* ---- the element emitter (emit.c) ---- */
+
+/* A scope of generated code: where each axis's coordinate comes from, which values are already
+ * named (reduction results, vector lanes, values of an enclosing scope), and what it has emitted.
+ */
+typedef struct kg_scope {
+    kiln_strbuf *b;
+    const kg_plan *plan;
+    int cuda;
+    const char *indent;
+    char coord[KIR_MAX_AXES][64]; /* "" = 0 */
+    char name[KIR_MAX_NODES][96]; /* "" = not yet computed here */
+    int id;                       /* suffix of the scope's temporaries */
+    int *next_id;                 /* shared counter for nested scopes */
+} kg_scope;
+
+void kg_scope_init(kg_scope *s, kiln_strbuf *b, const kg_plan *plan, int cuda, const char *indent,
+                   int *next_id);
+/* A child scope: the same coordinates and names, deeper indentation. */
+void kg_scope_child(kg_scope *child, const kg_scope *parent, const char *indent);
+/* The C expression of node v's value in scope s, emitting what it needs. */
+const char *kg_value(kg_scope *s, int v);
+/* The offset of access c at s's coordinates ("0 + c1 * n64 + ..."). */
+void kg_offset(const kg_scope *s, int c, char *out, size_t n);
+/* The C type a node computes in: "float", or "int64_t" for integers and bool. */
+const char *kg_ctype(kiln_dtype t);
+/* An element of dtype t at `ptr[off]` widened to its compute type, and a value rounded to t for
+ * a store. */
+void kg_load_expr(kiln_dtype t, int cuda, const char *elem, char *out, size_t n);
+void kg_store_expr(kiln_dtype t, int cuda, const char *value, char *out, size_t n);
+/* The C name of tensor input i / output o in the kernel's parameters. */
+const char *kg_tensor_name(const kiln_problem *p, int tensor);
+/* Stores every output that the filter accepts (along_red 1: those along the reduced axes, 0: the
+ * others, -1: all; only: that output, -1: all) at s's coordinates; guarded so that an output
+ * written from several domain points is written from the first. */
+void kg_store_outputs(kg_scope *s, int along_red, int only);
+/* 1 when output o moves along the reduced axes (it is written from inside the passes' loops). */
+int kg_output_full(const kir *ir, int o);
+/* Values that can be computed in s before a loop over the reduced axes: v itself when it does not
+ * move along them and every reduction it needs is named in s, else the same for its operands. */
+void kg_hoist(kg_scope *s, int v);
+/* Names a finished reduction's results in s: the node as `kr<node><index>` and its second result
+ * (the PART nodes that read it) as `kr<node>_1<index>` (index "" or "[kg_e]"). */
+void kg_name_results(kg_scope *s, int node, const char *index);
+
+/* ---- the drivers ---- */
+/* The source of the plan for the cpu backend / for CUDA at point pt, with family f's banner and
+ * defines (f is gen.c's family: passed in so that the drivers do not call back into gen.c). */
+char *kg_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                  const kg_plan *plan);
+char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                   const int64_t *pt, const kg_plan *plan);
+
+#endif

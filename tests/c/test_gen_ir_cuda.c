@@ -1,0 +1,568 @@
+/* test_gen_ir_cuda.c: the generator's CUDA emission without a GPU. Every start point and an even
+ * sample of each schedule space compiles with NVRTC for sm_90 without a stack frame (no spills),
+ * on the GPU rows of tests/data/gen/rows and on small problems of every plan (registers and frames
+ * read from the cubin, as test_cubin.c does). Then the kernels' logic runs on the host: the emitted
+ * CUDA, with gen.cuh's hardware section replaced by tests/data/gen/emu/emu_gen.h, runs on the
+ * softmax family's emulator of CUDA threads, barriers, shuffles and clusters (every thread a
+ * coroutine, shared memory starting as garbage, deadlocks detected), compiled as C++ for the cpu
+ * backend, and its outputs must equal the C emission's (which tests/py/test_generator.py proves
+ * against PyTorch) on random inputs with infinities and NaN. The emulated points cover every code
+ * path of emit_cuda.c: pointwise streams with and without vectors, windows and gathers; rows and
+ * columns; teams within a warp, across warps and OPB apart; clusters and partials in scratch;
+ * registers and streaming; one and two passes; persistent grids. */
+#include <ctype.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "backend/cubin.h"
+#include "backend/nvrtc.h"
+#include "formats/problem.h"
+#include "gen/family.h"
+
+#define ROWS_DIR KILN_SOURCE_DIR "/tests/data/gen/rows"
+#define GEN_EMU KILN_SOURCE_DIR "/tests/data/gen/emu"
+#define SMX_EMU KILN_SOURCE_DIR "/tests/data/families/softmax/emu"
+
+static const kiln_family *gen;
+
+/* ---- small problems of every plan, defined in memory (' stands for ") ---- */
+
+typedef struct {
+    const char *name, *ins, *def; /* ins: the inputs, space-separated (all random) */
+} small_case;
+
+#define AXES2(a, b)                                                                                \
+    "'axes': {'a': {'type': 'const', 'value': " #a "}, 'b': {'type': 'const', 'value': " #b "}}"
+#define AXES4(a, b, c, d)                                                                          \
+    "'axes': {'a': {'type': 'const', 'value': " #a "}, 'b': {'type': 'const', 'value': " #b        \
+    "}, 'c': {'type': 'const', 'value': " #c "}, 'd': {'type': 'const', 'value': " #d "}}"
+#define T(shape, dt) "{'shape': " shape ", 'dtype': '" dt "'}"
+#define ATEN(label, args)                                                                          \
+    "'kiln': {'kind': 'aten', 'aten': '" label "', 'args': {'args': " args ", 'kwargs': {}}}"
+
+/* clang-format off */
+static const small_case CASES[] = {
+    {"log_softmax_rows", "self",
+     "{'name': 'x', " AXES2(5, 301) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b']", "float32") "}, "
+     ATEN("aten::_log_softmax.default", "[{'tensor': 0}, -1, false]") "}"},
+    {"softmax_channels", "self",
+     "{'name': 'x', " AXES4(3, 37, 4, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', 'c', 'd']", "float32") "}, "
+     ATEN("aten::_softmax.default", "[{'tensor': 0}, 1, false]") "}"},
+    {"sum_columns", "self",
+     "{'name': 'x', " AXES4(4, 300, 2, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'c', 'd']", "float32") "}, "
+     ATEN("aten::sum.dim_IntList", "[{'tensor': 0}, [1]]") "}"},
+    {"max_dim_rows", "self",
+     "{'name': 'x', " AXES2(6, 129) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a']", "float32") ", 'out1': " T("['a']", "int64") "}, "
+     ATEN("aten::max.dim", "[{'tensor': 0}, 1]") "}"},
+    {"argmin_columns", "self",
+     "{'name': 'x', " AXES2(50, 24) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['b']", "int64") "}, " ATEN("aten::argmin.default", "[{'tensor': 0}, 0]")
+     "}"},
+    {"var_mean_rows", "self",
+     "{'name': 'x', " AXES2(7, 200) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a', '1']", "float32") ", 'out1': " T("['a', '1']", "float32")
+     "}, 'kiln': {'kind': 'aten', 'aten': 'aten::var_mean.correction', "
+     "'args': {'args': [{'tensor': 0}, [1]], 'kwargs': {'correction': 1, 'keepdim': true}}}}"},
+    {"many_rows", "self",
+     "{'name': 'x', " AXES2(2200, 12) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a']", "float32") "}, "
+     ATEN("aten::logsumexp.default", "[{'tensor': 0}, [1]]") "}"},
+    {"logsumexp_rows", "self",
+     "{'name': 'x', " AXES2(9, 77) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': " T("['a']", "float32") "}, "
+     ATEN("aten::logsumexp.default", "[{'tensor': 0}, [1]]") "}"},
+    {"rmsnorm_channels_bf16", "input0 weight",
+     "{'name': 'x', " AXES4(2, 24, 8, 8) ", 'inputs': {'input0': " T("['a', 'b', 'c', 'd']", "bfloat16")
+     ", 'weight': " T("['b']", "bfloat16") "}, 'outputs': {'out0': " T("['a', 'b', 'c', 'd']", "bfloat16")
+     "}, 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::_to_copy.default', "
+     "'args': [{'ref': 'input0'}], 'kwargs': {'dtype': 'torch.float32'}, 'out': 'v0'}, "
+     "{'aten': 'aten::pow.Tensor_Scalar', 'args': [{'ref': 'v0'}, 2], 'out': 'v1'}, "
+     "{'aten': 'aten::mean.dim', 'args': [{'ref': 'v1'}, [1], true], 'out': 'v2'}, "
+     "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'v2'}, 1e-06], 'out': 'v3'}, "
+     "{'aten': 'aten::rsqrt.default', 'args': [{'ref': 'v3'}], 'out': 'v4'}, "
+     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v0'}, {'ref': 'v4'}], 'out': 'v5'}, "
+     "{'aten': 'aten::_to_copy.default', 'args': [{'ref': 'v5'}], "
+     "'kwargs': {'dtype': 'torch.bfloat16'}, 'out': 'v6'}, {'aten': 'aten::view.default', "
+     "'args': [{'ref': 'weight'}, [1, -1, 1, 1]], 'out': 'v7'}, "
+     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v6'}, {'ref': 'v7'}], 'out': 'v8'}], "
+     "'outputs': ['v8']}}"},
+    {"layer_norm_bf16", "input weight bias",
+     "{'name': 'x', " AXES2(9, 96) ", 'inputs': {'input': " T("['a', 'b']", "bfloat16") ", 'weight': "
+     T("['b']", "bfloat16") ", 'bias': " T("['b']", "bfloat16") "}, 'outputs': {'out0': "
+     T("['a', 'b']", "bfloat16") ", 'out1': " T("['a', '1']", "float32") ", 'out2': "
+     T("['a', '1']", "float32") "}, "
+     ATEN("aten::native_layer_norm.default", "[{'tensor': 0}, [96], {'tensor': 1}, {'tensor': 2}, 1e-05]") "}"},
+    {"max_pool", "self",
+     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") ", 'out1': "
+     T("['a', 'b', '5', '6']", "int64") "}, "
+     ATEN("aten::max_pool2d_with_indices.default", "[{'tensor': 0}, [3, 3], [2, 2], [1, 1]]") "}"},
+    {"avg_pool_ceil", "self",
+     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") "}, "
+     ATEN("aten::avg_pool2d.default", "[{'tensor': 0}, [2, 2], [2, 2], [1, 1], true, false]") "}"},
+    {"pad", "self",
+     "{'name': 'x', " AXES4(2, 3, 5, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '8', '12']", "float32") "}, "
+     ATEN("aten::constant_pad_nd.default", "[{'tensor': 0}, [1, 3, 2, 1], 0.5]") "}"},
+    {"upsample", "input",
+     "{'name': 'x', " AXES4(2, 3, 5, 8) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '10', '16']", "float32") "}, "
+     ATEN("aten::upsample_nearest2d.vec", "[{'tensor': 0}, null, [2.0, 2.0]]") "}"},
+    {"gelu_gate_bf16", "x g bias",
+     "{'name': 'x', " AXES2(17, 64) ", 'inputs': {'x': " T("['a', 'b']", "bfloat16") ", 'g': "
+     T("['a', 'b']", "bfloat16") ", 'bias': " T("['b']", "bfloat16") "}, 'outputs': {'out': "
+     T("['a', 'b']", "bfloat16") "}, 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::gelu.default', "
+     "'args': [{'ref': 'x'}], 'kwargs': {'approximate': 'tanh'}, 'out': 'v0'}, "
+     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v0'}, {'ref': 'g'}], 'out': 'v1'}, "
+     "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'v1'}, {'ref': 'bias'}], "
+     "'out': 'out'}], 'outputs': ['out']}}"},
+    {"index_rows", "self idx",
+     "{'name': 'x', " AXES2(40, 16) ", 'inputs': {'self': " T("['b', 'b']", "bfloat16") ", 'idx': "
+     T("['a']", "int64") "}, 'outputs': {'out0': " T("['a', 'b']", "bfloat16") "}, "
+     ATEN("aten::index.Tensor", "[{'tensor': 0}, [{'tensor': 1}]]") "}"},
+    {"cat_dim1", "x y",
+     "{'name': 'x', " AXES2(6, 8) ", 'inputs': {'x': " T("['a', 'b']", "float32") ", 'y': "
+     T("['a', '5']", "float32") "}, 'outputs': {'out0': " T("['a', '13']", "float32") "}, "
+     ATEN("aten::cat.default", "[[{'tensor': 0}, {'tensor': 1}], 1]") "}"},
+    {"sum_all", "self",
+     "{'name': 'x', " AXES2(3, 100) ", 'inputs': {'self': " T("['a', 'b']", "float32")
+     "}, 'outputs': {'out0': {'shape': [], 'dtype': 'float32'}}, "
+     ATEN("aten::sum.default", "[{'tensor': 0}]") "}"},
+};
+/* clang-format on */
+
+static char *dq(const char *s) {
+    char *t = xstrdup(s);
+    for (char *c = t; *c; c++)
+        if (*c == '\'')
+            *c = '"';
+    return t;
+}
+
+/* The problem of a small case, its random workload, and gen's match. */
+static kiln_problem *load_case(const small_case *c, kiln_match *m) {
+    char *body = dq(c->def), wl[1024], ins[256];
+    const char *rest = strstr(body, "\"name\": \"x\", ");
+    assert_non_null(rest);
+    char *def = xasprintf("{\"name\": \"%s\", \"reference\": \"def run(): pass\", %s", c->name,
+                          rest + strlen("\"name\": \"x\", "));
+    free(body);
+    size_t off = (size_t)snprintf(wl, sizeof wl, "{\"uuid\": \"u\", \"axes\": {}, \"inputs\": {");
+    snprintf(ins, sizeof ins, "%s", c->ins);
+    char *save = NULL;
+    for (char *n = strtok_r(ins, " ", &save); n; n = strtok_r(NULL, " ", &save))
+        off += (size_t)snprintf(wl + off, sizeof wl - off, "%s\"%s\": {\"type\": \"random\"}",
+                                wl[off - 1] == '{' ? "" : ", ", n);
+    snprintf(wl + off, sizeof wl - off, "}}");
+    kiln_problem *p = NULL;
+    kiln_err err;
+    if (kiln_problem_parse(def, strlen(def), c->name, wl, strlen(wl), "wl", &p, &err))
+        fail_msg("%s: %s", c->name, err.msg);
+    free(def);
+    memset(m, 0, sizeof *m);
+    char why[512];
+    if (!gen->match(p, m, why, sizeof why))
+        fail_msg("%s: gen declines: %s", c->name, why);
+    return p;
+}
+
+/* ---- NVRTC ---- */
+
+/* Compiles gen's source for point pt; fails on a compile error or a stack frame. */
+static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
+                          int is_start) {
+    char *src = gen->emit(p, m, pt, 1), *cubin = NULL, *log = NULL;
+    size_t len;
+    kiln_err err;
+    char *ps = kiln_family_point_str(gen, pt);
+    if (kiln_cuda_compile_only(src, "sm_90", &cubin, &len, &log, &err))
+        fail_msg("%s %s does not compile: %s\n%.3000s", p->name, ps, err.msg, log ? log : "");
+    kiln_cubin_usage u;
+    assert_int_equal(kiln_cubin_usage_of(cubin, len, "kg_kernel", &u, &err), 0);
+    if (is_start)
+        printf("    %s: start %s: %d registers\n", p->name, ps, u.regs);
+    if (u.frame_bytes != 0)
+        fail_msg("%s %s: %lld bytes of stack (spills)", p->name, ps, (long long)u.frame_bytes);
+    free(ps);
+    free(src);
+    free(cubin);
+    free(log);
+}
+
+/* The start point and n points spread evenly over the valid ones. */
+static void compile_sample(const kiln_problem *p, const kiln_match *m, int n) {
+    const int64_t size = kiln_family_space_size(gen);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS], *valid = xmalloc((size_t)size * sizeof *valid), n_valid = 0;
+    for (int64_t i = 0; i < size; i++) {
+        kiln_family_point(gen, i, pt);
+        if (kiln_family_point_ok(gen, p, m, pt))
+            valid[n_valid++] = i;
+    }
+    assert_true(n_valid > 0);
+    int from_rule = 0;
+    int64_t start = kiln_family_start_index(gen, p, m, size, &from_rule);
+    assert_true(start >= 0 && from_rule);
+    kiln_family_point(gen, start, pt);
+    compile_point(p, m, pt, 1);
+    for (int k = 0; k < n && k < n_valid; k++) {
+        kiln_family_point(gen, valid[(int64_t)k * n_valid / n], pt);
+        compile_point(p, m, pt, 0);
+    }
+    free(valid);
+}
+
+static void test_compile(void **state) {
+    (void)state;
+    if (!kiln_cuda_have_nvrtc()) {
+        printf("SKIP: no NVRTC here (the CUDA toolkit's libnvrtc): cannot compile for sm_90\n");
+        skip();
+    }
+    double t0 = kiln_now_s();
+    static const char *const rows[] = {
+        "gen_log_softmax_f32_8192x131072", "gen_sum_dim1_f32_64x8192x2048",
+        "gen_softmax_dim1_f32_64x32x56x56", "gen_rmsnorm_channels_bf16_32x256x128x128",
+        "gen_max_pool2d_f32_32x64x112x112"};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/%s", ROWS_DIR, rows[r]);
+        kiln_problem *p;
+        kiln_err err;
+        if (kiln_problem_load(dir, &p, &err))
+            fail_msg("%s: %s", rows[r], err.msg);
+        kiln_match m;
+        memset(&m, 0, sizeof m);
+        char why[512];
+        if (!gen->match(p, &m, why, sizeof why))
+            fail_msg("%s: gen declines: %s", rows[r], why);
+        compile_sample(p, &m, 8);
+        kiln_problem_free(p);
+    }
+    for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
+        kiln_match m;
+        kiln_problem *p = load_case(&CASES[c], &m);
+        compile_sample(p, &m, 3);
+        kiln_problem_free(p);
+    }
+    printf("    compiled in %.1f s\n", kiln_now_s() - t0);
+}
+
+/* ---- the kernels' logic on the host emulator ---- */
+
+static void cat(char **s, size_t *len, const char *piece, size_t n) {
+    *s = xrealloc(*s, *len + n + 1);
+    memcpy(*s + *len, piece, n);
+    *len += n;
+    (*s)[*len] = 0;
+}
+
+/* The value of `key=` on the launch line, or dflt. */
+static char *launch_value(const char *line, const char *key, const char *dflt) {
+    const char *eol = strchr(line, '\n'), *k = strstr(line, key);
+    if (!k || (eol && k > eol))
+        return xstrdup(dflt);
+    k += strlen(key);
+    return xstrndup(k, strcspn(k, " \n"));
+}
+
+/* The emitted CUDA source as a cpu candidate that runs it on the emulator: emu_rt.h first, the
+ * hardware section replaced by emu_gen.h, the kernel a host function the entry point launches. */
+static char *emu_candidate(const char *cuda) {
+    const char *hb = strstr(cuda, "// ---- hardware: begin");
+    const char *he = strstr(cuda, "// ---- hardware: end ----");
+    const char *launch = strstr(cuda, "// kiln: launch kg_kernel ");
+    const char *key = "extern \"C\" __global__ void __launch_bounds__(KG_THREADS, 1) kg_kernel(";
+    const char *entry = strstr(cuda, key);
+    assert_true(hb && he && launch && entry && hb < he && he < entry);
+    const char *params = entry + strlen(key), *params_end = strstr(params, ") {");
+    char *out = xstrdup("#include \"" SMX_EMU "/emu_rt.h\"\n");
+    size_t len = strlen(out);
+    cat(&out, &len, cuda, (size_t)(hb - cuda));
+    const char *hw = "#include \"" GEN_EMU "/emu_gen.h\"\n";
+    cat(&out, &len, hw, strlen(hw));
+    cat(&out, &len, he, (size_t)(entry - he));
+    const char *dev = "static void kg_kernel_device(";
+    cat(&out, &len, dev, strlen(dev));
+    cat(&out, &len, params, strlen(params));
+    char *plist = xstrndup(params, (size_t)(params_end - params)), names[2048] = "", *save = NULL;
+    for (char *p = strtok_r(plist, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        const char *nm = p + strlen(p);
+        while (nm > p && (nm[-1] == '_' || isalnum((unsigned char)nm[-1])))
+            nm--;
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+                 nm);
+    }
+    free(plist);
+    char *grid = launch_value(launch, "grid=", "1"), *block = launch_value(launch, "block=", "1"),
+         *cluster = launch_value(launch, "cluster=", "1");
+    char *wrapper =
+        xasprintf("\nextern \"C\" void kg_kernel(%.*s) {\n    emu_launch(%s, %s, %s, 0, "
+                  "KG_SHARED_BYTES, [&]() { kg_kernel_device(%s); });\n}\n",
+                  (int)(params_end - params), params, grid, block, cluster, names);
+    cat(&out, &len, wrapper, strlen(wrapper));
+    free(wrapper);
+    free(grid);
+    free(block);
+    free(cluster);
+    return out;
+}
+
+typedef struct {
+    kiln_module *mod;
+    kiln_abi abi;
+    kiln_signature sig;
+} module;
+
+static void compile_module(kiln_backend *be, const kiln_problem *p, const char *src, const char *cc,
+                           module *md, const char *what) {
+    kiln_err err;
+    assert_int_equal(kiln_abi_parse(src, 0, &md->abi, &err), KILN_OK);
+    kiln_abi_signature(p, md->abi.scratch != NULL, 0, &md->sig);
+    char *log = NULL;
+    if (cc)
+        setenv("KILN_CC", cc, 1);
+    int rc = be->ops->compile(be, src, &md->sig, &md->abi, &md->mod, &log, &err);
+    if (cc)
+        unsetenv("KILN_CC");
+    if (rc)
+        fail_msg("%s: %s\n%.4000s", what, err.msg, log ? log : "");
+    free(log);
+}
+
+static size_t elements(const kiln_problem *p, const kiln_tensor_spec *t) {
+    int64_t shape[KILN_MAX_DIMS];
+    return (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
+}
+
+/* Random inputs: normal floats, a row of -inf, a NaN and a +inf among them (specials). */
+static void **make_inputs(const kiln_problem *p, int specials) {
+    void **in = xcalloc((size_t)p->n_inputs, sizeof *in);
+    uint64_t s = 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < p->n_inputs; i++) {
+        const kiln_tensor_spec *t = &p->inputs[i];
+        size_t n = elements(p, t);
+        in[i] = xmalloc(n * kiln_dtype_size(t->dtype) + 16);
+        for (size_t e = 0; e < n; e++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            double v = ((double)(s >> 11) / 9007199254740992.0 - 0.5) * 6;
+            if (specials && i == 0 && n > 64) {
+                if (e < 8)
+                    v = -INFINITY; /* a short stretch of -inf at the start */
+                if (e == n / 2)
+                    v = NAN;
+                if (e == n / 3)
+                    v = INFINITY;
+            }
+            kiln_dtype_store(t->dtype, in[i], e, v);
+        }
+    }
+    return in;
+}
+
+/* Runs a compiled module on the inputs; returns the outputs (heap). */
+static void **run_module(kiln_backend *be, const kiln_problem *p, const module *md, void **in,
+                         const char *what) {
+    kiln_err err;
+    const kiln_workload *w = &p->workloads[0];
+    kiln_devptr ptr[40];
+    int64_t i64[40];
+    void *params[40];
+    int k = 0;
+    for (int i = 0; i < p->n_inputs; i++, k++) {
+        size_t bytes = elements(p, &p->inputs[i]) * kiln_dtype_size(p->inputs[i].dtype);
+        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->upload(be, ptr[k], in[i], bytes, &err), KILN_OK);
+        params[k] = &ptr[k];
+    }
+    for (int o = 0; o < p->n_outputs; o++, k++) {
+        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
+        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->memset8(be, ptr[k], 0xA5, bytes, &err), KILN_OK);
+        params[k] = &ptr[k];
+    }
+    for (int a = 0; a < p->n_axes; a++, k++) {
+        i64[k] = w->axis_values[a];
+        params[k] = &i64[k];
+    }
+    kiln_launch_plan plan;
+    assert_int_equal(kiln_abi_plan(&md->abi, p, w, &plan, &err), KILN_OK);
+    int scratch = k;
+    if (plan.scratch_bytes) {
+        assert_int_equal(be->ops->alloc(be, plan.scratch_bytes, 0, &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->memset8(be, ptr[k], 0, plan.scratch_bytes, &err), KILN_OK);
+        params[k] = &ptr[k];
+    }
+    if (be->ops->launch(be, md->mod, &plan, params, &err) || be->ops->sync(be, &err))
+        fail_msg("%s: %s", what, err.msg);
+    void **out = xcalloc((size_t)p->n_outputs, sizeof *out);
+    for (int o = 0; o < p->n_outputs; o++) {
+        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
+        out[o] = xmalloc(bytes + 16);
+        k = p->n_inputs + o;
+        assert_int_equal(be->ops->download(be, out[o], ptr[k], bytes, &err), KILN_OK);
+        be->ops->free(be, ptr[k]);
+    }
+    for (int i = 0; i < p->n_inputs; i++)
+        be->ops->free(be, ptr[i]);
+    if (plan.scratch_bytes)
+        be->ops->free(be, ptr[scratch]);
+    return out;
+}
+
+/* The point: the family's first values, then `settings` ("KG_TEAM=64 KG_SPLIT=2"); it must be
+ * valid. */
+static void point_of(const kiln_problem *p, const kiln_match *m, const char *settings,
+                     int64_t *pt) {
+    kiln_family_point(gen, 0, pt);
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", settings);
+    for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(kv, '=');
+        assert_non_null(eq);
+        *eq = 0;
+        int i = 0;
+        while (i < gen->n_params && strcmp(gen->params[i].name, kv))
+            i++;
+        assert_true(i < gen->n_params);
+        pt[i] = atoll(eq + 1);
+    }
+    const char *bad = gen->check(p, m, pt);
+    if (bad)
+        fail_msg("%s [%s] is not a valid point: %s", p->name, settings,
+                 bad[0] == '!' ? bad + 1 : bad);
+}
+
+/* The emulated kernel of point `settings` against the C emission, output by output. */
+static void emulate(kiln_backend *be, const small_case *c, const char *settings, int specials) {
+    kiln_match m;
+    kiln_problem *p = load_case(c, &m);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    point_of(p, &m, settings, pt);
+    char what[300];
+    snprintf(what, sizeof what, "%s [%s]", c->name, settings);
+    char *cuda = gen->emit(p, &m, pt, 1), *emu = emu_candidate(cuda),
+         *csrc = gen->emit(p, &m, pt, 0);
+    module me, mc;
+    compile_module(be, p, emu, "sh " SMX_EMU "/emucc.sh", &me, what);
+    compile_module(be, p, csrc, NULL, &mc, what);
+    void **in = make_inputs(p, specials);
+    void **oe = run_module(be, p, &me, in, what), **oc = run_module(be, p, &mc, in, what);
+    for (int o = 0; o < p->n_outputs; o++) {
+        const kiln_tensor_spec *t = &p->outputs[o];
+        kiln_tolerance tol = kiln_tolerance_default(t->dtype);
+        for (size_t e = 0; e < elements(p, t); e++) {
+            double a = kiln_dtype_load(t->dtype, oe[o], e), b = kiln_dtype_load(t->dtype, oc[o], e);
+            int same = isnan(b)   ? isnan(a)
+                       : isinf(b) ? a == b
+                                  : fabs(a - b) <= tol.atol + tol.rtol * fabs(b);
+            if (!same)
+                fail_msg("%s: %s[%zu] is %.9g, the C emission %.9g", what, t->name, e, a, b);
+        }
+        free(oe[o]);
+        free(oc[o]);
+    }
+    for (int i = 0; i < p->n_inputs; i++)
+        free(in[i]);
+    free(in);
+    free(oe);
+    free(oc);
+    be->ops->module_free(be, me.mod);
+    be->ops->module_free(be, mc.mod);
+    kiln_abi_free(&me.abi);
+    kiln_abi_free(&mc.abi);
+    free(cuda);
+    free(emu);
+    free(csrc);
+    kiln_problem_free(p);
+}
+
+static const small_case *case_named(const char *name) {
+    for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++)
+        if (!strcmp(CASES[c].name, name))
+            return &CASES[c];
+    fail_msg("no case %s", name);
+    return NULL;
+}
+
+static void test_emulated(void **state) {
+    (void)state;
+    if (system("command -v ${CXX:-g++} >/dev/null 2>&1") != 0) {
+        printf("SKIP: no C++ compiler (g++ or $CXX) to build the emulated kernels\n");
+        skip();
+    }
+    kiln_backend *be = NULL;
+    kiln_err err;
+    assert_int_equal(kiln_backend_open("cpu", 0, &be, &err), KILN_OK);
+    double t0 = kiln_now_s();
+    static const struct {
+        const char *name, *settings;
+        int specials;
+    } pts[] = {
+        /* rows: a team in a warp, across warps, a cluster, registers or streaming, 1 or 2 passes */
+        {"log_softmax_rows", "KG_THREADS=128 KG_VBYTES=4 KG_TEAM=32", 1},
+        {"log_softmax_rows",
+         "KG_THREADS=256 KG_VBYTES=4 KG_TEAM=128 KG_ONLINE=0 KG_CACHE=0 KG_UNROLL=4", 1},
+        {"log_softmax_rows", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=64 KG_SPLIT=4", 1},
+        {"log_softmax_rows",
+         "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=16 KG_SPLIT=2 KG_ONLINE=0 KG_CACHE=0", 0},
+        {"many_rows", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=4 KG_PERSIST=1", 1},
+        {"logsumexp_rows", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=8", 1},
+        {"logsumexp_rows", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=32 KG_SPLIT=2 KG_SPLITMODE=1", 1},
+        {"var_mean_rows", "KG_THREADS=256 KG_VBYTES=4 KG_TEAM=64", 0},
+        {"var_mean_rows", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=16 KG_ONLINE=0 KG_CACHE=0", 0},
+        {"var_mean_rows", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=16 KG_SPLIT=2 KG_SPLITMODE=1", 0},
+        {"max_dim_rows", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=32 KG_SPLIT=2", 1},
+        {"max_dim_rows", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=8 KG_CACHE=0 KG_UNROLL=4", 1},
+        {"layer_norm_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", 0},
+        {"layer_norm_bf16", "KG_THREADS=128 KG_VBYTES=4 KG_TEAM=32 KG_ONLINE=0", 0},
+        {"sum_all", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=64 KG_SPLIT=2 KG_SPLITMODE=1", 0},
+        /* columns: threads OPB apart, VO outer points a thread, clusters, scratch */
+        {"softmax_channels", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", 1},
+        {"softmax_channels", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=1 KG_ONLINE=0 KG_CACHE=0", 1},
+        {"softmax_channels", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8 KG_SPLIT=2", 1},
+        {"sum_columns", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=16 KG_CACHE=0 KG_UNROLL=4", 0},
+        {"sum_columns", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8 KG_SPLIT=4 KG_SPLITMODE=1 KG_CACHE=0",
+         0},
+        {"argmin_columns", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8", 1},
+        {"rmsnorm_channels_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=8", 0},
+        {"rmsnorm_channels_bf16", "KG_THREADS=64 KG_VBYTES=2 KG_TEAM=2 KG_SPLIT=2 KG_CACHE=0", 0},
+        /* pointwise: vectors, scalars, windows, gathers, a persistent grid */
+        {"gelu_gate_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 0},
+        {"gelu_gate_bf16", "KG_THREADS=64 KG_VBYTES=2 KG_UNROLL=1", 0},
+        {"max_pool", "KG_THREADS=64 KG_VBYTES=8", 1},
+        {"avg_pool_ceil", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=4", 0},
+        {"pad", "KG_THREADS=64 KG_VBYTES=16", 0},
+        {"upsample", "KG_THREADS=64 KG_VBYTES=8 KG_UNROLL=1", 0},
+        {"index_rows", "KG_THREADS=64 KG_VBYTES=8", 0},
+        {"cat_dim1", "KG_THREADS=64 KG_VBYTES=4", 1},
+    };
+    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++)
+        emulate(be, case_named(pts[i].name), pts[i].settings, pts[i].specials);
+    printf("    %zu points emulated in %.1f s\n", sizeof pts / sizeof pts[0], kiln_now_s() - t0);
+    kiln_backend_close(be);
+}
+
+int main(void) {
+    gen = kiln_family_find("gen");
+    if (!gen) {
+        fprintf(stderr, "the gen family is not linked in\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_emulated),
+        cmocka_unit_test(test_compile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
