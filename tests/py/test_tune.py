@@ -362,3 +362,27 @@ def test_a_search_cut_by_the_budget_is_not_called_a_failure(tmp_path):
                                "out_of_time": "the budget (--time 45 s) ran out during the install check"})
     assert "not timed: the budget (--time 45 s) ran out during the install check" in md
     assert "an earlier step failed" not in md
+
+
+def test_a_search_that_proves_nothing_still_times_the_model(tmp_path, monkeypatch, capsys):
+    """The search ran (capture skipped, optimize stubbed to have proved no kernel: no library written): tune
+    still times the model and exits 0, where it used to stop with "no library" (exit 1). Asked to use a
+    library that is not there, it still fails."""
+    seen = {}
+
+    def searched_nothing(opts, report, budget):
+        report["search"].update(stopped="budget", rc=0)
+
+    def install_check(opts, library_dir, report):
+        seen["library_dir"] = library_dir
+        report["entries"] = []
+    monkeypatch.setattr(tune, "step_optimize", searched_nothing)
+    monkeypatch.setattr(tune, "install_check", install_check)
+    out = tmp_path / "run"
+    out.mkdir()
+    code = tune.main([SCRIPT, "--backend", "cpu", "--out", str(out), "--skip-capture", "--no-compile"])
+    assert code == 0 and seen == {"library_dir": None}
+    assert "error" not in json.load(open(out / "report.json"))
+    capsys.readouterr()
+    code = tune.main([SCRIPT, "--backend", "cpu", "--out", str(out), "--skip-capture", "--skip-optimize"])
+    assert code == 1 and "kiln tune: no library at" in capsys.readouterr().err
