@@ -636,7 +636,11 @@ def test_many_candidates_while_a_writer_writes(run, tmp_path):
         w.join()
         assert s.stop() == 0
     assert slowest < 2.0, f"an endpoint took {slowest:.2f} s over 20k candidates"
-    assert commits and max(commits) < 0.5, f"the writer waited {max(commits):.3f} s for a commit"
+    # a writer blocked by the readers would wait about as long as their queries on most commits; one slow
+    # commit on a loaded two-core machine is the scheduler (0.557 s seen in CI), not a lock
+    waits = sorted(commits)
+    p90 = waits[int(0.9 * (len(waits) - 1))] if waits else None
+    assert waits and p90 < 0.1 and waits[-1] < 2.0, f"the writer waited {p90} s (90th pct), {waits[-1]:.3f} s max"
 
 
 # ---- honest numbers -----------------------------------------------------------------------------------
