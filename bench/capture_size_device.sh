@@ -61,5 +61,7 @@ EOF
   inputs=$(grep -o 'inputs [0-9.]* GiB [a-z0-9.]*' "$OUT/$c-capture.log" | head -1)
   echo "| $c | ${inputs#inputs } | $crc | $((t1 - t0)) | $row | $trc | $((t2 - t1)) |" >>"$summary"
   [ -n "${KEEP:-}" ] || rm -rf "$run"
+  # one archive of every log so far: the device tool brings back only a few files of a call
+  tar czf "$OUT/logs.tgz" -C "$OUT" $(cd "$OUT" && ls ./*.log 2>/dev/null) 2>/dev/null
 done
 cat "$summary"
