@@ -180,7 +180,7 @@ class Spool:
         try:
             with torch.inference_mode(False), torch.no_grad(), open(path, "wb") as f:
                 for chunk in memory_chunks(view):
-                    f.write(chunk.to("cpu").contiguous().view(torch.uint8).numpy())
+                    f.write(chunk.to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())
         except BaseException:
             self.remove(path)
             raise
@@ -452,8 +452,8 @@ def write_safetensors(path: str, tensors: dict) -> int:
         f.write(text)
         for value in parts:
             if isinstance(value, torch.Tensor):
-                if value.numel():
-                    f.write(value.view(torch.uint8).numpy())
+                if value.numel():  # reshape: a 0-dim tensor cannot be viewed as bytes of another size
+                    f.write(value.reshape(-1).view(torch.uint8).numpy())
             else:
                 raw, dtype, shape = value
                 left = dtype.itemsize

@@ -541,3 +541,22 @@ def test_functional_script_without_modules(tmp_path, capsys):
         assert _check_problem_reproduces(problem_dir)["kiln"]["calls"] == 3
     with open(out / "model.json") as f:
         _check_edges(json.load(f))
+
+
+def test_a_zero_dim_tensor_of_two_bytes_is_written(tmp_path):
+    """A 0-dim bfloat16 tensor (a scalar argument kept as a tensor) is written with its two bytes: viewing it
+    as bytes failed ("self.dim() cannot be 0 to view BFloat16 as Byte"), which ended a capture of Qwen-3.5-MoE
+    at --top 500."""
+    import struct
+
+    from kiln.capture_problem import write_safetensors
+    path = str(tmp_path / "t.safetensors")
+    x = torch.tensor(1.5, dtype=torch.bfloat16)
+    write_safetensors(path, {"s": x, "v": torch.arange(3, dtype=torch.float16)})
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    assert header["s"] == {"dtype": "BF16", "shape": [], "data_offsets": [0, 2]}
+    data = raw[8 + n:]
+    assert data[:2] == x.reshape(1).view(torch.int16).numpy().tobytes()
+    assert data[2:8] == torch.arange(3, dtype=torch.float16).numpy().tobytes()
