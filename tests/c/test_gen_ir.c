@@ -114,6 +114,18 @@ static const char LN_CHANNELS[] =
 
 static void test_lowering(void **state) {
     (void)state;
+    /* a float's finfo.min as a mask's fill is whole-valued but no int64: the constant keeps a float
+     * type */
+    char *fill =
+        lowered("{" AXES2(4, 9) ", 'inputs': {'x': " T("['a', 'b']", "float32") ", 'm': " T(
+            "['a', 'b']",
+            "bool") "}, 'outputs': {'y': " T("['a', 'b']",
+                                             "float32") "}, " ATEN("aten::masked_fill.Scalar",
+                                                                   "[{'tensor': 0}, {'tensor': 1}, "
+                                                                   "-3.4028234663852886e+38]") "}");
+    expect_in(fill, "v2 = const -3.40282347e+38 : f32 []");
+    expect_in(fill, "v3 = where(v1, v2, v0) : f32 [c0 c1]");
+    free(fill);
     char *t = lowered(SOFTMAX_BY_HAND);
     expect_in(t, "axes: c0=d c1=c c2=b (reduced) c3=a");         /* sizes are the axes' names */
     expect_in(t, "v1 = softmax(v0) over [c2] : f32 [c0 c1 c3]"); /* amax became the pair */

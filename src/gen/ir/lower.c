@@ -38,7 +38,10 @@ int lower_arg(lower_ctx *L, const kiln_op *op, int pos, const char *name, lval *
     if (a->kind == KILN_ARG_NUM || a->kind == KILN_ARG_BOOL) {
         if (!lv_const(L, a->num, out))
             return 0;
-        if (a->kind == KILN_ARG_BOOL || a->num == floor(a->num)) /* an int or a bool: its type */
+        /* an int or a bool: its type. A whole number beyond 2^53 or an infinity is a float's value
+         * (finfo.min as a mask's fill), never an int64's */
+        if (a->kind == KILN_ARG_BOOL ||
+            (fabs(a->num) <= 9007199254740992.0 && a->num == floor(a->num)))
             L->ir->nodes[out->node].dtype = a->kind == KILN_ARG_BOOL ? KILN_BOOL : KILN_I64;
         return 1;
     }
@@ -65,7 +68,7 @@ int arg_ints(const kiln_op *op, int pos, const char *name, int64_t *out, int *n)
     *n = 0;
     if (!a || a->kind == KILN_ARG_NONE)
         return 0;
-    if (a->kind == KILN_ARG_NUM && a->num == floor(a->num)) {
+    if (a->kind == KILN_ARG_NUM && fabs(a->num) <= 9007199254740992.0 && a->num == floor(a->num)) {
         out[(*n)++] = (int64_t)a->num;
         return 1;
     }
