@@ -10,7 +10,7 @@ chain; SOL-ExecBench's forms: SwiGLU, RoPE, post-norm RMSNorm with a residual; s
 cpu --family gen` against the PyTorch reference on every workload; `kiln eval` proves one emitted source.
 
 The bundled examples (--small): every problem they capture that no family matches must be a compute-bound
-op (convolutions, GEMMs, ...), and the memory-bound ones that only the generator matches are proven too.
+op (convolutions, GEMMs, ...) or one the IR does not have yet (sort, top-k, cumsum, ...), and the memory-bound ones that only the generator matches are proven too.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ REQUIRED_MODULES = {"RMSNormChannels", "RMSNormLast", "LayerNormChannels", "Laye
                     "GatedChain", "SwiGLU", "Rope", "ResidualRMSNorm", "SplitRotate"}
 # What only other generators (GEMM, convolution, attention, solvers) can take.
 COMPUTE_BOUND = ("conv1d", "conv2d", "linear", "matmul", "mm", "bmm", "_grouped_mm", "linalg_solve_triangular")
+# Memory-bound ops of the examples the IR does not have yet (docs/generator.md, "Not done yet"): every one a
+# capture of the three examples with --top 500 leaves unmatched. Which of them the default --top keeps depends
+# on their time on the machine (the MoE router's sort entered it on a loaded CI machine, repeat_interleave here).
+NOT_YET = ("sort", "topk", "cumsum", "histc", "index_put_", "repeat_interleave")
 
 
 def kiln_env() -> dict:
@@ -165,9 +169,9 @@ def _matched(problem: Path) -> list:
 
 
 def test_examples_unmatched_are_compute_bound(tmp_path):
-    """Problems of the bundled examples that no family matches are compute-bound; the memory-bound ops
-    that only the generator matches (a mean over the last dim, masked_fill, pad, nearest upsampling) are
-    proven."""
+    """Problems of the bundled examples that no family matches are compute-bound (or one of NOT_YET, which
+    the IR does not have yet); the memory-bound ops that only the generator matches (a mean over the last dim,
+    masked_fill, pad, nearest upsampling) are proven."""
     import importlib.util
     examples = [("vae_decoder", None), ("qwen_moe", "transformers"), ("gemma4", "transformers")]
     only_gen = []
@@ -181,7 +185,7 @@ def test_examples_unmatched_are_compute_bound(tmp_path):
             aten = definition(problem)["kiln"].get("aten") or ""
             op = aten[6:].split(".")[0]
             if not families:
-                assert op in COMPUTE_BOUND, f"{problem.name}: no family matches a memory-bound {aten}"
+                assert op in COMPUTE_BOUND + NOT_YET, f"{problem.name}: no family matches a memory-bound {aten}"
             elif families == ["gen"]:
                 only_gen.append(problem)
     assert only_gen, "the generator should be the only family for some example problems"
