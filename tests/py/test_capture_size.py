@@ -147,21 +147,12 @@ BIG_SCRIPT = textwrap.dedent("""
     print("big script done")
 """)
 BIG_MAX_BYTES = 64 << 10  # each 64x512 fp32 tensor is 128 KiB
-GOOD_SOFTMAX = """// kiln: launch softmax_rows
-void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        float m = -INFINITY;
-        for (int64_t c = 0; c < cols; c++) m = fmaxf(m, xr[c]);
-        double sum = 0.0;
-        for (int64_t c = 0; c < cols; c++) { float e = expf(xr[c] - m); yr[c] = e; sum += e; }
-        for (int64_t c = 0; c < cols; c++) yr[c] = (float)(yr[c] / sum);
-    }
-}
-"""
-UNMASKED_SOFTMAX = GOOD_SOFTMAX.replace("float e = expf(xr[c] - m);",
-                                        "float e = isinf(xr[c]) ? expf(-m) : expf(xr[c] - m);")
+# the project's correct CPU softmax; the unmasked variant treats -inf entries as 0 (what a kernel that never saw
+# the real mask's structure would do)
+GOOD_SOFTMAX = open(os.path.join(ROOT, "tests", "kernels", "cpu", "good_softmax.c")).read()
+UNMASKED_SOFTMAX = GOOD_SOFTMAX.replace("float e = expf(xr[c] - row_max);",
+                                        "float e = isinf(xr[c]) ? expf(-row_max) : expf(xr[c] - row_max);")
+assert UNMASKED_SOFTMAX != GOOD_SOFTMAX
 
 
 def _real_big_input():
