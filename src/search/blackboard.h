@@ -12,7 +12,7 @@
 #include "../util/common.h"
 
 #define KILN_BB_MAGIC 0x313062626e6c696bULL /* "kilnbb01" little-endian */
-#define KILN_BB_LAYOUT_VERSION 1
+#define KILN_BB_LAYOUT_VERSION 2
 #define KILN_BB_MAX_PARAMS 12 /* = KILN_FAMILY_MAX_PARAMS */
 #define KILN_BB_MAX_FAMILIES 8
 #define KILN_BB_NAME_LEN 96
@@ -50,8 +50,9 @@ typedef struct {
     int32_t n_families;
     int32_t family[KILN_BB_MAX_FAMILIES]; /* registry indices (kiln_family_at) that match it */
 
-    int32_t incumbent_node; /* -1 until a candidate proved ok */
-    int32_t pad0;
+    int32_t incumbent_node;   /* -1 until a candidate proved ok */
+    uint32_t opened_families; /* bit k: family slot k was opened at the root because the search
+                                 would otherwise have ended without trying it (mcts.c) */
     int64_t incumbent_candidate;
     double best_time_us;      /* the incumbent's time (its re-timed median once challenged) */
     double best_score;        /* SOL score of the incumbent; < 0 unknown */

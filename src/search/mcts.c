@@ -40,6 +40,11 @@
  * misses a node stops expanding, and a node that can neither expand nor descend is saturated and
  * skipped. When the problem's root saturates, or stale_limit proposals in a row make nothing new,
  * the problem is exhausted: its budget is not spent, because there is nothing left to spend it on.
+ * But not before every family that matches it has been tried: the agents choose families at random,
+ * so a problem two families match could otherwise end with one of them never proposed (on the cpu
+ * backend, where a family's points are one source, that was a coin toss per run). A matching
+ * family with no node in the tree is opened at the root first (once per family and run), and the
+ * count of misses starts again.
  *
  * Drafts. A tree that stops improving is usually stuck in one basin (one family, one algorithm).
  * When the incumbent has not improved by >= 1% for P results (P = --plateau, default 8), the
@@ -139,6 +144,43 @@ static int can_expand(const kiln_bb_node *n, const kiln_mcts_config *c) {
            n->status != KILN_BB_NODE_CREATING;
 }
 
+/* The slot of a matching family that has no live node in problem pi's tree and was not opened by
+ * the rule above yet; -1 when there is none. */
+static int untried_family(kiln_bb *bb, int pi) {
+    kiln_bb_problem *P = kiln_bb_problem_at(bb, pi);
+    uint32_t tried = P->opened_families;
+    int n_nodes = kiln_bb_hdr(bb)->n_nodes;
+    for (int i = 0; i < n_nodes; i++) {
+        const kiln_bb_node *nd = kiln_bb_node_at(bb, i);
+        if (nd->problem != pi || nd->family < 0 || nd->status == KILN_BB_NODE_DEAD)
+            continue;
+        for (int k = 0; k < P->n_families && k < KILN_BB_MAX_FAMILIES; k++)
+            if (P->family[k] == nd->family)
+                tried |= 1u << k;
+    }
+    for (int k = 0; k < P->n_families && k < KILN_BB_MAX_FAMILIES; k++)
+        if (!(tried & (1u << k)))
+            return k;
+    return -1;
+}
+
+/* Picks the root to start an untried family; -1 when every family has been tried. */
+static int open_untried(kiln_bb *bb, int pi, kiln_mcts_pick *out) {
+    kiln_bb_problem *P = kiln_bb_problem_at(bb, pi);
+    int k = untried_family(bb, pi);
+    if (k < 0)
+        return -1;
+    P->opened_families |= 1u << k;
+    P->stale = 0;
+    out->node = P->root;
+    out->draft = 0;
+    out->open_family = 1;
+    out->family_slot = k;
+    kiln_mcts_virtual_loss(bb, P->root, +1);
+    kiln_bb_touch(bb, pi);
+    return 0;
+}
+
 /* Descends from start; returns the node to expand or -1 when start's subtree is saturated. */
 static int descend(kiln_bb *bb, int pi, int start, const kiln_mcts_config *c) {
     kiln_bb_problem *P = kiln_bb_problem_at(bb, pi);
@@ -187,6 +229,12 @@ int kiln_mcts_select(kiln_bb *bb, int pi, const kiln_mcts_config *c, kiln_mcts_p
     kiln_bb_problem *P = kiln_bb_problem_at(bb, pi);
     if (P->root < 0 || P->exhausted)
         return -1;
+    if (P->stale >= c->stale_limit) {
+        if (open_untried(bb, pi, out) == 0)
+            return 0;
+        P->exhausted = 1;
+        return -1;
+    }
     if (kiln_mcts_draft_due(bb, pi, c)) {
         kiln_mcts_draft_open(bb, pi, c);
         out->draft_opened = 1;
@@ -212,7 +260,7 @@ int kiln_mcts_select(kiln_bb *bb, int pi, const kiln_mcts_config *c, kiln_mcts_p
     }
     int n = descend(bb, pi, P->root, c);
     if (n < 0)
-        return -1;
+        return open_untried(bb, pi, out);
     out->node = n;
     out->draft = kiln_bb_node_at(bb, n)->draft;
     kiln_mcts_virtual_loss(bb, n, +1);
@@ -269,8 +317,8 @@ void kiln_mcts_expand_failed(kiln_bb *bb, int node, const kiln_mcts_config *c) {
     n->expand_fail++;
     kiln_bb_problem *P = kiln_bb_problem_at(bb, n->problem);
     P->stale++;
-    if (P->stale >= c->stale_limit)
-        P->exhausted = 1;
+    if (P->stale >= c->stale_limit && untried_family(bb, n->problem) < 0)
+        P->exhausted = 1; /* else the next selection opens the untried family */
     kiln_bb_touch(bb, n->problem);
 }
 

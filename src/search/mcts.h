@@ -37,12 +37,17 @@ typedef struct {
     int draft;           /* the draft number the new child belongs to (0: main tree) */
     int make_draft_root; /* 1: node is the problem root and the child is a new draft's root */
     int draft_opened;    /* 1: this call opened draft number `draft` (the caller records it) */
+    int open_family;     /* 1: node is the problem root and the child must start the matching
+                            family in slot family_slot, which nothing in the tree has tried yet */
+    int family_slot;
 } kiln_mcts_pick;
 
 /* Under the lock. Picks the node to expand in problem pi and adds virtual loss to it and every
- * ancestor. Opens a draft when one is due (kiln_mcts_draft_due). Returns 0 with out->node >= 0, or
- * -1 when nothing below the selection root can make anything new (the caller marks the problem
- * exhausted when that root is the problem's). */
+ * ancestor. Opens a draft when one is due (kiln_mcts_draft_due). Before a problem is given up
+ * (stale_limit misses in a row, or a saturated root) every matching family gets a start: the pick
+ * is then the root with out->open_family set. Returns 0 with out->node >= 0, or -1 when nothing
+ * below the selection root can make anything new (the caller marks the problem exhausted when that
+ * root is the problem's). */
 int kiln_mcts_select(kiln_bb *bb, int pi, const kiln_mcts_config *c, kiln_mcts_pick *out);
 
 /* Under the lock. The selection of an agent that can always write something new (the llm agent;

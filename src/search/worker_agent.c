@@ -65,6 +65,18 @@ static int propose_draft_root(kiln_opt_ctx *c, const kiln_opt_problem *pr,
     return kiln_agent_random_point(ap, slot, rng, out->point);
 }
 
+/* The proposal that starts a matching family nothing in the tree has tried yet (mcts.c,
+ * "Exhaustion"): its start point first, a random point on a later attempt. */
+static int propose_untried(const kiln_agent_problem *ap, int slot, int attempt, uint64_t *rng,
+                           kiln_proposal *out) {
+    memset(out, 0, sizeof *out);
+    out->slot = slot;
+    out->used = KILN_AGENT_ALGORITHM;
+    snprintf(out->note, sizeof out->note, "a family not tried yet (%s)", ap->fams[slot]->name);
+    return attempt == 0 ? kiln_agent_start_point(ap, slot, rng, out->point)
+                        : kiln_agent_random_point(ap, slot, rng, out->point);
+}
+
 /* Records the fusion opportunities of a problem (once per problem and store: the meta key
  * "fusion_noted.<problem>" remembers it across resumed runs). */
 static void note_fusion(kiln_opt_ctx *c, kiln_store *s, const kiln_opt_problem *pr) {
@@ -152,6 +164,8 @@ static void agent_once(kiln_opt_ctx *c, kiln_store *s, int worker, int kind, uin
         int prc =
             st.pick.make_draft_root
                 ? propose_draft_root(c, pr, &ap, incumbent_slot, attempt, rng, &prop)
+            : st.pick.open_family
+                ? propose_untried(&ap, st.pick.family_slot, attempt, rng, &prop)
                 : kiln_agent_propose(kind, &ap, parent_slot, st.parent_params, attempt, rng, &prop);
         if (prc != 0)
             break;

@@ -350,6 +350,75 @@ static void test_exhaustion(void **state) {
     drop_tree(bb);
 }
 
+/* A problem two families match is not given up before the second family was tried: the search
+ * opens it at the root, once, then ends when that family too makes nothing new. */
+static void test_untried_family_before_exhaustion(void **state) {
+    (void)state;
+    kiln_mcts_config c;
+    kiln_mcts_config_default(&c);
+    c.stale_limit = 5;
+    for (int path = 0; path < 2; path++) {
+        if (path == 1) { /* the other way a problem ends: its root saturates */
+            c.stale_limit = 1000;
+            c.expand_tries = 2;
+        }
+        kiln_bb *bb = make_tree(40);
+        kiln_bb_problem *P = kiln_bb_problem_at(bb, 0);
+        P->n_families = 2;
+        P->family[0] = 0; /* step() makes family-0 nodes */
+        P->family[1] = 3;
+        step(bb, &c, 10.0, 0.5);
+        kiln_mcts_pick pick;
+        int guard = 0, opened = -1;
+        while (kiln_mcts_select(bb, 0, &c, &pick) == 0 && !pick.open_family) {
+            kiln_mcts_expand_failed(bb, pick.node, &c);
+            assert_true(++guard < 200);
+        }
+        assert_false(P->exhausted);
+        assert_int_equal(pick.open_family, 1);
+        assert_int_equal(pick.family_slot, 1);
+        assert_int_equal(pick.node, P->root);
+        assert_int_equal(P->stale, 0);
+        int64_t pt[KILN_BB_MAX_PARAMS] = {0};
+        opened = kiln_mcts_child_add(bb, &pick, 3, pt, 1, 0, -1);
+        assert_true(opened >= 0);
+        kiln_bb_node_at(bb, opened)->status = KILN_BB_NODE_QUEUED;
+        kiln_mcts_result(bb, opened, 1, 8.0, 0.6, &c);
+        /* both families tried: misses end the problem now, and no family is opened twice */
+        guard = 0;
+        while (kiln_mcts_select(bb, 0, &c, &pick) == 0) {
+            assert_int_equal(pick.open_family, 0);
+            kiln_mcts_expand_failed(bb, pick.node, &c);
+            assert_true(++guard < 200);
+        }
+        if (path == 0)
+            assert_true(P->exhausted);
+        for (int i = 0; i < kiln_bb_hdr(bb)->n_nodes; i++)
+            assert_int_equal(kiln_bb_node_at(bb, i)->virtual_loss, 0);
+        drop_tree(bb);
+    }
+
+    /* an opened family whose start made nothing new is not opened again */
+    c.stale_limit = 3;
+    c.expand_tries = 1000;
+    kiln_bb *bb = make_tree(40);
+    kiln_bb_problem *P = kiln_bb_problem_at(bb, 0);
+    P->n_families = 2;
+    P->family[0] = 0;
+    P->family[1] = 3;
+    step(bb, &c, 10.0, 0.5);
+    kiln_mcts_pick pick;
+    int opens = 0, guard = 0;
+    while (kiln_mcts_select(bb, 0, &c, &pick) == 0) {
+        opens += pick.open_family;
+        kiln_mcts_expand_failed(bb, pick.node, &c);
+        assert_true(++guard < 200);
+    }
+    assert_int_equal(opens, 1);
+    assert_true(P->exhausted);
+    drop_tree(bb);
+}
+
 /* One open selection (the llm agent's) that must pick `want`; its virtual loss is given back. */
 static void open_picks(kiln_bb *bb, const kiln_mcts_config *c, int want) {
     kiln_mcts_pick pick;
@@ -509,6 +578,7 @@ int main(void) {
         cmocka_unit_test(test_draft_opens_after_plateau),
         cmocka_unit_test(test_draft_promoted),
         cmocka_unit_test(test_exhaustion),
+        cmocka_unit_test(test_untried_family_before_exhaustion),
         cmocka_unit_test(test_select_open),
         cmocka_unit_test(test_incumbent_rule),
         cmocka_unit_test(test_priority_is_share_times_headroom),
