@@ -26,6 +26,7 @@
 typedef struct {
     int64_t problem_id, candidate_id;
     char *name, *dir, *source, *family, *params, *agent, *result_json;
+    char *content_hash; /* the problem's in the store; NULL unknown */
     int draft;
     double share, eager_us, compile_us, sol_us; /* < 0: unknown */
     double time_us, spread_pct, sol_pct, score; /* of the winning result */
@@ -39,6 +40,7 @@ static void winner_free(winner *w) {
     free(w->params);
     free(w->agent);
     free(w->result_json);
+    free(w->content_hash);
 }
 
 static void warn(kiln_library_report *r, const char *fmt, ...)
@@ -85,6 +87,7 @@ static int load_winner(kiln_store *s, const kiln_store_problem_row *p, winner *w
         w->candidate_id = win.candidate_id;
         w->name = xstrdup(p->name);
         w->dir = xstrdup(p->dir);
+        w->content_hash = p->content_hash ? xstrdup(p->content_hash) : NULL;
         w->share = p->share;
         w->eager_us = p->eager_us;
         w->compile_us = p->compile_us;
@@ -437,6 +440,15 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
         warn(report, "%s: skipped: its problem directory does not load: %s", w->name, lerr.msg);
         goto done;
     }
+    const char *now = kiln_problem_kiln_str(p, "content_hash");
+    if (w->content_hash && now && strcmp(now, w->content_hash) != 0) {
+        /* the kernel was proved on other tensors, or for another definition: not this problem's */
+        warn(report,
+             "%s: skipped: its directory holds another problem now (content %.12s; the store's "
+             "results are for %.12s)",
+             w->name, now, w->content_hash);
+        goto done;
+    }
     if (kiln_abi_parse(w->source, b->cuda, &abi, &lerr) != KILN_OK) {
         warn(report, "%s: skipped: candidate %lld's launch directives: %s", w->name,
              (long long)w->candidate_id, lerr.msg);
@@ -571,6 +583,8 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     cJSON_AddStringToObject(cand, "params", w->params ? w->params : "");
     cJSON_AddNumberToObject(cand, "draft", w->draft);
     cJSON_AddStringToObject(e, "problem_dir", w->dir);
+    if (w->content_hash)
+        cJSON_AddStringToObject(e, "content_hash", w->content_hash);
     *entry = e;
     e = NULL;
 done:

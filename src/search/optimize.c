@@ -867,6 +867,7 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
         sp.eager_us = pr->eager_us;
         sp.compile_us = pr->compile_us;
         sp.sol_us = -1;
+        sp.content_hash = pr->p ? kiln_problem_kiln_str(pr->p, "content_hash") : NULL;
         if (kiln_store_problem_upsert(s, &sp, &pr->store_id, err) != KILN_OK)
             return 2;
         if (pr->skip) {

@@ -138,18 +138,19 @@ int kiln_submit_open(const char *run_dir, const char *problem, const char *backe
 
     if (kiln_problem_load(dir, &r->p, err) != KILN_OK)
         goto fail;
+    /* an upsert even when the row exists: the store refuses a result for another content */
     char *sdir = NULL;
-    r->problem_id = store_problem(r->store, r->p->name, &sdir);
+    store_problem(r->store, r->p->name, &sdir);
+    kiln_store_problem sp = {0};
+    sp.name = r->p->name;
+    sp.dir = sdir ? sdir : dir;
+    sp.share = sp.eager_us = sp.compile_us = sp.sol_us = -1;
+    sp.content_hash = kiln_problem_kiln_str(r->p, "content_hash");
+    int up = kiln_store_problem_upsert(r->store, &sp, &r->problem_id, err);
     free(sdir);
-    if (!r->problem_id) {
-        kiln_store_problem sp = {0};
-        sp.name = r->p->name;
-        sp.dir = dir;
-        sp.share = sp.eager_us = sp.compile_us = sp.sol_us = -1;
-        if (kiln_store_problem_upsert(r->store, &sp, &r->problem_id, err) != KILN_OK) {
-            status = 1;
-            goto fail;
-        }
+    if (up != KILN_OK) {
+        status = 1;
+        goto fail;
     }
     if (kiln_refs_ensure(r->p, r->cuda ? "cuda" : "cpu", ref_dir, 1, &r->ref, err) != KILN_OK)
         goto fail;

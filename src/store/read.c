@@ -26,16 +26,23 @@ char *kiln_store_meta_get(kiln_store *s, const char *key) {
 
 /* ---- problems ---- */
 
-#define PROBLEM_COLUMNS "id, name, dir, share, eager_us, compile_us, sol_us, incumbent_id"
-static const char sql_problem_by_name[] = "SELECT " PROBLEM_COLUMNS " FROM problem WHERE name = ?1";
-static const char sql_problem_by_id[] = "SELECT " PROBLEM_COLUMNS " FROM problem WHERE id = ?1";
-static const char sql_problem_list[] = "SELECT " PROBLEM_COLUMNS " FROM problem ORDER BY id";
+/* A version-2 store (read as it is) has no content_hash: it reads as NULL. */
+#define PROBLEM_COLUMNS "id, name, dir, share, eager_us, compile_us, sol_us, incumbent_id, "
+#define PROBLEM_SELECT(hash, where) "SELECT " PROBLEM_COLUMNS hash " FROM problem " where
+static const char *const sql_problem_by_name[2] = {
+    PROBLEM_SELECT("NULL", "WHERE name = ?1"), PROBLEM_SELECT("content_hash", "WHERE name = ?1")};
+static const char *const sql_problem_by_id[2] = {PROBLEM_SELECT("NULL", "WHERE id = ?1"),
+                                                 PROBLEM_SELECT("content_hash", "WHERE id = ?1")};
+static const char *const sql_problem_list[2] = {PROBLEM_SELECT("NULL", "ORDER BY id"),
+                                                PROBLEM_SELECT("content_hash", "ORDER BY id")};
+#define PROBLEM_SQL(s, which) (which)[(s)->version >= 3]
 
 void kiln_store_problem_row_free(kiln_store_problem_row *p) {
     if (!p)
         return;
     free(p->name);
     free(p->dir);
+    free(p->content_hash);
     memset(p, 0, sizeof *p);
 }
 
@@ -48,6 +55,7 @@ static void problem_row(sqlite3_stmt *st, kiln_store_problem_row *p) {
     p->compile_us = store_col_known(st, 5);
     p->sol_us = store_col_known(st, 6);
     p->incumbent_id = sqlite3_column_int64(st, 7);
+    p->content_hash = store_col_dup(st, 8);
 }
 
 /* Runs st (bound) for at most one row: *found and out. Resets st. */
@@ -68,7 +76,7 @@ int kiln_store_problem_find(kiln_store *s, const char *name, kiln_store_problem_
     memset(out, 0, sizeof *out);
     *found = 0;
     sqlite3_stmt *st = NULL;
-    int rc = store_stmt(s, sql_problem_by_name, &st, err);
+    int rc = store_stmt(s, PROBLEM_SQL(s, sql_problem_by_name), &st, err);
     if (rc)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
@@ -81,7 +89,7 @@ int kiln_store_problem_get(kiln_store *s, int64_t id, kiln_store_problem_row *ou
     memset(out, 0, sizeof *out);
     *found = 0;
     sqlite3_stmt *st = NULL;
-    int rc = store_stmt(s, sql_problem_by_id, &st, err);
+    int rc = store_stmt(s, PROBLEM_SQL(s, sql_problem_by_id), &st, err);
     if (rc)
         return rc;
     sqlite3_bind_int64(st, 1, id);
@@ -92,7 +100,7 @@ int kiln_store_problem_list(kiln_store *s, kiln_store_problem_row **rows, int *n
     *rows = NULL;
     *n = 0;
     sqlite3_stmt *st = NULL;
-    int rc = store_stmt(s, sql_problem_list, &st, err), row = 0, cap = 0;
+    int rc = store_stmt(s, PROBLEM_SQL(s, sql_problem_list), &st, err), row = 0, cap = 0;
     while (!rc && !(rc = store_step_row(s, st, &row, "reading the problems", err)) && row) {
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;

@@ -126,6 +126,9 @@ static const char *const migrations[KILN_STORE_SCHEMA_VERSION - 1] = {
     "CREATE VIEW latest_result AS\n"
     "  SELECT r.* FROM result r\n"
     "  WHERE r.id = (SELECT max(x.id) FROM result x WHERE x.candidate_id = r.candidate_id);\n",
+    /* 3: a problem is its content: the hash capture gave its files (NULL for the rows of older
+     * stores, and for problems written by hand); results are never carried to another content. */
+    "ALTER TABLE problem ADD COLUMN content_hash TEXT;\n",
 };
 
 static const char sql_has_meta[] =

@@ -19,7 +19,7 @@
 typedef struct kiln_store kiln_store;
 
 /* 1: the first schema; 2: llm_exchange joins it, latest_result is read per candidate. */
-#define KILN_STORE_SCHEMA_VERSION 2
+#define KILN_STORE_SCHEMA_VERSION 3
 
 /* ---- opening ---- */
 
@@ -122,9 +122,13 @@ typedef struct {
     double eager_us;   /* reference (PyTorch eager) time, geomean over workloads; < 0 unknown */
     double compile_us; /* torch.compile time when known; < 0 unknown */
     double sol_us;     /* speed-of-light time, geomean; < 0 unknown */
+    const char *content_hash; /* capture's "kiln.content_hash" of the problem files; NULL unknown */
 } kiln_store_problem;
 
-/* Inserts the problem or returns the id it already has (resume). */
+/* Inserts the problem or returns the id it already has (resume). A problem is its content: when
+ * the row of that name holds another content hash than p's (both known), the row's candidates and
+ * results belong to another problem, and the upsert is refused (KILN_ERR_INVALID, writing
+ * nothing). A known hash is recorded where the row had none. */
 int kiln_store_problem_upsert(kiln_store *s, const kiln_store_problem *p, int64_t *id,
                               kiln_err *err);
 
@@ -235,6 +239,7 @@ typedef struct {
     char *name, *dir;
     double share, eager_us, compile_us, sol_us; /* < 0 unknown */
     int64_t incumbent_id;                       /* 0 none */
+    char *content_hash; /* NULL unknown (or a version-2 store read as it is) */
 } kiln_store_problem_row;
 void kiln_store_problem_row_free(kiln_store_problem_row *p);
 

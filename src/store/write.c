@@ -8,14 +8,16 @@
 #include <string.h>
 
 static const char sql_problem_upsert[] =
-    "INSERT INTO problem (name, dir, share, eager_us, compile_us, sol_us, created_unix_s) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (name) DO UPDATE SET "
+    "INSERT INTO problem (name, dir, share, eager_us, compile_us, sol_us, created_unix_s, "
+    "content_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (name) DO UPDATE SET "
     "dir = excluded.dir, share = COALESCE(excluded.share, share), "
     "eager_us = COALESCE(excluded.eager_us, eager_us), "
     "compile_us = COALESCE(excluded.compile_us, compile_us), "
-    "sol_us = COALESCE(excluded.sol_us, sol_us)";
+    "sol_us = COALESCE(excluded.sol_us, sol_us), "
+    "content_hash = COALESCE(excluded.content_hash, content_hash)";
 
 static const char sql_problem_id[] = "SELECT id FROM problem WHERE name = ?1";
+static const char sql_problem_hash[] = "SELECT content_hash FROM problem WHERE name = ?1";
 
 static const char sql_candidate_insert[] =
     "INSERT INTO candidate (problem_id, parent_id, node_id, agent, family, params, draft, "
@@ -69,12 +71,31 @@ int kiln_store_problem_upsert(kiln_store *s, const kiln_store_problem *p, int64_
     if (!p->name || !*p->name || !p->dir)
         return kiln_errf(err, KILN_ERR_INVALID, "%s: a problem needs a name and a directory",
                          s->path);
-    sqlite3_stmt *up = NULL, *sel = NULL;
+    sqlite3_stmt *up = NULL, *sel = NULL, *hash = NULL;
     if ((rc = store_stmt(s, sql_problem_upsert, &up, err)) ||
-        (rc = store_stmt(s, sql_problem_id, &sel, err)))
+        (rc = store_stmt(s, sql_problem_id, &sel, err)) ||
+        (rc = store_stmt(s, sql_problem_hash, &hash, err)))
         return rc;
     if ((rc = store_begin(s, err)))
         return rc;
+    if (p->content_hash && *p->content_hash) {
+        /* inside the transaction: a concurrent capture cannot slip between check and write */
+        int row = 0;
+        sqlite3_bind_text(hash, 1, p->name, -1, SQLITE_STATIC);
+        rc = store_step_row(s, hash, &row, "problem upsert", err);
+        char *had = !rc && row ? store_col_dup(hash, 0) : NULL;
+        store_stmt_done(hash);
+        if (!rc && had && strcmp(had, p->content_hash) != 0)
+            rc = kiln_errf(err, KILN_ERR_INVALID,
+                           "%s: problem '%s' is another problem now: the store's results are for "
+                           "content %.12s, its directory %s holds content %.12s (capture names a "
+                           "changed problem anew; use a fresh run directory for hand-edited "
+                           "problems)",
+                           s->path, p->name, had, p->dir, p->content_hash);
+        free(had);
+        if (rc)
+            return store_finish(s, rc, err);
+    }
     sqlite3_bind_text(up, 1, p->name, -1, SQLITE_STATIC);
     sqlite3_bind_text(up, 2, p->dir, -1, SQLITE_STATIC);
     store_bind_known(up, 3, p->share);
@@ -82,6 +103,10 @@ int kiln_store_problem_upsert(kiln_store *s, const kiln_store_problem *p, int64_
     store_bind_known(up, 5, p->compile_us);
     store_bind_known(up, 6, p->sol_us);
     sqlite3_bind_double(up, 7, store_now_unix_s());
+    if (p->content_hash && *p->content_hash)
+        sqlite3_bind_text(up, 8, p->content_hash, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(up, 8);
     rc = store_step_done(s, up, "problem upsert", err);
     if (!rc) {
         int found = 0;

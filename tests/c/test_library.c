@@ -406,6 +406,7 @@ static const char captured_def[] =
     " \"outputs\": {\"out0\": {\"shape\": [\"n8\", \"n16\"], \"dtype\": \"bfloat16\"}},\n"
     " \"reference\": \"import torch\\ndef run(self):\\n    return torch.softmax(self, -1)\\n\",\n"
     " \"kiln\": {\"kind\": \"aten\", \"aten\": \"aten::_softmax.default\", \"calls\": 12,\n"
+    "          \"content_hash\": \"c0ffee0123456789c0ffee0123456789\",\n"
     "          \"share\": 0.31, \"device_time_us\": 120.5, \"grad_mode\": false,\n"
     "          \"module_paths\": [\"model.layers.0.attn\"],\n"
     "          \"args\": {\"args\": [{\"tensor\": 0}, -1, false], \"kwargs\": {}},\n"
@@ -534,6 +535,46 @@ static void test_captured_problems_carry_their_gate(void **state) {
     remove_run_dir(run);
 }
 
+/* A problem is its content: the store's results for one content are not another's kernel. */
+static void test_another_content_is_refused(void **state) {
+    (void)state;
+    char *run = make_run_dir();
+    char *cap_dir = write_problem(run, "softmax_cap", captured_def, captured_wl);
+    kiln_store *s = new_store(run, "cpu");
+    kiln_err err;
+    const char *hashes[] = {"c0ffee0123456789c0ffee0123456789", "deadbeef000000000000000000000000"};
+    const char *names[] = {"softmax_cap", "softmax_was_other"};
+    for (int i = 0; i < 2; i++) {
+        kiln_store_problem sp = {.name = names[i],
+                                 .dir = cap_dir,
+                                 .share = 0.4,
+                                 .eager_us = 9.0,
+                                 .compile_us = -1,
+                                 .sol_us = -1,
+                                 .content_hash = hashes[i]};
+        int64_t id = 0;
+        if (kiln_store_problem_upsert(s, &sp, &id, &err))
+            fail_msg("%s", err.msg);
+        result(s, candidate(s, id, cpu_kernel, 20 + (uint64_t)i), "ok", 3.0, ok_json);
+    }
+    kiln_library_options opt = {.kiln_version = "9.9.9"};
+    kiln_library_report rep;
+    if (kiln_library_write(s, run, &opt, &rep, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(rep.n_entries, 1);
+    assert_non_null(strstr(rep.warnings, "softmax_was_other: skipped: its directory holds another "
+                                         "problem now (content c0ffee012345; the store's results "
+                                         "are for deadbeef0000)"));
+    cJSON *m = load_manifest(run);
+    const cJSON *e = cJSON_GetArrayItem(get(m, "entries"), 0);
+    assert_string_equal(str(e, "problem"), "softmax_cap");
+    assert_string_equal(str(e, "content_hash"), hashes[0]);
+    cJSON_Delete(m);
+    kiln_store_close(s);
+    free(cap_dir);
+    remove_run_dir(run);
+}
+
 static void test_unknown_backend_is_refused(void **state) {
     (void)state;
     char *run = make_run_dir();
@@ -556,6 +597,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_library_from_a_small_store),
         cmocka_unit_test(test_cuda_library_with_cubin),
         cmocka_unit_test(test_captured_problems_carry_their_gate),
+        cmocka_unit_test(test_another_content_is_refused),
         cmocka_unit_test(test_unknown_backend_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -234,6 +234,38 @@ static void test_problem_upsert_is_idempotent(void **state) {
         query_int(s, "SELECT compile_us IS NULL FROM problem WHERE name = 'rmsnorm_bf16'"), 1);
     p.name = "";
     assert_int_equal(kiln_store_problem_upsert(s, &p, &id, &err), KILN_ERR_INVALID);
+
+    /* A problem is its content: a row without a hash takes the first one; the same hash is the
+     * same problem; another hash under the name is refused and writes nothing. */
+    p.name = "softmax_f32";
+    p.content_hash = "aaaa1111";
+    assert_int_equal(kiln_store_problem_upsert(s, &p, &id, &err), KILN_OK);
+    assert_int_equal(id, a);
+    p.content_hash = NULL; /* unknown: keeps the recorded one */
+    assert_int_equal(kiln_store_problem_upsert(s, &p, &id, &err), KILN_OK);
+    p.content_hash = "aaaa1111";
+    assert_int_equal(kiln_store_problem_upsert(s, &p, &id, &err), KILN_OK);
+    assert_int_equal(id, a);
+    p.content_hash = "bbbb2222";
+    p.dir = "/runs/elsewhere";
+    id = 0;
+    assert_int_equal(kiln_store_problem_upsert(s, &p, &id, &err), KILN_ERR_INVALID);
+    assert_int_equal(id, 0);
+    assert_non_null(strstr(err.msg, "another problem"));
+    assert_non_null(strstr(err.msg, "aaaa1111"));
+    assert_non_null(strstr(err.msg, "bbbb2222"));
+    d = query_text(s, "SELECT dir || ' ' || content_hash FROM problem WHERE name = 'softmax_f32'");
+    assert_string_equal(d, "/runs/moved/softmax_f32 aaaa1111");
+    free(d);
+    kiln_store_problem_row row;
+    int found = 0;
+    assert_int_equal(kiln_store_problem_find(s, "softmax_f32", &row, &found, &err), KILN_OK);
+    assert_true(found);
+    assert_string_equal(row.content_hash, "aaaa1111");
+    kiln_store_problem_row_free(&row);
+    assert_int_equal(kiln_store_problem_find(s, "rmsnorm_bf16", &row, &found, &err), KILN_OK);
+    assert_true(found && row.content_hash == NULL);
+    kiln_store_problem_row_free(&row);
     kiln_store_close(s);
     remove_run_dir(dir);
 }

@@ -558,3 +558,32 @@ def test_bad_invocations(tmp_path):
     assert not (tmp_path / "missing").exists()  # a RUN to read is never created
     r = subprocess.run([str(KILN), "optimize", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("usage: kiln optimize")
+
+
+def test_a_problem_is_its_content(template, tmp_path):
+    """The store keeps a problem's content hash; a problem directory that now holds another content
+    under the same name is refused, and nothing of the old results is carried to it."""
+    run = new_run(template, tmp_path)
+    name = template["names"][0]
+    dfile = next(d for d in (run / "problems").iterdir()
+                 if json.loads((d / "definition.json").read_text())["name"] == name) / "definition.json"
+
+    def set_hash(h):
+        definition = json.loads(dfile.read_text())
+        definition["kiln"]["content_hash"] = h
+        dfile.write_text(json.dumps(definition, indent=2))
+
+    set_hash("a" * 32)
+    r = run_optimize(run, "--budget", 1, "--agents", 1, "--json")
+    assert r.returncode == 0, r.stderr
+    assert query(run, "SELECT content_hash FROM problem WHERE name = ?", name) == [("a" * 32,)]
+    before = query(run, "SELECT COUNT(*) FROM result")[0][0]
+    manifest = (run / "library" / "manifest.json").read_text()
+    set_hash("b" * 32)
+    again = run_optimize(run, "--budget", 2, "--agents", 1, "--json")
+    assert again.returncode == 2, again.stdout
+    assert f"problem '{name}' is another problem now" in again.stderr
+    assert "aaaaaaaaaaaa" in again.stderr and "bbbbbbbbbbbb" in again.stderr
+    assert query(run, "SELECT content_hash FROM problem WHERE name = ?", name) == [("a" * 32,)]
+    assert query(run, "SELECT COUNT(*) FROM result")[0][0] == before
+    assert (run / "library" / "manifest.json").read_text() == manifest
