@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "../backend/cuda_driver.h"
+#include "../formats/content_hash.h"
 #include "../util/version.h"
 #include "library.h"
 #include "optimize_impl.h"
@@ -842,6 +843,23 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
                 }
             }
         }
+        /* what the problem is: its files' content, whatever its definition says it was (hashed
+         * for a problem no family matches too: its row names its content) */
+        char hash[KILN_CONTENT_HASH_LEN] = "";
+        char *stale_hash = NULL;
+        if (pr->p) {
+            kiln_err herr;
+            const char *recorded = kiln_problem_kiln_str(pr->p, "content_hash");
+            if (kiln_content_hash_dir(pr->dir, hash, &herr) != KILN_OK) {
+                if (!pr->skip)
+                    pr->skip = xasprintf("its files do not hash: %s", herr.msg);
+            } else if (recorded && strcmp(recorded, hash) != 0) {
+                stale_hash = xasprintf("its files changed since capture (content %.12s; capture "
+                                       "recorded %.12s): its results are filed under the files' "
+                                       "content",
+                                       hash, recorded);
+            }
+        }
         /* --time counts from the command's start, preparing included: once it is over (or on a
          * signal) the problems not prepared yet are left out, all but the first that can be
          * searched */
@@ -867,9 +885,18 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
         sp.eager_us = pr->eager_us;
         sp.compile_us = pr->compile_us;
         sp.sol_us = -1;
-        sp.content_hash = pr->p ? kiln_problem_kiln_str(pr->p, "content_hash") : NULL;
-        if (kiln_store_problem_upsert(s, &sp, &pr->store_id, err) != KILN_OK)
+        sp.content_hash = hash[0] ? hash : NULL;
+        if (stale_hash && !o->quiet)
+            fprintf(stderr, "kiln optimize: %s: %s\n", sp.name, stale_hash);
+        if (kiln_store_problem_upsert(s, &sp, &pr->store_id, err) != KILN_OK) {
+            free(stale_hash);
+            free(no_family);
             return 2;
+        }
+        if (stale_hash) {
+            kiln_store_event(s, pr->store_id, "note", stale_hash, NULL);
+            free(stale_hash);
+        }
         if (pr->skip) {
             kiln_store_event(s, pr->store_id, "skip", pr->skip, NULL);
             if (!o->quiet)

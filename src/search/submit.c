@@ -12,6 +12,7 @@
 
 #include "../backend/cuda_driver.h"
 #include "../backend/nvrtc.h"
+#include "../formats/content_hash.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Opening a run for one problem.
@@ -145,7 +146,12 @@ int kiln_submit_open(const char *run_dir, const char *problem, const char *backe
     sp.name = r->p->name;
     sp.dir = sdir ? sdir : dir;
     sp.share = sp.eager_us = sp.compile_us = sp.sol_us = -1;
-    sp.content_hash = kiln_problem_kiln_str(r->p, "content_hash");
+    char hash[KILN_CONTENT_HASH_LEN];
+    if (kiln_content_hash_dir(dir, hash, err) != KILN_OK) {
+        free(sdir);
+        goto fail;
+    }
+    sp.content_hash = hash;
     int up = kiln_store_problem_upsert(r->store, &sp, &r->problem_id, err);
     free(sdir);
     if (up != KILN_OK) {

@@ -8,6 +8,7 @@ name gets a new name, one whose content is the same keeps its name."""
 import json
 import os
 import resource
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -347,3 +348,39 @@ def test_content_hash_is_the_content(tmp_path):
     data[-1] ^= 0x40  # one bit of the last element
     real.write_bytes(bytes(data))
     assert content_hash_of_dir(problem_dir) != before
+
+
+def _optimize(run, *args):
+    kiln = os.path.join(ROOT, "build", "kiln")
+    return subprocess.run([kiln, "optimize", str(run), "--backend", "cpu", "--budget", "1", "--agents", "1",
+                           "--json", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_the_c_side_hashes_the_same_content(big_run, tmp_path):
+    """kiln optimize recomputes every problem's content hash from its files (src/formats/content_hash.c)
+    and files its results under it: the same value as the recipe's Python side, for problems with real
+    safetensors inputs and with drawn inputs and their real slices. A tensor changed by hand after capture
+    is another content: the store refuses to carry the old results to it."""
+    import shutil
+    from kiln.problem import content_hash_of_dir
+    run = tmp_path / "run"
+    assert _capture(tmp_path, run, "2.0") == 0  # real safetensors inputs
+    for name in _problems(big_run):  # drawn inputs with slices
+        shutil.copytree(big_run / "problems" / name, run / "problems" / name, ignore=shutil.ignore_patterns("kiln"))
+    r = _optimize(run)
+    assert r.returncode == 0, r.stderr[-3000:]
+    con = sqlite3.connect(f"file:{run / 'kiln.db'}?mode=ro", uri=True)
+    rows = dict(con.execute("SELECT dir, content_hash FROM problem").fetchall())
+    con.close()
+    assert len(rows) == len(_problems(run)) >= 3
+    for d, h in rows.items():
+        assert h == content_hash_of_dir(d) == _problems(run)[os.path.basename(d)]["kiln"]["content_hash"], d
+    problem_dir = run / "problems" / "softmax_default_32x64_f32"
+    real = problem_dir / "tensors" / "real.safetensors"
+    data = bytearray(real.read_bytes())
+    data[-1] ^= 0x40
+    real.write_bytes(bytes(data))
+    again = _optimize(run)
+    assert again.returncode == 2, again.stdout[-2000:]
+    assert "softmax_default_32x64_f32: its files changed since capture" in again.stderr
+    assert "'softmax_default_32x64_f32' is another problem now" in again.stderr

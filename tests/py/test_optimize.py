@@ -561,29 +561,33 @@ def test_bad_invocations(tmp_path):
 
 
 def test_a_problem_is_its_content(template, tmp_path):
-    """The store keeps a problem's content hash; a problem directory that now holds another content
-    under the same name is refused, and nothing of the old results is carried to it."""
+    """The store keeps each problem's content hash, computed from its files; a problem directory that
+    holds another content under the same name is refused, and nothing of the old results is carried
+    to it."""
+    sys.path.insert(0, str(ROOT / "python"))
+    from kiln.problem import content_hash_of_dir
     run = new_run(template, tmp_path)
     name = template["names"][0]
-    dfile = next(d for d in (run / "problems").iterdir()
-                 if json.loads((d / "definition.json").read_text())["name"] == name) / "definition.json"
-
-    def set_hash(h):
-        definition = json.loads(dfile.read_text())
-        definition["kiln"]["content_hash"] = h
-        dfile.write_text(json.dumps(definition, indent=2))
-
-    set_hash("a" * 32)
+    pdir = next(d for d in (run / "problems").iterdir()
+                if json.loads((d / "definition.json").read_text())["name"] == name)
     r = run_optimize(run, "--budget", 1, "--agents", 1, "--json")
     assert r.returncode == 0, r.stderr
-    assert query(run, "SELECT content_hash FROM problem WHERE name = ?", name) == [("a" * 32,)]
+    first = content_hash_of_dir(str(pdir))
+    assert query(run, "SELECT content_hash FROM problem WHERE name = ?", name) == [(first,)]
     before = query(run, "SELECT COUNT(*) FROM result")[0][0]
     manifest = (run / "library" / "manifest.json").read_text()
-    set_hash("b" * 32)
+    entry = next(e for e in json.loads(manifest)["entries"] if e["problem"] == name)
+    assert entry["content_hash"] == first
+    # a hand edit of the reference: the same name, another problem
+    definition = json.loads((pdir / "definition.json").read_text())
+    definition["reference"] += "\n# edited by hand\n"
+    (pdir / "definition.json").write_text(json.dumps(definition, indent=2))
+    second = content_hash_of_dir(str(pdir))
+    assert second != first
     again = run_optimize(run, "--budget", 2, "--agents", 1, "--json")
     assert again.returncode == 2, again.stdout
     assert f"problem '{name}' is another problem now" in again.stderr
-    assert "aaaaaaaaaaaa" in again.stderr and "bbbbbbbbbbbb" in again.stderr
-    assert query(run, "SELECT content_hash FROM problem WHERE name = ?", name) == [("a" * 32,)]
+    assert first[:12] in again.stderr and second[:12] in again.stderr
+    assert query(run, "SELECT content_hash FROM problem WHERE name = ?", name) == [(first,)]
     assert query(run, "SELECT COUNT(*) FROM result")[0][0] == before
     assert (run / "library" / "manifest.json").read_text() == manifest
