@@ -50,6 +50,7 @@ from kiln.install_aten import _AtenEntry, _AtenOverride, _boxable, _number_posit
 from kiln.install_cost import judge, measure_dispatch_us
 from kiln.install_cpp import DISPATCH_MODES, _dispatch_mode, _install_cpp, cache_dir, dispatch_extension
 from kiln.install_gate import _Gate, _Slot, _template, _torch_dtype, _Unsupported
+from kiln.install_inductor import InductorPatterns
 from kiln.install_module import _is_activation, _ModuleBinder, _ModuleEntry
 from kiln.install_runtime import Entry, KilnError, Library, LibraryRefused, resolve_library_dir, runtime_path
 
@@ -86,7 +87,9 @@ class Installation:
         self._torch_lib = None
         self._binder: Optional[_ModuleBinder] = None
         self._entry_target: dict = {}
-        self.custom_ops: dict = {}  # module entry name -> "kiln::<op>" (compile_friendly)
+        self.custom_ops: dict = {}  # entry name -> "kiln::<op>" (compile_friendly)
+        self._op_names: set = set()  # the op names taken in the kiln namespace
+        self._inductor = None  # install_inductor.InductorPatterns (compile_friendly aten entries)
         self.dispatch_mode = "python"  # install(dispatch=...): "python", "cpp" or "auto"
         self.dispatch: dict = {}  # "aten::x.y" -> "cpp" or "python" (set when dispatch_mode is not "python")
         self._cpp_regs: list = []  # (_dispatch.cpp Registration, its counters) per C++ override
@@ -111,9 +114,13 @@ class Installation:
 
     def uninstall(self) -> None:
         """Restores every kernel registration and module forward; closes the library if install opened it."""
-        if not self.active and self._torch_lib is None and self._binder is None and not self._cpp_regs:
+        if not self.active and self._torch_lib is None and self._binder is None and not self._cpp_regs \
+                and self._inductor is None:
             return
         self.active = False
+        if self._inductor is not None:
+            self._inductor.remove()
+            self._inductor = None
         if self._binder is not None:
             self._binder.restore()
             self._binder = None
@@ -303,6 +310,7 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
     inst.active = True
     _ACTIVE.append(inst)
     lib._installed_by = inst
+    aten_entries = [(ov.op, ae) for ov in overrides for ae in ov.entries]
     overrides = _install_cpp(inst, overrides)  # dispatch="cpp"/"auto": C++ kernels where they can serve
     if overrides:
         inst._torch_lib = torch.library.Library("aten", "IMPL")
@@ -315,10 +323,13 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
                 if ov.composite:
                     inst._torch_lib.impl(ov.op, ov.make_autograd_kernel(kernel), ov.autograd_key)
                 inst.installed += [ae.gate.entry.name for ae in ov.entries]
+    if compile_friendly and aten_entries:
+        inst._inductor = InductorPatterns(inst, aten_entries, key)
+        inst.custom_ops.update(inst._inductor.ops)
     if mentries:
         inst._binder = _ModuleBinder(mentries, inst, key, compile_friendly)
         if inst._binder.op_lib is not None:
-            inst.custom_ops = {me.entry.name: me.op_name for me in mentries}
+            inst.custom_ops.update({me.entry.name: me.op_name for me in mentries})
         if model is not None:
             inst._binder.bind_root(model)
             for me in mentries:

@@ -96,7 +96,7 @@ def _register_module_ops(mentries: list, key: str, inst: "Installation"):
       the gate's shape and dtype. A call that would need a gradient never reaches the op."""
     import torch
     oplib = torch.library.Library(_OP_NAMESPACE, "FRAGMENT")
-    taken: set = set()
+    taken = inst._op_names
     tags = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
     try:
         for me in mentries:
@@ -104,8 +104,8 @@ def _register_module_ops(mentries: list, key: str, inst: "Installation"):
             name = _op_name(me.entry.name, taken)
             n = len(gate.inputs)
             oplib.define(f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> Tensor", tags=tags)
-            oplib.impl(name, _module_op_kernel(gate, me.entry, inst), key)
-            torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", _module_op_fake(gate), lib=oplib)
+            oplib.impl(name, entry_op_kernel(gate, me.entry, inst, me.entry.target), key)
+            torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=oplib)
             me.op = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
             me.op_name = f"{_OP_NAMESPACE}::{name}"
     except BaseException:
@@ -116,22 +116,25 @@ def _register_module_ops(mentries: list, key: str, inst: "Installation"):
     return oplib
 
 
-def _module_op_fake(gate: _Gate):
+def entry_op_fake(gate: _Gate):
+    """The fake (meta) kernel of an entry's custom op: the gate's output, empty, on the input's device."""
     import torch
     (shape, stride, dtype), = gate.outputs
     empty_strided = torch.empty_strided
 
-    def kiln_module_op_fake(*ts):
+    def kiln_entry_op_fake(*ts):
         return empty_strided(shape, stride, dtype=dtype, device=ts[0].device)
-    return kiln_module_op_fake
+    return kiln_entry_op_fake
 
 
-def _module_op_kernel(gate: _Gate, entry: Entry, inst: "Installation"):
+def entry_op_kernel(gate: _Gate, entry: Entry, inst: "Installation", target: str):
+    """The real kernel of an entry's custom op (module entries here, aten entries in install_inductor):
+    the gate and the launch, with gate-shaped copies for what a trace cannot see; hits count on target."""
     import torch
     hit, specs, GRAD, no_grad = gate.hit, gate.inputs, _GRAD, torch.no_grad
-    counts = inst._target_counts.setdefault(f"module {entry.module_class}", [0, 0, 0])
+    counts = inst._target_counts.setdefault(target, [0, 0, 0])
 
-    def kiln_module_op(*ts):
+    def kiln_entry_op(*ts):
         outs = hit(*ts)
         if outs is None or outs is GRAD:  # misaligned, or a layout the trace did not see: gate-shaped copies
             with no_grad():  # kiln's kernels are forward-only; the binding never sends a call needing a gradient
@@ -146,7 +149,7 @@ def _module_op_kernel(gate: _Gate, entry: Entry, inst: "Installation"):
                                 f"({', '.join(f'{t.dtype} {tuple(t.shape)} on {t.device}' for t in ts)})")
         counts[0] += 1
         return outs[0]
-    return kiln_module_op
+    return kiln_entry_op
 
 
 def _module_admits(gate: _Gate, lib: Library):

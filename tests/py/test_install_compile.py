@@ -250,3 +250,79 @@ def test_tune_kiln_compile_interrupted_or_failing(opened, library, tmp_path, mon
     assert out["kiln_compile_error"] == "RuntimeError: inductor is unhappy" and "kiln_compile_ms" not in out
     assert installed() is None
     lib.close()
+
+
+def _softmax_entry(lib):
+    return next(e for e in lib.entries if e.name.startswith("softmax_int"))
+
+
+def test_aten_entry_runs_inside_inductor(opened):
+    """An aten entry inside torch.compile (python/kiln/install_inductor.py): Inductor decomposes softmax
+    before choosing kernels, so kiln's post-grad pass replaces the decomposed pattern with kiln::<entry>
+    where the tensors are exactly the gate's; a softmax over another axis of the same tensor, or another
+    shape, stays Inductor's code. Uninstall removes the op and the pass."""
+    import torch._inductor.config as inductor_config
+    e = _softmax_entry(opened)
+    (shape, stride, dtype), = [(tuple(g["shape"]), tuple(g["strides"]), g["dtype"]) for g in e.inputs]
+    assert e.aten == "aten::softmax.int" and len(shape) == 2
+    before = inductor_config.post_grad_custom_pre_pass
+    x = torch.randn(*shape)
+
+    # (not t * c: Inductor folds a scalar factor into the softmax it decomposes, another pattern)
+    def f(t):
+        return torch.softmax(t.sin(), dim=-1) + 1.0
+
+    def other_axis(t):
+        return torch.softmax(t.sin(), dim=0) + 1.0
+
+    fewer = x[:shape[0] - 1].clone()  # another shape
+    with torch.inference_mode():  # eager, before install: a kiln hit in eager would count too
+        ref, ref_other, ref_fewer = f(x), other_axis(x), f(fewer)
+    torch._dynamo.reset()
+    inst = kiln.install(opened, entries=[e.name])
+    op = inst.custom_ops[e.name]
+    assert op.startswith("kiln::")
+    with torch.inference_mode():
+        got = torch.compile(f)(x)
+        hits = inst.stats()["targets"]["aten::softmax.int"]["hits"]
+        assert hits == 1, inst.stats()
+        torch.testing.assert_close(got, ref, **_tolerance(e))
+        if shape[0] == shape[1]:
+            pytest.skip("a square gate: the other axis has the same shape")
+        # the same tensor reduced over dim 0 (the pattern matcher ignores the dims it traced), and
+        # another shape: Inductor's code, not kiln's
+        torch.testing.assert_close(torch.compile(other_axis)(x), ref_other)
+        torch.testing.assert_close(torch.compile(f)(fewer), ref_fewer)
+    assert inst.stats()["targets"]["aten::softmax.int"]["hits"] == hits
+    assert inductor_config.post_grad_custom_pre_pass is not before
+    kiln.uninstall()
+    assert inductor_config.post_grad_custom_pre_pass is before
+    assert not hasattr(torch.ops.kiln, op.split("::")[1])
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        torch.testing.assert_close(torch.compile(f)(x), ref, **_tolerance(e))
+    assert inst.stats()["targets"]["aten::softmax.int"]["hits"] == hits
+    torch._dynamo.reset()
+
+
+def test_aten_patterns_cost_an_eager_process_nothing(library):
+    """In a fresh process: kiln.install does not import dynamo or Inductor (about 1.8 s) for its aten
+    patterns; the pass is set by a hook when torch.compile imports Inductor's config, and it works."""
+    import subprocess
+    code = f"""
+import sys, torch
+sys.path.insert(0, {os.path.dirname(os.path.dirname(kiln.__file__))!r})
+import kiln
+from kiln.install import Library
+lib = Library({library["dir"]!r})
+e = next(e for e in lib.entries if e.name.startswith("softmax_int"))
+inst = kiln.install(lib, entries=[e.name])
+assert "torch._inductor.config" not in sys.modules and "torch._dynamo" not in sys.modules, "imported at install"
+x = torch.randn(*e.inputs[0]["shape"])
+with torch.inference_mode():
+    torch.compile(lambda t: torch.softmax(t.sin(), dim=-1))(x)
+print("hits", inst.stats()["targets"]["aten::softmax.int"]["hits"])
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "hits 1" in p.stdout, p.stdout + p.stderr[-2000:]

@@ -1,0 +1,302 @@
+"""kiln.install_inductor: aten entries inside torch.compile.
+
+A dispatcher override never sees a compiled call: Inductor lowers aten ops itself, most of them after
+decomposing them (softmax becomes amax, sub, exp, sum and div before any kernel is chosen). So each
+installed aten entry is also, when installed compile-friendly,
+
+- a custom op kiln::<entry> (install_module's op: the gate's tensors in, the entry's kernel on a hit,
+  gate-shaped copies for what a trace cannot see), and
+- an Inductor pattern: the entry's overload called with its captured constants, traced through
+  Inductor's own decompositions (pattern_matcher.register_replacement with fwd_only), replaced by the op.
+
+A post-grad pass (torch._inductor.config.post_grad_custom_pre_pass, chained to whatever pass was there)
+applies the patterns. The pattern matcher ignores some constants of what it traced (reduction dims among
+them), so a match is taken only when (1) its input tensors have exactly the gate's dtype, shape, strides
+and device, (2) its output is what the gate writes, and (3) its nodes are the traced ones: the same
+targets with the same constant arguments. Anything else stays Inductor's code.
+
+Nothing of this costs an eager user anything: importing Inductor's config imports dynamo (about 1.8 s
+here), so when it is not imported yet the pass is set by a hook that runs right after its import (which
+torch.compile does), and the patterns are traced at the first compilation (a few hundred ms per entry).
+Uninstall restores the pass that was there."""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+import uuid
+from typing import TYPE_CHECKING, Optional
+
+from kiln.install_aten import _schema_mode
+from kiln.install_gate import _Slot, _template, _Unsupported
+from kiln.install_module import _OP_NAMESPACE, _op_name, entry_op_fake, entry_op_kernel
+
+if TYPE_CHECKING:
+    from kiln.install import Installation
+
+
+class _NotMatchable(Exception):
+    """The entry cannot be matched inside a compiled graph (said in the installation's notes)."""
+
+
+def _constant(value):
+    """A captured non-tensor argument as the Python value the op was called with (kiln.capture_record
+    writes torch types and non-finite floats as strings)."""
+    import torch
+    if isinstance(value, list):
+        return [_constant(v) for v in value]
+    if isinstance(value, str):
+        if value in ("inf", "-inf", "nan"):
+            return float(value)
+        if value.startswith("torch."):
+            attr = getattr(torch, value[len("torch."):], None)
+            if isinstance(attr, (torch.dtype, torch.memory_format, torch.layout)):
+                return attr
+        raise _NotMatchable(f"argument {value!r} is not a constant kiln can put back into a pattern")
+    return value
+
+
+def _search_fn(op, entry, n_in: int):
+    """def search(t0, ..., tn): return op(<captured arguments, tensors at their slots>); the parameter
+    names become the pattern's keyword arguments."""
+    args = [_template(a) for a in (entry.args or {}).get("args", [])]
+    kwargs = {k: _template(v) for k, v in ((entry.args or {}).get("kwargs") or {}).items()}
+    slots = [t.index for t in list(args) + list(kwargs.values()) if isinstance(t, _Slot)]
+    if slots != list(range(n_in)):
+        raise _NotMatchable("its tensors are not plain arguments in gate order")
+    args = [a if isinstance(a, _Slot) else _constant(a) for a in args]
+    kwargs = {k: (v if isinstance(v, _Slot) else _constant(v)) for k, v in kwargs.items()}
+    names = [f"t{i}" for i in range(n_in)]
+    ns = {"op": op, "A": [None if isinstance(a, _Slot) else a for a in args],
+          "K": {k: None if isinstance(v, _Slot) else v for k, v in kwargs.items()}}
+    call = [f"t{a.index}" if isinstance(a, _Slot) else f"A[{i}]" for i, a in enumerate(args)]
+    call += [f"{k}=t{v.index}" if isinstance(v, _Slot) else f"{k}=K[{k!r}]" for k, v in kwargs.items()]
+    src = f"def search({', '.join(names)}):\n    return op({', '.join(call)})\n"
+    exec(compile(src, f"<kiln pattern {entry.name}>", "exec"), ns)
+    return ns["search"]
+
+
+def _replace_fn(op_overload, n_in: int):
+    names = [f"t{i}" for i in range(n_in)]
+    ns = {"kop": op_overload}
+    exec(f"def replace({', '.join(names)}):\n    return kop({', '.join(names)})\n", ns)
+    return ns["replace"]
+
+
+def _key(value):
+    """A node argument, comparable across graphs: nodes as "N", numbers as floats (JSON lost int/float)."""
+    import torch.fx
+    if isinstance(value, torch.fx.Node):
+        return "N"
+    if isinstance(value, (list, tuple)):
+        return tuple(_key(v) for v in value)
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, (int, float)):
+        return "nan" if value != value else float(value)
+    return repr(value)
+
+
+def _node_keys(nodes) -> list:
+    return sorted((str(n.target), _key(n.args), _key(sorted(n.kwargs.items())))
+                  for n in nodes if n.op == "call_function")
+
+
+def _same_tensor(val, shape, stride, dtype, device) -> bool:
+    import torch
+    if not isinstance(val, torch.Tensor) or val.dtype != dtype or val.device != device:
+        return False
+    try:
+        return tuple(int(s) for s in val.shape) == shape and tuple(int(s) for s in val.stride()) == stride
+    except (TypeError, ValueError, RuntimeError):  # a symbolic size: not the gate's shape
+        return False
+
+
+class _AtenPattern:
+    """One aten entry as an op and, once traced, a pattern."""
+
+    def __init__(self, aten_op, ae, op_overload, op_name: str, device):
+        self.aten_op = aten_op
+        self.ae = ae
+        self.entry = ae.gate.entry
+        self.op = op_overload
+        self.op_name = op_name
+        self.device = device
+        self.traced_keys: Optional[list] = None
+        self.matched = 0
+
+    def check(self, match) -> bool:
+        gate = self.ae.gate
+        for i, (shape, stride, dtype) in enumerate(gate.inputs):
+            node = match.kwargs.get(f"t{i}")
+            if node is None or not _same_tensor(getattr(node, "meta", {}).get("val"), shape, stride, dtype,
+                                                self.device):
+                return False
+        (oshape, ostride, odtype), = gate.outputs
+        out = match.output_node()
+        if out is None or not _same_tensor(out.meta.get("val"), oshape, ostride, odtype, self.device):
+            return False
+        if _node_keys(match.nodes) != self.traced_keys:
+            return False
+        self.matched += 1
+        return True
+
+
+_CONFIG = "torch._inductor.config"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls callback(module) right after the module `name` is imported, then leaves sys.meta_path."""
+
+    def __init__(self, name: str, callback):
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None:
+            return None
+        inner, hook = spec.loader, self
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return inner.create_module(spec)
+
+            def exec_module(self, module):
+                inner.exec_module(module)
+                hook.remove()
+                hook.callback(module)
+
+        spec.loader = _Loader()
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+class InductorPatterns:
+    """The installation's patterns and the post-grad pass that applies them."""
+
+    def __init__(self, inst: "Installation", aten_entries: list, key: str):
+        """aten_entries: (overload, _AtenEntry) of every installed aten entry."""
+        import torch
+        self.inst = inst
+        self.config = None
+        self.hook = None
+        lib = inst.library
+        self.device = torch.device("cuda", lib.device_index) if lib.is_cuda else torch.device("cpu")
+        self.oplib = torch.library.Library(_OP_NAMESPACE, "FRAGMENT")
+        self.patterns: list = []
+        self.pass_ = None
+        self.previous = None
+        self.traced = False
+        tags = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
+        try:
+            for aten_op, ae in aten_entries:
+                gate, entry = ae.gate, ae.gate.entry
+                try:
+                    mode = _schema_mode(aten_op, len(gate.outputs))
+                except _Unsupported:
+                    mode = None
+                if len(gate.outputs) != 1 or mode != "functional":
+                    inst.notes.append(f"{entry.name}: not matched inside torch.compile (kiln puts functional "
+                                      "ops with one output into compiled graphs)")
+                    continue
+                name = _op_name(entry.name, inst._op_names)
+                n = len(gate.inputs)
+                self.oplib.define(f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> Tensor", tags=tags)
+                self.oplib.impl(name, entry_op_kernel(gate, entry, inst, aten_op.name()), key)
+                torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=self.oplib)
+                overload = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
+                self.patterns.append(_AtenPattern(aten_op, ae, overload, f"{_OP_NAMESPACE}::{name}", self.device))
+        except BaseException:
+            self.oplib._destroy()
+            raise
+        if not self.patterns:
+            self.oplib._destroy()
+            self.oplib = None
+            return
+        if _CONFIG in sys.modules:
+            self._set_pass(sys.modules[_CONFIG])
+        else:
+            self.hook = _AfterImport(_CONFIG, self._set_pass)
+            sys.meta_path.insert(0, self.hook)
+
+    def _set_pass(self, inductor_config) -> None:
+        """Puts kiln's pass first in Inductor's post-grad custom pre-pass, ahead of what was there."""
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+        self.hook = None
+        if self.oplib is None:  # uninstalled before Inductor was imported
+            return
+        outer = self
+        token = f"kiln-{uuid.uuid4()}"  # the compiled graphs call this installation's ops: never cached
+
+        class _KilnPass(CustomGraphPass):
+            def __call__(self, graph):
+                outer.apply(graph)
+                if outer.previous is not None:
+                    outer.previous(graph)
+
+            def uuid(self):
+                return token
+
+        self.config = inductor_config
+        self.previous = inductor_config.post_grad_custom_pre_pass
+        self.pass_ = _KilnPass()
+        inductor_config.post_grad_custom_pre_pass = self.pass_
+
+    @property
+    def ops(self) -> dict:
+        """entry name -> "kiln::<op>"."""
+        return {p.entry.name: p.op_name for p in self.patterns}
+
+    def _trace(self) -> None:
+        """Traces every entry's pattern (once, at the first compilation)."""
+        import torch
+        from torch._inductor import pattern_matcher as pm
+        self.traced = True
+        self.matcher = pm.PatternMatcherPass()
+        kept = []
+        for p in self.patterns:
+            gate = p.ae.gate
+            try:
+                search = _search_fn(p.aten_op, p.entry, len(gate.inputs))
+                examples = [torch.empty_strided(s, st, dtype=d, device="meta") for s, st, d in gate.inputs]
+                traced = pm.fwd_only(search, examples)
+                p.traced_keys = _node_keys(traced.graph.nodes)
+                if not p.traced_keys:
+                    raise _NotMatchable("its op traces to no computation")
+                pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, pm.fwd_only,
+                                        [self.matcher], extra_check=p.check)
+                kept.append(p)
+            except (_NotMatchable, RuntimeError, TypeError, ValueError, NotImplementedError) as why:
+                self.inst.notes.append(f"{p.entry.name}: not matched inside torch.compile: {why}")
+        self.patterns = kept
+
+    def apply(self, graph) -> int:
+        """The post-grad pass: replaces every admitted match by its entry's op."""
+        if not self.inst.active:
+            return 0
+        if not self.traced:
+            self._trace()
+        return self.matcher.apply(graph) if self.patterns else 0
+
+    def remove(self) -> None:
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
+        if self.pass_ is not None and self.config.post_grad_custom_pre_pass is self.pass_:
+            self.config.post_grad_custom_pre_pass = self.previous
+        self.pass_ = None
+        if self.oplib is not None:
+            self.oplib._destroy()
+            self.oplib = None
+
