@@ -10,7 +10,14 @@
  *          "workloads": [W...]}.
  *
  * A digest is {"dtype", "shape"} of the tensor's safetensors header entry and "blake2b" of its data
- * bytes, read in chunks so that a tensor of any size hashes in constant memory. */
+ * bytes, read in chunks so that a tensor of any size hashes in constant memory.
+ *
+ * The digests of the data are kept in PROBLEM/kiln/digests.json, each with the file's stat (size,
+ * modification and change times in ns, inode, device) and the tensor's data offsets: a later call
+ * whose file has the same stat takes the digest from there instead of reading gigabytes again
+ * (kiln submit hashes the problem for every kernel, kiln optimize on every resume). Any write to
+ * the file changes its change time, so an edited tensor is read again. Writing the cache is best
+ * effort: a problem directory kiln may not write is hashed in full every time. */
 #include "content_hash.h"
 
 #include <cjson/cJSON.h>
@@ -18,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../util/blake2b.h"
 
@@ -29,12 +38,31 @@ static int io_error(kiln_err *err, const char *path, int e) {
     return kiln_errf(err, KILN_ERR_IO, "%s: cannot read: %s", path, strerror(e));
 }
 
+static const char *str_item(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* The digest cache of one call (kiln/digests.json: {"<path>|<key>": {"stat", "blake2b"}}). */
+typedef struct {
+    cJSON *cache;
+    int changed;
+} digests;
+
 /* *out = {"dtype", "shape", "blake2b"} of tensor key of the safetensors file at path. */
-static int tensor_digest(const char *path, const char *key, cJSON **out, kiln_err *err) {
+static int tensor_digest(const char *path, const char *key, digests *dg, cJSON **out,
+                         kiln_err *err) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
         return io_error(err, path, errno);
+    struct stat st;
+    char sig[192] = "";
+    if (fstat(fileno(f), &st) == 0)
+        snprintf(sig, sizeof sig, "%lld:%lld.%09ld:%lld.%09ld:%llu:%llu", (long long)st.st_size,
+                 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec,
+                 st.st_ctim.tv_nsec, (unsigned long long)st.st_ino, (unsigned long long)st.st_dev);
+    char *cache_key = xasprintf("%s|%s", path, key);
     int rc = KILN_ERR_FORMAT;
     cJSON *header = NULL;
     char *hbuf = NULL, *chunk = NULL;
@@ -77,6 +105,16 @@ static int tensor_digest(const char *path, const char *key, cJSON **out, kiln_er
         goto done;
     }
     uint64_t begin = (uint64_t)b->valuedouble, left = (uint64_t)e->valuedouble - begin;
+    char hex[33];
+    char *full_sig =
+        xasprintf("%s:%llu:%llu", sig, (unsigned long long)begin, (unsigned long long)left);
+    const cJSON *hit = cJSON_GetObjectItemCaseSensitive(dg->cache, cache_key);
+    const char *hit_sig = str_item(hit, "stat"), *hit_hex = str_item(hit, "blake2b");
+    if (sig[0] && hit_sig && hit_hex && strcmp(hit_sig, full_sig) == 0 && strlen(hit_hex) == 32) {
+        snprintf(hex, sizeof hex, "%s", hit_hex);
+        free(full_sig);
+        goto digest;
+    }
     if (fseeko(f, (off_t)(8 + n + begin), SEEK_SET) != 0) {
         rc = io_error(err, path, errno);
         goto done;
@@ -99,9 +137,18 @@ static int tensor_digest(const char *path, const char *key, cJSON **out, kiln_er
     }
     unsigned char d[16];
     kiln_blake2b_final(&h, d);
-    char hex[33];
     for (int i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    if (sig[0]) {
+        cJSON *ent = cJSON_CreateObject();
+        cJSON_AddStringToObject(ent, "stat", full_sig);
+        cJSON_AddStringToObject(ent, "blake2b", hex);
+        cJSON_DeleteItemFromObjectCaseSensitive(dg->cache, cache_key);
+        cJSON_AddItemToObject(dg->cache, cache_key, ent);
+        dg->changed = 1;
+    }
+    free(full_sig);
+digest:
     *out = cJSON_CreateObject();
     cJSON_AddItemToObject(*out, "dtype", cJSON_Duplicate(dtype, 1));
     cJSON_AddItemToObject(*out, "shape", cJSON_Duplicate(shape, 1));
@@ -109,15 +156,11 @@ static int tensor_digest(const char *path, const char *key, cJSON **out, kiln_er
     rc = KILN_OK;
 done:
     fclose(f);
+    free(cache_key);
     free(hbuf);
     free(chunk);
     cJSON_Delete(header);
     return rc;
-}
-
-static const char *str_item(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 /* Python's truthiness of a JSON value, as the recipe's `if x:` reads it. */
@@ -135,7 +178,7 @@ static int truthy(const cJSON *v) {
 
 /* The digest of the tensor a {"path", "tensor_key"} object names, as "type"-less fields added to
  * into; a relative path is the problem directory's. */
-static int add_digest(cJSON *into, const cJSON *ref, const char *dir, const char *what,
+static int add_digest(cJSON *into, const cJSON *ref, const char *dir, digests *dg, const char *what,
                       kiln_err *err) {
     const char *rel = str_item(ref, "path"), *key = str_item(ref, "tensor_key");
     if (!rel || !key)
@@ -143,7 +186,7 @@ static int add_digest(cJSON *into, const cJSON *ref, const char *dir, const char
                          dir, what);
     char *path = rel[0] == '/' ? xstrdup(rel) : kiln_path_join(dir, rel);
     cJSON *d = NULL;
-    int rc = tensor_digest(path, key, &d, err);
+    int rc = tensor_digest(path, key, dg, &d, err);
     free(path);
     if (rc)
         return rc;
@@ -157,7 +200,8 @@ static int add_digest(cJSON *into, const cJSON *ref, const char *dir, const char
 }
 
 /* *out = the identity of one workload object (the recipe's W). */
-static int workload_identity(const cJSON *w, const char *dir, cJSON **result, kiln_err *err) {
+static int workload_identity(const cJSON *w, const char *dir, digests *dg, cJSON **result,
+                             kiln_err *err) {
     *result = NULL;
     int rc = KILN_OK;
     cJSON *out = cJSON_CreateObject();
@@ -174,7 +218,7 @@ static int workload_identity(const cJSON *w, const char *dir, cJSON **result, ki
             cJSON_AddStringToObject(d, "type", "safetensors");
             char what[96];
             snprintf(what, sizeof what, "input '%.64s'", c->string);
-            if ((rc = add_digest(d, c, dir, what, err)) != KILN_OK)
+            if ((rc = add_digest(d, c, dir, dg, what, err)) != KILN_OK)
                 goto fail;
         } else {
             cJSON_AddItemToObject(inputs, c->string, cJSON_Duplicate(c, 1));
@@ -198,7 +242,7 @@ static int workload_identity(const cJSON *w, const char *dir, cJSON **result, ki
             cJSON_AddItemToObject(d, "elements", cJSON_Duplicate(el, 1));
             char what[96];
             snprintf(what, sizeof what, "the slice of '%.64s'", c->string);
-            if ((rc = add_digest(d, sl, dir, what, err)) != KILN_OK)
+            if ((rc = add_digest(d, sl, dir, dg, what, err)) != KILN_OK)
                 goto fail;
         }
     }
@@ -283,7 +327,20 @@ int kiln_content_hash_dir(const char *dir, char hex[KILN_CONTENT_HASH_LEN], kiln
     hex[0] = 0;
     cJSON *def = NULL, *root = cJSON_CreateObject();
     char *wl_path = kiln_path_join(dir, "workload.jsonl"), *wl = NULL;
+    char *cache_path = kiln_path_join(dir, "kiln/digests.json");
     size_t wl_len = 0;
+    digests dg = {0};
+    {
+        char *text = NULL;
+        size_t len = 0;
+        if (access(cache_path, F_OK) == 0 && kiln_read_file(cache_path, &text, &len, NULL) == 0)
+            dg.cache = cJSON_ParseWithLength(text, len);
+        free(text);
+        if (!cJSON_IsObject(dg.cache)) {
+            cJSON_Delete(dg.cache);
+            dg.cache = cJSON_CreateObject();
+        }
+    }
     int rc = read_json(dir, "definition.json", &def, err);
     if (!rc)
         rc = kiln_read_file(wl_path, &wl, &wl_len, err);
@@ -326,7 +383,7 @@ int kiln_content_hash_dir(const char *dir, char hex[KILN_CONTENT_HASH_LEN], kiln
                 const char *set = str_item(cJSON_GetObjectItemCaseSensitive(w, "kiln"), "set");
                 if (!set || strcmp(set, "random") != 0) {
                     cJSON *ident = NULL;
-                    rc = workload_identity(w, dir, &ident, err);
+                    rc = workload_identity(w, dir, &dg, &ident, err);
                     if (!rc)
                         cJSON_AddItemToArray(ws, ident);
                 }
@@ -349,10 +406,20 @@ int kiln_content_hash_dir(const char *dir, char hex[KILN_CONTENT_HASH_LEN], kiln
     kiln_blake2b_final(&h, out);
     for (int i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", out[i]);
+    if (dg.changed) { /* best effort: an unwritable problem directory is hashed in full next time */
+        char *kdir = kiln_path_join(dir, "kiln");
+        char *text = cJSON_PrintUnformatted(dg.cache);
+        if (kiln_mkdirs(kdir, NULL) == 0)
+            kiln_write_file(cache_path, text, strlen(text), NULL);
+        free(text);
+        free(kdir);
+    }
 done:
     cJSON_Delete(def);
     cJSON_Delete(root);
+    cJSON_Delete(dg.cache);
     free(wl);
     free(wl_path);
+    free(cache_path);
     return rc;
 }
