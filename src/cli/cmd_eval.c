@@ -27,6 +27,7 @@ static const kiln_cli_use eval_options[] = {
      NULL},
     {KILN_OPT_REF_DIR, NULL, NULL},
     {KILN_OPT_NO_TIME, NULL, NULL},
+    {KILN_OPT_RETIME_NOISY, NULL, NULL},
 };
 
 static const kiln_cli_command eval_command = {

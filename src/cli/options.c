@@ -123,6 +123,9 @@ static const row table[KILN_OPT_COUNT] = {
                           .dflt = "the problem's own kiln/ directory",
                           .help = "where the reference data lives or is written"},
     [KILN_OPT_NO_TIME] = {"no-time", KIND_FLAG, NULL, GATE(no_time), .help = "prove only"},
+    [KILN_OPT_RETIME_NOISY] = {"retime-noisy", KIND_FLAG, NULL, GATE(retime_noisy),
+                               .help = "on cpu too, time a workload whose spread is over 5 % once "
+                                       "more and keep the steadier timing (always done on cuda)"},
     [KILN_OPT_JSON] = {"json", KIND_FLAG, NULL, CLI(json),
                        .help = "print the result as one JSON object on stdout"},
     [KILN_OPT_QUIET] = {"quiet", KIND_FLAG, NULL, CLI(quiet), .help = "no progress lines"},

@@ -45,6 +45,9 @@ typedef struct {
                          the OS's random source (and reported, so a run can be reproduced) */
     double timeout_s; /* the longest one run of the candidate may take */
     int no_time;      /* prove only */
+    int retime_noisy; /* time a workload whose spread is over KILN_SPREAD_LIMIT_PCT once more and
+                         keep the steadier timing: always on cuda; on cpu (whose timings only
+                         exercise the pipeline, and are noisy as a rule) only when set */
     /* Racing: per workload the incumbent's median time; timing stops with outcome `slower` once the
      * lower end of the challenger's confidence interval is above race_factor times it. NULL (or a
      * value <= 0): no race on that workload. */

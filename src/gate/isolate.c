@@ -401,6 +401,7 @@ static cJSON *session_eval_once(kiln_gate_session *s, int pi, const char *kernel
     cJSON_AddNumberToObject(cj, "sets", opt->max_sets);
     cJSON_AddNumberToObject(cj, "timeout", opt->timeout_s);
     cJSON_AddNumberToObject(cj, "no_time", opt->no_time);
+    cJSON_AddNumberToObject(cj, "retime_noisy", opt->retime_noisy);
     cJSON_AddNumberToObject(cj, "race_factor", opt->race_factor);
     if (opt->seed) {
         char hex[24];

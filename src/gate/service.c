@@ -143,6 +143,7 @@ static int parse_command(const char *line, const kiln_gate_options *base, int n_
     o->max_sets = (int)num(j, "sets", base->max_sets);
     o->timeout_s = num(j, "timeout", base->timeout_s);
     o->no_time = (int)num(j, "no_time", base->no_time);
+    o->retime_noisy = (int)num(j, "retime_noisy", base->retime_noisy);
     o->race_factor = num(j, "race_factor", base->race_factor);
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
     o->seed = cJSON_IsString(seed) ? strtoull(seed->valuestring, NULL, 16) : 0;

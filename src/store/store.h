@@ -78,10 +78,6 @@ void kiln_store_summary_parse(const char *result_json, kiln_store_summary *out);
  * of entries that are meaningful (highest index + 1), 0 for a result that is not ok. */
 int kiln_store_summary_medians(const cJSON *result, double *medians, int cap);
 
-/* A timing whose spread ((p90 - p10) / median) is above this many percent is flagged wherever it
- * is shown; an eager baseline above it is not divided by at all. */
-#define KILN_SPREAD_LIMIT_PCT 5.0
-
 /* What a table may say about eager_us / kiln_us. */
 enum {
     KILN_SPEEDUP_UNKNOWN,   /* a time is missing: "-" */

@@ -117,6 +117,11 @@ int kiln_dir_writable(const char *dir);
 /* path joined with name; caller frees. */
 char *kiln_path_join(const char *dir, const char *name);
 
+/* A timing whose spread ((p90 - p10) / median) is above this many percent is noisy: the gate times
+ * it once more and keeps the steadier timing, and it is flagged wherever it is shown; an eager
+ * baseline above it is not divided by at all. */
+#define KILN_SPREAD_LIMIT_PCT 5.0
+
 /* FNV-1a 64-bit hash, incremental: start with KILN_FNV_INIT. Used for cache keys and dedupe. */
 #define KILN_FNV_INIT 0xcbf29ce484222325ULL
 uint64_t kiln_fnv1a(uint64_t h, const void *data, size_t len);
