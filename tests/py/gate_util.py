@@ -174,7 +174,10 @@ def check_ok(result: dict, problem: str, iters: int) -> None:
         assert t["median"] > 0, (label, t)
         assert 0 < t["min"] <= t["median"] <= t["max"], (label, t)
         assert min(iters, 5) <= t["n"] <= iters, (label, t)
-        assert g["runs_checked"] == t["n"], (label, g)
+        if "retimed" in t:  # a noisy first timing (docs/gate.md): both timings' runs were checked
+            assert t["retimed"]["first_spread_pct"] > 5 and g["runs_checked"] > t["n"], (label, g)
+        else:
+            assert g["runs_checked"] == t["n"], (label, g)
         assert t["spread_pct"] >= 0, (label, t)
         assert g["gbps"] > 0, (label, g)
         # achieved GB/s = bytes / T
