@@ -564,10 +564,16 @@ static void ctx_free(kiln_opt_ctx *c) {
     cJSON_Delete(c->model);
 }
 
-static void stop_workers(kiln_opt_ctx *c) {
+/* How long an evaluation in flight may go on after --time: the limit is the user's budget (kiln
+ * tune plans its install check and report after it), so it is not stretched by a whole evaluation
+ * (seconds at real size); one cut short is queued again for a resumed run. */
+#define TIME_LIMIT_GRACE_S 2.0
+
+static void stop_workers(kiln_opt_ctx *c, int time_limit) {
     kiln_bb_set_stop(c->bb);
     /* agents stop at once; a gate finishes the evaluation in hand, within its grace */
-    double grace = 30 + (c->gate_opt.timeout_s > 0 ? c->gate_opt.timeout_s : 10);
+    double grace = time_limit ? TIME_LIMIT_GRACE_S
+                              : 30 + (c->gate_opt.timeout_s > 0 ? c->gate_opt.timeout_s : 10);
     double t0 = now_s();
     int killed = 0;
     while (live_workers(c, 0) > 0) {
@@ -1197,7 +1203,7 @@ int kiln_optimize_run(const kiln_optimize_options *o, kiln_err *err) {
     double t_start = 0;
     const char *stop_reason = "done";
     status = watch(c, n_active, &ps, &t_start, &stop_reason, err);
-    stop_workers(c);
+    stop_workers(c, strcmp(stop_reason, "time limit") == 0);
     flush_nodes(c, 1);
     s = c->store;
     c->store = NULL;

@@ -421,7 +421,7 @@ def test_time_limit_and_named_problems(template, tmp_path):
     assert len(table["problems"]) == 1  # --top 1 keeps the hotter of the two
     assert query(run, "SELECT COUNT(*) FROM problem")[0][0] == 1
     assert not (run / "problems").exists()
-    # --time: no new work after the limit, the evaluation in flight finishes, exit 0
+    # --time: no new work after the limit, an evaluation in flight gets 2 s more, exit 0
     run2 = new_run(template, tmp_path, "timed")
     t0 = time.monotonic()
     r = run_optimize(run2, "--budget", 50, "--time", 0.5, "--json")
@@ -429,6 +429,26 @@ def test_time_limit_and_named_problems(template, tmp_path):
     assert json.loads(r.stdout)["stopped"] in ("time limit", "done")
     assert time.monotonic() - t0 < 60
     assert (run2 / "library" / "manifest.json").exists()
+
+
+def test_time_limit_cuts_a_long_evaluation_short(template, tmp_path):
+    """The limit is the caller's budget (kiln tune plans its install check after it): an evaluation that
+    would run on (here: up to 100000 timed runs) is stopped 2 s after it, and its candidate is queued again
+    by a resumed run."""
+    run = new_run(template, tmp_path, "long")
+    t0 = time.monotonic()
+    r = run_optimize(run, "--budget", 2, "--agents", 1, "--time", 4, "--iters", 100000, "--json")
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["stopped"] == "time limit"
+    assert elapsed < 4 + 2 + 10, elapsed  # the limit, the grace, and writing the library
+    unanswered = query(run, "SELECT COUNT(*) FROM candidate c LEFT JOIN result r ON r.candidate_id = c.id "
+                            "WHERE r.id IS NULL")[0][0]
+    assert unanswered >= 1
+    again = run_optimize(run, "--budget", 2, "--agents", 1, "--iters", 3, "--json")
+    assert again.returncode == 0, again.stderr
+    assert re.search(r"(\d+) candidates queued again", again.stderr).group(1) != "0", again.stderr
+    assert_every_candidate_has_a_result(run)
 
 
 def test_two_gates_share_the_work(template, tmp_path):
