@@ -718,6 +718,35 @@ def test_cuda_hits_misses_and_graph_replay(cuda_library):
     lib.close()
 
 
+def test_cuda_aten_entry_inside_torch_compile(cuda_library):
+    """The softmax entry inside a torch.compile'd function on the GPU (python/kiln/install_inductor.py): one
+    kiln call per compiled call where the tensor is the gate's, Inductor's code elsewhere, eager's result."""
+    lib = Library(cuda_library["dir"])
+    entry = next((e for e in lib.entries if e.aten == "aten::softmax.int"), None)
+    if entry is None:
+        lib.close()
+        pytest.skip("the cuda library has no softmax entry")
+    shape = tuple(entry.inputs[0]["shape"])
+    x = torch.randn(*shape, device="cuda")
+
+    def f(t):
+        return torch.softmax(t.sin(), dim=-1) + 1.0
+    with torch.inference_mode():
+        ref = f(x)
+    torch._dynamo.reset()
+    inst = kiln.install(lib, entries=[entry.name])
+    with torch.inference_mode():
+        compiled = torch.compile(f)
+        got = compiled(x)
+        compiled(x)
+    torch.cuda.synchronize()
+    assert inst.stats()["targets"]["aten::softmax.int"]["hits"] == 2, (inst.stats(), inst.notes)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+    kiln.uninstall()
+    torch._dynamo.reset()
+    lib.close()
+
+
 @pytest.mark.xfail(strict=True, reason="measured on the H200 on 2026-11-30: the Python dispatch path costs 9-15 us "
                    "per hit over the bare launch (bench/RESULTS.md); <= 3 us needs a C++ dispatcher kernel. Strict: "
                    "when it passes, remove this mark")
