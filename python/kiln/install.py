@@ -324,8 +324,11 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
                     inst._torch_lib.impl(ov.op, ov.make_autograd_kernel(kernel), ov.autograd_key)
                 inst.installed += [ae.gate.entry.name for ae in ov.entries]
     if compile_friendly and aten_entries:
-        inst._inductor = InductorPatterns(inst, aten_entries, key)
-        inst.custom_ops.update(inst._inductor.ops)
+        try:
+            inst._inductor = InductorPatterns(inst, aten_entries, key)
+            inst.custom_ops.update(inst._inductor.ops)
+        except (RuntimeError, TypeError, ValueError, AttributeError) as why:  # eager is installed either way
+            inst.notes.append(f"aten entries are not put into torch.compile graphs: {why}")
     if mentries:
         inst._binder = _ModuleBinder(mentries, inst, key, compile_friendly)
         if inst._binder.op_lib is not None:
