@@ -50,7 +50,7 @@ from kiln.install_aten import _AtenEntry, _AtenOverride, _boxable, _number_posit
 from kiln.install_cost import judge, measure_dispatch_us
 from kiln.install_cpp import DISPATCH_MODES, _dispatch_mode, _install_cpp, cache_dir, dispatch_extension
 from kiln.install_gate import _Gate, _Slot, _template, _torch_dtype, _Unsupported
-from kiln.install_inductor import InductorPatterns
+from kiln.install_inductor import InductorPatterns, RootCompiler
 from kiln.install_module import _is_activation, _ModuleBinder, _ModuleEntry
 from kiln.install_runtime import Entry, KilnError, Library, LibraryRefused, resolve_library_dir, runtime_path
 
@@ -84,40 +84,49 @@ class Installation:
         self.notes: list = []
         self._entry_counts: dict = {}   # entry name -> [hits]
         self._target_counts: dict = {}  # "aten::x.y" or "module Class" -> [hits, misses, grad fallbacks]
+        self._op_counts: dict = {}  # the same targets -> [hits through a kiln:: op: inside a compiled graph]
         self._torch_lib = None
         self._binder: Optional[_ModuleBinder] = None
         self._entry_target: dict = {}
         self.custom_ops: dict = {}  # entry name -> "kiln::<op>" (compile_friendly)
         self._op_names: set = set()  # the op names taken in the kiln namespace
         self._inductor = None  # install_inductor.InductorPatterns (compile_friendly aten entries)
+        self._roots: Optional[RootCompiler] = None  # install(compile=True) without a model
         self.dispatch_mode = "python"  # install(dispatch=...): "python", "cpp" or "auto"
         self.dispatch: dict = {}  # "aten::x.y" -> "cpp" or "python" (set when dispatch_mode is not "python")
         self._cpp_regs: list = []  # (_dispatch.cpp Registration, its counters) per C++ override
 
     def stats(self) -> dict:
-        """Hits per entry; hits, misses (gate said no: the original ran) and grad fallbacks per target."""
+        """Hits per entry; hits, misses (gate said no: the original ran) and grad fallbacks per target; per
+        target, how many of its hits came through a kiln:: custom op (`op_hits`: calls from a compiled
+        graph, or a traced module entry)."""
         return {
             "entries": {n: {"hits": c[0], "target": self._entry_target.get(n)}
                         for n, c in self._entry_counts.items()},
             "targets": {t: {"hits": c[0], "misses": c[1], "grad_fallbacks": c[2]}
                         for t, c in self._target_counts.items()},
             "hits": sum(c[0] for c in self._target_counts.values()),
+            "op_hits": {t: c[0] for t, c in self._op_counts.items()},  # of those, through kiln:: ops
             "misses": sum(c[1] + c[2] for c in self._target_counts.values()),
             "modules_bound": [(b.path, b.module_ref().__class__.__name__ if b.module_ref() else None)
                               for b in (self._binder.bindings if self._binder else [])],
         }
 
     def reset_stats(self) -> None:
-        for c in list(self._entry_counts.values()) + list(self._target_counts.values()):
+        for c in list(self._entry_counts.values()) + list(self._target_counts.values()) + \
+                list(self._op_counts.values()):
             for i in range(len(c)):
                 c[i] = 0
 
     def uninstall(self) -> None:
         """Restores every kernel registration and module forward; closes the library if install opened it."""
         if not self.active and self._torch_lib is None and self._binder is None and not self._cpp_regs \
-                and self._inductor is None:
+                and self._inductor is None and self._roots is None:
             return
         self.active = False
+        if self._roots is not None:
+            self._roots.stop()
+            self._roots = None
         if self._inductor is not None:
             self._inductor.remove()
             self._inductor = None
@@ -191,7 +200,7 @@ def read_decisions(lib: Library) -> Optional[dict]:
 
 
 def install(library, model=None, *, entries=None, device: Optional[int] = None, verbose: Optional[bool] = None,
-            compile_friendly: bool = True, dispatch: Optional[str] = None):
+            compile_friendly: bool = True, dispatch: Optional[str] = None, compile: bool = False):
     """Installs a kiln library into this process (and `model`'s modules, when given).
 
     library: a library directory (RUN/library, or RUN), or a Library opened earlier (which stays open after
@@ -204,6 +213,9 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
              entry names.
     compile_friendly: module entries also become custom ops (kiln::<entry>) that torch.compile traces into
              its graph without a break; the eager path is the same either way (docs/install.md).
+    compile: also torch.compile what runs, with kiln's entries inside the graphs (implies compile_friendly):
+             `model` in place (Module.compile()), or without a model every root module at its first call
+             (kiln.install_inductor.RootCompiler), until uninstall.
     dispatch: "python" (default; else $KILN_DISPATCH): aten entries are Python kernels; "cpp": C++ kernels
              (python/kiln/_dispatch.cpp, built on first use; where it cannot be built the Python path is used,
              with the reason in `notes` and a RuntimeWarning); "auto": the same without the warning.
@@ -223,7 +235,12 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     inst = Installation(lib, owns)
     inst.dispatch_mode = mode
     try:
-        _install_into(inst, lib, model, entries, compile_friendly)
+        _install_into(inst, lib, model, entries, compile_friendly or compile)
+        if compile and model is not None:
+            model.compile()
+        elif compile:
+            inst._roots = RootCompiler()
+            inst._roots.start()
     except BaseException:
         inst.uninstall()
         raise

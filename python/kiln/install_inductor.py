@@ -263,7 +263,6 @@ class InductorPatterns:
         import torch
         from torch._inductor import pattern_matcher as pm
         self.traced = True
-        self.matcher = pm.PatternMatcherPass()
         kept = []
         for p in self.patterns:
             gate = p.ae.gate
@@ -274,8 +273,10 @@ class InductorPatterns:
                 p.traced_keys = _node_keys(traced.graph.nodes)
                 if not p.traced_keys:
                     raise _NotMatchable("its op traces to no computation")
+                # a pass of its own: entries of one op and pattern (other shapes) are not duplicates there
+                p.matcher = pm.PatternMatcherPass()
                 pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, pm.fwd_only,
-                                        [self.matcher], extra_check=p.check)
+                                        [p.matcher], extra_check=p.check)
                 kept.append(p)
             except (_NotMatchable, RuntimeError, TypeError, ValueError, NotImplementedError) as why:
                 self.inst.notes.append(f"{p.entry.name}: not matched inside torch.compile: {why}")
@@ -287,7 +288,7 @@ class InductorPatterns:
             return 0
         if not self.traced:
             self._trace()
-        return self.matcher.apply(graph) if self.patterns else 0
+        return sum(p.matcher.apply(graph) for p in self.patterns)
 
     def remove(self) -> None:
         if self.hook is not None:
@@ -299,4 +300,49 @@ class InductorPatterns:
         if self.oplib is not None:
             self.oplib._destroy()
             self.oplib = None
+
+
+class RootCompiler:
+    """torch.compile for a script that does not call it (`kiln run --compile`, kiln.install(compile=True)):
+    every root module, one called outside any other module's forward, is compiled in place
+    (Module.compile()) at its first call, so kiln's module and aten entries go inside its graphs as they
+    would in a script that compiled its model itself. Module.__call__ is wrapped while this is active; the
+    wrapper's first statement is torch.compiler.is_dynamo_compiling(), so what dynamo traces through it is
+    the original call."""
+
+    def __init__(self):
+        import weakref
+
+        import torch
+        self.torch = torch
+        self.original = None
+        self.depth = 0
+        self.seen = weakref.WeakSet()
+        self.compiled: list = []  # class names of the modules compiled, in order
+
+    def start(self) -> None:
+        torch = self.torch
+        original = self.original = torch.nn.Module.__call__
+        is_compiling = torch.compiler.is_dynamo_compiling
+        outer = self
+
+        def kiln_root_call(module, *args, **kwargs):
+            if is_compiling():
+                return original(module, *args, **kwargs)
+            if outer.depth == 0 and module not in outer.seen:
+                outer.seen.add(module)
+                module.compile()
+                outer.compiled.append(type(module).__name__)
+            outer.depth += 1
+            try:
+                return original(module, *args, **kwargs)
+            finally:
+                outer.depth -= 1
+
+        torch.nn.Module.__call__ = kiln_root_call
+
+    def stop(self) -> None:
+        if self.original is not None:
+            self.torch.nn.Module.__call__ = self.original
+            self.original = None
 

@@ -133,6 +133,7 @@ def entry_op_kernel(gate: _Gate, entry: Entry, inst: "Installation", target: str
     import torch
     hit, specs, GRAD, no_grad = gate.hit, gate.inputs, _GRAD, torch.no_grad
     counts = inst._target_counts.setdefault(target, [0, 0, 0])
+    op_counts = inst._op_counts.setdefault(target, [0])  # the hits that came through the op
 
     def kiln_entry_op(*ts):
         outs = hit(*ts)
@@ -148,6 +149,7 @@ def entry_op_kernel(gate: _Gate, entry: Entry, inst: "Installation", target: str
                 raise KilnError(f"kiln: {entry.name}: the op was called on tensors its gate cannot admit "
                                 f"({', '.join(f'{t.dtype} {tuple(t.shape)} on {t.device}' for t in ts)})")
         counts[0] += 1
+        op_counts[0] += 1
         return outs[0]
     return kiln_entry_op
 

@@ -22,6 +22,8 @@ OPTIONS = [  # (flag, value name or None, help): the options come before the scr
     ("--entries", "all|NAME,...", "the entries to install (default: those worth it: what kiln tune decided, else "
      "those whose kernel beat eager in the gate by more than kiln's dispatch cost; all: every usable one)"),
     ("--strict", None, "exit 1 instead of running eagerly when libkiln_rt refuses the library"),
+    ("--compile", None, "torch.compile the script's model (each root module at its first call) with kiln's "
+     "kernels inside the compiled graphs, as if the script compiled it itself"),
     ("--stats", None, "print the installation and its hits and misses on stderr when the script ends"),
     ("--stats-json", "PATH", "write the installation and its hits and misses to PATH as JSON"),
 ]
@@ -43,7 +45,7 @@ def help_text() -> str:
 
 def parse_args(argv: list) -> dict:
     """kiln's options come before the script; everything after the script is the script's."""
-    opts = {"library": os.environ.get("KILN_LIBRARY") or None, "entries": None, "strict": False,
+    opts = {"library": os.environ.get("KILN_LIBRARY") or None, "entries": None, "strict": False, "compile": False,
             "stats": False, "stats_json": None, "script": None, "script_args": [], "help": False}
     valued = {flag for flag, value, _ in OPTIONS if value}
     flags = {flag for flag, value, _ in OPTIONS if not value}
@@ -125,7 +127,7 @@ def main(argv: Optional[list] = None) -> int:
     from kiln.install import KilnError, install, uninstall
     inst = None
     try:
-        inst = install(opts["library"], entries=opts["entries"])
+        inst = install(opts["library"], entries=opts["entries"], compile=opts["compile"])
     except KilnError as e:
         print(f"kiln run: {e}", file=sys.stderr)
         if opts["strict"]:
@@ -134,6 +136,9 @@ def main(argv: Optional[list] = None) -> int:
     if inst is not None:
         more = " (--stats lists them)" if inst.skipped and not opts["stats"] else ""
         print(f"kiln run: {inst.line()}{more}", file=sys.stderr, flush=True)
+        if opts["compile"]:
+            print("kiln run: --compile: each root module is compiled (torch.compile) at its first call, kiln's "
+                  "kernels inside", file=sys.stderr, flush=True)
     if inst is not None and opts["stats"]:
         print(inst.summary(), file=sys.stderr, flush=True)
     try:
@@ -149,6 +154,7 @@ def main(argv: Optional[list] = None) -> int:
                           f"grad fallbacks {c['grad_fallbacks']:>6}", file=sys.stderr)
             if opts["stats_json"]:
                 record = {"library": inst.library.path, "installed": inst.installed, "skipped": inst.skipped,
+                          "compiled": inst._roots.compiled if inst._roots is not None else None,
                           "left_out": inst.left_out, "dispatch_cost_us": inst.dispatch_cost_us,
                           "notes": inst.notes, "stats": stats}
                 with open(opts["stats_json"], "w") as f:

@@ -285,7 +285,7 @@ def test_aten_entry_runs_inside_inductor(opened):
     with torch.inference_mode():
         got = torch.compile(f)(x)
         hits = inst.stats()["targets"]["aten::softmax.int"]["hits"]
-        assert hits == 1, inst.stats()
+        assert hits == 1 and inst.stats()["op_hits"]["aten::softmax.int"] == 1, inst.stats()
         torch.testing.assert_close(got, ref, **_tolerance(e))
         if shape[0] == shape[1]:
             pytest.skip("a square gate: the other axis has the same shape")
@@ -326,3 +326,51 @@ print("hits", inst.stats()["targets"]["aten::softmax.int"]["hits"])
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "hits 1" in p.stdout, p.stdout + p.stderr[-2000:]
+
+
+def test_kiln_run_compile_puts_kiln_inside_the_compiled_model(library, tmp_path):
+    """`kiln run --compile`: a script that never calls torch.compile gets its root module compiled at its
+    first call, and kiln's entries (the RMSNorm module entry and the softmax aten entry) run inside the
+    compiled forward, once per forward each; the script's output is unchanged."""
+    import json
+    import subprocess
+    from test_install import KILN, SCRIPT, _env
+    stats = str(tmp_path / "stats.json")
+    args = ["run", "--library", library["dir"], "--entries", "all", "--stats-json", stats]
+    plain = subprocess.run([KILN, *args[:-2], SCRIPT, "--iters", "3"], env=_env(), capture_output=True,
+                           text=True, timeout=600)
+    p = subprocess.run([KILN, *args, "--compile", SCRIPT, "--iters", "3"], env=_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0 and plain.returncode == 0, p.stderr[-3000:] + plain.stderr[-3000:]
+    assert "kiln run: --compile: each root module is compiled" in p.stderr
+    record = json.load(open(stats))
+    assert record["compiled"] == ["TinyModel"], record["compiled"]
+    targets = record["stats"]["targets"]
+    assert targets["module RMSNorm"]["hits"] == targets["aten::softmax.int"]["hits"] >= 3, targets
+    # every one of those hits came through the kiln:: ops of the compiled graph, none through eager dispatch
+    op_hits = {t: n for t, n in record["stats"]["op_hits"].items() if n}
+    assert op_hits == {"module RMSNorm": targets["module RMSNorm"]["hits"],
+                       "aten::softmax.int": targets["aten::softmax.int"]["hits"]}, record["stats"]
+    checksum = [ln for ln in p.stdout.splitlines() if "checksum" in ln]
+    assert checksum and checksum[0].split("checksum")[1] == \
+        [ln for ln in plain.stdout.splitlines() if "checksum" in ln][0].split("checksum")[1]
+
+
+def test_install_compile_true_with_a_model(opened):
+    """kiln.install(model=..., compile=True) compiles the model in place (Module.compile()), kiln inside."""
+    e = _softmax_entry(opened)
+    model, x = _model(), torch.randn(ROWS, HIDDEN)
+    with torch.inference_mode():
+        ref = model(x)
+    torch._dynamo.reset()
+    inst = kiln.install(opened, model=model, entries=[e.name, _rms(opened).name], compile=True)
+    with torch.inference_mode():
+        got = model(x)
+        model(x)
+    t = inst.stats()["targets"]
+    assert t["aten::softmax.int"]["hits"] == 2 and t["module RMSNorm"]["hits"] == 2, t
+    op_hits = {t: n for t, n in inst.stats()["op_hits"].items() if n}
+    assert op_hits == {"aten::softmax.int": 2, "module RMSNorm": 2}  # inside the graph
+    torch.testing.assert_close(got, ref, **_tolerance(e))
+    kiln.uninstall()
+    torch._dynamo.reset()
