@@ -20,7 +20,8 @@ fi
 PYTHONPATH="$PWD/python" "$KILN_PYTHON" - "$run/report.json" <<'EOF'
 import json, sys
 from kiln.install_cost import speedup_judge, speedup_text
-m = json.load(open(sys.argv[1])).get("model") or {}
+report = json.load(open(sys.argv[1]))
+m = report.get("model") or {}
 if "eager_ms" not in m:
     sys.exit(f"kiln demo: the report has no model timing; see {sys.argv[1][:-5]}.md")
 def ms(key):
@@ -39,4 +40,7 @@ kiln = (f"{ms('kiln_ms')} with kiln's {len(installed)} kernel(s){versus('kiln_ms
 both = f" and {ms('kiln_compile_ms')} with both" if installed else ""
 print(f"\nkiln demo: one forward of the model takes {ms('eager_ms')} eager, {kiln}, "
       f"{ms('compile_ms')} with torch.compile{versus('compile_ms')}{both}.")
+rec = report.get("recommended")
+if rec and rec["way"] != "eager":
+    print(f"kiln demo: the fastest way here, beyond the timing spreads: {rec['way']} ({rec['how']}).")
 EOF

@@ -71,6 +71,39 @@ def _time_section(report: dict) -> list:
     return lines + [""]
 
 
+# The ways to run the model, simplest first: (report key, name, how to run it; {lib} and {script} filled in).
+_WAYS = (("eager_ms", "eager", "run the script as it is"),
+         ("compile_ms", "torch.compile", "compile the model with torch.compile, without kiln"),
+         ("kiln_ms", "kiln", "`kiln run --library {lib} {script}`"),
+         ("kiln_compile_ms", "kiln + torch.compile", "`kiln run --compile --library {lib} {script}`"))
+
+
+def recommend(report: dict) -> Optional[dict]:
+    """The fastest way to run the model that the spreads support: walking the ways simplest first, a way
+    replaces the one kept so far only when it is faster by a margin the two spreads support (speedup_judge),
+    so noise never recommends the more complicated way. None when eager was not timed."""
+    m = report.get("model") or {}
+    if not isinstance(m.get("eager_ms"), (int, float)):
+        return None
+    installed = bool(m.get("kiln_entries_installed"))
+    best = None
+    for key, name, how in _WAYS:
+        ms = m.get(key)
+        if not isinstance(ms, (int, float)) or (key.startswith("kiln") and not installed):
+            continue
+        spread = m.get(key.replace("_ms", "_spread_pct"))
+        if best is not None:
+            verdict, _, _ = speedup_judge(best["ms"], best["spread_pct"], ms, spread)
+            if verdict not in ("supported", "noisy"):
+                continue
+        best = {"way": name, "ms": ms, "spread_pct": spread, "how": how}
+    lib = (report.get("library") or {}).get("path") or os.path.join(report.get("run_dir", "RUN"), "library")
+    best["how"] = best["how"].format(lib=lib, script=" ".join([report.get("script", "SCRIPT"),
+                                                                *report.get("script_args", [])]))
+    best["speedup"] = m["eager_ms"] / best["ms"] if best["ms"] > 0 else None
+    return best
+
+
 def _model_section(report: dict) -> list:
     m = report.get("model")
     lines = ["## Model forward", ""]
@@ -119,8 +152,9 @@ def _model_section(report: dict) -> list:
                      else f"torch.compile failed: {m['compile_error']}")
     if "kiln_compile_ms" in m:
         vs = m.get("kiln_compile_vs_compile")
-        lines.append(f"kiln + torch.compile: torch.compile of the model with kiln installed (module entries "
-                     f"become kiln:: custom ops in the compiled graph); kiln ran "
+        lines.append(f"kiln + torch.compile: torch.compile of the model with kiln installed (kiln's entries "
+                     f"become kiln:: custom ops in the compiled graph: module entries where the module is "
+                     f"called, aten entries where Inductor's decomposition of the op matches); kiln ran "
                      f"{_fmt(m.get('kiln_compile_hits_per_forward'), 'd')} kernel calls per compiled forward"
                      + (f", {vs:.2f}x against torch.compile alone." if vs else "."))
     if m.get("kiln_compile_note"):
@@ -130,6 +164,13 @@ def _model_section(report: dict) -> list:
     if m.get("eager_repeatable") is False:
         lines.append("Note: two eager forwards differ; the model is not deterministic, so the differences "
                      "above include that.")
+    rec = recommend(report)
+    if rec is not None:
+        if rec["way"] == "eager":
+            lines.append("**Fastest here: eager** — no other way was faster beyond the timing spreads.")
+        else:
+            lines.append(f"**Fastest here: {rec['way']}** ({rec['speedup']:.2f}x eager, faster than each simpler "
+                         f"way beyond the timing spreads): {rec['how']}.")
     return lines + [""]
 
 
@@ -233,6 +274,7 @@ def write_report(report: dict, good: bool = True) -> str:
     if not good and _last_good(run_dir) is not None:
         stem = "report.failed"
         report["last_good_report"] = os.path.join(run_dir, "report.md")
+    report["recommended"] = recommend(report)
     text = render_markdown(report)
     _write_atomically(os.path.join(run_dir, f"{stem}.json"), json.dumps(report, indent=1, default=str) + "\n")
     md = os.path.join(run_dir, f"{stem}.md")

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 torch = pytest.importorskip("torch")
 
-from kiln import tune  # noqa: E402
+from kiln import tune, tune_report  # noqa: E402
 from kiln.install_cost import speedup_judge, speedup_text  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "tests", "data", "install", "tiny_model.py")
@@ -386,3 +386,27 @@ def test_a_search_that_proves_nothing_still_times_the_model(tmp_path, monkeypatc
     capsys.readouterr()
     code = tune.main([SCRIPT, "--backend", "cpu", "--out", str(out), "--skip-capture", "--skip-optimize"])
     assert code == 1 and "kiln tune: no library at" in capsys.readouterr().err
+
+
+def test_the_report_recommends_the_fastest_way_the_spreads_support():
+    """Simplest first (eager, torch.compile, kiln, kiln + torch.compile): a way is recommended over a simpler
+    one only when it is faster beyond both spreads; the command to run it is in the report."""
+    def rec(**model):
+        base = {"root": "M", "grad_mode": "inference", "rounds": 5, "iterations": 10, "eager_ms": 10.0,
+                "eager_spread_pct": 1.0, "kiln_entries_installed": ["e"]}
+        report = {"script": SCRIPT, "script_args": ["--small"], "run_dir": "R", "model": dict(base, **model)}
+        return tune_report.recommend(report), tune.render_markdown(report)
+    r, md = rec(compile_ms=6.0, compile_spread_pct=1.0, kiln_ms=8.0, kiln_spread_pct=1.0,
+                kiln_compile_ms=5.0, kiln_compile_spread_pct=1.0)
+    assert r["way"] == "kiln + torch.compile" and r["speedup"] == pytest.approx(2.0)
+    assert f"`kiln run --compile --library {os.path.join('R', 'library')} {SCRIPT} --small`" in md
+    assert "**Fastest here: kiln + torch.compile** (2.00x eager" in md
+    # within the spreads of torch.compile alone: the simpler way stays
+    r, _ = rec(compile_ms=6.0, compile_spread_pct=4.0, kiln_compile_ms=5.9, kiln_compile_spread_pct=4.0)
+    assert r["way"] == "torch.compile"
+    # nothing installed: the kiln columns are eager again, never recommended
+    r, _ = rec(kiln_entries_installed=[], kiln_ms=5.0, kiln_spread_pct=1.0)
+    assert r["way"] == "eager"
+    r, md = rec(kiln_ms=9.0, kiln_spread_pct=1.0)
+    assert r["way"] == "kiln" and "`kiln run --library" in md
+    assert tune_report.recommend({"model": None}) is None
