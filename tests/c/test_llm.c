@@ -299,7 +299,7 @@ static void test_context_from_store(void **state) {
     kiln_err err;
     assert_int_equal(kiln_store_open(dir, 0, &s, &err), KILN_OK);
     assert_int_equal(kiln_store_version(s), KILN_STORE_SCHEMA_VERSION); /* llm_exchange is in it */
-    kiln_store_problem sp = {0, "softmax_f32", SOFTMAX_DIR, -1, 20.0, -1, -1};
+    kiln_store_problem sp = {0, "softmax_f32", SOFTMAX_DIR, -1, 20.0, -1, -1, NULL};
     int64_t pid = 0;
     assert_int_equal(kiln_store_problem_upsert(s, &sp, &pid, &err), KILN_OK);
     kiln_store_candidate c = {0};
