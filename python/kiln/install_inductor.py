@@ -123,7 +123,6 @@ class _AtenPattern:
         self.op_name = op_name
         self.device = device
         self.traced_keys: Optional[list] = None
-        self.matched = 0
 
     def check(self, match) -> bool:
         gate = self.ae.gate
@@ -136,10 +135,7 @@ class _AtenPattern:
         out = match.output_node()
         if out is None or not _same_tensor(out.meta.get("val"), oshape, ostride, odtype, self.device):
             return False
-        if _node_keys(match.nodes) != self.traced_keys:
-            return False
-        self.matched += 1
-        return True
+        return _node_keys(match.nodes) == self.traced_keys
 
 
 _CONFIG = "torch._inductor.config"
