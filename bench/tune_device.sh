@@ -53,11 +53,11 @@ for name in "${NAMES[@]}"; do
   run=$WORK/runs/$name
   rm -rf "$run"
   echo "== $name: kiln tune $script ${TUNE_OPTS[*]} -- ${script_args[*]}"
-  t0=$(date +%s.%N)
+  t0=$(date +%s)
   timeout -s INT $((BUDGET + 60)) build/kiln tune "$script" --out "$run" "${TUNE_OPTS[@]}" -- "${script_args[@]}" \
     >"$WORK/logs/$name.log" 2>&1
   rc=$?
-  wall=$(echo "$(date +%s.%N) - $t0" | bc)
+  wall=$(($(date +%s) - t0))  # whole seconds: the device machine has no bc
   "$PY" - "$name" "$run" "$rc" "$wall" "$BUDGET" >>"$ROWS" <<'EOF'
 import json, os, sys
 name, run, rc, wall, budget = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])

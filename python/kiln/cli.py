@@ -55,6 +55,9 @@ def _number(text: str) -> float:
     return v
 
 
+_UNSET = object()  # Parser.option's "no default given": argparse's own default for the action applies
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with kiln's help and errors. Options are declared with option(), which takes their
     bounds and their default in words; values are checked after parsing, with messages in the words of
@@ -70,7 +73,7 @@ class Parser(argparse.ArgumentParser):
         self.add_argument("-h", "--help", action="help", help=argparse.SUPPRESS)
 
     def option(self, *flags, help: str, metavar: Optional[str] = None, kind: Optional[str] = None,
-               lo=None, hi=None, choices: Optional[list] = None, default=None, default_text: Optional[str] = None,
+               lo=None, hi=None, choices: Optional[list] = None, default=_UNSET, default_text: Optional[str] = None,
                convert: Optional[Callable] = None, wants: Optional[str] = None, unknown: Optional[str] = None,
                **kwargs):
         """Declares an option. kind: None (a string or a flag, as kwargs say), "int" or "number" (bounds
@@ -89,13 +92,13 @@ class Parser(argparse.ArgumentParser):
             wants = "one of " + "|".join(choices)
         if metavar is not None:
             kwargs["metavar"] = metavar
-        if default is not None:
+        if default is not _UNSET:  # None too: a flag pair (--x / --no-x) whose default is "decided later"
             kwargs["default"] = default
         action = self.add_argument(*flags, help=argparse.SUPPRESS, **kwargs)
         if convert or choices:
             self._checks[flags[-1]] = (action.dest, convert, wants, lo, hi, choices, unknown)
         label = ", ".join(flags) + (("" if metavar.startswith("[") else " ") + metavar if metavar else "")
-        if default_text is None and default not in (None, False):
+        if default_text is None and default is not _UNSET and default not in (None, False):
             default_text = str(default)
         notes = [n for n in (wants, f"default: {default_text}" if default_text else None) if n]
         self._rows.append((label, help + (f" ({'; '.join(notes)})" if notes else "")))

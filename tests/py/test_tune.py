@@ -410,3 +410,13 @@ def test_the_report_recommends_the_fastest_way_the_spreads_support():
     r, md = rec(kiln_ms=9.0, kiln_spread_pct=1.0)
     assert r["way"] == "kiln" and "`kiln run --library" in md
     assert tune_report.recommend({"model": None}) is None
+
+
+def test_compile_is_decided_by_the_backend_unless_asked():
+    """--compile / --no-compile share one dest whose default None means "on cuda, off on cpu": a parser that
+    let store_true's own default (False) through made tune skip torch.compile on the GPU without a word."""
+    parse = lambda *a: tune.parser().parse_args(["model.py", *a])  # noqa: E731
+    assert parse().compile is None
+    assert parse("--time", "240").compile is None
+    assert parse("--compile").compile is True
+    assert parse("--no-compile").compile is False
