@@ -1,6 +1,10 @@
-// _dispatch.cpp: kiln's opt-in C++ dispatcher kernels for aten entries (kiln.install(...,
-// dispatch="cpp"), issue 6). Built on demand by python/kiln/install.py with
+// _dispatch.cpp: kiln's opt-in C++ dispatcher kernels for aten entries and C++ gates for module
+// entries (kiln.install(..., dispatch="cpp")). Built on demand by python/kiln/install_cpp.py with
 // torch.utils.cpp_extension.load into kiln's cache.
+//
+// A module entry's bound forward (install_module.py) hands the module's tensors to its ModuleGate
+// in one call: the same tensor checks and launch as below, no schema arguments; None sends the
+// forward to the module's own code.
 //
 // For one overridden (aten overload, dispatch key) it registers ONE boxed kernel, at run time, with
 // a torch::Library of kind IMPL for namespace "aten". The kernel holds every entry's gate as plain
@@ -47,6 +51,7 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #ifdef KILN_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -227,62 +232,39 @@ bool any_requires_grad(const c10::IValue *args, size_t n) {
     return false;
 }
 
-// One (overload, key): its entries, the original kernels, the launcher and the counters.
-struct Override {
-    c10::OperatorHandle op;
-    c10::DispatchKey key;
-    c10::SafeKernelFunction original;
-    std::unique_ptr<c10::SafeKernelFunction> original_autograd; // composite ops only
-    std::vector<Entry> entries;
-    size_t n_args = 0;
-    bool inplace = false;
+// Where a hit launches: libkiln_rt's launcher and the device it serves.
+struct Launcher {
     bool cuda = false;
     int device_index = 0;
     void *rt = nullptr;
     LaunchFn launch = nullptr;
     LastErrorFn last_error = nullptr;
-    int64_t *counts = nullptr; // hits, misses, grad fallbacks
-    size_t max_inputs = 0;
 
-    Override(c10::OperatorHandle op_, c10::DispatchKey key_, c10::SafeKernelFunction original_)
-        : op(std::move(op_)), key(key_), original(std::move(original_)) {}
+    // Whether t passes gate g: dtype, strided layout, sizes, strides, device, alignment.
+    bool admits(const TensorGate &g, const at::Tensor &t) const {
+        if (!t.defined() || is_wrapped(t))
+            return false;
+        if (t.scalar_type() != g.dtype || t.layout() != c10::kStrided ||
+            !t.sizes().equals(g.sizes) || !t.strides().equals(g.strides))
+            return false;
+        if (cuda ? (!t.is_cuda() || t.get_device() != device_index) : !t.is_cpu())
+            return false;
+        return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % ALIGN == 0;
+    }
 
-    // 1: hit (outputs pushed), 0: miss, 2: needs a gradient.
-    int try_entry(const Entry &e, c10::Stack *stack) const {
-        const c10::IValue *args = stack->data() + (stack->size() - n_args);
-        const at::Tensor *tensors[16];
+    // The launch of entry e on gate tensors that passed admits() (tensors[k] for e.inputs[k]): dense
+    // copies of inputs captured with gaps, outputs at the captured sizes/strides/dtype, zeroed
+    // scratch, kiln_rt_launch on PyTorch's current stream. Returns 2 (nothing launched) when grad
+    // mode is on and an input requires grad; else 1, with the outputs appended to outs.
+    int run(const Entry &e, const at::Tensor *const *tensors, std::vector<at::Tensor> *outs) const {
         const size_t n_in = e.inputs.size();
-        for (size_t p = 0; p < n_args; p++) {
-            const ArgSpec &a = e.args[p];
-            const c10::IValue &v = args[p];
-            if (a.kind != A_TENSOR) {
-                if (!same_const(v, a))
-                    return 0;
-                continue;
-            }
-            if (!v.isTensor())
-                return 0;
-            const at::Tensor &t = v.toTensor();
-            if (!t.defined() || is_wrapped(t))
-                return 0;
-            const TensorGate &g = e.inputs[a.slot];
-            if (t.scalar_type() != g.dtype || t.layout() != c10::kStrided ||
-                !t.sizes().equals(g.sizes) || !t.strides().equals(g.strides))
-                return 0;
-            if (cuda ? (!t.is_cuda() || t.get_device() != device_index) : !t.is_cpu())
-                return 0;
-            if (reinterpret_cast<uintptr_t>(t.const_data_ptr()) % ALIGN)
-                return 0;
-            tensors[a.slot] = &t;
-        }
         if (c10::GradMode::is_enabled()) {
             for (size_t k = 0; k < n_in; k++)
                 if (tensors[k]->requires_grad())
                     return 2;
         }
         void *ptrs[40];
-        std::vector<at::Tensor> keep; // contiguous copies, outputs, scratch
-        keep.reserve(e.outputs.size() + 2);
+        std::vector<at::Tensor> keep; // contiguous copies and scratch
         size_t n = 0;
         for (size_t k = 0; k < n_in; k++) {
             if (e.inputs[k].copy) {
@@ -295,16 +277,17 @@ struct Override {
         const c10::Device dev =
             cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_index))
                  : c10::Device(c10::kCPU);
-        const size_t first_out = keep.size();
+        const size_t first_out = outs->size();
         for (const TensorGate &g : e.outputs) {
             // on cpu the allocator directly (at::empty_strided's CPU kernel, without a second
             // dispatch)
-            keep.push_back(
+            outs->push_back(
                 cuda ? at::empty_strided(g.sizes, g.strides,
                                          at::TensorOptions().dtype(g.dtype).device(dev))
                      : at::Tensor(at::detail::empty_strided_cpu(g.sizes, g.strides, g.dtype)));
-            ptrs[n++] = keep.back().mutable_data_ptr();
         }
+        for (size_t k = first_out; k < outs->size(); k++)
+            ptrs[n++] = (*outs)[k].mutable_data_ptr();
         if (e.scratch_bytes > 0) {
             keep.push_back(
                 at::zeros({e.scratch_bytes}, at::TensorOptions().dtype(c10::kByte).device(dev)));
@@ -322,17 +305,56 @@ struct Override {
             TORCH_CHECK(false, "kiln: ", e.name, ": ", why ? why : "launch failed");
         }
         (*e.hits)++;
+        return 1;
+    }
+};
+
+// One (overload, key): its entries, the original kernels, the launcher and the counters.
+struct Override {
+    c10::OperatorHandle op;
+    c10::DispatchKey key;
+    c10::SafeKernelFunction original;
+    std::unique_ptr<c10::SafeKernelFunction> original_autograd; // composite ops only
+    std::vector<Entry> entries;
+    size_t n_args = 0;
+    bool inplace = false;
+    Launcher L;
+    int64_t *counts = nullptr; // hits, misses, grad fallbacks
+
+    Override(c10::OperatorHandle op_, c10::DispatchKey key_, c10::SafeKernelFunction original_)
+        : op(std::move(op_)), key(key_), original(std::move(original_)) {}
+
+    // 1: hit (outputs pushed), 0: miss, 2: needs a gradient.
+    int try_entry(const Entry &e, c10::Stack *stack) const {
+        const c10::IValue *args = stack->data() + (stack->size() - n_args);
+        const at::Tensor *tensors[16];
+        for (size_t p = 0; p < n_args; p++) {
+            const ArgSpec &a = e.args[p];
+            const c10::IValue &v = args[p];
+            if (a.kind != A_TENSOR) {
+                if (!same_const(v, a))
+                    return 0;
+                continue;
+            }
+            if (!v.isTensor() || !L.admits(e.inputs[a.slot], v.toTensor()))
+                return 0;
+            tensors[a.slot] = &v.toTensor();
+        }
+        std::vector<at::Tensor> outs;
+        outs.reserve(e.outputs.size());
+        if (L.run(e, tensors, &outs) == 2)
+            return 2;
         counts[0]++;
         if (inplace) {
             at::Tensor self = *tensors[0];
-            self.copy_(keep[first_out]);
+            self.copy_(outs[0]);
             torch::jit::drop(*stack, n_args);
             stack->emplace_back(std::move(self));
             return 1;
         }
         torch::jit::drop(*stack, n_args);
-        for (size_t k = 0; k < e.outputs.size(); k++)
-            stack->emplace_back(std::move(keep[first_out + k]));
+        for (at::Tensor &t : outs)
+            stack->emplace_back(std::move(t));
         return 1;
     }
 
@@ -363,6 +385,43 @@ struct Override {
     c10::DispatchKey autograd_key() const {
         return key == c10::DispatchKey::CUDA ? c10::DispatchKey::AutogradCUDA
                                              : c10::DispatchKey::AutogradCPU;
+    }
+};
+
+// A module entry's gate: the module's tensors (activation and parameters, in the entry's input
+// order) are checked and launched here in one call from the bound forward; a miss (None) sends the
+// forward to the module's own code.
+struct ModuleGate {
+    Entry e; // args unused: a module entry has only tensors
+    Launcher L;
+    int64_t *counts = nullptr; // hits, misses, grad fallbacks
+
+    // The output on a hit; None on a miss or where a gradient is needed (counted as both).
+    py::object call(const py::sequence &ts) const {
+        const size_t n_in = e.inputs.size();
+        if (static_cast<size_t>(py::len(ts)) != n_in) {
+            counts[1]++;
+            return py::none();
+        }
+        at::Tensor held[16];
+        const at::Tensor *tensors[16];
+        for (size_t k = 0; k < n_in; k++) {
+            PyObject *o = ts[k].ptr();
+            if (!THPVariable_Check(o) || !L.admits(e.inputs[k], (held[k] = THPVariable_Unpack(o)))) {
+                counts[1]++;
+                return py::none();
+            }
+            tensors[k] = &held[k];
+        }
+        std::vector<at::Tensor> outs;
+        outs.reserve(1);
+        if (L.run(e, tensors, &outs) == 2) {
+            counts[2]++; // a grad fallback is a miss too, as on the aten path
+            counts[1]++;
+            return py::none();
+        }
+        counts[0]++;
+        return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(outs[0])));
     }
 };
 
@@ -468,6 +527,43 @@ TensorGate parse_tensor(const py::handle &h) {
     return g;
 }
 
+Launcher make_launcher(bool cuda, int device_index, uintptr_t rt, uintptr_t launch_addr,
+                       uintptr_t last_error_addr) {
+#ifndef KILN_WITH_CUDA
+    if (cuda)
+        throw std::invalid_argument("this build of kiln's dispatch extension has no CUDA support");
+#endif
+    if (!rt || !launch_addr)
+        throw std::invalid_argument("null runtime or launcher");
+    Launcher L;
+    L.cuda = cuda;
+    L.device_index = device_index;
+    L.rt = reinterpret_cast<void *>(rt);
+    L.launch = reinterpret_cast<LaunchFn>(launch_addr);
+    L.last_error = reinterpret_cast<LastErrorFn>(last_error_addr);
+    return L;
+}
+
+// An entry's name, index, gate tensors, scratch and hit counter from its spec dict (below).
+Entry parse_entry(const py::dict &d) {
+    Entry e;
+    e.name = py::cast<std::string>(d["name"]);
+    e.index = py::cast<int>(d["index"]);
+    for (const py::handle &t : py::reinterpret_borrow<py::list>(d["inputs"]))
+        e.inputs.push_back(parse_tensor(t));
+    for (const py::handle &t : py::reinterpret_borrow<py::list>(d["outputs"]))
+        e.outputs.push_back(parse_tensor(t));
+    if (e.inputs.size() > 16 || e.inputs.size() + e.outputs.size() + 1 > 40)
+        throw std::invalid_argument("too many tensors for the C++ gate");
+    if (e.outputs.empty())
+        throw std::invalid_argument("an entry without outputs");
+    e.scratch_bytes = py::cast<int64_t>(d["scratch_bytes"]);
+    e.hits = reinterpret_cast<int64_t *>(py::cast<uintptr_t>(d["hits_addr"]));
+    if (!e.hits)
+        throw std::invalid_argument("null entry counter");
+    return e;
+}
+
 // register_override(name, overload, key, inplace, composite, cuda, device_index, rt_handle,
 // launch_addr,
 //                   last_error_addr, counts_addr, entries) -> Registration
@@ -480,13 +576,8 @@ register_override(const std::string &name, const std::string &overload, const st
                   uintptr_t launch_addr, uintptr_t last_error_addr, uintptr_t counts_addr,
                   const py::list &entries) {
     try {
-#ifndef KILN_WITH_CUDA
-        if (cuda)
-            throw std::invalid_argument(
-                "this build of kiln's dispatch extension has no CUDA support");
-#endif
-        if (!rt || !launch_addr || !counts_addr)
-            throw std::invalid_argument("null runtime, launcher or counters");
+        if (!counts_addr)
+            throw std::invalid_argument("null counters");
         c10::DispatchKey key;
         if (key_name == "CPU")
             key = c10::DispatchKey::CPU;
@@ -508,25 +599,11 @@ register_override(const std::string &name, const std::string &overload, const st
                 handle->getComputedKernelForDispatchKey(akey));
         ov->n_args = schema.arguments().size();
         ov->inplace = inplace;
-        ov->cuda = cuda;
-        ov->device_index = device_index;
-        ov->rt = reinterpret_cast<void *>(rt);
-        ov->launch = reinterpret_cast<LaunchFn>(launch_addr);
-        ov->last_error = reinterpret_cast<LastErrorFn>(last_error_addr);
+        ov->L = make_launcher(cuda, device_index, rt, launch_addr, last_error_addr);
         ov->counts = reinterpret_cast<int64_t *>(counts_addr);
         for (const py::handle &h : entries) {
             py::dict d = py::reinterpret_borrow<py::dict>(h);
-            Entry e;
-            e.name = py::cast<std::string>(d["name"]);
-            e.index = py::cast<int>(d["index"]);
-            for (const py::handle &t : py::reinterpret_borrow<py::list>(d["inputs"]))
-                e.inputs.push_back(parse_tensor(t));
-            for (const py::handle &t : py::reinterpret_borrow<py::list>(d["outputs"]))
-                e.outputs.push_back(parse_tensor(t));
-            if (e.inputs.size() > 16 || e.inputs.size() + e.outputs.size() + 1 > 40)
-                throw std::invalid_argument("too many tensors for the C++ gate");
-            if (e.outputs.empty())
-                throw std::invalid_argument("an entry without outputs");
+            Entry e = parse_entry(d);
             py::list args = py::reinterpret_borrow<py::list>(d["args"]);
             if (args.size() != ov->n_args)
                 throw std::invalid_argument("expected one argument spec per schema argument");
@@ -542,10 +619,6 @@ register_override(const std::string &name, const std::string &overload, const st
             for (bool s : seen)
                 if (!s)
                     throw std::invalid_argument("a gate tensor at no argument");
-            e.scratch_bytes = py::cast<int64_t>(d["scratch_bytes"]);
-            e.hits = reinterpret_cast<int64_t *>(py::cast<uintptr_t>(d["hits_addr"]));
-            if (!e.hits)
-                throw std::invalid_argument("null entry counter");
             if (inplace && e.args[0].kind != A_TENSOR)
                 throw std::invalid_argument("an in-place overload whose self is not a gate tensor");
             ov->entries.push_back(std::move(e));
@@ -573,11 +646,27 @@ register_override(const std::string &name, const std::string &overload, const st
     }
 }
 
+// module_gate(entry, cuda, device_index, rt_handle, launch_addr, last_error_addr, counts_addr) ->
+// ModuleGate; entry as register_override's, without "args" (the module's tensors in input order).
+std::unique_ptr<ModuleGate> module_gate(const py::dict &entry, bool cuda, int device_index,
+                                        uintptr_t rt, uintptr_t launch_addr,
+                                        uintptr_t last_error_addr, uintptr_t counts_addr) {
+    if (!counts_addr)
+        throw std::invalid_argument("null counters");
+    auto g = std::make_unique<ModuleGate>();
+    g->L = make_launcher(cuda, device_index, rt, launch_addr, last_error_addr);
+    g->e = parse_entry(entry);
+    if (g->e.outputs.size() != 1)
+        throw std::invalid_argument("a module entry returns one tensor");
+    g->counts = reinterpret_cast<int64_t *>(counts_addr);
+    return g;
+}
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "kiln's C++ dispatcher kernels for aten entries (python/kiln/_dispatch.cpp)";
-    m.attr("ABI") = 1;
+    m.attr("ABI") = 2;
 #ifdef KILN_WITH_CUDA
     m.attr("CUDA") = true;
 #else
@@ -599,4 +688,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         });
     m.def("register_override", &register_override,
           "registers one boxed kernel for (aten overload, key)");
+    py::class_<ModuleGate>(m, "ModuleGate")
+        .def("__call__", &ModuleGate::call,
+             "the module's output from kiln's kernel, or None (a miss: run the module's own code)")
+        .def_property_readonly("entry", [](const ModuleGate &g) { return g.e.name; });
+    m.def("module_gate", &module_gate, "the C++ gate and launch of one module entry");
 }

@@ -94,7 +94,7 @@ class Installation:
         self._roots: Optional[RootCompiler] = None  # install(compile=True) without a model
         self.dispatch_mode = "python"  # install(dispatch=...): "python", "cpp" or "auto"
         self.dispatch: dict = {}  # "aten::x.y" -> "cpp" or "python" (set when dispatch_mode is not "python")
-        self._cpp_regs: list = []  # (_dispatch.cpp Registration, its counters) per C++ override
+        self._cpp_regs: list = []  # (_dispatch.cpp Registration or None, counters, spec) per C++ override or gate
 
     def stats(self) -> dict:
         """Hits per entry; hits, misses (gate said no: the original ran) and grad fallbacks per target; per
@@ -137,7 +137,8 @@ class Installation:
             self._torch_lib._destroy()
             self._torch_lib = None
         for reg in self._cpp_regs:
-            reg[0].destroy()
+            if reg[0] is not None:  # a module entry's C++ gate has no registration: its binding goes above
+                reg[0].destroy()
         self._cpp_regs = []
         if self in _ACTIVE:
             _ACTIVE.remove(self)
@@ -267,7 +268,7 @@ def _worth_it(inst: Installation, lib: Library, e: Entry, decisions: Optional[di
     cost = None
     decision = e.data.get("install")
     if isinstance(decision, dict) and decision.get("beats_eager"):
-        mode = "python" if e.kind == "module" else inst.dispatch_mode
+        mode = inst.dispatch_mode  # a module entry's gate takes the same path (Python or C++) as an aten entry's
         cost, note = measure_dispatch_us(lib, mode)
         inst.dispatch_cost_us[mode] = cost
         if f"dispatch cost: {note}" not in inst.notes:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 DISPATCH_MODES = ("python", "cpp", "auto")
 _DISPATCH_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_dispatch.cpp")
-_DISPATCH_ABI = 1
+_DISPATCH_ABI = 2
 _dispatch_ext: dict = {}  # "cpu" / "cuda" -> the built module, or the KilnError that says why there is none
 _A_TENSOR, _A_NONE, _A_BOOL, _A_NUMBER, _A_INTLIST, _A_STR, _A_DTYPE, _A_DEFAULT = range(8)  # _dispatch.cpp
 
@@ -168,7 +168,6 @@ def _cpp_arg(t, arg) -> tuple:
 
 def _cpp_entry_spec(ae: "_AtenEntry", op) -> dict:
     """An aten entry as _dispatch.cpp's register_override takes it: one spec per schema argument, tensors."""
-    import ctypes as c
     e = ae.gate.entry
     if not ae.simple:
         raise _Unsupported("tensors inside a structure (a tensor list)")
@@ -195,15 +194,71 @@ def _cpp_entry_spec(ae: "_AtenEntry", op) -> dict:
             specs.append((_A_DEFAULT,))
         else:
             raise _Unsupported(f"'{a.name}' was not captured")
+    return dict(_tensor_spec(e), args=specs)
+
+
+def _tensor_spec(e) -> dict:
+    """An entry's gate tensors, scratch and hit counter as _dispatch.cpp's parse_entry takes them."""
+    import ctypes as c
     copies = [(g.get("layout") or {}).get("stored") == "contiguous_copy" for g in e.inputs]
     hits = (c.c_int64 * 1)()
     return {
-        "name": e.name, "index": e.index, "args": specs,
+        "name": e.name, "index": e.index,
         "inputs": [(list(g["shape"]), list(g["strides"]), g["dtype"], cp) for g, cp in zip(e.inputs, copies)],
         "outputs": [(list(g["shape"]), list(g["strides"]), g["dtype"]) for g in e.outputs],
         "scratch_bytes": max(e.scratch_bytes, 1) if e.has_scratch else 0,
         "hits_addr": c.addressof(hits), "_hits": hits,
     }
+
+
+def _cpp_launcher(inst: "Installation", what: str):
+    """(extension, launch address, last-error address) for the C++ paths, or None where the extension cannot
+    be had (the reason noted, and warned about under dispatch='cpp')."""
+    import ctypes as c
+    lib = inst.library
+    try:
+        ext = dispatch_extension(lib.is_cuda)
+    except KilnError as why:
+        note = f"dispatch={inst.dispatch_mode}: the C++ path is not available ({why}); {what} use the Python path"
+        if note not in inst.notes:
+            inst.notes.append(note)
+            if inst.dispatch_mode == "cpp":
+                warnings.warn(f"kiln: dispatch='cpp' fell back to the Python path: {why}", RuntimeWarning,
+                              stacklevel=5)
+        return None
+    return ext, c.cast(lib._launch_fast, c.c_void_p).value, c.cast(_rt().kiln_rt_last_error, c.c_void_p).value
+
+
+def cpp_module_gate(inst: "Installation", entry, target: str):
+    """The C++ gate of a module entry (dispatch "cpp" or "auto"): called with the module's tensors in the
+    entry's input order, it returns the output or None (a miss: the module's own forward runs). It counts
+    into the target's [hits, misses, grad fallbacks] words and the entry's hit word, which become ctypes
+    arrays here. None (the Python gate serves the entry) where the C++ path cannot."""
+    import ctypes as c
+    if inst.dispatch_mode == "python":
+        return None
+    got = _cpp_launcher(inst, "module entries")
+    if got is None:
+        inst.dispatch[target] = "python"
+        return None
+    ext, launch, last_error = got
+    counts = inst._target_counts.get(target)
+    if not isinstance(counts, c.Array):
+        counts = (c.c_int64 * 3)(*(counts or (0, 0, 0)))
+        inst._target_counts[target] = counts
+    spec = _tensor_spec(entry)
+    lib = inst.library
+    try:
+        gate = ext.module_gate(spec, lib.is_cuda, lib.device_index, lib._handle.value, launch, last_error,
+                               c.addressof(counts))
+    except (RuntimeError, ValueError, TypeError) as why:
+        inst.notes.append(f"{entry.name}: Python dispatch (the C++ gate was refused: {why})")
+        inst.dispatch.setdefault(target, "python")
+        return None
+    inst._cpp_regs.append((None, counts, spec))  # the counters live as long as the gate
+    inst._entry_counts[entry.name] = spec["_hits"]
+    inst.dispatch[target] = "cpp"
+    return gate
 
 
 def _install_cpp(inst: "Installation", overrides: list) -> list:
@@ -213,17 +268,11 @@ def _install_cpp(inst: "Installation", overrides: list) -> list:
     if mode == "python" or not overrides:
         return overrides
     lib = inst.library
-    try:
-        ext = dispatch_extension(lib.is_cuda)
-    except KilnError as why:
-        inst.notes.append(f"dispatch={mode}: the C++ path is not available ({why}); aten entries use the "
-                          "Python path")
-        if mode == "cpp":
-            warnings.warn(f"kiln: dispatch='cpp' fell back to the Python path: {why}", RuntimeWarning, stacklevel=4)
+    got = _cpp_launcher(inst, "aten entries")
+    if got is None:
         inst.dispatch.update((ov.op.name(), "python") for ov in overrides)
         return overrides
-    launch = c.cast(lib._launch_fast, c.c_void_p).value
-    last_error = c.cast(_rt().kiln_rt_last_error, c.c_void_p).value
+    ext, launch, last_error = got
     rest = []
     for ov in overrides:
         try:

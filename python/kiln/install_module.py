@@ -9,6 +9,7 @@ import re
 import weakref
 from typing import TYPE_CHECKING
 
+from kiln.install_cpp import cpp_module_gate
 from kiln.install_gate import _GRAD, ALIGN, _Gate, _Unsupported
 from kiln.install_runtime import Entry, KilnError, Library
 
@@ -192,6 +193,7 @@ class _ModuleBinding:
         import torch
         Tensor = torch.Tensor
         module_ref = self.module_ref
+        cgate = getattr(mentry, "cpp", None)  # the C++ gate and launch (dispatch "cpp"/"auto"), or None
         op = getattr(mentry, "op", None)  # kiln::<entry> when installed compile-friendly
         traced = op is not None
         if traced:
@@ -210,6 +212,20 @@ class _ModuleBinding:
                     if admits(ts):
                         return op(*ts)
                 return original(*args, **kwargs)
+
+        def kiln_forward_cpp(*args, **kwargs):
+            if traced and is_compiling():
+                return traced_forward(args, kwargs)
+            module = module_ref()
+            if inst.active and module is not None and len(args) == 1 and not kwargs:
+                ts = [getattr(module, n, None) for n in names]
+                ts.insert(act, args[0])
+                out = cgate(ts)  # counts the hit, the miss or the grad fallback itself
+                if out is not None:
+                    return out
+                return original(*args, **kwargs)
+            counts[1] += 1
+            return original(*args, **kwargs)
 
         def kiln_forward(*args, **kwargs):
             if traced and is_compiling():
@@ -236,8 +252,9 @@ class _ModuleBinding:
             counts[1] += 1
             return original(*args, **kwargs)
 
-        kiln_forward.__kiln__ = mentry.entry.name
-        module.forward = kiln_forward
+        forward = kiln_forward if cgate is None else kiln_forward_cpp
+        forward.__kiln__ = mentry.entry.name
+        module.forward = forward
 
     def restore(self) -> None:
         module = self.module_ref()
@@ -263,6 +280,8 @@ class _ModuleBinder:
         self.mentries = mentries
         self.inst = inst
         self.op_lib = None
+        for me in mentries:  # before the custom ops: the C++ gate makes the target's counters C words
+            me.cpp = cpp_module_gate(inst, me.entry, f"module {me.entry.module_class}")
         if compile_friendly:
             try:
                 self.op_lib = _register_module_ops(mentries, key, inst)
@@ -335,3 +354,4 @@ class _ModuleBinder:
             self.op_lib = None
         for me in self.mentries:
             me.op = None
+            me.cpp = None

@@ -83,8 +83,8 @@ def test_hits_match_the_python_path_and_eager(ext, opened):
         torch.testing.assert_close(b, r, rtol=1e-4, atol=1e-5)
 
 
-def test_model_hits_with_module_entries_on_python(ext, opened):
-    """The whole tiny model with every entry: aten entries on C++, the RMSNorm module entry on Python."""
+def test_model_hits_with_module_entries_on_cpp(ext, opened):
+    """The whole tiny model with every entry: aten entries and the RMSNorm module entry on C++."""
     model, x = _model(), torch.randn(ROWS, HIDDEN)
     with torch.inference_mode():
         ref = model(x)
@@ -94,6 +94,38 @@ def test_model_hits_with_module_entries_on_python(ext, opened):
     torch.testing.assert_close(runs["cpp"][0], ref, rtol=1e-4, atol=1e-5)
     assert runs["cpp"][1]["targets"]["module RMSNorm"]["hits"] == 1
     assert runs["cpp"][1]["targets"]["aten::softmax.int"]["hits"] == 1
+    assert runs["cpp"][2].dispatch["module RMSNorm"] == "cpp"
+
+
+def test_module_gate_misses_and_grad_like_the_python_path(ext, opened):
+    """The module entry's C++ gate refuses what the Python gate refuses — another shape, a misaligned
+    activation, another dtype, a weight replaced by a non-tensor — and sends a call that needs a gradient to
+    the module's own forward; both paths count the same and give eager's values."""
+    model = _model()
+    rms = next(m for m in model.modules() if type(m).__name__ == "RMSNorm")
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(ROWS // 2, HIDDEN, generator=g),
+          torch.randn(ROWS * HIDDEN + 1, generator=g)[1:].view(ROWS, HIDDEN),
+          torch.randn(ROWS, HIDDEN, generator=g).double()]
+    ok = torch.randn(ROWS, HIDDEN, generator=g)
+    with torch.inference_mode():
+        ref = [rms(x) for x in xs]
+    rms_entry = [e.name for e in opened.entries if e.kind == "module"]
+
+    def calls():
+        out = [rms(x) for x in xs]
+        with torch.enable_grad():
+            w = rms.weight
+            rms.weight = torch.nn.Parameter(w.detach().clone())  # requires grad: the module's own forward
+            out.append(rms(ok).detach())
+            rms.weight = w
+        return out
+    runs = _both(opened, calls, entries=rms_entry, model=model, grad=True)
+    _same_counts(runs["python"][1], runs["cpp"][1])
+    t = runs["cpp"][1]["targets"]["module RMSNorm"]
+    assert t["hits"] == 0 and t["misses"] == len(xs) + 1 and t["grad_fallbacks"] == 1, t  # a fallback is a miss
+    for got, r in zip(runs["cpp"][0], ref):
+        assert _same_values(got, r)
 
 
 def test_misses_fall_back_exactly(ext, opened):
