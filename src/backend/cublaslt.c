@@ -1,0 +1,719 @@
+/* cublaslt.c: cuBLASLt opened at run time, GEMMs mapped onto its column-major view, its
+ * configurations enumerated as search points and run exactly as chosen.
+ *
+ * Why dlopen: like the driver (cuda_driver.c), kiln must build and run where there is no CUDA
+ * library at all; cublasLt.h gives the types and enums only. cuBLASLt exports one generation of
+ * each entry point, so plain dlsym is right here (unlike libcuda's versioned symbols).
+ *
+ * Why enumerate rather than ask the heuristic: the heuristic answers from a model of the device,
+ * not from a measurement, and misses the best config of a shape often enough (split-K on skinny
+ * shapes, cluster shapes on Hopper) that a search over every config cuBLASLt accepts pays; the
+ * chosen config is then replayed exactly (AlgoInit + the config attributes), with no heuristic at
+ * run time. */
+#include "cublaslt.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+kiln_lt_funcs kiln_lt;
+
+#define KILN_LT_SYM(name, ret, params) {"cublasLt" #name, offsetof(kiln_lt_funcs, name)},
+static const struct {
+    const char *name;
+    size_t offset;
+} lt_syms[] = {KILN_LT_FUNCS(KILN_LT_SYM)};
+#undef KILN_LT_SYM
+
+/* Fills kiln_lt. Not thread-safe: kiln_lt_load calls it once, under its lock. */
+static int lt_resolve(kiln_err *err) {
+    const char *names[] = {getenv("KILN_CUBLASLT"), "libcublasLt.so.13", "libcublasLt.so.12",
+                           "libcublasLt.so"};
+    char tried[768] = "";
+    size_t used = 0;
+    void *lib = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) {
+        if (!names[i] || !*names[i])
+            continue;
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!lib && used < sizeof tried) {
+            const char *why = dlerror();
+            int w = snprintf(tried + used, sizeof tried - used, "%s%s (%s)", used ? "; " : "",
+                             names[i], why ? why : "not found");
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    if (!lib)
+        return kiln_errf(err, KILN_ERR_NO_DEVICE,
+                         "cuBLASLt not found: tried %s; set KILN_CUBLASLT to the path of "
+                         "libcublasLt.so.13 (PyTorch's wheel has it in nvidia/cu13/lib)",
+                         tried);
+    for (size_t i = 0; i < sizeof lt_syms / sizeof lt_syms[0]; i++) {
+        void *fn = dlsym(lib, lt_syms[i].name);
+        if (!fn) {
+            dlclose(lib);
+            return kiln_errf(err, KILN_ERR_NO_DEVICE,
+                             "cuBLASLt lacks %s: kiln needs CUDA 12 or newer", lt_syms[i].name);
+        }
+        memcpy((char *)&kiln_lt + lt_syms[i].offset, &fn, sizeof fn);
+    }
+    return KILN_OK;
+}
+
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+static int load_done, load_status;
+static kiln_err load_err;
+
+int kiln_lt_load(kiln_err *err) {
+    pthread_mutex_lock(&load_mu);
+    if (!load_done) {
+        load_status = lt_resolve(&load_err);
+        load_done = 1;
+    }
+    pthread_mutex_unlock(&load_mu);
+    if (load_status == KILN_OK)
+        return KILN_OK;
+    return kiln_errf(err, load_status, "%s", load_err.msg);
+}
+
+/* ---- the GEMM and its column-major view ---- */
+
+static const struct {
+    const char *name;
+    cublasLtEpilogue_t lt;
+} epilogues[KILN_LT_EPI_COUNT] = {
+    [KILN_LT_EPI_NONE] = {"none", CUBLASLT_EPILOGUE_DEFAULT},
+    [KILN_LT_EPI_BIAS] = {"bias", CUBLASLT_EPILOGUE_BIAS},
+    [KILN_LT_EPI_RELU] = {"relu", CUBLASLT_EPILOGUE_RELU},
+    [KILN_LT_EPI_GELU] = {"gelu", CUBLASLT_EPILOGUE_GELU},
+    [KILN_LT_EPI_BIAS_RELU] = {"bias_relu", CUBLASLT_EPILOGUE_RELU_BIAS},
+    [KILN_LT_EPI_BIAS_GELU] = {"bias_gelu", CUBLASLT_EPILOGUE_GELU_BIAS},
+};
+
+const char *kiln_lt_epilogue_name(kiln_lt_epilogue e) {
+    KILN_ASSERT(e >= 0 && e < KILN_LT_EPI_COUNT);
+    return epilogues[e].name;
+}
+
+int kiln_lt_epilogue_parse(const char *name, kiln_lt_epilogue *out) {
+    for (int e = 0; e < KILN_LT_EPI_COUNT; e++)
+        if (strcmp(name, epilogues[e].name) == 0) {
+            *out = (kiln_lt_epilogue)e;
+            return 0;
+        }
+    return -1;
+}
+
+static int epilogue_has_bias(kiln_lt_epilogue e) {
+    return e == KILN_LT_EPI_BIAS || e == KILN_LT_EPI_BIAS_RELU || e == KILN_LT_EPI_BIAS_GELU;
+}
+
+static kiln_lt_gemm gemm_packed(int64_t batch, int64_t m, int64_t n, int64_t k, kiln_dtype t,
+                                int trans_b) {
+    kiln_lt_gemm g = {.m = m,
+                      .n = n,
+                      .k = k,
+                      .batch = batch,
+                      .a_type = t,
+                      .b_type = t,
+                      .d_type = t,
+                      .trans_b = trans_b,
+                      .lda = k,
+                      .ldb = trans_b ? k : n,
+                      .ldd = n,
+                      .epilogue = KILN_LT_EPI_NONE,
+                      .bias_type = t};
+    if (batch > 1) {
+        g.stride_a = m * k;
+        g.stride_b = k * n;
+        g.stride_d = m * n;
+    }
+    return g;
+}
+
+kiln_lt_gemm kiln_lt_gemm_linear(int64_t m, int64_t n, int64_t k, kiln_dtype t) {
+    return gemm_packed(1, m, n, k, t, 1);
+}
+
+kiln_lt_gemm kiln_lt_gemm_matmul(int64_t m, int64_t n, int64_t k, kiln_dtype t) {
+    return gemm_packed(1, m, n, k, t, 0);
+}
+
+kiln_lt_gemm kiln_lt_gemm_bmm(int64_t batch, int64_t m, int64_t n, int64_t k, kiln_dtype t) {
+    return gemm_packed(batch, m, n, k, t, 0);
+}
+
+/* cuBLASLt's name for a kiln dtype it multiplies, or -1. */
+static int lt_type(kiln_dtype t, cudaDataType_t *out) {
+    switch (t) {
+    case KILN_F32:
+        *out = CUDA_R_32F;
+        return 0;
+    case KILN_F16:
+        *out = CUDA_R_16F;
+        return 0;
+    case KILN_BF16:
+        *out = CUDA_R_16BF;
+        return 0;
+    case KILN_F8_E4M3:
+        *out = CUDA_R_8F_E4M3;
+        return 0;
+    case KILN_F8_E5M2:
+        *out = CUDA_R_8F_E5M2;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+static int is_fp8(kiln_dtype t) {
+    return t == KILN_F8_E4M3 || t == KILN_F8_E5M2;
+}
+
+int kiln_lt_gemm_view(const kiln_lt_gemm *g, kiln_lt_view *v, kiln_err *err) {
+    memset(v, 0, sizeof *v);
+    if (g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0 || g->batch > INT32_MAX)
+        return kiln_errf(err, KILN_ERR_INVALID,
+                         "gemm: sizes must be positive (M %lld N %lld K %lld batch %lld)",
+                         (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
+    if (g->epilogue < 0 || g->epilogue >= KILN_LT_EPI_COUNT)
+        return kiln_errf(err, KILN_ERR_INVALID, "gemm: epilogue %d unknown", (int)g->epilogue);
+    if (lt_type(g->a_type, &v->b_type) || lt_type(g->b_type, &v->a_type) ||
+        lt_type(g->d_type, &v->d_type) || is_fp8(g->d_type))
+        return kiln_errf(
+            err, KILN_ERR_UNSUPPORTED, "gemm: cuBLASLt does not multiply %s × %s into %s in kiln",
+            kiln_dtype_name(g->a_type), kiln_dtype_name(g->b_type), kiln_dtype_name(g->d_type));
+    if (is_fp8(g->a_type) != is_fp8(g->b_type) || (!is_fp8(g->a_type) && g->a_type != g->b_type))
+        return kiln_errf(err, KILN_ERR_UNSUPPORTED, "gemm: mixed inputs %s × %s",
+                         kiln_dtype_name(g->a_type), kiln_dtype_name(g->b_type));
+    /* fp8 kernels take only cuBLASLt's "TN" layout: kiln's B stored [N, K] (a linear weight) and
+     * A stored [M, K]. */
+    if (is_fp8(g->a_type) && (g->trans_a || !g->trans_b))
+        return kiln_errf(err, KILN_ERR_UNSUPPORTED,
+                         "gemm: fp8 needs A as [M, K] and B as [N, K] (x @ wᵀ)");
+    /* Each stored row must fit its leading dimension. */
+    int64_t a_row = g->trans_a ? g->m : g->k, b_row = g->trans_b ? g->k : g->n;
+    if (g->lda < a_row || g->ldb < b_row || g->ldd < g->n)
+        return kiln_errf(err, KILN_ERR_INVALID,
+                         "gemm: leading dimensions lda %lld ldb %lld ldd %lld shorter than a "
+                         "row (%lld, %lld, %lld)",
+                         (long long)g->lda, (long long)g->ldb, (long long)g->ldd, (long long)a_row,
+                         (long long)b_row, (long long)g->n);
+    if (g->stride_a < 0 || g->stride_b < 0 || g->stride_d < 0 || (g->batch > 1 && g->stride_d == 0))
+        return kiln_errf(err, KILN_ERR_INVALID,
+                         "gemm: batch strides must be ≥ 0 and the output's positive");
+    if (epilogue_has_bias(g->epilogue) && lt_type(g->bias_type, &v->bias_type))
+        return kiln_errf(err, KILN_ERR_UNSUPPORTED, "gemm: bias of type %s",
+                         kiln_dtype_name(g->bias_type));
+    v->swapped = 1;
+    v->m = (uint64_t)g->n;
+    v->n = (uint64_t)g->m;
+    v->k = (uint64_t)g->k;
+    /* cuBLASLt's A is kiln's B: B stored [K, N] is column-major N×K (op N); stored [N, K] it is
+     * K×N, read transposed (op T). Likewise its B is kiln's A. */
+    v->op_a = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    v->rows_a = g->trans_b ? v->k : v->m;
+    v->cols_a = g->trans_b ? v->m : v->k;
+    v->lda = g->ldb;
+    v->op_b = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    v->rows_b = g->trans_a ? v->n : v->k;
+    v->cols_b = g->trans_a ? v->k : v->n;
+    v->ldb = g->lda;
+    v->rows_d = v->m;
+    v->cols_d = v->n;
+    v->ldd = g->ldd;
+    v->batch = (int32_t)g->batch;
+    v->stride_a = g->stride_b;
+    v->stride_b = g->stride_a;
+    v->stride_d = g->stride_d;
+    v->epilogue = epilogues[g->epilogue].lt;
+    return KILN_OK;
+}
+
+/* ---- the config ---- */
+
+static const char *const config_fields[] = {"algo",        "tile",     "stages", "split_k",
+                                            "reduction",   "swizzle",  "custom", "cluster",
+                                            "inner_shape", "workspace"};
+enum { N_CONFIG_FIELDS = sizeof config_fields / sizeof config_fields[0] };
+
+/* The fields in config_fields' order, widened to one type for the JSON code. */
+static void config_get(const kiln_lt_config *c, double v[N_CONFIG_FIELDS]) {
+    const double vals[N_CONFIG_FIELDS] = {
+        c->algo,    c->tile,   c->stages,  c->split_k,     c->reduction,
+        c->swizzle, c->custom, c->cluster, c->inner_shape, (double)c->workspace};
+    memcpy(v, vals, sizeof vals);
+}
+
+cJSON *kiln_lt_config_to_json(const kiln_lt_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    double v[N_CONFIG_FIELDS];
+    config_get(c, v);
+    for (int i = 0; i < N_CONFIG_FIELDS; i++)
+        cJSON_AddNumberToObject(o, config_fields[i], v[i]);
+    cJSON_AddNumberToObject(o, "heuristic", c->heuristic);
+    return o;
+}
+
+int kiln_lt_config_from_json(const cJSON *o, kiln_lt_config *out, kiln_err *err) {
+    /* The largest value each field's type holds; workspace: what cJSON prints exactly (15
+     * significant digits). */
+    static const double max[N_CONFIG_FIELDS] = {
+        INT32_MAX,  UINT32_MAX, UINT32_MAX, INT32_MAX,  UINT32_MAX,
+        UINT32_MAX, UINT32_MAX, UINT16_MAX, UINT16_MAX, 999999999999999.0};
+    double v[N_CONFIG_FIELDS + 1];
+    if (!cJSON_IsObject(o))
+        return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt config: not a JSON object");
+    for (int i = 0; i <= N_CONFIG_FIELDS; i++) {
+        const char *name = i < N_CONFIG_FIELDS ? config_fields[i] : "heuristic";
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+        if (!f && i == N_CONFIG_FIELDS) {
+            v[i] = -1;
+            continue;
+        }
+        if (!cJSON_IsNumber(f))
+            return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt config: '%s' %s", name,
+                             f ? "is not a number" : "is missing");
+        double x = f->valuedouble;
+        double lo = i == N_CONFIG_FIELDS ? -1 : 0, hi = i == N_CONFIG_FIELDS ? INT32_MAX : max[i];
+        if (x != (double)(int64_t)x || x < lo || x > hi)
+            return kiln_errf(err, KILN_ERR_FORMAT,
+                             "cuBLASLt config: '%s' is %g, not an integer in [%g, %g]", name, x, lo,
+                             hi);
+        v[i] = x;
+    }
+    if (v[3] < 1)
+        return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt config: 'split_k' must be ≥ 1");
+    *out = (kiln_lt_config){.algo = (int32_t)v[0],
+                            .tile = (uint32_t)v[1],
+                            .stages = (uint32_t)v[2],
+                            .split_k = (int32_t)v[3],
+                            .reduction = (uint32_t)v[4],
+                            .swizzle = (uint32_t)v[5],
+                            .custom = (uint32_t)v[6],
+                            .cluster = (uint16_t)v[7],
+                            .inner_shape = (uint16_t)v[8],
+                            .workspace = (uint64_t)v[9],
+                            .heuristic = (int)v[10]};
+    return KILN_OK;
+}
+
+int kiln_lt_config_same(const kiln_lt_config *a, const kiln_lt_config *b) {
+    return a->algo == b->algo && a->tile == b->tile && a->stages == b->stages &&
+           a->split_k == b->split_k && a->reduction == b->reduction && a->swizzle == b->swizzle &&
+           a->custom == b->custom && a->cluster == b->cluster && a->inner_shape == b->inner_shape;
+}
+
+void kiln_lt_config_format(const kiln_lt_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap,
+             "algo %d tile %u stages %u split %d red %u swz %u cust %u cluster %u inner %u ws %llu",
+             c->algo, c->tile, c->stages, c->split_k, c->reduction, c->swizzle, c->custom,
+             c->cluster, c->inner_shape, (unsigned long long)c->workspace);
+}
+
+/* ---- plans ---- */
+
+struct kiln_lt_plan {
+    kiln_lt_gemm g;
+    kiln_lt_view v;
+    cublasLtHandle_t handle;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld; /* cuBLASLt's A, B and D (C is D: beta is 0) */
+    /* the algorithm kiln_lt_run built last, so that a run of the same config only launches */
+    int have_algo;
+    kiln_lt_config algo_config;
+    cublasLtMatmulAlgo_t algo;
+    uint64_t algo_workspace;
+    uint64_t bias, a_scale, b_scale; /* what desc holds */
+};
+
+static int lt_fail(cublasStatus_t s, const char *what, kiln_err *err) {
+    return kiln_errf(err, KILN_ERR_BACKEND, "%s failed: %s", what, kiln_lt.GetStatusName(s));
+}
+
+#define LT_TRY(call, what)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            rc = lt_fail(s_, what, err);                                                           \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static cublasStatus_t layout_create(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t rows,
+                                    uint64_t cols, int64_t ld, int32_t batch, int64_t stride) {
+    cublasStatus_t s = kiln_lt.MatrixLayoutCreate(l, t, rows, cols, ld);
+    if (s == CUBLAS_STATUS_SUCCESS && batch > 1)
+        s = kiln_lt.MatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                             sizeof batch);
+    if (s == CUBLAS_STATUS_SUCCESS && batch > 1)
+        s = kiln_lt.MatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &stride, sizeof stride);
+    return s;
+}
+
+int kiln_lt_plan_create(const kiln_lt_gemm *g, kiln_lt_plan **out, kiln_err *err) {
+    *out = NULL;
+    kiln_lt_view v;
+    int rc = kiln_lt_gemm_view(g, &v, err);
+    if (rc || (rc = kiln_lt_load(err)))
+        return rc;
+    kiln_lt_plan *p = xcalloc(1, sizeof *p);
+    p->g = *g;
+    p->v = v;
+    LT_TRY(kiln_lt.Create(&p->handle), "cublasLtCreate");
+    LT_TRY(kiln_lt.MatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           "cublasLtMatmulDescCreate");
+    int32_t op_a = v.op_a, op_b = v.op_b;
+    uint32_t epi = v.epilogue;
+    LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a),
+           "setting TRANSA");
+    LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b),
+           "setting TRANSB");
+    LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+           "setting the epilogue");
+    if (epilogue_has_bias(g->epilogue)) {
+        int32_t bt = v.bias_type;
+        LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                              sizeof bt),
+               "setting the bias type");
+    }
+    LT_TRY(layout_create(&p->la, v.a_type, v.rows_a, v.cols_a, v.lda, v.batch, v.stride_a),
+           "the layout of A");
+    LT_TRY(layout_create(&p->lb, v.b_type, v.rows_b, v.cols_b, v.ldb, v.batch, v.stride_b),
+           "the layout of B");
+    LT_TRY(layout_create(&p->ld, v.d_type, v.rows_d, v.cols_d, v.ldd, v.batch, v.stride_d),
+           "the layout of D");
+    *out = p;
+    return KILN_OK;
+out:
+    kiln_lt_plan_destroy(p);
+    return rc;
+}
+
+void kiln_lt_plan_destroy(kiln_lt_plan *p) {
+    if (!p)
+        return;
+    if (p->la)
+        kiln_lt.MatrixLayoutDestroy(p->la);
+    if (p->lb)
+        kiln_lt.MatrixLayoutDestroy(p->lb);
+    if (p->ld)
+        kiln_lt.MatrixLayoutDestroy(p->ld);
+    if (p->desc)
+        kiln_lt.MatmulDescDestroy(p->desc);
+    if (p->handle)
+        kiln_lt.Destroy(p->handle);
+    free(p);
+}
+
+static cublasStatus_t algo_init(kiln_lt_plan *p, int id, cublasLtMatmulAlgo_t *algo) {
+    return kiln_lt.MatmulAlgoInit(p->handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, p->v.a_type,
+                                  p->v.b_type, p->v.d_type, p->v.d_type, id, algo);
+}
+
+/* Builds c's algorithm (AlgoInit, then every config attribute; the cluster and inner shape only
+ * when set, so that a cuBLASLt without them still replays the others) and asks AlgoCheck.
+ * CUBLAS_STATUS_SUCCESS with the workspace it needs in *workspace. */
+static cublasStatus_t algo_build(kiln_lt_plan *p, const kiln_lt_config *c,
+                                 cublasLtMatmulAlgo_t *algo, uint64_t *workspace) {
+    cublasStatus_t s = algo_init(p, c->algo, algo);
+#define SET(attr, value)                                                                           \
+    if (s == CUBLAS_STATUS_SUCCESS)                                                                \
+    s = kiln_lt.MatmulAlgoConfigSetAttribute(algo, attr, &(value), sizeof(value))
+    SET(CUBLASLT_ALGO_CONFIG_TILE_ID, c->tile);
+    SET(CUBLASLT_ALGO_CONFIG_STAGES_ID, c->stages);
+    SET(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, c->split_k);
+    SET(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, c->reduction);
+    SET(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, c->swizzle);
+    SET(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, c->custom);
+    if (c->cluster)
+        SET(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, c->cluster);
+    if (c->inner_shape)
+        SET(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, c->inner_shape);
+#undef SET
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return s;
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    s = kiln_lt.MatmulAlgoCheck(p->handle, p->desc, p->la, p->lb, p->ld, p->ld, algo, &r);
+    if (s == CUBLAS_STATUS_SUCCESS && r.state != CUBLAS_STATUS_SUCCESS)
+        s = r.state;
+    *workspace = r.workspaceSize;
+    return s;
+}
+
+/* The config an algorithm holds (the heuristic's answers); attributes this cuBLASLt lacks stay 0.
+ */
+static kiln_lt_config config_read(const cublasLtMatmulAlgo_t *algo) {
+    kiln_lt_config c = {.split_k = 1, .heuristic = -1};
+    size_t w;
+#define GET(attr, field)                                                                           \
+    kiln_lt.MatmulAlgoConfigGetAttribute(algo, attr, &c.field, sizeof c.field, &w)
+    GET(CUBLASLT_ALGO_CONFIG_ID, algo);
+    GET(CUBLASLT_ALGO_CONFIG_TILE_ID, tile);
+    GET(CUBLASLT_ALGO_CONFIG_STAGES_ID, stages);
+    GET(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, split_k);
+    GET(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, reduction);
+    GET(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle);
+    GET(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom);
+    GET(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster);
+    GET(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, inner_shape);
+#undef GET
+    if (c.split_k < 1)
+        c.split_k = 1;
+    return c;
+}
+
+/* An array of uint32 capability values (tiles, stages); {0} (undefined) when the algorithm lists
+ * none. Heap; *n its length. */
+static uint32_t *cap_ids(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapAttributes_t attr,
+                         int *n) {
+    size_t bytes = 0;
+    uint32_t *ids = NULL;
+    if (kiln_lt.MatmulAlgoCapGetAttribute(algo, attr, NULL, 0, &bytes) == CUBLAS_STATUS_SUCCESS &&
+        bytes >= sizeof *ids) {
+        ids = xmalloc(bytes);
+        if (kiln_lt.MatmulAlgoCapGetAttribute(algo, attr, ids, bytes, &bytes) ==
+            CUBLAS_STATUS_SUCCESS) {
+            *n = (int)(bytes / sizeof *ids);
+            return ids;
+        }
+        free(ids);
+    }
+    ids = xcalloc(1, sizeof *ids);
+    *n = 1;
+    return ids;
+}
+
+static uint32_t cap_u32(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+    uint32_t v = 0;
+    size_t w;
+    if (kiln_lt.MatmulAlgoCapGetAttribute(algo, attr, &v, sizeof v, &w) != CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return v;
+}
+
+/* An accepted config with its place in the enumeration order. */
+typedef struct {
+    kiln_lt_config c;
+    int tier;     /* 0: plain (split 1, no swizzle, no custom option); 1: a variant */
+    int rank;     /* its index among its algorithm's configs of its tier */
+    int algo_pos; /* its algorithm's index in GetIds' answer */
+} found;
+
+typedef struct {
+    found *v;
+    int n, cap;
+} found_list;
+
+static void found_add(found_list *l, const found *f) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        l->v = xrealloc(l->v, (size_t)l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = *f;
+}
+
+static int found_cmp(const void *x, const void *y) {
+    const found *a = x, *b = y;
+    if (a->tier != b->tier)
+        return a->tier - b->tier;
+    if (a->rank != b->rank)
+        return a->rank - b->rank;
+    return a->algo_pos - b->algo_pos;
+}
+
+/* Cluster shapes tried on every algorithm: cublasLt.h offers no capability listing them, so
+ * AlgoCheck decides (auto, then the shapes a Hopper GEMM uses). */
+static const uint16_t cluster_ids[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1,
+                                       CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+                                       CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
+                                       CUBLASLT_CLUSTER_SHAPE_1x4x1};
+/* Split-K counts tried where the algorithm splits K. */
+static const int32_t split_counts[] = {2, 3, 4, 6, 8, 16};
+/* AlgoCheck calls one enumeration may make (about a second of host time per 100k). */
+#define MAX_CHECKS 400000
+
+/* Appends algorithm `id`'s accepted configs to l. *checks counts AlgoCheck calls against
+ * MAX_CHECKS. */
+static void enumerate_algo(kiln_lt_plan *p, int id, int algo_pos, uint64_t limit, found_list *l,
+                           long *checks) {
+    cublasLtMatmulAlgo_t algo;
+    if (algo_init(p, id, &algo) != CUBLAS_STATUS_SUCCESS)
+        return;
+    int n_tiles, n_stages;
+    uint32_t *tiles = cap_ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, &n_tiles);
+    uint32_t *stages = cap_ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, &n_stages);
+    uint32_t split_ok = cap_u32(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT);
+    uint32_t red_mask = cap_u32(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+    uint32_t swz_max = cap_u32(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 1 : 0;
+    uint32_t custom_max = cap_u32(&algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX);
+    if (custom_max > 64)
+        custom_max = 64;
+    int ranks[2] = {0, 0};
+    const int n_clusters = (int)(sizeof cluster_ids / sizeof cluster_ids[0]);
+    const int n_splits = split_ok ? (int)(sizeof split_counts / sizeof split_counts[0]) : 0;
+    for (int t = 0; t < n_tiles; t++)
+        for (int s = 0; s < n_stages; s++)
+            for (int cl = 0; cl < n_clusters; cl++) {
+                kiln_lt_config c = {.algo = id,
+                                    .tile = tiles[t],
+                                    .stages = stages[s],
+                                    .split_k = 1,
+                                    .cluster = cluster_ids[cl],
+                                    .heuristic = -1};
+                cublasLtMatmulAlgo_t a;
+                if (++*checks > MAX_CHECKS)
+                    goto done;
+                if (algo_build(p, &c, &a, &c.workspace) != CUBLAS_STATUS_SUCCESS ||
+                    c.workspace > limit)
+                    continue;
+                found_add(l, &(found){c, 0, ranks[0]++, algo_pos});
+                /* The variants of an accepted plain config: split-K (× each reduction scheme),
+                 * swizzle, custom option. */
+                for (int sp = -1; sp < n_splits; sp++)
+                    for (uint32_t red = 0; red <= (sp < 0 ? 0u : 4u); red = red ? red << 1 : 1) {
+                        if (sp >= 0 && !(red & red_mask))
+                            continue;
+                        for (uint32_t swz = 0; swz <= swz_max; swz++)
+                            for (uint32_t cu = 0; cu <= custom_max; cu++) {
+                                if (sp < 0 && swz == 0 && cu == 0)
+                                    continue;
+                                kiln_lt_config v = c;
+                                v.split_k = sp < 0 ? 1 : split_counts[sp];
+                                v.reduction = red;
+                                v.swizzle = swz;
+                                v.custom = cu;
+                                if (++*checks > MAX_CHECKS)
+                                    goto done;
+                                if (algo_build(p, &v, &a, &v.workspace) == CUBLAS_STATUS_SUCCESS &&
+                                    v.workspace <= limit)
+                                    found_add(l, &(found){v, 1, ranks[1]++, algo_pos});
+                            }
+                    }
+            }
+done:
+    free(tiles);
+    free(stages);
+}
+
+int kiln_lt_enumerate(kiln_lt_plan *p, uint64_t workspace_limit, int cap, kiln_lt_config **out,
+                      int *n_out, int *n_valid, kiln_err *err) {
+    *out = NULL;
+    *n_out = *n_valid = 0;
+    int rc = KILN_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    kiln_lt_config heur[8];
+    int n_heur = 0;
+    found_list l = {0};
+    LT_TRY(kiln_lt.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    LT_TRY(kiln_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &workspace_limit, sizeof workspace_limit),
+           "setting the workspace limit");
+    cublasLtMatmulHeuristicResult_t hr[8];
+    int n_hr = 0;
+    memset(hr, 0, sizeof hr);
+    /* No heuristic answer is not an error: the enumeration may still find configs. */
+    if (kiln_lt.MatmulAlgoGetHeuristic(p->handle, p->desc, p->la, p->lb, p->ld, p->ld, pref, 8, hr,
+                                       &n_hr) != CUBLAS_STATUS_SUCCESS)
+        n_hr = 0;
+    for (int i = 0; i < n_hr; i++) {
+        if (hr[i].state != CUBLAS_STATUS_SUCCESS)
+            continue;
+        kiln_lt_config c = config_read(&hr[i].algo);
+        cublasLtMatmulAlgo_t a;
+        /* Only what kiln can replay from the config's fields counts. */
+        if (algo_build(p, &c, &a, &c.workspace) != CUBLAS_STATUS_SUCCESS ||
+            c.workspace > workspace_limit)
+            continue;
+        int dup = 0;
+        for (int j = 0; j < n_heur && !dup; j++)
+            dup = kiln_lt_config_same(&heur[j], &c);
+        if (!dup) {
+            c.heuristic = n_heur;
+            heur[n_heur++] = c;
+        }
+    }
+    int ids[512], n_ids = 0;
+    LT_TRY(kiln_lt.MatmulAlgoGetIds(p->handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, p->v.a_type,
+                                    p->v.b_type, p->v.d_type, p->v.d_type, 512, ids, &n_ids),
+           "cublasLtMatmulAlgoGetIds");
+    long checks = 0;
+    for (int i = 0; i < n_ids; i++)
+        enumerate_algo(p, ids[i], i, workspace_limit, &l, &checks);
+    qsort(l.v, (size_t)l.n, sizeof *l.v, found_cmp);
+    kiln_lt_config *res = xmalloc((size_t)(n_heur + l.n + 1) * sizeof *res);
+    int n = 0;
+    for (int i = 0; i < n_heur; i++)
+        res[n++] = heur[i];
+    for (int i = 0; i < l.n; i++) {
+        int dup = 0;
+        for (int j = 0; j < n_heur && !dup; j++)
+            dup = kiln_lt_config_same(&heur[j], &l.v[i].c);
+        if (!dup)
+            res[n++] = l.v[i].c;
+    }
+    *n_valid = n;
+    *n_out = n < cap ? n : (cap > 0 ? cap : 0);
+    *out = res;
+out:
+    free(l.v);
+    if (pref)
+        kiln_lt.MatmulPreferenceDestroy(pref);
+    return rc;
+}
+
+/* Points desc's attribute at value when it holds another one. */
+static int desc_pointer(kiln_lt_plan *p, cublasLtMatmulDescAttributes_t attr, uint64_t *held,
+                        uint64_t value, const char *what, kiln_err *err) {
+    if (*held == value)
+        return KILN_OK;
+    void *ptr = (void *)(uintptr_t)value;
+    cublasStatus_t s = kiln_lt.MatmulDescSetAttribute(p->desc, attr, &ptr, sizeof ptr);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return lt_fail(s, what, err);
+    *held = value;
+    return KILN_OK;
+}
+
+int kiln_lt_run(kiln_lt_plan *p, const kiln_lt_config *c, const kiln_lt_ptrs *ptrs, void *stream,
+                kiln_err *err) {
+    if (!p->have_algo || !kiln_lt_config_same(&p->algo_config, c)) {
+        p->have_algo = 0;
+        cublasStatus_t s = algo_build(p, c, &p->algo, &p->algo_workspace);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            char desc[192];
+            kiln_lt_config_format(c, desc, sizeof desc);
+            return kiln_errf(err, KILN_ERR_INVALID, "cuBLASLt rejects %s: %s", desc,
+                             kiln_lt.GetStatusName(s));
+        }
+        p->algo_config = *c;
+        p->have_algo = 1;
+    }
+    if (ptrs->workspace_bytes < p->algo_workspace)
+        return kiln_errf(
+            err, KILN_ERR_INVALID, "cuBLASLt config needs %llu bytes of workspace, %llu given",
+            (unsigned long long)p->algo_workspace, (unsigned long long)ptrs->workspace_bytes);
+    int rc;
+    if (epilogue_has_bias(p->g.epilogue) &&
+        (rc = desc_pointer(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, ptrs->bias,
+                           "setting the bias", err)))
+        return rc;
+    /* kiln's A is cuBLASLt's B (kiln_lt_view). */
+    if (is_fp8(p->g.a_type) &&
+        ((rc = desc_pointer(p, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p->a_scale, ptrs->a_scale,
+                            "setting A's scale", err)) ||
+         (rc = desc_pointer(p, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p->b_scale, ptrs->b_scale,
+                            "setting B's scale", err))))
+        return rc;
+    const float one = 1.0f, zero = 0.0f;
+    void *a = (void *)(uintptr_t)ptrs->a, *b = (void *)(uintptr_t)ptrs->b;
+    void *d = (void *)(uintptr_t)ptrs->d, *ws = (void *)(uintptr_t)ptrs->workspace;
+    cublasStatus_t s =
+        kiln_lt.Matmul(p->handle, p->desc, &one, b, p->la, a, p->lb, &zero, d, p->ld, d, p->ld,
+                       &p->algo, ws, p->algo_workspace, (cudaStream_t)stream);
+    return s == CUBLAS_STATUS_SUCCESS ? KILN_OK : lt_fail(s, "cublasLtMatmul", err);
+}
