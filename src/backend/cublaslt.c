@@ -12,8 +12,11 @@
  * run time. */
 #include "cublaslt.h"
 
+#include "nvrtc.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +32,16 @@ static const struct {
 
 /* Fills kiln_lt. Not thread-safe: kiln_lt_load calls it once, under its lock. */
 static int lt_resolve(kiln_err *err) {
-    const char *names[] = {getenv("KILN_CUBLASLT"), "libcublasLt.so.13", "libcublasLt.so.12",
-                           "libcublasLt.so"};
-    char tried[768] = "";
+    char home13[300], home12[300];
+    snprintf(home13, sizeof home13, "%.250s/lib64/libcublasLt.so.13", kiln_cuda_home());
+    snprintf(home12, sizeof home12, "%.250s/lib64/libcublasLt.so.12", kiln_cuda_home());
+    const char *names[] = {getenv("KILN_CUBLASLT"),
+                           "libcublasLt.so.13",
+                           "libcublasLt.so.12",
+                           "libcublasLt.so",
+                           home13,
+                           home12};
+    char tried[1400] = "";
     size_t used = 0;
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) {
@@ -39,16 +49,19 @@ static int lt_resolve(kiln_err *err) {
             continue;
         lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (!lib && used < sizeof tried) {
+            /* dlerror's text only where it says more than "no such file" (a named file that
+             * does not load) */
             const char *why = dlerror();
-            int w = snprintf(tried + used, sizeof tried - used, "%s%s (%s)", used ? "; " : "",
-                             names[i], why ? why : "not found");
+            int named = i == 0 && why && !strstr(why, "No such file");
+            int w = snprintf(tried + used, sizeof tried - used, "%s%s%s%s%s", used ? ", " : "",
+                             names[i], named ? " (" : "", named ? why : "", named ? ")" : "");
             used += w > 0 ? (size_t)w : 0;
         }
     }
     if (!lib)
         return kiln_errf(err, KILN_ERR_NO_DEVICE,
-                         "cuBLASLt not found: tried %s; set KILN_CUBLASLT to the path of "
-                         "libcublasLt.so.13 (PyTorch's wheel has it in nvidia/cu13/lib)",
+                         "cuBLASLt not found (set KILN_CUBLASLT to libcublasLt.so.13's path; "
+                         "PyTorch's wheel has it in nvidia/cu13/lib): tried %s",
                          tried);
     for (size_t i = 0; i < sizeof lt_syms / sizeof lt_syms[0]; i++) {
         void *fn = dlsym(lib, lt_syms[i].name);

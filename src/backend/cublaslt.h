@@ -79,8 +79,9 @@ extern kiln_lt_funcs kiln_lt;
 
 /* Opens cuBLASLt and resolves every function of kiln_lt, once per process; every call returns the
  * first one's status and message. The names tried, in order: $KILN_CUBLASLT (a path or a soname),
- * libcublasLt.so.13, libcublasLt.so.12, libcublasLt.so. KILN_OK, or KILN_ERR_NO_DEVICE saying
- * what was tried and why each failed. Needs no GPU. */
+ * libcublasLt.so.13, libcublasLt.so.12, libcublasLt.so, then libcublasLt.so.13 and .12 under
+ * kiln_cuda_home()/lib64. KILN_OK, or KILN_ERR_NO_DEVICE saying what was tried and why each
+ * failed. Needs no GPU. */
 int kiln_lt_load(kiln_err *err);
 
 /* The epilogues kiln maps onto cuBLASLt's (applied to the fp32 accumulator before the cast to the

@@ -78,7 +78,7 @@ static char nvrtc_incs[8][600];
 static int nvrtc_n_incs;
 static int nvrtc_have_libcudacxx;
 
-static const char *cuda_home(void) {
+const char *kiln_cuda_home(void) {
     const char *h = getenv("CUDA_HOME");
     return h && *h ? h : "/usr/local/cuda";
 }
@@ -108,7 +108,7 @@ static void nvrtc_add_include(const char *dir) {
 static void nvrtc_load_once(void) {
     char tried[6][300];
     int n_tried = 0;
-    const char *home = cuda_home();
+    const char *home = kiln_cuda_home();
     snprintf(tried[n_tried++], sizeof tried[0], "libnvrtc.so.13");
     snprintf(tried[n_tried++], sizeof tried[0], "libnvrtc.so.12");
     snprintf(tried[n_tried++], sizeof tried[0], "libnvrtc.so");

@@ -30,4 +30,8 @@ int kiln_cuda_compile_apart(const char *source, const char *arch, char **cubin, 
 /* 1 when an NVRTC library can be loaded here (whether or not there is a GPU). */
 int kiln_cuda_have_nvrtc(void);
 
+/* The CUDA toolkit's folder: $CUDA_HOME, else /usr/local/cuda (NVRTC and cuBLASLt are looked for
+ * under its lib64/ when the loader's path lacks them). */
+const char *kiln_cuda_home(void);
+
 #endif
