@@ -58,7 +58,7 @@ HEADERS := $(shell find src -name '*.h')
 .PHONY: all deps demo install test test-c test-py fuzz fuzz-smoke format format-check clean
 
 all: $(BUILD)/kiln $(BUILD)/kiln-sandbox $(BUILD)/libkiln_rt.so $(BUILD)/lib/.stamp \
-	$(BUILD)/lib/libmicrohttpd.so.12
+	$(BUILD)/lib/libmicrohttpd.so.12 $(BUILD)/gemm_bench
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -118,6 +118,10 @@ $(BUILD)/obj/src/backend/sandbox_main.o: $(SANDBOX_MAIN) $(HEADERS)
 
 $(BUILD)/kiln-sandbox: $(BUILD)/obj/src/backend/sandbox_main.o $(BUILD)/lib/libseccomp.so.2
 	$(CC) $(ALL_CFLAGS) -fopenmp -o $@ $< -lseccomp -ldl $(RPATH)
+
+# The cuBLASLt timing tool for the device (bench/gemm_device.sh): the core library alone.
+$(BUILD)/gemm_bench: bench/gemm_bench.c $(BUILD)/libkiln_core.a $(HEADERS) $(BUILD)/lib/.stamp
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkiln_core.a $(CORE_LDLIBS) $(RPATH)
 
 # Copy the third-party shared objects the GPU machine lacks next to the binary.
 $(BUILD)/lib/.stamp:
@@ -214,10 +218,10 @@ fuzz-smoke: $(FUZZ_BIN)
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 format:
-	clang-format -i $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*' -not -path 'tests/data/*')
+	clang-format -i bench/*.c $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*' -not -path 'tests/data/*')
 
 format-check:
-	clang-format --dry-run -Werror $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*' -not -path 'tests/data/*')
+	clang-format --dry-run -Werror bench/*.c $$(find src tests -name '*.[ch]' -not -path 'tests/kernels/*' -not -path 'tests/data/*')
 
 clean:
 	rm -rf $(BUILD)
