@@ -569,9 +569,10 @@ static void enumerate_algo(kiln_lt_plan *p, int id, int algo_pos, uint64_t limit
     int ranks[2] = {0, 0};
     const int n_clusters = (int)(sizeof cluster_ids / sizeof cluster_ids[0]);
     const int n_splits = split_ok ? (int)(sizeof split_counts / sizeof split_counts[0]) : 0;
-    for (int t = 0; t < n_tiles; t++)
+    /* Tiles vary fastest, so that a capped enumeration still spans each algorithm's tiles. */
+    for (int cl = 0; cl < n_clusters; cl++)
         for (int s = 0; s < n_stages; s++)
-            for (int cl = 0; cl < n_clusters; cl++) {
+            for (int t = 0; t < n_tiles; t++) {
                 kiln_lt_config c = {.algo = id,
                                     .tile = tiles[t],
                                     .stages = stages[s],

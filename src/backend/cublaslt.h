@@ -181,10 +181,12 @@ void kiln_lt_plan_destroy(kiln_lt_plan *p);
 /* Every configuration cuBLASLt accepts for p's GEMM on the current device within workspace_limit
  * bytes, at most cap of them, into *out (heap; the caller frees): first the heuristic's answers
  * (up to 8, in its order, heuristic = rank), then the cross product of each algorithm's
- * capabilities (tiles, stages, cluster shapes, split-K with each reduction scheme, swizzles,
- * custom options) that cublasLtMatmulAlgoCheck accepts, without the heuristic's own, plain ones
- * (split 1, no swizzle, no custom option) before the variants, taking algorithms in turn. The
- * order depends only on what cuBLASLt answers. *n_valid counts every config accepted before the
+ * capabilities that cublasLtMatmulAlgoCheck accepts, without the heuristic's own: first the plain
+ * configs (tiles × stages × cluster shapes; split 1, no swizzle, no custom option), then each
+ * accepted plain config's variants (split-K counts × reduction schemes × swizzles × custom
+ * options), each group taking algorithms in turn. At most 400k AlgoCheck calls (about a second of
+ * host time per 100k). The order depends only on what cuBLASLt answers. *n_valid counts every
+ * config accepted before the
  * cap. KILN_OK (possibly with none), or KILN_ERR_BACKEND. */
 int kiln_lt_enumerate(kiln_lt_plan *p, uint64_t workspace_limit, int cap, kiln_lt_config **out,
                       int *n_out, int *n_valid, kiln_err *err);

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# gemm_device.sh: issue 17's GEMM table in one device call: for bf16 8192³, the Gemma-4 lm-head, gate/up, down
+# and q projections, gate/up with bias + GELU, and fp8 e4m3 8192³, every cuBLASLt config kiln enumerates timed by
+# build/gemm_bench (heuristic #1 and the best of up to $CONFIGS) next to PyTorch eager and torch.compile
+# max-autotune-no-cudagraphs (bench/gemm_torch.py; fp8: torch._scaled_mm), all timed the same way (L2 flushed,
+# CUDA events, median). Every shape is x [M, K] @ w [N, K]ᵀ, F.linear's layout.
+#
+#   make && OUT=/tmp/out bash bench/gemm_device.sh
+#
+# KILN_CUBLASLT defaults to the copy in torch's wheel (nvidia/cu13/lib), so kiln and torch run one cuBLASLt.
+# CONFIGS (default 1000; a config slower than twice the best so far is timed once), MODES, KILN_TIMEOUT (s per shape, default 420), TORCH_TIMEOUT (s per shape, default
+# 600). A failure prints one FAIL line and the next shape runs. Logs: $OUT/logs.tar.gz; the table, printed last:
+# $OUT/table.md.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kiln-gemm}
+PY=${KILN_PYTHON:-python3}
+CONFIGS=${CONFIGS:-1000}
+MODES=${MODES:-eager,max-autotune-no-cudagraphs}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT/logs"
+: >"$OUT/kiln.jsonl"
+: >"$OUT/torch.jsonl"
+if [ -z "${KILN_CUBLASLT:-}" ]; then
+    KILN_CUBLASLT=$("$PY" -c 'import glob, site; c = sorted(p for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/cu1*/lib/libcublasLt.so.1*")); print(c[-1] if c else "")' 2>/dev/null)
+    export KILN_CUBLASLT
+fi
+echo "cuBLASLt: ${KILN_CUBLASLT:-(from the loader path)}"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$OUT/logs/gpu.txt"
+if [ ! -x build/gemm_bench ]; then
+    echo "FAIL build/gemm_bench is missing: run make first"
+    exit 1
+fi
+
+# "M N K dtype epilogue" per row
+ROWS=("8192 8192 8192 bfloat16 none"
+      "4096 262144 2304 bfloat16 none"
+      "4096 9216 2304 bfloat16 none"
+      "4096 2304 9216 bfloat16 none"
+      "4096 2048 2304 bfloat16 none"
+      "4096 9216 2304 bfloat16 bias_gelu"
+      "8192 8192 8192 float8_e4m3fn none")
+for row in "${ROWS[@]}"; do
+    read -r m n k dt epi <<<"$row"
+    name="${m}x${n}x${k}_${dt}_${epi}"
+    echo "== $name"
+    timeout "${KILN_TIMEOUT:-420}" build/gemm_bench --configs "$CONFIGS" --reps 20 --epilogue "$epi" \
+        "$m" "$n" "$k" "$dt" >"$OUT/logs/kiln_$name.out" 2>"$OUT/logs/kiln_$name.log"
+    rc=$?
+    grep -h '^FAIL' "$OUT/logs/kiln_$name.out"
+    [ $rc = 124 ] && echo "FAIL kiln $name: timed out after ${KILN_TIMEOUT:-420} s"
+    [ $rc != 0 ] && [ $rc != 124 ] && ! grep -q '^FAIL' "$OUT/logs/kiln_$name.out" &&
+        echo "FAIL kiln $name: exit $rc ($(tail -1 "$OUT/logs/kiln_$name.log"))"
+    sed -n 's/^RESULT //p' "$OUT/logs/kiln_$name.out" >>"$OUT/kiln.jsonl"
+    timeout "${TORCH_TIMEOUT:-600}" "$PY" bench/gemm_torch.py --modes "$MODES" --epilogue "$epi" \
+        "$m" "$n" "$k" "$dt" >"$OUT/logs/torch_$name.jsonl" 2>"$OUT/logs/torch_$name.log"
+    rc=$?
+    [ $rc = 124 ] && echo "FAIL torch $name: timed out after ${TORCH_TIMEOUT:-600} s"
+    [ $rc != 0 ] && [ $rc != 124 ] && echo "FAIL torch $name: exit $rc ($(tail -1 "$OUT/logs/torch_$name.log"))"
+    grep -h '"error"' "$OUT/logs/torch_$name.jsonl" | sed 's/^/FAIL torch: /'
+    cat "$OUT/logs/torch_$name.jsonl" >>"$OUT/torch.jsonl"
+done
+tar czf "$OUT/logs.tar.gz" -C "$OUT" logs kiln.jsonl torch.jsonl
+
+"$PY" - "$OUT" "$MODES" <<'PYEOF' | tee "$OUT/table.md"
+import json, math, sys
+out, modes = sys.argv[1], sys.argv[2].split(",")
+def rows(path):
+    r = []
+    for line in open(path):
+        try:
+            r.append(json.loads(line))
+        except ValueError:
+            pass
+    return r
+kiln = {(r["m"], r["n"], r["k"], r["dtype"], r["epilogue"]): r for r in rows(f"{out}/kiln.jsonl")}
+torch = {}
+for r in rows(f"{out}/torch.jsonl"):
+    torch[(r["m"], r["n"], r["k"], r["dtype"], r["epilogue"], r["mode"])] = r
+keys = list(dict.fromkeys(list(kiln) + [k[:5] for k in torch]))
+short = {"eager": "eager", "max-autotune-no-cudagraphs": "max-autotune"}
+head = ["shape (x @ wT)", "dtype", "epilogue"] + [f"{short.get(m, m)} us (TF/s)" for m in modes] + \
+       ["kiln heur#1 us", "kiln best us (TF/s)", "best/eager", "best/compile", "valid", "best config"]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+ratios = []
+for key in keys:
+    m, n, k, dt, epi = key
+    fl = 2.0 * m * n * k
+    cells = [f"{m}x{n}x{k}", dt, epi]
+    t = {}
+    for mode in modes:
+        r = torch.get(key + (mode,), {})
+        t[mode] = r.get("median_us")
+        cells.append(f"{t[mode]:.1f} ({fl / t[mode] / 1e6:.0f})" if t[mode] else "fail")
+    r = kiln.get(key)
+    if r:
+        best = r["best_us"]
+        cfg = r["best_config"]
+        cells += [f"{r['heuristic_us']:.1f}" if r["heuristic_us"] > 0 else "-", f"{best:.1f} ({r['best_tflops']:.0f})"]
+        eager = t.get("eager")
+        comp = [t[x] for x in modes if x != "eager" and t.get(x)]
+        cells.append(f"{eager / best:.3f}x" if eager else "-")
+        cells.append(f"{min(comp) / best:.3f}x" if comp else "-")
+        if eager:
+            ratios.append(eager / best)
+        cells += [f"{r['timed']}/{r['valid']}",
+                  f"algo {cfg['algo']} tile {cfg['tile']} stages {cfg['stages']} split {cfg['split_k']} "
+                  f"swz {cfg['swizzle']} cust {cfg['custom']} cluster {cfg['cluster']}"]
+    else:
+        cells += ["fail"] * 4 + ["-", "-"]
+    print("| " + " | ".join(cells) + " |")
+if not keys:
+    print("(no row measured: see the FAIL lines above)")
+if ratios:
+    g = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"\nkiln's best cuBLASLt config over eager: geomean {g:.3f}x on {len(ratios)} rows, "
+          f">= eager on {sum(x >= 1 for x in ratios)}/{len(ratios)}")
+PYEOF
