@@ -509,20 +509,12 @@ static uint32_t cap_u32(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapA
     return v;
 }
 
-/* An accepted config with its place in the enumeration order. */
 typedef struct {
-    kiln_lt_config c;
-    int tier;     /* 0: plain (split 1, no swizzle, no custom option); 1: a variant */
-    int rank;     /* its index among its algorithm's configs of its tier */
-    int algo_pos; /* its algorithm's index in GetIds' answer */
-} found;
-
-typedef struct {
-    found *v;
+    kiln_lt_found *v;
     int n, cap;
 } found_list;
 
-static void found_add(found_list *l, const found *f) {
+static void found_add(found_list *l, const kiln_lt_found *f) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 256;
         l->v = xrealloc(l->v, (size_t)l->cap * sizeof *l->v);
@@ -531,12 +523,29 @@ static void found_add(found_list *l, const found *f) {
 }
 
 static int found_cmp(const void *x, const void *y) {
-    const found *a = x, *b = y;
+    const kiln_lt_found *a = x, *b = y;
     if (a->tier != b->tier)
         return a->tier - b->tier;
     if (a->rank != b->rank)
         return a->rank - b->rank;
     return a->algo_pos - b->algo_pos;
+}
+
+int kiln_lt_order(const kiln_lt_config *heur, int n_heur, kiln_lt_found *found, int n_found,
+                  kiln_lt_config *out) {
+    if (n_found > 0)
+        qsort(found, (size_t)n_found, sizeof *found, found_cmp);
+    int n = 0;
+    for (int i = 0; i < n_heur; i++)
+        out[n++] = heur[i];
+    for (int i = 0; i < n_found; i++) {
+        int dup = 0;
+        for (int j = 0; j < n_heur && !dup; j++)
+            dup = kiln_lt_config_same(&heur[j], &found[i].c);
+        if (!dup)
+            out[n++] = found[i].c;
+    }
+    return n;
 }
 
 /* Cluster shapes tried on every algorithm: cublasLt.h offers no capability listing them, so
@@ -585,7 +594,7 @@ static void enumerate_algo(kiln_lt_plan *p, int id, int algo_pos, uint64_t limit
                 if (algo_build(p, &c, &a, &c.workspace) != CUBLAS_STATUS_SUCCESS ||
                     c.workspace > limit)
                     continue;
-                found_add(l, &(found){c, 0, ranks[0]++, algo_pos});
+                found_add(l, &(kiln_lt_found){c, 0, ranks[0]++, algo_pos});
                 /* The variants of an accepted plain config: split-K (× each reduction scheme),
                  * swizzle, custom option. */
                 for (int sp = -1; sp < n_splits; sp++)
@@ -605,7 +614,7 @@ static void enumerate_algo(kiln_lt_plan *p, int id, int algo_pos, uint64_t limit
                                     goto done;
                                 if (algo_build(p, &v, &a, &v.workspace) == CUBLAS_STATUS_SUCCESS &&
                                     v.workspace <= limit)
-                                    found_add(l, &(found){v, 1, ranks[1]++, algo_pos});
+                                    found_add(l, &(kiln_lt_found){v, 1, ranks[1]++, algo_pos});
                             }
                     }
             }
@@ -658,18 +667,8 @@ int kiln_lt_enumerate(kiln_lt_plan *p, uint64_t workspace_limit, int cap, kiln_l
     long checks = 0;
     for (int i = 0; i < n_ids; i++)
         enumerate_algo(p, ids[i], i, workspace_limit, &l, &checks);
-    qsort(l.v, (size_t)l.n, sizeof *l.v, found_cmp);
     kiln_lt_config *res = xmalloc((size_t)(n_heur + l.n + 1) * sizeof *res);
-    int n = 0;
-    for (int i = 0; i < n_heur; i++)
-        res[n++] = heur[i];
-    for (int i = 0; i < l.n; i++) {
-        int dup = 0;
-        for (int j = 0; j < n_heur && !dup; j++)
-            dup = kiln_lt_config_same(&heur[j], &l.v[i].c);
-        if (!dup)
-            res[n++] = l.v[i].c;
-    }
+    int n = kiln_lt_order(heur, n_heur, l.v, l.n, res);
     *n_valid = n;
     *n_out = n < cap ? n : (cap > 0 ? cap : 0);
     *out = res;

@@ -191,6 +191,20 @@ void kiln_lt_plan_destroy(kiln_lt_plan *p);
 int kiln_lt_enumerate(kiln_lt_plan *p, uint64_t workspace_limit, int cap, kiln_lt_config **out,
                       int *n_out, int *n_valid, kiln_err *err);
 
+/* A config the enumeration accepted, and where it found it. */
+typedef struct {
+    kiln_lt_config c;
+    int tier; /* 0: plain (split 1, no swizzle, no custom option); 1: a variant of a plain one */
+    int rank; /* its index among its algorithm's configs of its tier */
+    int algo_pos; /* its algorithm's index in cublasLtMatmulAlgoGetIds' answer */
+} kiln_lt_found;
+
+/* kiln_lt_enumerate's order, apart from cuBLASLt: heur[0 .. n_heur-1] as given, then found sorted
+ * (in place) by tier, rank, algo_pos, leaving out any config kiln_lt_config_same as one of heur.
+ * out has room for n_heur + n_found; returns how many it holds. */
+int kiln_lt_order(const kiln_lt_config *heur, int n_heur, kiln_lt_found *found, int n_found,
+                  kiln_lt_config *out);
+
 /* The device addresses of one run (as the integers CUdeviceptr holds). */
 typedef struct {
     uint64_t a, b, d;

@@ -101,6 +101,38 @@ static void test_config_json_errors(void **state) {
     cJSON_Delete(o);
 }
 
+/* The enumeration's order: the heuristic's answers, then plain configs taking algorithms in turn,
+ * then variants, without the heuristic's own. */
+static void test_enumeration_order(void **state) {
+    (void)state;
+    kiln_lt_config a0 = {.algo = 6, .tile = 1, .split_k = 1, .heuristic = -1};
+    kiln_lt_config a1 = a0, a2 = a0, av = a0, b0 = a0;
+    a1.tile = 2;
+    a2.tile = 3;
+    av.split_k = 4;
+    b0.algo = 9;
+    kiln_lt_config heur = a1;
+    heur.heuristic = 0;
+    heur.workspace = 1024; /* the same config whatever its workspace */
+    kiln_lt_found found[] = {
+        {av, 1, 0, 0}, {a2, 0, 2, 0}, {b0, 0, 0, 1}, {a1, 0, 1, 0}, {a0, 0, 0, 0},
+    };
+    kiln_lt_config out[6];
+    int n = kiln_lt_order(&heur, 1, found, 5, out);
+    assert_int_equal(n, 5);
+    assert_int_equal(out[0].heuristic, 0);
+    assert_int_equal(out[0].tile, 2);
+    const kiln_lt_config *want[] = {&a0, &b0, &a2, &av};
+    for (int i = 0; i < 4; i++)
+        if (!kiln_lt_config_same(&out[i + 1], want[i]))
+            fail_msg("position %d: algo %d tile %u split %d", i + 1, out[i + 1].algo,
+                     out[i + 1].tile, out[i + 1].split_k);
+    /* no heuristic answer: the enumeration alone */
+    assert_int_equal(kiln_lt_order(NULL, 0, found, 5, out), 5);
+    assert_true(kiln_lt_config_same(&out[0], &a0));
+    assert_true(kiln_lt_config_same(&out[2], &a1));
+}
+
 /* ---- the column-major view, checked by doing what cuBLASLt would do with it ---- */
 
 /* Element (r, c) of a column-major matrix with leading dimension ld. */
@@ -512,6 +544,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_json_round_trip),
         cmocka_unit_test(test_config_json_errors),
+        cmocka_unit_test(test_enumeration_order),
         cmocka_unit_test(test_view_linear),
         cmocka_unit_test(test_view_matmul),
         cmocka_unit_test(test_view_bmm),
