@@ -556,71 +556,85 @@ static const uint16_t cluster_ids[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CL
                                        CUBLASLT_CLUSTER_SHAPE_1x4x1};
 /* Split-K counts tried where the algorithm splits K. */
 static const int32_t split_counts[] = {2, 3, 4, 6, 8, 16};
-/* AlgoCheck calls one enumeration may make (about a second of host time per 100k). */
+/* AlgoCheck calls one enumeration may make: the plain configs of every algorithm get the first
+ * share, their variants what remains. */
+#define MAX_PLAIN_CHECKS 200000
 #define MAX_CHECKS 400000
 
-/* Appends algorithm `id`'s accepted configs to l. *checks counts AlgoCheck calls against
- * MAX_CHECKS. */
-static void enumerate_algo(kiln_lt_plan *p, int id, int algo_pos, uint64_t limit, found_list *l,
-                           long *checks) {
+/* What an algorithm offers beyond its tiles and stages. */
+typedef struct {
+    int id;
+    uint32_t split_ok, red_mask, swz_max, custom_max;
+    int n_variants;
+} algo_caps;
+
+/* Appends the plain configs of algorithm caps->id (tiles × stages × cluster shapes, split 1)
+ * that AlgoCheck accepts within limit to l, and fills the rest of *caps. *checks counts AlgoCheck
+ * calls. */
+static void enumerate_plain(kiln_lt_plan *p, algo_caps *caps, int algo_pos, uint64_t limit,
+                            found_list *l, long *checks) {
     cublasLtMatmulAlgo_t algo;
-    if (algo_init(p, id, &algo) != CUBLAS_STATUS_SUCCESS)
+    if (algo_init(p, caps->id, &algo) != CUBLAS_STATUS_SUCCESS)
         return;
     int n_tiles, n_stages;
     uint32_t *tiles = cap_ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, &n_tiles);
     uint32_t *stages = cap_ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, &n_stages);
-    uint32_t split_ok = cap_u32(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT);
-    uint32_t red_mask = cap_u32(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
-    uint32_t swz_max = cap_u32(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 1 : 0;
-    uint32_t custom_max = cap_u32(&algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX);
-    if (custom_max > 64)
-        custom_max = 64;
-    int ranks[2] = {0, 0};
+    caps->split_ok = cap_u32(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT);
+    caps->red_mask = cap_u32(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+    caps->swz_max = cap_u32(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 1 : 0;
+    caps->custom_max = cap_u32(&algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX);
+    if (caps->custom_max > 64)
+        caps->custom_max = 64;
+    int rank = 0;
     const int n_clusters = (int)(sizeof cluster_ids / sizeof cluster_ids[0]);
-    const int n_splits = split_ok ? (int)(sizeof split_counts / sizeof split_counts[0]) : 0;
     /* Tiles vary fastest, so that a capped enumeration still spans each algorithm's tiles. */
     for (int cl = 0; cl < n_clusters; cl++)
         for (int s = 0; s < n_stages; s++)
-            for (int t = 0; t < n_tiles; t++) {
-                kiln_lt_config c = {.algo = id,
+            for (int t = 0; t < n_tiles && *checks < MAX_PLAIN_CHECKS; t++) {
+                kiln_lt_config c = {.algo = caps->id,
                                     .tile = tiles[t],
                                     .stages = stages[s],
                                     .split_k = 1,
                                     .cluster = cluster_ids[cl],
                                     .heuristic = -1};
                 cublasLtMatmulAlgo_t a;
-                if (++*checks > MAX_CHECKS)
-                    goto done;
-                if (algo_build(p, &c, &a, &c.workspace) != CUBLAS_STATUS_SUCCESS ||
-                    c.workspace > limit)
-                    continue;
-                found_add(l, &(kiln_lt_found){c, 0, ranks[0]++, algo_pos});
-                /* The variants of an accepted plain config: split-K (× each reduction scheme),
-                 * swizzle, custom option. */
-                for (int sp = -1; sp < n_splits; sp++)
-                    for (uint32_t red = 0; red <= (sp < 0 ? 0u : 4u); red = red ? red << 1 : 1) {
-                        if (sp >= 0 && !(red & red_mask))
-                            continue;
-                        for (uint32_t swz = 0; swz <= swz_max; swz++)
-                            for (uint32_t cu = 0; cu <= custom_max; cu++) {
-                                if (sp < 0 && swz == 0 && cu == 0)
-                                    continue;
-                                kiln_lt_config v = c;
-                                v.split_k = sp < 0 ? 1 : split_counts[sp];
-                                v.reduction = red;
-                                v.swizzle = swz;
-                                v.custom = cu;
-                                if (++*checks > MAX_CHECKS)
-                                    goto done;
-                                if (algo_build(p, &v, &a, &v.workspace) == CUBLAS_STATUS_SUCCESS &&
-                                    v.workspace <= limit)
-                                    found_add(l, &(kiln_lt_found){v, 1, ranks[1]++, algo_pos});
-                            }
-                    }
+                ++*checks;
+                if (algo_build(p, &c, &a, &c.workspace) == CUBLAS_STATUS_SUCCESS &&
+                    c.workspace <= limit)
+                    found_add(l, &(kiln_lt_found){c, 0, rank++, algo_pos});
             }
-done:
     free(tiles);
     free(stages);
+}
+
+/* Appends the variants of plain config f that AlgoCheck accepts within limit to l: split-K (×
+ * each reduction scheme the algorithm offers) × swizzle × custom option. */
+static void enumerate_variants(kiln_lt_plan *p, const kiln_lt_found *f, algo_caps *caps,
+                               uint64_t limit, found_list *l, long *checks) {
+    const int n_splits = caps->split_ok ? (int)(sizeof split_counts / sizeof split_counts[0]) : 0;
+    for (int sp = -1; sp < n_splits; sp++)
+        /* split 1 takes no reduction scheme; a split one each scheme of the mask */
+        for (uint32_t red = sp < 0 ? 0 : 1; red <= (sp < 0 ? 0u : 4u); red = red ? red << 1 : 1) {
+            if (sp >= 0 && !(red & caps->red_mask))
+                continue;
+            for (uint32_t swz = 0; swz <= caps->swz_max; swz++)
+                for (uint32_t cu = 0; cu <= caps->custom_max; cu++) {
+                    if (sp < 0 && swz == 0 && cu == 0)
+                        continue; /* the plain config itself */
+                    if (*checks >= MAX_CHECKS)
+                        return;
+                    kiln_lt_config v = f->c;
+                    v.split_k = sp < 0 ? 1 : split_counts[sp];
+                    v.reduction = red;
+                    v.swizzle = swz;
+                    v.custom = cu;
+                    cublasLtMatmulAlgo_t a;
+                    ++*checks;
+                    if (algo_build(p, &v, &a, &v.workspace) == CUBLAS_STATUS_SUCCESS &&
+                        v.workspace <= limit)
+                        found_add(l, &(kiln_lt_found){v, 1, caps->n_variants++, f->algo_pos});
+                }
+        }
 }
 
 int kiln_lt_enumerate(kiln_lt_plan *p, uint64_t workspace_limit, int cap, kiln_lt_config **out,
@@ -665,8 +679,19 @@ int kiln_lt_enumerate(kiln_lt_plan *p, uint64_t workspace_limit, int cap, kiln_l
                                     p->v.b_type, p->v.d_type, p->v.d_type, 512, ids, &n_ids),
            "cublasLtMatmulAlgoGetIds");
     long checks = 0;
-    for (int i = 0; i < n_ids; i++)
-        enumerate_algo(p, ids[i], i, workspace_limit, &l, &checks);
+    algo_caps caps[512];
+    for (int i = 0; i < n_ids; i++) {
+        caps[i] = (algo_caps){.id = ids[i]};
+        enumerate_plain(p, &caps[i], i, workspace_limit, &l, &checks);
+    }
+    /* Variants in the plain configs' order, so that a spent budget leaves every algorithm some. */
+    int n_plain = l.n;
+    if (n_plain > 0)
+        qsort(l.v, (size_t)n_plain, sizeof *l.v, found_cmp);
+    for (int i = 0; i < n_plain && checks < MAX_CHECKS; i++) {
+        kiln_lt_found f = l.v[i]; /* found_add may move l.v */
+        enumerate_variants(p, &f, &caps[f.algo_pos], workspace_limit, &l, &checks);
+    }
     kiln_lt_config *res = xmalloc((size_t)(n_heur + l.n + 1) * sizeof *res);
     int n = kiln_lt_order(heur, n_heur, l.v, l.n, res);
     *n_valid = n;

@@ -184,10 +184,10 @@ void kiln_lt_plan_destroy(kiln_lt_plan *p);
  * capabilities that cublasLtMatmulAlgoCheck accepts, without the heuristic's own: first the plain
  * configs (tiles × stages × cluster shapes; split 1, no swizzle, no custom option), then each
  * accepted plain config's variants (split-K counts × reduction schemes × swizzles × custom
- * options), each group taking algorithms in turn. At most 400k AlgoCheck calls (about a second of
- * host time per 100k). The order depends only on what cuBLASLt answers. *n_valid counts every
- * config accepted before the
- * cap. KILN_OK (possibly with none), or KILN_ERR_BACKEND. */
+ * options), each group taking algorithms in turn. At most 200k AlgoCheck calls for the plain
+ * configs and 400k in all (the variants explored in the plain configs' order). The order depends
+ * only on what cuBLASLt answers. *n_valid counts every config accepted before the cap. KILN_OK
+ * (possibly with none), or KILN_ERR_BACKEND. */
 int kiln_lt_enumerate(kiln_lt_plan *p, uint64_t workspace_limit, int cap, kiln_lt_config **out,
                       int *n_out, int *n_valid, kiln_err *err);
 
