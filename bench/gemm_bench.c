@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cublaslt.h"
 #include "backend/cuda_driver.h"
@@ -43,6 +44,12 @@ static unsigned flush_round;
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -157,7 +164,12 @@ static int bench_shape(int64_t M, int64_t N, int64_t K, int64_t batch, kiln_dtyp
     }
     kiln_lt_config *cs = NULL;
     int n = 0, n_valid = 0;
-    if (kiln_lt_enumerate(p, o->workspace, o->configs, &cs, &n, &n_valid, &err) || n == 0) {
+    double t0 = now_s();
+    int erc = kiln_lt_enumerate(p, o->workspace, o->configs, &cs, &n, &n_valid, &err);
+    double enumerate_s = now_s() - t0;
+    fprintf(stderr, "  %s: %d configs valid, %d to time, enumerated in %.2f s\n", shape, n_valid, n,
+            enumerate_s);
+    if (erc || n == 0) {
         printf("FAIL %s: %s\n", shape,
                n == 0 && !err.msg[0] ? "cuBLASLt accepts no config" : err.msg);
         kiln_lt_plan_destroy(p);
@@ -240,6 +252,7 @@ static int bench_shape(int64_t M, int64_t N, int64_t K, int64_t batch, kiln_dtyp
         cJSON_AddNumberToObject(o_json, "valid", n_valid);
         cJSON_AddNumberToObject(o_json, "timed", n_timed);
         cJSON_AddNumberToObject(o_json, "failed", n_failed);
+        cJSON_AddNumberToObject(o_json, "enumerate_s", enumerate_s);
         cJSON_AddNumberToObject(o_json, "best_rel_diff", rel);
         cJSON_AddNumberToObject(o_json, "cublaslt_version", (double)kiln_lt.GetVersion());
         cJSON_AddItemToObject(o_json, "best_config", kiln_lt_config_to_json(&cs[best]));
