@@ -15,6 +15,7 @@
 #include "nvrtc.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -291,7 +292,7 @@ int kiln_lt_config_from_json(const cJSON *o, kiln_lt_config *out, kiln_err *err)
                              f ? "is not a number" : "is missing");
         double x = f->valuedouble;
         double lo = i == N_CONFIG_FIELDS ? -1 : 0, hi = i == N_CONFIG_FIELDS ? INT32_MAX : max[i];
-        if (x != (double)(int64_t)x || x < lo || x > hi)
+        if (!(x >= lo && x <= hi) || x != floor(x))
             return kiln_errf(err, KILN_ERR_FORMAT,
                              "cuBLASLt config: '%s' is %g, not an integer in [%g, %g]", name, x, lo,
                              hi);

@@ -88,6 +88,8 @@ static void test_config_json_errors(void **state) {
              "\"swizzle\":0,\"custom\":0,\"cluster\":0,\"inner_shape\":0,"
              "\"workspace\":1e15}");
     expect_bad(buf, "'workspace' is 1e+15");
+    snprintf(buf, sizeof buf, "{\"algo\":1e300,\"tile\":2,%s", ok_tail);
+    expect_bad(buf, "'algo' is 1e+300");
     expect_bad("{\"algo\":1,\"tile\":2,\"stages\":1,\"split_k\":0,\"reduction\":0,\"swizzle\":0,"
                "\"custom\":0,\"cluster\":70000,\"inner_shape\":0,\"workspace\":0}",
                "'cluster' is 70000");
