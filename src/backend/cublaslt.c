@@ -736,6 +736,9 @@ int kiln_lt_run(kiln_lt_plan *p, const kiln_lt_config *c, const kiln_lt_ptrs *pt
         return kiln_errf(
             err, KILN_ERR_INVALID, "cuBLASLt config needs %llu bytes of workspace, %llu given",
             (unsigned long long)p->algo_workspace, (unsigned long long)ptrs->workspace_bytes);
+    if (epilogue_has_bias(p->g.epilogue) && !ptrs->bias)
+        return kiln_errf(err, KILN_ERR_INVALID, "the %s epilogue needs a bias pointer",
+                         kiln_lt_epilogue_name(p->g.epilogue));
     int rc;
     if (epilogue_has_bias(p->g.epilogue) &&
         (rc = desc_pointer(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, ptrs->bias,

@@ -170,7 +170,7 @@ int kiln_lt_config_same(const kiln_lt_config *a, const kiln_lt_config *b);
 void kiln_lt_config_format(const kiln_lt_config *c, char *buf, size_t cap);
 
 /* A cuBLASLt handle and the descriptors of one GEMM; cuBLASLt's calls on it need a current CUDA
- * context (the caller's). */
+ * context (the caller's). One thread uses a plan at a time. */
 typedef struct kiln_lt_plan kiln_lt_plan;
 
 /* Loads cuBLASLt, creates a handle and g's descriptors. KILN_OK, or the status of kiln_lt_load /
@@ -215,8 +215,8 @@ typedef struct {
 } kiln_lt_ptrs;
 
 /* Enqueues one cublasLtMatmul of p's GEMM with exactly config c (no heuristic) on stream (a
- * CUstream). KILN_OK, or KILN_ERR_INVALID when the workspace is too small or cuBLASLt rejects c
- * (AlgoCheck), or KILN_ERR_BACKEND with cuBLASLt's status. */
+ * CUstream). KILN_OK, or KILN_ERR_INVALID when the workspace is too small, a bias epilogue has
+ * no bias or cuBLASLt rejects c (AlgoCheck), or KILN_ERR_BACKEND with cuBLASLt's status. */
 int kiln_lt_run(kiln_lt_plan *p, const kiln_lt_config *c, const kiln_lt_ptrs *ptrs, void *stream,
                 kiln_err *err);
 
