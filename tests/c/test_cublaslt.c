@@ -335,6 +335,14 @@ static void test_load_message(void **state) {
     if (kiln_lt_load(&err) == KILN_OK) {
         assert_non_null(kiln_lt.Matmul);
         assert_true(kiln_lt.GetVersion() >= 120000);
+        if (!kiln_cuda_driver_present()) {
+            /* without a driver the handle cannot be made: a status, not a crash */
+            kiln_lt_gemm g = kiln_lt_gemm_linear(64, 64, 64, KILN_BF16);
+            kiln_lt_plan *p = (kiln_lt_plan *)1;
+            assert_int_equal(kiln_lt_plan_create(&g, &p, &err), KILN_ERR_BACKEND);
+            assert_null(p);
+            assert_non_null(strstr(err.msg, "cublasLtCreate"));
+        }
         return;
     }
     /* not found: the message names what was tried */
