@@ -434,8 +434,10 @@ static void test_gpu_enumerate_4096(void **state) {
     kiln_lt_plan_destroy(p);
 }
 
-static float bf16_round(float x) {
-    return kiln_bf16_to_f32(kiln_f32_to_bf16(x));
+/* x rounded to t, stored as element i of buf; returns the rounded value. */
+static float store(kiln_dtype t, void *buf, size_t i, float x) {
+    kiln_dtype_store(t, buf, i, x);
+    return (float)kiln_dtype_load(t, buf, i);
 }
 
 /* Runs up to 64 configs of g (heuristic first) on random data and compares each to a naive
@@ -449,16 +451,18 @@ static void run_small(kiln_lt_gemm g, const char *label) {
     size_t na = (size_t)(M * K), nb = (size_t)(K * N), nd = (size_t)(M * N);
     float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b),
           *bias = malloc(N * sizeof *bias);
-    uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2), *hbias = malloc((size_t)N * 2);
+    size_t es = kiln_dtype_size(g.a_type); /* inputs; the output and the bias are bf16 */
+    unsigned char *ha = malloc(na * es), *hb = malloc(nb * es);
+    uint16_t *hbias = malloc((size_t)N * 2);
     uint16_t *hd = malloc(nd * 2);
     double *ref = malloc(nd * sizeof *ref);
     srand(17);
     for (size_t i = 0; i < na; i++)
-        ha[i] = kiln_f32_to_bf16(a[i] = bf16_round((float)rand() / RAND_MAX * 2 - 1));
+        a[i] = store(g.a_type, ha, i, (float)rand() / RAND_MAX * 2 - 1);
     for (size_t i = 0; i < nb; i++)
-        hb[i] = kiln_f32_to_bf16(b[i] = bf16_round((float)rand() / RAND_MAX * 2 - 1));
+        b[i] = store(g.b_type, hb, i, (float)rand() / RAND_MAX * 2 - 1);
     for (int64_t i = 0; i < N; i++)
-        hbias[i] = kiln_f32_to_bf16(bias[i] = bf16_round((float)rand() / RAND_MAX - 0.5f));
+        bias[i] = store(KILN_BF16, hbias, (size_t)i, (float)rand() / RAND_MAX - 0.5f);
     int has_bias = g.epilogue == KILN_LT_EPI_BIAS_GELU || g.epilogue == KILN_LT_EPI_BIAS;
     int gelu = g.epilogue == KILN_LT_EPI_BIAS_GELU || g.epilogue == KILN_LT_EPI_GELU;
     for (int64_t i = 0; i < M; i++)
@@ -473,14 +477,14 @@ static void run_small(kiln_lt_gemm g, const char *label) {
         }
     CUdeviceptr da, db, dd, dbias, dws;
     const size_t ws_bytes = 32u << 20;
-    CU_OK(kiln_cuda.MemAlloc(&da, na * 2));
-    CU_OK(kiln_cuda.MemAlloc(&db, nb * 2));
+    CU_OK(kiln_cuda.MemAlloc(&da, na * es));
+    CU_OK(kiln_cuda.MemAlloc(&db, nb * es));
     CU_OK(kiln_cuda.MemAlloc(&dd, nd * 2));
     CU_OK(kiln_cuda.MemAlloc(&dbias, (size_t)N * 2));
     CU_OK(kiln_cuda.MemAlloc(&dws, ws_bytes));
     CUstream st = NULL;
-    CU_OK(kiln_cuda.MemcpyHtoDAsync(da, ha, na * 2, st));
-    CU_OK(kiln_cuda.MemcpyHtoDAsync(db, hb, nb * 2, st));
+    CU_OK(kiln_cuda.MemcpyHtoDAsync(da, ha, na * es, st));
+    CU_OK(kiln_cuda.MemcpyHtoDAsync(db, hb, nb * es, st));
     CU_OK(kiln_cuda.MemcpyHtoDAsync(dbias, hbias, (size_t)N * 2, st));
     kiln_lt_config *cs = NULL;
     int n = 0, n_valid = 0;
@@ -548,6 +552,10 @@ static void test_gpu_run_small(void **state) {
     kiln_lt_gemm g = kiln_lt_gemm_matmul(128, 256, 64, KILN_BF16);
     g.epilogue = KILN_LT_EPI_BIAS_GELU;
     run_small(g, "matmul+bias+gelu");
+    /* fp8 e4m3 in, bf16 out, no scale pointers (1.0) */
+    kiln_lt_gemm f8 = kiln_lt_gemm_linear(128, 256, 64, KILN_F8_E4M3);
+    f8.d_type = f8.bias_type = KILN_BF16;
+    run_small(f8, "linear fp8 e4m3");
 }
 
 int main(void) {
