@@ -1,8 +1,8 @@
 /* test_cublaslt.c: cuBLASLt configs and GEMM views without a GPU (the config's JSON round trip,
  * the row-major → column-major mapping of linear, matmul, bmm and addmm checked by computing the
- * column-major product on the host), and on a GPU the enumeration of bf16 4096³ and every
- * enumerated config of a small GEMM run against a naive reference. Without a GPU the device tests
- * say "SKIP: ..." and skip. */
+ * column-major product on the host, the enumeration's order), and on a GPU the enumeration of bf16
+ * 4096³ and every enumerated config of small bf16 and fp8 GEMMs run against a naive reference.
+ * Without a GPU the device tests say "SKIP: ..." and skip. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -361,6 +361,9 @@ static char gpu_why[1100];
             skip();                                                                                \
     } while (0)
 
+/* kiln's rule for "a GPU is present" (kiln_backend_default): without one the device tests skip;
+ * with one, a device that does not open fails. A GPU without cuBLASLt skips (kiln runs there, these
+ * tests cannot). */
 static int need_gpu(void) {
     if (!gpu_state) {
         CUdevice dev;
@@ -368,13 +371,14 @@ static int need_gpu(void) {
         kiln_device_info info;
         kiln_err err = {{0}};
         gpu_state = -1;
-        if (kiln_cuda_device_open(0, NULL, &dev, &ctx, &info, &err))
-            snprintf(gpu_why, sizeof gpu_why, "no CUDA device: %s", err.msg);
+        snprintf(gpu_why, sizeof gpu_why, "the visible GPU did not open (see the first GPU test)");
+        if (strcmp(kiln_backend_default(), "cuda") != 0)
+            snprintf(gpu_why, sizeof gpu_why, "no CUDA device (no driver or no visible GPU)");
+        else if (kiln_cuda_device_open(0, NULL, &dev, &ctx, &info, &err))
+            fail_msg("a GPU is visible but does not open: %s", err.msg);
         else if (kiln_cuda.CtxSetCurrent(ctx) != CUDA_SUCCESS)
-            snprintf(gpu_why, sizeof gpu_why, "no CUDA device: cuCtxSetCurrent failed");
+            fail_msg("cuCtxSetCurrent failed");
         else if (kiln_lt_load(&err))
-            /* a GPU without cuBLASLt on the library path: the kiln binary works there, these
-             * tests cannot */
             snprintf(gpu_why, sizeof gpu_why, "a GPU but %s", err.msg);
         else
             gpu_state = 1;
