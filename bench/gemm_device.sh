@@ -8,17 +8,20 @@
 #   make && OUT=/tmp/out bash bench/gemm_device.sh
 #
 # KILN_CUBLASLT defaults to the copy in torch's wheel (nvidia/cu13/lib), so kiln and torch run one cuBLASLt.
-# CONFIGS (default 1000; a config slower than twice the best so far is timed once), MODES, KILN_TIMEOUT (s per shape, default 420), TORCH_TIMEOUT (s per shape, default
-# 600). A failure prints one FAIL line and the next shape runs. Logs: $OUT/logs.tar.gz; the table, printed last:
-# $OUT/table.md.
+# CONFIGS (default 600; a config slower than twice the best so far is timed once), MODES, KILN_TIMEOUT and
+# TORCH_TIMEOUT (s per shape, default 240 each), BUDGET (s for the whole call, default 540), ONLY (an
+# extended regex on the row names, e.g. ONLY='262144|float8' for a second call). A failure prints one FAIL
+# line and the next row runs. Logs: $OUT/logs.tar.gz; the table, printed last: $OUT/table.md.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kiln-gemm}
 PY=${KILN_PYTHON:-python3}
-CONFIGS=${CONFIGS:-1000}
+CONFIGS=${CONFIGS:-600}
 MODES=${MODES:-eager,max-autotune-no-cudagraphs}
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT/logs"
+# The logs stay out of $OUT (the device returns few files from it): they come back as one tarball.
+LOGS=$(mktemp -d /tmp/kiln-gemm-logs.XXXXXX)/logs
+mkdir -p "$OUT" "$LOGS"
 : >"$OUT/kiln.jsonl"
 : >"$OUT/torch.jsonl"
 if [ -z "${KILN_CUBLASLT:-}" ]; then
@@ -26,7 +29,7 @@ if [ -z "${KILN_CUBLASLT:-}" ]; then
     export KILN_CUBLASLT
 fi
 echo "cuBLASLt: ${KILN_CUBLASLT:-(from the loader path)}"
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$OUT/logs/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$LOGS/gpu.txt"
 if [ ! -x build/gemm_bench ]; then
     echo "FAIL build/gemm_bench is missing: run make first"
     exit 1
@@ -38,29 +41,42 @@ ROWS=("8192 8192 8192 bfloat16 none"
       "4096 9216 2304 bfloat16 none"
       "4096 2304 9216 bfloat16 none"
       "4096 2048 2304 bfloat16 none"
-      "4096 9216 2304 bfloat16 bias_gelu"
-      "8192 8192 8192 float8_e4m3fn none")
+      "8192 8192 8192 float8_e4m3fn none"
+      "4096 9216 2304 bfloat16 bias_gelu")
+# Each step's timeout is also cut to what is left of BUDGET, so that the table is printed inside one
+# device call (10 minutes); a row past the budget prints a FAIL line instead.
+BUDGET=${BUDGET:-540}
+left() {
+    local l=$((BUDGET - SECONDS))
+    [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
+}
 for row in "${ROWS[@]}"; do
     read -r m n k dt epi <<<"$row"
     name="${m}x${n}x${k}_${dt}_${epi}"
+    [ -n "${ONLY:-}" ] && ! grep -qE "$ONLY" <<<"$name" && continue
     echo "== $name"
-    timeout "${KILN_TIMEOUT:-420}" build/gemm_bench --configs "$CONFIGS" --reps 20 --epilogue "$epi" \
-        "$m" "$n" "$k" "$dt" >"$OUT/logs/kiln_$name.out" 2>"$OUT/logs/kiln_$name.log"
+    if [ $((BUDGET - SECONDS)) -lt 20 ]; then
+        echo "FAIL $name: not run, the budget of $BUDGET s is spent"
+        continue
+    fi
+    timeout "$(left "${KILN_TIMEOUT:-240}")" build/gemm_bench --configs "$CONFIGS" --reps 15 --epilogue "$epi" \
+        "$m" "$n" "$k" "$dt" >"$LOGS/kiln_$name.out" 2>"$LOGS/kiln_$name.log"
     rc=$?
-    grep -h '^FAIL' "$OUT/logs/kiln_$name.out"
-    [ $rc = 124 ] && echo "FAIL kiln $name: timed out after ${KILN_TIMEOUT:-420} s"
-    [ $rc != 0 ] && [ $rc != 124 ] && ! grep -q '^FAIL' "$OUT/logs/kiln_$name.out" &&
-        echo "FAIL kiln $name: exit $rc ($(tail -1 "$OUT/logs/kiln_$name.log"))"
-    sed -n 's/^RESULT //p' "$OUT/logs/kiln_$name.out" >>"$OUT/kiln.jsonl"
-    timeout "${TORCH_TIMEOUT:-600}" "$PY" bench/gemm_torch.py --modes "$MODES" --epilogue "$epi" \
-        "$m" "$n" "$k" "$dt" >"$OUT/logs/torch_$name.jsonl" 2>"$OUT/logs/torch_$name.log"
+    grep -h '^FAIL' "$LOGS/kiln_$name.out"
+    [ $rc = 124 ] && echo "FAIL kiln $name: timed out"
+    [ $rc != 0 ] && [ $rc != 124 ] && ! grep -q '^FAIL' "$LOGS/kiln_$name.out" &&
+        echo "FAIL kiln $name: exit $rc ($(tail -1 "$LOGS/kiln_$name.log"))"
+    sed -n 's/^RESULT //p' "$LOGS/kiln_$name.out" >>"$OUT/kiln.jsonl"
+    timeout "$(left "${TORCH_TIMEOUT:-240}")" "$PY" bench/gemm_torch.py --modes "$MODES" --epilogue "$epi" \
+        "$m" "$n" "$k" "$dt" >"$LOGS/torch_$name.jsonl" 2>"$LOGS/torch_$name.log"
     rc=$?
-    [ $rc = 124 ] && echo "FAIL torch $name: timed out after ${TORCH_TIMEOUT:-600} s"
-    [ $rc != 0 ] && [ $rc != 124 ] && echo "FAIL torch $name: exit $rc ($(tail -1 "$OUT/logs/torch_$name.log"))"
-    grep -h '"error"' "$OUT/logs/torch_$name.jsonl" | sed 's/^/FAIL torch: /'
-    cat "$OUT/logs/torch_$name.jsonl" >>"$OUT/torch.jsonl"
+    [ $rc = 124 ] && echo "FAIL torch $name: timed out"
+    [ $rc != 0 ] && [ $rc != 124 ] && echo "FAIL torch $name: exit $rc ($(tail -1 "$LOGS/torch_$name.log"))"
+    grep -h '"error"' "$LOGS/torch_$name.jsonl" | sed 's/^/FAIL torch: /'
+    cat "$LOGS/torch_$name.jsonl" >>"$OUT/torch.jsonl"
 done
-tar czf "$OUT/logs.tar.gz" -C "$OUT" logs kiln.jsonl torch.jsonl
+cp "$OUT/kiln.jsonl" "$OUT/torch.jsonl" "$LOGS/"
+tar czf "$OUT/logs.tar.gz" -C "$(dirname "$LOGS")" logs
 
 "$PY" - "$OUT" "$MODES" <<'PYEOF' | tee "$OUT/table.md"
 import json, math, sys
