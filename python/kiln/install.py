@@ -310,8 +310,6 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
                 by_op.setdefault(op, []).append(_AtenEntry(gate, e))
             elif e.kind == "module":
                 mentries.append(_ModuleEntry(gate, e))
-            elif e.kind == "chain":
-                raise _Unsupported("a chain of captured calls is not installed yet (docs/install.md, Limits)")
             else:
                 raise _Unsupported(f"kind {e.kind!r}")
         except (_Unsupported, KilnError) as why:
