@@ -4,7 +4,8 @@ the cpu backend. The Gemma-4 mask chain (scale mul, mask add, softmax in fp32, c
 by the softmax family; the VAE's residual add joined to the next GroupNorm + SiLU keeps the sum as a second
 output; Qwen-3.5's RMSNormGated is one leaf module (its SiLU is called, not registered), so its chain is the
 module problem; the eager attention block (q.kT, scale, mask, softmax, cast, .v) is one chain problem with
-"pattern": "attention" that `gen` declines, with the reason.
+"pattern": "attention" that `gen` declines, with the reason. A chain entry (tests/data/chains/softmax_chain.py,
+optimized on the cpu backend) replaces the chain inside torch.compile with eager's outputs, and nowhere else.
 """
 
 from __future__ import annotations
@@ -189,3 +190,83 @@ def test_model_json_links_chains(runs):
     for c in written:
         for i in c["ops_of_first_call"]:
             assert c["problem"] in model["ops"][i]["chain_problems"]
+
+
+CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
+
+
+@pytest.fixture(scope="module")
+def chain_library(tmp_path_factory):
+    """tests/data/chains/softmax_chain.py captured, its chain (mul, add, softmax) optimized on the cpu backend:
+    the library directory."""
+    run = tmp_path_factory.mktemp("softmax_chain")
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(CHAIN_SCRIPT), "--out", str(run), "--device",
+                        "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    only = tmp_path_factory.mktemp("softmax_chain_only")
+    (only / "problems").mkdir()
+    names = [p.name for p in (run / "problems").iterdir() if p.name.startswith("chain_")]
+    assert names == ["chain_mul_add_softmax_16x64_f32"], names
+    import shutil
+    shutil.copytree(run / "problems" / names[0], only / "problems" / names[0])
+    r = run_kiln(["optimize", only, "--backend", "cpu", "--budget", 2, "--time", 120], timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return only / "library"
+
+
+def _chain_model():
+    sys.path.insert(0, str(CHAIN_SCRIPT.parent))
+    try:
+        import softmax_chain
+    finally:
+        sys.path.remove(str(CHAIN_SCRIPT.parent))
+    return softmax_chain
+
+
+def test_chain_entry_replaces_the_chain_inside_torch_compile(chain_library):
+    """The chain is one op of the compiled graph (a hit of its entry) and the outputs are eager's; without
+    torch.compile nothing replaces it; where the chain's intermediate is used elsewhere (returned too) the
+    pattern does not match and the compiled model computes what eager does."""
+    import kiln
+    sc = _chain_model()
+    x = torch.randn(sc.ROWS, sc.IN)
+    model = sc.build()
+    with torch.no_grad():
+        want = model(x)
+    inst = kiln.install(str(chain_library), model, entries="all", compile=True)
+    try:
+        assert inst.installed == ["chain_mul_add_softmax_16x64_f32"], inst.summary()
+        with torch.no_grad():
+            got = model(x)
+        assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
+        assert inst.stats()["hits"] == 1, inst.stats()
+    finally:
+        kiln.uninstall(inst)
+
+    class Leaky(sc.Net):
+        def forward(self, x):
+            z = self.proj(x) * 0.5 + self.bias
+            return torch.softmax(z, -1), z
+
+    leaky = Leaky()
+    leaky.load_state_dict(model.state_dict())
+    leaky.eval()
+    with torch.no_grad():
+        want_p, want_z = leaky(x)
+    inst = kiln.install(str(chain_library), leaky, entries="all", compile=True)
+    try:
+        with torch.no_grad():
+            p, z = leaky(x)
+        assert torch.allclose(p, want_p, atol=1e-6, rtol=1e-5) and torch.allclose(z, want_z, atol=1e-6)
+        assert inst.stats()["hits"] == 0, inst.stats()  # z is read outside the chain: Inductor's code
+    finally:
+        kiln.uninstall(inst)
+
+    eager = sc.build()
+    inst = kiln.install(str(chain_library), eager, entries="all")
+    try:
+        with torch.no_grad():
+            assert torch.equal(eager(x), want)
+        assert inst.stats()["hits"] == 0
+    finally:
+        kiln.uninstall(inst)
