@@ -154,7 +154,7 @@ def test_vae_residual_groupnorm_silu_chain(runs):
         assert torch.allclose(y, expect, atol=1e-6)
 
 
-def test_qwen_rmsnorm_gated_is_its_module(runs):
+def test_qwen_rmsnorm_gated_is_its_module(runs, tmp_path):
     """RMSNormGated's chain (cast, pow, mean, add, rsqrt, mul, cast, weight mul, gate cast, SiLU, mul, cast)
     is exactly one leaf-module call: model.json lists the chain with the module's problem, not a second one."""
     model = json.loads((runs["qwen_moe"] / "model.json").read_text())
@@ -163,6 +163,9 @@ def test_qwen_rmsnorm_gated_is_its_module(runs):
     assert len(gated[0]["ops_of_first_call"]) == 12
     names = {p.name for p in (runs["qwen_moe"] / "problems").iterdir()}
     assert gated[0]["problem"] in names
+    for family in ("gen", "rmsnorm"):  # proven like any chain
+        res = prove(runs["qwen_moe"] / "problems" / gated[0]["problem"], family, tmp_path / family)
+        assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], (family, res)
 
 
 def test_attention_block_is_one_chain(runs, tmp_path):
