@@ -439,6 +439,33 @@ class Capture:
                                        "time_us": t, "paths": paths, "problem": None, "skipped": None})
         self.module_groups.sort(key=lambda m: -m["time_us"])
         self.module_problem_of: dict = {}
+        self.select_chains()
+
+    def select_chains(self) -> None:
+        """Chains of memory-bound calls (kiln.capture_chain) grouped by signature, slowest first; a chain
+        that is exactly one leaf module's forward ("is_module") is that module's problem, not another. An
+        eager attention block around a softmax chain is a chain group of its own ("pattern": "attention")."""
+        from kiln.capture_chain import Graph, attention_block, chain_key, find_chains
+        self.graph = g = Graph(self.ops)
+        modules = {tuple(sorted(ids)) for m in self.module_groups for ids in m["calls"]}
+        groups: dict = {}
+        for chain in find_chains(self.ops):
+            found = [(chain, None)]
+            block = attention_block(g, chain)
+            if block is not None:
+                found.append((block, "attention"))
+            for ids, pattern in found:
+                key = (pattern, chain_key(g, ids))
+                cg = groups.get(key)
+                if cg is None:
+                    cg = groups[key] = {"pattern": pattern, "calls": [], "time_us": 0.0, "paths": [],
+                                        "problem": None, "skipped": None,
+                                        "is_module": pattern is None and tuple(ids) in modules}
+                cg["calls"].append(ids)
+                cg["time_us"] += sum(self.op_time[i] for i in ids)
+                _add_unique(cg["paths"], self.ops[ids[0]].module_path)
+        self.chain_groups = sorted(groups.values(), key=lambda c: -c["time_us"])
+        self.chain_problem_of: dict = {}
 
     def share(self, t: float) -> float:
         return t / self.total_us if self.total_us > 0 else 0.0
@@ -464,6 +491,8 @@ class Capture:
         modules = self.module_groups[:top]
         cands = [c for c in (self.aten_candidate(g) for g in eligible) if c is not None]
         cands += [c for c in (self.module_candidate(m) for m in modules) if c is not None]
+        chains = [m for m in self.chain_groups if not m["is_module"]][:top]
+        cands += [c for c in (self.chain_candidate(m) for m in chains) if c is not None]
         cands.sort(key=lambda c: -c.share)
         budget = self.opts.max_bytes
         for level in ("sliced", "real"):
@@ -499,6 +528,18 @@ class Capture:
                 for ids in m["calls"]:
                     for i in ids:
                         self.module_problem_of[i] = m["problem"]
+        for m in self.chain_groups:
+            if m["is_module"]:  # written as its module's problem
+                m["problem"] = self.module_problem_of.get(m["calls"][0][0])
+        for m in chains:
+            if m["skipped"]:
+                self.skipped.append({"chain": m["pattern"] or "chain", "paths": m["paths"][:3],
+                                     "calls": len(m["calls"]), "share": round(self.share(m["time_us"]), 6),
+                                     "reason": m["skipped"]})
+            elif m["problem"]:
+                for ids in m["calls"]:
+                    for i in ids:
+                        self.chain_problem_of.setdefault(i, []).append(m["problem"])
         self.recorder.samples.clear()  # the kept tensors are no longer needed
         for m in self.module_groups:
             m["trace"] = None
@@ -587,6 +628,57 @@ class Capture:
                        f"{100 * share:.1f}% of {self.time_source} time; first at {first_path}.")
         c = Candidate(name, f"module:{m['cls']}", description, inputs, outputs, source, kiln, share,
                       {"kind": "module", "module_class": m["cls"]}, self.slice_bytes)
+        c.on_skip = lambda why: m.__setitem__("skipped", why)
+        c.on_ok = lambda final: m.__setitem__("problem", final)
+        c.release = lambda: self.names.discard(name)
+        return c
+
+    def chain_candidate(self, m: dict) -> Optional["Candidate"]:
+        """A chain group's problem: the chain's calls as straight-line code over the exact overloads (the
+        reference) and as kiln's op chain, its inputs the tensors its calls read from outside it."""
+        from kiln.capture_chain import build_trace, held_instance
+        from kiln.capture_problem import module_ops, module_reference, problem_name
+        first, the_models = held_instance(self.graph, m["calls"], self.recorder.samples)
+        tr, why = build_trace(self.graph, first, self.recorder.samples, self.recorder.tid_names)
+        if tr is None:
+            m["skipped"] = f"tensors not held: {why}"
+            return None
+        inputs = [(name, stored) for name, _, stored, _ in tr.inputs]
+        kept = [k for k, (_, s, _) in enumerate(tr.outputs) if s.numel > 0]
+        if not kept:
+            m["skipped"] = "no non-empty tensor output"
+            return None
+        outputs = [(f"out{j}", tr.outputs[k][1]) for j, k in enumerate(kept)]
+        try:
+            source = module_reference(tr, kept)
+        except ValueError as e:
+            m["skipped"] = f"cannot write the reference: {e}"
+            return None
+        labels = [op_label_of(self.ops[i].func) for i in first]
+        stem = m["pattern"] or "chain_" + "_".join(dict.fromkeys(self.ops[i].func._opname.strip("_")
+                                                                  for i in first))
+        acts = [s for (_, _, s, origin) in tr.inputs if origin == "activation"] or [inputs[0][1]]
+        name = self.unique_name(problem_name(stem[:48], [acts[0].shape], acts[0].dtype))
+        share = self.share(m["time_us"])
+        kiln = {
+            "kind": "chain", "members": labels, "calls": len(m["calls"]),
+            "device_time_us": round(m["time_us"], 3), "share": round(share, 6), "time_source": self.time_source,
+            "module_paths": m["paths"], "grad_mode": tr.grad_mode, "capture_device": self.device,
+            "input_origins": tr.origins, "first_call_ops": first, "torch_flags": self.torch_flags,
+        }
+        if m["pattern"]:
+            kiln["pattern"] = m["pattern"]
+        if not the_models:
+            kiln["inputs_from"] = "the first calls of the members' signatures, not one run of the chain"
+        kiln.update(module_ops(tr, kept))
+        kiln.update(_layout_fields(inputs, outputs))
+        description = (f"chain of {len(first)} captured calls ({' -> '.join(l.split('::')[1] for l in labels)}) "
+                       f"from {os.path.basename(self.opts.script)}: {len(m['calls'])} time(s), "
+                       f"{100 * share:.1f}% of {self.time_source} time (its members' time); first at "
+                       f"{m['paths'][0] or '<root>'}.")
+        c = Candidate(name, f"chain:{m['pattern'] or 'memory'}", description, inputs, outputs, source, kiln,
+                      share, {"kind": "chain", "members": labels}, self.slice_bytes,
+                      derived_outputs=not the_models)
         c.on_skip = lambda why: m.__setitem__("skipped", why)
         c.on_ok = lambda final: m.__setitem__("problem", final)
         c.release = lambda: self.names.discard(name)
@@ -759,6 +851,7 @@ class Capture:
                 "pass": op.pass_index, "grad_mode": op.grad_mode, "inputs": ins, "outputs": outs,
                 "args": op.args_json, "time_us": round(self.op_time[i], 3), "group": self.group_of[i],
                 "problem": g.problem, "module_problem": self.module_problem_of.get(i),
+                "chain_problems": self.chain_problem_of.get(i, []),
             })
         graph_inputs = []
         seen = set()
@@ -785,6 +878,11 @@ class Capture:
             "share": round(self.share(m["time_us"]), 6), "problem": m["problem"], "skipped": m["skipped"],
             "module_paths": m["paths"][:8], "ops_of_first_call": m["calls"][0] if m["calls"] else [],
         } for m in self.module_groups]
+        chains_json = [{
+            "pattern": m["pattern"], "calls": len(m["calls"]), "time_us": round(m["time_us"], 3),
+            "share": round(self.share(m["time_us"]), 6), "problem": m["problem"], "skipped": m["skipped"],
+            "module_paths": m["paths"][:8], "ops_of_first_call": m["calls"][0], "is_module": m["is_module"],
+        } for m in self.chain_groups]
         model = {
             "kiln_model": 1,
             "script": self.opts.script, "args": self.opts.script_args, "device": self.device,
@@ -795,7 +893,7 @@ class Capture:
                       "value: an in-place write makes a new id. edges: [producer op id, consumer op id, tensor "
                       "id]. A consumed tensor no op produced is a graph input."),
             "ops": ops_json, "edges": edges, "graph_inputs": graph_inputs, "groups": groups_json,
-            "module_groups": modules_json,
+            "module_groups": modules_json, "chain_groups": chains_json,
         }
         dump_json(os.path.join(self.out, "model.json"), model)
 
@@ -862,6 +960,18 @@ class Capture:
                 path = path if len(path) <= 44 else "…" + path[-43:]
                 w(f"{k + 1:>3}  {m['cls'][:34]:34s} {path:44s} {len(m['calls']):>5} {m['time_us'] / 1e3:>9.3f} "
                   f"{100 * self.share(m['time_us']):>5.1f}%  {status}")
+        if self.chain_groups:
+            w("")
+            w(f"{'#':>3}  {'chain of memory-bound calls':34s} {'first path':44s} {'calls':>5} "
+              f"{'time ms':>9} {'share':>6}  problem")
+            for k, m in enumerate(self.chain_groups[:rows]):
+                status = m["problem"] or (f"skipped: {m['skipped']}" if m["skipped"] else "-")
+                path = m["paths"][0] if m["paths"] else ""
+                path = path if len(path) <= 44 else "…" + path[-43:]
+                what = f"{m['pattern'] or 'chain'} of {len(m['calls'][0])} calls"
+                what += " (a module)" if m["is_module"] else ""
+                w(f"{k + 1:>3}  {what:34s} {path:44s} {len(m['calls']):>5} {m['time_us'] / 1e3:>9.3f} "
+                  f"{100 * self.share(m['time_us']):>5.1f}%  {status}")
         w("")
         n_bytes = self.bytes_written
         w(f"wrote {len(self.written)} problem(s) ({_fmt_bytes(n_bytes)} of tensors) to "
@@ -880,7 +990,7 @@ class Capture:
         if self.skipped:
             w(f"skipped {len(self.skipped)} of the top signatures:")
             for s in self.skipped:
-                what = s.get("op") or f"module {s.get('module')}"
+                what = s.get("op") or (f"module {s['module']}" if "module" in s else s.get("chain"))
                 w(f"  {what} [{s.get('shapes') or ', '.join(s.get('paths') or [])}] "
                   f"({100 * s['share']:.1f}%): {s['reason']}")
         if self.recorder.holding_disabled:
@@ -917,6 +1027,9 @@ class Candidate:
     on_skip: Any = None
     on_ok: Any = None
     release: Any = None
+    # its outputs can only be computed by the reference: a chain whose members' held first calls are not
+    # one run of the chain (kiln.capture_chain.held_instance)
+    derived_outputs: bool = False
 
     def can(self, level: str) -> bool:
         return level != "real" or all(s.held for _, s in self.inputs)
@@ -956,7 +1069,7 @@ class Candidate:
 
     @property
     def outputs_held(self) -> bool:
-        return all(s.held for _, s in self.outputs)
+        return not self.derived_outputs and all(s.held for _, s in self.outputs)
 
     @property
     def output_bytes(self) -> int:

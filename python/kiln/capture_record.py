@@ -293,6 +293,7 @@ class Sample:
     grad_mode: str
     nbytes: int
     out_buffers: dict = field(default_factory=dict)  # flat index -> TensorMeta of out= buffers
+    call_index: int = -1  # the OpRecord index of the held call
 
 
 @dataclass
@@ -747,6 +748,7 @@ class Recorder:
                 sample.outputs = outs_stored
                 sample.output_struct = encode(_structure(out))
                 sample.nbytes += sum(s.nbytes for s in outs_stored)
+                sample.call_index = index
                 (self.samples if self.seen_forward else self.provisional)[key] = sample
         path, cls = (frame.path, frame.cls) if frame is not None else ("", "")
         rec = OpRecord(index, func, key, in_scope, frame.call_id if frame else None, path, cls,

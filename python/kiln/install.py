@@ -294,6 +294,7 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
     key = "CUDA" if lib.is_cuda else "CPU"
     by_op: dict = {}
     mentries: list = []
+    centries: list = []  # chain entries' gates
     for e in lib.entries:
         inst._entry_target[e.name] = e.target
         if wanted is not None and e.name not in wanted:
@@ -309,6 +310,10 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
             if e.kind == "aten":
                 op = _resolve_overload(e.aten)
                 by_op.setdefault(op, []).append(_AtenEntry(gate, e))
+            elif e.kind == "chain":
+                if not compile_friendly:  # docs/install.md "Limits": eager never sees a chain whole
+                    raise _Unsupported("a chain of calls is replaced only inside torch.compile")
+                centries.append(gate)
             elif e.kind == "module":
                 mentries.append(_ModuleEntry(gate, e))
             else:
@@ -341,9 +346,10 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
                 if ov.composite:
                     inst._torch_lib.impl(ov.op, ov.make_autograd_kernel(kernel), ov.autograd_key)
                 inst.installed += [ae.gate.entry.name for ae in ov.entries]
-    if compile_friendly and aten_entries:
+    if compile_friendly and (aten_entries or centries):
         try:
-            inst._inductor = InductorPatterns(inst, aten_entries, key)
+            inst._inductor = InductorPatterns(inst, aten_entries, key, centries)
+            inst.installed += [p.entry.name for p in inst._inductor.patterns if p.aten_op is None]
             inst.custom_ops.update(inst._inductor.ops)
         except (RuntimeError, TypeError, ValueError, AttributeError) as why:  # eager is installed either way
             inst.notes.append(f"aten entries are not put into torch.compile graphs: {why}")

@@ -15,6 +15,9 @@ them), so a match is taken only when (1) its input tensors have exactly the gate
 and device, (2) its output is what the gate writes, and (3) its nodes are the traced ones: the same
 targets with the same constant arguments. Anything else stays Inductor's code.
 
+A chain entry (docs/capture.md "Chain problems") is the same with the chain's calls as the pattern: its
+manifest entry's "ops" run over the gate's inputs. It is never replaced in eager (docs/install.md).
+
 Nothing of this costs an eager user anything: importing Inductor's config imports dynamo (about 1.8 s
 here), so when it is not imported yet the pass is set by a hook that runs right after its import (which
 torch.compile does), and the patterns are traced at the first compilation (a few hundred ms per entry).
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import importlib.abc
 import sys
+import types
 import uuid
 from typing import TYPE_CHECKING, Optional
 
@@ -76,6 +80,55 @@ def _search_fn(op, entry, n_in: int):
     return ns["search"]
 
 
+class _Ref:
+    """A value of a chain entry's op chain ({"ref": NAME}: an input of the gate or an earlier call's result)."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _chain_arg(value):
+    if isinstance(value, dict) and set(value) == {"ref"}:
+        return _Ref(value["ref"])
+    if isinstance(value, list):
+        return [_chain_arg(v) for v in value]
+    return _constant(value)
+
+
+def _chain_search_fn(entry, n_in: int):
+    """def search(t0, ..., tn): a chain entry's calls (its "ops", the captured overloads with their constants)
+    over the gate's inputs in gate order, returning the chain's one output."""
+    from kiln.install_aten import _resolve_overload
+    names = [g["name"] for g in entry.inputs]
+    if len(names) != n_in or len(entry.chain_outputs) != 1:
+        raise _NotMatchable("a chain with more than one output (kiln puts ops with one output into compiled "
+                            "graphs)")
+    steps = [(_resolve_overload(op["aten"]), [_chain_arg(a) for a in op.get("args", [])],
+              {k: _chain_arg(v) for k, v in (op.get("kwargs") or {}).items()}, op.get("out"))
+             for op in entry.ops]
+    result = entry.chain_outputs[0]
+
+    def run(ts):
+        env = dict(zip(names, ts))
+
+        def val(a):
+            return env[a.name] if isinstance(a, _Ref) else [val(x) for x in a] if isinstance(a, list) else a
+
+        for overload, args, kwargs, out in steps:
+            r = overload(*[val(a) for a in args], **{k: val(v) for k, v in kwargs.items()})
+            for name, v in ([(out, r)] if isinstance(out, str) else zip(out or [], r)):
+                if name:
+                    env[name] = v
+        return env[result]
+
+    ns = {"run": run}
+    params = ", ".join(f"t{i}" for i in range(n_in))
+    exec(compile(f"def search({params}):\n    return run([{params}])\n", f"<kiln pattern {entry.name}>", "exec"),
+         ns)
+    return ns["search"]
+
+
 def _replace_fn(op_overload, n_in: int):
     names = [f"t{i}" for i in range(n_in)]
     ns = {"kop": op_overload}
@@ -113,7 +166,7 @@ def _same_tensor(val, shape, stride, dtype, device) -> bool:
 
 
 class _AtenPattern:
-    """One aten entry as an op and, once traced, a pattern."""
+    """One aten entry (or, aten_op None, one chain entry) as an op and, once traced, a pattern."""
 
     def __init__(self, aten_op, ae, op_overload, op_name: str, device):
         self.aten_op = aten_op
@@ -181,8 +234,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 class InductorPatterns:
     """The installation's patterns and the post-grad pass that applies them."""
 
-    def __init__(self, inst: "Installation", aten_entries: list, key: str):
-        """aten_entries: (overload, _AtenEntry) of every installed aten entry."""
+    def __init__(self, inst: "Installation", aten_entries: list, key: str, chain_gates: list = ()):
+        """aten_entries: (overload, _AtenEntry) of every installed aten entry; chain_gates: the _Gate of
+        every chain entry (replaced inside compiled graphs only: docs/install.md)."""
         import torch
         self.inst = inst
         self.config = None
@@ -213,6 +267,20 @@ class InductorPatterns:
                 torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=self.oplib)
                 overload = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
                 self.patterns.append(_AtenPattern(aten_op, ae, overload, f"{_OP_NAMESPACE}::{name}", self.device))
+            for gate in chain_gates:
+                entry = gate.entry
+                if len(gate.outputs) != 1:
+                    inst.notes.append(f"{entry.name}: not matched inside torch.compile (kiln puts chains with one "
+                                      "output into compiled graphs)")
+                    continue
+                name = _op_name(entry.name, inst._op_names)
+                n = len(gate.inputs)
+                self.oplib.define(f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> Tensor", tags=tags)
+                self.oplib.impl(name, entry_op_kernel(gate, entry, inst, entry.target), key)
+                torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=self.oplib)
+                overload = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
+                self.patterns.append(_AtenPattern(None, types.SimpleNamespace(gate=gate), overload,
+                                                  f"{_OP_NAMESPACE}::{name}", self.device))
         except BaseException:
             self.oplib._destroy()
             raise
@@ -263,7 +331,8 @@ class InductorPatterns:
         for p in self.patterns:
             gate = p.ae.gate
             try:
-                search = _search_fn(p.aten_op, p.entry, len(gate.inputs))
+                search = _search_fn(p.aten_op, p.entry, len(gate.inputs)) if p.aten_op is not None \
+                    else _chain_search_fn(p.entry, len(gate.inputs))
                 examples = [torch.empty_strided(s, st, dtype=d, device="meta") for s, st, d in gate.inputs]
                 traced = pm.fwd_only(search, examples)
                 p.traced_keys = _node_keys(traced.graph.nodes)

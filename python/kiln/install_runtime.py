@@ -153,10 +153,14 @@ class Entry:
         self.scratch_bytes: int = int(runtime.get("scratch_bytes") or 0)
         self.time_us: dict = data.get("time_us") or {}
         self.speedup: Optional[float] = data.get("speedup")
+        self.ops: list = list(data.get("ops") or [])  # a chain's calls (docs/formats.md "Op chains")
+        self.chain_outputs: list = list(data.get("outputs") or [])
 
     @property
     def target(self) -> str:
-        """What the entry replaces: the aten overload or the module class."""
+        """What the entry replaces: the aten overload, the module class, or the chain of calls."""
+        if self.kind == "chain":
+            return "chain " + " -> ".join(op.get("aten", "?").split("::")[-1] for op in self.ops)
         return self.aten if self.kind == "aten" else f"module {self.module_class}"
 
     def __repr__(self) -> str:

@@ -960,7 +960,7 @@ def _load_json(path: str):
 
 
 def hot_ops(run_dir: str, report: dict, limit: int = 20) -> list:
-    """The model's hottest ops and fused modules (RUN/model.json), hottest first, each with what became of it:
+    """The model's hottest ops, fused modules and chains (RUN/model.json), hottest first, each with what became of it:
     status "installed", "not installed", "no kernel" (searched, nothing correct), "not optimised" (kiln
     optimize skipped it), "not searched" or "not captured", and why (the entry's, optimize's or capture's
     reason)."""
@@ -968,6 +968,10 @@ def hot_ops(run_dir: str, report: dict, limit: int = 20) -> list:
     groups = [dict(g, op=g.get("aten")) for g in model.get("groups") or []]
     groups += [dict(g, op=f"module {g.get('module_class')}", not_a_problem=None)
                for g in model.get("module_groups") or []]
+    # a chain and its members are rows of their own: each competes for the same time (docs/capture.md)
+    groups += [dict(g, op=f"{g.get('pattern') or 'chain'} of {len(g.get('ops_of_first_call') or [])} calls",
+                    not_a_problem=None)
+               for g in model.get("chain_groups") or [] if not g.get("is_module")]
     groups.sort(key=lambda g: -(g.get("share") or 0))
     problems = {p.get("problem"): p for p in report.get("problems") or []}
     entries = {e.get("name"): e for e in report.get("entries") or []}

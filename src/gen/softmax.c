@@ -350,6 +350,46 @@ static int roles_by_name(const kiln_problem *p, int *ix, int *imask, int *iscale
     return 1;
 }
 
+/* Roles from a chain's wiring, for captured chains whose inputs are named input0, input1...: x is
+ * the tensor the first op reads first; an input added to the running value is the mask, one
+ * multiplied into it the scale. Every input must get a role. */
+static int roles_by_wiring(const kiln_problem *p, const kiln_opchain *c, int *ix, int *imask,
+                           int *iscale, char *why, size_t why_len) {
+    *ix = *imask = *iscale = -1;
+    if (c->n_ops > 0)
+        *ix = kiln_arg_input(kiln_op_arg(&c->ops[0], 0, "self"));
+    if (*ix < 0) {
+        why_set(why, why_len, "the chain's first op does not read an input");
+        return 0;
+    }
+    for (int i = 0; i < c->n_ops; i++) {
+        const kiln_op *op = &c->ops[i];
+        int add = kiln_op_is(op, "aten::add.Tensor"), mul = kiln_op_is(op, "aten::mul.Tensor");
+        if (!add && !mul)
+            continue;
+        int a = kiln_arg_input(kiln_op_arg(op, 0, "self"));
+        int b = kiln_arg_input(kiln_op_arg(op, 1, "other"));
+        int other = a >= 0 && a != *ix ? a : b >= 0 && b != *ix ? b : -1;
+        int *role = add ? imask : iscale;
+        if (other < 0 || *role == other)
+            continue;
+        if (*role >= 0 || other == *imask || other == *iscale) {
+            why_set(why, why_len, "input %s has more than one role in the chain",
+                    p->inputs[other].name);
+            return 0;
+        }
+        *role = other;
+    }
+    for (int i = 0; i < p->n_inputs; i++) {
+        if (i != *ix && i != *imask && i != *iscale) {
+            why_set(why, why_len, "input %s is neither the softmax's operand, a mask nor a scale",
+                    p->inputs[i].name);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int dim_is_last(int64_t dim, int ndim) {
     return dim == -1 || dim == ndim - 1;
 }
@@ -358,7 +398,7 @@ static kiln_dtype dtype_or(const kiln_problem *p, int i, kiln_dtype dflt) {
     return i >= 0 ? p->inputs[i].dtype : dflt;
 }
 
-/* One op of a chain as the roundings see it: a cast (_to_copy, with its dtype when given), a
+/* One op of a chain as the roundings see it: a cast (_to_copy or to.dtype, with its dtype), a
  * multiply, an add or a softmax (softmax.int with a dtype: a cast, then the softmax). Returns the
  * entries written (0: none of these); *dim gets a softmax's dim (-1 when it has none). */
 static int to_chain_ops(const kiln_op *op, chain_op *out, int64_t *dim) {
@@ -366,6 +406,13 @@ static int to_chain_ops(const kiln_op *op, chain_op *out, int64_t *dim) {
         const kiln_arg *t = kiln_op_arg(op, -1, "dtype");
         int known = t && t->kind == KILN_ARG_DTYPE;
         out[0] = (chain_op){OP_COPY, known ? t->dtype : KILN_F32, known, 0};
+        return 1;
+    }
+    if (kiln_op_is(op, "aten::to.dtype")) { /* what inference mode dispatches for .to(dtype) */
+        const kiln_arg *t = kiln_op_arg(op, 1, "dtype");
+        if (!t || t->kind != KILN_ARG_DTYPE)
+            return 0;
+        out[0] = (chain_op){OP_COPY, t->dtype, 1, 0};
         return 1;
     }
     if (kiln_op_is(op, "aten::mul.Tensor") || kiln_op_is(op, "aten::mul.Scalar")) {
@@ -521,7 +568,8 @@ static int match_module(const kiln_problem *p, const kiln_opchain *c, kiln_match
 static int match_chain(const kiln_problem *p, const kiln_opchain *c, kiln_match *m, char *why,
                        size_t why_len) {
     int ix, imask, iscale;
-    if (!roles_by_name(p, &ix, &imask, &iscale, why, why_len))
+    if (!roles_by_name(p, &ix, &imask, &iscale, why, why_len) &&
+        !roles_by_wiring(p, c, &ix, &imask, &iscale, why, why_len))
         return 0;
     chain_op ops[2 * KILN_OPCHAIN_MAX_OPS];
     int n = 0, has_const = 0;
@@ -873,7 +921,8 @@ static void emit_call(kiln_strbuf *b, const kiln_problem *p, const kiln_match *m
             kiln_strbuf_printf(b, "    const float smx_scale = smx_get(%d, %s, 0);\n", code,
                                p->inputs[iscale].name);
     } else if (kind == SCALE_CONST)
-        kiln_strbuf_printf(b, "    const float smx_scale = %.9gf;\n",
+        /* (float)1, not 1f: %g writes a whole number without a point */
+        kiln_strbuf_printf(b, "    const float smx_scale = (float)%.9g;\n",
                            kiln_match_get(m, "scale_const", 1));
     else
         kiln_strbuf_printf(b, "    const float smx_scale = 1.0f;\n");

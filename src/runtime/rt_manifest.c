@@ -248,6 +248,8 @@ static int parse_entry(kiln_rt *rt, const cJSON *j, int index, rt_entry *e, kiln
         BAD("kind \"aten\" without an \"aten\" overload");
     if (strcmp(kind, "module") == 0 && !json_str(j, "module_class"))
         BAD("kind \"module\" without a \"module_class\"");
+    if (strcmp(kind, "chain") == 0 && !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "ops")))
+        BAD("kind \"chain\" without its \"ops\"");
 
     const cJSON *gate = cJSON_GetObjectItemCaseSensitive(j, "gate");
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(gate, "inputs");
@@ -388,8 +390,8 @@ static int parse_entry(kiln_rt *rt, const cJSON *j, int index, rt_entry *e, kiln
         e->disabled = xstrdup("a scalar input: the install gate passes tensors only");
     else if (no_shape)
         e->disabled = xstrdup("the gate has no captured shape");
-    else if (strcmp(kind, "aten") != 0 && strcmp(kind, "module") != 0)
-        e->disabled = xasprintf("kind '%s' names no aten op or module to replace", kind);
+    else if (strcmp(kind, "aten") != 0 && strcmp(kind, "module") != 0 && strcmp(kind, "chain") != 0)
+        e->disabled = xasprintf("kind '%s' names no aten op, module or chain to replace", kind);
     else if (!el)
         e->disabled = xstrdup("no launch plan (the problem had no workload)");
     else if (launch_error)

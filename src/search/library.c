@@ -479,6 +479,15 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
                               paths ? cJSON_Duplicate(paths, 1) : cJSON_CreateArray());
     }
 
+    if (strcmp(kind_s, "chain") == 0) { /* what install_inductor traces into a pattern */
+        const char *keys[] = {"ops", "outputs", "pattern", "module_paths"};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(kiln, keys[k]);
+            if (v)
+                cJSON_AddItemToObject(e, keys[k], cJSON_Duplicate(v, 1));
+        }
+    }
+
     cJSON *gate = cJSON_AddObjectToObject(e, "gate");
     cJSON *ins = cJSON_AddArrayToObject(gate, "inputs");
     for (int i = 0; i < p->n_inputs; i++)

@@ -128,6 +128,22 @@ static const char bf16_chain_wl[] =
     "{'uuid': 'a', 'axes': {'b': 1, 'h': 2, 'q': 3}, 'inputs': {'x': {'type': 'random'}}}\n"
     "{'uuid': 'b', 'axes': {'b': 2, 'h': 8, 'q': 64}, 'inputs': {'x': {'type': 'random'}}}\n";
 
+/* Gemma-4's eager attention probabilities as capture writes the chain of four calls */
+static const char gemma_chain_def[] =
+    "{'name': 'g', 'axes': {'n1': {'type': 'const', 'value': 1}, 'n2': {'type': 'const', 'value': "
+    "2}, 'n64': {'type': 'const', 'value': 64}}, 'inputs': {'input0': {'shape': ['n1', 'n2', "
+    "'n64', 'n64'], 'dtype': 'bfloat16'}, 'input1': {'shape': ['n1', 'n1', 'n64', 'n64'], "
+    "'dtype': 'bfloat16'}}, 'outputs': {'out0': {'shape': ['n1', 'n2', 'n64', 'n64'], 'dtype': "
+    "'bfloat16'}}, " REF
+    ", 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::mul.Tensor', 'args': [{'ref': "
+    "'input0'}, 1.0], 'out': 'v0'}, {'aten': 'aten::add.Tensor', 'args': [{'ref': 'v0'}, {'ref': "
+    "'input1'}], 'out': 'v1'}, {'aten': 'aten::softmax.int', 'args': [{'ref': 'v1'}, -1, "
+    "'torch.float32'], 'out': 'v2'}, {'aten': 'aten::to.dtype', 'args': [{'ref': 'v2'}, "
+    "'torch.bfloat16'], 'out': 'v3'}], 'outputs': ['v3']}}";
+static const char gemma_chain_wl[] =
+    "{'uuid': 'a', 'axes': {}, 'inputs': {'input0': {'type': 'random'}, 'input1': {'type': "
+    "'random'}}}\n";
+
 /* float16 in, float32 out */
 static const char f16_f32_def[] =
     "{'name': 'f16_f32', 'op_type': 'softmax', 'axes': {'rows': {'type': 'var'}, 'cols': {'type': "
@@ -290,6 +306,11 @@ static void test_matcher_roundings(void **state) {
     expect_rounding(f16_mask_def, f16_mask_wl, 2, 2, -1);
     /* no scale, no mask, the softmax in float32 */
     expect_rounding(bf16_chain_def, bf16_chain_wl, -1, -1, -1);
+    /* a chain capture joined (docs/capture.md "Chain problems"): inputs named input0, input1, the
+     * mask found by its place in the add, softmax.int's dtype and to.dtype as the casts; bf16 * 1.0
+     * and + bf16 mask both round to bf16 */
+    expect_match(gemma_chain_def, gemma_chain_wl, "softmax_scale_mask", "n1*n2*n64", "n64");
+    expect_rounding(gemma_chain_def, gemma_chain_wl, 1, 1, -1);
     /* softmax(x_bf16).float(): the result is a bf16 value before the cast */
     expect_rounding("{'name': 'r', 'axes': {'r': {'type': 'var'}}, 'inputs': {'x': {'shape': "
                     "['r', '72'], 'dtype': 'bfloat16'}}, 'outputs': {'y': {'shape': ['r', '72'], "

@@ -105,14 +105,21 @@ def _check_problem_reproduces(problem_dir):
         first = json.loads(f.readline())
     assert first["kiln"]["set"] == "real"
     inputs = safetensors_torch.load_file(os.path.join(problem_dir, "tensors", "real.safetensors"))
-    outputs = safetensors_torch.load_file(os.path.join(problem_dir, "tensors", "real_outputs.safetensors"))
+    outputs_file = os.path.join(problem_dir, "tensors", "real_outputs.safetensors")
+    # a chain whose members' held calls are not one run of it has no outputs of the model: only its shapes
+    outputs = safetensors_torch.load_file(outputs_file) if "inputs_from" not in definition["kiln"] else None
     args = [inputs[n] for n in definition["inputs"]]
     for name, spec in definition["inputs"].items():
         assert list(inputs[name].shape) == [problem.axes[a].value for a in spec["shape"]]
     got = _run_reference(definition["reference"], [a.clone() for a in args])
     assert len(got) == len(definition["outputs"])
-    for out, name in zip(got, definition["outputs"]):
-        _assert_close(out.contiguous(), outputs[name], f"{definition['name']}: {name}")
+    for out, (name, spec) in zip(got, definition["outputs"].items()):
+        assert list(out.shape) == [problem.axes[a].value for a in spec["shape"]], name
+        if outputs is not None:
+            _assert_close(out.contiguous(), outputs[name], f"{definition['name']}: {name}")
+    if outputs is None:
+        assert not os.path.exists(outputs_file)
+        return definition
     for a, name in zip(args, definition["inputs"]):  # the reference must not write its inputs
         assert torch.equal(a, inputs[name]) or (a.is_floating_point() and torch.isnan(a).any()), name
     manifest = os.path.join(problem_dir, "kiln", "ref-cpu", "manifest.json")
@@ -154,12 +161,15 @@ def test_example_capture(captured, name):
         info = json.load(f)
     assert info["device"] == "cpu" and info["wall_s"]["total_s"] > 0 and info["passes"] == 2
     assert {p["name"] for p in info["problems"]} == {os.path.basename(p) for p in problems}
-    assert all(p["real_check"]["ok"] for p in info["problems"]), info["problems"]
+    # a chain whose members' held calls are not one run of it has no outputs of the model to check against
+    unchecked = {p["name"] for p in info["problems"] if p["real_check"] is None}
+    assert all(p["real_check"]["ok"] for p in info["problems"] if p["name"] not in unchecked), info["problems"]
     assert not info["internal_errors"], info["internal_errors"]
     shares = []
     for problem_dir in problems:
         definition = _check_problem_reproduces(problem_dir)
         kiln = definition["kiln"]
+        assert (os.path.basename(problem_dir) in unchecked) == ("inputs_from" in kiln), kiln["kind"]
         assert kiln["calls"] >= 1 and 0 <= kiln["share"] <= 1 and kiln["module_paths"]
         shares.append(kiln["share"])
         if kiln["kind"] == "aten":

@@ -56,6 +56,12 @@ COMPUTE_BOUND = ("conv1d", "conv2d", "linear", "matmul", "mm", "bmm", "_grouped_
 # capture of the three examples with --top 500 leaves unmatched. Which of them the default --top keeps depends
 # on their time on the machine (the MoE router's sort entered it on a loaded CI machine, repeat_interleave here).
 NOT_YET = ("sort", "topk", "cumsum", "histc", "index_put_", "repeat_interleave")
+# Why the generator declines a chain capture joined (docs/generator.md "Not done yet"), each a limit of the IR
+# or its plans; a chain no family takes loses to its members, which are problems of their own.
+CHAIN_LIMITS = ("aten::group_norm.default: no lowering rule", "aten::cumsum.default: no lowering rule",
+                "aten::matmul.default: no lowering rule", "reductions over different axes",
+                "a reduction inside a window or a gather", "moves along an axis outside the outputs' domain",
+                "more than 192 nodes")
 
 
 def kiln_env() -> dict:
@@ -182,9 +188,14 @@ def test_examples_unmatched_are_compute_bound(tmp_path):
                            script_args=("--small", "--device", "cpu", "--iters", "1"))
         for problem in problems:
             families = _matched(problem)
-            aten = definition(problem)["kiln"].get("aten") or ""
+            kiln = definition(problem)["kiln"]
+            aten = kiln.get("aten") or ""
             op = aten[6:].split(".")[0]
-            if not families:
+            if not families and kiln["kind"] == "chain":
+                r = run_kiln(["sweep", problem, "--backend", "cpu", "--list", "--family", "gen"], timeout=60)
+                why = next((line for line in r.stderr.splitlines() if line.startswith("gen: ")), r.stderr)
+                assert any(limit in why for limit in CHAIN_LIMITS), f"{problem.name}: {why}"
+            elif not families:
                 assert op in COMPUTE_BOUND + NOT_YET, f"{problem.name}: no family matches a memory-bound {aten}"
             elif families == ["gen"]:
                 only_gen.append(problem)

@@ -1,0 +1,284 @@
+"""Chains of memory-bound calls found from the captured op graph's producer->consumer edges, written as
+problems of kind "chain" (docs/capture.md "Chain problems")."""
+
+import copy
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+CHAIN_MAX_OPS = 32  # a chain stops growing here: the generator plans one kernel per chain
+# A value read by more consumers than this, in more than one module call, is shared (a mask, rotary
+# tables): the chains that read it take it as an input instead of one of them computing it.
+SHARED_CONSUMERS = 2
+SOFTMAX_NAMES = frozenset({"softmax", "_softmax"})
+MATMUL_NAMES = frozenset({"matmul", "bmm"})
+
+
+def is_member(op) -> bool:
+    """Whether a call can be part of a chain: one that can be a problem (not a constant fill), memory-bound
+    (the module-problem rule of capture_record), reading at least one tensor, writing none of its
+    arguments."""
+    from kiln.capture_record import _not_fusible
+    func = op.func
+    if op.no_problem is not None or _not_fusible(func) is not None or not op.inputs or not op.outputs:
+        return False
+    if any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments):
+        return False
+    return all(r.type.kind() == "TensorType" for r in func._schema.returns)
+
+
+def view_steps(src, dst) -> Optional[list]:
+    """The aten views that turn a value with meta `src` (as its producer returned it) into the tensor a
+    consumer read (`dst`): [] when it is the same, else [(op name, size or dims)]. Only views the
+    generator follows on a computed value: dims of size 1 added or dropped, a permutation, an expansion.
+    None for anything else (a slice, a reshape that merges or splits dims): the edge is not chained."""
+    if dst.dtype != src.dtype or dst.offset != src.offset:
+        return None
+    if dst.shape == src.shape and dst.stride == src.stride:
+        return []
+    src_dims = [(s, st) for s, st in zip(src.shape, src.stride) if s != 1]
+    target = [1 if (st == 0 and s != 1) else s for s, st in zip(dst.shape, dst.stride)]
+    dst_dims = [(s, st) for s, st in zip(dst.shape, dst.stride) if s != 1 and st != 0]
+    if sorted(src_dims) != sorted(dst_dims) or len(set(src_dims)) != len(src_dims):
+        return None
+    steps = []
+    squeezed = [s for s, _ in src_dims]
+    if list(src.shape) != squeezed:
+        steps.append(("view", squeezed))
+    perm = [src_dims.index(d) for d in dst_dims]
+    if perm != sorted(perm):
+        steps.append(("permute", perm))
+    if [s for s, _ in dst_dims] != list(target):
+        steps.append(("view", list(target)))
+    if list(target) != list(dst.shape):
+        steps.append(("expand", list(dst.shape)))
+    return steps
+
+
+class Graph:
+    """The captured calls (capture's ops, model.json ids) with their producers and consumers."""
+
+    def __init__(self, ops: list):
+        self.ops = ops
+        self.producer = {}   # tid -> (op id, output index)
+        self.consumers = {}  # tid -> [op id]
+        for i, op in enumerate(ops):
+            for _, tid, _ in op.inputs:
+                self.consumers.setdefault(tid, []).append(i)
+            for k, (tid, _) in enumerate(op.outputs):
+                self.producer[tid] = (i, k)
+        self.member = [is_member(op) for op in ops]
+
+    def producers_of(self, i: int) -> list:
+        return [self.producer[tid][0] for _, tid, _ in self.ops[i].inputs if tid in self.producer]
+
+    def edge_ok(self, c: int, k: int) -> Optional[int]:
+        """The producer of input k of call c when the edge can be inside a chain, else None."""
+        _, tid, meta = self.ops[c].inputs[k]
+        if tid not in self.producer:
+            return None
+        p, j = self.producer[tid]
+        if not (self.member[p] and self.member[c]):
+            return None
+        readers = self.consumers.get(tid, [])
+        if len(readers) > SHARED_CONSUMERS and len({self.ops[r].frame_id for r in readers}) > 1:
+            return None
+        if view_steps(self.ops[p].outputs[j][1], meta) is None:
+            return None
+        return p
+
+    def views_ok(self, members: set) -> bool:
+        """Every value read inside `members` from a member is read through views view_steps can write (an
+        edge joins two chains, but the calls it brings along may read other members' values too)."""
+        for c in members:
+            for _, tid, meta in self.ops[c].inputs:
+                p = self.producer.get(tid)
+                if p is not None and p[0] in members and view_steps(self.ops[p[0]].outputs[p[1]][1], meta) is None:
+                    return False
+        return True
+
+    def convex(self, members: set) -> bool:
+        """No call outside `members` lies on a path from one member to another (the chain can run as one
+        kernel where its first member runs)."""
+        lo, hi = min(members), max(members)
+        outside = set()
+        for i in range(lo, hi + 1):
+            feeds = self.producers_of(i)
+            if i in members:
+                if any(p in outside for p in feeds):
+                    return False
+            elif any(p in members or p in outside for p in feeds):
+                outside.add(i)
+        return True
+
+
+def find_chains(ops: list) -> list:
+    """Chains of memory-bound calls, each a sorted list of op ids (at least two): calls are joined along
+    producer->consumer edges in call order while the joined set stays convex and within CHAIN_MAX_OPS.
+    A value read outside its chain is one of the chain's outputs."""
+    g = Graph(ops)
+    chain_of = list(range(len(ops)))
+    members = {i: {i} for i in range(len(ops))}
+    for c in range(len(ops)):
+        if not g.member[c]:
+            continue
+        for k in range(len(ops[c].inputs)):
+            p = g.edge_ok(c, k)
+            if p is None:
+                continue
+            a, b = chain_of[p], chain_of[c]
+            if a == b or len(members[a]) + len(members[b]) > CHAIN_MAX_OPS:
+                continue
+            joined = members[a] | members[b]
+            if not g.views_ok(joined) or not g.convex(joined):
+                continue
+            for i in members[b]:
+                chain_of[i] = a
+            members[a] = joined
+            del members[b]
+    return [sorted(m) for m in members.values() if len(m) >= 2]
+
+
+def attention_block(g: Graph, chain: list) -> Optional[list]:
+    """The eager attention block around a chain that holds a softmax: the matmul whose only reader is the
+    chain (q.kT), and the matmul that reads the chain's one output as its first operand (with v). The
+    block's op ids, or None."""
+    names = [g.ops[i].func._opname for i in chain]
+    if not any(n in SOFTMAX_NAMES for n in names):
+        return None
+    members = set(chain)
+    heads = set()
+    for i in chain:
+        for _, tid, _ in g.ops[i].inputs:
+            p = g.producer.get(tid, (None,))[0]
+            if p is not None and p not in members and g.ops[p].func._opname in MATMUL_NAMES \
+                    and set(g.consumers[tid]) <= members:
+                heads.add(p)
+    outs = chain_outputs(g, chain)
+    if len(heads) != 1 or len(outs) != 1:
+        return None
+    readers = g.consumers.get(outs[0], [])
+    if len(readers) != 1 or g.ops[readers[0]].func._opname not in MATMUL_NAMES \
+            or g.ops[readers[0]].inputs[0][1] != outs[0]:
+        return None
+    block = sorted(members | heads | {readers[0]})
+    return block if g.convex(set(block)) else None
+
+
+def chain_outputs(g: Graph, chain: list) -> list:
+    """The values a chain returns: those read outside it, else the last call's first result."""
+    members = set(chain)
+    outs = [tid for i in chain for tid, _ in g.ops[i].outputs
+            if any(r not in members for r in g.consumers.get(tid, []))]
+    return outs or [g.ops[chain[-1]].outputs[0][0]]
+
+
+def chain_key(g: Graph, chain: list) -> tuple:
+    """What makes two chains the same problem: the members' signatures and how they are wired."""
+    pos = {i: n for n, i in enumerate(chain)}
+    wiring = []
+    for i in chain:
+        for _, tid, _ in g.ops[i].inputs:
+            p = g.producer.get(tid)
+            wiring.append((pos[p[0]], p[1]) if p and p[0] in pos else None)
+    outs = chain_outputs(g, chain)
+    where = [(pos[g.producer[t][0]], g.producer[t][1]) for t in outs]
+    return (tuple(g.ops[i].key for i in chain), tuple(wiring), tuple(where))
+
+
+@dataclass
+class ChainTrace:
+    """A chain as a module trace's straight-line record (the form capture_problem's module_reference and
+    module_ops write): inputs, one line per call (views between calls included), outputs."""
+    inputs: list = field(default_factory=list)   # [(name, TensorMeta, Stored, origin)]
+    lines: list = field(default_factory=list)    # [(func, sargs, skwargs, out_names, out_dtypes)]
+    outputs: list = field(default_factory=list)  # [(var, Stored, TensorMeta)]
+    mutated_inputs: set = field(default_factory=set)
+    grad_mode: str = "inference"
+    origins: dict = field(default_factory=dict)  # input name -> parameter name or "activation"
+
+
+def held_instance(g: Graph, calls: list, samples: dict) -> tuple:
+    """(the op ids of the call of a chain group whose every member's call is its signature's held first
+    call, True), or (the group's first call, False) when there is none: its inputs are then the tensors of
+    calls of the same signatures elsewhere, and its outputs are the reference's, not the model's."""
+    for ids in calls:
+        held = [samples.get(g.ops[i].key) for i in ids]
+        if all(s is not None and s.call_index == g.ops[i].index for s, i in zip(held, ids)):
+            return ids, True
+    return calls[0], False
+
+
+def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict) -> tuple:
+    """(ChainTrace, None) for a chain whose members' first calls were held, else (None, why). The inputs
+    are the tensors the members' held first calls read (each signature's first call: the same shapes,
+    dtypes and strides as this chain's calls; the same values when held_instance chose the chain)."""
+    from kiln.capture_problem import DTYPE_NAMES
+    from kiln.capture_record import _Var, Slot, safe_name
+    tr = ChainTrace()
+    names = {}     # (tid, TensorMeta) of an input -> name
+    values = {}    # (tid, TensorMeta) of a chain value as read -> var
+    produced = {}  # tid -> (var, TensorMeta as returned)
+    n_views = 0
+    members = set(chain)
+    for i in chain:
+        op = g.ops[i]
+        sample = samples.get(op.key)
+        if sample is None or len(sample.inputs) != len(op.inputs) or any(sample.flat_is_out):
+            return None, f"the first call of {op.func._opname} ({op.module_path}) was not held"
+        tr.grad_mode = sample.grad_mode
+        slots = {}
+        for k, (_, tid, meta) in enumerate(op.inputs):
+            if (tid, meta) in values:
+                slots[k] = values[(tid, meta)]
+                continue
+            p = g.producer.get(tid)
+            if p is not None and p[0] in members:
+                var, src, _ = produced[tid]
+                steps = view_steps(src, meta)
+                if steps is None:  # only in an attention block (its matmuls' operands): exact in eager
+                    steps = [("as_strided", list(meta.shape), list(meta.stride), meta.offset)]
+                for what, *arg in steps:
+                    view = f"w{n_views}"
+                    n_views += 1
+                    func = getattr(torch.ops.aten, what).default
+                    tr.lines.append((func, [_Var(var), *arg], {}, view, DTYPE_NAMES.get(meta.dtype)))
+                    var = view
+                values[(tid, meta)] = slots[k] = var
+                continue
+            if (tid, meta) not in names:
+                pname = tid_names.get(tid, (None,))[0]
+                base = safe_name(pname.split(".")[-1]) if pname else f"input{len(tr.inputs)}"
+                name = base
+                while name in {n for n, *_ in tr.inputs}:
+                    name += "_"
+                stored = sample.inputs[k]
+                if stored is None:
+                    return None, f"an input of {op.func._opname} was not held"
+                names[(tid, meta)] = name
+                tr.inputs.append((name, meta, copy.copy(stored), "parameter" if pname else "activation"))
+                tr.origins[name] = pname or "activation"
+            slots[k] = names[(tid, meta)]
+
+        def bind(v):
+            if isinstance(v, Slot):
+                return _Var(slots[v.index])
+            if isinstance(v, (list, tuple)):
+                items = [bind(x) for x in v]
+                return items if isinstance(v, list) else tuple(items)
+            return v
+
+        outs = [f"v{i}_{j}" for j in range(len(op.outputs))]
+        dtypes = [DTYPE_NAMES.get(m.dtype) for _, m in op.outputs]
+        single = len(op.func._schema.returns) == 1 and str(op.func._schema.returns[0].type) == "Tensor"
+        tr.lines.append((op.func, bind(sample.struct_args), bind(sample.struct_kwargs),
+                         outs[0] if single else outs, dtypes[0] if single else dtypes))
+        if len(sample.outputs) != len(op.outputs):
+            return None, f"the results of {op.func._opname} were not held"
+        for j, (tid, meta) in enumerate(op.outputs):
+            produced[tid] = (outs[j], meta, sample.outputs[j])
+    for tid in chain_outputs(g, chain):
+        var, meta, stored = produced[tid]
+        tr.outputs.append((var, copy.copy(stored), meta))
+    return tr, None

@@ -1,0 +1,275 @@
+"""Chain problems (docs/capture.md "Chain problems"): capture joins producer->consumer chains of memory-bound
+calls of the bundled examples (--small, CPU) into problems of kind "chain", and the families prove them on
+the cpu backend. The Gemma-4 mask chain (scale mul, mask add, softmax in fp32, cast) is proven by `gen` and
+by the softmax family; the VAE's residual add joined to the next GroupNorm + SiLU keeps the sum as a second
+output; Qwen-3.5's RMSNormGated is one leaf module (its SiLU is called, not registered), so its chain is the
+module problem; the eager attention block (q.kT, scale, mask, softmax, cast, .v) is one chain problem with
+"pattern": "attention" that `gen` declines, with the reason. A chain entry (tests/data/chains/softmax_chain.py,
+optimized on the cpu backend) replaces the chain inside torch.compile with eager's outputs, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KILN = Path(os.environ.get("KILN_BIN", "build/kiln"))
+if not KILN.is_absolute():
+    KILN = ROOT / KILN
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.skipif(not KILN.exists(), reason=f"{KILN} is not built (make all)"),
+              pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                 reason="the examples need transformers (python/requirements-examples.txt)")]
+
+sys.path.insert(0, str(ROOT / "python"))
+
+
+def kiln_env() -> dict:
+    env = dict(os.environ)
+    env["KILN_PYTHON"] = sys.executable
+    env["PYTHONPATH"] = str(ROOT / "python") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_kiln(args: list, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(KILN), *map(str, args)], cwd=ROOT, env=kiln_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The three examples captured at --small on the CPU: {name: run directory}."""
+    out = {}
+    for name in ("gemma4", "vae_decoder", "qwen_moe"):
+        run = tmp_path_factory.mktemp(name)
+        r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "examples" / f"{name}.py"), "--out",
+                            str(run), "--device", "cpu", "--quiet", "--no-reference", "--", "--small", "--device",
+                            "cpu", "--iters", "1"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        out[name] = run
+    return out
+
+
+def chains(run: Path) -> list:
+    """[(problem dir, definition)] of the run's chain problems."""
+    found = []
+    for p in sorted((run / "problems").iterdir()):
+        d = json.loads((p / "definition.json").read_text())
+        if d["kiln"]["kind"] == "chain":
+            found.append((p, d))
+    return found
+
+
+def short(labels: list) -> list:
+    return [label.split("::")[1] for label in labels]
+
+
+def prove(problem: Path, family: str, out: Path) -> dict:
+    r = run_kiln(["sweep", problem, "--backend", "cpu", "--family", family, "--limit", 1, "--json", "--iters", 1,
+                  "--out", out])
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)["rows"]
+    assert rows, f"{family} gave no candidate for {problem.name}"
+    return rows[0]["result"]
+
+
+def real_inputs(problem: Path) -> dict:
+    """The real set's tensors as stored (memory order; the reference restores the captured strides)."""
+    from safetensors.torch import load_file
+    return load_file(str(problem / "tensors" / "real.safetensors"))
+
+
+def run_reference(d: dict, inputs: dict):
+    scope: dict = {}
+    exec(compile(d["reference"], "reference", "exec"), scope)
+    return scope["run"](**inputs)
+
+
+def test_view_steps():
+    """The views between two calls of a chain: only those the generator follows on a computed value."""
+    from kiln.capture_chain import view_steps
+    from kiln.capture_record import TensorMeta
+    src = TensorMeta((1, 64, 2, 64), torch.bfloat16, (8192, 128, 64, 1), 0, "cpu")
+    same = TensorMeta((1, 64, 2, 64), torch.bfloat16, (8192, 128, 64, 1), 0, "cpu")
+    assert view_steps(src, same) == []
+    transposed = TensorMeta((1, 2, 64, 64), torch.bfloat16, (8192, 64, 128, 1), 0, "cpu")
+    assert view_steps(src, transposed) == [("view", [64, 2, 64]), ("permute", [1, 0, 2]), ("view", [1, 2, 64, 64])]
+    x = torch.randn(1, 64, 2, 64)
+    y = x.view(64, 2, 64).permute(1, 0, 2).view(1, 2, 64, 64)
+    assert torch.equal(y, x.transpose(1, 2))
+    col = TensorMeta((4, 1), torch.float32, (1, 1), 0, "cpu")
+    assert view_steps(col, TensorMeta((4, 8), torch.float32, (1, 0), 0, "cpu")) == [("view", [4]), ("view", [4, 1]),
+                                                                                   ("expand", [4, 8])]
+    merged = TensorMeta((128, 64), torch.bfloat16, (64, 1), 0, "cpu")
+    assert view_steps(src, merged) is None  # a reshape that merges dims of a computed value
+    sliced = TensorMeta((1, 64, 2, 64), torch.bfloat16, (8192, 128, 64, 1), 64, "cpu")
+    assert view_steps(src, sliced) is None
+
+
+def test_gemma_mask_softmax_chain(runs, tmp_path):
+    found = [(p, d) for p, d in chains(runs["gemma4"])
+             if short(d["kiln"]["members"]) == ["mul.Tensor", "add.Tensor", "softmax.int", "to.dtype"]]
+    assert found, [short(d["kiln"]["members"]) for _, d in chains(runs["gemma4"])]
+    problem, d = found[0]
+    k = d["kiln"]
+    assert [op["aten"] for op in k["ops"]] == k["members"] and len(k["outputs"]) == 1
+    assert k["calls"] >= 5 and 0 < k["share"] < 1 and "pattern" not in k
+    assert len(d["inputs"]) == 2 and d["outputs"]["out0"]["dtype"] == "bfloat16"
+    mask = [n for n, lay in k["layouts"].items() if n in d["inputs"] and lay["stored_shape"][1] == 1]
+    assert mask, k["layouts"]  # the mask is read once for every head
+    for family in ("gen", "softmax"):
+        res = prove(problem, family, tmp_path / family)
+        assert res["outcome"] == "ok", (family, res)
+        assert res["summary"]["proved"] == res["summary"]["workloads"]
+
+
+def test_vae_residual_groupnorm_silu_chain(runs):
+    """The residual add of one block joined to the next block's GroupNorm + SiLU (a module of its own): the
+    sum is read again by the next residual add, so the chain returns it too."""
+    found = [(p, d) for p, d in chains(runs["vae_decoder"])
+             if short(d["kiln"]["members"]) == ["add.Tensor", "group_norm.default", "silu.default"]]
+    assert found, [short(d["kiln"]["members"]) for _, d in chains(runs["vae_decoder"])]
+    assert any(len(d["outputs"]) == 2 for _, d in found)  # the last block's sum is read by norm_out alone
+    for problem, d in found:
+        assert d["kiln"]["input_origins"]["weight"].endswith("norm1.weight") or \
+            d["kiln"]["input_origins"]["weight"] == "norm_out.weight"
+        inputs = real_inputs(problem)
+        outs = run_reference(d, inputs)
+        y = outs[-1] if isinstance(outs, tuple) else outs
+        a, b = (inputs[n] for n in ("input0", "input1"))
+        groups = d["kiln"]["ops"][1]["args"][1]
+        if len(d["outputs"]) == 2:
+            assert torch.equal(outs[0], a + b)
+        expect = torch.nn.functional.silu(torch.nn.functional.group_norm(a + b, groups, inputs["weight"],
+                                                                         inputs["bias"], 1e-6))
+        assert torch.allclose(y, expect, atol=1e-6)
+
+
+def test_qwen_rmsnorm_gated_is_its_module(runs, tmp_path):
+    """RMSNormGated's chain (cast, pow, mean, add, rsqrt, mul, cast, weight mul, gate cast, SiLU, mul, cast)
+    is exactly one leaf-module call: model.json lists the chain with the module's problem, not a second one."""
+    model = json.loads((runs["qwen_moe"] / "model.json").read_text())
+    gated = [c for c in model["chain_groups"] if c["is_module"] and c["module_paths"][0].endswith("linear_attn.norm")]
+    assert gated and gated[0]["problem"].startswith("module_Qwen3_5MoeRMSNormGated"), model["chain_groups"][:8]
+    assert len(gated[0]["ops_of_first_call"]) == 12
+    names = {p.name for p in (runs["qwen_moe"] / "problems").iterdir()}
+    assert gated[0]["problem"] in names
+    for family in ("gen", "rmsnorm"):  # proven like any chain
+        res = prove(runs["qwen_moe"] / "problems" / gated[0]["problem"], family, tmp_path / family)
+        assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], (family, res)
+
+
+def test_attention_block_is_one_chain(runs, tmp_path):
+    found = [(p, d) for p, d in chains(runs["gemma4"]) if d["kiln"].get("pattern") == "attention"
+             and len(d["kiln"]["members"]) == 6]
+    assert found
+    problem, d = found[0]
+    members = short(d["kiln"]["members"])
+    assert members == ["matmul.default", "mul.Tensor", "add.Tensor", "softmax.int", "to.dtype", "matmul.default"]
+    inputs = real_inputs(problem)
+    q, k, mask, v = (inputs[f"input{i}"] for i in range(4))
+    out = run_reference(d, inputs)
+    # the reference restores the captured strides: q transposed, k and v expanded over the heads (GQA)
+    qs, ks, vs = q.permute(0, 2, 1, 3), k.permute(2, 3, 1, 0).expand(1, 2, 64, 64), v.expand(1, 2, 64, 64)
+    expect = torch.softmax(qs @ ks * 1.0 + mask, -1, dtype=torch.float32).to(torch.bfloat16) @ vs
+    assert torch.equal(out, expect)
+    r = run_kiln(["sweep", problem, "--backend", "cpu", "--family", "gen", "--list"])
+    assert "gen: aten::matmul.default: no lowering rule" in r.stdout + r.stderr
+
+
+def test_model_json_links_chains(runs):
+    model = json.loads((runs["gemma4"] / "model.json").read_text())
+    written = [c for c in model["chain_groups"] if c["problem"] and not c["is_module"]]
+    assert written
+    for c in written:
+        for i in c["ops_of_first_call"]:
+            assert c["problem"] in model["ops"][i]["chain_problems"]
+
+
+CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
+
+
+@pytest.fixture(scope="module")
+def chain_library(tmp_path_factory):
+    """tests/data/chains/softmax_chain.py captured, its chain (mul, add, softmax) optimized on the cpu backend:
+    the library directory."""
+    run = tmp_path_factory.mktemp("softmax_chain")
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(CHAIN_SCRIPT), "--out", str(run), "--device",
+                        "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    only = tmp_path_factory.mktemp("softmax_chain_only")
+    (only / "problems").mkdir()
+    names = [p.name for p in (run / "problems").iterdir() if p.name.startswith("chain_")]
+    assert names == ["chain_mul_add_softmax_16x64_f32"], names
+    import shutil
+    shutil.copytree(run / "problems" / names[0], only / "problems" / names[0])
+    r = run_kiln(["optimize", only, "--backend", "cpu", "--budget", 2, "--time", 120], timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return only / "library"
+
+
+def _chain_model():
+    sys.path.insert(0, str(CHAIN_SCRIPT.parent))
+    try:
+        import softmax_chain
+    finally:
+        sys.path.remove(str(CHAIN_SCRIPT.parent))
+    return softmax_chain
+
+
+def test_chain_entry_replaces_the_chain_inside_torch_compile(chain_library):
+    """The chain is one op of the compiled graph (a hit of its entry) and the outputs are eager's; without
+    torch.compile nothing replaces it; where the chain's intermediate is used elsewhere (returned too) the
+    pattern does not match and the compiled model computes what eager does."""
+    import kiln
+    sc = _chain_model()
+    x = torch.randn(sc.ROWS, sc.IN)
+    model = sc.build()
+    with torch.no_grad():
+        want = model(x)
+    inst = kiln.install(str(chain_library), model, entries="all", compile=True)
+    try:
+        assert inst.installed == ["chain_mul_add_softmax_16x64_f32"], inst.summary()
+        with torch.no_grad():
+            got = model(x)
+        assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
+        assert inst.stats()["hits"] == 1, inst.stats()
+    finally:
+        kiln.uninstall(inst)
+
+    class Leaky(sc.Net):
+        def forward(self, x):
+            z = self.proj(x) * 0.5 + self.bias
+            return torch.softmax(z, -1), z
+
+    leaky = Leaky()
+    leaky.load_state_dict(model.state_dict())
+    leaky.eval()
+    with torch.no_grad():
+        want_p, want_z = leaky(x)
+    inst = kiln.install(str(chain_library), leaky, entries="all", compile=True)
+    try:
+        with torch.no_grad():
+            p, z = leaky(x)
+        assert torch.allclose(p, want_p, atol=1e-6, rtol=1e-5) and torch.allclose(z, want_z, atol=1e-6)
+        assert inst.stats()["hits"] == 0, inst.stats()  # z is read outside the chain: Inductor's code
+    finally:
+        kiln.uninstall(inst)
+
+    eager = sc.build()
+    inst = kiln.install(str(chain_library), eager, entries="all")
+    try:
+        with torch.no_grad():
+            assert torch.equal(eager(x), want)
+        assert inst.stats()["hits"] == 0
+    finally:
+        kiln.uninstall(inst)
