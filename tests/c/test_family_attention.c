@@ -4,6 +4,8 @@
  * that every start point and an even spread of the valid points of the issue's rows
  * (bench/attention) and of the cpu test problems compile for sm_90 with NVRTC without a stack frame
  * (no spills). */
+#include <ctype.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/backend.h"
 #include "backend/cubin.h"
 #include "backend/nvrtc.h"
 #include "gen/family.h"
@@ -22,6 +25,8 @@
 #define DATA KILN_SOURCE_DIR "/tests/data/families/attention"
 #define ROWS KILN_SOURCE_DIR "/bench/attention"
 #define SPREAD 6
+#define SMX_EMU KILN_SOURCE_DIR "/tests/data/families/softmax/emu"
+#define ATT_EMU KILN_SOURCE_DIR "/tests/data/families/attention/emu"
 
 static const kiln_family *att;
 
@@ -341,6 +346,289 @@ static void test_compile(void **state) {
     }
 }
 
+/* ---- the CUDA kernel's logic on the host emulator ---- */
+
+static void cat(char **s, size_t *len, const char *piece, size_t n) {
+    *s = xrealloc(*s, *len + n + 1);
+    memcpy(*s + *len, piece, n);
+    *len += n;
+    (*s)[*len] = 0;
+}
+
+/* The emitted CUDA as a cpu candidate running it on the emulator: emu_rt.h first, the hardware
+ * section replaced by emu_att.h, the kernel a host function the entry point launches on the
+ * (x, y, z) grid of its launch line. */
+static char *emu_candidate(const char *cuda) {
+    const char *hb = strstr(cuda, "// ---- hardware: begin");
+    const char *he = strstr(cuda, "// ---- hardware: end ----");
+    const char *launch = strstr(cuda, "// kiln: launch attention_kernel grid=(");
+    const char *entry = strstr(cuda, "extern \"C\" __global__ void");
+    assert_true(hb && he && launch && entry && hb < he && he < entry);
+    const char *params = strstr(entry, "attention_kernel(") + strlen("attention_kernel(");
+    const char *params_end = strstr(params, ") {");
+    char *out = xstrdup("#include \"" SMX_EMU "/emu_rt.h\"\n"
+                        "static inline float __bfloat162float(__nv_bfloat16 b) {\n"
+                        "    return kiln_bf16_to_float(b.b);\n}\n");
+    size_t len = strlen(out);
+    /* the CUDA headers stay out: emu_rt.h has the types */
+    for (const char *line = cuda; line < hb;) {
+        const char *eol = strchr(line, '\n');
+        size_t n = eol ? (size_t)(eol - line) + 1 : strlen(line);
+        if (strncmp(line, "#include <cuda_", 15) != 0)
+            cat(&out, &len, line, n);
+        line += n;
+    }
+    const char *hw = "#include \"" ATT_EMU "/emu_att.h\"\n";
+    cat(&out, &len, hw, strlen(hw));
+    cat(&out, &len, he, (size_t)(entry - he));
+    const char *dev = "static void attention_kernel_device(";
+    cat(&out, &len, dev, strlen(dev));
+    cat(&out, &len, params, strlen(params));
+    char *plist = xstrndup(params, (size_t)(params_end - params)), names[2048] = "", *save = NULL;
+    for (char *p = strtok_r(plist, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        const char *nm = p + strlen(p);
+        while (nm > p && (nm[-1] == '_' || isalnum((unsigned char)nm[-1])))
+            nm--;
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+                 nm);
+    }
+    free(plist);
+    /* grid=(X,Y,Z) block=B smem=S */
+    const char *g = launch + strlen("// kiln: launch attention_kernel grid=(");
+    char gx[256], gy[256], gz[256];
+    int depth = 0, part = 0;
+    size_t k = 0;
+    char *dst[3] = {gx, gy, gz};
+    for (; *g && !(depth == 0 && *g == ')'); g++) {
+        if (depth == 0 && *g == ',') {
+            dst[part++][k] = 0;
+            k = 0;
+            continue;
+        }
+        depth += (*g == '(') - (*g == ')');
+        dst[part][k++] = *g;
+    }
+    dst[part][k] = 0;
+    assert_int_equal(part, 2);
+    const char *b = strstr(launch, "block=") + 6, *sm = strstr(launch, "smem=") + 5;
+    char *wrapper = xasprintf(
+        "\nextern \"C\" void attention_kernel(%.*s) {\n"
+        "    att_emu_grid[0] = (unsigned)(%s);\n    att_emu_grid[1] = (unsigned)(%s);\n"
+        "    att_emu_grid[2] = (unsigned)(%s);\n"
+        "    emu_launch((int64_t)att_emu_grid[0] * att_emu_grid[1] * att_emu_grid[2], %.*s, 1, "
+        "%.*s, 0, [&]() { attention_kernel_device(%s); });\n}\n",
+        (int)(params_end - params), params, gx, gy, gz, (int)strcspn(b, " \n"), b,
+        (int)strcspn(sm, " \n"), sm, names);
+    cat(&out, &len, wrapper, strlen(wrapper));
+    free(wrapper);
+    return out;
+}
+
+typedef struct {
+    kiln_module *mod;
+    kiln_abi abi;
+    kiln_signature sig;
+} module;
+
+static void compile_module(kiln_backend *be, const kiln_problem *p, const char *src, const char *cc,
+                           module *md, const char *what) {
+    kiln_err err;
+    assert_int_equal(kiln_abi_parse(src, 0, &md->abi, &err), KILN_OK);
+    kiln_abi_signature(p, md->abi.scratch != NULL, 0, &md->sig);
+    char *log = NULL;
+    if (cc)
+        setenv("KILN_CC", cc, 1);
+    int rc = be->ops->compile(be, src, &md->sig, &md->abi, &md->mod, &log, &err);
+    if (cc)
+        unsetenv("KILN_CC");
+    if (rc)
+        fail_msg("%s: %s\n%.4000s", what, err.msg, log ? log : "");
+    free(log);
+}
+
+static size_t elements(const kiln_problem *p, const kiln_tensor_spec *t) {
+    int64_t shape[KILN_MAX_DIMS];
+    return (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
+}
+
+/* q, k, v normal; the mask (when the problem has one) the band of the match: `fill` outside it. */
+static void **make_inputs(const kiln_problem *p, const kiln_match *m, double fill) {
+    void **in = xcalloc((size_t)p->n_inputs, sizeof *in);
+    uint64_t s = 0x9e3779b97f4a7c15ULL;
+    const int mask = m->input_of_role[3];
+    const int has_lo = (int)kiln_match_get(m, "has_lo", 0);
+    const int64_t lo = (int64_t)kiln_match_get(m, "lo", 0),
+                  hi = (int64_t)kiln_match_get(m, "hi", 0);
+    for (int i = 0; i < p->n_inputs; i++) {
+        const kiln_tensor_spec *t = &p->inputs[i];
+        int64_t shape[KILN_MAX_DIMS];
+        size_t n = (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
+        in[i] = xmalloc(n * kiln_dtype_size(t->dtype) + 16);
+        for (size_t e = 0; e < n; e++) {
+            double v;
+            if (i == mask) {
+                int64_t kk = (int64_t)(e % (size_t)shape[t->ndim - 1]),
+                        q = (int64_t)(e / (size_t)shape[t->ndim - 1] % (size_t)shape[t->ndim - 2]);
+                v = kk - q > hi || (has_lo && kk - q < lo) ? fill : 0.0;
+            } else {
+                double u1 = 0, u2 = 0;
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                u1 = ((double)(s >> 11) + 1) / 9007199254740993.0;
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                u2 = (double)(s >> 11) / 9007199254740992.0;
+                v = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+            }
+            kiln_dtype_store(t->dtype, in[i], e, v);
+        }
+    }
+    return in;
+}
+
+static void **run_module(kiln_backend *be, const kiln_problem *p, const module *md, void **in,
+                         const char *what) {
+    kiln_err err;
+    const kiln_workload *w = &p->workloads[0];
+    kiln_devptr ptr[16];
+    int64_t i64[16];
+    void *params[16];
+    int k = 0;
+    for (int i = 0; i < p->n_inputs; i++, k++) {
+        size_t bytes = elements(p, &p->inputs[i]) * kiln_dtype_size(p->inputs[i].dtype);
+        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->upload(be, ptr[k], in[i], bytes, &err), KILN_OK);
+        params[k] = &ptr[k];
+    }
+    for (int o = 0; o < p->n_outputs; o++, k++) {
+        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
+        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->memset8(be, ptr[k], 0xA5, bytes, &err), KILN_OK);
+        params[k] = &ptr[k];
+    }
+    for (int a = 0; a < p->n_axes; a++, k++) {
+        i64[k] = w->axis_values[a];
+        params[k] = &i64[k];
+    }
+    kiln_launch_plan plan;
+    assert_int_equal(kiln_abi_plan(&md->abi, p, w, &plan, &err), KILN_OK);
+    if (be->ops->launch(be, md->mod, &plan, params, &err) || be->ops->sync(be, &err))
+        fail_msg("%s: %s", what, err.msg);
+    void **out = xcalloc((size_t)p->n_outputs, sizeof *out);
+    for (int o = 0; o < p->n_outputs; o++) {
+        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
+        out[o] = xmalloc(bytes + 16);
+        k = p->n_inputs + o;
+        assert_int_equal(be->ops->download(be, out[o], ptr[k], bytes, &err), KILN_OK);
+        be->ops->free(be, ptr[k]);
+    }
+    for (int i = 0; i < p->n_inputs; i++)
+        be->ops->free(be, ptr[i]);
+    return out;
+}
+
+/* A hand-written problem: q [1, hq, sq, d], k and v [1, hkv, skv, d], an optional mask [1, 1, sq,
+ * skv] of mask_dtype, the kiln object given. */
+static kiln_problem *small(const char *dt, int hq, int hkv, int sq, int skv, int d,
+                           const char *mask_dtype, const char *kiln) {
+    char mask[256] = "", wl_mask[64] = "";
+    if (mask_dtype) {
+        snprintf(mask, sizeof mask,
+                 ", \"mask\": {\"shape\": [\"1\", \"1\", \"%d\", \"%d\"], \"dtype\": \"%s\"}", sq,
+                 skv, mask_dtype);
+        snprintf(wl_mask, sizeof wl_mask, ", \"mask\": {\"type\": \"random\"}");
+    }
+    char *def = xasprintf(
+        "{\"name\": \"emu\", \"op_type\": \"attention\", \"axes\": {}, \"inputs\": {"
+        "\"q\": {\"shape\": [\"1\", \"%d\", \"%d\", \"%d\"], \"dtype\": \"%s\"}, "
+        "\"k\": {\"shape\": [\"1\", \"%d\", \"%d\", \"%d\"], \"dtype\": \"%s\"}, "
+        "\"v\": {\"shape\": [\"1\", \"%d\", \"%d\", \"%d\"], \"dtype\": \"%s\"}%s}, "
+        "\"outputs\": {\"o\": {\"shape\": [\"1\", \"%d\", \"%d\", \"%d\"], \"dtype\": \"%s\"}}, "
+        "\"reference\": \"def run(q, k, v):\n    return q\n\", \"kiln\": %s}",
+        hq, sq, d, dt, hkv, skv, d, dt, hkv, skv, d, dt, mask, hq, sq, d, dt, kiln);
+    char *wl = xasprintf("{\"uuid\": \"a\", \"axes\": {}, \"inputs\": {\"q\": {\"type\": "
+                         "\"random\"}, \"k\": {\"type\": \"random\"}, \"v\": {\"type\": "
+                         "\"random\"}%s}}\n",
+                         wl_mask);
+    kiln_problem *p = parse(def, wl);
+    free(def);
+    free(wl);
+    return p;
+}
+
+static void emulate(kiln_backend *be, kiln_problem *p, const int64_t *pt4, double fill,
+                    const char *what) {
+    kiln_match m;
+    match_ok(p, &m);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    point_of(pt4[0], pt4[1], pt4[2], pt4[3], pt);
+    const char *bad = att->check(p, &m, pt);
+    if (bad)
+        fail_msg("%s: not a valid point: %s", what, bad);
+    char *cuda = att->emit(p, &m, pt, 1), *emu = emu_candidate(cuda),
+         *csrc = att->emit(p, &m, pt, 0);
+    module me, mc;
+    compile_module(be, p, emu, "sh " SMX_EMU "/emucc.sh", &me, what);
+    compile_module(be, p, csrc, NULL, &mc, what);
+    void **in = make_inputs(p, &m, fill);
+    void **oe = run_module(be, p, &me, in, what), **oc = run_module(be, p, &mc, in, what);
+    const kiln_tensor_spec *t = &p->outputs[0];
+    kiln_tolerance tol = kiln_tolerance_default(t->dtype);
+    for (size_t e = 0; e < elements(p, t); e++) {
+        double a = kiln_dtype_load(t->dtype, oe[0], e), b = kiln_dtype_load(t->dtype, oc[0], e);
+        if (!(isnan(b) ? isnan(a) : fabs(a - b) <= tol.atol + tol.rtol * fabs(b)))
+            fail_msg("%s: o[%zu] is %.9g, the C emission %.9g", what, e, a, b);
+    }
+    printf("    %s: emulated = C emission\n", what);
+    free(oe[0]);
+    free(oc[0]);
+    for (int i = 0; i < p->n_inputs; i++)
+        free(in[i]);
+    free(in);
+    free(oe);
+    free(oc);
+    be->ops->module_free(be, me.mod);
+    be->ops->module_free(be, mc.mod);
+    kiln_abi_free(&me.abi);
+    kiln_abi_free(&mc.abi);
+    free(cuda);
+    free(emu);
+    free(csrc);
+}
+
+static void test_emulated(void **state) {
+    (void)state;
+    if (system("command -v ${CXX:-g++} >/dev/null 2>&1") != 0) {
+        printf("SKIP: no C++ compiler (g++ or $CXX) to build the emulated kernels\n");
+        skip();
+    }
+    kiln_backend *be = NULL;
+    kiln_err err;
+    assert_int_equal(kiln_backend_open("cpu", 0, &be, &err), KILN_OK);
+    const double bf16_min = -3.3895313892515355e38;
+    static const char causal[] = "{\"mask_structure\": {\"kind\": \"band\", \"lower\": null, "
+                                 "\"upper\": 0}}";
+    static const char window[] = "{\"mask_structure\": {\"kind\": \"band\", \"lower\": -23, "
+                                 "\"upper\": 0}}";
+    /* GQA 2:1 over a causal finfo.min mask: 2 and 3 key tiles, 2 and 3 stages */
+    kiln_problem *p = small("bfloat16", 2, 1, 80, 80, 64, "bfloat16", causal);
+    emulate(be, p, (int64_t[]){64, 64, 4, 2}, bf16_min, "bf16 gqa causal 64x64");
+    emulate(be, p, (int64_t[]){64, 32, 4, 3}, bf16_min, "bf16 gqa causal 64x32 3 stages");
+    kiln_problem_free(p);
+    /* SDPA's is_causal generated in the kernel, f16, head dim 128, a tail tile of 8 keys */
+    p = small("float16", 1, 1, 40, 72, 128, NULL, "{\"is_causal\": 1}");
+    emulate(be, p, (int64_t[]){64, 64, 4, 2}, 0, "f16 is_causal d128 tail");
+    kiln_problem_free(p);
+    /* a window of 24 keys as a float32 -inf mask: tiles before the band skipped; 8 warps */
+    p = small("bfloat16", 1, 1, 100, 100, 64, "float32", window);
+    emulate(be, p, (int64_t[]){64, 32, 4, 2}, -INFINITY, "bf16 sliding 24 64x32");
+    emulate(be, p, (int64_t[]){128, 32, 8, 2}, -INFINITY, "bf16 sliding 24 128x32 8 warps");
+    kiln_problem_free(p);
+    /* three queries over 70 keys, head dim 256, 4 q heads over 2 kv heads, no mask */
+    p = small("bfloat16", 4, 2, 3, 70, 256, NULL, "{}");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2}, 0, "bf16 decode-like d256");
+    kiln_problem_free(p);
+    kiln_backend_close(be);
+}
+
 int main(void) {
     att = kiln_family_find("attention");
     if (!att) {
@@ -351,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_match),    cmocka_unit_test(test_roundings),
         cmocka_unit_test(test_declines), cmocka_unit_test(test_check),
         cmocka_unit_test(test_flops),    cmocka_unit_test(test_compile),
+        cmocka_unit_test(test_emulated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

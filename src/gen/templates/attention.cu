@@ -108,13 +108,19 @@ __device__ __forceinline__ void att_key_range(int64_t r0, int64_t r1, int64_t sk
 
 #if !ATT_F32
 
-// ==== hardware: sm_80+ PTX (cp.async, ldmatrix, mma.sync m16n8k16, ex2) ====
+// ---- hardware: begin (sm_80+ PTX: cp.async, ldmatrix, mma.sync m16n8k16, ex2; the tests run the
+// kernel on a host emulator with tests/data/families/attention/emu/emu_att.h in its place) ----
 #if defined(ATT_FP16)
 #define ATT_MMA_TYPES "f32.f16.f16.f32"
 #else
 #define ATT_MMA_TYPES "f32.bf16.bf16.f32"
 #endif
 
+// the block's dynamic shared memory, as a shared-window address (ldmatrix and cp.async take those)
+__device__ __forceinline__ unsigned att_smem_base() {
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    return (unsigned)__cvta_generic_to_shared(att_smem);
+}
 __device__ __forceinline__ float att_ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -158,7 +164,7 @@ __device__ __forceinline__ unsigned att_pack(float lo, float hi) {
 #endif
     return *reinterpret_cast<unsigned *>(&h);
 }
-// ==== end of hardware ====
+// ---- hardware: end ----
 
 #define ATT_LD (ATT_D + 8)         // padded shared-memory row, in elements
 #define ATT_CHUNKS (ATT_D / 8)     // 16-byte chunks per row
@@ -180,7 +186,6 @@ __device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, in
 }
 
 __device__ __forceinline__ void att_fwd(const att_args a) {
-    extern __shared__ __align__(16) unsigned char att_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const int64_t m0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * ATT_BLOCK_M;
@@ -189,7 +194,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     const ATT_T *kg = a.k + bi * a.kb + kvh * a.kh;
     const ATT_T *vg = a.v + bi * a.vb + kvh * a.vh;
 
-    const unsigned s_q = (unsigned)__cvta_generic_to_shared(att_smem);
+    const unsigned s_q = att_smem_base();
     const unsigned s_k = s_q + ATT_BLOCK_M * ATT_LD * 2;
     const unsigned s_v = s_k + ATT_STAGES * ATT_BLOCK_N * ATT_LD * 2;
     const unsigned tile_bytes = ATT_BLOCK_N * ATT_LD * 2;
