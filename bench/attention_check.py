@@ -127,10 +127,15 @@ def main() -> int:
     ap.add_argument("src")
     ap.add_argument("problems")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--per-row", type=int, default=0, help="re-run at most this many candidates a row (0: all), "
+                    "the family's start point (the lowest-numbered file sweep wrote first) among them")
     a = ap.parse_args()
     import cupy as cp
 
-    srcs = sorted(pathlib.Path(a.src).glob("*/*.cu"))
+    srcs = []
+    for d in sorted(p for p in pathlib.Path(a.src).iterdir() if p.is_dir()):
+        files = sorted(d.glob("*.cu"), key=lambda f: f.stat().st_mtime)  # sweep writes its start point first
+        srcs += files[:a.per_row] if a.per_row else files
     def build(f):
         cubin = f.with_suffix(".cubin")
         r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-o", str(cubin), str(f)],
