@@ -127,14 +127,25 @@ def main() -> int:
     ap.add_argument("src")
     ap.add_argument("problems")
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--per-row", type=int, default=0, help="re-run at most this many candidates a row (0: all), "
-                    "the family's start point (the lowest-numbered file sweep wrote first) among them")
+    ap.add_argument("--per-row", type=int, default=0, help="re-run at most this many candidates a row (0: all)")
+    ap.add_argument("--sweep", help="the sweeps' --jsonl files (NAME.jsonl): a row's candidates the gate timed "
+                    "fastest are re-run first, then the order the sweep ran them in")
     a = ap.parse_args()
     import cupy as cp
 
     srcs = []
     for d in sorted(p for p in pathlib.Path(a.src).iterdir() if p.is_dir()):
-        files = sorted(d.glob("*.cu"), key=lambda f: f.stat().st_mtime)  # sweep writes its start point first
+        files = sorted(d.glob("*.cu"))
+        rank: dict = {}
+        jl = pathlib.Path(a.sweep or "/nonexistent") / (d.name + ".jsonl")
+        for n, line in enumerate(jl.read_text().splitlines() if jl.exists() else []):
+            if line.startswith("{"):
+                r = json.loads(line)
+                res = r.get("result", {})
+                us = ((res.get("workloads") or [{}])[-1].get("time_us") or {}).get("median")
+                ok = res.get("outcome") == "ok" and us
+                rank[pathlib.Path(r.get("file", "")).name] = (0, us, n) if ok else (1, 0, n)
+        files.sort(key=lambda f: rank.get(f.name, (2, 0, 0)))
         srcs += files[:a.per_row] if a.per_row else files
     def build(f):
         cubin = f.with_suffix(".cubin")

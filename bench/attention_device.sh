@@ -40,7 +40,7 @@ for p in bench/attention/attn_*/; do
     echo "sweep exit $? ($(grep -c ' ok' "$OUT/sweep/$name.log") ok); last: $(tail -1 "$OUT/sweep/$name.log")"
 done
 timeout "${CHECK_TIMEOUT:-150}" "$KILN_PYTHON" bench/attention_check.py "$OUT/src" bench/attention --iters "$ITERS" \
-    --per-row "${CHECK_PER_ROW:-4}" \
+    --per-row "${CHECK_PER_ROW:-4}" --sweep "$OUT/sweep" \
     >"$OUT/check.jsonl" 2>"$OUT/check.log"
 echo "attention_check exit $?"
 "$KILN_PYTHON" - "$OUT" <<'PYEOF' | tee "$OUT/table.md"
