@@ -87,6 +87,17 @@ static int swaps_last_two(const kiln_op *op) {
     return -1;
 }
 
+/* Stored dim j of t has stride 1: only dims of size 1 follow it (capture stores a broadcast view
+ * such as repeat_kv's kᵀ with its size-1 dims last). */
+static int innermost(const kiln_problem *p, const kiln_tensor_spec *t, int j) {
+    for (int k = j + 1; k < t->ndim; k++) {
+        const kiln_axis *ax = t->axis[k] >= 0 ? &p->axes[t->axis[k]] : NULL;
+        if (ax ? ax->kind != KILN_AXIS_CONST || ax->value != 1 : t->literal[k] != 1)
+            return 0;
+    }
+    return 1;
+}
+
 /* The (b, h, s, d) stored dims of input i read with logical order `order` (logical dims of the
  * captured tensor for b, h, s, d). */
 static int operand_of(const kiln_problem *p, int i, const int order[4], att_operand *o, char *why,
@@ -107,7 +118,7 @@ static int operand_of(const kiln_problem *p, int i, const int order[4], att_oper
             return 0;
         }
     }
-    if (o->pos[3] != 3) {
+    if (!innermost(p, t, o->pos[3])) {
         snprintf(why, wl, "the head dim of %s is not innermost in memory", t->name);
         return 0;
     }
@@ -129,7 +140,7 @@ static int mask_operand(const kiln_problem *p, int i, att_operand *o, char *why,
             if (t->layout.perm[j] == logical)
                 o->pos[l] = j;
     }
-    if (o->pos[3] != t->ndim - 1) {
+    if (o->pos[3] < 0 || !innermost(p, t, o->pos[3])) {
         snprintf(why, wl, "the key dim of mask %s is not innermost in memory", t->name);
         return 0;
     }

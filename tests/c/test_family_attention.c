@@ -74,6 +74,7 @@ static const expect EXPECTED[] = {
     {DATA, "f32_unmasked", "attention", 2, 2, 32, 0, 0, 0, 0.17677669529663687},
     {DATA, "sliding_bf16", "attention_sliding_gqa", 2, 1, 64, 1, 1, -47, 0.125},
     {DATA, "sdpa_bf16_causal", "attention_causal_gqa", 4, 2, 64, 1, 0, 0, 0.125},
+    {DATA, "gemma_small_captured", "attention_mask_gqa", 2, 1, 64, 0, 0, 0, 1.0},
     {ROWS, "attn_gemma4_sliding512_1x8x4x4096x256", "attention_sliding_gqa", 8, 4, 256, 1, 1, -511,
      1.0},
     {ROWS, "attn_gemma4_causal_1x8x4x4096x256", "attention_causal_mask_gqa", 8, 4, 256, 1, 0, 0,
@@ -621,6 +622,10 @@ static void test_emulated(void **state) {
     p = small("bfloat16", 1, 1, 100, 100, 64, "float32", window);
     emulate(be, p, (int64_t[]){64, 32, 4, 2}, -INFINITY, "bf16 sliding 24 64x32");
     emulate(be, p, (int64_t[]){128, 32, 8, 2}, -INFINITY, "bf16 sliding 24 128x32 8 warps");
+    kiln_problem_free(p);
+    /* the Gemma-4 --small block as capture stores it: q in memory order, kᵀ a broadcast view */
+    p = load(DATA, "gemma_small_captured");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2}, bf16_min, "gemma --small captured layouts");
     kiln_problem_free(p);
     /* three queries over 70 keys, head dim 256, 4 q heads over 2 kv heads, no mask */
     p = small("bfloat16", 4, 2, 3, 70, 256, NULL, "{}");

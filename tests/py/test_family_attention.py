@@ -4,7 +4,8 @@
 tests/data/families/attention (written by tests/data/gen/make_attention.py: eager attention chains as chain
 capture writes them — GQA through repeat_kv's views, bf16 with a causal finfo.min mask and the eager roundings,
 float32 unmasked with a tail tile, a sliding window as a float32 -inf mask — and a captured SDPA call with
-is_causal): the family must recognise each problem as the expected variant, and the gate must prove its
+is_causal, and the Gemma-4 --small block in capture's stored layouts: q in memory order, kᵀ as repeat_kv's
+broadcast view stored with its size-1 dims last): the family must recognise each problem as the expected variant, and the gate must prove its
 candidate "ok" against PyTorch on every workload and input set. The cpu candidate is the GPU's algorithm (online
 softmax over key tiles, tiles outside the mask's band skipped), so a band that skipped kept keys would fail:
 test_wrong_band_fails makes sure it does. The issue's GPU rows (bench/attention) must match.
@@ -33,6 +34,7 @@ EXPECTED = {
     "f32_unmasked": "attention",
     "sliding_bf16": "attention_sliding_gqa",
     "sdpa_bf16_causal": "attention_causal_gqa",
+    "gemma_small_captured": "attention_mask_gqa",
 }
 
 

@@ -206,7 +206,58 @@ def make_inputs(axes, device):
           [{"s": 96}, {"s": 33}])
 
 
+def gemma_small_captured():
+    """The attention block of examples/gemma4.py --small exactly as capture sees it on the cpu (2 q heads, 1 kv
+    head, 64 tokens, head dim 64, scale 1): q stored in memory order [b, s, h, d]; kᵀ the matmul reads is
+    repeat_kv's broadcast view (strides [0, 0, 1, 64]), stored once in memory order with its size-1 dims last;
+    v broadcast over the heads; a bf16 causal finfo.min mask written whole (no structure: an arbitrary additive
+    tensor); matmul, mul 1.0, add, softmax.int to float32, to bfloat16, matmul."""
+    ops = [
+        {"aten": "aten::matmul.default", "args": [ref("q"), ref("k")], "out": "s0", "dtypes": ["bfloat16"]},
+        {"aten": "aten::mul.Tensor", "args": [ref("s0"), 1.0], "out": "s1", "dtypes": ["bfloat16"]},
+        {"aten": "aten::add.Tensor", "args": [ref("s1"), ref("mask")], "out": "s2", "dtypes": ["bfloat16"]},
+        {"aten": "aten::softmax.int", "args": [ref("s2"), -1, "torch.float32"], "out": "p0", "dtypes": ["float32"]},
+        {"aten": "aten::to.dtype", "args": [ref("p0"), "torch.bfloat16"], "out": "p1", "dtypes": ["bfloat16"]},
+        {"aten": "aten::matmul.default", "args": [ref("p1"), ref("v")], "out": "o", "dtypes": ["bfloat16"]},
+    ]
+    layouts = {
+        "q": {"stored": "memory_order", "stored_shape": [1, 64, 2, 64], "permute": [0, 2, 1, 3]},
+        "k": {"stored": "memory_order", "stored_shape": [64, 64, 1, 1], "permute": [3, 2, 0, 1],
+              "expand": [1, 2, 64, 64]},
+        "v": {"stored": "memory_order", "stored_shape": [1, 1, 64, 64], "expand": [1, 2, 64, 64]},
+        "mask": {"stored": "contiguous", "stored_shape": [1, 1, 64, 64]},
+        "o": {"stored": "contiguous", "stored_shape": [1, 2, 64, 64]},
+    }
+    reference = HEADER + """@torch.no_grad()
+def run(q, k, v, mask):
+    q = q.permute(0, 2, 1, 3)  # captured strides [8192, 64, 128, 1] (stored in memory order)
+    k = k.permute(2, 3, 1, 0).expand(1, 2, 64, 64)  # captured strides [0, 0, 1, 64]
+    v = v.expand(1, 2, 64, 64)  # captured strides [0, 0, 64, 1] (broadcast dims stored once)
+    v0 = torch.ops.aten.matmul.default(q, k)
+    v1 = torch.ops.aten.mul.Tensor(v0, 1.0)
+    v2 = torch.ops.aten.add.Tensor(v1, mask)
+    v3 = torch.ops.aten.softmax.int(v2, -1, torch.float32)
+    v4 = torch.ops.aten.to.dtype(v3, torch.bfloat16)
+    return torch.ops.aten.matmul.default(v4, v)
+
+
+def make_inputs(axes, device):
+    bf = torch.bfloat16
+    q = (torch.randn(1, 64, 2, 64, device=device) / 64 ** 0.25).to(bf)
+    k = (torch.randn(64, 64, 1, 1, device=device) / 64 ** 0.25).to(bf)
+    v = torch.randn(1, 1, 64, 64, device=device).to(bf)
+    mask = torch.full((1, 1, 64, 64), torch.finfo(bf).min, device=device).triu(1).to(bf)
+    return {'q': q, 'k': k, 'v': v, 'mask': mask}
+"""
+    write("gemma_small_captured", gemma_small_captured.__doc__.strip(), {},
+          {"q": ([1, 64, 2, 64], "bfloat16"), "k": ([64, 64, 1, 1], "bfloat16"),
+           "v": ([1, 1, 64, 64], "bfloat16"), "mask": ([1, 1, 64, 64], "bfloat16")},
+          {"o": ([1, 2, 64, 64], "bfloat16")}, reference,
+          {"kind": "chain", "ops": ops, "outputs": ["o"], "layouts": layouts}, [{}])
+
+
 if __name__ == "__main__":
+    gemma_small_captured()
     gqa_bf16_causal()
     f32_unmasked()
     sliding_bf16()
