@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { P_BM, P_BN, P_WARPS, P_STAGES, P_COUNT };
+enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_COUNT };
 
 #define ATT_MAX_SMEM (227 * 1024)
 #define ATT_MAX_REGS 255
@@ -103,8 +103,11 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "Q and STAGES K/V tiles exceed 227 KiB of shared memory";
     if (regs_estimate(m, pt) > ATT_MAX_REGS - 16)
         return "the output and score accumulators exceed the registers of a thread";
-    const int64_t sq = (int64_t)kiln_match_get(m, "sq", 1);
-    if (pt[P_BM] > 64 && sq <= 64)
+    const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
+    if (pt[P_PACK] && ratio == 1)
+        return "PACK needs several q heads per kv head";
+    const int64_t rows = (int64_t)kiln_match_get(m, "sq", 1) * (pt[P_PACK] ? ratio : 1);
+    if (pt[P_BM] > 64 && rows <= 64)
         return "BLOCK_M beyond the queries";
     const int64_t skv = (int64_t)kiln_match_get(m, "skv", 1);
     if (pt[P_STAGES] > 2 && skv <= pt[P_BN] * 2)
@@ -122,7 +125,10 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
         pt[i] = kiln_family_attention.params[i].values[0];
     if (kiln_match_get(m, "f32", 0))
         return 0;
-    const int big = d <= 128 && sq > 64;
+    const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
+    /* few queries: the q heads of a kv head share a block and read its K and V once */
+    pt[P_PACK] = ratio > 1 && sq < 64;
+    const int big = d <= 128 && sq * (pt[P_PACK] ? ratio : 1) > 64;
     pt[P_BM] = big ? 128 : 64;
     pt[P_WARPS] = big ? 8 : 4;
     pt[P_BN] = 64;
@@ -223,9 +229,10 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     KILN_ASSERT(ok); /* match accepted p */
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
     kiln_strbuf b = {0};
-    char q_s[96], hq[96], bt[96];
+    char q_s[96], hq[96], bt[96], hkv[96];
     size_expr(p, &a.t[ATT_Q], 2, q_s, sizeof q_s);
     size_expr(p, &a.t[ATT_Q], 1, hq, sizeof hq);
+    size_expr(p, &a.t[ATT_K], 1, hkv, sizeof hkv);
     size_expr(p, &a.t[ATT_Q], 0, bt, sizeof bt);
     if (!cuda) {
         kiln_strbuf_printf(&b, "// cpu: the GPU parameters do not apply\n");
@@ -252,6 +259,14 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
                            "block=128\n",
                            q_s, hq, bt);
         snprintf(bounds, sizeof bounds, "128");
+    } else if (pt[P_PACK]) {
+        kiln_strbuf_printf(
+            &b,
+            "// kiln: launch attention_kernel grid=(ceil_div((%s)*((%s)/(%s)),%lld),%s,%s) "
+            "block=%lld smem=%lld\n",
+            q_s, hq, hkv, (long long)pt[P_BM], hkv, bt, (long long)pt[P_WARPS] * 32,
+            (long long)smem_bytes(m, pt));
+        snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     } else {
         kiln_strbuf_printf(&b,
                            "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld),%s,%s) "
@@ -324,6 +339,11 @@ const kiln_family kiln_family_attention = {
             [P_BN] = {"ATT_BLOCK_N", 3, {64, 32, 128}, "keys per tile of the inner loop"},
             [P_WARPS] = {"ATT_WARPS", 2, {4, 8}, "warps per block"},
             [P_STAGES] = {"ATT_STAGES", 2, {2, 3}, "K/V tiles in flight (cp.async buffers)"},
+            [P_PACK] =
+                {"ATT_PACK",
+                 2,
+                 {0, 1},
+                 "1: the q heads of a kv head share the block's rows (GQA with few queries)"},
         },
     .match = att_match,
     .check = att_check,

@@ -228,7 +228,7 @@ static void test_declines(void **state) {
 
 static int64_t point_of(const int64_t bm, const int64_t bn, const int64_t warps,
                         const int64_t stages, int64_t *pt) {
-    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages;
+    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0;
     return kiln_family_point_index(att, pt);
 }
 
@@ -561,6 +561,7 @@ static void emulate(kiln_backend *be, kiln_problem *p, const int64_t *pt4, doubl
     match_ok(p, &m);
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
     point_of(pt4[0], pt4[1], pt4[2], pt4[3], pt);
+    pt[4] = pt4[4];
     const char *bad = att->check(p, &m, pt);
     if (bad)
         fail_msg("%s: not a valid point: %s", what, bad);
@@ -611,25 +612,27 @@ static void test_emulated(void **state) {
                                  "\"upper\": 0}}";
     /* GQA 2:1 over a causal finfo.min mask: 2 and 3 key tiles, 2 and 3 stages */
     kiln_problem *p = small("bfloat16", 2, 1, 80, 80, 64, "bfloat16", causal);
-    emulate(be, p, (int64_t[]){64, 64, 4, 2}, bf16_min, "bf16 gqa causal 64x64");
-    emulate(be, p, (int64_t[]){64, 32, 4, 3}, bf16_min, "bf16 gqa causal 64x32 3 stages");
+    emulate(be, p, (int64_t[]){64, 64, 4, 2, 0}, bf16_min, "bf16 gqa causal 64x64");
+    emulate(be, p, (int64_t[]){64, 32, 4, 3, 0}, bf16_min, "bf16 gqa causal 64x32 3 stages");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 1}, bf16_min, "bf16 gqa causal packed heads");
     kiln_problem_free(p);
     /* SDPA's is_causal generated in the kernel, f16, head dim 128, a tail tile of 8 keys */
     p = small("float16", 1, 1, 40, 72, 128, NULL, "{\"is_causal\": 1}");
-    emulate(be, p, (int64_t[]){64, 64, 4, 2}, 0, "f16 is_causal d128 tail");
+    emulate(be, p, (int64_t[]){64, 64, 4, 2, 0}, 0, "f16 is_causal d128 tail");
     kiln_problem_free(p);
     /* a window of 24 keys as a float32 -inf mask: tiles before the band skipped; 8 warps */
     p = small("bfloat16", 1, 1, 100, 100, 64, "float32", window);
-    emulate(be, p, (int64_t[]){64, 32, 4, 2}, -INFINITY, "bf16 sliding 24 64x32");
-    emulate(be, p, (int64_t[]){128, 32, 8, 2}, -INFINITY, "bf16 sliding 24 128x32 8 warps");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, -INFINITY, "bf16 sliding 24 64x32");
+    emulate(be, p, (int64_t[]){128, 32, 8, 2, 0}, -INFINITY, "bf16 sliding 24 128x32 8 warps");
     kiln_problem_free(p);
     /* the Gemma-4 --small block as capture stores it: q in memory order, kᵀ a broadcast view */
     p = load(DATA, "gemma_small_captured");
-    emulate(be, p, (int64_t[]){64, 32, 4, 2}, bf16_min, "gemma --small captured layouts");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, bf16_min, "gemma --small captured layouts");
     kiln_problem_free(p);
     /* three queries over 70 keys, head dim 256, 4 q heads over 2 kv heads, no mask */
     p = small("bfloat16", 4, 2, 3, 70, 256, NULL, "{}");
-    emulate(be, p, (int64_t[]){64, 32, 4, 2}, 0, "bf16 decode-like d256");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, 0, "bf16 decode-like d256");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 1}, 0, "bf16 decode-like d256 packed heads");
     kiln_problem_free(p);
     kiln_backend_close(be);
 }

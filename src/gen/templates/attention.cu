@@ -3,7 +3,8 @@
 //
 // The work. Block (x, h, b) owns ATT_BLOCK_M query rows of q head h of batch b (blocks in reverse
 // order of x, so that the longest rows of a causal mask start first) and reads kv head h / (hq /
-// hkv): grouped-query attention costs nothing but that division. Each of the ATT_WARPS warps owns
+// hkv): grouped-query attention costs nothing but that division. With ATT_PACK, block (x, g, b)
+// owns rows of all the q heads of kv head g instead (att_row), for few queries per head. Each of the ATT_WARPS warps owns
 // 16 rows. The block walks the key tiles of ATT_BLOCK_N keys that the band of the mask leaves for
 // its rows (all tiles without a band); K and V tiles arrive by cp.async in ATT_STAGES buffers,
 // the next tiles' copies in flight while the current one is computed. Per tile a warp computes
@@ -37,6 +38,9 @@
 #endif
 #ifndef ATT_STAGES
 #define ATT_STAGES 2 // K/V tile buffers
+#endif
+#ifndef ATT_PACK
+#define ATT_PACK 0 // 1: the q heads of one kv head share a block's rows (GQA decode)
 #endif
 #ifndef ATT_T
 #define ATT_T __nv_bfloat16
@@ -185,12 +189,44 @@ __device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, in
     }
 }
 
+// Row m of a block's rows is query m of q head blockIdx.y, or with ATT_PACK query m / ratio of q head
+// kv head * ratio + m % ratio: the ratio q heads that read one kv head then read each K and V tile
+// once between them, which is what fills a block when there are few queries (decode).
+__device__ __forceinline__ void att_row(const att_args &a, int64_t m, int64_t *head, int64_t *query) {
+#if ATT_PACK
+    const int64_t ratio = a.hq / a.hkv;
+    *head = (int64_t)blockIdx.y * ratio + m % ratio;
+    *query = m / ratio;
+#else
+    *head = blockIdx.y;
+    *query = m;
+#endif
+}
+
+// Q rows [m0, m0 + ATT_BLOCK_M) of the block (zeros past the last) into shared memory
+__device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, int64_t bi, int64_t m0,
+                                           int64_t rows) {
+#pragma unroll 2
+    for (int c = threadIdx.x; c < ATT_BLOCK_M * ATT_CHUNKS; c += ATT_THREADS) {
+        const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
+        const int ok = m0 + r < rows;
+        int64_t head, query;
+        att_row(a, ok ? m0 + r : 0, &head, &query);
+        const ATT_T *g = a.q + bi * a.qb + head * a.qh + query * a.qs + ch * 8;
+        att_cp16(dst + (unsigned)((r * ATT_LD + ch * 8) * 2), g, ok ? 16 : 0);
+    }
+}
+
 __device__ __forceinline__ void att_fwd(const att_args a) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const int64_t m0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * ATT_BLOCK_M;
-    const int64_t h = blockIdx.y, bi = blockIdx.z, kvh = h / (a.hq / a.hkv);
-    const ATT_T *qg = a.q + bi * a.qb + h * a.qh;
+#if ATT_PACK
+    const int64_t ratio = a.hq / a.hkv, kvh = blockIdx.y, rows = a.sq * ratio;
+#else
+    const int64_t ratio = 1, kvh = blockIdx.y / (a.hq / a.hkv), rows = a.sq;
+#endif
+    const int64_t bi = blockIdx.z;
     const ATT_T *kg = a.k + bi * a.kb + kvh * a.kh;
     const ATT_T *vg = a.v + bi * a.vb + kvh * a.vh;
 
@@ -200,12 +236,12 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     const unsigned tile_bytes = ATT_BLOCK_N * ATT_LD * 2;
 
     int64_t first, last;
-    const int64_t r_last = m0 + ATT_BLOCK_M < a.sq ? m0 + ATT_BLOCK_M - 1 : a.sq - 1;
-    att_key_range(m0, r_last, a.skv, &first, &last);
+    const int64_t r_last = m0 + ATT_BLOCK_M < rows ? m0 + ATT_BLOCK_M - 1 : rows - 1;
+    att_key_range(m0 / ratio, r_last / ratio, a.skv, &first, &last);
     const int64_t t0 = first / ATT_BLOCK_N;
     const int n_tiles = last > first ? (int)((last + ATT_BLOCK_N - 1) / ATT_BLOCK_N - t0) : 0;
 
-    att_load_tile(s_q, qg, a.qs, m0, ATT_BLOCK_M, a.sq);
+    att_load_q(s_q, a, bi, m0, rows);
 #pragma unroll
     for (int s = 0; s < ATT_STAGES - 1; s++) {
         if (s < n_tiles) {
@@ -221,13 +257,20 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     for (int i = 0; i < ATT_DT; i++)
         acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    const int64_t row[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+    // this lane's two rows: valid, their q head and query (rows past the end stand in for the last)
+    int64_t head[2], row[2];
+    int valid[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t m = m0 + warp * 16 + g + 8 * r;
+        valid[r] = m < rows;
+        att_row(a, valid[r] ? m : rows - 1, &head[r], &row[r]);
+    }
 #if ATT_HAS_MASK
-    // the mask rows of this lane (rows past the end read row sq - 1: their results are not stored)
     const ATT_TM *mrow[2];
 #pragma unroll
     for (int r = 0; r < 2; r++)
-        mrow[r] = a.mask + bi * a.mb + h * a.mh + (row[r] < a.sq ? row[r] : a.sq - 1) * a.ms;
+        mrow[r] = a.mask + bi * a.mb + head[r] * a.mh + row[r] * a.ms;
 #endif
     // this lane's ldmatrix row addresses: Q (A, row-major), K (B, non-transposed), V (B, .trans)
     const unsigned q_addr =
@@ -278,7 +321,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         const int klim = a.skv - n0 < ATT_BLOCK_N ? (int)(a.skv - n0) : ATT_BLOCK_N;
 #if ATT_CAUSAL_GEN
         // key n0 + c of row r is above the band when c > diag[r]
-        const int diag0 = (int)(row[0] - n0) + (ATT_HI), diag1 = diag0 + 8;
+        const int diag0 = (int)(row[0] - n0) + (ATT_HI), diag1 = (int)(row[1] - n0) + (ATT_HI);
 #endif
         float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -367,9 +410,9 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        if (row[r] >= a.sq)
+        if (!valid[r])
             continue;
-        ATT_T *orow = a.o + bi * a.ob + h * a.oh + row[r] * a.os;
+        ATT_T *orow = a.o + bi * a.ob + head[r] * a.oh + row[r] * a.os;
         const float inv = 1.f / l_run[r];
 #pragma unroll
         for (int i = 0; i < ATT_DT; i++) {
