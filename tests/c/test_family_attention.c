@@ -367,9 +367,8 @@ static char *emu_candidate(const char *cuda) {
     assert_true(hb && he && launch && entry && hb < he && he < entry);
     const char *params = strstr(entry, "attention_kernel(") + strlen("attention_kernel(");
     const char *params_end = strstr(params, ") {");
-    char *out = xstrdup("#include \"" SMX_EMU "/emu_rt.h\"\n"
-                        "static inline float __bfloat162float(__nv_bfloat16 b) {\n"
-                        "    return kiln_bf16_to_float(b.b);\n}\n");
+    char *out =
+        xstrdup("#include \"" SMX_EMU "/emu_rt.h\"\n#include \"" ATT_EMU "/emu_att_rt.h\"\n");
     size_t len = strlen(out);
     /* the CUDA headers stay out: emu_rt.h has the types */
     for (const char *line = cuda; line < hb;) {
@@ -411,7 +410,9 @@ static char *emu_candidate(const char *cuda) {
     }
     dst[part][k] = 0;
     assert_int_equal(part, 2);
-    const char *b = strstr(launch, "block=") + 6, *sm = strstr(launch, "smem=") + 5;
+    const char *eol = strchr(launch, '\n'), *b = strstr(launch, "block=") + 6;
+    const char *sm = strstr(launch, "smem=");
+    sm = sm && sm < eol ? sm + 5 : "0";
     char *wrapper = xasprintf(
         "\nextern \"C\" void attention_kernel(%.*s) {\n"
         "    att_emu_grid[0] = (unsigned)(%s);\n    att_emu_grid[1] = (unsigned)(%s);\n"
@@ -633,6 +634,11 @@ static void test_emulated(void **state) {
     p = small("bfloat16", 4, 2, 3, 70, 256, NULL, "{}");
     emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, 0, "bf16 decode-like d256");
     emulate(be, p, (int64_t[]){64, 32, 4, 2, 1}, 0, "bf16 decode-like d256 packed heads");
+    kiln_problem_free(p);
+    /* float32: the warp-per-row kernel, generated causal, head dim 48 (two values a lane, one idle)
+     */
+    p = small("float32", 2, 1, 10, 37, 48, NULL, "{\"is_causal\": 1}");
+    emulate(be, p, (int64_t[]){64, 64, 4, 2, 0}, 0, "f32 warp per row is_causal d48");
     kiln_problem_free(p);
     kiln_backend_close(be);
 }

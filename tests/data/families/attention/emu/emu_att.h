@@ -1,7 +1,8 @@
 // emu_att.h: the host version of attention.cu's hardware section (src/gen/templates/attention.cu:
 // cp.async, ldmatrix, ldmatrix.trans, mma.sync m16n8k16, ex2, the dynamic shared memory) on the
 // softmax family's CUDA emulator (tests/data/families/softmax/emu/emu_rt.h: threads as coroutines,
-// barriers, shuffles), included in the section's place by tests/c/test_family_attention.c.
+// barriers, shuffles), included in the section's place by tests/c/test_family_attention.c (after
+// emu_att_rt.h, which the whole candidate gets).
 //
 // The warp-collective instructions are built from the emulator's shuffles exactly as the PTX ISA
 // defines their fragments, independently of how the template uses them: ldmatrix gives lane l word
@@ -12,16 +13,6 @@
 // c3 = (g + 8, 2t..), g = l / 4, t = l % 4. A wrong fragment index in the template therefore
 // gives wrong numbers here. cp.async copies at once (the waits are no-ops): a prefetch into a
 // buffer another warp still reads would corrupt it here as on the GPU.
-
-// The grid is (x, y, z) here; the emulator numbers blocks in one dimension.
-static unsigned att_emu_grid[3] = {1, 1, 1};
-#undef blockIdx
-#define blockIdx                                                                                   \
-    (emu_idx{(unsigned)emu.cur->block % att_emu_grid[0],                                           \
-             (unsigned)emu.cur->block / att_emu_grid[0] % att_emu_grid[1],                         \
-             (unsigned)emu.cur->block / att_emu_grid[0] / att_emu_grid[1]})
-#undef gridDim
-#define gridDim (emu_idx{att_emu_grid[0], att_emu_grid[1], att_emu_grid[2]})
 
 static inline unsigned att_smem_base() {
     return 0;
