@@ -115,12 +115,12 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
     return NULL;
 }
 
-/* The rule of thumb (FlashAttention-2 on sm_80/90): 128 queries by 64 keys, 8 warps, for head dims
- * up to 128; 64 by 64 with 4 warps at 256, where the output alone holds 128 floats per thread;
- * 64 queries for short query sequences. */
+/* The rule of thumb (FlashAttention-2 on sm_80/90): 128 queries by 64 keys with 8 warps; at head
+ * dim 256 that is 198 KiB of shared memory, one block an SM, still 8 warps where 64 x 64 would
+ * leave 4; 64 rows with 4 warps when there are no more rows than that. */
 static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     (void)p;
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64), sq = (int64_t)kiln_match_get(m, "sq", 1);
+    const int64_t sq = (int64_t)kiln_match_get(m, "sq", 1);
     for (int i = 0; i < P_COUNT; i++)
         pt[i] = kiln_family_attention.params[i].values[0];
     if (kiln_match_get(m, "f32", 0))
@@ -128,7 +128,7 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
     /* few queries: the q heads of a kv head share a block and read its K and V once */
     pt[P_PACK] = ratio > 1 && sq < 64;
-    const int big = d <= 128 && sq * (pt[P_PACK] ? ratio : 1) > 64;
+    const int big = sq * (pt[P_PACK] ? ratio : 1) > 64;
     pt[P_BM] = big ? 128 : 64;
     pt[P_WARPS] = big ? 8 : 4;
     pt[P_BN] = 64;
