@@ -285,7 +285,6 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
         return 0;
     a->mask = mask >= 0 ? ATT_MASK_TENSOR : ATT_MASK_NONE;
     a->round_qk = s_dtype != KILN_F32; /* unknown: eager's matmul gives the input dtype */
-    (void)o_swap;
     if (o_swap) {
         snprintf(why, wl, "an output transposed after the matmul with v (not yet supported)");
         return 0;
