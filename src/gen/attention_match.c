@@ -13,10 +13,13 @@
  * The mask kind. A band mask (causal, sliding window) lets the kernel skip key tiles that no query
  * of a block keeps. It is recognised from the structure capture records for a mask
  * (capture_stats.py: `"kiln": {"drawn": {NAME: {"structure": ...}}}` in workload.jsonl), or from a
- * problem's `"kiln": {"mask_structure": ...}` in the same form; otherwise a mask is an arbitrary
- * additive tensor, which is always correct. Skipping is only allowed when every query row keeps at
- * least one key (a fully masked row is NaN or uniform in eager, whatever the tiles). */
+ * problem's `"kiln": {"mask_structure": ...}` in the same form, or from the mask itself where every
+ * workload stores it (a mask capture keeps whole); otherwise a mask is an arbitrary additive
+ * tensor, which is always correct. Skipping is only allowed when every query row keeps at least one
+ * key (a fully masked row is NaN or uniform in eager, whatever the tiles). */
 #include "attention.h"
+
+#include "../formats/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -477,6 +480,91 @@ static int drawn_band(const kiln_problem *p, const char *name, int *has_lo, int6
     return 1;
 }
 
+/* Where a mask masks: -inf or at most -1e4 (capture_stats.py's MASK_THRESHOLD: finfo.min fills). */
+#define ATT_MASKED(v) ((v) <= -1e4)
+
+/* The band of one stored mask tensor ([..., q, k], every leading slice the same), as
+ * capture_stats.py finds it for a mask it summarises; 0 when it is not one (or holds NaN or +inf).
+ */
+static int band_of_data(const kiln_st_tensor *t, int *has_lo, int64_t *lo, int *has_hi,
+                        int64_t *hi) {
+    if (t->ndim < 2 || (t->dtype != KILN_F32 && t->dtype != KILN_BF16 && t->dtype != KILN_F16))
+        return 0;
+    const int64_t q = t->shape[t->ndim - 2], k = t->shape[t->ndim - 1];
+    if (q < 1 || k < 2 || q * k > ((int64_t)1 << 26))
+        return 0;
+    const size_t slice = (size_t)(q * k), n = t->n_bytes / kiln_dtype_size(t->dtype);
+    int hl = 0, hh = 0;
+    int64_t l = 0, h = 0;
+    for (int64_t i = 0; i < q; i++) {
+        int64_t first = -1, last = -1, kept = 0;
+        for (int64_t j = 0; j < k; j++) {
+            double v = kiln_dtype_load(t->dtype, t->data, (size_t)(i * k + j));
+            if (isnan(v) || v == INFINITY)
+                return 0;
+            if (!ATT_MASKED(v)) {
+                first = first < 0 ? j : first;
+                last = j;
+                kept++;
+            }
+        }
+        if (kept == 0)
+            continue;
+        if (kept != last - first + 1)
+            return 0; /* kept positions that are not one run */
+        if (last < k - 1) {
+            if (hh && last - i != h)
+                return 0;
+            hh = 1, h = last - i;
+        }
+        if (first > 0) {
+            if (hl && first - i != l)
+                return 0;
+            hl = 1, l = first - i;
+        }
+    }
+    if (!hl && !hh)
+        return 0;
+    /* the band says exactly which positions are masked, in every slice */
+    for (size_t e = 0; e < n; e++) {
+        const int64_t i = (int64_t)(e % slice) / k, j = (int64_t)(e % slice) % k;
+        const int out = (hh && j - i > h) || (hl && j - i < l);
+        if (out != ATT_MASKED(kiln_dtype_load(t->dtype, t->data, e)))
+            return 0;
+    }
+    *has_lo = hl, *lo = l, *has_hi = hh, *hi = h;
+    return 1;
+}
+
+/* The band every workload's stored mask holds (safetensors inputs, as capture writes a mask it
+ * keeps whole), or 0. */
+static int stored_band(const kiln_problem *p, int input, int *has_lo, int64_t *lo, int *has_hi,
+                       int64_t *hi) {
+    if (p->inputs[input].layout.permuted || p->inputs[input].layout.expanded || !p->dir)
+        return 0;
+    for (int w = 0; w < p->n_workloads; w++) {
+        const kiln_input_desc *d = &p->workloads[w].inputs[input];
+        if (d->kind != KILN_INPUT_SAFETENSORS)
+            return 0;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", p->dir, d->path);
+        kiln_st *st = NULL;
+        kiln_err err;
+        if (kiln_st_load(path, &st, &err) != KILN_OK)
+            return 0;
+        const kiln_st_tensor *t = kiln_st_find(st, d->tensor_key);
+        int hl, hh, ok = t != NULL;
+        int64_t l, h;
+        ok = ok && band_of_data(t, &hl, &l, &hh, &h);
+        ok = ok && (w == 0 || (hl == *has_lo && hh == *has_hi && l == *lo && h == *hi));
+        kiln_st_free(st);
+        if (!ok)
+            return 0;
+        *has_lo = hl, *lo = l, *has_hi = hh, *hi = h;
+    }
+    return p->n_workloads > 0;
+}
+
 static void classify_mask(const kiln_problem *p, att_info *a) {
     if (a->mask != ATT_MASK_TENSOR)
         return;
@@ -484,7 +572,8 @@ static void classify_mask(const kiln_problem *p, att_info *a) {
     int64_t l = 0, h = 0;
     const cJSON *ms = p->kiln ? cJSON_GetObjectItemCaseSensitive(p->kiln, "mask_structure") : NULL;
     int found = ms ? band_of(ms, &hl, &l, &hh, &h)
-                   : drawn_band(p, p->inputs[a->t[ATT_MASK].input].name, &hl, &l, &hh, &h);
+                   : drawn_band(p, p->inputs[a->t[ATT_MASK].input].name, &hl, &l, &hh, &h) ||
+                         stored_band(p, a->t[ATT_MASK].input, &hl, &l, &hh, &h);
     if (!found || !hh) /* a band without an upper bound skips nothing worth having */
         return;
     /* every query row i must keep a key: [i + lo, i + hi] meets [0, skv) in every workload */

@@ -109,3 +109,53 @@ def test_bench_rows_match():
         assert re.search(r"matches family attention \(attention[a-z_]*\), space (\d+) points", r.stdout), \
             f"{d.name}: {r.stdout[-1000:]}"
         assert "(the family's start rule)" in r.stdout, r.stdout[-1000:]
+
+
+def stored_problem(tmp_path: Path, name: str, mask) -> Path:
+    """gqa_bf16_causal as capture writes a problem whose tensors it keeps: every input a safetensors tensor (so
+    the matcher can read the mask itself), no stated mask structure."""
+    import torch
+    from safetensors.torch import save_file
+
+    d = tmp_path / name
+    shutil.copytree(DATA / "gqa_bf16_causal", d)
+    definition = json.loads((d / "definition.json").read_text())
+    del definition["kiln"]["mask_structure"]
+    definition["custom_inputs_entrypoint"] = None
+    (d / "definition.json").write_text(json.dumps(definition))
+    (d / "tensors").mkdir()
+    lines = []
+    for w, s in enumerate((64, 100)):
+        g = torch.Generator().manual_seed(w)
+        t = {"q": torch.randn(1, 4, s, 64, generator=g).bfloat16(), "k": torch.randn(1, 2, s, 64, generator=g).bfloat16(),
+             "v": torch.randn(1, 2, s, 64, generator=g).bfloat16(), "mask": mask(s)}
+        save_file(t, str(d / "tensors" / f"w{w}.safetensors"))
+        lines.append(json.dumps({"uuid": f"w{w}", "axes": {"s": s}, "inputs": {
+            n: {"type": "safetensors", "path": f"tensors/w{w}.safetensors", "tensor_key": n} for n in t}}))
+    (d / "workload.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_band_read_from_a_stored_mask(tmp_path: Path):
+    """A mask capture keeps whole has no recorded structure: the matcher finds the band in the tensor itself
+    (causal here: the tiles above the diagonal are skipped), proven on the cpu backend; a mask that is not a band
+    stays an arbitrary additive tensor."""
+    need_kiln()
+    import torch
+
+    lo = torch.finfo(torch.bfloat16).min
+    causal = stored_problem(tmp_path, "causal", lambda s: torch.full((1, 1, s, s), lo).triu(1).bfloat16())
+    r, rows = sweep(causal, tmp_path / "c")
+    assert "attention_causal_mask_gqa" in r.stderr, r.stderr[-2000:]
+    assert rows[0]["result"]["outcome"] == "ok", json.dumps(rows[0]["result"].get("evidence"))[:2000]
+    assert "#define ATT_BAND 1" in Path(rows[0]["file"]).read_text()
+
+    def holes(s):
+        m = torch.full((1, 1, s, s), lo).triu(1)
+        m[0, 0, s - 1, 3] = lo  # a masked key inside the last row's run: not a band
+        return m.bfloat16()
+
+    other = stored_problem(tmp_path, "holes", holes)
+    r = subprocess.run([str(KILN), "sweep", str(other), "--family", "attention", "--list"], cwd=ROOT,
+                       env=kiln_env(), capture_output=True, text=True, timeout=60)
+    assert "matches family attention (attention_mask_gqa)" in r.stdout, r.stdout[-1000:] + r.stderr[-1000:]
