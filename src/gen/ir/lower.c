@@ -609,8 +609,12 @@ int view_reshape(lower_ctx *L, lval x, const int64_t *sizes_in, int n, lval *out
         return lower_fail(L, "a reshape that merges or splits dims of a computed value");
     const kir_access *c = &L->ir->acc[ld->acc];
     int64_t st[KILN_MAX_DIMS];
-    for (int d = 0; d < x.ndim; d++)
+    for (int d = 0; d < x.ndim; d++) {
+        /* a view's dims past the load's own (an unsqueezed, expanded input) have no stride */
+        if (old[d] != 1 && !c->dim_stride[d][0])
+            return lower_fail(L, "a reshape of an expanded view of an input (a copy)");
         st[d] = old[d] == 1 ? 0 : kir_eval(L->p, c->dim_stride[d], 0);
+    }
     char stride[KILN_MAX_DIMS][KIR_EXPR];
     int axis[KILN_MAX_DIMS];
     int view_d = n - 1;

@@ -1,0 +1,142 @@
+"""Writes the attention rows of issue 16 as problems under bench/attention/ (or the directory given): the
+Gemma-4 eager attention chain ([1, 8 q / 4 kv heads, 4096, 256], bf16, scale 1, a bf16 finfo.min mask) with
+a sliding window of 512 and with a full causal mask, and SDPA calls: [4, 32 q / 8 kv, 4096, 128] causal,
+[16, 16, 1024, 64] unmasked, and decode of 64 sequences over 4096 cached tokens (32 q / 8 kv heads, head dim
+128). Each row says how the baselines of bench/attention_torch.py run it (`"kiln": {"bench"}`: the mask as SDPA takes
+it). Inputs are drawn on the device by the problem's make_inputs; tests/c/test_family_attention.c compiles
+every row's start point and a spread of points with NVRTC.
+
+    python bench/attention_rows.py [DIR]      (from the repository root)
+"""
+
+import json
+import os
+import sys
+import uuid
+
+NS = uuid.UUID("6b696c6e-6174-746e-0000-000000000002")
+
+
+def ref(x):
+    return {"ref": x}
+
+
+def dims(shape):
+    return [str(x) for x in shape]
+
+
+def write(root, name, description, inputs, outputs, reference, kiln, bench):
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    definition = {
+        "name": name, "op_type": "attention", "description": description, "axes": {},
+        "custom_inputs_entrypoint": "make_inputs",
+        "inputs": {n: {"shape": dims(s), "dtype": t} for n, (s, t) in inputs.items()},
+        "outputs": {n: {"shape": dims(s), "dtype": t} for n, (s, t) in outputs.items()},
+        "reference": reference, "kiln": {**kiln, "bench": bench},
+    }
+    with open(os.path.join(d, "definition.json"), "w") as f:
+        json.dump(definition, f, indent=1)
+        f.write("\n")
+    w = {"uuid": str(uuid.uuid5(NS, name)), "axes": {}, "inputs": {n: {"type": "custom"} for n in inputs}}
+    with open(os.path.join(d, "workload.jsonl"), "w") as f:
+        f.write(json.dumps(w) + "\n")
+
+
+def gemma_chain(root, name, window):
+    b, hq, hkv, s, d = 1, 8, 4, 4096, 256
+    rep = hq // hkv
+    ops = []
+    for x in ("k", "v"):
+        ops += [
+            {"aten": "aten::unsqueeze.default", "args": [ref(x), 2], "out": f"{x}u"},
+            {"aten": "aten::expand.default", "args": [ref(f"{x}u"), [b, hkv, rep, s, d]], "out": f"{x}e"},
+            {"aten": "aten::clone.default", "args": [ref(f"{x}e")],
+             "kwargs": {"memory_format": "torch.contiguous_format"}, "out": f"{x}c"},
+            {"aten": "aten::_unsafe_view.default", "args": [ref(f"{x}c"), [b, hq, s, d]], "out": f"{x}r"},
+        ]
+    ops += [
+        {"aten": "aten::transpose.int", "args": [ref("kr"), 2, 3], "out": "kt"},
+        {"aten": "aten::matmul.default", "args": [ref("q"), ref("kt")], "out": "s0", "dtypes": ["bfloat16"]},
+        {"aten": "aten::mul.Tensor", "args": [ref("s0"), 1.0], "out": "s1", "dtypes": ["bfloat16"]},
+        {"aten": "aten::add.Tensor", "args": [ref("s1"), ref("mask")], "out": "s2", "dtypes": ["bfloat16"]},
+        {"aten": "aten::softmax.int", "args": [ref("s2"), -1, "torch.float32"], "out": "p0", "dtypes": ["float32"]},
+        {"aten": "aten::to.dtype", "args": [ref("p0"), "torch.bfloat16"], "out": "p1", "dtypes": ["bfloat16"]},
+        {"aten": "aten::matmul.default", "args": [ref("p1"), ref("vr")], "out": "o", "dtypes": ["bfloat16"]},
+    ]
+    lower = None if window is None else -(window - 1)
+    keep = "rel <= 0" if window is None else f"(rel <= 0) & (rel > -{window})"
+    reference = f"""import torch
+
+
+def repeat_kv(x, rep):
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, rep, s, d).reshape(b, h * rep, s, d)
+
+
+@torch.no_grad()
+def run(q, k, v, mask):
+    w = torch.matmul(q, repeat_kv(k, {rep}).transpose(2, 3)) * 1.0
+    w = w + mask
+    w = torch.nn.functional.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(w, repeat_kv(v, {rep}))
+
+
+def make_inputs(axes, device):
+    bf = torch.bfloat16
+    # q and k after Gemma's q/k norms: unit-scale rows, so scores of order sqrt(d)
+    q = (torch.randn({b}, {hq}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
+    k = (torch.randn({b}, {hkv}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
+    v = torch.randn({b}, {hkv}, {s}, {d}, device=device).to(bf)
+    i = torch.arange({s}, device=device)
+    rel = i[None, :] - i[:, None]
+    mask = torch.full(({s}, {s}), torch.finfo(bf).min, device=device)
+    mask[{keep}] = 0
+    return {{'q': q, 'k': k, 'v': v, 'mask': mask.to(bf)[None, None]}}
+"""
+    write(root, name, f"Gemma-4 eager attention, {'sliding window ' + str(window) if window else 'full causal'}",
+          {"q": ([b, hq, s, d], "bfloat16"), "k": ([b, hkv, s, d], "bfloat16"),
+           "v": ([b, hkv, s, d], "bfloat16"), "mask": ([1, 1, s, s], "bfloat16")},
+          {"o": ([b, hq, s, d], "bfloat16")}, reference,
+          {"kind": "chain", "ops": ops, "outputs": ["o"],
+           "mask_structure": {"kind": "band", "name": "sliding_window" if window else "causal",
+                              "lower": lower, "upper": 0, "fill": "mask_value"}},
+          {"mask": "window" if window else "causal", "window": window, "causal_half": True})
+
+
+def sdpa(root, name, b, hq, hkv, sq, skv, d, causal, description):
+    reference = f"""import torch
+
+
+@torch.no_grad()
+def run(q, k, v):
+    return torch.ops.aten.scaled_dot_product_attention.default(q, k, v, None, 0.0, {causal}, enable_gqa={hq != hkv})
+
+
+def make_inputs(axes, device):
+    bf = torch.bfloat16
+    return {{'q': torch.randn({b}, {hq}, {sq}, {d}, device=device).to(bf),
+            'k': torch.randn({b}, {hkv}, {skv}, {d}, device=device).to(bf),
+            'v': torch.randn({b}, {hkv}, {skv}, {d}, device=device).to(bf)}}
+"""
+    write(root, name, description,
+          {"q": ([b, hq, sq, d], "bfloat16"), "k": ([b, hkv, skv, d], "bfloat16"),
+           "v": ([b, hkv, skv, d], "bfloat16")},
+          {"o": ([b, hq, sq, d], "bfloat16")}, reference,
+          {"kind": "aten", "aten": "aten::scaled_dot_product_attention.default",
+           "args": {"args": [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}, None, 0.0, causal],
+                    "kwargs": {"enable_gqa": hq != hkv}}},
+          {"mask": "causal" if causal else "none", "causal_half": causal})
+
+
+def main(root):
+    gemma_chain(root, "attn_gemma4_sliding512_1x8x4x4096x256", 512)
+    gemma_chain(root, "attn_gemma4_causal_1x8x4x4096x256", None)
+    sdpa(root, "attn_causal_4x32x8x4096x128", 4, 32, 8, 4096, 4096, 128, True, "GQA prefill, causal (SDPA)")
+    sdpa(root, "attn_dense_16x16x1024x64", 16, 16, 16, 1024, 1024, 64, False, "unmasked (SDPA)")
+    sdpa(root, "attn_decode_64x32x8x4096x128", 64, 32, 8, 1, 4096, 128, False,
+         "decode: one query per sequence over 4096 cached tokens (SDPA)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention"))

@@ -1,0 +1,355 @@
+/* attention.c: the attention family: a flash-attention forward, o = softmax(q·kᵀ·scale + mask)·v
+ * without the score matrix in memory, for the eager attention chain and SDPA calls that
+ * attention_match.c recognises (docs/families/attention.md).
+ *
+ * The CUDA candidate (templates/attention.cu) gives each block BLOCK_M query rows of one (batch, q
+ * head) and walks the key tiles of BLOCK_N that the mask's band leaves, K and V tiles streamed by
+ * cp.async through STAGES buffers, scores and output in registers (mma.sync m16n8k16, fp32
+ * accumulate), one warp per 16 query rows. float32 problems run a plain warp-per-row kernel
+ * instead (mma.sync takes 16-bit inputs; tf32 would miss float32's tolerance), which has no
+ * parameters. The cpu candidate is the same algorithm in C (templates/attention_cpu.c). */
+#include "attention.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_COUNT };
+
+#define ATT_MAX_SMEM (227 * 1024)
+#define ATT_MAX_REGS 255
+
+extern const kiln_family kiln_family_attention;
+
+/* ---- the match ---- */
+
+static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
+    att_info a;
+    if (!kiln_attention_analyse(p, &a, why, why_len))
+        return 0;
+    const kiln_workload *w0 = &p->workloads[0];
+    const int64_t d = kiln_attention_dim(p, &a.t[ATT_Q], 3, w0);
+    for (int wi = 1; wi < p->n_workloads; wi++)
+        if (kiln_attention_dim(p, &a.t[ATT_Q], 3, &p->workloads[wi]) != d) {
+            snprintf(why, why_len, "the head dim differs between workloads");
+            return 0;
+        }
+    if (d > 256 || d % 8) {
+        snprintf(why, why_len, "head dim %lld (up to 256, a multiple of 8)", (long long)d);
+        return 0;
+    }
+    snprintf(m->variant, sizeof m->variant, "attention%s%s",
+             a.mask == ATT_MASK_CAUSAL ? "_causal"
+             : a.band && a.has_lo      ? "_sliding"
+             : a.band                  ? "_causal_mask"
+             : a.mask                  ? "_mask"
+                                       : "",
+             a.t[ATT_K].pos[1] >= 0 && kiln_attention_dim(p, &a.t[ATT_K], 1, w0) !=
+                                           kiln_attention_dim(p, &a.t[ATT_Q], 1, w0)
+                 ? "_gqa"
+                 : "");
+    kiln_match_set(m, "b", (double)kiln_attention_dim(p, &a.t[ATT_Q], 0, w0));
+    kiln_match_set(m, "hq", (double)kiln_attention_dim(p, &a.t[ATT_Q], 1, w0));
+    kiln_match_set(m, "hkv", (double)kiln_attention_dim(p, &a.t[ATT_K], 1, w0));
+    kiln_match_set(m, "sq", (double)kiln_attention_dim(p, &a.t[ATT_Q], 2, w0));
+    kiln_match_set(m, "skv", (double)kiln_attention_dim(p, &a.t[ATT_K], 2, w0));
+    kiln_match_set(m, "d", (double)d);
+    kiln_match_set(m, "scale", a.scale);
+    kiln_match_set(m, "mask", a.mask);
+    kiln_match_set(m, "band", a.band);
+    kiln_match_set(m, "has_lo", a.has_lo);
+    kiln_match_set(m, "lo", (double)a.lo);
+    kiln_match_set(m, "hi", (double)a.hi);
+    kiln_match_set(m, "esize", (double)kiln_dtype_size(a.dtype));
+    kiln_match_set(m, "f32", a.dtype == KILN_F32);
+    kiln_match_set(m, "round_qk", a.round_qk);
+    kiln_match_set(m, "round_scaled", a.round_scaled);
+    kiln_match_set(m, "round_masked", a.round_masked);
+    for (int r = 0; r < ATT_ROLES; r++)
+        m->input_of_role[r] = a.t[r].input;
+    m->output_of_role[0] = 0;
+    snprintf(m->how, sizeof m->how, "%s", a.how);
+    return 1;
+}
+
+/* ---- constraints ---- */
+
+static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    /* rows padded by 16 bytes: ldmatrix's eight row addresses then fall in distinct banks */
+    return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * (d + 8) * 2;
+}
+
+/* Registers per thread: the output accumulators (d/2 floats per thread of a warp's 16 rows), the
+ * scores (BLOCK_N/2), and ~48 for fragments, addresses, the softmax state and the mask. */
+static int64_t regs_estimate(const kiln_match *m, const int64_t *pt) {
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    return d / 2 + pt[P_BN] / 2 + 48;
+}
+
+static const char *att_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
+    (void)p;
+    if (kiln_match_get(m, "f32", 0)) {
+        for (int i = 0; i < P_COUNT; i++)
+            if (pt[i] != kiln_family_attention.params[i].values[0])
+                return "float32 runs the warp-per-row kernel: only the first point";
+        return NULL;
+    }
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    if (d % 16)
+        return "mma.sync needs a head dim that is a multiple of 16";
+    if (pt[P_BM] != 16 * pt[P_WARPS])
+        return "each warp owns 16 query rows: BLOCK_M = 16 * WARPS";
+    if (smem_bytes(m, pt) > ATT_MAX_SMEM)
+        return "Q and STAGES K/V tiles exceed 227 KiB of shared memory";
+    if (regs_estimate(m, pt) > ATT_MAX_REGS - 16)
+        return "the output and score accumulators exceed the registers of a thread";
+    const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
+    if (pt[P_PACK] && ratio == 1)
+        return "PACK needs several q heads per kv head";
+    const int64_t rows = (int64_t)kiln_match_get(m, "sq", 1) * (pt[P_PACK] ? ratio : 1);
+    if (pt[P_BM] > 64 && rows <= 64)
+        return "BLOCK_M beyond the queries";
+    const int64_t skv = (int64_t)kiln_match_get(m, "skv", 1);
+    if (pt[P_STAGES] > 2 && skv <= pt[P_BN] * 2)
+        return "more stages than key tiles";
+    return NULL;
+}
+
+/* The rule of thumb (FlashAttention-2 on sm_80/90): 128 queries by 64 keys with 8 warps; at head
+ * dim 256 that is 198 KiB of shared memory, one block an SM, still 8 warps where 64 x 64 would
+ * leave 4; 64 rows with 4 warps when there are no more rows than that. */
+static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
+    (void)p;
+    const int64_t sq = (int64_t)kiln_match_get(m, "sq", 1);
+    for (int i = 0; i < P_COUNT; i++)
+        pt[i] = kiln_family_attention.params[i].values[0];
+    if (kiln_match_get(m, "f32", 0))
+        return 0;
+    const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
+    /* few queries: the q heads of a kv head share a block and read its K and V once */
+    pt[P_PACK] = ratio > 1 && sq < 64;
+    const int big = sq * (pt[P_PACK] ? ratio : 1) > 64;
+    pt[P_BM] = big ? 128 : 64;
+    pt[P_WARPS] = big ? 8 : 4;
+    pt[P_BN] = 64;
+    pt[P_STAGES] = 2;
+    return 0;
+}
+
+/* ---- emission ---- */
+
+/* "(size == 1 ? 0 : stride)" of logical dim l of operand o: the stride of its stored dim, 0 for a
+ * broadcast one; "0" when the tensor has no such dim. */
+static void stride_expr(const kiln_problem *p, const kiln_tensor_spec *t, int pos, char *out,
+                        size_t n) {
+    if (pos < 0) {
+        snprintf(out, n, "0");
+        return;
+    }
+    char size[96], buf[512] = "1";
+    kiln_tensor_dim_expr(p, t, pos, size, sizeof size);
+    size_t off = 1;
+    for (int j = pos + 1; j < t->ndim; j++) {
+        char e[96];
+        kiln_tensor_dim_expr(p, t, j, e, sizeof e);
+        off += (size_t)snprintf(buf + off, off < sizeof buf ? sizeof buf - off : 0,
+                                "*(int64_t)(%s)", e);
+    }
+    kiln_family_fmt(out, n, "((int64_t)(%s) == 1 ? (int64_t)0 : (int64_t)%s)", size, buf);
+}
+
+static void size_expr(const kiln_problem *p, const att_operand *o, int l, char *out, size_t n) {
+    if (o->pos[l] < 0)
+        snprintf(out, n, "1");
+    else
+        kiln_tensor_dim_expr(p, &p->inputs[o->input], o->pos[l], out, n);
+}
+
+/* The entry point's body: att_args filled from the problem's tensors and axes. */
+static void emit_args(kiln_strbuf *b, const kiln_problem *p, const att_info *a) {
+    const char *names[ATT_ROLES] = {"q", "k", "v", "m"};
+    char e[4][600];
+    kiln_strbuf_printf(b, "    att_args a;\n");
+    for (int r = 0; r < ATT_ROLES; r++) {
+        if (a->t[r].input < 0) {
+            kiln_strbuf_printf(b, "    a.mask = 0; a.mb = a.mh = a.ms = 0;\n");
+            continue;
+        }
+        const kiln_tensor_spec *t = &p->inputs[a->t[r].input];
+        kiln_strbuf_printf(b, "    a.%s = %s;\n", r == ATT_MASK ? "mask" : names[r], t->name);
+        for (int l = 0; l < 3; l++)
+            stride_expr(p, t, a->t[r].pos[l], e[l], sizeof e[l]);
+        kiln_strbuf_printf(b, "    a.%sb = %s;\n    a.%sh = %s;\n    a.%ss = %s;\n", names[r], e[0],
+                           names[r], e[1], names[r], e[2]);
+    }
+    const kiln_tensor_spec *o = &p->outputs[0];
+    for (int l = 0; l < 3; l++)
+        stride_expr(p, o, l, e[l], sizeof e[l]);
+    kiln_strbuf_printf(b, "    a.o = %s;\n    a.ob = %s;\n    a.oh = %s;\n    a.os = %s;\n",
+                       o->name, e[0], e[1], e[2]);
+    size_expr(p, &a->t[ATT_Q], 0, e[0], sizeof e[0]);
+    size_expr(p, &a->t[ATT_Q], 1, e[1], sizeof e[1]);
+    size_expr(p, &a->t[ATT_K], 1, e[2], sizeof e[2]);
+    kiln_strbuf_printf(b, "    a.b = %s;\n    a.hq = %s;\n    a.hkv = %s;\n", e[0], e[1], e[2]);
+    size_expr(p, &a->t[ATT_Q], 2, e[0], sizeof e[0]);
+    size_expr(p, &a->t[ATT_K], 2, e[1], sizeof e[1]);
+    kiln_strbuf_printf(b, "    a.sq = %s;\n    a.skv = %s;\n    a.scale = (float)%.17g;\n", e[0],
+                       e[1], a->scale);
+}
+
+/* The facts every emission shares: types, head dim, mask, band, roundings. */
+static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
+    kiln_kernel_type t = kiln_dtype_kernel_type(a->dtype, cuda),
+                     tm = kiln_dtype_kernel_type(a->mask_dtype, cuda);
+    if (cuda)
+        kiln_strbuf_printf(b, "#define ATT_T %s\n#define ATT_TM %s\n#define ATT_F32 %d\n%s", t.type,
+                           tm.type, a->dtype == KILN_F32,
+                           a->dtype == KILN_F16 ? "#define ATT_FP16 1\n" : "");
+    else
+        kiln_strbuf_printf(b,
+                           "#define ATT_T %s\n#define ATT_L(v) %s(v)\n#define ATT_S(f) %s(f)\n"
+                           "#define ATT_TM %s\n#define ATT_LM(v) %s(v)\n",
+                           t.type, t.to_float, t.from_float, tm.type, tm.to_float);
+    const int narrow = a->dtype != KILN_F32;
+    kiln_strbuf_printf(b,
+                       "#define ATT_D %lld\n#define ATT_HAS_MASK %d\n#define ATT_CAUSAL_GEN %d\n"
+                       "#define ATT_BAND %d\n#define ATT_HAS_LO %d\n#define ATT_LO (%lld)\n"
+                       "#define ATT_HI (%lld)\n#define ATT_ROUND_QK %d\n#define ATT_ROUND_SCALED "
+                       "%d\n#define ATT_ROUND_MASKED %d\n#define ATT_ROUND_P %d\n",
+                       (long long)d, a->mask == ATT_MASK_TENSOR, a->mask == ATT_MASK_CAUSAL,
+                       a->band, a->has_lo, (long long)a->lo, (long long)a->hi,
+                       narrow && a->round_qk, narrow && a->round_scaled, narrow && a->round_masked,
+                       narrow);
+}
+
+static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
+    att_info a;
+    char why[256];
+    int ok = kiln_attention_analyse(p, &a, why, sizeof why);
+    KILN_ASSERT(ok); /* match accepted p */
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    kiln_strbuf b = {0};
+    char q_s[96], hq[96], bt[96], hkv[96];
+    size_expr(p, &a.t[ATT_Q], 2, q_s, sizeof q_s);
+    size_expr(p, &a.t[ATT_Q], 1, hq, sizeof hq);
+    size_expr(p, &a.t[ATT_K], 1, hkv, sizeof hkv);
+    size_expr(p, &a.t[ATT_Q], 0, bt, sizeof bt);
+    if (!cuda) {
+        kiln_strbuf_printf(&b, "// cpu: the GPU parameters do not apply\n");
+        emit_facts(&b, &a, d, 0);
+        kiln_strbuf_printf(&b, "%s", kiln_family_template("attention_cpu.c"));
+        char *proto = kiln_family_prototype(p, 0, 0, NULL, "attention_kernel");
+        kiln_strbuf_printf(&b, "\n// kiln: launch attention_kernel\n%s {\n", proto);
+        free(proto);
+        emit_args(&b, p, &a);
+        kiln_strbuf_printf(&b, "    att_cpu(&a);\n}\n");
+        kiln_family bare = kiln_family_attention;
+        bare.n_params = 0;
+        return kiln_family_source(&bare, m, pt, b.s);
+    }
+    char *defs = kiln_family_defines(&kiln_family_attention, pt);
+    kiln_strbuf_printf(&b, "%s", defs);
+    free(defs);
+    emit_facts(&b, &a, d, 1);
+    char bounds[32];
+    if (a.dtype == KILN_F32) {
+        /* one warp per query row, 4 rows per block */
+        kiln_strbuf_printf(&b,
+                           "// kiln: launch attention_kernel grid=(ceil_div(%s,4),%s,%s) "
+                           "block=128\n",
+                           q_s, hq, bt);
+        snprintf(bounds, sizeof bounds, "128");
+    } else if (pt[P_PACK]) {
+        kiln_strbuf_printf(
+            &b,
+            "// kiln: launch attention_kernel grid=(ceil_div((%s)*((%s)/(%s)),%lld),%s,%s) "
+            "block=%lld smem=%lld\n",
+            q_s, hq, hkv, (long long)pt[P_BM], hkv, bt, (long long)pt[P_WARPS] * 32,
+            (long long)smem_bytes(m, pt));
+        snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
+    } else {
+        kiln_strbuf_printf(&b,
+                           "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld),%s,%s) "
+                           "block=%lld smem=%lld\n",
+                           q_s, (long long)pt[P_BM], hq, bt, (long long)pt[P_WARPS] * 32,
+                           (long long)smem_bytes(m, pt));
+        snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
+    }
+    kiln_strbuf_printf(&b, "%s", kiln_family_template("attention.cu"));
+    char *proto = kiln_family_prototype(p, 0, 1, bounds, "attention_kernel");
+    kiln_strbuf_printf(&b, "\n%s {\n", proto);
+    free(proto);
+    emit_args(&b, p, &a);
+    kiln_strbuf_printf(&b, "    att_fwd(a);\n}\n");
+    return kiln_family_source(&kiln_family_attention, m, pt, b.s);
+}
+
+/* ---- speed of light ---- */
+
+/* Key positions the band keeps over all query rows (sq * skv without a band). */
+static double kept_pairs(const kiln_match *m, int64_t sq, int64_t skv) {
+    if (!kiln_match_get(m, "band", 0))
+        return (double)sq * (double)skv;
+    const int has_lo = (int)kiln_match_get(m, "has_lo", 0);
+    const int64_t lo = (int64_t)kiln_match_get(m, "lo", 0),
+                  hi = (int64_t)kiln_match_get(m, "hi", 0);
+    double n = 0;
+    for (int64_t i = 0; i < sq; i++) {
+        int64_t j0 = has_lo && i + lo > 0 ? i + lo : 0, j1 = i + hi < skv - 1 ? i + hi : skv - 1;
+        n += j1 >= j0 ? (double)(j1 - j0 + 1) : 0;
+    }
+    return n;
+}
+
+/* 4·b·hq·d per kept (query, key) pair: two matmuls of 2 flops per multiply-add. */
+static double att_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
+    int64_t q[KILN_MAX_DIMS], k[KILN_MAX_DIMS];
+    att_info a;
+    char why[256];
+    if (!kiln_attention_analyse(p, &a, why, sizeof why))
+        return 0;
+    for (int l = 0; l < 4; l++) {
+        q[l] = kiln_attention_dim(p, &a.t[ATT_Q], l, w);
+        k[l] = kiln_attention_dim(p, &a.t[ATT_K], l, w);
+    }
+    return 4.0 * (double)q[0] * (double)q[1] * (double)q[3] * kept_pairs(m, q[2], k[2]);
+}
+
+/* q, k, v and the mask read once, the output written once. */
+static double att_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
+    (void)m;
+    return kiln_problem_min_bytes(p, w);
+}
+
+/* fp32 accumulation throughout; the probabilities are rounded to the input dtype before the second
+ * matmul, where eager rounds them too. */
+static kiln_tolerance att_tolerance(kiln_dtype t) {
+    return kiln_tolerance_default(t);
+}
+
+const kiln_family kiln_family_attention = {
+    .name = "attention",
+    .summary =
+        "flash-attention forward: softmax(q·kᵀ·scale + mask)·v, GQA, causal/sliding/additive "
+        "masks, no score matrix in memory",
+    .n_params = P_COUNT,
+    .params =
+        {
+            [P_BM] = {"ATT_BLOCK_M", 2, {64, 128}, "query rows per block (16 per warp)"},
+            [P_BN] = {"ATT_BLOCK_N", 3, {64, 32, 128}, "keys per tile of the inner loop"},
+            [P_WARPS] = {"ATT_WARPS", 2, {4, 8}, "warps per block"},
+            [P_STAGES] = {"ATT_STAGES", 2, {2, 3}, "K/V tiles in flight (cp.async buffers)"},
+            [P_PACK] =
+                {"ATT_PACK",
+                 2,
+                 {0, 1},
+                 "1: the q heads of a kv head share the block's rows (GQA with few queries)"},
+        },
+    .match = att_match,
+    .check = att_check,
+    .emit = att_emit,
+    .min_bytes = att_min_bytes,
+    .flops = att_flops,
+    .tolerance = att_tolerance,
+    .start = att_start,
+};

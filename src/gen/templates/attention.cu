@@ -1,0 +1,488 @@
+// attention.cu: the attention family's CUDA template: a flash-attention forward for sm_90,
+// o = softmax(q·kᵀ·scale + mask)·v, the scores never leaving registers.
+//
+// The work. Block (x, h, b) owns ATT_BLOCK_M query rows of q head h of batch b (blocks in reverse
+// order of x, so that the longest rows of a causal mask start first) and reads kv head h / (hq /
+// hkv): grouped-query attention costs nothing but that division. With ATT_PACK, block (x, g, b)
+// owns rows of all the q heads of kv head g instead (att_row), for few queries per head. Each of the ATT_WARPS warps owns
+// 16 rows. The block walks the key tiles of ATT_BLOCK_N keys that the band of the mask leaves for
+// its rows (all tiles without a band); K and V tiles arrive by cp.async in ATT_STAGES buffers,
+// the next tiles' copies in flight while the current one is computed. Per tile a warp computes
+// its 16 x BLOCK_N scores with mma.sync m16n8k16 (Q and K fragments by ldmatrix from shared
+// memory), applies the roundings eager makes, the scale and the mask, updates the running max
+// and sum of its rows (online softmax: the accumulated output is rescaled by e^(old max - new
+// max)), packs the probabilities into A fragments in registers (rounded to the input dtype, as
+// eager's cast before the second matmul) and accumulates P·V with ldmatrix.trans fragments of V.
+// At the end each row is divided by its sum and written.
+//
+// Shared memory rows are padded by 16 bytes (ATT_LD = D + 8 elements): the eight row addresses of
+// an ldmatrix then fall in eight distinct 16-byte bank groups.
+//
+// Semantics: exponents are ex2((x - base) · log2 e) against the running max of the row (0 when
+// it is still -inf, so that a fully masked tile gives e^-inf = 0, never NaN); a row whose every
+// key is -inf ends 0 / 0 = NaN as in eager, a row of finfo.min is uniform.
+//
+// float32 problems (ATT_F32) take the warp-per-row kernel at the end: mma.sync has no fp32 inputs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+// ---- the point and the problem (the emitter writes these; the template compiles alone) ----
+#ifndef ATT_BLOCK_M
+#define ATT_BLOCK_M 64 // query rows per block
+#endif
+#ifndef ATT_BLOCK_N
+#define ATT_BLOCK_N 64 // keys per tile
+#endif
+#ifndef ATT_WARPS
+#define ATT_WARPS 4 // warps per block, 16 query rows each
+#endif
+#ifndef ATT_STAGES
+#define ATT_STAGES 2 // K/V tile buffers
+#endif
+#ifndef ATT_PACK
+#define ATT_PACK 0 // 1: the q heads of one kv head share a block's rows (GQA decode)
+#endif
+#ifndef ATT_T
+#define ATT_T __nv_bfloat16
+#define ATT_TM __nv_bfloat16
+#define ATT_F32 0
+#define ATT_D 128
+#define ATT_HAS_MASK 0
+#define ATT_CAUSAL_GEN 0
+#define ATT_BAND 0
+#define ATT_HAS_LO 0
+#define ATT_LO 0
+#define ATT_HI 0
+#define ATT_ROUND_QK 0
+#define ATT_ROUND_SCALED 0
+#define ATT_ROUND_MASKED 0
+#define ATT_ROUND_P 1
+#endif
+
+typedef struct {
+    const ATT_T *q, *k, *v;
+    const ATT_TM *mask;
+    ATT_T *o;
+    int64_t b, hq, hkv, sq, skv;
+    int64_t qb, qh, qs, kb, kh, ks, vb, vh, vs, mb, mh, ms, ob, oh, os;
+    float scale;
+} att_args;
+
+#define ATT_LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ float att_lf(float v) {
+    return v;
+}
+__device__ __forceinline__ float att_lf(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+__device__ __forceinline__ float att_lf(__half v) {
+    return __half2float(v);
+}
+__device__ __forceinline__ void att_sf(float x, float *out) {
+    *out = x;
+}
+__device__ __forceinline__ void att_sf(float x, __nv_bfloat16 *out) {
+    *out = __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ void att_sf(float x, __half *out) {
+    *out = __float2half_rn(x);
+}
+// x rounded to the input dtype, as eager's 16-bit intermediate tensors are
+__device__ __forceinline__ float att_rnd(float x) {
+    ATT_T t;
+    att_sf(x, &t);
+    return att_lf(t);
+}
+
+// the band's key range [first, last) of query rows [r0, r1] (the whole sequence without a band)
+__device__ __forceinline__ void att_key_range(int64_t r0, int64_t r1, int64_t skv, int64_t *first,
+                                              int64_t *last) {
+    *first = 0;
+    *last = skv;
+#if ATT_BAND
+#if ATT_HAS_LO
+    *first = r0 + (ATT_LO) > 0 ? r0 + (ATT_LO) : 0;
+#endif
+    *last = r1 + (ATT_HI) + 1 < skv ? r1 + (ATT_HI) + 1 : skv;
+#endif
+    (void)r0;
+    (void)r1;
+}
+
+#if !ATT_F32
+
+// ---- hardware: begin (sm_80+ PTX: cp.async, ldmatrix, mma.sync m16n8k16, ex2; the tests run the
+// kernel on a host emulator with tests/data/families/attention/emu/emu_att.h in its place) ----
+#if defined(ATT_FP16)
+#define ATT_MMA_TYPES "f32.f16.f16.f32"
+#else
+#define ATT_MMA_TYPES "f32.bf16.bf16.f32"
+#endif
+
+// the block's dynamic shared memory, as a shared-window address (ldmatrix and cp.async take those)
+__device__ __forceinline__ unsigned att_smem_base() {
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    return (unsigned)__cvta_generic_to_shared(att_smem);
+}
+__device__ __forceinline__ float att_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// 16 bytes global -> shared; bytes = 0 fills zeros (rows past the end)
+__device__ __forceinline__ void att_cp16(unsigned dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void att_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void att_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void att_ldm4(unsigned addr, unsigned *r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void att_ldm4t(unsigned addr, unsigned *r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+// c += a·b, a 16x16 (row), b 16x8 (col), c 16x8 fp32
+__device__ __forceinline__ void att_mma(float *c, const unsigned *a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col." ATT_MMA_TYPES
+                 " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// two floats as one register of two 16-bit values, lo in the low half (an A fragment pair)
+__device__ __forceinline__ unsigned att_pack(float lo, float hi) {
+#if defined(ATT_FP16)
+    __half2 h = __floats2half2_rn(lo, hi);
+#else
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+#endif
+    return *reinterpret_cast<unsigned *>(&h);
+}
+// ---- hardware: end ----
+
+#define ATT_LD (ATT_D + 8)         // padded shared-memory row, in elements
+#define ATT_CHUNKS (ATT_D / 8)     // 16-byte chunks per row
+#define ATT_NT (ATT_BLOCK_N / 8)   // score n-tiles per warp
+#define ATT_DT (ATT_D / 8)         // output n-tiles per warp
+#define ATT_THREADS (ATT_WARPS * 32)
+
+// rows [row0, row0 + rows) of a [s, D] matrix with row stride `stride` into shared memory at
+// dst (ATT_LD elements per row); rows at or past `limit` are zero-filled
+__device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, int64_t stride,
+                                              int64_t row0, int rows, int64_t limit) {
+#pragma unroll 2
+    for (int c = threadIdx.x; c < rows * ATT_CHUNKS; c += ATT_THREADS) {
+        const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
+        const int ok = row0 + r < limit;
+        const ATT_T *g = src + (ok ? (row0 + r) * stride : 0) + ch * 8;
+        att_cp16(dst + (unsigned)((r * ATT_LD + ch * 8) * 2), g, ok ? 16 : 0);
+    }
+}
+
+// Row m of a block's rows is query m of q head blockIdx.y, or with ATT_PACK query m / ratio of q head
+// kv head * ratio + m % ratio: the ratio q heads that read one kv head then read each K and V tile
+// once between them, which is what fills a block when there are few queries (decode).
+__device__ __forceinline__ void att_row(const att_args &a, int64_t m, int64_t *head, int64_t *query) {
+#if ATT_PACK
+    const int64_t ratio = a.hq / a.hkv;
+    *head = (int64_t)blockIdx.y * ratio + m % ratio;
+    *query = m / ratio;
+#else
+    *head = blockIdx.y;
+    *query = m;
+#endif
+}
+
+// Q rows [m0, m0 + ATT_BLOCK_M) of the block (zeros past the last) into shared memory
+__device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, int64_t bi, int64_t m0,
+                                           int64_t rows) {
+#pragma unroll 2
+    for (int c = threadIdx.x; c < ATT_BLOCK_M * ATT_CHUNKS; c += ATT_THREADS) {
+        const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
+        const int ok = m0 + r < rows;
+        int64_t head, query;
+        att_row(a, ok ? m0 + r : 0, &head, &query);
+        const ATT_T *g = a.q + bi * a.qb + head * a.qh + query * a.qs + ch * 8;
+        att_cp16(dst + (unsigned)((r * ATT_LD + ch * 8) * 2), g, ok ? 16 : 0);
+    }
+}
+
+__device__ __forceinline__ void att_fwd(const att_args a) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int64_t m0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * ATT_BLOCK_M;
+#if ATT_PACK
+    const int64_t ratio = a.hq / a.hkv, kvh = blockIdx.y, rows = a.sq * ratio;
+#else
+    const int64_t ratio = 1, kvh = blockIdx.y / (a.hq / a.hkv), rows = a.sq;
+#endif
+    const int64_t bi = blockIdx.z;
+    const ATT_T *kg = a.k + bi * a.kb + kvh * a.kh;
+    const ATT_T *vg = a.v + bi * a.vb + kvh * a.vh;
+
+    const unsigned s_q = att_smem_base();
+    const unsigned s_k = s_q + ATT_BLOCK_M * ATT_LD * 2;
+    const unsigned s_v = s_k + ATT_STAGES * ATT_BLOCK_N * ATT_LD * 2;
+    const unsigned tile_bytes = ATT_BLOCK_N * ATT_LD * 2;
+
+    int64_t first, last;
+    const int64_t r_last = m0 + ATT_BLOCK_M < rows ? m0 + ATT_BLOCK_M - 1 : rows - 1;
+    att_key_range(m0 / ratio, r_last / ratio, a.skv, &first, &last);
+    const int64_t t0 = first / ATT_BLOCK_N;
+    const int n_tiles = last > first ? (int)((last + ATT_BLOCK_N - 1) / ATT_BLOCK_N - t0) : 0;
+
+    att_load_q(s_q, a, bi, m0, rows);
+#pragma unroll
+    for (int s = 0; s < ATT_STAGES - 1; s++) {
+        if (s < n_tiles) {
+            const int64_t n0 = (t0 + s) * ATT_BLOCK_N;
+            att_load_tile(s_k + s * tile_bytes, kg, a.ks, n0, ATT_BLOCK_N, a.skv);
+            att_load_tile(s_v + s * tile_bytes, vg, a.vs, n0, ATT_BLOCK_N, a.skv);
+        }
+        att_cp_commit();
+    }
+
+    float acc[ATT_DT][4];
+#pragma unroll
+    for (int i = 0; i < ATT_DT; i++)
+        acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    // this lane's two rows: valid, their q head and query (rows past the end stand in for the last)
+    int64_t head[2], row[2];
+    int valid[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t m = m0 + warp * 16 + g + 8 * r;
+        valid[r] = m < rows;
+        att_row(a, valid[r] ? m : rows - 1, &head[r], &row[r]);
+    }
+#if ATT_HAS_MASK
+    const ATT_TM *mrow[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        mrow[r] = a.mask + bi * a.mb + head[r] * a.mh + row[r] * a.ms;
+#endif
+    // this lane's ldmatrix row addresses: Q (A, row-major), K (B, non-transposed), V (B, .trans)
+    const unsigned q_addr =
+        s_q + (unsigned)(((warp * 16 + (lane & 15)) * ATT_LD + (lane >> 4) * 8) * 2);
+    const unsigned k_off = (unsigned)((((lane & 7) + ((lane >> 4) << 3)) * ATT_LD +
+                                       (((lane >> 3) & 1) << 3)) *
+                                      2);
+    const unsigned v_off = (unsigned)((((lane & 7) + (((lane >> 3) & 1) << 3)) * ATT_LD +
+                                       ((lane >> 4) << 3)) *
+                                      2);
+
+    for (int it = 0; it < n_tiles; it++) {
+        att_cp_wait<ATT_STAGES - 2>();
+        __syncthreads();
+        {
+            const int nx = it + ATT_STAGES - 1;
+            if (nx < n_tiles) {
+                const int slot = nx % ATT_STAGES;
+                const int64_t n0 = (t0 + nx) * ATT_BLOCK_N;
+                att_load_tile(s_k + slot * tile_bytes, kg, a.ks, n0, ATT_BLOCK_N, a.skv);
+                att_load_tile(s_v + slot * tile_bytes, vg, a.vs, n0, ATT_BLOCK_N, a.skv);
+            }
+            att_cp_commit();
+        }
+        const int slot = it % ATT_STAGES;
+        const int64_t n0 = (t0 + it) * ATT_BLOCK_N;
+        const unsigned kb = s_k + slot * tile_bytes + k_off, vb = s_v + slot * tile_bytes + v_off;
+
+        // S = Q Kᵀ
+        float s[ATT_NT][4];
+#pragma unroll
+        for (int j = 0; j < ATT_NT; j++)
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < ATT_D / 16; kk++) {
+            unsigned qa[4];
+            att_ldm4(q_addr + kk * 32, qa);
+#pragma unroll
+            for (int np = 0; np < ATT_NT / 2; np++) {
+                unsigned kr[4];
+                att_ldm4(kb + (unsigned)(np * 16 * ATT_LD * 2) + kk * 32, kr);
+                att_mma(s[2 * np], qa, kr[0], kr[1]);
+                att_mma(s[2 * np + 1], qa, kr[2], kr[3]);
+            }
+        }
+
+        // scale, mask, roundings; the tile's max per row. Columns are 32-bit offsets in the tile.
+        const int klim = a.skv - n0 < ATT_BLOCK_N ? (int)(a.skv - n0) : ATT_BLOCK_N;
+#if ATT_CAUSAL_GEN
+        // key n0 + c of row r is above the band when c > diag[r]
+        const int diag0 = (int)(row[0] - n0) + (ATT_HI), diag1 = (int)(row[1] - n0) + (ATT_HI);
+#endif
+        float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < ATT_NT; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1, c = j * 8 + 2 * t + (e & 1);
+                float x = s[j][e];
+#if ATT_ROUND_QK
+                x = att_rnd(x);
+#endif
+                x *= a.scale;
+#if ATT_ROUND_SCALED
+                x = att_rnd(x);
+#endif
+#if ATT_HAS_MASK
+                if (c < klim) {
+                    x += att_lf(mrow[r][n0 + c]);
+#if ATT_ROUND_MASKED
+                    x = att_rnd(x);
+#endif
+                }
+#endif
+#if ATT_CAUSAL_GEN
+                if (c > (r ? diag1 : diag0))
+                    x = -INFINITY;
+#endif
+                if (c >= klim)
+                    x = -INFINITY;
+                s[j][e] = x;
+                mt[r] = fmaxf(mt[r], x);
+            }
+        }
+        float alpha[2], base[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
+            mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
+            const float mn = fmaxf(m_run[r], mt[r]);
+            base[r] = mn == -INFINITY ? 0.f : mn;
+            alpha[r] = att_ex2((m_run[r] - base[r]) * ATT_LOG2E);
+            m_run[r] = mn;
+            l_run[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int i = 0; i < ATT_DT; i++) {
+            acc[i][0] *= alpha[0];
+            acc[i][1] *= alpha[0];
+            acc[i][2] *= alpha[1];
+            acc[i][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_NT; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                s[j][e] = att_ex2((s[j][e] - base[r]) * ATT_LOG2E);
+                l_run[r] += s[j][e];
+            }
+        }
+
+        // O += P V, P from the score registers (an m16n8 C fragment pair is an m16k16 A fragment)
+#pragma unroll
+        for (int kk = 0; kk < ATT_NT / 2; kk++) {
+            unsigned pa[4];
+            pa[0] = att_pack(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = att_pack(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = att_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = att_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < ATT_DT / 2; dp++) {
+                unsigned vr[4];
+                att_ldm4t(vb + (unsigned)(kk * 16 * ATT_LD * 2) + dp * 32, vr);
+                att_mma(acc[2 * dp], pa, vr[0], vr[1]);
+                att_mma(acc[2 * dp + 1], pa, vr[2], vr[3]);
+            }
+        }
+    }
+    att_cp_wait<0>();
+
+    // the row sums are spread over the quad of lanes sharing a row
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (!valid[r])
+            continue;
+        ATT_T *orow = a.o + bi * a.ob + head[r] * a.oh + row[r] * a.os;
+        const float inv = 1.f / l_run[r];
+#pragma unroll
+        for (int i = 0; i < ATT_DT; i++) {
+            const unsigned v = att_pack(acc[i][2 * r] * inv, acc[i][2 * r + 1] * inv);
+            *reinterpret_cast<unsigned *>(orow + i * 8 + 2 * t) = v;
+        }
+    }
+}
+
+#else // ATT_F32: a warp per query row, 4 rows per block
+
+#define ATT_DPL ((ATT_D + 31) / 32)
+
+__device__ __forceinline__ void att_fwd(const att_args a) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t i = (int64_t)blockIdx.x * 4 + warp, h = blockIdx.y, bi = blockIdx.z;
+    if (i >= a.sq)
+        return;
+    const int64_t kvh = h / (a.hq / a.hkv);
+    const float *qr = a.q + bi * a.qb + h * a.qh + i * a.qs;
+    const float *kg = a.k + bi * a.kb + kvh * a.kh;
+    const float *vg = a.v + bi * a.vb + kvh * a.vh;
+    float qv[ATT_DPL], acc[ATT_DPL];
+#pragma unroll
+    for (int c = 0; c < ATT_DPL; c++) {
+        const int d = lane + 32 * c;
+        qv[c] = d < ATT_D ? qr[d] : 0.f;
+        acc[c] = 0.f;
+    }
+    int64_t first, last;
+    att_key_range(i, i, a.skv, &first, &last);
+    float m = -INFINITY, l = 0.f;
+    for (int64_t j = first; j < last; j++) {
+        const float *kr = kg + j * a.ks;
+        float dot = 0.f;
+#pragma unroll
+        for (int c = 0; c < ATT_DPL; c++) {
+            const int d = lane + 32 * c;
+            dot += d < ATT_D ? qv[c] * kr[d] : 0.f;
+        }
+#pragma unroll
+        for (int o = 16; o; o >>= 1)
+            dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        float x = dot * a.scale;
+#if ATT_HAS_MASK
+        x += att_lf(a.mask[bi * a.mb + h * a.mh + i * a.ms + j]);
+#endif
+#if ATT_CAUSAL_GEN
+        if (j - i > (ATT_HI))
+            x = -INFINITY;
+#endif
+        const float mn = fmaxf(m, x);
+        const float base = mn == -INFINITY ? 0.f : mn;
+        const float alpha = expf(m - base), p = expf(x - base);
+        l = l * alpha + p;
+        const float *vr = vg + j * a.vs;
+#pragma unroll
+        for (int c = 0; c < ATT_DPL; c++) {
+            const int d = lane + 32 * c;
+            acc[c] = acc[c] * alpha + (d < ATT_D ? p * vr[d] : 0.f);
+        }
+        m = mn;
+    }
+    float *orow = a.o + bi * a.ob + h * a.oh + i * a.os;
+#pragma unroll
+    for (int c = 0; c < ATT_DPL; c++) {
+        const int d = lane + 32 * c;
+        if (d < ATT_D)
+            orow[d] = acc[c] / l;
+    }
+}
+
+#endif

@@ -1,0 +1,659 @@
+/* test_family_attention.c: the attention family without a GPU: what the matcher reads from the
+ * eager chain, SDPA calls and hand-written problems (variants, heads, head dim, scale, the mask's
+ * band), what it declines and why, the constraints' reasons, flops counted at the band's share, and
+ * that every start point and an even spread of the valid points of the issue's rows
+ * (bench/attention) and of the cpu test problems compile for sm_90 with NVRTC without a stack frame
+ * (no spills). */
+#include <ctype.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/backend.h"
+#include "backend/cubin.h"
+#include "backend/nvrtc.h"
+#include "gen/family.h"
+
+#define DATA KILN_SOURCE_DIR "/tests/data/families/attention"
+#define ROWS KILN_SOURCE_DIR "/bench/attention"
+#define SPREAD 6
+#define SMX_EMU KILN_SOURCE_DIR "/tests/data/families/softmax/emu"
+#define ATT_EMU KILN_SOURCE_DIR "/tests/data/families/attention/emu"
+
+static const kiln_family *att;
+
+static void reset(kiln_match *m) {
+    memset(m, 0, sizeof *m);
+    for (int k = 0; k < 8; k++)
+        m->input_of_role[k] = -1;
+    for (int k = 0; k < 4; k++)
+        m->output_of_role[k] = -1;
+}
+
+static kiln_problem *load(const char *dir, const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    kiln_problem *p = NULL;
+    kiln_err err;
+    if (kiln_problem_load(path, &p, &err) != KILN_OK)
+        fail_msg("%s: %s", name, err.msg);
+    return p;
+}
+
+static kiln_problem *parse(const char *def, const char *wl) {
+    kiln_problem *p = NULL;
+    kiln_err err;
+    if (kiln_problem_parse(def, strlen(def), "t", wl, strlen(wl), "t", &p, &err) != KILN_OK)
+        fail_msg("parse: %s", err.msg);
+    return p;
+}
+
+static void match_ok(const kiln_problem *p, kiln_match *m) {
+    char why[512] = "";
+    reset(m);
+    if (!att->match(p, m, why, sizeof why))
+        fail_msg("%s declined: %s", p->name, why);
+}
+
+typedef struct {
+    const char *dir, *name, *variant;
+    int hq, hkv, d, band, has_lo, lo;
+    double scale;
+} expect;
+
+static const expect EXPECTED[] = {
+    {DATA, "gqa_bf16_causal", "attention_causal_mask_gqa", 4, 2, 64, 1, 0, 0, 0.125},
+    {DATA, "f32_unmasked", "attention", 2, 2, 32, 0, 0, 0, 0.17677669529663687},
+    {DATA, "sliding_bf16", "attention_sliding_gqa", 2, 1, 64, 1, 1, -47, 0.125},
+    {DATA, "sdpa_bf16_causal", "attention_causal_gqa", 4, 2, 64, 1, 0, 0, 0.125},
+    {DATA, "gemma_small_captured", "attention_mask_gqa", 2, 1, 64, 0, 0, 0, 1.0},
+    {ROWS, "attn_gemma4_sliding512_1x8x4x4096x256", "attention_sliding_gqa", 8, 4, 256, 1, 1, -511,
+     1.0},
+    {ROWS, "attn_gemma4_causal_1x8x4x4096x256", "attention_causal_mask_gqa", 8, 4, 256, 1, 0, 0,
+     1.0},
+    {ROWS, "attn_causal_4x32x8x4096x128", "attention_causal_gqa", 32, 8, 128, 1, 0, 0,
+     0.08838834764831845},
+    {ROWS, "attn_dense_16x16x1024x64", "attention", 16, 16, 64, 0, 0, 0, 0.125},
+    {ROWS, "attn_decode_64x32x8x4096x128", "attention_gqa", 32, 8, 128, 0, 0, 0,
+     0.08838834764831845},
+};
+#define N_EXPECTED (sizeof EXPECTED / sizeof EXPECTED[0])
+
+static void test_match(void **state) {
+    (void)state;
+    for (size_t i = 0; i < N_EXPECTED; i++) {
+        const expect *e = &EXPECTED[i];
+        kiln_problem *p = load(e->dir, e->name);
+        kiln_match m;
+        match_ok(p, &m);
+        if (strcmp(m.variant, e->variant) != 0)
+            fail_msg("%s: variant %s, expected %s", e->name, m.variant, e->variant);
+        assert_int_equal((int)kiln_match_get(&m, "hq", 0), e->hq);
+        assert_int_equal((int)kiln_match_get(&m, "hkv", 0), e->hkv);
+        assert_int_equal((int)kiln_match_get(&m, "d", 0), e->d);
+        assert_int_equal((int)kiln_match_get(&m, "band", -1), e->band);
+        assert_int_equal((int)kiln_match_get(&m, "has_lo", -1), e->has_lo);
+        if (e->has_lo)
+            assert_int_equal((int)kiln_match_get(&m, "lo", 0), e->lo);
+        if (e->band)
+            assert_int_equal((int)kiln_match_get(&m, "hi", -1), 0);
+        assert_float_equal(kiln_match_get(&m, "scale", 0), e->scale, 1e-12);
+        kiln_problem_free(p);
+    }
+}
+
+/* The Gemma-4 chain's roundings: bf16 scores, scaled and masked in bf16. The sliding test problem
+ * adds a float32 mask: no rounding after the add. */
+static void test_roundings(void **state) {
+    (void)state;
+    kiln_match m;
+    kiln_problem *p = load(ROWS, "attn_gemma4_causal_1x8x4x4096x256");
+    match_ok(p, &m);
+    assert_int_equal((int)kiln_match_get(&m, "round_qk", 0), 1);
+    assert_int_equal((int)kiln_match_get(&m, "round_scaled", 0), 1);
+    assert_int_equal((int)kiln_match_get(&m, "round_masked", 0), 1);
+    kiln_problem_free(p);
+    p = load(DATA, "sliding_bf16");
+    match_ok(p, &m);
+    assert_int_equal((int)kiln_match_get(&m, "round_scaled", 0), 1);
+    assert_int_equal((int)kiln_match_get(&m, "round_masked", 1), 0);
+    kiln_problem_free(p);
+}
+
+#define QKV_F32(sq, hk)                                                                            \
+    "\"inputs\": {\"q\": {\"shape\": [\"2\", \"4\", \"" sq                                         \
+    "\", \"64\"], \"dtype\": \"float32\"}, "                                                       \
+    "\"k\": {\"shape\": [\"2\", \"" hk "\", \"16\", \"64\"], \"dtype\": \"float32\"}, "            \
+    "\"v\": {\"shape\": [\"2\", \"" hk "\", \"16\", \"64\"], \"dtype\": \"float32\"}"
+#define OUT_F32                                                                                    \
+    "\"outputs\": {\"o\": {\"shape\": [\"2\", \"4\", \"16\", \"64\"], \"dtype\": \"float32\"}}"
+#define REF "\"reference\": \"def run(q, k, v):\\n    return q\\n\""
+#define WL                                                                                         \
+    "{\"uuid\": \"a\", \"axes\": {}, \"inputs\": {\"q\": {\"type\": \"random\"}, \"k\": "          \
+    "{\"type\": "                                                                                  \
+    "\"random\"}, \"v\": {\"type\": \"random\"}}}\n"
+#define WL_MASK                                                                                    \
+    "{\"uuid\": \"a\", \"axes\": {}, \"inputs\": {\"q\": {\"type\": \"random\"}, \"k\": "          \
+    "{\"type\": "                                                                                  \
+    "\"random\"}, \"v\": {\"type\": \"random\"}, \"mask\": {\"type\": \"random\"}}}\n"
+#define CHAIN(mid)                                                                                 \
+    "\"kiln\": {\"kind\": \"chain\", \"ops\": [{\"aten\": \"aten::transpose.int\", \"args\": "     \
+    "[{\"ref\": \"k\"}, 2, 3], \"out\": \"kt\"}, {\"aten\": \"aten::matmul.default\", \"args\": "  \
+    "[{\"ref\": \"q\"}, {\"ref\": \"kt\"}], \"out\": \"s\"}, " mid ", {\"aten\": "                 \
+    "\"aten::matmul.default\", \"args\": [{\"ref\": \"p\"}, {\"ref\": \"v\"}], \"out\": \"o\"}], " \
+    "\"outputs\": [\"o\"]}"
+#define SOFTMAX                                                                                    \
+    "{\"aten\": \"aten::_softmax.default\", \"args\": [{\"ref\": \"s\"}, -1, false], \"out\": "    \
+    "\"p\"}"
+
+static void decline(const char *def, const char *reason) {
+    kiln_problem *p = parse(def, strstr(def, "\"mask\"") ? WL_MASK : WL);
+    kiln_match m;
+    reset(&m);
+    char why[512] = "";
+    if (att->match(p, &m, why, sizeof why))
+        fail_msg("matched (%s), expected a decline: %s", m.variant, reason);
+    if (!strstr(why, reason))
+        fail_msg("declined with '%s', expected '%s'", why, reason);
+    kiln_problem_free(p);
+}
+
+static void test_declines(void **state) {
+    (void)state;
+    static const char head[] = "{\"name\": \"t\", \"axes\": {}, ";
+    char def[4096];
+    /* the chain proves itself: a plain one matches */
+    snprintf(def, sizeof def,
+             "%s" QKV_F32("16", "2") "}, " OUT_F32 ", " REF ", " CHAIN(SOFTMAX) "}", head);
+    kiln_problem *p = parse(def, WL);
+    kiln_match m;
+    match_ok(p, &m);
+    kiln_problem_free(p);
+    snprintf(def, sizeof def,
+             "%s" QKV_F32("16", "2") "}, " OUT_F32 ", " REF ", " CHAIN(
+                 "{\"aten\": \"aten::_log_softmax.default\", \"args\": [{\"ref\": \"s\"}, -1, "
+                 "false], \"out\": \"p\"}") "}",
+             head);
+    decline(def, "_log_softmax");
+    snprintf(def, sizeof def,
+             "%s" QKV_F32("16", "2") "}, " OUT_F32 ", " REF ", " CHAIN(
+                 "{\"aten\": \"aten::_softmax.default\", \"args\": [{\"ref\": \"s\"}, -1, "
+                 "false], \"out\": \"p0\"}, {\"aten\": \"aten::dropout.default\", \"args\": "
+                 "[{\"ref\": \"p0\"}, 0.1, true], \"out\": \"p\"}") "}",
+             head);
+    decline(def, "dropout with p > 0");
+    snprintf(def, sizeof def,
+             "%s" QKV_F32("16", "2") "}, " OUT_F32 ", " REF ", " CHAIN(
+                 "{\"aten\": \"aten::_softmax.default\", \"args\": [{\"ref\": \"s\"}, 2, "
+                 "false], \"out\": \"p\"}") "}",
+             head);
+    decline(def, "not over the keys");
+    snprintf(def, sizeof def,
+             "%s" QKV_F32("16", "3") "}, " OUT_F32 ", " REF ", " CHAIN(SOFTMAX) "}", head);
+    decline(def, "not a multiple of 3 kv heads");
+    /* a boolean mask is masked_fill, not an addition */
+    snprintf(def, sizeof def,
+             "%s" QKV_F32("16", "2") ", \"mask\": {\"shape\": [\"16\", \"16\"], \"dtype\": "
+                                     "\"bool\"}}, " OUT_F32 ", " REF
+                                     ", \"kiln\": {\"kind\": \"aten\", \"aten\": "
+                                     "\"aten::scaled_dot_product_attention.default\", \"args\": "
+                                     "{\"args\": [{\"tensor\": 0}, {\"tensor\": 1}, {\"tensor\": "
+                                     "2}, {\"tensor\": 3}], \"kwargs\": {}}}}",
+             head);
+    decline(def, "boolean");
+    snprintf(def, sizeof def,
+             "%s" QKV_F32("16", "2") "}, " OUT_F32 ", " REF
+                                     ", \"kiln\": {\"kind\": \"aten\", \"aten\": "
+                                     "\"aten::scaled_dot_product_attention.default\", \"args\": "
+                                     "{\"args\": [{\"tensor\": 0}, {\"tensor\": 1}, {\"tensor\": "
+                                     "2}, null, 0.5], \"kwargs\": {}}}}",
+             head);
+    decline(def, "dropout_p > 0");
+    snprintf(def, sizeof def,
+             "%s" QKV_F32("16", "2") "}, " OUT_F32 ", " REF
+                                     ", \"kiln\": {\"kind\": \"aten\", \"aten\": "
+                                     "\"aten::_softmax.default\", \"args\": {\"args\": "
+                                     "[{\"tensor\": 0}, -1, false], \"kwargs\": {}}}}",
+             head);
+    decline(def, "is not attention");
+}
+
+static int64_t point_of(const int64_t bm, const int64_t bn, const int64_t warps,
+                        const int64_t stages, int64_t *pt) {
+    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0;
+    return kiln_family_point_index(att, pt);
+}
+
+static void check_reason(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
+                         const char *reason) {
+    const char *why = att->check(p, m, pt);
+    if (!reason) {
+        if (why)
+            fail_msg("rejected: %s", why);
+        return;
+    }
+    if (!why || !strstr(why, reason))
+        fail_msg("check said '%s', expected '%s'", why ? why : "(valid)", reason);
+}
+
+static void test_check(void **state) {
+    (void)state;
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    kiln_match m;
+    kiln_problem *p = load(ROWS, "attn_gemma4_sliding512_1x8x4x4096x256");
+    match_ok(p, &m);
+    assert_true(point_of(64, 64, 4, 2, pt) >= 0);
+    check_reason(p, &m, pt, NULL);
+    point_of(64, 64, 8, 2, pt);
+    check_reason(p, &m, pt, "16 query rows");
+    point_of(64, 64, 4, 3, pt); /* (64 + 384) rows of 264 halves: 236 KB */
+    check_reason(p, &m, pt, "227 KiB");
+    point_of(64, 128, 4, 2, pt);
+    check_reason(p, &m, pt, "227 KiB");
+    kiln_problem_free(p);
+    p = load(ROWS, "attn_decode_64x32x8x4096x128");
+    match_ok(p, &m);
+    point_of(128, 64, 8, 2, pt);
+    check_reason(p, &m, pt, "beyond the queries");
+    kiln_problem_free(p);
+    p = load(DATA, "f32_unmasked");
+    match_ok(p, &m);
+    point_of(64, 64, 4, 2, pt);
+    check_reason(p, &m, pt, NULL);
+    point_of(64, 32, 4, 2, pt);
+    check_reason(p, &m, pt, "float32");
+    kiln_problem_free(p);
+}
+
+/* Causal rows count half the pairs (and the diagonal); a window of 512 keeps 512 keys a row. */
+static void test_flops(void **state) {
+    (void)state;
+    kiln_match m;
+    kiln_problem *p = load(ROWS, "attn_gemma4_causal_1x8x4x4096x256");
+    match_ok(p, &m);
+    const double full = 4.0 * 8 * 4096.0 * 4096.0 * 256;
+    assert_float_equal(att->flops(p, &m, &p->workloads[0]),
+                       full * (4096.0 * 4097 / 2) / (4096.0 * 4096), 1);
+    kiln_problem_free(p);
+    p = load(ROWS, "attn_gemma4_sliding512_1x8x4x4096x256");
+    match_ok(p, &m);
+    const double kept = 512.0 * 513 / 2 + (4096.0 - 512) * 512;
+    assert_float_equal(att->flops(p, &m, &p->workloads[0]), 4.0 * 8 * 256 * kept, 1);
+    kiln_problem_free(p);
+    p = load(ROWS, "attn_dense_16x16x1024x64");
+    match_ok(p, &m);
+    assert_float_equal(att->flops(p, &m, &p->workloads[0]), 4.0 * 16 * 16 * 1024 * 1024 * 64, 1);
+    kiln_problem_free(p);
+}
+
+static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
+                          int is_start) {
+    char *src = att->emit(p, m, pt, 1), *cubin = NULL, *log = NULL;
+    size_t len;
+    kiln_err err;
+    char *ps = kiln_family_point_str(att, pt);
+    if (kiln_cuda_compile_only(src, "sm_90", &cubin, &len, &log, &err))
+        fail_msg("%s %s does not compile: %s\n%.3000s", p->name, ps, err.msg, log ? log : "");
+    kiln_cubin_usage u;
+    assert_int_equal(kiln_cubin_usage_of(cubin, len, "attention_kernel", &u, &err), 0);
+    printf("    %s: %s%s: %d registers\n", p->name, is_start ? "start " : "", ps, u.regs);
+    if (u.frame_bytes != 0)
+        fail_msg("%s %s: %lld bytes of stack (spills)", p->name, ps, (long long)u.frame_bytes);
+    free(ps);
+    free(src);
+    free(cubin);
+    free(log);
+}
+
+static void test_compile(void **state) {
+    (void)state;
+    if (!kiln_cuda_have_nvrtc()) {
+        printf("SKIP: no NVRTC here (the CUDA toolkit's libnvrtc): cannot compile for sm_90\n");
+        skip();
+    }
+    const int64_t size = kiln_family_space_size(att);
+    for (size_t i = 0; i < N_EXPECTED; i++) {
+        kiln_problem *p = load(EXPECTED[i].dir, EXPECTED[i].name);
+        kiln_match m;
+        match_ok(p, &m);
+        int64_t pt[KILN_FAMILY_MAX_PARAMS], valid[64], n_valid = 0;
+        for (int64_t k = 0; k < size && n_valid < 64; k++) {
+            kiln_family_point(att, k, pt);
+            if (kiln_family_point_ok(att, p, &m, pt))
+                valid[n_valid++] = k;
+        }
+        assert_true(n_valid > 0);
+        int from_rule = 0;
+        int64_t start = kiln_family_start_index(att, p, &m, size, &from_rule);
+        assert_true(start >= 0 && from_rule);
+        kiln_family_point(att, start, pt);
+        compile_point(p, &m, pt, 1);
+        for (int k = 0; k < SPREAD && k < n_valid; k++) {
+            int64_t idx = valid[(int64_t)k * n_valid / (n_valid < SPREAD ? n_valid : SPREAD)];
+            if (idx == start)
+                continue;
+            kiln_family_point(att, idx, pt);
+            compile_point(p, &m, pt, 0);
+        }
+        kiln_problem_free(p);
+    }
+}
+
+/* ---- the CUDA kernel's logic on the host emulator ---- */
+
+static void cat(char **s, size_t *len, const char *piece, size_t n) {
+    *s = xrealloc(*s, *len + n + 1);
+    memcpy(*s + *len, piece, n);
+    *len += n;
+    (*s)[*len] = 0;
+}
+
+/* The emitted CUDA as a cpu candidate running it on the emulator: emu_rt.h first, the hardware
+ * section replaced by emu_att.h, the kernel a host function the entry point launches on the
+ * (x, y, z) grid of its launch line. */
+static char *emu_candidate(const char *cuda) {
+    const char *hb = strstr(cuda, "// ---- hardware: begin");
+    const char *he = strstr(cuda, "// ---- hardware: end ----");
+    const char *launch = strstr(cuda, "// kiln: launch attention_kernel grid=(");
+    const char *entry = strstr(cuda, "extern \"C\" __global__ void");
+    assert_true(hb && he && launch && entry && hb < he && he < entry);
+    const char *params = strstr(entry, "attention_kernel(") + strlen("attention_kernel(");
+    const char *params_end = strstr(params, ") {");
+    char *out =
+        xstrdup("#include \"" SMX_EMU "/emu_rt.h\"\n#include \"" ATT_EMU "/emu_att_rt.h\"\n");
+    size_t len = strlen(out);
+    /* the CUDA headers stay out: emu_rt.h has the types */
+    for (const char *line = cuda; line < hb;) {
+        const char *eol = strchr(line, '\n');
+        size_t n = eol ? (size_t)(eol - line) + 1 : strlen(line);
+        if (strncmp(line, "#include <cuda_", 15) != 0)
+            cat(&out, &len, line, n);
+        line += n;
+    }
+    const char *hw = "#include \"" ATT_EMU "/emu_att.h\"\n";
+    cat(&out, &len, hw, strlen(hw));
+    cat(&out, &len, he, (size_t)(entry - he));
+    const char *dev = "static void attention_kernel_device(";
+    cat(&out, &len, dev, strlen(dev));
+    cat(&out, &len, params, strlen(params));
+    char *plist = xstrndup(params, (size_t)(params_end - params)), names[2048] = "", *save = NULL;
+    for (char *p = strtok_r(plist, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        const char *nm = p + strlen(p);
+        while (nm > p && (nm[-1] == '_' || isalnum((unsigned char)nm[-1])))
+            nm--;
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+                 nm);
+    }
+    free(plist);
+    /* grid=(X,Y,Z) block=B smem=S */
+    const char *g = launch + strlen("// kiln: launch attention_kernel grid=(");
+    char gx[256], gy[256], gz[256];
+    int depth = 0, part = 0;
+    size_t k = 0;
+    char *dst[3] = {gx, gy, gz};
+    for (; *g && !(depth == 0 && *g == ')'); g++) {
+        if (depth == 0 && *g == ',') {
+            dst[part++][k] = 0;
+            k = 0;
+            continue;
+        }
+        depth += (*g == '(') - (*g == ')');
+        dst[part][k++] = *g;
+    }
+    dst[part][k] = 0;
+    assert_int_equal(part, 2);
+    const char *eol = strchr(launch, '\n'), *b = strstr(launch, "block=") + 6;
+    const char *sm = strstr(launch, "smem=");
+    sm = sm && sm < eol ? sm + 5 : "0";
+    char *wrapper = xasprintf(
+        "\nextern \"C\" void attention_kernel(%.*s) {\n"
+        "    att_emu_grid[0] = (unsigned)(%s);\n    att_emu_grid[1] = (unsigned)(%s);\n"
+        "    att_emu_grid[2] = (unsigned)(%s);\n"
+        "    emu_launch((int64_t)att_emu_grid[0] * att_emu_grid[1] * att_emu_grid[2], %.*s, 1, "
+        "%.*s, 0, [&]() { attention_kernel_device(%s); });\n}\n",
+        (int)(params_end - params), params, gx, gy, gz, (int)strcspn(b, " \n"), b,
+        (int)strcspn(sm, " \n"), sm, names);
+    cat(&out, &len, wrapper, strlen(wrapper));
+    free(wrapper);
+    return out;
+}
+
+typedef struct {
+    kiln_module *mod;
+    kiln_abi abi;
+    kiln_signature sig;
+} module;
+
+static void compile_module(kiln_backend *be, const kiln_problem *p, const char *src, const char *cc,
+                           module *md, const char *what) {
+    kiln_err err;
+    assert_int_equal(kiln_abi_parse(src, 0, &md->abi, &err), KILN_OK);
+    kiln_abi_signature(p, md->abi.scratch != NULL, 0, &md->sig);
+    char *log = NULL;
+    if (cc)
+        setenv("KILN_CC", cc, 1);
+    int rc = be->ops->compile(be, src, &md->sig, &md->abi, &md->mod, &log, &err);
+    if (cc)
+        unsetenv("KILN_CC");
+    if (rc)
+        fail_msg("%s: %s\n%.4000s", what, err.msg, log ? log : "");
+    free(log);
+}
+
+static size_t elements(const kiln_problem *p, const kiln_tensor_spec *t) {
+    int64_t shape[KILN_MAX_DIMS];
+    return (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
+}
+
+/* q, k, v normal; the mask (when the problem has one) the band of the match: `fill` outside it. */
+static void **make_inputs(const kiln_problem *p, const kiln_match *m, double fill) {
+    void **in = xcalloc((size_t)p->n_inputs, sizeof *in);
+    uint64_t s = 0x9e3779b97f4a7c15ULL;
+    const int mask = m->input_of_role[3];
+    const int has_lo = (int)kiln_match_get(m, "has_lo", 0);
+    const int64_t lo = (int64_t)kiln_match_get(m, "lo", 0),
+                  hi = (int64_t)kiln_match_get(m, "hi", 0);
+    for (int i = 0; i < p->n_inputs; i++) {
+        const kiln_tensor_spec *t = &p->inputs[i];
+        int64_t shape[KILN_MAX_DIMS];
+        size_t n = (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
+        in[i] = xmalloc(n * kiln_dtype_size(t->dtype) + 16);
+        for (size_t e = 0; e < n; e++) {
+            double v;
+            if (i == mask) {
+                int64_t kk = (int64_t)(e % (size_t)shape[t->ndim - 1]),
+                        q = (int64_t)(e / (size_t)shape[t->ndim - 1] % (size_t)shape[t->ndim - 2]);
+                v = kk - q > hi || (has_lo && kk - q < lo) ? fill : 0.0;
+            } else {
+                double u1 = 0, u2 = 0;
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                u1 = ((double)(s >> 11) + 1) / 9007199254740993.0;
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                u2 = (double)(s >> 11) / 9007199254740992.0;
+                v = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+            }
+            kiln_dtype_store(t->dtype, in[i], e, v);
+        }
+    }
+    return in;
+}
+
+static void **run_module(kiln_backend *be, const kiln_problem *p, const module *md, void **in,
+                         const char *what) {
+    kiln_err err;
+    const kiln_workload *w = &p->workloads[0];
+    kiln_devptr ptr[16];
+    int64_t i64[16];
+    void *params[16];
+    int k = 0;
+    for (int i = 0; i < p->n_inputs; i++, k++) {
+        size_t bytes = elements(p, &p->inputs[i]) * kiln_dtype_size(p->inputs[i].dtype);
+        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->upload(be, ptr[k], in[i], bytes, &err), KILN_OK);
+        params[k] = &ptr[k];
+    }
+    for (int o = 0; o < p->n_outputs; o++, k++) {
+        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
+        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
+        assert_int_equal(be->ops->memset8(be, ptr[k], 0xA5, bytes, &err), KILN_OK);
+        params[k] = &ptr[k];
+    }
+    for (int a = 0; a < p->n_axes; a++, k++) {
+        i64[k] = w->axis_values[a];
+        params[k] = &i64[k];
+    }
+    kiln_launch_plan plan;
+    assert_int_equal(kiln_abi_plan(&md->abi, p, w, &plan, &err), KILN_OK);
+    if (be->ops->launch(be, md->mod, &plan, params, &err) || be->ops->sync(be, &err))
+        fail_msg("%s: %s", what, err.msg);
+    void **out = xcalloc((size_t)p->n_outputs, sizeof *out);
+    for (int o = 0; o < p->n_outputs; o++) {
+        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
+        out[o] = xmalloc(bytes + 16);
+        k = p->n_inputs + o;
+        assert_int_equal(be->ops->download(be, out[o], ptr[k], bytes, &err), KILN_OK);
+        be->ops->free(be, ptr[k]);
+    }
+    for (int i = 0; i < p->n_inputs; i++)
+        be->ops->free(be, ptr[i]);
+    return out;
+}
+
+/* A hand-written problem: q [1, hq, sq, d], k and v [1, hkv, skv, d], an optional mask [1, 1, sq,
+ * skv] of mask_dtype, the kiln object given. */
+static kiln_problem *small(const char *dt, int hq, int hkv, int sq, int skv, int d,
+                           const char *mask_dtype, const char *kiln) {
+    char mask[256] = "", wl_mask[64] = "";
+    if (mask_dtype) {
+        snprintf(mask, sizeof mask,
+                 ", \"mask\": {\"shape\": [\"1\", \"1\", \"%d\", \"%d\"], \"dtype\": \"%s\"}", sq,
+                 skv, mask_dtype);
+        snprintf(wl_mask, sizeof wl_mask, ", \"mask\": {\"type\": \"random\"}");
+    }
+    char *def = xasprintf(
+        "{\"name\": \"emu\", \"op_type\": \"attention\", \"axes\": {}, \"inputs\": {"
+        "\"q\": {\"shape\": [\"1\", \"%d\", \"%d\", \"%d\"], \"dtype\": \"%s\"}, "
+        "\"k\": {\"shape\": [\"1\", \"%d\", \"%d\", \"%d\"], \"dtype\": \"%s\"}, "
+        "\"v\": {\"shape\": [\"1\", \"%d\", \"%d\", \"%d\"], \"dtype\": \"%s\"}%s}, "
+        "\"outputs\": {\"o\": {\"shape\": [\"1\", \"%d\", \"%d\", \"%d\"], \"dtype\": \"%s\"}}, "
+        "\"reference\": \"def run(q, k, v):\n    return q\n\", \"kiln\": %s}",
+        hq, sq, d, dt, hkv, skv, d, dt, hkv, skv, d, dt, mask, hq, sq, d, dt, kiln);
+    char *wl = xasprintf("{\"uuid\": \"a\", \"axes\": {}, \"inputs\": {\"q\": {\"type\": "
+                         "\"random\"}, \"k\": {\"type\": \"random\"}, \"v\": {\"type\": "
+                         "\"random\"}%s}}\n",
+                         wl_mask);
+    kiln_problem *p = parse(def, wl);
+    free(def);
+    free(wl);
+    return p;
+}
+
+static void emulate(kiln_backend *be, kiln_problem *p, const int64_t *pt4, double fill,
+                    const char *what) {
+    kiln_match m;
+    match_ok(p, &m);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    point_of(pt4[0], pt4[1], pt4[2], pt4[3], pt);
+    pt[4] = pt4[4];
+    const char *bad = att->check(p, &m, pt);
+    if (bad)
+        fail_msg("%s: not a valid point: %s", what, bad);
+    char *cuda = att->emit(p, &m, pt, 1), *emu = emu_candidate(cuda),
+         *csrc = att->emit(p, &m, pt, 0);
+    module me, mc;
+    compile_module(be, p, emu, "sh " SMX_EMU "/emucc.sh", &me, what);
+    compile_module(be, p, csrc, NULL, &mc, what);
+    void **in = make_inputs(p, &m, fill);
+    void **oe = run_module(be, p, &me, in, what), **oc = run_module(be, p, &mc, in, what);
+    const kiln_tensor_spec *t = &p->outputs[0];
+    kiln_tolerance tol = kiln_tolerance_default(t->dtype);
+    for (size_t e = 0; e < elements(p, t); e++) {
+        double a = kiln_dtype_load(t->dtype, oe[0], e), b = kiln_dtype_load(t->dtype, oc[0], e);
+        if (!(isnan(b) ? isnan(a) : fabs(a - b) <= tol.atol + tol.rtol * fabs(b)))
+            fail_msg("%s: o[%zu] is %.9g, the C emission %.9g", what, e, a, b);
+    }
+    printf("    %s: emulated = C emission\n", what);
+    free(oe[0]);
+    free(oc[0]);
+    for (int i = 0; i < p->n_inputs; i++)
+        free(in[i]);
+    free(in);
+    free(oe);
+    free(oc);
+    be->ops->module_free(be, me.mod);
+    be->ops->module_free(be, mc.mod);
+    kiln_abi_free(&me.abi);
+    kiln_abi_free(&mc.abi);
+    free(cuda);
+    free(emu);
+    free(csrc);
+}
+
+static void test_emulated(void **state) {
+    (void)state;
+    if (system("command -v ${CXX:-g++} >/dev/null 2>&1") != 0) {
+        printf("SKIP: no C++ compiler (g++ or $CXX) to build the emulated kernels\n");
+        skip();
+    }
+    kiln_backend *be = NULL;
+    kiln_err err;
+    assert_int_equal(kiln_backend_open("cpu", 0, &be, &err), KILN_OK);
+    const double bf16_min = -3.3895313892515355e38;
+    static const char causal[] = "{\"mask_structure\": {\"kind\": \"band\", \"lower\": null, "
+                                 "\"upper\": 0}}";
+    static const char window[] = "{\"mask_structure\": {\"kind\": \"band\", \"lower\": -23, "
+                                 "\"upper\": 0}}";
+    /* GQA 2:1 over a causal finfo.min mask: 2 and 3 key tiles, 2 and 3 stages */
+    kiln_problem *p = small("bfloat16", 2, 1, 80, 80, 64, "bfloat16", causal);
+    emulate(be, p, (int64_t[]){64, 64, 4, 2, 0}, bf16_min, "bf16 gqa causal 64x64");
+    emulate(be, p, (int64_t[]){64, 32, 4, 3, 0}, bf16_min, "bf16 gqa causal 64x32 3 stages");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 1}, bf16_min, "bf16 gqa causal packed heads");
+    kiln_problem_free(p);
+    /* SDPA's is_causal generated in the kernel, f16, head dim 128, a tail tile of 8 keys */
+    p = small("float16", 1, 1, 40, 72, 128, NULL, "{\"is_causal\": 1}");
+    emulate(be, p, (int64_t[]){64, 64, 4, 2, 0}, 0, "f16 is_causal d128 tail");
+    kiln_problem_free(p);
+    /* a window of 24 keys as a float32 -inf mask: tiles before the band skipped; 8 warps */
+    p = small("bfloat16", 1, 1, 100, 100, 64, "float32", window);
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, -INFINITY, "bf16 sliding 24 64x32");
+    emulate(be, p, (int64_t[]){128, 32, 8, 2, 0}, -INFINITY, "bf16 sliding 24 128x32 8 warps");
+    kiln_problem_free(p);
+    /* the Gemma-4 --small block as capture stores it: q in memory order, kᵀ a broadcast view */
+    p = load(DATA, "gemma_small_captured");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, bf16_min, "gemma --small captured layouts");
+    kiln_problem_free(p);
+    /* three queries over 70 keys, head dim 256, 4 q heads over 2 kv heads, no mask */
+    p = small("bfloat16", 4, 2, 3, 70, 256, NULL, "{}");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, 0, "bf16 decode-like d256");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 1}, 0, "bf16 decode-like d256 packed heads");
+    kiln_problem_free(p);
+    /* float32: the warp-per-row kernel, generated causal, head dim 48 (two values a lane, one idle)
+     */
+    p = small("float32", 2, 1, 10, 37, 48, NULL, "{\"is_causal\": 1}");
+    emulate(be, p, (int64_t[]){64, 64, 4, 2, 0}, 0, "f32 warp per row is_causal d48");
+    kiln_problem_free(p);
+    kiln_backend_close(be);
+}
+
+int main(void) {
+    att = kiln_family_find("attention");
+    if (!att) {
+        fprintf(stderr, "the attention family is not registered\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_match),    cmocka_unit_test(test_roundings),
+        cmocka_unit_test(test_declines), cmocka_unit_test(test_check),
+        cmocka_unit_test(test_flops),    cmocka_unit_test(test_compile),
+        cmocka_unit_test(test_emulated),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
