@@ -590,7 +590,7 @@ class Capture:
         return c
 
     def module_candidate(self, m: dict) -> Optional["Candidate"]:
-        from kiln.capture_problem import module_ops, module_reference, problem_name
+        from kiln.capture_problem import module_ops, problem_name
         tr = m["trace"]
         if tr is None:
             m["skipped"] = "tensors not held (the first call of this module signature was not sampled)"
@@ -599,16 +599,10 @@ class Capture:
         if any(s is None for _, s in inputs) or any(s is None for _, s, _ in tr.outputs):
             m["skipped"] = "tensors not held"
             return None
-        kept = [k for k, (_, s, _) in enumerate(tr.outputs) if s.numel > 0]
-        if not kept:
-            m["skipped"] = "no non-empty tensor output"
+        got = _kept_outputs(tr, m)
+        if got is None:
             return None
-        outputs = [(f"out{j}", tr.outputs[k][1]) for j, k in enumerate(kept)]
-        try:
-            source = module_reference(tr, kept)
-        except ValueError as e:
-            m["skipped"] = f"cannot write the reference: {e}"
-            return None
+        kept, outputs, source = got
         acts = [s for (_, _, s, origin) in tr.inputs if origin == "activation"] or [inputs[0][1]]
         name = self.unique_name(problem_name(f"module_{m['cls']}", [acts[0].shape], acts[0].dtype))
         share = self.share(m["time_us"])
@@ -637,23 +631,17 @@ class Capture:
         """A chain group's problem: the chain's calls as straight-line code over the exact overloads (the
         reference) and as kiln's op chain, its inputs the tensors its calls read from outside it."""
         from kiln.capture_chain import build_trace, held_instance
-        from kiln.capture_problem import module_ops, module_reference, problem_name
+        from kiln.capture_problem import module_ops, problem_name
         first, the_models = held_instance(self.graph, m["calls"], self.recorder.samples)
         tr, why = build_trace(self.graph, first, self.recorder.samples, self.recorder.tid_names)
         if tr is None:
             m["skipped"] = f"tensors not held: {why}"
             return None
         inputs = [(name, stored) for name, _, stored, _ in tr.inputs]
-        kept = [k for k, (_, s, _) in enumerate(tr.outputs) if s.numel > 0]
-        if not kept:
-            m["skipped"] = "no non-empty tensor output"
+        got = _kept_outputs(tr, m)
+        if got is None:
             return None
-        outputs = [(f"out{j}", tr.outputs[k][1]) for j, k in enumerate(kept)]
-        try:
-            source = module_reference(tr, kept)
-        except ValueError as e:
-            m["skipped"] = f"cannot write the reference: {e}"
-            return None
+        kept, outputs, source = got
         labels = [op_label_of(self.ops[i].func) for i in first]
         stem = m["pattern"] or "chain_" + "_".join(dict.fromkeys(self.ops[i].func._opname.strip("_")
                                                                   for i in first))
@@ -1083,6 +1071,22 @@ class Candidate:
     def skip(self, why: str) -> None:
         self.on_skip(why)
         self.release()
+
+
+def _kept_outputs(tr, m: dict):
+    """(kept output indices, [(out<j>, stored)], reference source) of a module or chain trace, or None with
+    m["skipped"] saying why (no non-empty output; a reference that cannot be written)."""
+    from kiln.capture_problem import module_reference
+    kept = [k for k, (_, s, _) in enumerate(tr.outputs) if s.numel > 0]
+    if not kept:
+        m["skipped"] = "no non-empty tensor output"
+        return None
+    try:
+        source = module_reference(tr, kept)
+    except ValueError as e:
+        m["skipped"] = f"cannot write the reference: {e}"
+        return None
+    return kept, [(f"out{j}", tr.outputs[k][1]) for j, k in enumerate(kept)], source
 
 
 def _layout_fields(inputs: list, outputs: list) -> dict:
