@@ -14,6 +14,7 @@
     X(kiln_family_batchnorm)                                                                       \
     X(kiln_family_pool)                                                                            \
     X(kiln_family_eltwise)                                                                         \
+    X(kiln_family_cublaslt)                                                                        \
     X(kiln_family_gen)
 FAMILIES(FAMILY)
 #undef FAMILY
