@@ -165,7 +165,6 @@ static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, k
             return 0;
         }
     }
-    memset(g, 0, sizeof *g);
     *g = (kiln_lt_gemm){.m = M,
                         .n = N,
                         .k = K,
