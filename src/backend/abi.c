@@ -178,6 +178,52 @@ static int directive_body(span line, span *body) {
     return 1;
 }
 
+/* The libraries a `// kiln: library` line may name (a backend that does not know one says so). */
+static const char *const known_libraries[] = {"cublaslt"};
+
+/* A `library NAME ARGS` directive body: fills out->library and out->library_args (the rest of the
+ * line, trimmed) and returns KILN_OK; any other body leaves out as it is. */
+static int parse_library(span body, int line, kiln_abi *out, kiln_err *err) {
+    span t = trim(body);
+    static const char kw[] = "library";
+    size_t n = sizeof kw - 1;
+    if (t.len <= n || memcmp(t.s, kw, n) != 0 || (t.s[n] != ' ' && t.s[n] != '\t'))
+        return KILN_OK;
+    span rest = trim((span){t.s + n, t.len - n});
+    size_t name_len = 0;
+    while (name_len < rest.len && rest.s[name_len] != ' ' && rest.s[name_len] != '\t')
+        name_len++;
+    if (out->library)
+        return kiln_errf(err, KILN_ERR_COMPILE, "line %d: 'library' given twice", line);
+    int known = 0;
+    for (size_t i = 0; i < sizeof known_libraries / sizeof known_libraries[0]; i++)
+        known |= strlen(known_libraries[i]) == name_len &&
+                 memcmp(known_libraries[i], rest.s, name_len) == 0;
+    if (!known)
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "line %d: unknown library '%.*s' (kiln knows: cublaslt)", line,
+                         (int)(name_len > 64 ? 64 : name_len), rest.s);
+    span args = trim((span){rest.s + name_len, rest.len - name_len});
+    out->library = xstrndup(rest.s, name_len);
+    out->library_args = xstrndup(args.s, args.len);
+    return KILN_OK;
+}
+
+int kiln_abi_is_library(const char *source) {
+    for (const char *s = source; s && *s;) {
+        const char *nl = strchr(s, '\n');
+        span line = {s, nl ? (size_t)(nl - s) : strlen(s)};
+        s = nl ? nl + 1 : s + line.len;
+        span body;
+        if (!directive_body(line, &body))
+            continue;
+        span t = trim(body);
+        if (t.len > 8 && memcmp(t.s, "library", 7) == 0 && (t.s[7] == ' ' || t.s[7] == '\t'))
+            return 1;
+    }
+    return 0;
+}
+
 int kiln_abi_parse(const char *source, int require_launch, kiln_abi *out, kiln_err *err) {
     KILN_ASSERT(source && out);
     memset(out, 0, sizeof *out);
@@ -195,6 +241,11 @@ int kiln_abi_parse(const char *source, int require_launch, kiln_abi *out, kiln_e
             rc = kiln_errf(err, KILN_ERR_COMPILE, "line %d: '// kiln:' line is too long", line_no);
             break;
         }
+        const char *had_library = out->library;
+        if ((rc = parse_library(body, line_no, out, err)) != 0)
+            break;
+        if (out->library != had_library)
+            continue;
         span tok[MAX_TOKENS];
         int n_tok;
         if ((rc = tokenize(body, line_no, tok, &n_tok, err)))
@@ -225,7 +276,11 @@ int kiln_abi_parse(const char *source, int require_launch, kiln_abi *out, kiln_e
                            line_no, (int)(tok[0].len > 64 ? 64 : tok[0].len), tok[0].s);
         }
     }
-    if (rc == KILN_OK && out->n_launches == 0) {
+    if (rc == KILN_OK && out->library && (out->n_launches || out->scratch))
+        rc = kiln_errf(err, KILN_ERR_COMPILE,
+                       "a '// kiln: library' candidate is a library call: it has no launch or "
+                       "scratch lines");
+    if (rc == KILN_OK && out->n_launches == 0 && !out->library) {
         if (require_launch) {
             rc = kiln_errf(err, KILN_ERR_COMPILE,
                            "no '// kiln: launch' line: a CUDA candidate must state its launches, "
@@ -253,6 +308,8 @@ void kiln_abi_free(kiln_abi *abi) {
         free(ls->smem);
     }
     free(abi->scratch);
+    free(abi->library);
+    free(abi->library_args);
     memset(abi, 0, sizeof *abi);
 }
 

@@ -43,6 +43,10 @@ typedef struct {
     int n_launches;
     kiln_launch_spec launch[KILN_MAX_LAUNCHES];
     char *scratch; /* bytes of zeroed scratch memory; NULL means none */
+    /* `// kiln: library NAME ARGS`: the candidate is a call into a vendor library, not a kernel
+     * (no launch lines); the backend that knows NAME builds and runs it from ARGS (text, for
+     * "cublaslt" one JSON object: docs/gemm.md). NULL for a kernel. */
+    char *library, *library_args;
 } kiln_abi;
 
 /* A launch with numbers, for one workload. */
@@ -58,11 +62,14 @@ typedef struct {
     size_t scratch_bytes;
 } kiln_launch_plan;
 
-/* Parses every `// kiln:` line of source. With require_launch, no launch line is an error;
+/* Parses every `// kiln:` line of source. With require_launch, no launch line is an error unless
+ * a `library` line stands for them (a library line beside launch lines is an error);
  * otherwise (cpu) the default is one launch of "kiln_kernel". Errors are KILN_ERR_COMPILE (the
  * candidate is at fault) and give the line number. */
 int kiln_abi_parse(const char *source, int require_launch, kiln_abi *out, kiln_err *err);
 void kiln_abi_free(kiln_abi *abi);
+/* 1 when source holds a `// kiln: library` line (no compiler is to see it), else 0. */
+int kiln_abi_is_library(const char *source);
 
 /* Evaluates every expression for one workload's axes. Zero or negative dimensions, grids over the
  * hardware limits (2^31-1, 65535, 65535) and blocks over 1024 threads are KILN_ERR_RESOURCE; an

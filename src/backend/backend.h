@@ -108,6 +108,12 @@ typedef struct {
                     kiln_err *err);
     int (*launch_raw)(kiln_backend *be, kiln_module *m, const char *entry, const unsigned grid[3],
                       const unsigned block[3], void **params, kiln_err *err);
+
+    /* What a `// kiln: library` candidate settled on when it was compiled on this device: the
+     * directive's arguments with every choice made (cublaslt: the concrete configuration and the
+     * cuBLASLt version, lt_call.h), as heap JSON text; NULL for a kernel. Optional (NULL: the
+     * backend calls no library). */
+    char *(*library_resolved)(kiln_backend *be, kiln_module *m);
 } kiln_backend_ops;
 
 struct kiln_backend {

@@ -327,6 +327,81 @@ void kiln_lt_config_format(const kiln_lt_config *c, char *buf, size_t cap) {
              c->cluster, c->inner_shape, (unsigned long long)c->workspace);
 }
 
+/* ---- a GEMM as JSON ---- */
+
+/* The integer fields of kiln_lt_gemm, in JSON order, with the least value each may take. */
+#define GEMM_INT_FIELDS(X)                                                                         \
+    X(m, 1)                                                                                        \
+    X(n, 1)                                                                                        \
+    X(k, 1)                                                                                        \
+    X(batch, 1)                                                                                    \
+    X(stride_a, 0)                                                                                 \
+    X(stride_b, 0) X(stride_d, 0) X(trans_a, 0) X(trans_b, 0) X(lda, 0) X(ldb, 0) X(ldd, 0)
+
+cJSON *kiln_lt_gemm_to_json(const kiln_lt_gemm *g) {
+    cJSON *o = cJSON_CreateObject();
+#define PUT(f, lo) cJSON_AddNumberToObject(o, #f, (double)g->f);
+    GEMM_INT_FIELDS(PUT)
+#undef PUT
+    cJSON_AddStringToObject(o, "a_type", kiln_dtype_name(g->a_type));
+    cJSON_AddStringToObject(o, "b_type", kiln_dtype_name(g->b_type));
+    cJSON_AddStringToObject(o, "d_type", kiln_dtype_name(g->d_type));
+    cJSON_AddStringToObject(o, "epilogue", kiln_lt_epilogue_name(g->epilogue));
+    cJSON_AddStringToObject(o, "bias_type", kiln_dtype_name(g->bias_type));
+    return o;
+}
+
+/* An integer field of o in [lo, 2^53]. */
+static int gemm_int(const cJSON *o, const char *name, double lo, int64_t *out, kiln_err *err) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(f))
+        return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt GEMM: '%s' %s", name,
+                         f ? "is not a number" : "is missing");
+    double x = f->valuedouble;
+    if (!(x >= lo && x <= 9007199254740992.0) || x != floor(x))
+        return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt GEMM: '%s' is %g, not an integer ≥ %g",
+                         name, x, lo);
+    *out = (int64_t)x;
+    return KILN_OK;
+}
+
+static int gemm_dtype(const cJSON *o, const char *name, kiln_dtype *out, kiln_err *err) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsString(f) || kiln_dtype_parse(f->valuestring, out) != 0)
+        return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt GEMM: '%s' %s", name,
+                         f ? "is not a dtype kiln knows" : "is missing");
+    return KILN_OK;
+}
+
+int kiln_lt_gemm_from_json(const cJSON *o, kiln_lt_gemm *out, kiln_err *err) {
+    if (!cJSON_IsObject(o))
+        return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt GEMM: not a JSON object");
+    kiln_lt_gemm g;
+    memset(&g, 0, sizeof g);
+    int64_t v;
+    int rc;
+#define GET(f, lo)                                                                                 \
+    if ((rc = gemm_int(o, #f, lo, &v, err)))                                                       \
+        return rc;                                                                                 \
+    g.f = v;
+    GEMM_INT_FIELDS(GET)
+#undef GET
+    if (g.trans_a > 1 || g.trans_b > 1)
+        return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt GEMM: 'trans_a'/'trans_b' must be 0 or 1");
+    if ((rc = gemm_dtype(o, "a_type", &g.a_type, err)) ||
+        (rc = gemm_dtype(o, "b_type", &g.b_type, err)) ||
+        (rc = gemm_dtype(o, "d_type", &g.d_type, err)) ||
+        (rc = gemm_dtype(o, "bias_type", &g.bias_type, err)))
+        return rc;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "epilogue");
+    if (!cJSON_IsString(e) || kiln_lt_epilogue_parse(e->valuestring, &g.epilogue) != 0)
+        return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt GEMM: 'epilogue' %s",
+                         e ? "is not one of none, bias, relu, gelu, bias_relu, bias_gelu"
+                           : "is missing");
+    *out = g;
+    return KILN_OK;
+}
+
 /* ---- plans ---- */
 
 struct kiln_lt_plan {

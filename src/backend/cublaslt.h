@@ -116,6 +116,15 @@ typedef struct {
     kiln_dtype bias_type; /* when the epilogue has a bias */
 } kiln_lt_gemm;
 
+/* g as a JSON object (sizes, strides and leading dimensions as integers, dtypes by kiln's names,
+ * the epilogue by kiln_lt_epilogue_name); every field is written, so from_json(to_json(g)) == g.
+ * What a cublaslt candidate's directive and a library entry store. */
+cJSON *kiln_lt_gemm_to_json(const kiln_lt_gemm *g);
+/* Reads what kiln_lt_gemm_to_json wrote. KILN_OK, or KILN_ERR_FORMAT naming the field missing or
+ * out of range (sizes and batch ≥ 1, strides and leading dimensions ≥ 0, transposes 0 or 1, a
+ * dtype or an epilogue kiln does not know). The GEMM is not checked further: kiln_lt_gemm_view. */
+int kiln_lt_gemm_from_json(const cJSON *o, kiln_lt_gemm *out, kiln_err *err);
+
 /* The usual captured shapes, filled with packed (contiguous) strides. */
 /* F.linear(x, w[, bias]): x [batch·M, K] flattened to M rows, w [N, K]. */
 kiln_lt_gemm kiln_lt_gemm_linear(int64_t m, int64_t n, int64_t k, kiln_dtype t);

@@ -15,6 +15,7 @@
  * The backend is single-threaded: the context is made current on the thread that calls init. */
 #include "backend.h"
 #include "cuda_driver.h"
+#include "lt_call.h"
 #include "nvrtc.h"
 
 #include <cuda.h>
@@ -91,6 +92,8 @@ struct kiln_module {
     CUmodule mod;
     int n;
     cuda_entry e[KILN_MAX_LAUNCHES];
+    kiln_lt_call *lt;     /* a `// kiln: library cublaslt` candidate (no CUmodule), else NULL */
+    CUdeviceptr lt_space; /* its workspace, 0 when it needs none */
 };
 
 struct kiln_timer {
@@ -273,11 +276,47 @@ static int cuda_compile(kiln_backend *be, const char *source, const kiln_signatu
     return rc;
 }
 
+/* A `// kiln: library cublaslt` candidate: its cuBLASLt plan and configuration instead of a
+ * cubin (lt_call.h), with the workspace the configuration needs, owned by the module (the ABI's
+ * scratch is zeroed inside the timed region, which a library's workspace does not need). */
+static int lt_compile(cuda_state *st, const kiln_abi *abi, const kiln_signature *sig,
+                      kiln_module **out, char **log, kiln_err *err) {
+    if (strcmp(abi->library, "cublaslt") != 0)
+        return kiln_errf(err, KILN_ERR_COMPILE, "the cuda backend does not call library '%s'",
+                         abi->library);
+    kiln_lt_call_desc d;
+    int rc = kiln_lt_call_parse(abi->library_args, sig, &d, err);
+    kiln_lt_call *call = NULL;
+    if (rc == KILN_OK)
+        rc = kiln_lt_call_open(&d, &call, err);
+    if (rc) {
+        log_append(log, err ? err->msg : "cublaslt candidate rejected");
+        /* an unknown configuration or an unusable layout is the candidate's; anything else
+         * (cuBLASLt missing or failing) the device's */
+        return rc == KILN_ERR_INVALID || rc == KILN_ERR_UNSUPPORTED ? KILN_ERR_COMPILE : rc;
+    }
+    kiln_module *m = xcalloc(1, sizeof *m);
+    m->lt = call;
+    uint64_t ws = kiln_lt_call_workspace(call);
+    if (ws) {
+        CUresult r = kiln_cuda.MemAlloc(&m->lt_space, (size_t)((ws + 255) & ~(uint64_t)255));
+        if (r != CUDA_SUCCESS) {
+            kiln_lt_call_close(call);
+            free(m);
+            return cu_fail(st, r, "cuMemAlloc (cuBLASLt workspace)", err);
+        }
+    }
+    *out = m;
+    return KILN_OK;
+}
+
 /* compile() without the bookkeeping of an optional log. */
 static int cuda_compile_module(cuda_state *st, const char *source, const kiln_signature *sig,
                                const kiln_abi *abi, kiln_module **out, char **log, kiln_err *err) {
     if (st->dead)
         return cu_dead(st, err);
+    if (abi->library)
+        return lt_compile(st, abi, sig, out, log, err);
     if (abi->n_launches < 1 || abi->n_launches > KILN_MAX_LAUNCHES)
         return kiln_errf(err, KILN_ERR_INVALID, "a candidate needs 1 to %d launches, not %d",
                          KILN_MAX_LAUNCHES, abi->n_launches);
@@ -342,9 +381,19 @@ static void cuda_module_free(kiln_backend *be, kiln_module *m) {
     cuda_state *st = be->impl;
     if (!m)
         return;
-    if (!st->dead)
+    if (m->lt) {
+        kiln_lt_call_close(m->lt);
+        if (m->lt_space && !st->dead)
+            kiln_cuda.MemFree(m->lt_space);
+    } else if (!st->dead) {
         kiln_cuda.ModuleUnload(m->mod);
+    }
     free(m);
+}
+
+static char *cuda_library_resolved(kiln_backend *be, kiln_module *m) {
+    (void)be;
+    return m && m->lt ? kiln_lt_call_json(kiln_lt_call_resolved(m->lt)) : NULL;
 }
 
 static cuda_entry *find_entry(kiln_module *m, const char *name) {
@@ -406,6 +455,8 @@ static int cuda_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan 
         return cu_dead(st, err);
     if (plan->n_launches < 0 || plan->n_launches > KILN_MAX_LAUNCHES)
         return kiln_errf(err, KILN_ERR_INVALID, "a plan of %d launches", plan->n_launches);
+    if (m->lt)
+        return kiln_lt_call_run(m->lt, params, m->lt_space, st->stream, err);
     cuda_entry *entries[KILN_MAX_LAUNCHES];
     for (int i = 0; i < plan->n_launches; i++) {
         entries[i] = find_entry(m, plan->launch[i].entry);
@@ -816,4 +867,5 @@ const kiln_backend_ops kiln_backend_cuda = {
     .timer_elapsed_us = cuda_timer_elapsed_us,
     .load_raw = cuda_load_raw,
     .launch_raw = cuda_launch_raw,
+    .library_resolved = cuda_library_resolved,
 };

@@ -691,6 +691,14 @@ static kiln_outcome compile_candidate(kiln_gate_proc *g, const kiln_problem *p, 
     }
     free(log);
     kiln_gate_send_line(fd, "compiled %.6f", kiln_now_s() - t0);
+    /* a library call settles its choices on the device (a cuBLASLt configuration index becomes
+     * the configuration): the result records them, for the library to store */
+    char *resolved = abi->library && g->be->ops->library_resolved
+                         ? g->be->ops->library_resolved(g->be, *mod)
+                         : NULL;
+    if (resolved)
+        kiln_gate_send_line(fd, "library %s", resolved);
+    free(resolved);
     return KILN_OUTCOME_OK;
 }
 

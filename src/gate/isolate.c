@@ -85,6 +85,11 @@ static void handle_line(watch_state *st, char *line) {
         } else {
             cJSON_Delete(o);
         }
+    } else if (strcmp(line, "library") == 0) {
+        cJSON *l = cJSON_Parse(rest);
+        cJSON_DeleteItemFromObjectCaseSensitive(st->result, "library");
+        if (l)
+            cJSON_AddItemToObject(st->result, "library", l);
     } else if (strcmp(line, "compiled") == 0) {
         cJSON_ReplaceItemInObjectCaseSensitive(st->result, "compile_s",
                                                cJSON_CreateNumber(atof(rest)));

@@ -34,7 +34,7 @@ pid_t kiln_gate_precompile_start(const char *const *sources, int n, const char *
         if (kids[w] == 0) {
             /* in the order the gate takes them, so that the gate finds the next one ready */
             for (int k = w; k < n; k += n_procs) {
-                if (!sources[k])
+                if (!sources[k] || kiln_abi_is_library(sources[k]))
                     continue;
                 char *cubin = NULL, *log = NULL;
                 size_t len = 0;

@@ -65,6 +65,9 @@ static void entry_free(kiln_rt *rt, rt_entry *e) {
         rt->cpu->ops->module_free(rt->cpu, e->cpu_module);
     if (e->cuda_module && rt->gpu)
         rt_gpu_module_free(rt->gpu, e->cuda_module);
+    if (e->lt && rt->gpu)
+        rt_gpu_lt_free(rt->gpu, e->lt);
+    free(e->library_call);
     free(e->problem);
     free(e->kind);
     free(e->kernel_file);
@@ -143,6 +146,10 @@ static int load_cuda_entry(kiln_rt *rt, rt_entry *e, kiln_err *err) {
     size_t len = 0;
     kiln_err lerr;
     int rc;
+    if (e->library_call) {
+        rc = rt_gpu_lt_open(rt->gpu, e->library_call, &e->sig, &e->lt, &lerr);
+        return rc ? kiln_errf(err, rc, "%s: cuBLASLt: %s", e->kernel_file, lerr.msg) : KILN_OK;
+    }
     if (e->cubin_file) {
         rc = kiln_read_file(e->cubin_file, &image, &len, &lerr);
         if (rc)
@@ -441,8 +448,9 @@ int kiln_rt_launch(kiln_rt *rt, int entry, void *const *ptrs, int n_ptrs, const 
         p++;
     }
     kiln_err err;
-    int rc = rt->cuda ? rt_gpu_launch(rt->gpu, e->cuda_module, &e->plan, params, stream, &err)
-                      : rt->cpu->ops->launch(rt->cpu, e->cpu_module, &e->plan, params, &err);
+    int rc = e->lt      ? rt_gpu_lt_run(rt->gpu, e->lt, params, stream, &err)
+             : rt->cuda ? rt_gpu_launch(rt->gpu, e->cuda_module, &e->plan, params, stream, &err)
+                        : rt->cpu->ops->launch(rt->cpu, e->cpu_module, &e->plan, params, &err);
     if (rc)
         return fail(rc, "entry %d (%s): %s", entry, e->problem, err.msg);
     return KILN_OK;

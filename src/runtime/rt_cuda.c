@@ -29,6 +29,7 @@
  * well; kiln reports the driver's text and the caller raises. */
 #include "rt_impl.h"
 #include "../backend/cuda_driver.h"
+#include "../backend/lt_call.h"
 
 #include <string.h>
 
@@ -209,6 +210,70 @@ int rt_gpu_launch(rt_gpu *g, rt_cuda_module *m, const kiln_launch_plan *plan, vo
             break;
         }
     }
+    ctx_leave(pushed);
+    return rc;
+}
+
+/* ---- cuBLASLt entries ---- */
+
+struct rt_lt {
+    kiln_lt_call *call;
+    CUdeviceptr workspace;
+};
+
+int rt_gpu_lt_open(rt_gpu *g, const char *call_json, const kiln_signature *sig, rt_lt **out,
+                   kiln_err *err) {
+    *out = NULL;
+    kiln_lt_call_desc d;
+    int rc = kiln_lt_call_parse(call_json, sig, &d, err);
+    if (rc)
+        return KILN_ERR_FORMAT;
+    if (!d.has_config)
+        return kiln_errf(err, KILN_ERR_FORMAT,
+                         "a cuBLASLt entry must hold its configuration, not an index into an "
+                         "enumeration");
+    int pushed = 0;
+    CUresult r = ctx_enter(g, &pushed);
+    if (r != CUDA_SUCCESS)
+        return kiln_errf(err, KILN_ERR_BACKEND, "making the primary context current: %s: %s",
+                         kiln_cuda_error_name(r), kiln_cuda_error_text(r));
+    rt_lt *l = xcalloc(1, sizeof *l);
+    rc = kiln_lt_call_open(&d, &l->call, err);
+    uint64_t ws = rc == KILN_OK ? kiln_lt_call_workspace(l->call) : 0;
+    if (rc == KILN_OK && ws &&
+        (r = kiln_cuda.MemAlloc(&l->workspace, (size_t)((ws + 255) & ~(uint64_t)255))) !=
+            CUDA_SUCCESS)
+        rc = kiln_errf(err, KILN_ERR_BACKEND, "cuMemAlloc of %llu bytes of cuBLASLt workspace: %s",
+                       (unsigned long long)ws, kiln_cuda_error_text(r));
+    ctx_leave(pushed);
+    if (rc) {
+        rt_gpu_lt_free(g, l);
+        return rc;
+    }
+    *out = l;
+    return KILN_OK;
+}
+
+void rt_gpu_lt_free(rt_gpu *g, rt_lt *l) {
+    if (!l)
+        return;
+    int pushed = 0;
+    if (ctx_enter(g, &pushed) == CUDA_SUCCESS) {
+        kiln_lt_call_close(l->call);
+        if (l->workspace)
+            kiln_cuda.MemFree(l->workspace);
+        ctx_leave(pushed);
+    }
+    free(l);
+}
+
+int rt_gpu_lt_run(rt_gpu *g, rt_lt *l, void **params, void *stream, kiln_err *err) {
+    int pushed = 0;
+    CUresult r = ctx_enter(g, &pushed);
+    if (r != CUDA_SUCCESS)
+        return kiln_errf(err, KILN_ERR_LAUNCH, "making the primary context current: %s: %s",
+                         kiln_cuda_error_name(r), kiln_cuda_error_text(r));
+    int rc = kiln_lt_call_run(l->call, params, l->workspace, stream, err);
     ctx_leave(pushed);
     return rc;
 }

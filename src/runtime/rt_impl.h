@@ -27,6 +27,7 @@ typedef struct {
 
 typedef struct rt_gpu rt_gpu;                 /* one CUDA device, its primary context retained */
 typedef struct rt_cuda_module rt_cuda_module; /* one loaded cubin and its entry points */
+typedef struct rt_lt rt_lt; /* one cuBLASLt plan with its configuration and workspace */
 
 typedef struct {
     char *problem;
@@ -42,8 +43,11 @@ typedef struct {
     char *cubin_file;      /* cuda: NULL when the manifest has none */
     char *arch;            /* cuda: "sm_90", ... */
     char *disabled;        /* NULL: launchable; else why not */
+    char *library_call;    /* cuda: a cuBLASLt entry's call (lt_call.h JSON, concrete config); NULL
+                              for a kernel */
     kiln_module *cpu_module;
     rt_cuda_module *cuda_module;
+    rt_lt *lt;
     char *json; /* the manifest entry plus "runtime" */
 } rt_entry;
 
@@ -104,5 +108,15 @@ void rt_gpu_module_free(rt_gpu *g, rt_cuda_module *m);
  * context is pushed only when another one is current on this thread. */
 int rt_gpu_launch(rt_gpu *g, rt_cuda_module *m, const kiln_launch_plan *plan, void **params,
                   void *stream, kiln_err *err);
+
+/* A cuBLASLt entry (lt_call.h): parses call_json (which must hold a concrete configuration: no
+ * enumeration and no heuristic at run time) against sig, builds its plan in the primary context
+ * and allocates its workspace. KILN_ERR_FORMAT for a damaged call, KILN_ERR_UNSUPPORTED for
+ * another cuBLASLt version, else kiln_lt_call_open's status. */
+int rt_gpu_lt_open(rt_gpu *g, const char *call_json, const kiln_signature *sig, rt_lt **out,
+                   kiln_err *err);
+void rt_gpu_lt_free(rt_gpu *g, rt_lt *l);
+/* Enqueues the GEMM on stream with the ABI's params (as rt_gpu_launch takes them). */
+int rt_gpu_lt_run(rt_gpu *g, rt_lt *l, void **params, void *stream, kiln_err *err);
 
 #endif

@@ -311,6 +311,15 @@ static int parse_entry(kiln_rt *rt, const cJSON *j, int index, rt_entry *e, kiln
         }
         const char *arch = json_str(j, "arch");
         e->arch = arch ? xstrdup(arch) : NULL;
+        /* a cuBLASLt entry: its call (the configuration itself) instead of a kernel to launch */
+        const cJSON *lib = cJSON_GetObjectItemCaseSensitive(j, "library");
+        if (lib) {
+            const char *name = json_str(lib, "name");
+            const cJSON *call = cJSON_GetObjectItemCaseSensitive(lib, "call");
+            if (!name || strcmp(name, "cublaslt") != 0 || !cJSON_IsObject(call))
+                BAD("\"library\" must be {\"name\": \"cublaslt\", \"call\": {...}}");
+            e->library_call = rt_json(cJSON_PrintUnformatted(call));
+        }
     }
 
     /* The launch plan of the gated shape. */
@@ -337,9 +346,10 @@ static int parse_entry(kiln_rt *rt, const cJSON *j, int index, rt_entry *e, kiln
     }
     if (el && !launch_error) {
         const cJSON *ls = cJSON_GetObjectItemCaseSensitive(el, "launches");
-        if (!cJSON_IsArray(ls) || cJSON_GetArraySize(ls) < 1 ||
+        int least = e->library_call ? 0 : 1; /* a library call launches no kernel of its own */
+        if (!cJSON_IsArray(ls) || cJSON_GetArraySize(ls) < least ||
             cJSON_GetArraySize(ls) > KILN_MAX_LAUNCHES)
-            BAD("a launch element needs 1 to %d launches", KILN_MAX_LAUNCHES);
+            BAD("a launch element needs %d to %d launches", least, KILN_MAX_LAUNCHES);
         const cJSON *l;
         cJSON_ArrayForEach(l, ls) {
             kiln_launch *L = &e->plan.launch[e->plan.n_launches++];
@@ -396,7 +406,7 @@ static int parse_entry(kiln_rt *rt, const cJSON *j, int index, rt_entry *e, kiln
         e->disabled = xstrdup("no launch plan (the problem had no workload)");
     else if (launch_error)
         e->disabled = xasprintf("its launch does not fit the gated shape: %s", launch_error);
-    else if (rt->cuda && !e->cubin_file && !kiln_cuda_have_nvrtc())
+    else if (rt->cuda && !e->cubin_file && !e->library_call && !kiln_cuda_have_nvrtc())
         e->disabled = xstrdup("no cubin in the library and no NVRTC here to build one");
     free(where);
     return KILN_OK;

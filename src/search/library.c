@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backend/lt_call.h"
 #include "../backend/nvrtc.h"
 #include "../gen/family.h"
 
@@ -422,6 +423,40 @@ static void choose_arch(const build_ctx *b, const char *source, char *out, size_
         kiln_cuda_arch(b->cc_major, b->cc_minor, source, out, cap);
 }
 
+/* A `// kiln: library cublaslt` winner (lt_call.h): the call its gate result recorded as settled
+ * on the device ("library": the concrete configuration and the cuBLASLt version, not the index the
+ * search picked), checked against p's signature. Returns the source the library keeps (the
+ * directive with that call) and sets *library to the manifest's "library" object; NULL with why
+ * when the result records none. */
+static char *settled_library_call(const cJSON *res, const kiln_problem *p, cJSON **library,
+                                  kiln_err *err) {
+    *library = NULL;
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(res, "library");
+    if (!cJSON_IsObject(rec)) {
+        kiln_errf(err, KILN_ERR_FORMAT, "its gate result records no settled cuBLASLt call");
+        return NULL;
+    }
+    char *text = cJSON_PrintUnformatted(rec);
+    kiln_signature sig;
+    kiln_abi_signature(p, 0, 1, &sig);
+    kiln_lt_call_desc d;
+    int rc = kiln_lt_call_parse(text, &sig, &d, err);
+    cJSON_free(text);
+    if (rc)
+        return NULL;
+    if (!d.has_config) {
+        kiln_errf(err, KILN_ERR_FORMAT, "its gate result records an index, not a configuration");
+        return NULL;
+    }
+    char *call = kiln_lt_call_json(&d);
+    *library = cJSON_CreateObject();
+    cJSON_AddStringToObject(*library, "name", "cublaslt");
+    cJSON_AddItemToObject(*library, "call", cJSON_Parse(call));
+    char *source = xasprintf("// kiln: library cublaslt %s\n", call);
+    free(call);
+    return source;
+}
+
 /* Builds one entry and writes its files; *entry NULL (and a warning) when the winner is skipped.
  * Returns an error only for I/O. */
 static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char ***files,
@@ -432,7 +467,8 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     memset(&abi, 0, sizeof abi);
     int have_abi = 0, rc = KILN_OK;
     const cJSON *kiln = NULL;
-    cJSON *e = NULL, *res = NULL;
+    cJSON *e = NULL, *res = NULL, *library = NULL;
+    char *settled = NULL;
     char *stem = NULL, *kernel_file = NULL, *path = NULL, *proto = NULL, *cubin = NULL, *log = NULL;
     kiln_err lerr;
 
@@ -457,6 +493,13 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     have_abi = 1;
     kiln = p->kiln;
     res = w->result_json ? cJSON_Parse(w->result_json) : NULL;
+    if (abi.library && (!b->cuda || !(settled = settled_library_call(res, p, &library, &lerr)))) {
+        warn(report, "%s: skipped: candidate %lld calls %s: %s", w->name,
+             (long long)w->candidate_id, abi.library,
+             b->cuda ? lerr.msg : "a library call in a cpu library");
+        goto done;
+    }
+    const char *source = settled ? settled : w->source;
     stem = file_stem(w);
 
     e = cJSON_CreateObject();
@@ -507,7 +550,7 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
      * then the files. */
     char arch[32] = "", *cubin_file = NULL;
     size_t cubin_len = 0;
-    if (b->cuda) {
+    if (b->cuda && !abi.library) {
         choose_arch(b, w->source, arch, sizeof arch);
         int crc = kiln_cuda_compile_only(w->source, arch, &cubin, &cubin_len, &log, &lerr);
         if (crc == KILN_ERR_BACKEND && b->require_cubin) {
@@ -524,7 +567,7 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     }
     kernel_file = xasprintf("%s%s", stem, b->cuda ? ".cu" : ".c");
     path = kiln_path_join(b->lib_dir, kernel_file);
-    if ((rc = kiln_write_file(path, w->source, strlen(w->source), err)))
+    if ((rc = kiln_write_file(path, source, strlen(source), err)))
         goto done;
     *files = xrealloc(*files, (size_t)(*n_files + 2) * sizeof **files);
     (*files)[(*n_files)++] = xstrdup(kernel_file);
@@ -544,6 +587,10 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     }
     if (b->cuda)
         cJSON_AddStringToObject(e, "arch", arch);
+    if (library) {
+        cJSON_AddItemToObject(e, "library", library);
+        library = NULL;
+    }
 
     kiln_signature sig;
     kiln_abi_signature(p, abi.scratch != NULL, b->cuda, &sig);
@@ -599,6 +646,8 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
 done:
     cJSON_Delete(e);
     cJSON_Delete(res);
+    cJSON_Delete(library);
+    free(settled);
     if (have_abi)
         kiln_abi_free(&abi);
     kiln_problem_free(p);

@@ -270,7 +270,8 @@ int kiln_submit_source(kiln_submit_run *r, const char *agent, int64_t parent_can
     uint64_t source_hash = kiln_fnv1a(KILN_FNV_INIT, source, strlen(source));
     uint64_t binary_hash = source_hash; /* cpu: the source is the binary's identity (as search's) */
     char *nvrtc_log = NULL;
-    if (r->cuda) {
+    /* a library call (`// kiln: library`) has no cubin: its text is what it runs */
+    if (r->cuda && !kiln_abi_is_library(source)) {
         char *cubin = NULL, *log = NULL;
         size_t len = 0;
         kiln_err cerr;

@@ -177,7 +177,8 @@ uint64_t kiln_opt_candidate_hash(kiln_opt_ctx *c, const char *src, uint64_t sour
     *compile_failed = 0;
     *compile_log = NULL;
     *compiled = 0;
-    if (!c->cuda)
+    /* a library call (`// kiln: library`) has no cubin: its text is what it runs */
+    if (!c->cuda || kiln_abi_is_library(src))
         return source_hash;
     char *cubin = NULL, *log = NULL;
     size_t len = 0;

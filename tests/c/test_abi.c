@@ -166,6 +166,31 @@ static void test_parse_errors(void **state) {
     assert_contains(parse_error(many, 1), "line 9: more than 8 launch lines");
 }
 
+/* `// kiln: library NAME ARGS`: the rest of the line kept as written; it stands for the launches.
+ */
+static void test_parse_library(void **state) {
+    (void)state;
+    const char *src = "// banner\n// kiln: library cublaslt {\"config\": 3, \"args\": {}}  \n";
+    kiln_abi abi;
+    kiln_err err;
+    assert_int_equal(kiln_abi_parse(src, 1, &abi, &err), KILN_OK);
+    assert_string_equal(abi.library, "cublaslt");
+    assert_string_equal(abi.library_args, "{\"config\": 3, \"args\": {}}");
+    assert_int_equal(abi.n_launches, 0);
+    assert_null(abi.scratch);
+    assert_true(kiln_abi_is_library(src));
+    assert_false(kiln_abi_is_library("// kiln: launch k grid=1\n// library cublaslt {}\n"));
+    kiln_abi_free(&abi);
+    assert_null(abi.library);
+    assert_contains(parse_error("// kiln: library cublas {}\n", 1), "unknown library 'cublas'");
+    assert_contains(parse_error("// kiln: library cublaslt {}\n// kiln: library cublaslt {}\n", 1),
+                    "line 2: 'library' given twice");
+    assert_contains(parse_error("// kiln: library cublaslt {}\n// kiln: launch k grid=1\n", 1),
+                    "no launch or scratch lines");
+    assert_contains(parse_error("// kiln: scratch 8\n// kiln: library cublaslt {}\n", 0),
+                    "no launch or scratch lines");
+}
+
 static void test_plan(void **state) {
     (void)state;
     kiln_problem *p = load(definition, workload);
@@ -360,7 +385,7 @@ int main(void) {
         cmocka_unit_test(test_parse_launches),   cmocka_unit_test(test_parse_default_launch),
         cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_plan),
         cmocka_unit_test(test_plan_limits),      cmocka_unit_test(test_signature_and_prototype),
-        cmocka_unit_test(test_signature_pieces),
+        cmocka_unit_test(test_signature_pieces), cmocka_unit_test(test_parse_library),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 
 #include "backend/cublaslt.h"
 #include "backend/cuda_driver.h"
+#include "backend/lt_call.h"
 
 /* ---- the config ---- */
 
@@ -350,6 +351,116 @@ static void test_load_message(void **state) {
     assert_non_null(strstr(err.msg, "KILN_CUBLASLT"));
 }
 
+/* Field by field (the struct has padding). */
+static int gemm_same(const kiln_lt_gemm *a, const kiln_lt_gemm *b) {
+    return a->m == b->m && a->n == b->n && a->k == b->k && a->batch == b->batch &&
+           a->stride_a == b->stride_a && a->stride_b == b->stride_b && a->stride_d == b->stride_d &&
+           a->a_type == b->a_type && a->b_type == b->b_type && a->d_type == b->d_type &&
+           a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->lda == b->lda &&
+           a->ldb == b->ldb && a->ldd == b->ldd && a->epilogue == b->epilogue &&
+           a->bias_type == b->bias_type;
+}
+
+/* kiln_lt_gemm to JSON and back, and what the reader refuses. */
+static void test_gemm_json(void **state) {
+    (void)state;
+    kiln_lt_gemm g = kiln_lt_gemm_bmm(3, 16, 24, 32, KILN_F16);
+    g.trans_a = 1;
+    g.lda = 40;
+    g.epilogue = KILN_LT_EPI_BIAS_GELU;
+    g.bias_type = KILN_F32;
+    cJSON *j = kiln_lt_gemm_to_json(&g);
+    kiln_lt_gemm back;
+    kiln_err err;
+    assert_int_equal(kiln_lt_gemm_from_json(j, &back, &err), KILN_OK);
+    assert_true(gemm_same(&g, &back));
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "m", cJSON_CreateNumber(0));
+    assert_int_equal(kiln_lt_gemm_from_json(j, &back, &err), KILN_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "'m'"));
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "m", cJSON_CreateNumber(16));
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "epilogue", cJSON_CreateString("swish"));
+    assert_int_equal(kiln_lt_gemm_from_json(j, &back, &err), KILN_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "'epilogue'"));
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "epilogue", cJSON_CreateString("bias"));
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "a_type", cJSON_CreateString("float128"));
+    assert_int_equal(kiln_lt_gemm_from_json(j, &back, &err), KILN_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "'a_type'"));
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "ldd");
+    assert_int_equal(kiln_lt_gemm_from_json(j, &back, &err), KILN_ERR_FORMAT);
+    cJSON_Delete(j);
+}
+
+/* A cublaslt candidate's directive JSON: an index or a concrete config, both round trip; args are
+ * checked against the signature. */
+static void test_call_json(void **state) {
+    (void)state;
+    kiln_lt_call_desc d = {.gemm = kiln_lt_gemm_linear(64, 48, 32, KILN_BF16),
+                           .index = 17,
+                           .arg_a = 0,
+                           .arg_b = 1,
+                           .arg_bias = 2,
+                           .arg_d = 3};
+    d.gemm.epilogue = KILN_LT_EPI_BIAS;
+    kiln_signature sig = {0};
+    kiln_abi_add_tensor(&sig, "x", KILN_BF16, 0, 1);
+    kiln_abi_add_tensor(&sig, "w", KILN_BF16, 0, 1);
+    kiln_abi_add_tensor(&sig, "b", KILN_BF16, 0, 1);
+    kiln_abi_add_tensor(&sig, "y", KILN_BF16, 1, 1);
+    kiln_abi_add_param(&sig, KILN_PARAM_I64, "n64", "int64_t");
+    char *json = kiln_lt_call_json(&d);
+    kiln_lt_call_desc back;
+    kiln_err err;
+    assert_int_equal(kiln_lt_call_parse(json, &sig, &back, &err), KILN_OK);
+    assert_int_equal(back.has_config, 0);
+    assert_int_equal(back.index, 17);
+    assert_true(gemm_same(&back.gemm, &d.gemm));
+    assert_int_equal(back.arg_bias, 2);
+    assert_int_equal(back.arg_d, 3);
+    free(json);
+
+    d.has_config = 1;
+    d.config = (kiln_lt_config){.algo = 66,
+                                .tile = 18,
+                                .stages = 29,
+                                .split_k = 2,
+                                .reduction = 1,
+                                .cluster = 2,
+                                .workspace = 1 << 20,
+                                .heuristic = -1};
+    d.version = 130100;
+    json = kiln_lt_call_json(&d);
+    assert_int_equal(kiln_lt_call_parse(json, &sig, &back, &err), KILN_OK);
+    assert_int_equal(back.has_config, 1);
+    assert_true(kiln_lt_config_same(&back.config, &d.config));
+    assert_int_equal(back.config.workspace, 1 << 20);
+    assert_int_equal(back.version, 130100);
+    free(json);
+
+    d.arg_d = 4; /* the axis, not a tensor */
+    json = kiln_lt_call_json(&d);
+    assert_int_equal(kiln_lt_call_parse(json, &sig, &back, &err), KILN_ERR_COMPILE);
+    assert_non_null(strstr(err.msg, "args.d = 4 is not a tensor parameter"));
+    assert_int_equal(kiln_lt_call_parse(json, NULL, &back, &err), KILN_OK);
+    free(json);
+    d.arg_d = 3;
+    d.arg_bias = -1; /* a bias epilogue without one */
+    json = kiln_lt_call_json(&d);
+    assert_int_equal(kiln_lt_call_parse(json, &sig, &back, &err), KILN_ERR_COMPILE);
+    assert_non_null(strstr(err.msg, "needs a bias"));
+    free(json);
+    assert_int_equal(kiln_lt_call_parse("{\"gemm\": {}}", NULL, &back, &err), KILN_ERR_COMPILE);
+    assert_int_equal(kiln_lt_call_parse("not json", NULL, &back, &err), KILN_ERR_COMPILE);
+    char big[2048];
+    d.has_config = 0;
+    d.index = KILN_LT_CALL_CAP; /* past the cap the family's parameters can reach */
+    d.arg_bias = 2;
+    json = kiln_lt_call_json(&d);
+    snprintf(big, sizeof big, "%s", json);
+    free(json);
+    assert_int_equal(kiln_lt_call_parse(big, NULL, &back, &err), KILN_ERR_COMPILE);
+    assert_non_null(strstr(err.msg, "'config'"));
+}
+
 /* ---- on a GPU ---- */
 
 static int gpu_state; /* 0: not tried, 1: context current and cuBLASLt loaded, -1: skip */
@@ -562,6 +673,38 @@ static void test_gpu_run_small(void **state) {
     run_small(f8, "linear fp8 e4m3");
 }
 
+/* A cublaslt candidate's index settles to the enumeration's config on this device: 0 is the
+ * heuristic's first answer; a settled config replays as given, and not under another version. */
+static void test_gpu_call_resolve(void **state) {
+    (void)state;
+    NEED_GPU();
+    kiln_lt_call_desc d = {.gemm = kiln_lt_gemm_linear(256, 512, 128, KILN_BF16),
+                           .index = 0,
+                           .arg_a = 0,
+                           .arg_b = 1,
+                           .arg_bias = -1,
+                           .arg_d = 2};
+    kiln_lt_call *c0 = NULL, *c1 = NULL, *again = NULL;
+    kiln_err err;
+    assert_int_equal(kiln_lt_call_open(&d, &c0, &err), KILN_OK);
+    const kiln_lt_call_desc *r0 = kiln_lt_call_resolved(c0);
+    assert_int_equal(r0->has_config, 1);
+    assert_int_equal(r0->config.heuristic, 0);
+    assert_true(r0->version > 0);
+    d.index = 1;
+    assert_int_equal(kiln_lt_call_open(&d, &c1, &err), KILN_OK);
+    assert_false(kiln_lt_config_same(&r0->config, &kiln_lt_call_resolved(c1)->config));
+    kiln_lt_call_desc settled = *r0;
+    assert_int_equal(kiln_lt_call_open(&settled, &again, &err), KILN_OK);
+    assert_true(kiln_lt_config_same(&kiln_lt_call_resolved(again)->config, &r0->config));
+    kiln_lt_call_close(again);
+    settled.version += 1;
+    assert_int_equal(kiln_lt_call_open(&settled, &again, &err), KILN_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "was enumerated with cuBLASLt"));
+    kiln_lt_call_close(c0);
+    kiln_lt_call_close(c1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_json_round_trip),
@@ -572,8 +715,11 @@ int main(void) {
         cmocka_unit_test(test_view_bmm),
         cmocka_unit_test(test_view_addmm),
         cmocka_unit_test(test_load_message),
+        cmocka_unit_test(test_gemm_json),
+        cmocka_unit_test(test_call_json),
         cmocka_unit_test(test_gpu_enumerate_4096),
         cmocka_unit_test(test_gpu_run_small),
+        cmocka_unit_test(test_gpu_call_resolve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -112,6 +112,17 @@ static const match_case CASES[] = {
      "torch.ops.aten._to_copy.default(v1, dtype=torch.bfloat16)\\n    return v2\\n', 'kiln': "
      "{'kind': 'module', 'module_class': 'Probs'}}",
      "{'uuid': 'u', 'axes': {}, 'inputs': {'input0': {'type': 'random'}}}", "softmax gen"},
+    {"captured linear with bias",
+     "{'name': 'g', 'axes': {'n8': {'type': 'const', 'value': 8}, 'n16': {'type': 'const', "
+     "'value': 16}, 'n32': {'type': 'const', 'value': 32}}, 'inputs': {'x': {'shape': ['n8', "
+     "'n32'], 'dtype': 'bfloat16'}, 'w': {'shape': ['n16', 'n32'], 'dtype': 'bfloat16'}, 'b': "
+     "{'shape': ['n16'], 'dtype': 'bfloat16'}}, 'outputs': {'out0': {'shape': ['n8', 'n16'], "
+     "'dtype': 'bfloat16'}}, 'reference': 'def run(x, w, b): pass', 'kiln': {'kind': 'aten', "
+     "'aten': 'aten::linear.default', 'args': {'args': [{'tensor': 0}, {'tensor': 1}, {'tensor': "
+     "2}], 'kwargs': {}}}}",
+     "{'uuid': 'u', 'axes': {}, 'inputs': {'x': {'type': 'random'}, 'w': {'type': 'random'}, "
+     "'b': {'type': 'random'}}}",
+     "cublaslt"},
     {"hand-written rmsnorm (op_type, no \"kiln\" object)",
      "{'name': 'h', 'op_type': 'rmsnorm', 'axes': {'b': {'type': 'var'}, 'h': {'type': 'const', "
      "'value': 256}}, 'inputs': {'hidden_states': {'shape': ['b', 'h'], 'dtype': 'bfloat16'}, "

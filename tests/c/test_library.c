@@ -16,7 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/lt_call.h"
 #include "backend/nvrtc.h"
+#include "gen/family.h"
 #include "search/library.h"
 
 #define SOFTMAX_DIR KILN_SOURCE_DIR "/tests/data/problems/softmax_f32"
@@ -395,6 +397,96 @@ static void test_cuda_library_with_cubin(void **state) {
     remove_run_dir(run);
 }
 
+/* A cublaslt winner: the library keeps the configuration its gate settled on (the static table),
+ * not the index the search picked, and no cubin; a winner whose result records none is skipped. */
+static void test_cuda_library_cublaslt(void **state) {
+    (void)state;
+    char *run = make_run_dir();
+    kiln_store *s = new_store(run, "cuda");
+    const char *dir = KILN_SOURCE_DIR "/tests/data/families/cublaslt/linear_bias_f32";
+    kiln_problem *prob = NULL;
+    kiln_err err;
+    assert_int_equal(kiln_problem_load(dir, &prob, &err), KILN_OK);
+    const kiln_family *f = kiln_family_find("cublaslt");
+    kiln_match m;
+    char why[256];
+    assert_true(f->match(prob, &m, why, sizeof why));
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    kiln_family_point(f, 37, pt);
+    char *src = f->emit(prob, &m, pt, 1);
+    kiln_abi abi;
+    assert_int_equal(kiln_abi_parse(src, 1, &abi, &err), KILN_OK);
+    kiln_lt_call_desc d;
+    assert_int_equal(kiln_lt_call_parse(abi.library_args, NULL, &d, &err), KILN_OK);
+    kiln_abi_free(&abi);
+    assert_int_equal(d.index, 37);
+    /* what the cuda backend settles index 37 to on the device */
+    d.has_config = 1;
+    d.config = (kiln_lt_config){.algo = 71,
+                                .tile = 20,
+                                .stages = 21,
+                                .split_k = 4,
+                                .reduction = 2,
+                                .workspace = 65536,
+                                .heuristic = -1};
+    d.version = 130100;
+    char *settled = kiln_lt_call_json(&d);
+    char *res = xasprintf("{\"kiln_eval\": 1, \"outcome\": \"ok\", \"evidence\": {}, "
+                          "\"library\": %s, \"workloads\": [{\"index\": 0, \"ref_time_us\": "
+                          "16.0, \"time_us\": {\"median\": 8.0}}], \"summary\": "
+                          "{\"time_us_geomean\": 8.0}}",
+                          settled);
+    int64_t p = problem(s, prob->name, dir, 20.0);
+    int64_t c = candidate(s, p, src, 0x17);
+    result(s, c, "ok", 4.0, res);
+
+    kiln_library_report rep;
+    if (kiln_library_write(s, run, NULL, &rep, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(rep.n_entries, 1);
+    assert_int_equal(rep.n_without_cubin, 0);
+    cJSON *man = load_manifest(run);
+    const cJSON *e = cJSON_GetArrayItem(get(man, "entries"), 0);
+    assert_true(cJSON_IsNull(get(e, "cubin")));
+    const cJSON *lib = get(e, "library");
+    assert_string_equal(str(lib, "name"), "cublaslt");
+    kiln_lt_config stored;
+    assert_int_equal(kiln_lt_config_from_json(get(get(lib, "call"), "config"), &stored, &err),
+                     KILN_OK);
+    assert_true(kiln_lt_config_same(&stored, &d.config));
+    assert_int_equal(stored.workspace, 65536);
+    assert_int_equal((int64_t)num(get(lib, "call"), "version"), 130100);
+    /* the kernel file is the directive with the configuration itself */
+    char *path = xasprintf("%s/library/%s", run, str(e, "kernel"));
+    char *kept = read_text(path);
+    assert_int_equal(kiln_abi_parse(kept, 1, &abi, &err), KILN_OK);
+    kiln_lt_call_desc back;
+    assert_int_equal(kiln_lt_call_parse(abi.library_args, NULL, &back, &err), KILN_OK);
+    assert_int_equal(back.has_config, 1);
+    assert_true(kiln_lt_config_same(&back.config, &d.config));
+    assert_int_equal(back.arg_bias, 2);
+    kiln_abi_free(&abi);
+    const cJSON *el = cJSON_GetArrayItem(get(e, "launches"), 0);
+    assert_int_equal(cJSON_GetArraySize(get(el, "launches")), 0);
+    cJSON_Delete(man);
+    free(kept);
+    free(path);
+
+    /* a newer, faster result without the settled call: the problem is skipped, with the reason */
+    int64_t c2 = candidate(s, p, src, 0x18);
+    result(s, c2, "ok", 2.0, ok_json);
+    assert_int_equal(kiln_library_write(s, run, NULL, &rep, &err), KILN_OK);
+    assert_int_equal(rep.n_entries, 0);
+    assert_non_null(strstr(rep.warnings, "records no settled cuBLASLt call"));
+
+    kiln_store_close(s);
+    kiln_problem_free(prob);
+    free(settled);
+    free(res);
+    free(src);
+    remove_run_dir(run);
+}
+
 /* ---- a captured problem ---- */
 
 /* An aten problem as capture writes it: a transposed input (memory order), the call's arguments. */
@@ -596,6 +688,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_library_from_a_small_store),
         cmocka_unit_test(test_cuda_library_with_cubin),
+        cmocka_unit_test(test_cuda_library_cublaslt),
         cmocka_unit_test(test_captured_problems_carry_their_gate),
         cmocka_unit_test(test_another_content_is_refused),
         cmocka_unit_test(test_unknown_backend_is_refused),

@@ -22,7 +22,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/lt_call.h"
 #include "runtime/kiln_rt.h"
+#include "runtime/rt_impl.h"
 #include "util/common.h"
 
 /* ---- the allocator, wrapped ---- */
@@ -271,9 +273,116 @@ static void test_every_failed_allocation_is_a_status(void **state) {
     assert_true(json > 20);
 }
 
+/* ---- a cuda library with a cuBLASLt entry (read without a GPU) ---- */
+
+/* F.linear(x [16, 32], w [24, 32]) in bf16, with the configuration its gate settled on. */
+static const char lt_manifest_fmt[] =
+    "{\"kiln_library\": 1, \"backend\": \"cuda\",\n"
+    " \"device\": {\"name\": \"NVIDIA H200\", \"uuid\": \"GPU-test\", \"compute_capability\": "
+    "\"9.0\"},\n"
+    " \"build\": {\"kiln\": \"%s\"},\n"
+    " \"entries\": [\n"
+    "  {\"problem\": \"linear\", \"kind\": \"aten\", \"aten\": \"aten::linear.default\",\n"
+    "   \"gate\": {\"inputs\": [{\"name\": \"x\", \"dtype\": \"bfloat16\", \"shape\": [16, 32], "
+    "\"strides\": [32, 1]}, {\"name\": \"w\", \"dtype\": \"bfloat16\", \"shape\": [24, 32], "
+    "\"strides\": [32, 1]}],\n"
+    "            \"outputs\": [{\"name\": \"y\", \"dtype\": \"bfloat16\", \"shape\": [16, 24], "
+    "\"strides\": [24, 1]}], \"device_capability\": \"9.0\"},\n"
+    "   \"kernel\": \"linear.cu\", \"cubin\": null, \"arch\": \"sm_90\",\n"
+    "   \"library\": {\"name\": \"%s\", \"call\": %s},\n"
+    "   \"signature\": \"extern \\\"C\\\" __global__ void kiln_kernel(const __nv_bfloat16* x, "
+    "const "
+    "__nv_bfloat16* w, __nv_bfloat16* y, int64_t n16, int64_t n24, int64_t n32)\",\n"
+    "   \"launches\": [{\"workloads\": [0], \"axes\": {\"n16\": 16, \"n24\": 24, \"n32\": 32}, "
+    "\"launches\": []}]}\n"
+    " ]}\n";
+
+/* Writes the library with this call and library name; reads its manifest as kiln_rt_open would on
+ * an H200 (rt_manifest_load: everything but the device). */
+static int read_lt_library(const char *dir, const char *name, const char *call, kiln_rt *rt,
+                           kiln_err *err) {
+    char *manifest = xasprintf(lt_manifest_fmt, kiln_rt_kiln_version(), name, call);
+    char *source = xasprintf("// kiln: library cublaslt %s\n", call);
+    assert_int_equal(write_text(dir, "manifest.json", manifest), KILN_OK);
+    assert_int_equal(write_text(dir, "linear.cu", source), KILN_OK);
+    free(manifest);
+    free(source);
+    memset(rt, 0, sizeof *rt);
+    rt->dir = xstrdup(dir);
+    rt->cuda = 1;
+    snprintf(rt->info.name, sizeof rt->info.name, "NVIDIA H200");
+    snprintf(rt->info.uuid, sizeof rt->info.uuid, "GPU-test");
+    rt->info.cc_major = 9;
+    char *notes = NULL;
+    int rc = rt_manifest_load(rt, "cuda", &notes, err);
+    free(notes);
+    return rc;
+}
+
+static void test_cublaslt_entry_is_read_back(void **state) {
+    (void)state;
+    char dir[] = "/tmp/kiln-test-runtime-lt-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kiln_lt_call_desc d = {.gemm = kiln_lt_gemm_linear(16, 24, 32, KILN_BF16),
+                           .has_config = 1,
+                           .config = {.algo = 66,
+                                      .tile = 18,
+                                      .stages = 29,
+                                      .split_k = 1,
+                                      .cluster = 2,
+                                      .workspace = 4096,
+                                      .heuristic = 0},
+                           .version = 130100,
+                           .arg_a = 0,
+                           .arg_b = 1,
+                           .arg_bias = -1,
+                           .arg_d = 2};
+    char *call = kiln_lt_call_json(&d);
+    kiln_rt rt;
+    kiln_err err;
+    if (read_lt_library(dir, "cublaslt", call, &rt, &err) != KILN_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(rt.n_entries, 1);
+    rt_entry *e = &rt.entries[0];
+    assert_null(e->disabled); /* no cubin, and no NVRTC needed */
+    assert_non_null(e->library_call);
+    assert_int_equal(e->plan.n_launches, 0);
+    kiln_lt_call_desc back;
+    assert_int_equal(kiln_lt_call_parse(e->library_call, &e->sig, &back, &err), KILN_OK);
+    assert_int_equal(back.has_config, 1);
+    assert_true(kiln_lt_config_same(&back.config, &d.config));
+    assert_int_equal(back.config.workspace, 4096);
+    assert_int_equal(back.version, 130100);
+    assert_int_equal(back.gemm.m, 16);
+    assert_int_equal(back.gemm.trans_b, 1);
+
+    /* the runtime replays a configuration, never an index (which would need the enumeration) */
+    d.has_config = 0;
+    d.index = 3;
+    char *indexed = kiln_lt_call_json(&d);
+    rt_lt *l = NULL;
+    assert_int_equal(rt_gpu_lt_open(NULL, indexed, &e->sig, &l, &err), KILN_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "not an index"));
+    assert_null(l);
+    free(indexed);
+
+    /* a library kiln does not call is a damaged manifest, not a crash */
+    assert_int_equal(read_lt_library(dir, "cublas", call, &rt, &err), KILN_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "\"library\" must be"));
+    free(call);
+    char *files[] = {"linear.cu", "manifest.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *p = kiln_path_join(dir, files[i]);
+        unlink(p);
+        free(p);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_gate_launch),
+        cmocka_unit_test(test_cublaslt_entry_is_read_back),
         cmocka_unit_test(test_kiln_out_of_memory_outside_a_scope_aborts),
         cmocka_unit_test(test_every_failed_allocation_is_a_status),
     };

@@ -1,0 +1,182 @@
+/* lt_call.c: a cuBLASLt candidate's directive read and written, and the call it stands for settled
+ * and run on a device (lt_call.h). */
+#include "lt_call.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kiln_lt_call {
+    kiln_lt_call_desc d; /* resolved */
+    kiln_lt_plan *plan;
+};
+
+/* An integer member of o in [lo, hi]. */
+static int json_int(const cJSON *o, const char *name, double lo, double hi, int64_t *out,
+                    kiln_err *err) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(f) || !(f->valuedouble >= lo && f->valuedouble <= hi) ||
+        f->valuedouble != floor(f->valuedouble))
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "cublaslt directive: '%s' %s (an integer in [%.0f, %.0f])", name,
+                         f ? "is out of range" : "is missing", lo, hi);
+    *out = (int64_t)f->valuedouble;
+    return KILN_OK;
+}
+
+int kiln_lt_call_parse(const char *json, const kiln_signature *sig, kiln_lt_call_desc *out,
+                       kiln_err *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *o = cJSON_Parse(json);
+    int rc = KILN_OK;
+    kiln_err lerr;
+    if (!cJSON_IsObject(o)) {
+        rc = kiln_errf(err, KILN_ERR_COMPILE, "cublaslt directive: not one JSON object");
+        goto done;
+    }
+    if (kiln_lt_gemm_from_json(cJSON_GetObjectItemCaseSensitive(o, "gemm"), &out->gemm, &lerr)) {
+        rc = kiln_errf(err, KILN_ERR_COMPILE, "cublaslt directive: %s", lerr.msg);
+        goto done;
+    }
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config");
+    if (cJSON_IsObject(cfg)) {
+        out->has_config = 1;
+        if (kiln_lt_config_from_json(cfg, &out->config, &lerr)) {
+            rc = kiln_errf(err, KILN_ERR_COMPILE, "cublaslt directive: %s", lerr.msg);
+            goto done;
+        }
+    } else if ((rc = json_int(o, "config", 0, KILN_LT_CALL_CAP - 1, &out->index, err))) {
+        goto done;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(o, "version") &&
+        (rc = json_int(o, "version", 0, 9007199254740992.0, &out->version, err)))
+        goto done;
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "args");
+    int64_t a, b, bias, d;
+    if ((rc = json_int(args, "a", 0, KILN_MAX_PARAMS - 1, &a, err)) ||
+        (rc = json_int(args, "b", 0, KILN_MAX_PARAMS - 1, &b, err)) ||
+        (rc = json_int(args, "bias", -1, KILN_MAX_PARAMS - 1, &bias, err)) ||
+        (rc = json_int(args, "d", 0, KILN_MAX_PARAMS - 1, &d, err)))
+        goto done;
+    out->arg_a = (int)a;
+    out->arg_b = (int)b;
+    out->arg_bias = (int)bias;
+    out->arg_d = (int)d;
+    int wants_bias = out->gemm.epilogue == KILN_LT_EPI_BIAS ||
+                     out->gemm.epilogue == KILN_LT_EPI_BIAS_RELU ||
+                     out->gemm.epilogue == KILN_LT_EPI_BIAS_GELU;
+    if (wants_bias != (bias >= 0)) {
+        rc =
+            kiln_errf(err, KILN_ERR_COMPILE, "cublaslt directive: epilogue '%s' %s a bias argument",
+                      kiln_lt_epilogue_name(out->gemm.epilogue), wants_bias ? "needs" : "takes no");
+        goto done;
+    }
+    if (sig) {
+        const int64_t idx[4] = {a, b, bias, d};
+        static const char *const names[4] = {"a", "b", "bias", "d"};
+        for (int i = 0; i < 4; i++)
+            if (idx[i] >= 0 && (idx[i] >= sig->n || sig->p[idx[i]].kind != KILN_PARAM_PTR)) {
+                rc = kiln_errf(err, KILN_ERR_COMPILE,
+                               "cublaslt directive: args.%s = %lld is not a tensor parameter of "
+                               "the problem (%d parameters)",
+                               names[i], (long long)idx[i], sig->n);
+                goto done;
+            }
+    }
+done:
+    cJSON_Delete(o);
+    return rc;
+}
+
+char *kiln_lt_call_json(const kiln_lt_call_desc *d) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "gemm", kiln_lt_gemm_to_json(&d->gemm));
+    if (d->has_config)
+        cJSON_AddItemToObject(o, "config", kiln_lt_config_to_json(&d->config));
+    else
+        cJSON_AddNumberToObject(o, "config", (double)d->index);
+    if (d->version)
+        cJSON_AddNumberToObject(o, "version", (double)d->version);
+    cJSON *args = cJSON_AddObjectToObject(o, "args");
+    cJSON_AddNumberToObject(args, "a", d->arg_a);
+    cJSON_AddNumberToObject(args, "b", d->arg_b);
+    cJSON_AddNumberToObject(args, "bias", d->arg_bias);
+    cJSON_AddNumberToObject(args, "d", d->arg_d);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char *copy = xstrdup(s);
+    cJSON_free(s);
+    return copy;
+}
+
+int kiln_lt_call_open(const kiln_lt_call_desc *d, kiln_lt_call **out, kiln_err *err) {
+    *out = NULL;
+    kiln_lt_plan *plan = NULL;
+    int rc = kiln_lt_plan_create(&d->gemm, &plan, err);
+    if (rc)
+        return rc;
+    kiln_lt_call_desc r = *d;
+    int64_t version = (int64_t)kiln_lt.GetVersion();
+    if (d->has_config) {
+        if (d->version && d->version != version) {
+            kiln_lt_plan_destroy(plan);
+            return kiln_errf(err, KILN_ERR_UNSUPPORTED,
+                             "this configuration was enumerated with cuBLASLt %lld; this is %lld",
+                             (long long)d->version, (long long)version);
+        }
+    } else {
+        kiln_lt_config *list = NULL;
+        int n = 0, n_valid = 0;
+        rc = kiln_lt_enumerate(plan, KILN_LT_CALL_WORKSPACE, KILN_LT_CALL_CAP, &list, &n, &n_valid,
+                               err);
+        if (rc == KILN_OK && d->index >= n)
+            rc = kiln_errf(err, KILN_ERR_COMPILE,
+                           "cuBLASLt configuration %lld does not exist: this GEMM has %d on this "
+                           "device (indices 0 to %d)",
+                           (long long)d->index, n, n - 1);
+        if (rc == KILN_OK) {
+            r.config = list[d->index];
+            r.has_config = 1;
+        }
+        free(list);
+        if (rc) {
+            kiln_lt_plan_destroy(plan);
+            return rc;
+        }
+    }
+    r.version = version;
+    kiln_lt_call *c = xcalloc(1, sizeof *c);
+    c->d = r;
+    c->plan = plan;
+    *out = c;
+    return KILN_OK;
+}
+
+void kiln_lt_call_close(kiln_lt_call *c) {
+    if (!c)
+        return;
+    kiln_lt_plan_destroy(c->plan);
+    free(c);
+}
+
+const kiln_lt_call_desc *kiln_lt_call_resolved(const kiln_lt_call *c) {
+    return &c->d;
+}
+
+uint64_t kiln_lt_call_workspace(const kiln_lt_call *c) {
+    return c->d.config.workspace;
+}
+
+int kiln_lt_call_run(kiln_lt_call *c, void *const *params, uint64_t workspace, void *stream,
+                     kiln_err *err) {
+    const kiln_lt_call_desc *d = &c->d;
+    kiln_lt_ptrs ptrs = {
+        .a = *(const uint64_t *)params[d->arg_a],
+        .b = *(const uint64_t *)params[d->arg_b],
+        .d = *(const uint64_t *)params[d->arg_d],
+        .bias = d->arg_bias >= 0 ? *(const uint64_t *)params[d->arg_bias] : 0,
+        .workspace = workspace,
+        .workspace_bytes = workspace ? d->config.workspace : 0,
+    };
+    return kiln_lt_run(c->plan, &d->config, &ptrs, stream, err);
+}

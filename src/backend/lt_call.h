@@ -1,0 +1,55 @@
+/* lt_call.h: a cuBLASLt candidate (`// kiln: library cublaslt JSON`, docs/gemm.md): the JSON names
+ * the GEMM as captured, its configuration (an index into kiln_lt_enumerate's list, or the concrete
+ * configuration a library stores) and which ABI parameters are A, B, the bias and D; opened on a
+ * device it is one cuBLASLt plan with one configuration, run with the ABI's pointers. The cuda
+ * backend (the gate) and libkiln_rt both call it through here. */
+#ifndef KILN_LT_CALL_H
+#define KILN_LT_CALL_H
+
+#include "abi.h"
+#include "cublaslt.h"
+
+/* How many configurations an index may reach: the enumeration is capped there. */
+#define KILN_LT_CALL_CAP 2048
+/* The most workspace a configuration may ask for (kiln_lt_enumerate's limit). */
+#define KILN_LT_CALL_WORKSPACE (32ull << 20)
+
+typedef struct {
+    kiln_lt_gemm gemm;
+    int has_config;        /* 1: config is the concrete configuration; 0: index picks it */
+    kiln_lt_config config; /* has_config */
+    int64_t index;         /* !has_config: its position in kiln_lt_enumerate's list */
+    int64_t version; /* the cuBLASLt (cublasLtGetVersion) that enumerated config; 0: unknown */
+    int arg_a, arg_b, arg_bias, arg_d; /* ABI parameter indices; arg_bias -1 without a bias */
+} kiln_lt_call_desc;
+
+/* Reads a directive's JSON: {"gemm": {...kiln_lt_gemm_to_json}, "config": INDEX or {...config},
+ * "version": N (optional), "args": {"a": i, "b": i, "bias": i or -1, "d": i}}. With sig (may be
+ * NULL), every arg must be a pointer parameter of sig and the bias present exactly when the GEMM's
+ * epilogue has one. KILN_OK, or KILN_ERR_COMPILE saying what is wrong (the candidate's fault). */
+int kiln_lt_call_parse(const char *json, const kiln_signature *sig, kiln_lt_call_desc *out,
+                       kiln_err *err);
+/* The JSON kiln_lt_call_parse reads back to d (compact, one line). Caller frees. */
+char *kiln_lt_call_json(const kiln_lt_call_desc *d);
+
+typedef struct kiln_lt_call kiln_lt_call;
+
+/* Builds d's plan in the current CUDA context and settles its configuration: an index is looked
+ * up in kiln_lt_enumerate(KILN_LT_CALL_WORKSPACE, KILN_LT_CALL_CAP) on this device; a concrete
+ * config is taken as it is (no heuristic), after checking that this cuBLASLt is the version that
+ * enumerated it. KILN_OK; KILN_ERR_COMPILE for an index past the list (saying how long it is);
+ * KILN_ERR_UNSUPPORTED for another cuBLASLt version; else kiln_lt_plan_create's or
+ * kiln_lt_enumerate's status. */
+int kiln_lt_call_open(const kiln_lt_call_desc *d, kiln_lt_call **out, kiln_err *err);
+void kiln_lt_call_close(kiln_lt_call *c);
+/* The call as settled: has_config 1, the config concrete, version this cuBLASLt's. */
+const kiln_lt_call_desc *kiln_lt_call_resolved(const kiln_lt_call *c);
+/* Bytes of workspace the configuration needs (0: none). */
+uint64_t kiln_lt_call_workspace(const kiln_lt_call *c);
+/* Enqueues the GEMM on stream (a CUstream) with the ABI's parameters (params[i] points at
+ * parameter i's value, as cuLaunchKernel takes them) and workspace (kiln_lt_call_workspace bytes,
+ * 256-byte aligned; 0 when it needs none). kiln_lt_run's status. */
+int kiln_lt_call_run(kiln_lt_call *c, void *const *params, uint64_t workspace, void *stream,
+                     kiln_err *err);
+
+#endif

@@ -1,0 +1,112 @@
+"""Writes the cublaslt family's problem directories: the small test problems next to this file (the
+cpu proof and the matcher's tests) and the GPU row bench/problems/gemm_linear_bf16_4096x9216x2304
+(Gemma-4's MLP gate/up projection). Each one is what `kiln capture` writes for the op (a "kiln"
+object with the aten label, args, shapes and layouts; a transposed operand stored in memory order and
+permuted back by the reference), with random inputs instead of stored tensors.
+
+    python tests/data/families/cublaslt/make_problems.py      (from the repository root)
+"""
+
+import json
+import os
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", "..", ".."))
+NS = uuid.UUID("6b696c6e-6765-6d6d-0000-000000000001")
+
+
+def axis_name(v):
+    return f"n{v}"
+
+
+def write(dirname, name, description, aten, args, inputs, out_shape, dtype, kwargs=None, declines=None,
+          prefix="cublaslt_"):
+    """inputs: {name: (stored shape, dtype, permute or None)}, in the op's argument order."""
+    d = os.path.join(dirname, name)
+    os.makedirs(d, exist_ok=True)
+    sizes = sorted({v for s, _, _ in inputs.values() for v in s} | set(out_shape))
+    axes = {axis_name(v): {"type": "const", "value": v} for v in sizes}
+    layouts = {}
+    for n, (shape, _, perm) in inputs.items():
+        layouts[n] = {"stored": "memory_order", "stored_shape": shape, "permute": perm} if perm else \
+            {"stored": "contiguous"}
+    layouts["out0"] = {"stored": "contiguous"}
+    names = list(inputs)
+    call_args = ", ".join(names[a["tensor"]] if isinstance(a, dict) else repr(a) for a in args)
+    kw = "".join(f", {k}={v!r}" for k, v in (kwargs or {}).items())
+    lines = ["import torch", "", "", "@torch.no_grad()", f"def run({', '.join(names)}):"]
+    for n, (shape, _, perm) in inputs.items():
+        if perm:
+            lines.append(f"    {n} = {n}.permute({', '.join(map(str, perm))})  # captured as a transposed view")
+    lines += [f"    return torch.ops.{aten.replace('aten::', 'aten.')}({call_args}{kw})"]
+    definition = {
+        "name": f"{prefix}{name}", "op_type": aten.split("::")[1].split(".")[0], "description": description,
+        "axes": axes,
+        "inputs": {n: {"shape": [axis_name(v) for v in s], "dtype": t} for n, (s, t, _) in inputs.items()},
+        "outputs": {"out0": {"shape": [axis_name(v) for v in out_shape], "dtype": dtype}},
+        "reference": "\n".join(lines) + "\n",
+        "kiln": {"kind": "aten", "aten": aten, "calls": 1, "args": {"args": args, "kwargs": kwargs or {}},
+                 "layouts": layouts},
+    }
+    if declines:
+        definition["description"] += f" The family declines it: {declines}."
+    with open(os.path.join(d, "definition.json"), "w") as f:
+        json.dump(definition, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(d, "workload.jsonl"), "w") as f:
+        line = {"uuid": str(uuid.uuid5(NS, name)), "axes": {}, "inputs": {n: {"type": "random"} for n in names}}
+        f.write(json.dumps(line) + "\n")
+
+
+T = [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}]
+
+
+def tests():
+    t = HERE
+    write(t, "linear_bf16_3d", "F.linear(x, w) of a [2, 9, 40] bfloat16 input: leading dims fold into rows.",
+          "aten::linear.default", T[:2], {"x": ([2, 9, 40], "bfloat16", None), "w": ([24, 40], "bfloat16", None)},
+          [2, 9, 24], "bfloat16")
+    write(t, "linear_bias_f32", "F.linear(x, w, b) in float32 (the bias epilogue).",
+          "aten::linear.default", T[:3],
+          {"x": ([17, 33], "float32", None), "w": ([20, 33], "float32", None), "b": ([20], "float32", None)},
+          [17, 20], "float32")
+    write(t, "mm_f16_wt", "mm(x, w.t()) in float16: the weight captured as a transposed view, stored [N, K].",
+          "aten::mm.default", T[:2], {"x": ([12, 48], "float16", None), "w": ([20, 48], "float16", [1, 0])},
+          [12, 20], "float16")
+    write(t, "mm_f32_at", "mm(a.t(), b) in float32: A captured transposed, stored [K, M].",
+          "aten::mm.default", T[:2], {"a": ([24, 10], "float32", [1, 0]), "b": ([24, 14], "float32", None)},
+          [10, 14], "float32")
+    write(t, "bmm_bf16", "bmm of [3, 16, 32] by [3, 32, 24] bfloat16 (a strided batch).",
+          "aten::bmm.default", T[:2], {"a": ([3, 16, 32], "bfloat16", None), "b": ([3, 32, 24], "bfloat16", None)},
+          [3, 16, 24], "bfloat16")
+    write(t, "matmul_f32_batched", "matmul of [2, 8, 16] by [2, 16, 12] float32, the second stored transposed.",
+          "aten::matmul.default", T[:2],
+          {"a": ([2, 8, 16], "float32", None), "b": ([2, 12, 16], "float32", [0, 2, 1])}, [2, 8, 12], "float32")
+    write(t, "addmm_bf16", "addmm(b, x, w.t()) in bfloat16: nn.Linear's decomposition, bias in the epilogue.",
+          "aten::addmm.default", T[:3],
+          {"b": ([24], "bfloat16", None), "x": ([16, 64], "bfloat16", None), "w": ([24, 64], "bfloat16", [1, 0])},
+          [16, 24], "bfloat16")
+    decl = os.path.join(t, "declined")
+    write(decl, "addmm_beta", "addmm with beta=0.5.", "aten::addmm.default", T[:3],
+          {"b": ([8], "float32", None), "x": ([4, 8], "float32", None), "w": ([8, 8], "float32", None)},
+          [4, 8], "float32", kwargs={"beta": 0.5}, declines="beta or alpha other than 1")
+    write(decl, "mm_f64", "mm in float64.", "aten::mm.default", T[:2],
+          {"a": ([4, 8], "float64", None), "b": ([8, 6], "float64", None)}, [4, 6], "float64",
+          declines="float64 is not a cuBLASLt dtype of the family")
+    write(decl, "bmm_broadcast_batch", "bmm whose B is permuted across its batch dims.", "aten::bmm.default",
+          T[:2], {"a": ([2, 4, 8], "float32", None), "b": ([8, 2, 6], "float32", [1, 0, 2])}, [2, 4, 6], "float32",
+          declines="permuted across its batch dims")
+
+
+def bench():
+    b = os.path.join(ROOT, "bench", "problems")
+    write(b, "gemm_linear_bf16_4096x9216x2304",
+          "Gemma-4's MLP gate/up projection: F.linear(x [4096, 2304], w [9216, 2304]) in bfloat16.",
+          "aten::linear.default", T[:2],
+          {"x": ([4096, 2304], "bfloat16", None), "w": ([9216, 2304], "bfloat16", None)}, [4096, 9216], "bfloat16", prefix="")
+
+
+if __name__ == "__main__":
+    tests()
+    bench()
