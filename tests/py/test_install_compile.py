@@ -347,10 +347,12 @@ def test_kiln_run_compile_puts_kiln_inside_the_compiled_model(library, tmp_path)
     assert record["compiled"] == ["TinyModel"], record["compiled"]
     targets = record["stats"]["targets"]
     assert targets["module RMSNorm"]["hits"] == targets["aten::softmax.int"]["hits"] >= 3, targets
-    # every one of those hits came through the kiln:: ops of the compiled graph, none through eager dispatch
+    # every hit came through the kiln:: ops of the compiled graph, none through eager dispatch (the linear
+    # layers' entries, since the cublaslt family, too)
     op_hits = {t: n for t, n in record["stats"]["op_hits"].items() if n}
-    assert op_hits == {"module RMSNorm": targets["module RMSNorm"]["hits"],
-                       "aten::softmax.int": targets["aten::softmax.int"]["hits"]}, record["stats"]
+    assert op_hits["module RMSNorm"] == targets["module RMSNorm"]["hits"], record["stats"]
+    assert op_hits["aten::softmax.int"] == targets["aten::softmax.int"]["hits"], record["stats"]
+    assert sum(op_hits.values()) == record["stats"]["hits"], record["stats"]
     checksum = [ln for ln in p.stdout.splitlines() if "checksum" in ln]
     assert checksum and checksum[0].split("checksum")[1] == \
         [ln for ln in plain.stdout.splitlines() if "checksum" in ln][0].split("checksum")[1]

@@ -34,7 +34,7 @@ from kiln import tune, tune_report  # noqa: E402
 from kiln.install_cost import speedup_judge, speedup_text  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "tests", "data", "install", "tiny_model.py")
-LINEAR_ONLY = os.path.join(ROOT, "tests", "data", "tune", "linear_only.py")
+CONV_ONLY = os.path.join(ROOT, "tests", "data", "tune", "conv_only.py")
 KILN = os.path.join(ROOT, "build", "kiln")
 FOUR_COLUMNS = "| eager ms | kiln ms | torch.compile ms | kiln + torch.compile ms |"
 
@@ -116,21 +116,21 @@ def test_sigint_mid_search_installs_the_best_so_far(tmp_path):
 
 
 def test_nothing_to_optimise_still_reports(tmp_path):
-    """Two linear layers: no family matches. The report has the eager and torch.compile times and, per hot
+    """Two convolutions: no family matches. The report has the eager and torch.compile times and, per hot
     op, why kiln did not optimise it; exit 0."""
     run = tmp_path / "run"
-    p = _tune([LINEAR_ONLY, "--out", str(run), "--backend", "cpu", "--time", "240", "--rounds", "2", "--compile"])
+    p = _tune([CONV_ONLY, "--out", str(run), "--backend", "cpu", "--time", "240", "--rounds", "2", "--compile"])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     report = json.load(open(run / "report.json"))
     assert report["search"]["stopped"] == "nothing to optimise"
     m = report["model"]
-    assert m["root"] == "TwoLinear" and m["eager_ms"] > 0
+    assert m["root"] == "TwoConv" and m["eager_ms"] > 0
     assert m.get("compile_ms", 0) > 0 or m.get("compile_error"), m
     assert report["entries"] == []
     ops = report["hot_ops"]
-    assert ops and ops[0]["op"] == "aten::linear.default"
+    assert ops and ops[0]["op"] == "aten::conv2d.default"
     assert all(r["status"] == "not optimised" and "no kernel family matches" in r["why"] for r in ops
-               if r["op"] == "aten::linear.default")
+               if r["op"] == "aten::conv2d.default")
     md = (run / "report.md").read_text()
     assert FOUR_COLUMNS in md and "## Hot ops" in md and "not optimised" in md
 
