@@ -683,15 +683,27 @@ static void enumerate_plain(kiln_lt_plan *p, algo_caps *caps, int algo_pos, uint
     free(stages);
 }
 
+/* The reduction schemes a split-K config of p may use: every one the algorithm offers when D is
+ * fp32, else only the fp32 workspace (COMPUTE_TYPE). Summing the partial products in D's bf16/fp16
+ * (INPLACE, OUTPUT_TYPE) rounds each partial: on the H200 all 8 such configs of the 4096x9216x2304
+ * sweep failed the gate's proof, so they are not worth a candidate. */
+static uint32_t reduction_mask(const kiln_lt_plan *p, const algo_caps *caps) {
+    if (p->g.d_type == KILN_F32)
+        return caps->red_mask;
+    return caps->red_mask & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+}
+
 /* Appends the variants of plain config f that AlgoCheck accepts within limit to l: split-K (×
- * each reduction scheme the algorithm offers) × swizzle × custom option. */
+ * each reduction scheme reduction_mask allows) × swizzle × custom option. */
 static void enumerate_variants(kiln_lt_plan *p, const kiln_lt_found *f, algo_caps *caps,
                                uint64_t limit, found_list *l, long *checks) {
-    const int n_splits = caps->split_ok ? (int)(sizeof split_counts / sizeof split_counts[0]) : 0;
+    const uint32_t red_mask = reduction_mask(p, caps);
+    const int n_splits =
+        caps->split_ok && red_mask ? (int)(sizeof split_counts / sizeof split_counts[0]) : 0;
     for (int sp = -1; sp < n_splits; sp++)
         /* split 1 takes no reduction scheme; a split one each scheme of the mask */
         for (uint32_t red = sp < 0 ? 0 : 1; red <= (sp < 0 ? 0u : 4u); red = red ? red << 1 : 1) {
-            if (sp >= 0 && !(red & caps->red_mask))
+            if (sp >= 0 && !(red & red_mask))
                 continue;
             for (uint32_t swz = 0; swz <= caps->swz_max; swz++)
                 for (uint32_t cu = 0; cu <= caps->custom_max; cu++) {

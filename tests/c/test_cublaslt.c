@@ -528,8 +528,16 @@ static void test_gpu_enumerate_4096(void **state) {
     assert_int_equal(n, n_valid);
     assert_true(n_heur >= 1);
     assert_true(n > n_heur);
-    for (int i = n_heur; i < n; i++)
+    int n_split = 0;
+    for (int i = n_heur; i < n; i++) {
         assert_int_equal(cs[i].heuristic, -1);
+        /* bf16 D: partial sums of a split are reduced in fp32, never in bf16 */
+        if (cs[i].split_k > 1) {
+            assert_int_equal(cs[i].reduction, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+            n_split++;
+        }
+    }
+    printf("    of them %d enumerated split-K configs, all reducing in fp32\n", n_split);
     for (int i = 0; i < n && i < 3000; i++) {
         assert_true(cs[i].workspace <= (32u << 20));
         for (int j = 0; j < i; j++)
