@@ -88,6 +88,63 @@ done:
     return rc;
 }
 
+/* Elements an operand stored as rows × cols (row stride ld), repeated over batch at stride bs
+ * (0: shared), reaches from its first element. */
+static int64_t operand_reach(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t bs) {
+    return (batch - 1) * bs + (rows - 1) * ld + cols;
+}
+
+int kiln_lt_call_check(const kiln_lt_call_desc *d, const kiln_problem *p, kiln_err *err) {
+    const kiln_lt_gemm *g = &d->gemm;
+    struct {
+        const char *name;
+        int arg, output;
+        kiln_dtype type;
+        int64_t reach;
+    } ops[4] = {
+        {"a", d->arg_a, 0, g->a_type,
+         g->trans_a ? operand_reach(g->k, g->m, g->lda, g->batch, g->stride_a)
+                    : operand_reach(g->m, g->k, g->lda, g->batch, g->stride_a)},
+        {"b", d->arg_b, 0, g->b_type,
+         g->trans_b ? operand_reach(g->n, g->k, g->ldb, g->batch, g->stride_b)
+                    : operand_reach(g->k, g->n, g->ldb, g->batch, g->stride_b)},
+        {"bias", d->arg_bias, 0, g->bias_type, g->n},
+        {"d", d->arg_d, 1, g->d_type, operand_reach(g->m, g->n, g->ldd, g->batch, g->stride_d)},
+    };
+    for (int i = 0; i < 4; i++) {
+        if (ops[i].arg < 0)
+            continue;
+        int k = ops[i].arg;
+        const kiln_tensor_spec *t = k < p->n_inputs                  ? &p->inputs[k]
+                                    : k < p->n_inputs + p->n_outputs ? &p->outputs[k - p->n_inputs]
+                                                                     : NULL;
+        int is_output = k >= p->n_inputs;
+        if (!t || t->is_scalar || is_output != ops[i].output)
+            return kiln_errf(err, KILN_ERR_COMPILE,
+                             "cublaslt directive: args.%s = %d is not an %s tensor of the problem",
+                             ops[i].name, k, ops[i].output ? "output" : "input");
+        if (t->layout.expanded)
+            return kiln_errf(err, KILN_ERR_COMPILE,
+                             "cublaslt directive: args.%s '%s' is stored broadcast (fewer elements "
+                             "than its shape): cuBLASLt does not read it",
+                             ops[i].name, t->name);
+        if (t->dtype != ops[i].type)
+            return kiln_errf(
+                err, KILN_ERR_COMPILE, "cublaslt directive: args.%s is %s '%s', the GEMM says %s",
+                ops[i].name, kiln_dtype_name(t->dtype), t->name, kiln_dtype_name(ops[i].type));
+        for (int w = 0; w < p->n_workloads; w++) {
+            int64_t shape[KILN_MAX_DIMS];
+            int64_t n = kiln_tensor_shape(p, t, &p->workloads[w], shape);
+            if (ops[i].reach > n)
+                return kiln_errf(err, KILN_ERR_COMPILE,
+                                 "cublaslt directive: the GEMM's %s reaches %lld elements, '%s' "
+                                 "has %lld in workload %d",
+                                 ops[i].name, (long long)ops[i].reach, t->name, (long long)n, w);
+        }
+    }
+    return KILN_OK;
+}
+
 char *kiln_lt_call_json(const kiln_lt_call_desc *d) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "gemm", kiln_lt_gemm_to_json(&d->gemm));

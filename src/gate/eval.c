@@ -20,6 +20,7 @@
 #include "gate_impl.h"
 
 #include "../backend/cpu.h"
+#include "../backend/lt_call.h"
 
 #include <errno.h>
 #include <math.h>
@@ -673,6 +674,18 @@ static kiln_outcome compile_candidate(kiln_gate_proc *g, const kiln_problem *p, 
         return send_outcome(fd, KILN_OUTCOME_COMPILE_ERROR, ev);
     }
     kiln_abi_signature(p, abi->scratch != NULL, cuda, sig);
+    if (abi->library && strcmp(abi->library, "cublaslt") == 0) {
+        /* the GEMM a directive names, against the tensors it is given: a directive that lies about
+         * its sizes would read or write outside the gate's buffers */
+        kiln_lt_call_desc d;
+        if (kiln_lt_call_parse(abi->library_args, sig, &d, &err) ||
+            kiln_lt_call_check(&d, p, &err)) {
+            cJSON *ev = cJSON_CreateObject();
+            cJSON_AddStringToObject(ev, "message", err.msg);
+            cJSON_AddStringToObject(ev, "log", err.msg);
+            return send_outcome(fd, KILN_OUTCOME_COMPILE_ERROR, ev);
+        }
+    }
     char *log = NULL;
     rc = g->be->ops->compile(g->be, source, sig, abi, mod, &log, &err);
     if (rc) {

@@ -107,6 +107,24 @@ static void test_match_and_directive(void **state) {
             kiln_lt_view v;
             kiln_err err;
             assert_int_equal(kiln_lt_gemm_view(g, &v, &err), KILN_OK);
+            /* the GEMM fits the problem's tensors; one that reaches past them, names another
+             * dtype or writes an input is refused */
+            if (kiln_lt_call_check(&d, p, &err) != KILN_OK)
+                fail_msg("%s: %s", c->dir, err.msg);
+            kiln_lt_call_desc bad = d;
+            bad.gemm.m++;
+            assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
+            assert_non_null(strstr(err.msg, "reaches"));
+            bad = d;
+            bad.gemm.ldb += 1;
+            assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
+            bad = d;
+            bad.gemm.a_type = c->t == KILN_F32 ? KILN_BF16 : KILN_F32;
+            assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
+            bad = d;
+            bad.arg_d = d.arg_a;
+            assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
+            assert_non_null(strstr(err.msg, "not an output"));
         }
         double flops = f->flops(p, &m, &p->workloads[0]);
         assert_true(flops == 2.0 * (double)(c->m * c->n * c->k * c->batch));
