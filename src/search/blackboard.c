@@ -298,6 +298,15 @@ kiln_bb_worker *kiln_bb_worker_at(kiln_bb *bb, int i) {
     return (kiln_bb_worker *)((char *)bb->hdr + bb->hdr->off_workers) + i;
 }
 
+int kiln_bb_selection_held(kiln_bb *bb, int pi, int except) {
+    for (int w = 0; w < bb->hdr->n_workers; w++) {
+        int held = kiln_bb_worker_at(bb, w)->held_node;
+        if (w != except && held >= 0 && kiln_bb_node_at(bb, held)->problem == pi)
+            return 1;
+    }
+    return 0;
+}
+
 kiln_bb_slot *kiln_bb_slot_at(kiln_bb *bb, int i) {
     KILN_ASSERT(i >= 0 && i < bb->hdr->caps.queue_slots);
     return (kiln_bb_slot *)((char *)bb->hdr + bb->hdr->off_queue) + i;

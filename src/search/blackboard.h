@@ -206,6 +206,10 @@ kiln_bb_node *kiln_bb_node_at(kiln_bb *bb, int i);
 kiln_bb_worker *kiln_bb_worker_at(kiln_bb *bb, int i);
 kiln_bb_slot *kiln_bb_slot_at(kiln_bb *bb, int i);
 
+/* Under the lock. Whether a worker other than `except` (-1: any) holds a selection (a node with its
+ * virtual loss) in problem pi: a problem is not over while one is being turned into a candidate. */
+int kiln_bb_selection_held(kiln_bb *bb, int pi, int except);
+
 /* Under the lock. Appends a problem (zeroed, incumbent/draft fields -1); returns its index or -1
  * when full. */
 int kiln_bb_problem_add(kiln_bb *bb, int64_t store_id, const char *name);

@@ -1081,7 +1081,8 @@ static int watch(kiln_opt_ctx *c, int n_active, kiln_opt_progress *ps, double *t
         int asking = llm_agents_asking(c) > 0;
         for (int i = 0; i < n_active; i++) {
             kiln_bb_problem *P = kiln_bb_problem_at(bb, i);
-            int over = P->made >= P->budget || (P->exhausted && !asking);
+            int over = P->made >= P->budget ||
+                       (P->exhausted && !asking && !kiln_bb_selection_held(bb, i, -1));
             if (!over || P->pending > 0)
                 finished = 0;
         }

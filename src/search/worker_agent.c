@@ -103,7 +103,10 @@ static void note_fusion(kiln_opt_ctx *c, kiln_store *s, const kiln_opt_problem *
 }
 
 /* Under the lock: select; fills st. Returns 0 with a node to expand, -1 when there is nothing to
- * do right now. */
+ * do right now. A failed selection ends the problem only when no other agent holds one in it: that
+ * agent may be proposing the last untried family (opened, so this selection sees nothing left),
+ * and ending the problem under it threw its candidate away (a family never tried, the rerun
+ * trying it: seen in CI). */
 static int agent_select(kiln_opt_ctx *c, int worker, kiln_opt_agent_step *st) {
     memset(st, 0, sizeof *st);
     st->pi = pick_problem(c);
@@ -111,7 +114,9 @@ static int agent_select(kiln_opt_ctx *c, int worker, kiln_opt_agent_step *st) {
         return -1;
     kiln_bb_problem *P = kiln_bb_problem_at(c->bb, st->pi);
     if (kiln_mcts_select(c->bb, st->pi, &c->mcts, &st->pick) != 0) {
-        if (P->draft_state != KILN_BB_DRAFT_ACTIVE)
+        if (kiln_bb_selection_held(c->bb, st->pi, worker))
+            P->exhausted = 0; /* decided once that selection is answered */
+        else if (P->draft_state != KILN_BB_DRAFT_ACTIVE)
             P->exhausted = 1;
         kiln_bb_touch(c->bb, st->pi);
         return -1;
