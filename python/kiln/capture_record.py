@@ -417,6 +417,17 @@ class ModuleTrace:
         return name
 
 
+def _dropout_off(func, args, kwargs) -> bool:
+    """A seeded op whose only randomness is its dropout, called with dropout_p 0 (the attention ops SDPA
+    dispatches to, at inference): it computes the same every time, so it can be a problem."""
+    names = [a.name for a in func._schema.arguments]
+    if "dropout_p" not in names:
+        return False
+    i = names.index("dropout_p")
+    p = kwargs.get("dropout_p", args[i] if i < len(args) else func._schema.arguments[i].default_value)
+    return isinstance(p, (int, float)) and p == 0
+
+
 def _not_fusible(func) -> Optional[str]:
     """Why a call cannot be part of a fused module-level problem (None: it can)."""
     if func.namespace != "aten":
@@ -616,19 +627,19 @@ class Recorder:
         want = (in_scope and name not in META_OP_NAMES and key not in self.samples
                 and key not in self.not_held and not (not self.seen_forward and key in self.provisional))
         if want:
-            reason = self._problem_reason(func, flat, unsupported)
+            reason = self._problem_reason(func, flat, unsupported, args, kwargs)
             self.no_problem.setdefault(key, reason)
             if reason is None and not maybe_alias:
                 sample = self._hold_inputs(func, flat, sargs, skwargs, key)
         return (key, flat, sargs, skwargs, unsupported, sample, trace_structs, maybe_alias, in_scope, frame)
 
-    def _problem_reason(self, func, flat, unsupported) -> Optional[str]:
+    def _problem_reason(self, func, flat, unsupported, args=(), kwargs=None) -> Optional[str]:
         name = op_short(func)
         if func.namespace != "aten":
             return f"not an aten op ({func.namespace})"
         if name in CREATION_OP_NAMES:
             return "creates or fills a tensor from constants"
-        if torch.Tag.nondeterministic_seeded in func.tags:
+        if torch.Tag.nondeterministic_seeded in func.tags and not _dropout_off(func, args, kwargs or {}):
             return "random op"
         if torch.Tag.dynamic_output_shape in func.tags or torch.Tag.data_dependent_output in func.tags:
             # integer indexing is a gather with a fixed output shape; boolean masks are not

@@ -159,3 +159,30 @@ def test_band_read_from_a_stored_mask(tmp_path: Path):
     r = subprocess.run([str(KILN), "sweep", str(other), "--family", "attention", "--list"], cwd=ROOT,
                        env=kiln_env(), capture_output=True, text=True, timeout=60)
     assert "matches family attention (attention_mask_gqa)" in r.stdout, r.stdout[-1000:] + r.stderr[-1000:]
+
+
+def capture_sdpa(tmp_path: Path, *script_args) -> Path:
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "tests" / "data" / "attention" / "sdpa_model.py"),
+                        "--out", str(run), "--device", "cpu", "--quiet", "--no-reference", "--", *script_args],
+                       cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return run
+
+
+def test_sdpa_without_dropout_is_captured(tmp_path: Path):
+    """PyTorch tags the attention ops SDPA dispatches to as seeded (they can drop out); called with
+    dropout_p 0 they are deterministic, and capture writes the call as a problem with its real q, k, v."""
+    run = capture_sdpa(tmp_path)
+    groups = {g["aten"]: g for g in json.loads((run / "model.json").read_text())["groups"]}
+    sdpa = groups["aten::_scaled_dot_product_flash_attention_for_cpu.default"]
+    assert sdpa["not_a_problem"] is None and sdpa["problem"], sdpa
+    d = json.loads((run / "problems" / sdpa["problem"] / "definition.json").read_text())
+    assert d["kiln"]["args"]["args"][3:] == [0.0, True]  # dropout_p, is_causal
+
+
+def test_sdpa_with_dropout_is_random(tmp_path: Path):
+    run = capture_sdpa(tmp_path, "--dropout")
+    groups = json.loads((run / "model.json").read_text())["groups"]
+    assert not [g for g in groups if "attention" in g["aten"] and g["problem"]], groups
+    assert any(g["not_a_problem"] == "random op" for g in groups), groups
