@@ -615,6 +615,8 @@ class Capture:
                               for n, _, _, origin in tr.inputs},
             "first_call_ops": m["calls"][0] if m["calls"] else [], "torch_flags": self.torch_flags,
         }
+        if tr.activation_args:  # which positional argument of forward each activation was
+            kiln["activation_args"] = dict(tr.activation_args)
         kiln.update(module_ops(tr, kept))
         kiln.update(_layout_fields(inputs, outputs))
         description = (f"forward of the leaf module {m['cls']} (a chain of pointwise/reduction aten ops) "

@@ -328,6 +328,10 @@ class ModuleTrace:
         self.n_vars = 0
         self.nbytes = 0
         self.outputs: list = []  # [(var, Stored or None, TensorMeta)]
+        # id(tensor) -> its position among the forward's positional arguments (set by the recorder), and
+        # the activations found there: what puts a module's tensors back in their slots at install
+        self.arg_positions: dict = {}
+        self.activation_args: dict = {}
         self.op_keys: list = []
         self.grad_mode = grad_mode_now()
         self.approx: tuple = ()
@@ -351,6 +355,8 @@ class ModuleTrace:
             origin = "activation"
         while name in used:
             name += "_"
+        if origin == "activation" and id(t) in self.arg_positions:
+            self.activation_args[name] = self.arg_positions[id(t)]
         stored = None
         if self.sample:
             stored = recorder.hold(t, full=self.nbytes + t.numel() * t.element_size() <= recorder.max_sample_bytes)
@@ -863,6 +869,7 @@ class Recorder:
                     local[id(b)] = n
                 frame.trace = ModuleTrace(frame, sample=not verdict_known, local_params=local)
                 frame.trace.approx = approx
+                frame.trace.arg_positions = {id(a): i for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
         self.stack.append(frame)
 
     def _leave(self, module, output) -> None:

@@ -112,17 +112,20 @@ class EntryBench:
             self.call = call
         else:
             names = [g["name"] for g in entry.inputs]
-            from kiln.install_module import _is_activation
-            act = [i for i, n in enumerate(names) if _is_activation(n)]
+            from kiln.install_gate import _Unsupported
+            from kiln.install_module import module_activation_slots
             module = next((model_modules[p] for p in entry.module_paths if p in model_modules), None)
-            if module is None or len(act) != 1:
-                raise ValueError("its module is not in the model that was timed" if module is None
-                                 else "a module with more than one tensor argument")
+            if module is None:
+                raise ValueError("its module is not in the model that was timed")
+            try:
+                act = module_activation_slots(entry)
+            except _Unsupported as e:
+                raise ValueError(str(e)) from None
             self.module = module
-            self.call = lambda tensors: module(tensors[act[0]])
+            self.call = lambda tensors: module(*[tensors[i] for i in act])
             # the module's own parameters are the gate's other inputs: time with them, as the model does
-            self.inputs = [t if i == act[0] else getattr(module, names[i]) for i, t in enumerate(self.inputs)]
-            self.miss_inputs = [t if i == act[0] else getattr(module, names[i])
+            self.inputs = [t if i in act else getattr(module, names[i]) for i, t in enumerate(self.inputs)]
+            self.miss_inputs = [t if i in act else getattr(module, names[i])
                                 for i, t in enumerate(self.miss_inputs)]
 
     def raw(self, lib):

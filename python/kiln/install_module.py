@@ -26,25 +26,49 @@ def _is_activation(name: str) -> bool:
     return rest.isdigit()
 
 
+def module_activation_slots(entry: Entry) -> list:
+    """The gate slots of a module entry's activations in the order of the forward's positional arguments:
+    forward(*args) is admitted with len(args) == len(slots), args[i] going to gate slot slots[i]. One
+    activation is the first argument; several need capture's "activation_args" (which positional argument
+    each was, since capture names them in the order the forward first used them), all of them, 0..n-1.
+    Raises _Unsupported saying why a module cannot be called that way."""
+    names = [g["name"] for g in entry.inputs]
+    acts = [n for n in names if _is_activation(n)]
+    if not acts:
+        raise _Unsupported("the module takes no activation")
+    if len(acts) == 1:
+        return [names.index(acts[0])]
+    pos = entry.activation_args
+    if sorted(pos.get(n, -1) for n in acts) != list(range(len(acts))):
+        raise _Unsupported(f"the module takes {len(acts)} activations ({', '.join(acts)}) and the capture "
+                           "does not say which positional argument of forward each one is")
+    return [names.index(n) for n in sorted(acts, key=lambda n: pos[n])]
+
+
 class _ModuleEntry:
     """A module entry: its gate, the parameters it reads, the paths and class it replaces."""
 
     def __init__(self, gate: _Gate, entry: Entry):
         if not entry.module_class:
             raise _Unsupported("no module class")
-        names = [g["name"] for g in entry.inputs]
-        acts = [n for n in names if _is_activation(n)]
-        if len(acts) != 1:
-            raise _Unsupported(f"the module takes {len(acts)} activations ({', '.join(acts)}); kiln replaces "
-                               "modules with one tensor argument")
         if len(gate.outputs) != 1:
             raise _Unsupported(f"the module returns {len(gate.outputs)} tensors (kiln replaces modules "
                                "that return one)")
         self.gate = gate
         self.entry = entry
-        self.activation_pos = names.index(acts[0])
-        self.attr_names = [n for n in names if n != acts[0]]
+        self.activation_slots = module_activation_slots(entry)
+        names = [g["name"] for g in entry.inputs]
+        self.attr_names = [n for i, n in enumerate(names) if i not in self.activation_slots]
         self.paths = set(entry.module_paths)
+        self._inserts = sorted((slot, i) for i, slot in enumerate(self.activation_slots))
+
+    def tensors(self, module, args) -> list:
+        """The gate's inputs for forward(*args) of module (len(args) activations): its attributes (None
+        where it has none), args at the activation slots."""
+        ts = [getattr(module, n, None) for n in self.attr_names]
+        for slot, i in self._inserts:  # ascending slots: each lands where the gate has it
+            ts.insert(slot, args[i])
+        return ts
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -186,9 +210,9 @@ class _ModuleBinding:
         self.saved_forward = module.__dict__.get("forward")
         original = module.forward  # the bound method (or what was patched in before kiln)
         hit = mentry.gate.hit
-        act = mentry.activation_pos
+        n_act = len(mentry.activation_slots)
+        gate_inputs = mentry.tensors
         GRAD = _GRAD
-        names = mentry.attr_names
         counts = inst._target_counts.setdefault(f"module {mentry.entry.module_class}", [0, 0, 0])
         import torch
         Tensor = torch.Tensor
@@ -205,10 +229,9 @@ class _ModuleBinding:
                 pointer, no ctypes, no counters, only checks it can guard on, then the op (its real kernel
                 runs the gate and the launch; _register_module_ops) or the original forward, inlined."""
                 module = module_ref()
-                if inst.active and module is not None and len(args) == 1 and not kwargs \
-                        and isinstance(args[0], Tensor):
-                    ts = [getattr(module, n, None) for n in names]
-                    ts.insert(act, args[0])
+                if inst.active and module is not None and len(args) == n_act and not kwargs \
+                        and all(isinstance(a, Tensor) for a in args):
+                    ts = gate_inputs(module, args)
                     if admits(ts):
                         return op(*ts)
                 return original(*args, **kwargs)
@@ -217,9 +240,8 @@ class _ModuleBinding:
             if traced and is_compiling():
                 return traced_forward(args, kwargs)
             module = module_ref()
-            if inst.active and module is not None and len(args) == 1 and not kwargs:
-                ts = [getattr(module, n, None) for n in names]
-                ts.insert(act, args[0])
+            if inst.active and module is not None and len(args) == n_act and not kwargs:
+                ts = gate_inputs(module, args)
                 out = cgate(ts)  # counts the hit, the miss or the grad fallback itself
                 if out is not None:
                     return out
@@ -231,15 +253,12 @@ class _ModuleBinding:
             if traced and is_compiling():
                 return traced_forward(args, kwargs)
             module = module_ref()
-            if inst.active and module is not None and len(args) == 1 and not kwargs \
-                    and isinstance(args[0], Tensor):
-                try:
-                    attrs = [getattr(module, n) for n in names]
-                except AttributeError:
-                    attrs = None
-                if attrs is not None:
+            if inst.active and module is not None and len(args) == n_act and not kwargs \
+                    and all(isinstance(a, Tensor) for a in args):
+                ts = gate_inputs(module, args)
+                if all(t is not None for t in ts):
                     try:
-                        outs = hit(*attrs[:act], args[0], *attrs[act:])
+                        outs = hit(*ts)
                     except KilnError:
                         raise
                     except Exception:  # an attribute that is not a tensor, for instance

@@ -143,6 +143,8 @@ class Entry:
         self.aten: Optional[str] = data.get("aten")
         self.module_class: Optional[str] = data.get("module_class")
         self.module_paths: list = list(data.get("module_paths") or [])
+        # activation name -> its position among the module forward's positional arguments
+        self.activation_args: dict = dict(data.get("activation_args") or {})
         gate = data.get("gate") or {}
         self.inputs: list = gate.get("inputs") or []
         self.outputs: list = gate.get("outputs") or []

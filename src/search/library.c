@@ -520,6 +520,10 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
         const cJSON *paths = cJSON_GetObjectItemCaseSensitive(kiln, "module_paths");
         cJSON_AddItemToObject(e, "module_paths",
                               paths ? cJSON_Duplicate(paths, 1) : cJSON_CreateArray());
+        /* which positional argument of forward each activation is (a module of several) */
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(kiln, "activation_args");
+        if (cJSON_IsObject(act))
+            cJSON_AddItemToObject(e, "activation_args", cJSON_Duplicate(act, 1));
     }
 
     if (strcmp(kind_s, "chain") == 0) { /* what install_inductor traces into a pattern */

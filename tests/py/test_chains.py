@@ -6,6 +6,8 @@ output; Qwen-3.5's RMSNormGated is one leaf module (its SiLU is called, not regi
 module problem; the eager attention block (q.kT, scale, mask, softmax, cast, .v) is one chain problem with
 "pattern": "attention" that `gen` declines, with the reason. A chain entry (tests/data/chains/softmax_chain.py,
 optimized on the cpu backend) replaces the chain inside torch.compile with eager's outputs, and nowhere else.
+From the examples themselves: Gemma-4's mask chain is one op of every compiled layer, and Qwen-3.5's
+RMSNormGated (two activations) is replaced in eager, each with the model's own outputs.
 """
 
 from __future__ import annotations
@@ -273,3 +275,91 @@ def test_chain_entry_replaces_the_chain_inside_torch_compile(chain_library):
         assert inst.stats()["hits"] == 0
     finally:
         kiln.uninstall(inst)
+
+
+def optimize_one(run: Path, name: str, out: Path) -> Path:
+    """The run's problem `name` alone, optimized on the cpu backend: its library directory."""
+    import shutil
+    (out / "problems").mkdir(parents=True)
+    shutil.copytree(run / "problems" / name, out / "problems" / name)
+    r = run_kiln(["optimize", out, "--backend", "cpu", "--budget", 2, "--time", 120], timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out / "library"
+
+
+def example_model(name: str):
+    """The bundled example's model and prompt as the `runs` fixture captured them (--small, CPU)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        example = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(0)
+    config = example.build_config(True, 6 if name == "gemma4" else 4)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").to(torch.bfloat16).eval()
+    return model, torch.randint(0, config.vocab_size, (1, 64))
+
+
+def test_qwen_rmsnorm_gated_installed(runs, tmp_path):
+    """RMSNormGated's forward takes two activations (the values and the gate, both [256, 32] bf16, so the
+    gate alone cannot tell them apart): capture records which positional argument each was, and the module
+    entry puts them back in their slots; every linear-attention layer's norm is a hit, the logits eager's."""
+    import kiln
+    from kiln.install_cost import EntryBench
+    from kiln.install_runtime import Library
+    name = next(p.name for p in (runs["qwen_moe"] / "problems").iterdir()
+                if p.name.startswith("module_Qwen3_5MoeRMSNormGated"))
+    d = json.loads((runs["qwen_moe"] / "problems" / name / "definition.json").read_text())
+    assert d["kiln"]["activation_args"] == {"input0": 0, "input1": 1}
+    library = optimize_one(runs["qwen_moe"], name, tmp_path / "run")
+    model, ids = example_model("qwen_moe")
+    with torch.no_grad():
+        want = model(ids).logits
+    for dispatch in ("python", "cpp"):
+        inst = kiln.install(str(library), model, entries="all", dispatch=dispatch)
+        try:
+            assert inst.installed == [name], inst.summary()
+            with torch.no_grad():
+                got = model(ids).logits
+            assert inst.stats()["hits"] == len(d["kiln"]["module_paths"]) > 1, inst.stats()
+            assert torch.allclose(got.float(), want.float(), atol=2e-2, rtol=2e-2), \
+                (got.float() - want.float()).abs().max()
+        finally:
+            kiln.uninstall(inst)
+    # kiln tune's per-call timing calls the model's own module with both activations in their places
+    lib = Library(str(library))
+    try:
+        modules = dict(model.named_modules())
+        bench = EntryBench(lib.entry(name), lib, modules)
+        module = modules[d["kiln"]["module_paths"][0]]
+        x, gate = (bench.inputs[i] for i, g in enumerate(lib.entry(name).inputs) if g["name"] != "weight")
+        with torch.no_grad():
+            assert torch.equal(bench.call(bench.inputs), module(x, gate))
+    finally:
+        lib.close()
+
+
+def test_gemma_mask_chain_installed_inside_torch_compile(runs, tmp_path):
+    """The Gemma-4 mask chain (scale mul, mask add, softmax in fp32, cast), optimized on the cpu backend, is
+    one op of every layer's compiled attention (a hit per layer per forward, sliding and full masks alike:
+    the kernel adds whatever mask it is given), and the compiled model's logits are torch.compile's."""
+    import kiln
+    name = next(p.name for p, d in chains(runs["gemma4"])
+                if short(d["kiln"]["members"]) == ["mul.Tensor", "add.Tensor", "softmax.int", "to.dtype"])
+    library = optimize_one(runs["gemma4"], name, tmp_path / "run")
+    model, ids = example_model("gemma4")
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        want = compiled(ids).logits
+    torch._dynamo.reset()
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        assert inst.installed == [name], inst.summary()
+        with torch.no_grad():
+            got = model(ids).logits
+        assert inst.stats()["hits"] == model.config.num_hidden_layers, inst.stats()
+        assert torch.allclose(got.float(), want.float(), atol=2e-2, rtol=2e-2), (got.float() - want.float()).abs().max()
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
