@@ -409,8 +409,10 @@ static double att_flops(const kiln_problem *p, const kiln_match *m, const kiln_w
         return 0;
     if (a.paged.on) {
         /* unknown (0) where the workload draws its page table */
-        const double pairs = kiln_attention_paged_pairs(p, &a, w);
-        return pairs < 0 ? 0 : 4.0 * kiln_match_get(m, "hq", 1) * kiln_match_get(m, "d", 1) * pairs;
+        double pairs, keys;
+        if (!kiln_attention_paged_work(p, &a, w, &pairs, &keys))
+            return 0;
+        return 4.0 * kiln_match_get(m, "hq", 1) * kiln_match_get(m, "d", 1) * pairs;
     }
     for (int l = 0; l < 4; l++) {
         q[l] = kiln_attention_dim(p, &a.t[ATT_Q], l, w);
@@ -419,10 +421,30 @@ static double att_flops(const kiln_problem *p, const kiln_match *m, const kiln_w
     return 4.0 * (double)q[0] * (double)q[1] * (double)q[3] * kept_pairs(m, q[2], k[2]);
 }
 
-/* q, k, v and the mask read once, the output written once. */
+/* q, k, v and the mask read once, the output written once. Paged: the K and V rows of the
+ * sequences' keys, not the whole pool of pages (a serving cache is mostly other requests' pages).
+ */
 static double att_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    (void)m;
-    return kiln_problem_min_bytes(p, w);
+    att_info a;
+    char why[256];
+    double pairs, keys;
+    if (!kiln_attention_analyse(p, &a, why, sizeof why) || !a.paged.on ||
+        !kiln_attention_paged_work(p, &a, w, &pairs, &keys))
+        return kiln_problem_min_bytes(p, w);
+    double bytes = 2.0 * keys * kiln_match_get(m, "hkv", 1) * kiln_match_get(m, "d", 1) *
+                   (double)kiln_dtype_size(a.dtype);
+    for (int i = 0; i < p->n_inputs; i++)
+        if (i != a.t[ATT_K].input && i != a.t[ATT_V].input && !p->inputs[i].is_scalar) {
+            int64_t shape[KILN_MAX_DIMS];
+            bytes += (double)kiln_tensor_shape(p, &p->inputs[i], w, shape) *
+                     (double)kiln_dtype_size(p->inputs[i].dtype);
+        }
+    for (int o = 0; o < p->n_outputs; o++) {
+        int64_t shape[KILN_MAX_DIMS];
+        bytes += (double)kiln_tensor_shape(p, &p->outputs[o], w, shape) *
+                 (double)kiln_dtype_size(p->outputs[o].dtype);
+    }
+    return bytes;
 }
 
 /* fp32 accumulation throughout; the probabilities are rounded to the input dtype before the second

@@ -70,9 +70,11 @@ int kiln_attention_analyse(const kiln_problem *p, att_info *a, char *why, size_t
  */
 int kiln_attention_paged_analyse(const kiln_problem *p, att_info *a, char *why, size_t why_len);
 
-/* (query, key) pairs a paged problem's workload w computes (causal: the ones kept), summed over its
- * sequences, from the page table w stores; -1 when w does not store it. */
-double kiln_attention_paged_pairs(const kiln_problem *p, const att_info *a, const kiln_workload *w);
+/* What a paged problem's workload w computes, from the page table w stores: the (query, key) pairs
+ * (causal: the ones kept) and the keys, each summed over its sequences. Returns 0 when w does not
+ * store its table (drawn at random). */
+int kiln_attention_paged_work(const kiln_problem *p, const att_info *a, const kiln_workload *w,
+                              double *pairs, double *kv_tokens);
 
 /* Size of logical dim l (0 b, 1 h, 2 s, 3 d) of operand o in workload w (1 when absent). */
 int64_t kiln_attention_dim(const kiln_problem *p, const att_operand *o, int l,

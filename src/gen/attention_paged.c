@@ -177,8 +177,8 @@ static kiln_st *stored(const kiln_problem *p, const kiln_workload *w, int input,
     return st;
 }
 
-double kiln_attention_paged_pairs(const kiln_problem *p, const att_info *a,
-                                  const kiln_workload *w) {
+int kiln_attention_paged_work(const kiln_problem *p, const att_info *a, const kiln_workload *w,
+                              double *pairs, double *kv_tokens) {
     const att_paged *pg = &a->paged;
     const int32_t *ix[4] = {NULL, NULL, NULL, NULL};
     int64_t n[4] = {0, 0, 0, 0};
@@ -187,17 +187,18 @@ double kiln_attention_paged_pairs(const kiln_problem *p, const att_info *a,
     for (int r = 0; r < 4; r++)
         if (r != 2 && pg->input[r] >= 0)
             ok &= (st[r] = stored(p, w, pg->input[r], &ix[r], &n[r])) != NULL;
-    double pairs = ok ? 0 : -1;
+    *pairs = *kv_tokens = 0;
     for (int64_t b = 0; ok && b + 1 < n[1]; b++) {
         const int64_t q_len = ix[0] ? ix[0][b + 1] - ix[0][b] : 1, pages = ix[1][b + 1] - ix[1][b];
         const int64_t kv_len =
             pages <= 0 ? 0 : (pages - 1) * pg->page_size + (ix[3] ? ix[3][b] : pg->page_size);
+        *kv_tokens += (double)kv_len;
         for (int64_t i = 0; i < q_len; i++) {
             int64_t seen = pg->causal ? i + kv_len - q_len + 1 : kv_len;
-            pairs += seen < 0 ? 0 : seen > kv_len ? kv_len : seen;
+            *pairs += seen < 0 ? 0 : seen > kv_len ? kv_len : seen;
         }
     }
     for (int r = 0; r < 4; r++)
         kiln_st_free(st[r]);
-    return pairs;
+    return ok;
 }

@@ -425,6 +425,10 @@ static void test_paged(void **state) {
         for (int i = 0; i < q_len[b]; i++)
             pairs += i + kv_len[b] - q_len[b] + 1;
     assert_float_equal(att->flops(p, &m, &p->workloads[0]), 4.0 * 4 * 64 * pairs, 1e-6);
+    /* bytes: the 131 keys' K and V rows (not the pool's 16 pages), q, output, lse, the tables */
+    const double tables = (4 + 4 + 10 + 3) * 4.0, qo = 66 * 4 * 64 * 2.0;
+    assert_float_equal(att->min_bytes(p, &m, &p->workloads[0]),
+                       2 * 131 * 2 * 64 * 2.0 + 2 * qo + 66 * 4 * 4.0 + tables, 1e-6);
     kiln_problem_free(p);
 
     p = load(SOLBENCH, PAGED_DECODE);
