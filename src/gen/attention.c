@@ -317,13 +317,19 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     size_expr(p, &a.t[ATT_Q], 1, hq, sizeof hq);
     size_expr(p, &a.t[ATT_K], 1, hkv, sizeof hkv);
     size_expr(p, &a.t[ATT_Q], 0, bt, sizeof bt);
+    /* paged decode: a block column per sequence, its one query; prefill: grid.x counts every
+     * sequence's row tiles (at most ceil(tokens / BLOCK_M) + sequences of them), grid.z is 1 */
+    char paged_x[96] = "";
     if (a.paged.on) {
-        /* a block column per sequence; grid.x covers the longest possible one (every token) */
         char seqs[80];
         kiln_tensor_dim_expr(p, &p->inputs[a.paged.input[1]], 0, seqs, sizeof seqs);
         snprintf(bt, sizeof bt, "(%s)-1", seqs);
         if (a.paged.decode)
             snprintf(q_s, sizeof q_s, "1");
+        else {
+            snprintf(paged_x, sizeof paged_x, "+(%s)-1", seqs);
+            snprintf(bt, sizeof bt, "1");
+        }
     }
     if (!cuda) {
         kiln_strbuf_printf(&b, "// cpu: the GPU parameters do not apply\n");
@@ -358,16 +364,16 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     } else if (pt[P_PACK]) {
         kiln_strbuf_printf(
             &b,
-            "// kiln: launch attention_kernel grid=(ceil_div((%s)*((%s)/(%s)),%lld),%s,%s) "
+            "// kiln: launch attention_kernel grid=(ceil_div((%s)*((%s)/(%s)),%lld)%s,%s,%s) "
             "block=%lld smem=%lld\n",
-            q_s, hq, hkv, (long long)pt[P_BM], hkv, bt, (long long)pt[P_WARPS] * 32,
+            q_s, hq, hkv, (long long)pt[P_BM], paged_x, hkv, bt, (long long)pt[P_WARPS] * 32,
             (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     } else {
         kiln_strbuf_printf(&b,
-                           "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld),%s,%s) "
+                           "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld)%s,%s,%s) "
                            "block=%lld smem=%lld\n",
-                           q_s, (long long)pt[P_BM], hq, bt, (long long)pt[P_WARPS] * 32,
+                           q_s, (long long)pt[P_BM], paged_x, hq, bt, (long long)pt[P_WARPS] * 32,
                            (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     }

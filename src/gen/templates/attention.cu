@@ -24,14 +24,15 @@
 //
 // float32 problems (ATT_F32) take the warp-per-row kernel at the end: mma.sync has no fp32 inputs.
 //
-// Paged (ATT_PAGED: FlashInfer's form, att_paged in attention.h): the same kernel with blockIdx.z a
-// sequence instead of a batch index. q and o are [tokens, hq, d] with the sequence's queries from
-// qo_indptr (decode: one a sequence); a K or V tile row is found through the sequence's pages
-// (kv_indices from kv_indptr, page_size rows a page, [pages, page_size, hkv, d]) when the tile is
-// loaded; the key count is the sequence's, and ATT_PAGED_CAUSAL aligns its last query with its last
-// key (query i sees keys j <= i + kv_len - q_len). grid.x covers the longest possible sequence
-// (all tokens), a block past its sequence's rows leaves at once. A row that sees no key is 0 and,
-// with ATT_LSE, its base-2 log-sum-exp -inf.
+// Paged (ATT_PAGED: FlashInfer's form, att_paged in attention.h): the same kernel with a sequence
+// instead of a batch index: blockIdx.z for decode; for prefill, found from blockIdx.x, which counts
+// the sequences' row tiles one after another (grid.x is ceil(tokens / BLOCK_M) + sequences, at least
+// the tiles there are; a block past them leaves at once). q and o are [tokens, hq, d] with the
+// sequence's queries from qo_indptr (decode: one a sequence); a K or V tile row is found through the
+// sequence's pages (kv_indices from kv_indptr, page_size rows a page, [pages, page_size, hkv, d])
+// when the tile is loaded; the key count is the sequence's, and ATT_PAGED_CAUSAL aligns its last
+// query with its last key (query i sees keys j <= i + kv_len - q_len). A row that sees no key is 0
+// and, with ATT_LSE, its base-2 log-sum-exp -inf.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -253,8 +254,29 @@ __device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, cons
 __device__ __forceinline__ void att_fwd(const att_args a) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
+#if ATT_PAGED && !ATT_PAGED_DECODE
+    // block x: a row tile of a sequence, the sequences' tiles one after another, each sequence's from
+    // its last (the longest causal rows) to its first; blocks past the last tile leave at once
+    int64_t bi = -1, m0 = 0;
+    {
+        const int64_t per_query = ATT_PACK ? a.hq / a.hkv : 1;
+        int64_t x = blockIdx.x;
+        for (int64_t b = 0; b < a.b && bi < 0; b++) {
+            const int64_t tiles =
+                ((a.qo_indptr[b + 1] - a.qo_indptr[b]) * per_query + ATT_BLOCK_M - 1) / ATT_BLOCK_M;
+            if (x < tiles) {
+                bi = b;
+                m0 = (tiles - 1 - x) * ATT_BLOCK_M;
+            }
+            x -= tiles;
+        }
+        if (bi < 0)
+            return;
+    }
+#else
     const int64_t m0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * ATT_BLOCK_M;
     const int64_t bi = blockIdx.z;
+#endif
 #if ATT_PAGED
     // the sequence: its queries (q0, sq), its pages and keys (skv); hi: the causal diagonal
 #if ATT_PAGED_DECODE
@@ -288,7 +310,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 #endif
 #if ATT_PAGED
     if (m0 >= rows)
-        return; // a block past its sequence's rows: the grid covers the longest possible one
+        return; // decode: the grid covers one query's rows
     const ATT_T *kg = a.k + kvh * a.kh;
     const ATT_T *vg = a.v + kvh * a.vh;
 #else
