@@ -7,7 +7,9 @@
  * cp.async through STAGES buffers, scores and output in registers (mma.sync m16n8k16, fp32
  * accumulate), one warp per 16 query rows. float32 problems run a plain warp-per-row kernel
  * instead (mma.sync takes 16-bit inputs; tf32 would miss float32's tolerance), which has no
- * parameters. The cpu candidate is the same algorithm in C (templates/attention_cpu.c). */
+ * parameters. The cpu candidate is the same algorithm in C (templates/attention_cpu.c).
+ * FlashInfer's paged form (attention_paged.c) runs the same kernels with a sequence per blockIdx.z
+ * and K/V rows looked up through its page table. */
 #include "attention.h"
 
 #include <math.h>
@@ -21,6 +23,42 @@ enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_COUNT };
 extern const kiln_family kiln_family_attention;
 
 /* ---- the match ---- */
+
+/* The paged form's facts (att_paged): sq is workload 0's tokens, b its sequences, skv the keys its
+ * cache pool holds (a bound on any sequence's). */
+static void match_paged(const kiln_problem *p, const att_info *a, kiln_match *m) {
+    const att_paged *pg = &a->paged;
+    const kiln_workload *w0 = &p->workloads[0];
+    int64_t q[KILN_MAX_DIMS], k[KILN_MAX_DIMS], ix[KILN_MAX_DIMS];
+    kiln_tensor_shape(p, &p->inputs[a->t[ATT_Q].input], w0, q);
+    kiln_tensor_shape(p, &p->inputs[a->t[ATT_K].input], w0, k);
+    kiln_tensor_shape(p, &p->inputs[pg->input[1]], w0, ix);
+    snprintf(m->variant, sizeof m->variant, "attention_paged_%s%s",
+             pg->decode   ? "decode"
+             : pg->causal ? "prefill_causal"
+                          : "prefill",
+             k[2] != q[1] ? "_gqa" : "");
+    kiln_match_set(m, "paged", 1);
+    kiln_match_set(m, "decode", pg->decode);
+    kiln_match_set(m, "page_size", (double)pg->page_size);
+    kiln_match_set(m, "lse", pg->lse >= 0);
+    kiln_match_set(m, "b", (double)(ix[0] - 1));
+    kiln_match_set(m, "hq", (double)q[1]);
+    kiln_match_set(m, "hkv", (double)k[2]);
+    kiln_match_set(m, "sq", pg->decode ? 1.0 : (double)q[0]);
+    kiln_match_set(m, "skv", (double)(k[0] * k[1]));
+    kiln_match_set(m, "d", (double)q[2]);
+    kiln_match_set(m, "scale", a->scale);
+    kiln_match_set(m, "causal", pg->causal);
+    kiln_match_set(m, "esize", (double)kiln_dtype_size(a->dtype));
+    kiln_match_set(m, "f32", 0);
+    for (int r = 0; r < ATT_ROLES; r++)
+        m->input_of_role[r] = a->t[r].input;
+    for (int r = 0; r < 4; r++)
+        m->input_of_role[ATT_QO_INDPTR + r] = pg->input[r];
+    m->output_of_role[0] = pg->out;
+    m->output_of_role[1] = pg->lse;
+}
 
 static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
     att_info a;
@@ -36,6 +74,11 @@ static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why
     if (d > 256 || d % 8) {
         snprintf(why, why_len, "head dim %lld (up to 256, a multiple of 8)", (long long)d);
         return 0;
+    }
+    snprintf(m->how, sizeof m->how, "%s", a.how);
+    if (a.paged.on) {
+        match_paged(p, &a, m);
+        return 1;
     }
     snprintf(m->variant, sizeof m->variant, "attention%s%s",
              a.mask == ATT_MASK_CAUSAL ? "_causal"
@@ -197,6 +240,40 @@ static void emit_args(kiln_strbuf *b, const kiln_problem *p, const att_info *a) 
                        e[1], a->scale);
 }
 
+/* The paged entry point's body: att_args from the caches, the page table and the axes. */
+static void emit_paged_args(kiln_strbuf *b, const kiln_problem *p, const att_info *a) {
+    const att_paged *pg = &a->paged;
+    const kiln_tensor_spec *q = &p->inputs[a->t[ATT_Q].input], *k = &p->inputs[a->t[ATT_K].input];
+    char hq[96], hkv[96], d[96], tok[96], ps[96], seqs[96];
+    kiln_tensor_dim_expr(p, q, 0, tok, sizeof tok);
+    kiln_tensor_dim_expr(p, q, 1, hq, sizeof hq);
+    kiln_tensor_dim_expr(p, q, 2, d, sizeof d);
+    kiln_tensor_dim_expr(p, k, 1, ps, sizeof ps);
+    kiln_tensor_dim_expr(p, k, 2, hkv, sizeof hkv);
+    kiln_tensor_dim_expr(p, &p->inputs[pg->input[1]], 0, seqs, sizeof seqs);
+    static const char *const fields[4] = {"qo_indptr", "kv_indptr", "kv_indices", "last_len"};
+    kiln_strbuf_printf(b, "    att_args a = {0};\n");
+    kiln_strbuf_printf(b, "    a.q = %s;\n    a.k = %s;\n    a.v = %s;\n    a.o = %s;\n", q->name,
+                       k->name, p->inputs[a->t[ATT_V].input].name, p->outputs[pg->out].name);
+    for (int r = 0; r < 4; r++)
+        if (pg->input[r] >= 0)
+            kiln_strbuf_printf(b, "    a.%s = %s;\n", fields[r], p->inputs[pg->input[r]].name);
+    if (pg->lse >= 0)
+        kiln_strbuf_printf(b, "    a.lse = %s;\n", p->outputs[pg->lse].name);
+    kiln_strbuf_printf(b,
+                       "    a.b = (int64_t)(%s) - 1;\n    a.hq = %s;\n    a.hkv = %s;\n"
+                       "    a.sq = %s;\n    a.page_size = %s;\n",
+                       seqs, hq, hkv, tok, ps);
+    kiln_strbuf_printf(b,
+                       "    a.qs = a.os = (int64_t)(%s) * (int64_t)(%s);\n    a.qh = a.oh = a.kh = "
+                       "a.vh = %s;\n    a.ks = a.vs = (int64_t)(%s) * (int64_t)(%s);\n",
+                       hq, d, d, hkv, d);
+    if (pg->sm_scale >= 0)
+        kiln_strbuf_printf(b, "    a.scale = (float)%s;\n", p->inputs[pg->sm_scale].name);
+    else
+        kiln_strbuf_printf(b, "    a.scale = (float)%.17g;\n", a->scale);
+}
+
 /* The facts every emission shares: types, head dim, mask, band, roundings. */
 static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
     kiln_kernel_type t = kiln_dtype_kernel_type(a->dtype, cuda),
@@ -220,6 +297,12 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
                        a->band, a->has_lo, (long long)a->lo, (long long)a->hi,
                        narrow && a->round_qk, narrow && a->round_scaled, narrow && a->round_masked,
                        narrow);
+    const att_paged *pg = &a->paged;
+    kiln_strbuf_printf(
+        b,
+        "#define ATT_PAGED %d\n#define ATT_PAGED_DECODE %d\n#define ATT_PAGED_CAUSAL "
+        "%d\n#define ATT_PAGED_LAST %d\n#define ATT_LSE %d\n",
+        pg->on, pg->decode, pg->causal, pg->input[3] >= 0, pg->on && pg->lse >= 0);
 }
 
 static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
@@ -234,6 +317,20 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     size_expr(p, &a.t[ATT_Q], 1, hq, sizeof hq);
     size_expr(p, &a.t[ATT_K], 1, hkv, sizeof hkv);
     size_expr(p, &a.t[ATT_Q], 0, bt, sizeof bt);
+    /* paged decode: a block column per sequence, its one query; prefill: grid.x counts every
+     * sequence's row tiles (at most ceil(tokens / BLOCK_M) + sequences of them), grid.z is 1 */
+    char paged_x[96] = "";
+    if (a.paged.on) {
+        char seqs[80];
+        kiln_tensor_dim_expr(p, &p->inputs[a.paged.input[1]], 0, seqs, sizeof seqs);
+        snprintf(bt, sizeof bt, "(%s)-1", seqs);
+        if (a.paged.decode)
+            snprintf(q_s, sizeof q_s, "1");
+        else {
+            snprintf(paged_x, sizeof paged_x, "+(%s)-1", seqs);
+            snprintf(bt, sizeof bt, "1");
+        }
+    }
     if (!cuda) {
         kiln_strbuf_printf(&b, "// cpu: the GPU parameters do not apply\n");
         emit_facts(&b, &a, d, 0);
@@ -241,8 +338,13 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
         char *proto = kiln_family_prototype(p, 0, 0, NULL, "attention_kernel");
         kiln_strbuf_printf(&b, "\n// kiln: launch attention_kernel\n%s {\n", proto);
         free(proto);
-        emit_args(&b, p, &a);
-        kiln_strbuf_printf(&b, "    att_cpu(&a);\n}\n");
+        if (a.paged.on) {
+            emit_paged_args(&b, p, &a);
+            kiln_strbuf_printf(&b, "    att_cpu_paged(&a);\n}\n");
+        } else {
+            emit_args(&b, p, &a);
+            kiln_strbuf_printf(&b, "    att_cpu(&a);\n}\n");
+        }
         kiln_family bare = kiln_family_attention;
         bare.n_params = 0;
         return kiln_family_source(&bare, m, pt, b.s);
@@ -262,16 +364,16 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     } else if (pt[P_PACK]) {
         kiln_strbuf_printf(
             &b,
-            "// kiln: launch attention_kernel grid=(ceil_div((%s)*((%s)/(%s)),%lld),%s,%s) "
+            "// kiln: launch attention_kernel grid=(ceil_div((%s)*((%s)/(%s)),%lld)%s,%s,%s) "
             "block=%lld smem=%lld\n",
-            q_s, hq, hkv, (long long)pt[P_BM], hkv, bt, (long long)pt[P_WARPS] * 32,
+            q_s, hq, hkv, (long long)pt[P_BM], paged_x, hkv, bt, (long long)pt[P_WARPS] * 32,
             (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     } else {
         kiln_strbuf_printf(&b,
-                           "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld),%s,%s) "
+                           "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld)%s,%s,%s) "
                            "block=%lld smem=%lld\n",
-                           q_s, (long long)pt[P_BM], hq, bt, (long long)pt[P_WARPS] * 32,
+                           q_s, (long long)pt[P_BM], paged_x, hq, bt, (long long)pt[P_WARPS] * 32,
                            (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     }
@@ -279,7 +381,10 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     char *proto = kiln_family_prototype(p, 0, 1, bounds, "attention_kernel");
     kiln_strbuf_printf(&b, "\n%s {\n", proto);
     free(proto);
-    emit_args(&b, p, &a);
+    if (a.paged.on)
+        emit_paged_args(&b, p, &a);
+    else
+        emit_args(&b, p, &a);
     kiln_strbuf_printf(&b, "    att_fwd(a);\n}\n");
     return kiln_family_source(&kiln_family_attention, m, pt, b.s);
 }
@@ -308,6 +413,13 @@ static double att_flops(const kiln_problem *p, const kiln_match *m, const kiln_w
     char why[256];
     if (!kiln_attention_analyse(p, &a, why, sizeof why))
         return 0;
+    if (a.paged.on) {
+        /* unknown (0) where the workload draws its page table */
+        double pairs, keys;
+        if (!kiln_attention_paged_work(p, &a, w, &pairs, &keys))
+            return 0;
+        return 4.0 * kiln_match_get(m, "hq", 1) * kiln_match_get(m, "d", 1) * pairs;
+    }
     for (int l = 0; l < 4; l++) {
         q[l] = kiln_attention_dim(p, &a.t[ATT_Q], l, w);
         k[l] = kiln_attention_dim(p, &a.t[ATT_K], l, w);
@@ -315,10 +427,30 @@ static double att_flops(const kiln_problem *p, const kiln_match *m, const kiln_w
     return 4.0 * (double)q[0] * (double)q[1] * (double)q[3] * kept_pairs(m, q[2], k[2]);
 }
 
-/* q, k, v and the mask read once, the output written once. */
+/* q, k, v and the mask read once, the output written once. Paged: the K and V rows of the
+ * sequences' keys, not the whole pool of pages (a serving cache is mostly other requests' pages).
+ */
 static double att_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    (void)m;
-    return kiln_problem_min_bytes(p, w);
+    att_info a;
+    char why[256];
+    double pairs, keys;
+    if (!kiln_attention_analyse(p, &a, why, sizeof why) || !a.paged.on ||
+        !kiln_attention_paged_work(p, &a, w, &pairs, &keys))
+        return kiln_problem_min_bytes(p, w);
+    double bytes = 2.0 * keys * kiln_match_get(m, "hkv", 1) * kiln_match_get(m, "d", 1) *
+                   (double)kiln_dtype_size(a.dtype);
+    for (int i = 0; i < p->n_inputs; i++)
+        if (i != a.t[ATT_K].input && i != a.t[ATT_V].input && !p->inputs[i].is_scalar) {
+            int64_t shape[KILN_MAX_DIMS];
+            bytes += (double)kiln_tensor_shape(p, &p->inputs[i], w, shape) *
+                     (double)kiln_dtype_size(p->inputs[i].dtype);
+        }
+    for (int o = 0; o < p->n_outputs; o++) {
+        int64_t shape[KILN_MAX_DIMS];
+        bytes += (double)kiln_tensor_shape(p, &p->outputs[o], w, shape) *
+                 (double)kiln_dtype_size(p->outputs[o].dtype);
+    }
+    return bytes;
 }
 
 /* fp32 accumulation throughout; the probabilities are rounded to the input dtype before the second
@@ -331,7 +463,7 @@ const kiln_family kiln_family_attention = {
     .name = "attention",
     .summary =
         "flash-attention forward: softmax(q·kᵀ·scale + mask)·v, GQA, causal/sliding/additive "
-        "masks, no score matrix in memory",
+        "masks, paged KV caches (FlashInfer's form), no score matrix in memory",
     .n_params = P_COUNT,
     .params =
         {

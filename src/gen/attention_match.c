@@ -674,7 +674,9 @@ int kiln_attention_analyse(const kiln_problem *p, att_info *a, char *why, size_t
         else
             ok = from_chain(p, c, a, why, why_len);
         kiln_opchain_free(c);
-    } else
+    } else if (p->op_type && strcmp(p->op_type, "gqa_paged") == 0)
+        return kiln_attention_paged_analyse(p, a, why, why_len);
+    else
         ok = from_op_type(p, a, why, why_len);
     if (!ok || !check_shapes(p, a, why, why_len))
         return 0;

@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/cubin.h"
 #include "backend/nvrtc.h"
+#include "formats/safetensors.h"
 #include "gen/family.h"
 
 #define DATA KILN_SOURCE_DIR "/tests/data/families/attention"
@@ -27,6 +28,9 @@
 #define SPREAD 6
 #define SMX_EMU KILN_SOURCE_DIR "/tests/data/families/softmax/emu"
 #define ATT_EMU KILN_SOURCE_DIR "/tests/data/families/attention/emu"
+#define SOLBENCH KILN_SOURCE_DIR "/tests/data/solbench"
+#define PAGED_PREFILL "gqa_paged_prefill_causal_h4_kv2_d64_ps16"
+#define PAGED_DECODE "gqa_paged_decode_h4_kv2_d64_ps16"
 
 static const kiln_family *att;
 
@@ -313,15 +317,10 @@ static void compile_point(const kiln_problem *p, const kiln_match *m, const int6
     free(log);
 }
 
-static void test_compile(void **state) {
-    (void)state;
-    if (!kiln_cuda_have_nvrtc()) {
-        printf("SKIP: no NVRTC here (the CUDA toolkit's libnvrtc): cannot compile for sm_90\n");
-        skip();
-    }
+/* The start point and an even spread of the valid points of p compile without spills. */
+static void compile_spread(kiln_problem *p) {
     const int64_t size = kiln_family_space_size(att);
-    for (size_t i = 0; i < N_EXPECTED; i++) {
-        kiln_problem *p = load(EXPECTED[i].dir, EXPECTED[i].name);
+    {
         kiln_match m;
         match_ok(p, &m);
         int64_t pt[KILN_FAMILY_MAX_PARAMS], valid[64], n_valid = 0;
@@ -343,8 +342,145 @@ static void test_compile(void **state) {
             kiln_family_point(att, idx, pt);
             compile_point(p, &m, pt, 0);
         }
+    }
+}
+
+static void test_compile(void **state) {
+    (void)state;
+    if (!kiln_cuda_have_nvrtc()) {
+        printf("SKIP: no NVRTC here (the CUDA toolkit's libnvrtc): cannot compile for sm_90\n");
+        skip();
+    }
+    for (size_t i = 0; i < N_EXPECTED; i++) {
+        kiln_problem *p = load(EXPECTED[i].dir, EXPECTED[i].name);
+        compile_spread(p);
         kiln_problem_free(p);
     }
+}
+
+/* ---- FlashInfer's paged form (SOL-ExecBench's FlashInfer category) ---- */
+
+/* A gqa_paged prefill definition with the index dtype, q's dtype and an extra input given. */
+static kiln_problem *paged_def(const char *name, const char *index_dtype, const char *q_dtype,
+                               const char *extra) {
+    char *def = xasprintf(
+        "{\"name\": \"%s\", \"op_type\": \"gqa_paged\", \"axes\": {"
+        "\"t\": {\"type\": \"var\"}, \"n\": {\"type\": \"var\"}, \"pages\": {\"type\": "
+        "\"var\"}, \"i\": {\"type\": \"var\"}}, \"inputs\": {"
+        "\"q\": {\"shape\": [\"t\", \"4\", \"64\"], \"dtype\": \"%s\"}, "
+        "\"k_cache\": {\"shape\": [\"pages\", \"16\", \"2\", \"64\"], \"dtype\": \"bfloat16\"}, "
+        "\"v_cache\": {\"shape\": [\"pages\", \"16\", \"2\", \"64\"], \"dtype\": \"bfloat16\"}, "
+        "\"qo_indptr\": {\"shape\": [\"n\"], \"dtype\": \"int32\"}, "
+        "\"kv_indptr\": {\"shape\": [\"n\"], \"dtype\": \"int32\"}, "
+        "\"kv_indices\": {\"shape\": [\"i\"], \"dtype\": \"%s\"}, "
+        "\"sm_scale\": {\"shape\": null, \"dtype\": \"float32\"}%s}, "
+        "\"outputs\": {\"output\": {\"shape\": [\"t\", \"4\", \"64\"], \"dtype\": \"%s\"}}, "
+        "\"reference\": \"def run(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, "
+        "sm_scale%s):\\n    return q\\n\"}",
+        name, q_dtype, index_dtype,
+        extra ? ", \"extra\": {\"shape\": [\"4\"], \"dtype\": "
+                "\"float32\"}"
+              : "",
+        q_dtype, extra ? ", extra" : "");
+    char *wl = xasprintf(
+        "{\"uuid\": \"a\", \"axes\": {\"t\": 5, \"n\": 3, \"pages\": 4, \"i\": 3}, "
+        "\"inputs\": {\"q\": {\"type\": \"random\"}, \"k_cache\": {\"type\": \"random\"}, "
+        "\"v_cache\": {\"type\": \"random\"}, \"qo_indptr\": {\"type\": \"random\"}, "
+        "\"kv_indptr\": {\"type\": \"random\"}, \"kv_indices\": {\"type\": \"random\"}, "
+        "\"sm_scale\": {\"type\": \"scalar\", \"value\": 0.25}%s}}\n",
+        extra ? ", \"extra\": {\"type\": \"random\"}" : "");
+    kiln_problem *p = parse(def, wl);
+    free(def);
+    free(wl);
+    return p;
+}
+
+static void test_paged(void **state) {
+    (void)state;
+    kiln_match m;
+    kiln_problem *p = load(SOLBENCH, PAGED_PREFILL);
+    match_ok(p, &m);
+    assert_string_equal(m.variant, "attention_paged_prefill_causal_gqa");
+    assert_int_equal(kiln_match_get(&m, "paged", 0), 1);
+    assert_int_equal(kiln_match_get(&m, "decode", 1), 0);
+    assert_int_equal(kiln_match_get(&m, "causal", 0), 1);
+    assert_int_equal(kiln_match_get(&m, "page_size", 0), 16);
+    assert_int_equal(kiln_match_get(&m, "lse", 0), 1);
+    assert_int_equal(kiln_match_get(&m, "hq", 0), 4);
+    assert_int_equal(kiln_match_get(&m, "hkv", 0), 2);
+    assert_int_equal(kiln_match_get(&m, "d", 0), 64);
+    assert_int_equal(kiln_match_get(&m, "b", 0), 3);   /* sequences of workload 0 */
+    assert_int_equal(kiln_match_get(&m, "sq", 0), 66); /* its tokens */
+    assert_float_equal(kiln_match_get(&m, "scale", 0), 0.125, 1e-12);
+    static const char *const roles[] = {"q",         "k_cache",   "v_cache",    NULL,
+                                        "qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len"};
+    for (int r = 0; r < 8; r++)
+        assert_int_equal(m.input_of_role[r], roles[r] ? kiln_problem_input_index(p, roles[r]) : -1);
+    assert_int_equal(m.output_of_role[0], kiln_problem_output_index(p, "output"));
+    assert_int_equal(m.output_of_role[1], kiln_problem_output_index(p, "lse"));
+    /* 5 + 40·41/2 + (21 + 40·... ): the causal pairs of workload 0, from its stored page table */
+    double pairs = 0;
+    const int q_len[3] = {5, 40, 21}, kv_len[3] = {21, 40, 70};
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < q_len[b]; i++)
+            pairs += i + kv_len[b] - q_len[b] + 1;
+    assert_float_equal(att->flops(p, &m, &p->workloads[0]), 4.0 * 4 * 64 * pairs, 1e-6);
+    /* bytes: the 131 keys' K and V rows (not the pool's 16 pages), q, output, lse, the tables */
+    const double tables = (4 + 4 + 10 + 3) * 4.0, qo = 66 * 4 * 64 * 2.0;
+    assert_float_equal(att->min_bytes(p, &m, &p->workloads[0]),
+                       2 * 131 * 2 * 64 * 2.0 + 2 * qo + 66 * 4 * 4.0 + tables, 1e-6);
+    kiln_problem_free(p);
+
+    p = load(SOLBENCH, PAGED_DECODE);
+    match_ok(p, &m);
+    assert_string_equal(m.variant, "attention_paged_decode_gqa");
+    assert_int_equal(kiln_match_get(&m, "decode", 0), 1);
+    assert_int_equal(kiln_match_get(&m, "causal", 1), 0);
+    assert_int_equal(kiln_match_get(&m, "sq", 0), 1);
+    assert_int_equal(kiln_match_get(&m, "b", 0), 4);
+    assert_int_equal(m.input_of_role[4], -1);
+    /* one query over every cached token: 1 + 77 + 16 + 200 */
+    assert_float_equal(att->flops(p, &m, &p->workloads[0]), 4.0 * 4 * 64 * 294, 1e-6);
+    kiln_problem_free(p);
+
+    /* the form without kv_last_page_len (page size 1 in FlashInfer-Bench) matches; not causal
+     * unless the name says so */
+    p = paged_def("gqa_paged_prefill_h4", "int32", "bfloat16", NULL);
+    match_ok(p, &m);
+    assert_string_equal(m.variant, "attention_paged_prefill_gqa");
+    assert_int_equal(m.input_of_role[7], -1);
+    assert_int_equal(m.output_of_role[1], -1);
+    assert_float_equal(kiln_match_get(&m, "scale", 0), 0.25, 1e-12);
+    kiln_problem_free(p);
+
+    static const struct {
+        const char *index, *q, *extra, *why;
+    } declines[] = {
+        {"int64", "bfloat16", NULL, "not a row-major 1-d int32"},
+        {"int32", "float32", NULL, "bfloat16 or float16"},
+        {"int32", "bfloat16", "extra", "inputs beyond the paged form"},
+    };
+    for (size_t i = 0; i < sizeof declines / sizeof declines[0]; i++) {
+        p = paged_def("gqa_paged_prefill_causal", declines[i].index, declines[i].q,
+                      declines[i].extra);
+        char why[512] = "";
+        reset(&m);
+        assert_false(att->match(p, &m, why, sizeof why));
+        if (!strstr(why, declines[i].why))
+            fail_msg("decline %zu: '%s' does not say '%s'", i, why, declines[i].why);
+        kiln_problem_free(p);
+    }
+
+    if (!kiln_cuda_have_nvrtc()) {
+        printf("SKIP: no NVRTC here: the paged kernels are not compiled\n");
+        return;
+    }
+    p = load(SOLBENCH, PAGED_PREFILL);
+    compile_spread(p);
+    kiln_problem_free(p);
+    p = load(SOLBENCH, PAGED_DECODE);
+    compile_spread(p);
+    kiln_problem_free(p);
 }
 
 /* ---- the CUDA kernel's logic on the host emulator ---- */
@@ -453,7 +589,24 @@ static size_t elements(const kiln_problem *p, const kiln_tensor_spec *t) {
     return (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
 }
 
-/* q, k, v normal; the mask (when the problem has one) the band of the match: `fill` outside it. */
+/* Input i as workload 0 stores it in its safetensors file (a page table), into buf. */
+static void stored_input(const kiln_problem *p, int i, void *buf, size_t bytes) {
+    const kiln_input_desc *d = &p->workloads[0].inputs[i];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", p->dir, d->path);
+    kiln_st *st = NULL;
+    kiln_err err;
+    if (kiln_st_load(path, &st, &err) != KILN_OK)
+        fail_msg("%s: %s", path, err.msg);
+    const kiln_st_tensor *t = kiln_st_find(st, d->tensor_key);
+    assert_non_null(t);
+    assert_int_equal(t->n_bytes, bytes);
+    memcpy(buf, t->data, bytes);
+    kiln_st_free(st);
+}
+
+/* q, k, v normal; the mask (when the problem has one) the band of the match: `fill` outside it;
+ * inputs the workload stores (a paged problem's page table) as stored. */
 static void **make_inputs(const kiln_problem *p, const kiln_match *m, double fill) {
     void **in = xcalloc((size_t)p->n_inputs, sizeof *in);
     uint64_t s = 0x9e3779b97f4a7c15ULL;
@@ -466,6 +619,10 @@ static void **make_inputs(const kiln_problem *p, const kiln_match *m, double fil
         int64_t shape[KILN_MAX_DIMS];
         size_t n = (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
         in[i] = xmalloc(n * kiln_dtype_size(t->dtype) + 16);
+        if (p->workloads[0].inputs[i].kind == KILN_INPUT_SAFETENSORS) {
+            stored_input(p, i, in[i], n * kiln_dtype_size(t->dtype));
+            continue;
+        }
         for (size_t e = 0; e < n; e++) {
             double v;
             if (i == mask) {
@@ -490,11 +647,18 @@ static void **run_module(kiln_backend *be, const kiln_problem *p, const module *
                          const char *what) {
     kiln_err err;
     const kiln_workload *w = &p->workloads[0];
-    kiln_devptr ptr[16];
-    int64_t i64[16];
-    void *params[16];
+    kiln_devptr ptr[32];
+    int64_t i64[32];
+    void *params[32];
+    assert_true(p->n_inputs + p->n_outputs + p->n_axes <= 32);
     int k = 0;
+    float scalars[32];
     for (int i = 0; i < p->n_inputs; i++, k++) {
+        if (p->inputs[i].is_scalar) { /* a float32 scalar, by value (docs/abi.md) */
+            scalars[k] = (float)w->inputs[i].scalar;
+            params[k] = &scalars[k];
+            continue;
+        }
         size_t bytes = elements(p, &p->inputs[i]) * kiln_dtype_size(p->inputs[i].dtype);
         assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
         assert_int_equal(be->ops->upload(be, ptr[k], in[i], bytes, &err), KILN_OK);
@@ -523,7 +687,8 @@ static void **run_module(kiln_backend *be, const kiln_problem *p, const module *
         be->ops->free(be, ptr[k]);
     }
     for (int i = 0; i < p->n_inputs; i++)
-        be->ops->free(be, ptr[i]);
+        if (!p->inputs[i].is_scalar)
+            be->ops->free(be, ptr[i]);
     return out;
 }
 
@@ -573,16 +738,20 @@ static void emulate(kiln_backend *be, kiln_problem *p, const int64_t *pt4, doubl
     compile_module(be, p, csrc, NULL, &mc, what);
     void **in = make_inputs(p, &m, fill);
     void **oe = run_module(be, p, &me, in, what), **oc = run_module(be, p, &mc, in, what);
-    const kiln_tensor_spec *t = &p->outputs[0];
-    kiln_tolerance tol = kiln_tolerance_default(t->dtype);
-    for (size_t e = 0; e < elements(p, t); e++) {
-        double a = kiln_dtype_load(t->dtype, oe[0], e), b = kiln_dtype_load(t->dtype, oc[0], e);
-        if (!(isnan(b) ? isnan(a) : fabs(a - b) <= tol.atol + tol.rtol * fabs(b)))
-            fail_msg("%s: o[%zu] is %.9g, the C emission %.9g", what, e, a, b);
+    for (int o = 0; o < p->n_outputs; o++) {
+        const kiln_tensor_spec *t = &p->outputs[o];
+        kiln_tolerance tol = kiln_tolerance_default(t->dtype);
+        for (size_t e = 0; e < elements(p, t); e++) {
+            double a = kiln_dtype_load(t->dtype, oe[o], e), b = kiln_dtype_load(t->dtype, oc[o], e);
+            if (!(isnan(b)   ? isnan(a)
+                  : isinf(b) ? a == b
+                             : fabs(a - b) <= tol.atol + tol.rtol * fabs(b)))
+                fail_msg("%s: %s[%zu] is %.9g, the C emission %.9g", what, t->name, e, a, b);
+        }
+        free(oe[o]);
+        free(oc[o]);
     }
     printf("    %s: emulated = C emission\n", what);
-    free(oe[0]);
-    free(oc[0]);
     for (int i = 0; i < p->n_inputs; i++)
         free(in[i]);
     free(in);
@@ -640,6 +809,18 @@ static void test_emulated(void **state) {
     p = small("float32", 2, 1, 10, 37, 48, NULL, "{\"is_causal\": 1}");
     emulate(be, p, (int64_t[]){64, 64, 4, 2, 0}, 0, "f32 warp per row is_causal d48");
     kiln_problem_free(p);
+    /* paged (workload 0's page tables: three sequences of 5, 40, 21 queries over 21, 40, 70 keys
+     * in scrambled pages of 16): output and lse */
+    p = load(SOLBENCH, PAGED_PREFILL);
+    emulate(be, p, (int64_t[]){128, 64, 8, 2, 0}, 0, "paged prefill causal 128x64 8 warps");
+    emulate(be, p, (int64_t[]){64, 32, 4, 3, 0}, 0, "paged prefill causal 64x32 3 stages");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 1}, 0, "paged prefill causal packed heads");
+    kiln_problem_free(p);
+    /* paged decode: one query over 1, 77, 16 and 200 keys */
+    p = load(SOLBENCH, PAGED_DECODE);
+    emulate(be, p, (int64_t[]){64, 64, 4, 2, 1}, 0, "paged decode packed heads");
+    emulate(be, p, (int64_t[]){64, 32, 4, 3, 0}, 0, "paged decode 64x32 3 stages");
+    kiln_problem_free(p);
     kiln_backend_close(be);
 }
 
@@ -653,7 +834,7 @@ int main(void) {
         cmocka_unit_test(test_match),    cmocka_unit_test(test_roundings),
         cmocka_unit_test(test_declines), cmocka_unit_test(test_check),
         cmocka_unit_test(test_flops),    cmocka_unit_test(test_compile),
-        cmocka_unit_test(test_emulated),
+        cmocka_unit_test(test_emulated), cmocka_unit_test(test_paged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -186,3 +186,70 @@ def test_sdpa_with_dropout_is_random(tmp_path: Path):
     groups = json.loads((run / "model.json").read_text())["groups"]
     assert not [g for g in groups if "attention" in g["aten"] and g["problem"]], groups
     assert any(g["not_a_problem"] == "random op" for g in groups), groups
+
+
+# ---- FlashInfer's paged form, as SOL-ExecBench's FlashInfer category gives it ----
+
+SOLBENCH = ROOT / "tests" / "data" / "solbench"
+PAGED = {
+    "gqa_paged_prefill_causal_h4_kv2_d64_ps16": "attention_paged_prefill_causal_gqa",
+    "gqa_paged_decode_h4_kv2_d64_ps16": "attention_paged_decode_gqa",
+}
+
+
+@pytest.fixture(scope="module")
+def paged_sweeps(tmp_path_factory):
+    """One cpu sweep a paged problem (written by tests/data/gen/make_paged.py); its reference directory is
+    reused by the tests that feed the gate wrong kernels."""
+    need_kiln()
+    out = {}
+    for name in PAGED:
+        tmp = tmp_path_factory.mktemp(name)
+        r, rows = sweep(SOLBENCH / name, tmp)
+        out[name] = (r, rows, tmp / "ref")
+    return out
+
+
+@pytest.mark.parametrize("problem", sorted(PAGED))
+def test_paged_sweep_cpu(problem: str, paged_sweeps):
+    """The SOL-ExecBench-format paged problem is read, matched as the paged variant and proven on every
+    workload and input set (output and lse), its page tables scrambled and some last pages partial."""
+    r, rows, _ = paged_sweeps[problem]
+    m = re.search(r"matches family attention \(([a-z_]+)\)", r.stderr)
+    assert m and m.group(1) == PAGED[problem], r.stderr[-2000:]
+    assert len(rows) == 1
+    result = rows[0]["result"]
+    assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
+    assert result["summary"]["proved"] == len(result["workloads"]) >= 2
+    assert all(w["proved_sets"] == 3 for w in result["workloads"])
+    assert result["summary"]["sol_pct_geomean"] > 0  # flops counted from the stored page tables
+    assert "att_cpu_paged(&a)" in Path(rows[0]["file"]).read_text()
+
+
+WRONG = {
+    # the pages of a sequence taken in pool order instead of through kv_indices
+    "pages_in_order": ("(int64_t)pages[j / a->page_size]", "(int64_t)(pages - a->kv_indices + j / a->page_size)"),
+    # causal from the first key (SDPA's is_causal) instead of the last query at the last key
+    "causal_top_left": ("j1 = i + kv_len - q_len + 1 < kv_len ? i + kv_len - q_len + 1 : kv_len;",
+                        "j1 = i + 1 < kv_len ? i + 1 : kv_len;"),
+    # lse in natural log
+    "lse_base_e": ("(m + logf(l)) * 1.4426950408889634f", "(m + logf(l))"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(WRONG))
+def test_paged_wrong_kernel_fails(mistake: str, paged_sweeps, tmp_path: Path):
+    """The gate tells the page lookup, the causal alignment and the lse's base apart: the emitted kernel with
+    one of them wrong is a mismatch on the prefill problem."""
+    name = "gqa_paged_prefill_causal_h4_kv2_d64_ps16"
+    _, rows, ref = paged_sweeps[name]
+    src = Path(rows[0]["file"]).read_text()
+    old, new = WRONG[mistake]
+    assert old in src
+    wrong = tmp_path / f"{mistake}.c"
+    wrong.write_text(src.replace(old, new))
+    r = subprocess.run([str(KILN), "eval", str(SOLBENCH / name), str(wrong), "--backend", "cpu", "--json",
+                        "--no-time", "--ref-dir", str(ref)], cwd=ROOT, env=kiln_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["outcome"] == "mismatch"

@@ -648,3 +648,21 @@ def test_drawn_input_set_zero_holds_the_real_slice(tmp_path):
     (tmp_path / "workload.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(ProblemError, match="kiln.drawn"):
         load_problem(str(tmp_path))
+
+
+def test_random_sets_keep_the_indices_a_constraint_reads():
+    """FlashInfer's paged problems tie qo_indptr and kv_indptr to the axes (`total_q == qo_indptr[-1].item()`),
+    and the page ids and last pages' lengths to them: a random set keeps every integer tensor of such a
+    definition and redraws q and the caches. A definition without such constraints keeps redrawing them."""
+    d = os.path.join(REPO, "tests", "data", "solbench", "gqa_paged_prefill_causal_h4_kv2_d64_ps16")
+    problem = load_problem(str(d))
+    tables = {"qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len"}
+    assert kref.constrained_inputs(problem) == tables
+    w = problem.workloads[0]
+    real = kref.materialize_inputs(problem, w, seed=0)
+    other = kref.random_set_inputs(problem, w, real, seed=1)
+    for name in tables:
+        assert torch.equal(other[name], real[name])
+    assert not torch.equal(other["q"], real["q"])
+    problem.constraints = []
+    assert kref.constrained_inputs(problem) == set()

@@ -23,6 +23,16 @@
 // key is -inf ends 0 / 0 = NaN as in eager, a row of finfo.min is uniform.
 //
 // float32 problems (ATT_F32) take the warp-per-row kernel at the end: mma.sync has no fp32 inputs.
+//
+// Paged (ATT_PAGED: FlashInfer's form, att_paged in attention.h): the same kernel with a sequence
+// instead of a batch index: blockIdx.z for decode; for prefill, found from blockIdx.x, which counts
+// the sequences' row tiles one after another (grid.x is ceil(tokens / BLOCK_M) + sequences, at least
+// the tiles there are; a block past them leaves at once). q and o are [tokens, hq, d] with the
+// sequence's queries from qo_indptr (decode: one a sequence); a K or V tile row is found through the
+// sequence's pages (kv_indices from kv_indptr, page_size rows a page, [pages, page_size, hkv, d])
+// when the tile is loaded; the key count is the sequence's, and ATT_PAGED_CAUSAL aligns its last
+// query with its last key (query i sees keys j <= i + kv_len - q_len). A row that sees no key is 0
+// and, with ATT_LSE, its base-2 log-sum-exp -inf.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -58,6 +68,13 @@
 #define ATT_ROUND_MASKED 0
 #define ATT_ROUND_P 1
 #endif
+#ifndef ATT_PAGED
+#define ATT_PAGED 0
+#define ATT_PAGED_DECODE 0
+#define ATT_PAGED_CAUSAL 0
+#define ATT_PAGED_LAST 0
+#define ATT_LSE 0
+#endif
 
 typedef struct {
     const ATT_T *q, *k, *v;
@@ -66,6 +83,11 @@ typedef struct {
     int64_t b, hq, hkv, sq, skv;
     int64_t qb, qh, qs, kb, kh, ks, vb, vh, vs, mb, mh, ms, ob, oh, os;
     float scale;
+#if ATT_PAGED
+    const int *qo_indptr, *kv_indptr, *kv_indices, *last_len;
+    float *lse;
+    int64_t page_size;
+#endif
 } att_args;
 
 #define ATT_LOG2E 1.4426950408889634f
@@ -177,14 +199,25 @@ __device__ __forceinline__ unsigned att_pack(float lo, float hi) {
 #define ATT_THREADS (ATT_WARPS * 32)
 
 // rows [row0, row0 + rows) of a [s, D] matrix with row stride `stride` into shared memory at
-// dst (ATT_LD elements per row); rows at or past `limit` are zero-filled
+// dst (ATT_LD elements per row); rows at or past `limit` are zero-filled. Paged, row j is row
+// j % page_size of page pages[j / page_size].
 __device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, int64_t stride,
-                                              int64_t row0, int rows, int64_t limit) {
+                                              int64_t row0, int rows, int64_t limit,
+                                              const int *pages, int64_t page_size) {
 #pragma unroll 2
     for (int c = threadIdx.x; c < rows * ATT_CHUNKS; c += ATT_THREADS) {
         const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
         const int ok = row0 + r < limit;
+#if ATT_PAGED
+        // 32-bit: a sequence's keys and a page's rows fit, and a 64-bit division is a call
+        const unsigned j = (unsigned)(row0 + r), ps = (unsigned)page_size;
+        const ATT_T *g =
+            src + (ok ? ((int64_t)pages[j / ps] * page_size + j % ps) * stride : 0) + ch * 8;
+#else
+        (void)pages;
+        (void)page_size;
         const ATT_T *g = src + (ok ? (row0 + r) * stride : 0) + ch * 8;
+#endif
         att_cp16(dst + (unsigned)((r * ATT_LD + ch * 8) * 2), g, ok ? 16 : 0);
     }
 }
@@ -203,16 +236,17 @@ __device__ __forceinline__ void att_row(const att_args &a, int64_t m, int64_t *h
 #endif
 }
 
-// Q rows [m0, m0 + ATT_BLOCK_M) of the block (zeros past the last) into shared memory
-__device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, int64_t bi, int64_t m0,
-                                           int64_t rows) {
+// Q rows [m0, m0 + ATT_BLOCK_M) of the block (zeros past the last) into shared memory; qg is the
+// batch's (paged: the sequence's first token's) q
+__device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, const ATT_T *qg,
+                                           int64_t m0, int64_t rows) {
 #pragma unroll 2
     for (int c = threadIdx.x; c < ATT_BLOCK_M * ATT_CHUNKS; c += ATT_THREADS) {
         const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
         const int ok = m0 + r < rows;
         int64_t head, query;
         att_row(a, ok ? m0 + r : 0, &head, &query);
-        const ATT_T *g = a.q + bi * a.qb + head * a.qh + query * a.qs + ch * 8;
+        const ATT_T *g = qg + head * a.qh + query * a.qs + ch * 8;
         att_cp16(dst + (unsigned)((r * ATT_LD + ch * 8) * 2), g, ok ? 16 : 0);
     }
 }
@@ -220,15 +254,69 @@ __device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, int6
 __device__ __forceinline__ void att_fwd(const att_args a) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const int64_t m0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * ATT_BLOCK_M;
-#if ATT_PACK
-    const int64_t ratio = a.hq / a.hkv, kvh = blockIdx.y, rows = a.sq * ratio;
+#if ATT_PAGED && !ATT_PAGED_DECODE
+    // block x: a row tile of a sequence, the sequences' tiles one after another, each sequence's from
+    // its last (the longest causal rows) to its first; blocks past the last tile leave at once
+    int64_t bi = -1, m0 = 0;
+    {
+        const int64_t per_query = ATT_PACK ? a.hq / a.hkv : 1;
+        int64_t x = blockIdx.x;
+        for (int64_t b = 0; b < a.b && bi < 0; b++) {
+            const int64_t tiles =
+                ((a.qo_indptr[b + 1] - a.qo_indptr[b]) * per_query + ATT_BLOCK_M - 1) / ATT_BLOCK_M;
+            if (x < tiles) {
+                bi = b;
+                m0 = (tiles - 1 - x) * ATT_BLOCK_M;
+            }
+            x -= tiles;
+        }
+        if (bi < 0)
+            return;
+    }
 #else
-    const int64_t ratio = 1, kvh = blockIdx.y / (a.hq / a.hkv), rows = a.sq;
-#endif
+    const int64_t m0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * ATT_BLOCK_M;
     const int64_t bi = blockIdx.z;
+#endif
+#if ATT_PAGED
+    // the sequence: its queries (q0, sq), its pages and keys (skv); hi: the causal diagonal
+#if ATT_PAGED_DECODE
+    const int64_t q0 = bi, sq = 1;
+#else
+    const int64_t q0 = a.qo_indptr[bi], sq = a.qo_indptr[bi + 1] - q0;
+#endif
+    const int64_t p0 = a.kv_indptr[bi], n_pages = a.kv_indptr[bi + 1] - p0;
+#if ATT_PAGED_LAST
+    const int64_t skv = n_pages > 0 ? (n_pages - 1) * a.page_size + a.last_len[bi] : 0;
+#else
+    const int64_t skv = n_pages * a.page_size;
+#endif
+    const int64_t hi = skv - sq;
+    const int *pages = a.kv_indices + p0;
+    const int64_t page_size = a.page_size;
+    const ATT_T *qg = a.q + q0 * a.qs;
+    ATT_T *og = a.o + q0 * a.os;
+#else
+    const int64_t sq = a.sq, skv = a.skv, hi = (ATT_HI);
+    (void)hi;
+    const int *pages = nullptr;
+    const int64_t page_size = 0;
+    const ATT_T *qg = a.q + bi * a.qb;
+    ATT_T *og = a.o + bi * a.ob;
+#endif
+#if ATT_PACK
+    const int64_t ratio = a.hq / a.hkv, kvh = blockIdx.y, rows = sq * ratio;
+#else
+    const int64_t ratio = 1, kvh = blockIdx.y / (a.hq / a.hkv), rows = sq;
+#endif
+#if ATT_PAGED
+    if (m0 >= rows)
+        return; // decode: the grid covers one query's rows
+    const ATT_T *kg = a.k + kvh * a.kh;
+    const ATT_T *vg = a.v + kvh * a.vh;
+#else
     const ATT_T *kg = a.k + bi * a.kb + kvh * a.kh;
     const ATT_T *vg = a.v + bi * a.vb + kvh * a.vh;
+#endif
 
     const unsigned s_q = att_smem_base();
     const unsigned s_k = s_q + ATT_BLOCK_M * ATT_LD * 2;
@@ -237,17 +325,22 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 
     int64_t first, last;
     const int64_t r_last = m0 + ATT_BLOCK_M < rows ? m0 + ATT_BLOCK_M - 1 : rows - 1;
-    att_key_range(m0 / ratio, r_last / ratio, a.skv, &first, &last);
+    att_key_range(m0 / ratio, r_last / ratio, skv, &first, &last);
+#if ATT_PAGED_CAUSAL
+    // keys past the last row's diagonal are masked for every row of the block
+    if (r_last / ratio + hi + 1 < last)
+        last = r_last / ratio + hi + 1 > 0 ? r_last / ratio + hi + 1 : 0;
+#endif
     const int64_t t0 = first / ATT_BLOCK_N;
     const int n_tiles = last > first ? (int)((last + ATT_BLOCK_N - 1) / ATT_BLOCK_N - t0) : 0;
 
-    att_load_q(s_q, a, bi, m0, rows);
+    att_load_q(s_q, a, qg, m0, rows);
 #pragma unroll
     for (int s = 0; s < ATT_STAGES - 1; s++) {
         if (s < n_tiles) {
             const int64_t n0 = (t0 + s) * ATT_BLOCK_N;
-            att_load_tile(s_k + s * tile_bytes, kg, a.ks, n0, ATT_BLOCK_N, a.skv);
-            att_load_tile(s_v + s * tile_bytes, vg, a.vs, n0, ATT_BLOCK_N, a.skv);
+            att_load_tile(s_k + s * tile_bytes, kg, a.ks, n0, ATT_BLOCK_N, skv, pages, page_size);
+            att_load_tile(s_v + s * tile_bytes, vg, a.vs, n0, ATT_BLOCK_N, skv, pages, page_size);
         }
         att_cp_commit();
     }
@@ -290,8 +383,10 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             if (nx < n_tiles) {
                 const int slot = nx % ATT_STAGES;
                 const int64_t n0 = (t0 + nx) * ATT_BLOCK_N;
-                att_load_tile(s_k + slot * tile_bytes, kg, a.ks, n0, ATT_BLOCK_N, a.skv);
-                att_load_tile(s_v + slot * tile_bytes, vg, a.vs, n0, ATT_BLOCK_N, a.skv);
+                att_load_tile(s_k + slot * tile_bytes, kg, a.ks, n0, ATT_BLOCK_N, skv, pages,
+                              page_size);
+                att_load_tile(s_v + slot * tile_bytes, vg, a.vs, n0, ATT_BLOCK_N, skv, pages,
+                              page_size);
             }
             att_cp_commit();
         }
@@ -318,10 +413,10 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         }
 
         // scale, mask, roundings; the tile's max per row. Columns are 32-bit offsets in the tile.
-        const int klim = a.skv - n0 < ATT_BLOCK_N ? (int)(a.skv - n0) : ATT_BLOCK_N;
-#if ATT_CAUSAL_GEN
+        const int klim = skv - n0 < ATT_BLOCK_N ? (int)(skv - n0) : ATT_BLOCK_N;
+#if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
         // key n0 + c of row r is above the band when c > diag[r]
-        const int diag0 = (int)(row[0] - n0) + (ATT_HI), diag1 = (int)(row[1] - n0) + (ATT_HI);
+        const int diag0 = (int)(row[0] - n0 + hi), diag1 = (int)(row[1] - n0 + hi);
 #endif
         float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -345,7 +440,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 #endif
                 }
 #endif
-#if ATT_CAUSAL_GEN
+#if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
                 if (c > (r ? diag1 : diag0))
                     x = -INFINITY;
 #endif
@@ -412,8 +507,17 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     for (int r = 0; r < 2; r++) {
         if (!valid[r])
             continue;
-        ATT_T *orow = a.o + bi * a.ob + head[r] * a.oh + row[r] * a.os;
+        ATT_T *orow = og + head[r] * a.oh + row[r] * a.os;
+#if ATT_PAGED
+        const float inv = l_run[r] > 0.f ? 1.f / l_run[r] : 0.f; // no key: 0, as FlashInfer
+#if ATT_LSE
+        if (t == 0)
+            a.lse[(q0 + row[r]) * a.hq + head[r]] =
+                l_run[r] > 0.f ? m_run[r] * ATT_LOG2E + log2f(l_run[r]) : -INFINITY;
+#endif
+#else
         const float inv = 1.f / l_run[r];
+#endif
 #pragma unroll
         for (int i = 0; i < ATT_DT; i++) {
             const unsigned v = att_pack(acc[i][2 * r] * inv, acc[i][2 * r + 1] * inv);
