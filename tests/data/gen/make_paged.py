@@ -173,6 +173,22 @@ def write(name, description, axes, constraints, inputs, reference, workloads, ta
             f.write(json.dumps({"definition": name, "solution": None, "workload": w, "evaluation": None}) + "\n")
 
 
+def paged_inputs(q_shape: list, extra: dict = None) -> dict:
+    """The form's inputs in its order: q of q_shape, the two caches, `extra` (prefill's qo_indptr), the page
+    table and the scale."""
+    inputs = {"q": {"shape": q_shape, "dtype": "bfloat16"}, "k_cache": dict(CACHE), "v_cache": dict(CACHE)}
+    inputs.update(extra or {})
+    inputs.update({
+        "kv_indptr": {"shape": ["len_indptr"], "dtype": "int32", "description": "Pages of sequence b: "
+                      "kv_indices[kv_indptr[b]:kv_indptr[b+1]]."},
+        "kv_indices": {"shape": ["num_kv_indices"], "dtype": "int32", "description": "Page ids, in order."},
+        "kv_last_page_len": {"shape": ["batch_size"], "dtype": "int32",
+                             "description": "Tokens in the last page of each sequence."},
+        "sm_scale": {"shape": None, "dtype": "float32", "description": "Scale of the logits."},
+    })
+    return inputs
+
+
 def prefill():
     name = f"gqa_paged_prefill_causal_h{HQ}_kv{HKV}_d{D}_ps{PS}"
     axes = dict(CONST_AXES)
@@ -183,18 +199,9 @@ def prefill():
         "num_pages": axis("var", "Pages in the KV cache's pool."),
         "batch_size": axis("var", "Sequences."),
     })
-    inputs = {
-        "q": {"shape": ["total_q", "num_qo_heads", "head_dim"], "dtype": "bfloat16"},
-        "k_cache": dict(CACHE), "v_cache": dict(CACHE),
+    inputs = paged_inputs(["total_q", "num_qo_heads", "head_dim"], {
         "qo_indptr": {"shape": ["len_indptr"], "dtype": "int32", "description": "Queries of sequence b: "
-                      "qo_indptr[b] to qo_indptr[b+1]."},
-        "kv_indptr": {"shape": ["len_indptr"], "dtype": "int32", "description": "Pages of sequence b: "
-                      "kv_indices[kv_indptr[b]:kv_indptr[b+1]]."},
-        "kv_indices": {"shape": ["num_kv_indices"], "dtype": "int32", "description": "Page ids, in order."},
-        "kv_last_page_len": {"shape": ["batch_size"], "dtype": "int32",
-                             "description": "Tokens in the last page of each sequence."},
-        "sm_scale": {"shape": None, "dtype": "float32", "description": "Scale of the logits."},
-    }
+                      "qo_indptr[b] to qo_indptr[b+1]."}})
     workloads = []
     # (q_lens, kv_lens, pool): a short append, a whole prompt (q_len == kv_len), a long append; then one
     # query over many pages beside a prompt of one partial page; then a prompt of less than a page
@@ -225,16 +232,7 @@ def decode():
         "len_indptr": axis("var", "Entries of kv_indptr: batch_size + 1."),
         "num_kv_indices": axis("var", "Entries of the page table."),
     })
-    inputs = {
-        "q": {"shape": ["batch_size", "num_qo_heads", "head_dim"], "dtype": "bfloat16"},
-        "k_cache": dict(CACHE), "v_cache": dict(CACHE),
-        "kv_indptr": {"shape": ["len_indptr"], "dtype": "int32", "description": "Pages of sequence b: "
-                      "kv_indices[kv_indptr[b]:kv_indptr[b+1]]."},
-        "kv_indices": {"shape": ["num_kv_indices"], "dtype": "int32", "description": "Page ids, in order."},
-        "kv_last_page_len": {"shape": ["batch_size"], "dtype": "int32",
-                             "description": "Tokens in the last page of each sequence."},
-        "sm_scale": {"shape": None, "dtype": "float32", "description": "Scale of the logits."},
-    }
+    inputs = paged_inputs(["batch_size", "num_qo_heads", "head_dim"])
     workloads = []
     for seed, (kv_lens, pool) in enumerate([([1, 77, 16, 200], 24), ([45, 3], 6)]):
         indptr, indices, last = page_table(kv_lens, pool, 200 + seed)
