@@ -2,7 +2,7 @@
 calls of the bundled examples (--small, CPU) into problems of kind "chain", and the families prove them on
 the cpu backend. The Gemma-4 mask chain (scale mul, mask add, softmax in fp32, cast) is proven by `gen` and
 by the softmax family; the VAE's residual add joined to the next GroupNorm + SiLU keeps the sum as a second
-output; Qwen-3.5's RMSNormGated is one leaf module (its SiLU is called, not registered), so its chain is the
+output, and `gen` proves both forms and the GroupNorm calls alone; Qwen-3.5's RMSNormGated is one leaf module (its SiLU is called, not registered), so its chain is the
 module problem; the eager attention block (q.kT, scale, mask, softmax, cast, .v) is one chain problem with
 "pattern": "attention" that `gen` declines, with the reason. A chain entry (tests/data/chains/softmax_chain.py,
 optimized on the cpu backend) replaces the chain inside torch.compile with eager's outputs, and nowhere else.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,29 @@ def test_vae_residual_groupnorm_silu_chain(runs):
         expect = torch.nn.functional.silu(torch.nn.functional.group_norm(a + b, groups, inputs["weight"],
                                                                          inputs["bias"], 1e-6))
         assert torch.allclose(y, expect, atol=1e-6)
+
+
+def test_vae_groupnorm_chains_proven_by_gen(runs, tmp_path):
+    """`gen` lowers group_norm (the channels split into groups, a Welford reduction over each group's channels and
+    H, W): every VAE chain, with the sum as a second output or without, and the single GroupNorm calls are proven
+    on every workload."""
+    found = [(p, d) for p, d in chains(runs["vae_decoder"])
+             if short(d["kiln"]["members"]) == ["add.Tensor", "group_norm.default", "silu.default"]]
+    assert sorted({len(d["outputs"]) for _, d in found}) == [1, 2], [p.name for p, _ in found]
+    singles = sorted(p for p in (runs["vae_decoder"] / "problems").iterdir() if p.name.startswith("group_norm_"))
+    assert singles
+    for problem in [p for p, _ in found] + singles:
+        res = prove(problem, "gen", tmp_path / problem.name)
+        assert res["outcome"] == "ok", (problem.name, res)
+        assert res["summary"]["proved"] == res["summary"]["workloads"], (problem.name, res)
+
+
+def test_native_group_norm_proven_by_gen(tmp_path):
+    """native_group_norm's mean and rstd ([N, group]) are outputs of the same reduction."""
+    problem = tmp_path / "gn_native_f32"
+    shutil.copytree(ROOT / "tests" / "data" / "families" / "chnorm" / "gn_native_f32", problem)
+    res = prove(problem, "gen", tmp_path / "out")
+    assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], res
 
 
 def test_qwen_rmsnorm_gated_is_its_module(runs, tmp_path):
