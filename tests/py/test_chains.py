@@ -173,10 +173,14 @@ def test_vae_groupnorm_chains_proven_by_gen(runs, tmp_path):
         assert res["summary"]["proved"] == res["summary"]["workloads"], (problem.name, res)
 
 
-def test_native_group_norm_proven_by_gen(tmp_path):
-    """native_group_norm's mean and rstd ([N, group]) are outputs of the same reduction."""
-    problem = tmp_path / "gn_native_f32"
-    shutil.copytree(ROOT / "tests" / "data" / "families" / "chnorm" / "gn_native_f32", problem)
+@pytest.mark.parametrize("name", ["gn_native_f32", "gn_silu_f32", "gn_silu_bf16", "gn_mixed_bf16",
+                                  "gn_module_cast_bf16"])
+def test_group_norm_forms_proven_by_gen(name, tmp_path):
+    """The groupnorm family's captured forms, proven by `gen` too: native_group_norm's mean and rstd ([N, group])
+    as outputs of the same reduction, bf16 in fp32 rounded once, a bf16 input with fp32 weights, GroupNorm32's
+    cast in and out."""
+    problem = tmp_path / name
+    shutil.copytree(ROOT / "tests" / "data" / "families" / "chnorm" / name, problem)
     res = prove(problem, "gen", tmp_path / "out")
     assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], res
 
