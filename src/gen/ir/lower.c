@@ -647,6 +647,9 @@ static int regroup(lower_ctx *L, lval x, const int64_t *old, const int64_t *size
     int nb = 0, axes[2 * KILN_MAX_DIMS];
     for (int k = 0; k < 2 * KILN_MAX_DIMS; k++)
         axes[k] = -1;
+    for (int d = 0; d < n; d++)
+        if (sizes[d] == 0)
+            return lower_fail(L, "a reshape of an empty value");
     add_bounds(old, x.ndim, b, &nb);
     add_bounds(sizes, n, b, &nb);
     for (int k = 0; k < nb; k++) {
