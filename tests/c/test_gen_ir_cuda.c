@@ -247,9 +247,9 @@ static void test_compile(void **state) {
     }
     double t0 = kiln_now_s();
     static const char *const rows[] = {
-        "gen_log_softmax_f32_8192x131072", "gen_sum_dim1_f32_64x8192x2048",
+        "gen_log_softmax_f32_8192x131072",  "gen_sum_dim1_f32_64x8192x2048",
         "gen_softmax_dim1_f32_64x32x56x56", "gen_rmsnorm_channels_bf16_32x256x128x128",
-        "gen_max_pool2d_f32_32x64x112x112"};
+        "gen_max_pool2d_f32_32x64x112x112", "gen_vae_chain_bf16_1x512x256x256"};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s/%s", ROWS_DIR, rows[r]);
