@@ -5,8 +5,9 @@
 #
 #   OUT=/tmp/out bash bench/generator_device.sh [EXTRA_PROBLEM_DIR...]
 #
-# Rows: the eleven hand-family rows of bench/problems the issue measured, the five generator-only rows of
-# tests/data/gen/rows, and any problem directory given (the captured chains). ROWS=hand|gen|all (default all)
+# Rows: the eleven hand-family rows of bench/problems the issue measured, the six generator-only rows of
+# tests/data/gen/rows (the VAE's add + GroupNorm + SiLU chain among them), and any problem directory given
+# (the captured chains). ROWS=hand|gen|all (default all)
 # picks the sets; LIMIT (points per family, default 10), MODES and SWEEP_TIMEOUT (s per row, default 150:
 # a 4 GiB row spends most of it writing reference data) go to families_device.sh. At the end, $OUT/table.md
 # and a geomean line: kiln over the speed of light, and on how many rows kiln beats the better compile mode.

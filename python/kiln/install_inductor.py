@@ -12,11 +12,12 @@ installed aten entry is also, when installed compile-friendly,
 A post-grad pass (torch._inductor.config.post_grad_custom_pre_pass, chained to whatever pass was there)
 applies the patterns. The pattern matcher ignores some constants of what it traced (reduction dims among
 them), so a match is taken only when (1) its input tensors have exactly the gate's dtype, shape, strides
-and device, (2) its output is what the gate writes, and (3) its nodes are the traced ones: the same
+and device, (2) its outputs are what the gate writes, and (3) its nodes are the traced ones: the same
 targets with the same constant arguments. Anything else stays Inductor's code.
 
 A chain entry (docs/capture.md "Chain problems") is the same with the chain's calls as the pattern: its
-manifest entry's "ops" run over the gate's inputs. It is never replaced in eager (docs/install.md).
+manifest entry's "ops" run over the gate's inputs, returning each of its outputs (the op returns them as a
+tuple). It is never replaced in eager (docs/install.md).
 
 Nothing of this costs an eager user anything: importing Inductor's config imports dynamo (about 1.8 s
 here), so when it is not imported yet the pass is set by a hook that runs right after its import (which
@@ -25,6 +26,7 @@ Uninstall restores the pass that was there."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import sys
 import types
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Optional
 
 from kiln.install_aten import _schema_mode
 from kiln.install_gate import _Slot, _template, _Unsupported
-from kiln.install_module import _OP_NAMESPACE, _op_name, entry_op_fake, entry_op_kernel
+from kiln.install_module import _OP_NAMESPACE, _op_name, entry_op_fake, entry_op_kernel, entry_op_schema
 
 if TYPE_CHECKING:
     from kiln.install import Installation
@@ -98,16 +100,16 @@ def _chain_arg(value):
 
 def _chain_search_fn(entry, n_in: int):
     """def search(t0, ..., tn): a chain entry's calls (its "ops", the captured overloads with their constants)
-    over the gate's inputs in gate order, returning the chain's one output."""
+    over the gate's inputs in gate order, returning the chain's output, or the tuple of its outputs (a chain
+    whose intermediate is read outside it returns that too: the VAE's residual sum)."""
     from kiln.install_aten import _resolve_overload
     names = [g["name"] for g in entry.inputs]
-    if len(names) != n_in or len(entry.chain_outputs) != 1:
-        raise _NotMatchable("a chain with more than one output (kiln puts ops with one output into compiled "
-                            "graphs)")
+    if len(names) != n_in:
+        raise _NotMatchable("the chain's inputs are not the gate's")
     steps = [(_resolve_overload(op["aten"]), [_chain_arg(a) for a in op.get("args", [])],
               {k: _chain_arg(v) for k, v in (op.get("kwargs") or {}).items()}, op.get("out"))
              for op in entry.ops]
-    result = entry.chain_outputs[0]
+    results = list(entry.chain_outputs)
 
     def run(ts):
         env = dict(zip(names, ts))
@@ -120,13 +122,48 @@ def _chain_search_fn(entry, n_in: int):
             for name, v in ([(out, r)] if isinstance(out, str) else zip(out or [], r)):
                 if name:
                     env[name] = v
-        return env[result]
+        return env[results[0]] if len(results) == 1 else tuple(env[r] for r in results)
 
     ns = {"run": run}
     params = ", ".join(f"t{i}" for i in range(n_in))
     exec(compile(f"def search({params}):\n    return run([{params}])\n", f"<kiln pattern {entry.name}>", "exec"),
          ns)
     return ns["search"]
+
+
+def _trace_pattern(fn, args):
+    """Inductor's trace of a pattern (fwd_only), with its views turned into reshapes as compile_fx turns the
+    graph's before any post-grad pass sees it (a GroupNorm's view(N, G, -1) among them)."""
+    from torch._inductor import pattern_matcher as pm
+    from torch._inductor.fx_passes.post_grad import view_to_reshape
+    gm = pm.fwd_only(fn, args)
+    view_to_reshape(gm)
+    gm.recompile()
+    return gm
+
+
+def _examples(specs, device) -> list:
+    """Tensors of the gate's inputs to trace a pattern with: meta ones for a GPU, CPU ones for the CPU, where
+    some decompositions differ (native_group_norm's CPU form folds the weight into a scale and a shift)."""
+    import torch
+    where = device if device.type == "cpu" else "meta"
+    return [torch.empty_strided(s, st, dtype=d, device=where) for s, st, d in specs]
+
+
+@contextlib.contextmanager
+def _stepped_aside(inst: "Installation"):
+    """kiln's eager entries step aside while patterns are traced on CPU tensors: the trace's calls are not the
+    model's, so none reaches a kernel and none counts as a hit or a miss."""
+    counts = list(inst._entry_counts.values()) + list(inst._target_counts.values()) + \
+        list(inst._op_counts.values())
+    saved = [list(c) for c in counts]
+    active, inst.active = inst.active, False
+    try:
+        yield
+    finally:
+        inst.active = active
+        for c, before in zip(counts, saved):
+            c[:] = before
 
 
 def _replace_fn(op_overload, n_in: int):
@@ -151,8 +188,10 @@ def _key(value):
 
 
 def _node_keys(nodes) -> list:
-    return sorted((str(n.target), _key(n.args), _key(sorted(n.kwargs.items())))
-                  for n in nodes if n.op == "call_function")
+    """The graph's calls as comparable keys, in an order that does not depend on the graph's (by their text:
+    one call's argument may be a node where another's is a number)."""
+    return sorted(((str(n.target), _key(n.args), _key(sorted(n.kwargs.items())))
+                   for n in nodes if n.op == "call_function"), key=repr)
 
 
 def _same_tensor(val, shape, stride, dtype, device) -> bool:
@@ -184,10 +223,12 @@ class _AtenPattern:
             if node is None or not _same_tensor(getattr(node, "meta", {}).get("val"), shape, stride, dtype,
                                                 self.device):
                 return False
-        (oshape, ostride, odtype), = gate.outputs
-        out = match.output_node()
-        if out is None or not _same_tensor(out.meta.get("val"), oshape, ostride, odtype, self.device):
+        outs = match.output_nodes()
+        if len(outs) != len(gate.outputs):
             return False
+        for out, (oshape, ostride, odtype) in zip(outs, gate.outputs):
+            if out is None or not _same_tensor(out.meta.get("val"), oshape, ostride, odtype, self.device):
+                return False
         return _node_keys(match.nodes) == self.traced_keys
 
 
@@ -261,21 +302,15 @@ class InductorPatterns:
                                       "ops with one output into compiled graphs)")
                     continue
                 name = _op_name(entry.name, inst._op_names)
-                n = len(gate.inputs)
-                self.oplib.define(f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> Tensor", tags=tags)
+                self.oplib.define(entry_op_schema(name, gate), tags=tags)
                 self.oplib.impl(name, entry_op_kernel(gate, entry, inst, aten_op.name()), key)
                 torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=self.oplib)
                 overload = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
                 self.patterns.append(_AtenPattern(aten_op, ae, overload, f"{_OP_NAMESPACE}::{name}", self.device))
             for gate in chain_gates:
                 entry = gate.entry
-                if len(gate.outputs) != 1:
-                    inst.notes.append(f"{entry.name}: not matched inside torch.compile (kiln puts chains with one "
-                                      "output into compiled graphs)")
-                    continue
                 name = _op_name(entry.name, inst._op_names)
-                n = len(gate.inputs)
-                self.oplib.define(f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> Tensor", tags=tags)
+                self.oplib.define(entry_op_schema(name, gate), tags=tags)
                 self.oplib.impl(name, entry_op_kernel(gate, entry, inst, entry.target), key)
                 torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=self.oplib)
                 overload = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
@@ -324,28 +359,32 @@ class InductorPatterns:
 
     def _trace(self) -> None:
         """Traces every entry's pattern (once, at the first compilation)."""
-        import torch
-        from torch._inductor import pattern_matcher as pm
         self.traced = True
         kept = []
+        with _stepped_aside(self.inst):
+            self._trace_each(kept)
+        self.patterns = kept
+
+    def _trace_each(self, kept: list) -> None:
+        """Traces and registers each pattern; the ones that trace are appended to kept."""
+        from torch._inductor import pattern_matcher as pm
         for p in self.patterns:
             gate = p.ae.gate
             try:
                 search = _search_fn(p.aten_op, p.entry, len(gate.inputs)) if p.aten_op is not None \
                     else _chain_search_fn(p.entry, len(gate.inputs))
-                examples = [torch.empty_strided(s, st, dtype=d, device="meta") for s, st, d in gate.inputs]
-                traced = pm.fwd_only(search, examples)
+                examples = _examples(gate.inputs, self.device)
+                traced = _trace_pattern(search, examples)
                 p.traced_keys = _node_keys(traced.graph.nodes)
                 if not p.traced_keys:
                     raise _NotMatchable("its op traces to no computation")
                 # a pass of its own: entries of one op and pattern (other shapes) are not duplicates there
                 p.matcher = pm.PatternMatcherPass()
-                pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, pm.fwd_only,
+                pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, _trace_pattern,
                                         [p.matcher], extra_check=p.check)
                 kept.append(p)
             except (_NotMatchable, RuntimeError, TypeError, ValueError, NotImplementedError) as why:
                 self.inst.notes.append(f"{p.entry.name}: not matched inside torch.compile: {why}")
-        self.patterns = kept
 
     def apply(self, graph) -> int:
         """The post-grad pass: replaces every admitted match by its entry's op."""

@@ -127,8 +127,7 @@ def _register_module_ops(mentries: list, key: str, inst: "Installation"):
         for me in mentries:
             gate = me.gate
             name = _op_name(me.entry.name, taken)
-            n = len(gate.inputs)
-            oplib.define(f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> Tensor", tags=tags)
+            oplib.define(entry_op_schema(name, gate), tags=tags)
             oplib.impl(name, entry_op_kernel(gate, me.entry, inst, me.entry.target), key)
             torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=oplib)
             me.op = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
@@ -141,14 +140,24 @@ def _register_module_ops(mentries: list, key: str, inst: "Installation"):
     return oplib
 
 
+def entry_op_schema(name: str, gate: _Gate) -> str:
+    """The custom op's schema: the gate's inputs in, its output (a tuple of them, for a chain that returns
+    several) out."""
+    n, m = len(gate.inputs), len(gate.outputs)
+    out = "Tensor" if m == 1 else f"({', '.join(['Tensor'] * m)})"
+    return f"{name}({', '.join(f'Tensor t{i}' for i in range(n))}) -> {out}"
+
+
 def entry_op_fake(gate: _Gate):
-    """The fake (meta) kernel of an entry's custom op: the gate's output, empty, on the input's device."""
+    """The fake (meta) kernel of an entry's custom op: the gate's outputs, empty, on the input's device (one
+    tensor, or a tuple when the gate has several)."""
     import torch
-    (shape, stride, dtype), = gate.outputs
+    outs = list(gate.outputs)
     empty_strided = torch.empty_strided
 
     def kiln_entry_op_fake(*ts):
-        return empty_strided(shape, stride, dtype=dtype, device=ts[0].device)
+        made = tuple(empty_strided(shape, stride, dtype=dtype, device=ts[0].device) for shape, stride, dtype in outs)
+        return made[0] if len(made) == 1 else made
     return kiln_entry_op_fake
 
 
@@ -157,6 +166,7 @@ def entry_op_kernel(gate: _Gate, entry: Entry, inst: "Installation", target: str
     the gate and the launch, with gate-shaped copies for what a trace cannot see; hits count on target."""
     import torch
     hit, specs, GRAD, no_grad = gate.hit, gate.inputs, _GRAD, torch.no_grad
+    single = len(gate.outputs) == 1
     counts = inst._target_counts.setdefault(target, [0, 0, 0])
     op_counts = inst._op_counts.setdefault(target, [0])  # the hits that came through the op
 
@@ -175,7 +185,7 @@ def entry_op_kernel(gate: _Gate, entry: Entry, inst: "Installation", target: str
                                 f"({', '.join(f'{t.dtype} {tuple(t.shape)} on {t.device}' for t in ts)})")
         counts[0] += 1
         op_counts[0] += 1
-        return outs[0]
+        return outs[0] if single else tuple(outs)
     return kiln_entry_op
 
 

@@ -70,7 +70,7 @@ static const match_case CASES[] = {
      "'chain', 'ops': [{'aten': 'aten::group_norm.default', 'args': [{'ref': 'input'}, 8, null, "
      "null, 1e-06], 'out': 'v0'}, {'aten': 'aten::silu.default', 'args': [{'ref': 'v0'}], "
      "'out': 'out0'}]}}",
-     "{'uuid': 'u', 'axes': {}, 'inputs': {'input': {'type': 'random'}}}", "groupnorm"},
+     "{'uuid': 'u', 'axes': {}, 'inputs': {'input': {'type': 'random'}}}", "groupnorm gen"},
     {"captured inference batch_norm",
      "{'name': 'b', 'axes': {'n2': {'type': 'const', 'value': 2}, 'n8': {'type': 'const', "
      "'value': 8}, 'n5': {'type': 'const', 'value': 5}}, 'inputs': {'input': {'shape': ['n2', "

@@ -110,6 +110,26 @@ static const char LN_CHANNELS[] =
     OP("aten::unsqueeze.default", "[{'ref': 'w'}, 1]", "w1") ", "
     OP("aten::unsqueeze.default", "[{'ref': 'w1'}, 2]", "w2") ", "
     OP("aten::mul.Tensor", "[{'ref': 'n'}, {'ref': 'w2'}]", "y") "], 'outputs': ['y']}}";
+/* the VAE's chain: a residual add, GroupNorm in 3 groups of 2 channels, SiLU; the sum returned too */
+static const char GN_CHAIN[] =
+    "{" AXES4(2, 6, 3, 5) ", 'inputs': {'x': " T("['a', 'b', 'c', 'd']", "float32") ", 'r': "
+    T("['a', 'b', 'c', 'd']", "float32") ", 'w': " T("['b']", "float32") ", 'bias': "
+    T("['b']", "float32") "}, 'outputs': {'s': " T("['a', 'b', 'c', 'd']", "float32") ", 'y': "
+    T("['a', 'b', 'c', 'd']", "float32") "}, 'kiln': {'kind': 'chain', 'ops': ["
+    OP("aten::add.Tensor", "[{'ref': 'x'}, {'ref': 'r'}]", "s") ", "
+    OP("aten::group_norm.default", "[{'ref': 's'}, 3, {'ref': 'w'}, {'ref': 'bias'}, 1e-06, true]",
+       "g") ", "
+    OP("aten::silu.default", "[{'ref': 'g'}]", "y") "], 'outputs': ['s', 'y']}}";
+
+/* PyTorch's decomposition of a GroupNorm of a computed value: view(N, G, -1) (the channels split,
+ * their second part merged with H and W), the statistics over the last dim, view back */
+static const char GN_BY_VIEWS[] =
+    "{" AXES4(2, 6, 3, 5) ", " X4 ", " Y4 ", 'kiln': {'kind': 'chain', 'ops': ["
+    OP("aten::exp.default", "[{'ref': 'x'}]", "e") ", "
+    OP("aten::view.default", "[{'ref': 'e'}, [2, 3, -1]]", "g") ", "
+    OP("aten::mean.dim", "[{'ref': 'g'}, [-1], true]", "u") ", "
+    OP("aten::sub.Tensor", "[{'ref': 'g'}, {'ref': 'u'}]", "d") ", "
+    OP("aten::view.default", "[{'ref': 'd'}, [2, 6, 3, 5]]", "y") "], 'outputs': ['y']}}";
 /* clang-format on */
 
 static void test_lowering(void **state) {
@@ -138,6 +158,22 @@ static void test_lowering(void **state) {
     expect_in(t, "v4 = welford(v0) over [c2] : f32 [c0 c1 c3]");
     expect_in(t, "v8 = part 1 of v4 : f32 [c0 c1 c3]");
     expect_in(t, "v15 = mul(v14, v1) : f32 [c0 c1 c2 c3]");
+    free(t);
+
+    /* group_norm: the channel axis split into (groups, channels per group); the statistics reduce
+     * the second part and H and W; the weight moves along both parts */
+    t = lowered(GN_CHAIN);
+    expect_in(t, "axes: c0=d (reduced) c1=c (reduced) c2=a c3=3 c4=2 (reduced)");
+    expect_in(t, "v2 = load w : f32 [c3 c4]");
+    expect_in(t, "v6 = welford(v4) over [c0 c1 c4] : f32 [c2 c3]");
+    expect_in(t, "v8 = const 2*c*d : f32 []");
+    expect_in(t, "v14 = mul(v13, v2) : f32 [c0 c1 c2 c3 c4]");
+    expect_in(t, "s = v4\ny = v16");
+    free(t);
+    t = lowered(GN_BY_VIEWS); /* the same axes, whichever way the views cut them */
+    expect_in(t, "axes: c0=d (reduced) c1=c (reduced) c2=a c3=3 c4=2 (reduced)");
+    expect_in(t, "v2 = sum(v1) over [c0 c1 c4] : f32 [c2 c3]");
+    expect_in(t, "v5 = sub(v1, v4) : f32 [c0 c1 c2 c3 c4]");
     free(t);
 
     /* logsumexp: the max with infinities replaced by 0, the pair in its masked form */
@@ -220,8 +256,8 @@ static void expect_decline(const char *def, const char *reason) {
 static void test_declines(void **state) {
     (void)state;
     expect_decline("{" AXES4(1, 4, 3, 3) ", " X4 ", " Y4 ", " ATEN("aten::group_norm.default",
-                                                                   "[{'tensor': 0}, 2]") "}",
-                   "aten::group_norm.default: no lowering rule");
+                                                                   "[{'tensor': 0}, 3]") "}",
+                   "aten::group_norm.default: 4 channels in 3 groups");
     expect_decline(
         "{" AXES2(5, 5) ", 'inputs': {'x': " T(
             "['a', 'b']",
@@ -272,7 +308,7 @@ static void test_declines(void **state) {
                                                     "e") ", " OP("aten::view.default",
                                                                  "[{'ref': 'e'}, [6, 4]]",
                                                                  "y") "], 'outputs': ['y']}}",
-        "merges or splits dims of a computed value");
+        "regroups dims of a computed value across their boundaries");
     expect_decline(
         "{" AXES2(4, 6) ", 'inputs': {'x': " T(
             "['a', 'b']", "bfloat16") "}, "
@@ -312,6 +348,12 @@ static void test_plans(void **state) {
     assert_int_equal((int)kiln_match_get(&m, "vgcd", 0), 15);
     assert_int_equal((int)kiln_match_get(&m, "phases1", 0), 1); /* online: one pass */
     assert_int_equal((int)kiln_match_get(&m, "phases2", 0), 2); /* max, then the sum */
+    kiln_problem_free(p);
+    /* GroupNorm: each group's channels and H, W are contiguous: rows of 2*3*5, one per (N, G) */
+    match_of(GN_CHAIN, &p, &m);
+    assert_string_equal(m.variant, "rows_pairs");
+    assert_string_equal(m.cols_expr, "c*d*2");
+    assert_string_equal(m.rows_expr, "a*3");
     kiln_problem_free(p);
     /* a mean over H and W: rows of 15 (merged), the output [N, C, 1, 1] */
     match_of("{" AXES4(2, 6, 3, 5) ", " X4 ", 'outputs': {'y': " T(

@@ -104,6 +104,21 @@ static const small_case CASES[] = {
      T("['a', 'b']", "bfloat16") ", 'out1': " T("['a', '1']", "float32") ", 'out2': "
      T("['a', '1']", "float32") "}, "
      ATEN("aten::native_layer_norm.default", "[{'tensor': 0}, [96], {'tensor': 1}, {'tensor': 2}, 1e-05]") "}"},
+    {"group_norm_silu_chain", "x r weight bias",
+     "{'name': 'x', " AXES4(2, 12, 5, 7) ", 'inputs': {'x': " T("['a', 'b', 'c', 'd']", "float32")
+     ", 'r': " T("['a', 'b', 'c', 'd']", "float32") ", 'weight': " T("['b']", "float32") ", 'bias': "
+     T("['b']", "float32") "}, 'outputs': {'s': " T("['a', 'b', 'c', 'd']", "float32") ", 'y': "
+     T("['a', 'b', 'c', 'd']", "float32") "}, 'kiln': {'kind': 'chain', 'ops': ["
+     "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'x'}, {'ref': 'r'}], 'out': 's'}, "
+     "{'aten': 'aten::group_norm.default', 'args': [{'ref': 's'}, 4, {'ref': 'weight'}, "
+     "{'ref': 'bias'}, 1e-06, true], 'out': 'g'}, "
+     "{'aten': 'aten::silu.default', 'args': [{'ref': 'g'}], 'out': 'y'}], 'outputs': ['s', 'y']}}"},
+    {"native_group_norm_bf16", "input weight bias",
+     "{'name': 'x', " AXES4(2, 8, 6, 6) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "bfloat16")
+     ", 'weight': " T("['b']", "bfloat16") ", 'bias': " T("['b']", "bfloat16") "}, 'outputs': {'out0': "
+     T("['a', 'b', 'c', 'd']", "bfloat16") ", 'out1': " T("['a', '4']", "bfloat16") ", 'out2': "
+     T("['a', '4']", "bfloat16") "}, "
+     ATEN("aten::native_group_norm.default", "[{'tensor': 0}, {'tensor': 1}, {'tensor': 2}, 2, 8, 36, 4, 1e-05]") "}"},
     {"max_pool", "self",
      "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
      "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") ", 'out1': "
@@ -232,9 +247,9 @@ static void test_compile(void **state) {
     }
     double t0 = kiln_now_s();
     static const char *const rows[] = {
-        "gen_log_softmax_f32_8192x131072", "gen_sum_dim1_f32_64x8192x2048",
+        "gen_log_softmax_f32_8192x131072",  "gen_sum_dim1_f32_64x8192x2048",
         "gen_softmax_dim1_f32_64x32x56x56", "gen_rmsnorm_channels_bf16_32x256x128x128",
-        "gen_max_pool2d_f32_32x64x112x112"};
+        "gen_max_pool2d_f32_32x64x112x112", "gen_vae_chain_bf16_1x512x256x256"};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s/%s", ROWS_DIR, rows[r]);
@@ -528,6 +543,13 @@ static void test_emulated(void **state) {
         {"layer_norm_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", 0},
         {"layer_norm_bf16", "KG_THREADS=128 KG_VBYTES=4 KG_TEAM=32 KG_ONLINE=0", 0},
         {"sum_all", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=64 KG_SPLIT=2 KG_SPLITMODE=1", 0},
+        /* GroupNorm: a row per (N, group) over the channels split off C, H and W */
+        {"group_norm_silu_chain", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=32", 1},
+        {"group_norm_silu_chain", "KG_THREADS=128 KG_VBYTES=4 KG_TEAM=128 KG_ONLINE=0 KG_CACHE=0",
+         0},
+        {"group_norm_silu_chain", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=16 KG_SPLIT=2", 0},
+        {"native_group_norm_bf16", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8", 0},
+        {"native_group_norm_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=32 KG_ONLINE=0", 1},
         /* columns: threads OPB apart, VO outer points a thread, clusters, scratch */
         {"softmax_channels", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", 1},
         {"softmax_channels", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=1 KG_ONLINE=0 KG_CACHE=0", 1},

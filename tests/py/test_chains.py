@@ -2,19 +2,23 @@
 calls of the bundled examples (--small, CPU) into problems of kind "chain", and the families prove them on
 the cpu backend. The Gemma-4 mask chain (scale mul, mask add, softmax in fp32, cast) is proven by `gen` and
 by the softmax family; the VAE's residual add joined to the next GroupNorm + SiLU keeps the sum as a second
-output; Qwen-3.5's RMSNormGated is one leaf module (its SiLU is called, not registered), so its chain is the
-module problem; the eager attention block (q.kT, scale, mask, softmax, cast, .v) is one chain problem with
-"pattern": "attention" that `gen` declines, with the reason. A chain entry (tests/data/chains/softmax_chain.py,
-optimized on the cpu backend) replaces the chain inside torch.compile with eager's outputs, and nowhere else.
+output, and `gen` proves both forms and the GroupNorm calls alone; Qwen-3.5's RMSNormGated is one leaf
+module (its SiLU is called, not registered), so its chain is the module problem; the eager attention block
+(q.kT, scale, mask, softmax, cast, .v) is one chain problem with "pattern": "attention" that `gen` declines,
+with the reason. A chain entry (tests/data/chains/softmax_chain.py, optimized on the cpu backend) replaces the
+chain inside torch.compile with eager's outputs, and nowhere else; so does one with two outputs
+(tests/data/chains/groupnorm_chain.py: a residual sum read again after its GroupNorm + SiLU).
 From the examples themselves: Gemma-4's mask chain is one op of every compiled layer, and Qwen-3.5's
 RMSNormGated (two activations) is replaced in eager, each with the model's own outputs.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +160,33 @@ def test_vae_residual_groupnorm_silu_chain(runs):
         assert torch.allclose(y, expect, atol=1e-6)
 
 
+def test_vae_groupnorm_chains_proven_by_gen(runs, tmp_path):
+    """`gen` lowers group_norm (the channels split into groups, a Welford reduction over each group's channels and
+    H, W): every VAE chain, with the sum as a second output or without, and the single GroupNorm calls are proven
+    on every workload."""
+    found = [(p, d) for p, d in chains(runs["vae_decoder"])
+             if short(d["kiln"]["members"]) == ["add.Tensor", "group_norm.default", "silu.default"]]
+    assert sorted({len(d["outputs"]) for _, d in found}) == [1, 2], [p.name for p, _ in found]
+    singles = sorted(p for p in (runs["vae_decoder"] / "problems").iterdir() if p.name.startswith("group_norm_"))
+    assert singles
+    for problem in [p for p, _ in found] + singles:
+        res = prove(problem, "gen", tmp_path / problem.name)
+        assert res["outcome"] == "ok", (problem.name, res)
+        assert res["summary"]["proved"] == res["summary"]["workloads"], (problem.name, res)
+
+
+@pytest.mark.parametrize("name", ["gn_native_f32", "gn_silu_f32", "gn_silu_bf16", "gn_mixed_bf16",
+                                  "gn_module_cast_bf16"])
+def test_group_norm_forms_proven_by_gen(name, tmp_path):
+    """The groupnorm family's captured forms, proven by `gen` too: native_group_norm's mean and rstd ([N, group])
+    as outputs of the same reduction, bf16 in fp32 rounded once, a bf16 input with fp32 weights, GroupNorm32's
+    cast in and out."""
+    problem = tmp_path / name
+    shutil.copytree(ROOT / "tests" / "data" / "families" / "chnorm" / name, problem)
+    res = prove(problem, "gen", tmp_path / "out")
+    assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], res
+
+
 def test_qwen_rmsnorm_gated_is_its_module(runs, tmp_path):
     """RMSNormGated's chain (cast, pow, mean, add, rsqrt, mul, cast, weight mul, gate cast, SiLU, mul, cast)
     is exactly one leaf-module call: model.json lists the chain with the module's problem, not a second one."""
@@ -198,34 +229,42 @@ def test_model_json_links_chains(runs):
 
 
 CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
+GN_CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "groupnorm_chain.py"
 
 
-@pytest.fixture(scope="module")
-def chain_library(tmp_path_factory):
-    """tests/data/chains/softmax_chain.py captured, its chain (mul, add, softmax) optimized on the cpu backend:
-    the library directory."""
-    run = tmp_path_factory.mktemp("softmax_chain")
-    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(CHAIN_SCRIPT), "--out", str(run), "--device",
+def _chain_library(tmp_path_factory, script: Path, chain: str) -> Path:
+    """script captured on the CPU, its one chain problem (named chain) alone optimized on the cpu backend: the
+    library directory."""
+    run = tmp_path_factory.mktemp(script.stem)
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(script), "--out", str(run), "--device",
                         "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    only = tmp_path_factory.mktemp("softmax_chain_only")
+    only = tmp_path_factory.mktemp(f"{script.stem}_only")
     (only / "problems").mkdir()
     names = [p.name for p in (run / "problems").iterdir() if p.name.startswith("chain_")]
-    assert names == ["chain_mul_add_softmax_16x64_f32"], names
-    import shutil
+    assert names == [chain], names
     shutil.copytree(run / "problems" / names[0], only / "problems" / names[0])
     r = run_kiln(["optimize", only, "--backend", "cpu", "--budget", 2, "--time", 120], timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return only / "library"
 
 
-def _chain_model():
-    sys.path.insert(0, str(CHAIN_SCRIPT.parent))
+@pytest.fixture(scope="module")
+def chain_library(tmp_path_factory):
+    """tests/data/chains/softmax_chain.py's chain (mul, add, softmax) optimized on the cpu backend."""
+    return _chain_library(tmp_path_factory, CHAIN_SCRIPT, "chain_mul_add_softmax_16x64_f32")
+
+
+def _script_module(script: Path):
+    sys.path.insert(0, str(script.parent))
     try:
-        import softmax_chain
+        return importlib.import_module(script.stem)
     finally:
-        sys.path.remove(str(CHAIN_SCRIPT.parent))
-    return softmax_chain
+        sys.path.remove(str(script.parent))
+
+
+def _chain_model():
+    return _script_module(CHAIN_SCRIPT)
 
 
 def test_chain_entry_replaces_the_chain_inside_torch_compile(chain_library):
@@ -363,3 +402,36 @@ def test_gemma_mask_chain_installed_inside_torch_compile(runs, tmp_path):
     finally:
         kiln.uninstall(inst)
         torch._dynamo.reset()
+
+
+def test_two_output_chain_replaced_inside_torch_compile(tmp_path_factory):
+    """A chain whose intermediate is read outside it (the residual sum, read again by the closing add) is
+    captured with both as outputs; its entry's op returns both, so the add, the GroupNorm and the SiLU are one
+    op of the compiled graph (a hit) and the model's output is eager's; in eager nothing replaces it."""
+    import kiln
+    library = _chain_library(tmp_path_factory, GN_CHAIN_SCRIPT, "chain_add_group_norm_silu_1x16x8x8_f32")
+    manifest = json.loads((library / "manifest.json").read_text())
+    assert [len(e["outputs"]) for e in manifest["entries"]] == [2], manifest["entries"]
+    gc = _script_module(GN_CHAIN_SCRIPT)
+    x = torch.randn(gc.BATCH, gc.CHANNELS, gc.SIDE, gc.SIDE)
+    model = gc.build()
+    with torch.no_grad():
+        want = model(x)
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        assert inst.installed == ["chain_add_group_norm_silu_1x16x8x8_f32"], inst.summary()
+        with torch.no_grad():
+            got = model(x)
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+        assert inst.stats()["hits"] == 1, (inst.stats(), inst.notes)
+    finally:
+        kiln.uninstall(inst)
+
+    eager = gc.build()
+    inst = kiln.install(str(library), eager, entries="all")
+    try:
+        with torch.no_grad():
+            assert torch.equal(eager(x), want)
+        assert inst.stats()["hits"] == 0
+    finally:
+        kiln.uninstall(inst)

@@ -107,6 +107,7 @@ int kir_axis_new(kir *ir, const char *size) {
     kir_axis *a = &ir->axes[ir->n_axes];
     snprintf(a->size, sizeof a->size, "%s", size);
     a->parent = ir->n_axes;
+    a->n_parts = 0;
     return ir->n_axes++;
 }
 
@@ -125,11 +126,77 @@ static uint32_t canon(kir *ir, uint32_t set) {
     return out;
 }
 
+uint32_t kir_axes_expand(kir *ir, uint32_t set) {
+    uint32_t out = 0;
+    for (int a = 0; a < ir->n_axes; a++) {
+        if (!(set >> a & 1))
+            continue;
+        int r = kir_axis_find(ir, a);
+        if (ir->axes[r].n_parts == 0) {
+            out |= 1u << r;
+            continue;
+        }
+        uint32_t parts = 0; /* kir_axis_compose keeps a composite out of its own parts */
+        for (int i = 0; i < ir->axes[r].n_parts; i++)
+            parts |= 1u << ir->axes[r].part[i];
+        out |= kir_axes_expand(ir, parts);
+    }
+    return out;
+}
+
+/* 1 when the roots of parts[0 .. n) are the parts of composite c. */
+static int same_parts(kir *ir, int c, const int *parts, int n) {
+    if (ir->axes[c].n_parts != n)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (kir_axis_find(ir, ir->axes[c].part[i]) != kir_axis_find(ir, parts[i]))
+            return 0;
+    return 1;
+}
+
+int kir_axis_composite_of(kir *ir, const int *parts, int n) {
+    for (int a = 0; a < ir->n_axes; a++)
+        if (kir_axis_find(ir, a) == a && same_parts(ir, a, parts, n))
+            return a;
+    return -1;
+}
+
+int kir_axis_compose(kir *ir, int a, const int *parts, int n, char *why, size_t wn) {
+    KILN_ASSERT(n >= 2 && n <= KIR_MAX_PARTS);
+    a = kir_axis_find(ir, a);
+    if (same_parts(ir, a, parts, n))
+        return 1;
+    if (ir->axes[a].n_parts)
+        return snprintf(why, wn, "a dim split two ways"), 0;
+    char size[KIR_EXPR] = "1";
+    uint32_t set = 0;
+    for (int i = 0; i < n; i++) {
+        int r = kir_axis_find(ir, parts[i]);
+        kir_mul(size, sizeof size, size, ir->axes[r].size);
+        set |= 1u << r;
+    }
+    if (kir_axes_expand(ir, set) >> a & 1)
+        return snprintf(why, wn, "a dim split into itself"), 0;
+    if (!kir_same(ir->p, size, ir->axes[a].size))
+        return snprintf(why, wn, "a dim of size %s split into %s", ir->axes[a].size, size), 0;
+    ir->axes[a].n_parts = n;
+    for (int i = 0; i < n; i++)
+        ir->axes[a].part[i] = kir_axis_find(ir, parts[i]);
+    return 1;
+}
+
 int kir_axis_unify(kir *ir, int a, int b, char *why, size_t n) {
     a = kir_axis_find(ir, a);
     b = kir_axis_find(ir, b);
     if (a == b)
         return 1;
+    if (ir->axes[b].n_parts) { /* the root carries the split */
+        int t = a;
+        a = b;
+        b = t;
+    }
+    if (ir->axes[b].n_parts && !same_parts(ir, a, ir->axes[b].part, ir->axes[b].n_parts))
+        return snprintf(why, n, "a dim split two ways"), 0;
     if (!kir_same(ir->p, ir->axes[a].size, ir->axes[b].size))
         return snprintf(why, n, "dims of size %s and %s do not broadcast", ir->axes[a].size,
                         ir->axes[b].size),
@@ -151,18 +218,18 @@ int kir_add(kir *ir, kir_node node) {
     case KIR_OP:
         node.axes = 0;
         for (int i = 0; i < node.n_a; i++)
-            node.axes |= ir->nodes[node.a[i]].axes;
+            node.axes |= kir_axes_expand(ir, ir->nodes[node.a[i]].axes);
         break;
     case KIR_PART:
         node.axes = x->axes;
         break;
     case KIR_REDUCE:
-        node.axes = x->axes & ~node.red;
+        node.axes = kir_axes_expand(ir, x->axes) & ~kir_axes_expand(ir, node.red);
         break;
     case KIR_WINDOW:
     case KIR_REMAP: {
         const kir_map *m = &ir->maps[node.map];
-        node.axes = x->axes;
+        node.axes = kir_axes_expand(ir, x->axes);
         for (int i = 0; i < m->n; i++)
             node.axes = (node.axes & ~(1u << m->src[i])) |
                         (m->index[i] >= 0 ? ir->nodes[m->index[i]].axes : 1u << m->dst[i]);
@@ -299,24 +366,56 @@ static int check_context(const kir *ir, int v, uint32_t allowed, int in_map, cha
     return 1;
 }
 
+/* Adds stride s along axis a to access c: a leaf's own stride (id: the leaves' new numbers), or a
+ * composite's parts, each with s times the sizes of the parts inside it. */
+static int add_stride(kir *ir, kir_access *c, const int *id, int a, const char *s, char *why,
+                      size_t n) {
+    a = kir_axis_find(ir, a);
+    const kir_axis *x = &ir->axes[a];
+    if (x->n_parts == 0) {
+        if (strcmp(c->stride[id[a]], "0"))
+            return snprintf(why, n, "a tensor is read along one axis twice (a diagonal)"), 0;
+        snprintf(c->stride[id[a]], sizeof c->stride[id[a]], "%s", s);
+        return 1;
+    }
+    char inner[KIR_EXPR];
+    snprintf(inner, sizeof inner, "%s", s);
+    for (int i = x->n_parts - 1; i >= 0; i--) {
+        if (!add_stride(ir, c, id, x->part[i], inner, why, n))
+            return 0;
+        kir_mul(inner, sizeof inner, inner, ir->axes[kir_axis_find(ir, x->part[i])].size);
+    }
+    return 1;
+}
+
 int kir_finish(kir *ir, char *why, size_t n) {
-    /* canonical axes: roots renumbered in order */
+    /* canonical axes: the roots that are not composites, renumbered in order; a composite becomes
+     * its parts in every set and access */
     int id[KIR_MAX_AXES], m = 0;
     kir_axis axes[KIR_MAX_AXES];
     for (int a = 0; a < ir->n_axes; a++)
-        if (kir_axis_find(ir, a) == a) {
+        if (kir_axis_find(ir, a) == a && ir->axes[a].n_parts == 0) {
             axes[m] = ir->axes[a];
             axes[m].parent = m;
             id[a] = m++;
         }
+    uint32_t leaves[KIR_MAX_AXES];
+    for (int a = 0; a < ir->n_axes; a++) {
+        uint32_t e = kir_axes_expand(ir, 1u << a);
+        leaves[a] = 0;
+        for (int b = 0; b < ir->n_axes; b++)
+            if (e >> b & 1)
+                leaves[a] |= 1u << id[b];
+    }
     for (int a = 0; a < ir->n_axes; a++)
-        id[a] = id[kir_axis_find(ir, a)];
+        if (ir->axes[kir_axis_find(ir, a)].n_parts == 0)
+            id[a] = id[kir_axis_find(ir, a)];
 #define RENUMBER(set)                                                                              \
     do {                                                                                           \
         uint32_t s_ = 0;                                                                           \
         for (int a_ = 0; a_ < ir->n_axes; a_++)                                                    \
             if ((set) >> a_ & 1)                                                                   \
-                s_ |= 1u << id[a_];                                                                \
+                s_ |= leaves[a_];                                                                  \
         (set) = s_;                                                                                \
     } while (0)
     for (int v = 0; v < ir->n_nodes; v++) {
@@ -326,21 +425,29 @@ int kir_finish(kir *ir, char *why, size_t n) {
 #undef RENUMBER
     for (int k = 0; k < ir->n_maps; k++)
         for (int i = 0; i < ir->maps[k].n; i++) {
-            ir->maps[k].src[i] = id[ir->maps[k].src[i]];
+            int src = ir->maps[k].src[i], dst = ir->maps[k].dst[i];
+            if (ir->axes[kir_axis_find(ir, src)].n_parts ||
+                (ir->maps[k].index[i] < 0 && ir->axes[kir_axis_find(ir, dst)].n_parts))
+                return snprintf(why, n, "a window or remap along a dim a reshape split"), 0;
+            ir->maps[k].src[i] = id[src];
             if (ir->maps[k].index[i] < 0)
-                ir->maps[k].dst[i] = id[ir->maps[k].dst[i]];
+                ir->maps[k].dst[i] = id[dst];
         }
+    uint32_t domain = 0;
     for (int k = 0; k < ir->n_acc; k++) {
         kir_access *c = &ir->acc[k];
         for (int a = 0; a < KIR_MAX_AXES; a++)
             snprintf(c->stride[a], sizeof c->stride[a], "0");
         for (int d = 0; d < c->ndim; d++) {
-            if (c->dim_axis[d] < 0)
+            int a = c->dim_axis[d];
+            if (a < 0)
                 continue;
-            int a = c->dim_axis[d] = id[c->dim_axis[d]];
-            if (strcmp(c->stride[a], "0"))
-                return snprintf(why, n, "a tensor is read along one axis twice (a diagonal)"), 0;
-            snprintf(c->stride[a], sizeof c->stride[a], "%s", c->dim_stride[d]);
+            if (!add_stride(ir, c, id, a, c->dim_stride[d], why, n))
+                return 0;
+            if (c->tensor < 0 && c->tensor != KIR_INDEX) /* an output's: the domain */
+                domain |= leaves[a];
+            /* a composite's dim is walked through its parts' strides */
+            c->dim_axis[d] = ir->axes[kir_axis_find(ir, a)].n_parts ? -1 : id[a];
         }
     }
     memcpy(ir->axes, axes, sizeof axes);
@@ -359,14 +466,9 @@ int kir_finish(kir *ir, char *why, size_t n) {
     /* the domain, the reduced axes, the remapped axes */
     int live[KIR_MAX_NODES];
     mark_live(ir, live);
-    ir->domain = ir->red = ir->remapped = 0;
+    ir->domain = domain;
+    ir->red = ir->remapped = 0;
     int first_red = 1;
-    for (int o = 0; o < ir->n_out; o++) {
-        const kir_access *c = &ir->acc[ir->out[o].acc];
-        for (int d = 0; d < c->ndim; d++)
-            if (c->dim_axis[d] >= 0)
-                ir->domain |= 1u << c->dim_axis[d];
-    }
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
         if (!live[v])

@@ -203,9 +203,15 @@ typedef struct {
     int index[3];
 } kir_map;
 
+/* An axis is a leaf, or (n_parts > 1) the row-major composite of its parts: a reshape split its dim
+ * into theirs (channels into groups and channels per group) or merged theirs into it. A value
+ * that moves along a composite moves along every part; kir_finish replaces it by its parts. */
+#define KIR_MAX_PARTS 4
 typedef struct {
     char size[KIR_EXPR];
     int parent; /* union-find while lowering; itself for a root */
+    int n_parts;
+    int part[KIR_MAX_PARTS]; /* outermost first */
 } kir_axis;
 
 typedef struct {
@@ -241,6 +247,14 @@ int kir_axis_find(kir *ir, int a);
 /* Makes axes a and b one axis (numpy broadcasting lined them up). 0 with a reason when their sizes
  * differ in some workload, or when one value already moves along both (x + x.T: a diagonal). */
 int kir_axis_unify(kir *ir, int a, int b, char *why, size_t n);
+/* Makes axis a (its root) the row-major composite of parts[0 .. n), n >= 2, outermost first. 1
+ * when it is, or already was with the same parts; 0 with a reason when it is the composite of
+ * other parts, the sizes do not multiply to a's, or a part contains a. */
+int kir_axis_compose(kir *ir, int a, const int *parts, int n, char *why, size_t wn);
+/* The root of a composite whose parts are parts[0 .. n) (n >= 2), or -1. */
+int kir_axis_composite_of(kir *ir, const int *parts, int n);
+/* The set with every axis replaced by its root and every composite by its parts, recursively. */
+uint32_t kir_axes_expand(kir *ir, uint32_t set);
 /* Appends a node (axes computed from its operands unless it is a load or a reduction); -1 when
  * full. */
 int kir_add(kir *ir, kir_node node);

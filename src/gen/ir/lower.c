@@ -520,6 +520,173 @@ int view_expand(lower_ctx *L, lval x, const int64_t *sizes, int n, lval *out) {
     return 1;
 }
 
+/* The axes of sizes[0 .. k) that axis a (-1: a dim of size 1) splits into (-1 for a size of 1):
+ * a itself when one size is not 1, else its parts (those it has, or new ones). */
+static int split_axis(lower_ctx *L, int a, const int64_t *sizes, int k, int *axes) {
+    int parts[KIR_MAX_PARTS], np = 0, last = -1;
+    int64_t numel = 1;
+    for (int i = 0; i < k; i++) {
+        numel *= sizes[i];
+        axes[i] = -1;
+        if (sizes[i] != 1)
+            last = i, np++;
+    }
+    char s[32];
+    snprintf(s, sizeof s, "%lld", (long long)numel);
+    if (!kir_same(L->p, a < 0 ? "1" : L->ir->axes[kir_axis_find(L->ir, a)].size, s))
+        return lower_fail(L, "a split of a dim into %s elements", s);
+    if (np <= 1) {
+        if (last >= 0)
+            axes[last] = a;
+        return 1;
+    }
+    if (np > KIR_MAX_PARTS)
+        return lower_fail(L, "a dim split into more than %d", KIR_MAX_PARTS);
+    const kir_axis *x = &L->ir->axes[kir_axis_find(L->ir, a)];
+    int reuse = x->n_parts == np;
+    for (int i = 0, j = 0; reuse && i < k; i++)
+        if (sizes[i] != 1) {
+            snprintf(s, sizeof s, "%lld", (long long)sizes[i]);
+            reuse = kir_same(L->p, L->ir->axes[kir_axis_find(L->ir, x->part[j++])].size, s);
+        }
+    for (int i = 0, j = 0; i < k; i++) {
+        if (sizes[i] == 1)
+            continue;
+        snprintf(s, sizeof s, "%lld", (long long)sizes[i]);
+        if (reuse)
+            axes[i] = x->part[j++];
+        else if ((axes[i] = kir_axis_new(L->ir, s)) < 0)
+            return full(L);
+    }
+    np = 0;
+    for (int i = 0; i < k; i++)
+        if (axes[i] >= 0)
+            parts[np++] = axes[i];
+    if (!kir_axis_compose(L->ir, a, parts, np, L->why, L->n))
+        return lower_fail(L, "%s", L->why);
+    return 1;
+}
+
+/* The axis of axes[0 .. k) merged (-1 for dims of size 1): the composite of those that are not. */
+static int merge_axes(lower_ctx *L, const int *axes, int k, int *out) {
+    int parts[KIR_MAX_PARTS], np = 0;
+    char size[KIR_EXPR] = "1";
+    for (int i = 0; i < k; i++) {
+        if (axes[i] < 0)
+            continue;
+        if (np == KIR_MAX_PARTS)
+            return lower_fail(L, "more than %d dims merged", KIR_MAX_PARTS);
+        parts[np++] = axes[i];
+        kir_mul(size, sizeof size, size, L->ir->axes[kir_axis_find(L->ir, axes[i])].size);
+    }
+    *out = np ? parts[0] : -1;
+    if (np <= 1)
+        return 1;
+    if ((*out = kir_axis_composite_of(L->ir, parts, np)) >= 0)
+        return 1;
+    if ((*out = kir_axis_new(L->ir, size)) < 0)
+        return full(L);
+    if (!kir_axis_compose(L->ir, *out, parts, np, L->why, L->n))
+        return lower_fail(L, "%s", L->why);
+    return 1;
+}
+
+int view_split(lower_ctx *L, lval x, int d, const int64_t *sizes, int k, lval *out) {
+    int axes[KILN_MAX_DIMS];
+    if ((d = lv_dim(d, x.ndim)) < 0 || x.ndim - 1 + k > KILN_MAX_DIMS)
+        return lower_fail(L, "a split of a dim out of range or into too many");
+    if (!split_axis(L, x.axis[d], sizes, k, axes))
+        return 0;
+    *out = x;
+    for (int e = d + 1; e < x.ndim; e++)
+        out->axis[e + k - 1] = x.axis[e];
+    for (int i = 0; i < k; i++)
+        out->axis[d + i] = axes[i];
+    out->ndim = x.ndim - 1 + k;
+    out->prio = x.prio ? tensor_prio(out->ndim) : 0;
+    return 1;
+}
+
+int view_merge(lower_ctx *L, lval x, int d, int k, lval *out) {
+    int axis;
+    if ((d = lv_dim(d, x.ndim)) < 0 || k < 1 || d + k > x.ndim)
+        return lower_fail(L, "a merge of dims out of range");
+    if (!merge_axes(L, x.axis + d, k, &axis))
+        return 0;
+    *out = x;
+    out->axis[d] = axis;
+    for (int e = d + k; e < x.ndim; e++)
+        out->axis[e - k + 1] = x.axis[e];
+    out->ndim = x.ndim - k + 1;
+    out->prio = x.prio ? tensor_prio(out->ndim) : 0;
+    return 1;
+}
+
+/* The sorted distinct running products of sizes[0 .. k) added to b[0 .. *nb). */
+static void add_bounds(const int64_t *sizes, int k, int64_t *b, int *nb) {
+    int64_t run = 1;
+    for (int i = 0; i < k; i++) {
+        run *= sizes[i];
+        int at = 0;
+        while (at < *nb && b[at] < run)
+            at++;
+        if (at < *nb && b[at] == run)
+            continue;
+        memmove(b + at + 1, b + at, sizeof *b * (size_t)(*nb - at));
+        b[at] = run;
+        (*nb)++;
+    }
+}
+
+/* x reshaped to sizes[0 .. n) (old: x's sizes) as splits and merges of axes: the running products
+ * of both shapes cut the elements into atoms (each running product a multiple of the one before);
+ * every old dim splits into its atoms, every new dim is the merge of its atoms. */
+static int regroup(lower_ctx *L, lval x, const int64_t *old, const int64_t *sizes, int n,
+                   lval *out) {
+    int64_t b[2 * KILN_MAX_DIMS], atom[2 * KILN_MAX_DIMS];
+    int nb = 0, axes[2 * KILN_MAX_DIMS];
+    for (int k = 0; k < 2 * KILN_MAX_DIMS; k++)
+        axes[k] = -1;
+    for (int d = 0; d < n; d++)
+        if (sizes[d] == 0)
+            return lower_fail(L, "a reshape of an empty value");
+    add_bounds(old, x.ndim, b, &nb);
+    add_bounds(sizes, n, b, &nb);
+    for (int k = 0; k < nb; k++) {
+        int64_t before = k ? b[k - 1] : 1;
+        if (b[k] % before)
+            return lower_fail(L, "a reshape that regroups dims of a computed value across "
+                                 "their boundaries");
+        atom[k] = b[k] / before;
+    }
+    /* atom k covers the running products (b[k - 1], b[k]] */
+    int64_t run = 1;
+    for (int d = 0, k = 0; d < x.ndim; d++) {
+        int k0 = k;
+        run *= old[d];
+        while (k < nb && b[k] <= run)
+            k++;
+        if (old[d] != 1 && !split_axis(L, x.axis[d], atom + k0, k - k0, axes + k0))
+            return 0;
+    }
+    lval r;
+    memset(&r, 0, sizeof r);
+    r.node = x.node;
+    run = 1;
+    for (int d = 0, k = 0; d < n; d++) {
+        int k0 = k;
+        run *= sizes[d];
+        while (k < nb && b[k] <= run)
+            k++;
+        if (!merge_axes(L, axes + k0, k - k0, &r.axis[r.ndim++]))
+            return 0;
+    }
+    r.ndim = n;
+    r.prio = tensor_prio(n);
+    *out = r;
+    return 1;
+}
+
 /* A new load of the same input as load node v with dims dims (axes and strides); offset set. */
 static int new_load(lower_ctx *L, int v, const int *axis, char stride[][KIR_EXPR], int ndim,
                     const char *offset, lval *out) {
@@ -606,7 +773,7 @@ int view_reshape(lower_ctx *L, lval x, const int64_t *sizes_in, int n, lval *out
     /* an input: restride its memory (the chunks of dims that are contiguous split or merge) */
     const kir_node *ld = &L->ir->nodes[x.node];
     if (ld->kind != KIR_LOAD)
-        return lower_fail(L, "a reshape that merges or splits dims of a computed value");
+        return regroup(L, x, old, sizes, n, out);
     const kir_access *c = &L->ir->acc[ld->acc];
     int64_t st[KILN_MAX_DIMS];
     for (int d = 0; d < x.ndim; d++) {

@@ -109,6 +109,14 @@ int view_permute(lower_ctx *L, lval x, const int64_t *perm, int n, lval *out);
 int view_expand(lower_ctx *L, lval x, const int64_t *sizes, int n, lval *out);
 /* A reshape to sizes (one may be -1). */
 int view_reshape(lower_ctx *L, lval x, const int64_t *sizes, int n, lval *out);
+/* Dim d of x split into dims of sizes[0 .. k) (numbers, row-major; they multiply to the dim's size
+ * in every workload): the dim's axis becomes the composite of the new dims' axes
+ * (kir_axis_compose), so that a value computed along it is read either way (channels as groups and
+ * channels per group). */
+int view_split(lower_ctx *L, lval x, int d, const int64_t *sizes, int k, lval *out);
+/* Dims d .. d + k of x merged into one dim: the composite of their axes (the one they already make
+ * when a split made them). */
+int view_merge(lower_ctx *L, lval x, int d, int k, lval *out);
 /* A slice (select: step 0, the dim is dropped) of an input's dim. */
 int view_slice(lower_ctx *L, lval x, int d, int64_t start, int64_t end, int64_t step, lval *out);
 

@@ -593,6 +593,63 @@ static int norm(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out)
     return 1;
 }
 
+/* group_norm(input, num_groups, weight, bias, eps) and native_group_norm(input, weight, bias, N,
+ * C, HxW, group, eps) -> (y, mean, rstd): the channels viewed as (groups, channels per group), each
+ * group's biased variance over its channels and the spatial dims in fp32 (Welford), rsqrt(var +
+ * eps), the affine per channel, rounded once to the input's dtype, as PyTorch's kernels compute it.
+ * The statistics are [N, group] in the input's dtype, fp32 when the weight is (a mixed norm). */
+static int group_norm(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    lval x, xg, xf, w, b, mean, m2, cnt, var, eps, rstd, y;
+    const int native = !strcmp(op->name, "native_group_norm");
+    double groups = 0, e = 1e-5;
+    int64_t dims[KILN_MAX_DIMS];
+    int nd = 0, node;
+    if (!self_arg(L, op, &x) || !lower_arg(L, op, native ? 1 : 2, "weight", &w) ||
+        !lower_arg(L, op, native ? 2 : 3, "bias", &b) ||
+        !num(L, op, native ? 6 : 1, native ? "group" : "num_groups", 0, &groups) ||
+        !num(L, op, native ? 7 : 4, "eps", e, &e))
+        return 0;
+    kiln_dtype t = lv_dtype(L, x), tw = w.node >= 0 ? lv_dtype(L, w) : t;
+    if (kir_dtype_is_int(t) || x.ndim < 2 || x.ndim == KILN_MAX_DIMS)
+        return lower_fail(L, "a group_norm of integers, or of fewer than 2 dims or too many");
+    const int64_t C = kir_eval(L->p, lv_size(L, x, 1), 0), G = (int64_t)groups;
+    if (G < 1 || C % G)
+        return lower_fail(L, "%lld channels in %lld groups", (long long)C, (long long)G);
+    const int64_t split[2] = {G, C / G};
+    for (int d = 2; d <= x.ndim; d++) /* the channels per group and the spatial dims */
+        dims[nd++] = d;
+    if (!view_split(L, x, 1, split, 2, &xg) || !lower_cast(L, xg, KILN_F32, &xf) ||
+        !lv_const(L, e, &eps) ||
+        !lower_reduce(L, xf, dims, nd, 1, KR_WELFORD, KILN_F32, &mean, &node) ||
+        !lower_part(L, node, mean, KILN_F32, &m2) || !lower_count(L, xg, dims, nd, 0, &cnt) ||
+        !lower_binary(L, KO_DIV, m2, cnt, &var) || !lower_binary(L, KO_ADD, var, eps, &var) ||
+        !lower_pointwise(L, KO_RSQRT, &var, 1, 0, 0, KILN_DTYPE_COUNT, &rstd) ||
+        !lower_binary(L, KO_SUB, xf, mean, &y) || !lower_binary(L, KO_MUL, y, rstd, &y) ||
+        !view_merge(L, y, 1, 2, &y))
+        return 0;
+    lval *affine[2] = {&w, &b};
+    for (int i = 0; i < 2; i++) { /* [C] against [N, C, spatial...]: C's dim lined up */
+        lval *v = affine[i];
+        if (v->node < 0)
+            continue;
+        for (int d = 2; d < x.ndim; d++)
+            if (!view_unsqueeze(L, *v, -1, v))
+                return 0;
+        if (!lower_cast(L, *v, KILN_F32, v) || !lower_binary(L, i ? KO_ADD : KO_MUL, y, *v, &y))
+            return 0;
+    }
+    if (!lower_cast(L, y, t, &out[0]))
+        return 0;
+    if (!native)
+        return 1;
+    kiln_dtype ts = op->result_dtype[1];
+    if (ts == KILN_DTYPE_COUNT)
+        ts = tw == KILN_F32 ? KILN_F32 : t;
+    return view_squeeze(L, mean, dims, nd, &mean) && lower_cast(L, mean, ts, &out[1]) &&
+           view_squeeze(L, rstd, dims, nd, &rstd) && lower_cast(L, rstd, ts, &out[2]);
+}
+
 /* ---- windows and gathers ---- */
 
 /* A list argument of n numbers (one number repeats), or dflt. */
@@ -981,6 +1038,7 @@ static const lower_rule RULES[] = {
     {"_log_softmax log_softmax", softmax, 1},
     {"layer_norm native_layer_norm", norm, 0},
     {"rms_norm _fused_rms_norm", norm, 1},
+    {"group_norm native_group_norm", group_norm, 0},
     /* windows and gathers */
     {"avg_pool1d avg_pool2d avg_pool3d", pool, KR_AVG},
     {"max_pool1d max_pool2d max_pool3d max_pool2d_with_indices max_pool3d_with_indices", pool,
