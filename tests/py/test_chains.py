@@ -8,8 +8,9 @@ module (its SiLU is called, not registered), so its chain is the module problem;
 with the reason. A chain entry (tests/data/chains/softmax_chain.py, optimized on the cpu backend) replaces the
 chain inside torch.compile with eager's outputs, and nowhere else; so does one with two outputs
 (tests/data/chains/groupnorm_chain.py: a residual sum read again after its GroupNorm + SiLU).
-From the examples themselves: Gemma-4's mask chain is one op of every compiled layer, and Qwen-3.5's
-RMSNormGated (two activations) is replaced in eager, each with the model's own outputs.
+From the examples themselves: Gemma-4's mask chain is one op of every compiled layer, every VAE add +
+GroupNorm + SiLU chain one op of the compiled decoder, and Qwen-3.5's RMSNormGated (two activations) is
+replaced in eager, each with the model's own outputs.
 """
 
 from __future__ import annotations
@@ -435,3 +436,42 @@ def test_two_output_chain_replaced_inside_torch_compile(tmp_path_factory):
         assert inst.stats()["hits"] == 0
     finally:
         kiln.uninstall(inst)
+
+
+def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
+    """Every VAE add + GroupNorm + SiLU chain (one output, and the sum kept as a second), optimized on the cpu
+    backend, replaces its calls in the example's compiled decoder: one hit per captured call, the image
+    torch.compile's."""
+    import shutil
+
+    import kiln
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        vae_decoder = importlib.import_module("vae_decoder")
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    found = [(p, d) for p, d in chains(runs["vae_decoder"])
+             if short(d["kiln"]["members"]) == ["add.Tensor", "group_norm.default", "silu.default"]]
+    assert any(len(d["outputs"]) == 2 for _, d in found) and any(len(d["outputs"]) == 1 for _, d in found)
+    run = tmp_path / "run"
+    (run / "problems").mkdir(parents=True)
+    for p, _ in found:
+        shutil.copytree(p, run / "problems" / p.name)
+    r = run_kiln(["optimize", run, "--backend", "cpu", "--budget", 1, "--time", 300], timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    torch.manual_seed(0)  # the example's --small decoder and latent, as the `runs` fixture captured them
+    model = vae_decoder.Decoder((64, 64, 32, 32)).eval()
+    z = torch.randn(1, 16, 8, 8)
+    with torch.no_grad():
+        want = torch.compile(model)(z)
+    torch._dynamo.reset()
+    inst = kiln.install(str(run / "library"), model, entries="all", compile=True)
+    try:
+        assert sorted(inst.installed) == sorted(p.name for p, _ in found), inst.summary()
+        with torch.no_grad():
+            got = model(z)
+        assert inst.stats()["hits"] == sum(d["kiln"]["calls"] for _, d in found), inst.stats()
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (got - want).abs().max()
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
