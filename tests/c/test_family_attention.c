@@ -23,6 +23,8 @@
 #include "formats/safetensors.h"
 #include "gen/family.h"
 
+#include "emu_host.h"
+
 #define DATA KILN_SOURCE_DIR "/tests/data/families/attention"
 #define ROWS KILN_SOURCE_DIR "/bench/attention"
 #define SPREAD 6
@@ -485,13 +487,6 @@ static void test_paged(void **state) {
 
 /* ---- the CUDA kernel's logic on the host emulator ---- */
 
-static void cat(char **s, size_t *len, const char *piece, size_t n) {
-    *s = xrealloc(*s, *len + n + 1);
-    memcpy(*s + *len, piece, n);
-    *len += n;
-    (*s)[*len] = 0;
-}
-
 /* The emitted CUDA as a cpu candidate running it on the emulator: emu_rt.h first, the hardware
  * section replaced by emu_att.h, the kernel a host function the entry point launches on the
  * (x, y, z) grid of its launch line. */
@@ -562,33 +557,6 @@ static char *emu_candidate(const char *cuda) {
     return out;
 }
 
-typedef struct {
-    kiln_module *mod;
-    kiln_abi abi;
-    kiln_signature sig;
-} module;
-
-static void compile_module(kiln_backend *be, const kiln_problem *p, const char *src, const char *cc,
-                           module *md, const char *what) {
-    kiln_err err;
-    assert_int_equal(kiln_abi_parse(src, 0, &md->abi, &err), KILN_OK);
-    kiln_abi_signature(p, md->abi.scratch != NULL, 0, &md->sig);
-    char *log = NULL;
-    if (cc)
-        setenv("KILN_CC", cc, 1);
-    int rc = be->ops->compile(be, src, &md->sig, &md->abi, &md->mod, &log, &err);
-    if (cc)
-        unsetenv("KILN_CC");
-    if (rc)
-        fail_msg("%s: %s\n%.4000s", what, err.msg, log ? log : "");
-    free(log);
-}
-
-static size_t elements(const kiln_problem *p, const kiln_tensor_spec *t) {
-    int64_t shape[KILN_MAX_DIMS];
-    return (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
-}
-
 /* Input i as workload 0 stores it in its safetensors file (a page table), into buf. */
 static void stored_input(const kiln_problem *p, int i, void *buf, size_t bytes) {
     const kiln_input_desc *d = &p->workloads[0].inputs[i];
@@ -641,55 +609,6 @@ static void **make_inputs(const kiln_problem *p, const kiln_match *m, double fil
         }
     }
     return in;
-}
-
-static void **run_module(kiln_backend *be, const kiln_problem *p, const module *md, void **in,
-                         const char *what) {
-    kiln_err err;
-    const kiln_workload *w = &p->workloads[0];
-    kiln_devptr ptr[32];
-    int64_t i64[32];
-    void *params[32];
-    assert_true(p->n_inputs + p->n_outputs + p->n_axes <= 32);
-    int k = 0;
-    float scalars[32];
-    for (int i = 0; i < p->n_inputs; i++, k++) {
-        if (p->inputs[i].is_scalar) { /* a float32 scalar, by value (docs/abi.md) */
-            scalars[k] = (float)w->inputs[i].scalar;
-            params[k] = &scalars[k];
-            continue;
-        }
-        size_t bytes = elements(p, &p->inputs[i]) * kiln_dtype_size(p->inputs[i].dtype);
-        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
-        assert_int_equal(be->ops->upload(be, ptr[k], in[i], bytes, &err), KILN_OK);
-        params[k] = &ptr[k];
-    }
-    for (int o = 0; o < p->n_outputs; o++, k++) {
-        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
-        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
-        assert_int_equal(be->ops->memset8(be, ptr[k], 0xA5, bytes, &err), KILN_OK);
-        params[k] = &ptr[k];
-    }
-    for (int a = 0; a < p->n_axes; a++, k++) {
-        i64[k] = w->axis_values[a];
-        params[k] = &i64[k];
-    }
-    kiln_launch_plan plan;
-    assert_int_equal(kiln_abi_plan(&md->abi, p, w, &plan, &err), KILN_OK);
-    if (be->ops->launch(be, md->mod, &plan, params, &err) || be->ops->sync(be, &err))
-        fail_msg("%s: %s", what, err.msg);
-    void **out = xcalloc((size_t)p->n_outputs, sizeof *out);
-    for (int o = 0; o < p->n_outputs; o++) {
-        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
-        out[o] = xmalloc(bytes + 16);
-        k = p->n_inputs + o;
-        assert_int_equal(be->ops->download(be, out[o], ptr[k], bytes, &err), KILN_OK);
-        be->ops->free(be, ptr[k]);
-    }
-    for (int i = 0; i < p->n_inputs; i++)
-        if (!p->inputs[i].is_scalar)
-            be->ops->free(be, ptr[i]);
-    return out;
 }
 
 /* A hand-written problem: q [1, hq, sq, d], k and v [1, hkv, skv, d], an optional mask [1, 1, sq,

@@ -27,6 +27,8 @@
 #include "formats/problem.h"
 #include "gen/family.h"
 
+#include "emu_host.h"
+
 #define ROWS_DIR KILN_SOURCE_DIR "/tests/data/gen/rows"
 #define GEN_EMU KILN_SOURCE_DIR "/tests/data/gen/emu"
 #define SMX_EMU KILN_SOURCE_DIR "/tests/data/families/softmax/emu"
@@ -276,13 +278,6 @@ static void test_compile(void **state) {
 
 /* ---- the kernels' logic on the host emulator ---- */
 
-static void cat(char **s, size_t *len, const char *piece, size_t n) {
-    *s = xrealloc(*s, *len + n + 1);
-    memcpy(*s + *len, piece, n);
-    *len += n;
-    (*s)[*len] = 0;
-}
-
 /* The value of `key=` on the launch line, or dflt. */
 static char *launch_value(const char *line, const char *key, const char *dflt) {
     const char *eol = strchr(line, '\n'), *k = strstr(line, key);
@@ -334,33 +329,6 @@ static char *emu_candidate(const char *cuda) {
     return out;
 }
 
-typedef struct {
-    kiln_module *mod;
-    kiln_abi abi;
-    kiln_signature sig;
-} module;
-
-static void compile_module(kiln_backend *be, const kiln_problem *p, const char *src, const char *cc,
-                           module *md, const char *what) {
-    kiln_err err;
-    assert_int_equal(kiln_abi_parse(src, 0, &md->abi, &err), KILN_OK);
-    kiln_abi_signature(p, md->abi.scratch != NULL, 0, &md->sig);
-    char *log = NULL;
-    if (cc)
-        setenv("KILN_CC", cc, 1);
-    int rc = be->ops->compile(be, src, &md->sig, &md->abi, &md->mod, &log, &err);
-    if (cc)
-        unsetenv("KILN_CC");
-    if (rc)
-        fail_msg("%s: %s\n%.4000s", what, err.msg, log ? log : "");
-    free(log);
-}
-
-static size_t elements(const kiln_problem *p, const kiln_tensor_spec *t) {
-    int64_t shape[KILN_MAX_DIMS];
-    return (size_t)kiln_tensor_shape(p, t, &p->workloads[0], shape);
-}
-
 /* Random inputs: normal floats, a row of -inf, a NaN and a +inf among them (specials). */
 static void **make_inputs(const kiln_problem *p, int specials) {
     void **in = xcalloc((size_t)p->n_inputs, sizeof *in);
@@ -384,56 +352,6 @@ static void **make_inputs(const kiln_problem *p, int specials) {
         }
     }
     return in;
-}
-
-/* Runs a compiled module on the inputs; returns the outputs (heap). */
-static void **run_module(kiln_backend *be, const kiln_problem *p, const module *md, void **in,
-                         const char *what) {
-    kiln_err err;
-    const kiln_workload *w = &p->workloads[0];
-    kiln_devptr ptr[40];
-    int64_t i64[40];
-    void *params[40];
-    int k = 0;
-    for (int i = 0; i < p->n_inputs; i++, k++) {
-        size_t bytes = elements(p, &p->inputs[i]) * kiln_dtype_size(p->inputs[i].dtype);
-        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
-        assert_int_equal(be->ops->upload(be, ptr[k], in[i], bytes, &err), KILN_OK);
-        params[k] = &ptr[k];
-    }
-    for (int o = 0; o < p->n_outputs; o++, k++) {
-        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
-        assert_int_equal(be->ops->alloc(be, bytes, 0, &ptr[k], &err), KILN_OK);
-        assert_int_equal(be->ops->memset8(be, ptr[k], 0xA5, bytes, &err), KILN_OK);
-        params[k] = &ptr[k];
-    }
-    for (int a = 0; a < p->n_axes; a++, k++) {
-        i64[k] = w->axis_values[a];
-        params[k] = &i64[k];
-    }
-    kiln_launch_plan plan;
-    assert_int_equal(kiln_abi_plan(&md->abi, p, w, &plan, &err), KILN_OK);
-    int scratch = k;
-    if (plan.scratch_bytes) {
-        assert_int_equal(be->ops->alloc(be, plan.scratch_bytes, 0, &ptr[k], &err), KILN_OK);
-        assert_int_equal(be->ops->memset8(be, ptr[k], 0, plan.scratch_bytes, &err), KILN_OK);
-        params[k] = &ptr[k];
-    }
-    if (be->ops->launch(be, md->mod, &plan, params, &err) || be->ops->sync(be, &err))
-        fail_msg("%s: %s", what, err.msg);
-    void **out = xcalloc((size_t)p->n_outputs, sizeof *out);
-    for (int o = 0; o < p->n_outputs; o++) {
-        size_t bytes = elements(p, &p->outputs[o]) * kiln_dtype_size(p->outputs[o].dtype);
-        out[o] = xmalloc(bytes + 16);
-        k = p->n_inputs + o;
-        assert_int_equal(be->ops->download(be, out[o], ptr[k], bytes, &err), KILN_OK);
-        be->ops->free(be, ptr[k]);
-    }
-    for (int i = 0; i < p->n_inputs; i++)
-        be->ops->free(be, ptr[i]);
-    if (plan.scratch_bytes)
-        be->ops->free(be, ptr[scratch]);
-    return out;
 }
 
 /* The point: the family's first values, then `settings` ("KG_TEAM=64 KG_SPLIT=2"); it must be
