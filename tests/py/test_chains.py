@@ -240,14 +240,20 @@ def _chain_library(tmp_path_factory, script: Path, chain: str) -> Path:
     r = subprocess.run([sys.executable, "-m", "kiln.capture", str(script), "--out", str(run), "--device",
                         "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    only = tmp_path_factory.mktemp(f"{script.stem}_only")
-    (only / "problems").mkdir()
     names = [p.name for p in (run / "problems").iterdir() if p.name.startswith("chain_")]
     assert names == [chain], names
-    shutil.copytree(run / "problems" / names[0], only / "problems" / names[0])
-    r = run_kiln(["optimize", only, "--backend", "cpu", "--budget", 2, "--time", 120], timeout=600)
+    return optimize_alone([run / "problems" / chain], tmp_path_factory.mktemp(f"{script.stem}_only"))
+
+
+def optimize_alone(problems: list, out: Path, budget: int = 2) -> Path:
+    """The problem directories copied into a new run at out and optimized there on the cpu backend, with
+    nothing else beside them: its library directory."""
+    (out / "problems").mkdir(parents=True, exist_ok=True)
+    for p in problems:
+        shutil.copytree(p, out / "problems" / p.name)
+    r = run_kiln(["optimize", out, "--backend", "cpu", "--budget", budget, "--time", 300], timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return only / "library"
+    return out / "library"
 
 
 @pytest.fixture(scope="module")
@@ -317,23 +323,9 @@ def test_chain_entry_replaces_the_chain_inside_torch_compile(chain_library):
         kiln.uninstall(inst)
 
 
-def optimize_one(run: Path, name: str, out: Path) -> Path:
-    """The run's problem `name` alone, optimized on the cpu backend: its library directory."""
-    import shutil
-    (out / "problems").mkdir(parents=True)
-    shutil.copytree(run / "problems" / name, out / "problems" / name)
-    r = run_kiln(["optimize", out, "--backend", "cpu", "--budget", 2, "--time", 120], timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return out / "library"
-
-
 def example_model(name: str):
     """The bundled example's model and prompt as the `runs` fixture captured them (--small, CPU)."""
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        example = importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    example = _script_module(ROOT / "examples" / f"{name}.py")
     from transformers import AutoModelForCausalLM
     torch.manual_seed(0)
     config = example.build_config(True, 6 if name == "gemma4" else 4)
@@ -352,7 +344,7 @@ def test_qwen_rmsnorm_gated_installed(runs, tmp_path):
                 if p.name.startswith("module_Qwen3_5MoeRMSNormGated"))
     d = json.loads((runs["qwen_moe"] / "problems" / name / "definition.json").read_text())
     assert d["kiln"]["activation_args"] == {"input0": 0, "input1": 1}
-    library = optimize_one(runs["qwen_moe"], name, tmp_path / "run")
+    library = optimize_alone([runs["qwen_moe"] / "problems" / name], tmp_path / "run")
     model, ids = example_model("qwen_moe")
     with torch.no_grad():
         want = model(ids).logits
@@ -387,7 +379,7 @@ def test_gemma_mask_chain_installed_inside_torch_compile(runs, tmp_path):
     import kiln
     name = next(p.name for p, d in chains(runs["gemma4"])
                 if short(d["kiln"]["members"]) == ["mul.Tensor", "add.Tensor", "softmax.int", "to.dtype"])
-    library = optimize_one(runs["gemma4"], name, tmp_path / "run")
+    library = optimize_alone([runs["gemma4"] / "problems" / name], tmp_path / "run")
     model, ids = example_model("gemma4")
     compiled = torch.compile(model)
     with torch.no_grad():
@@ -442,30 +434,19 @@ def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
     """Every VAE add + GroupNorm + SiLU chain (one output, and the sum kept as a second), optimized on the cpu
     backend, replaces its calls in the example's compiled decoder: one hit per captured call, the image
     torch.compile's."""
-    import shutil
-
     import kiln
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        vae_decoder = importlib.import_module("vae_decoder")
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    vae_decoder = _script_module(ROOT / "examples" / "vae_decoder.py")
     found = [(p, d) for p, d in chains(runs["vae_decoder"])
              if short(d["kiln"]["members"]) == ["add.Tensor", "group_norm.default", "silu.default"]]
     assert any(len(d["outputs"]) == 2 for _, d in found) and any(len(d["outputs"]) == 1 for _, d in found)
-    run = tmp_path / "run"
-    (run / "problems").mkdir(parents=True)
-    for p, _ in found:
-        shutil.copytree(p, run / "problems" / p.name)
-    r = run_kiln(["optimize", run, "--backend", "cpu", "--budget", 1, "--time", 300], timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    library = optimize_alone([p for p, _ in found], tmp_path / "run", budget=1)
     torch.manual_seed(0)  # the example's --small decoder and latent, as the `runs` fixture captured them
     model = vae_decoder.Decoder((64, 64, 32, 32)).eval()
     z = torch.randn(1, 16, 8, 8)
     with torch.no_grad():
         want = torch.compile(model)(z)
     torch._dynamo.reset()
-    inst = kiln.install(str(run / "library"), model, entries="all", compile=True)
+    inst = kiln.install(str(library), model, entries="all", compile=True)
     try:
         assert sorted(inst.installed) == sorted(p.name for p, _ in found), inst.summary()
         with torch.no_grad():
