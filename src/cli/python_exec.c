@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../gate/gate.h"
@@ -24,6 +25,14 @@ int kiln_cli_exec_python(const char *command, const char *module, int argc, char
     if (n > 0) {
         self[n] = 0;
         setenv("KILN_BIN", self, 0);
+    }
+    /* A budget (tune's --time) counts from here, not from when Python has imported torch: the
+     * clock is CLOCK_MONOTONIC, the clock of Python's time.monotonic() on Linux. */
+    struct timespec t0;
+    if (clock_gettime(CLOCK_MONOTONIC, &t0) == 0) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%lld.%09ld", (long long)t0.tv_sec, t0.tv_nsec);
+        setenv("KILN_START_MONOTONIC", buf, 1);
     }
     char **args = xcalloc((size_t)argc + 3, sizeof *args);
     args[0] = (char *)py;

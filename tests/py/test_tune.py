@@ -69,7 +69,7 @@ def test_tiny_time_ends_within_it_and_reports(tmp_path):
     p = _tune([SCRIPT, "--out", str(run), "--backend", "cpu", "--time", "60", "--rounds", "2"], timeout=300)
     wall = time.monotonic() - t0
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert wall <= 60 + 3, wall  # the budget, and the start of a Python before tune's clock starts
+    assert wall <= 60 + 0.5, wall  # the clock starts at the `kiln` command, Python's start-up included
     report = json.load(open(run / "report.json"))
     assert report["ok"] is True and report["elapsed_s"] <= 60
     assert report["search"]["planned_s"] > 0 and report["search"]["planned_s"] + report["search"]["reserve_s"] <= 60
