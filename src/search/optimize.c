@@ -866,11 +866,11 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
                                        hash, recorded);
             }
         }
-        /* --time counts from the command's start, preparing included: once it is over (or on a
-         * signal) the problems not prepared yet are left out, all but the first that can be
-         * searched */
-        if (!pr->skip && *n_active > 0 &&
-            (coord_signals || (o->time_s > 0 && now_s() - c->t0 >= o->time_s)))
+        /* --time counts from the command's start, preparing included: once it is over the problems
+         * not prepared yet are left out, all but the first that can be searched; after a signal
+         * (Ctrl-C, or tune stopping an overrun) none is prepared */
+        if (!pr->skip &&
+            (coord_signals || (*n_active > 0 && o->time_s > 0 && now_s() - c->t0 >= o->time_s)))
             pr->skip = xstrdup(coord_signals ? "not prepared: interrupted"
                                              : "not prepared: the time limit (--time) came first");
         if (!pr->skip) {

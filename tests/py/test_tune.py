@@ -388,6 +388,22 @@ def test_a_search_that_proves_nothing_still_times_the_model(tmp_path, monkeypatc
     assert code == 1 and "kiln tune: no library at" in capsys.readouterr().err
 
 
+def test_a_search_stopped_before_its_first_kernel_is_no_failure(tmp_path, monkeypatch):
+    """kiln optimize stopped by tune at the end of its time (a 4 GiB problem's reference data outlasting a
+    short --time on the H200) writes no library: step_optimize says so and returns, it does not end tune
+    with "wrote no manifest.json" (exit 1, the forward never timed). A failed optimize still fails."""
+    out = tmp_path / "run"
+    out.mkdir()
+    opts = tune.parse_args([SCRIPT, "--backend", "cpu", "--out", str(out), "--skip-capture", "--no-compile"])
+    monkeypatch.setattr(tune, "run_child", lambda cmd, stop_at, stdout=None: (-15, "out of time"))
+    report = {"steps": {}}
+    tune.step_optimize(opts, report, tune.Budget(60))
+    assert report["search"]["stopped"] == "out of time"
+    monkeypatch.setattr(tune, "run_child", lambda cmd, stop_at, stdout=None: (2, None))
+    with pytest.raises(tune.TuneError, match="kiln optimize failed"):
+        tune.step_optimize(opts, {"steps": {}}, tune.Budget(60))
+
+
 def test_the_report_recommends_the_fastest_way_the_spreads_support():
     """Simplest first (eager, torch.compile, kiln, kiln + torch.compile): a way is recommended over a simpler
     one only when it is faster beyond both spreads; the command to run it is in the report."""
