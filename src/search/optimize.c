@@ -65,6 +65,8 @@
 #include "optimize_impl.h"
 
 #define MAX_RESTARTS 20
+/* The share of --time that preparing problems (their reference data) may use before the search. */
+#define KILN_PREPARE_SHARE 0.4
 
 static volatile sig_atomic_t coord_signals;
 
@@ -866,13 +868,16 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
                                        hash, recorded);
             }
         }
-        /* --time counts from the command's start, preparing included: once it is over the problems
-         * not prepared yet are left out, all but the first that can be searched; after a signal
-         * (Ctrl-C, or tune stopping an overrun) none is prepared */
-        if (!pr->skip &&
-            (coord_signals || (*n_active > 0 && o->time_s > 0 && now_s() - c->t0 >= o->time_s)))
+        /* --time counts from the command's start, preparing included. Reference data of a problem
+         * at real size takes seconds to tens of seconds (gigabytes of sets on disk), so preparing
+         * stops at a share of --time and the rest is left to candidates: the problems not prepared
+         * by then are left out, all but the first that can be searched. After a signal (Ctrl-C, or
+         * tune stopping an overrun) none is prepared. */
+        if (!pr->skip && (coord_signals || (*n_active > 0 && o->time_s > 0 &&
+                                            now_s() - c->t0 >= KILN_PREPARE_SHARE * o->time_s)))
             pr->skip = xstrdup(coord_signals ? "not prepared: interrupted"
-                                             : "not prepared: the time limit (--time) came first");
+                                             : "not prepared: preparing had used its share of the "
+                                               "time limit (--time)");
         if (!pr->skip) {
             kiln_err rerr;
             if (!o->quiet)
