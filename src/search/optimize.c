@@ -70,6 +70,22 @@
 
 static volatile sig_atomic_t coord_signals;
 
+/* A rough, deliberately high guess of the seconds a problem's reference data takes to build when it
+ * is not on disk yet: a helper's start-up, then three sets of every workload's tensors written and
+ * hashed at 0.5 GB/s. Only the order of magnitude matters: a GEMM with gigabytes of output is not
+ * started when its sets would eat the search's time, and the smaller problems after it still are.
+ * Sets already built are only read and checked (a quarter of that).
+ */
+static double prepare_estimate_s(const kiln_problem *p, int cuda) {
+    double bytes = 0;
+    for (int w = 0; w < p->n_workloads; w++)
+        bytes += kiln_problem_min_bytes(p, &p->workloads[w]);
+    char *manifest = xasprintf("%s/kiln/ref-%s/manifest.json", p->dir, cuda ? "cuda" : "cpu");
+    int built = access(manifest, R_OK) == 0; /* then only read and checked */
+    free(manifest);
+    return built ? 3.0 * bytes / 2e9 : 2.0 + 3.0 * bytes / 0.5e9;
+}
+
 static void on_signal(int sig) {
     (void)sig;
     coord_signals++;
@@ -874,10 +890,11 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
          * by then are left out, all but the first that can be searched. After a signal (Ctrl-C, or
          * tune stopping an overrun) none is prepared. */
         if (!pr->skip && (coord_signals || (*n_active > 0 && o->time_s > 0 &&
-                                            now_s() - c->t0 >= KILN_PREPARE_SHARE * o->time_s)))
+                                            now_s() - c->t0 + prepare_estimate_s(pr->p, c->cuda) >
+                                                KILN_PREPARE_SHARE * o->time_s)))
             pr->skip = xstrdup(coord_signals ? "not prepared: interrupted"
-                                             : "not prepared: preparing had used its share of the "
-                                               "time limit (--time)");
+                                             : "not prepared: its reference data would not fit in "
+                                               "preparing's share of the time limit (--time)");
         if (!pr->skip) {
             kiln_err rerr;
             if (!o->quiet)
