@@ -499,6 +499,8 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
     modules = dict(model.named_modules()) if model is not None else {}
     benches, results = {}, {}
     for e in entries:
+        if e.kind == "chain":  # no eager route (decide() judges it by the gate; kiln + torch.compile times it)
+            continue
         try:
             benches[e.name] = EntryBench(e, lib, modules)
         except Exception as why:  # noqa: BLE001 - any reason is a reason not to install
@@ -555,6 +557,14 @@ def decide(entry, bench: Optional[dict], margin: float) -> tuple:
     """(install?, reason)."""
     if entry.disabled:
         return False, f"disabled: {entry.disabled}"
+    if entry.kind == "chain":
+        # eager never sees a chain whole (docs/install.md): the entry only serves kiln + torch.compile, where
+        # the model's timing against torch.compile alone says whether it paid
+        s = entry.speedup
+        if not s or s <= 1 + margin:
+            return False, f"the gate's kernel is not faster than the eager chain ({s or 0:.2f}x)"
+        return True, (f"{s:.2f}x the eager chain in the gate; a chain is replaced inside torch.compile only "
+                      "(the kiln + torch.compile column)")
     if bench is None:
         return False, "not benchmarked"
     if "error" in bench:
@@ -756,7 +766,8 @@ def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, en
     first = report["model"]
     while True:
         m = report["model"]
-        installed = [r for r in entries_out if r["installed"]]
+        # a chain entry does not change the eager forward: dropping it could not make kiln's column faster
+        installed = [r for r in entries_out if r["installed"] and not r.get("compile_only")]
         if not installed or m.get("kiln_ms") is None or m["kiln_ms"] < m["eager_ms"]:
             return
         hits = m.get("entry_hits_per_forward") or {}
@@ -774,15 +785,18 @@ def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, en
         report["install_json"] = write_decisions(lib, decisions)
         report.setdefault("model_dropped", []).append(
             {"entry": worst["name"], "kiln_ms": m["kiln_ms"], "eager_ms": m["eager_ms"]})
-        if not any(r["installed"] for r in entries_out):
+        if not any(r["installed"] and not r.get("compile_only") for r in entries_out):
             # nothing left installed: the forward is eager's own, no need to time it again
             again = {k: v for k, v in m.items() if not k.startswith("kiln_") and k != "entry_hits_per_forward"}
             again.update(kiln_ms=m["eager_ms"], kiln_speedup=1.0, kiln_max_abs_diff=0.0,
                          kiln_note="nothing installed: the forward with kiln is eager's")
+            report["model"] = again
+            if any(r["installed"] for r in entries_out):  # chain entries: kiln + torch.compile is timed again
+                report["model_kiln_compile_stale"] = True
+                return
             if any(k in first for k in KILN_COMPILE_KEYS):
                 again["kiln_compile_note"] = "nothing installed: kiln + torch.compile is torch.compile"
             report.pop("model_kiln_compile_stale", None)
-            report["model"] = again
             return
         again = time_model(root, lib, opts, timer, False)
         for k in ("compile_ms", "compile_spread_pct", "compile_speedup", "compile_max_abs_diff", "compile_error",
@@ -842,7 +856,8 @@ def install_check(opts, library_dir: Optional[str], report: dict) -> None:
                 "op_eager_us": b.get("eager_us"), "op_kiln_us": b.get("kiln_us"),
                 "op_eager_spread_pct": b.get("eager_spread_pct"), "op_kiln_spread_pct": b.get("kiln_spread_pct"),
                 "raw_launch_us": b.get("raw_launch_us"), "hit_overhead_us": b.get("hit_overhead_us"),
-                "miss_overhead_us": b.get("miss_overhead_us"), "installed": ok, "reason": why})
+                "miss_overhead_us": b.get("miss_overhead_us"), "installed": ok, "reason": why,
+                "compile_only": e.kind == "chain"})
         report["install_json"] = write_decisions(lib, decisions)
     report["entries"] = entries_out
     if root is None:

@@ -388,6 +388,25 @@ def test_a_search_that_proves_nothing_still_times_the_model(tmp_path, monkeypatc
     assert code == 1 and "kiln tune: no library at" in capsys.readouterr().err
 
 
+def test_a_chain_entry_is_judged_by_the_gate_and_kept_for_kiln_plus_compile(monkeypatch, tmp_path):
+    """A chain has no eager route (Gemma-4's mask -> softmax chain, 7.4x in the gate on the H200, was "cannot
+    benchmark: the module takes 2 activations" and so never reached kiln + torch.compile): decide() takes
+    it by the gate's speedup, and dropping entries for the eager forward never drops it."""
+    chain = types.SimpleNamespace(disabled=None, kind="chain", speedup=7.4)
+    ok, why = tune.decide(chain, None, 0.02)
+    assert ok and "inside torch.compile only" in why
+    ok, why = tune.decide(types.SimpleNamespace(disabled=None, kind="chain", speedup=1.01), None, 0.02)
+    assert not ok and "not faster than the eager chain" in why
+    lib = types.SimpleNamespace(path=str(tmp_path), manifest_digest=lambda: "d")
+    report = {"model": {"eager_ms": 5.0, "kiln_ms": 5.1, "compile_ms": 3.0, "kiln_compile_ms": 2.5}}
+    entries = [{"name": "a", "installed": True, "op_eager_us": 50.0, "op_kiln_us": 40.0},
+               {"name": "c", "installed": True, "compile_only": True}]
+    decisions = {"a": {"install": True, "reason": "won"}, "c": {"install": True, "reason": "chain"}}
+    tune._drop_until_faster(None, lib, None, None, report, decisions, entries)
+    assert not entries[0]["installed"] and entries[1]["installed"] and decisions["c"]["install"]
+    assert report["model_kiln_compile_stale"] is True and "kiln_compile_note" not in report["model"]
+
+
 def test_a_search_stopped_before_its_first_kernel_is_no_failure(tmp_path, monkeypatch):
     """kiln optimize stopped by tune at the end of its time (a 4 GiB problem's reference data outlasting a
     short --time on the H200) writes no library: step_optimize says so and returns, it does not end tune
