@@ -14,7 +14,8 @@ replaced in eager, each with the model's own outputs.
 A GEMM with the pointwise epilogue cuBLASLt fuses after it (tests/data/chains/gemm_epilogue.py: nn.Linear +
 GELU (tanh), nn.Linear + ReLU, x @ w + b then GELU (erf)) is one chain problem with "pattern":
 "gemm_epilogue" each, which the cublaslt family matches; the gate proves the first two and refuses the
-third in float32 (cuBLASLt's GELU is the tanh form); Gemma-4's MLP gate projection + GELU is one too.
+third in float32 (cuBLASLt's GELU is the tanh form); Gemma-4's MLP gate projection + GELU and Qwen-3.5's
+in_proj_a + cast to float32 are ones too.
 """
 
 from __future__ import annotations
@@ -273,16 +274,27 @@ def test_gemm_epilogue_blocks(tmp_path):
             assert res["summary"]["proved"] == res["summary"]["workloads"]
 
 
-def test_gemma_mlp_gate_gelu_is_a_gemm_epilogue(runs):
+def test_example_gemm_epilogues(runs):
     """Gemma-4's MLP: gelu(gate_proj(x)) * up_proj(x). The gate projection and its GELU (tanh) are one block
-    cuBLASLt fuses; the product with up_proj is not an epilogue it has, so the block ends at the GELU."""
-    found = [d for _, d in chains(runs["gemma4"]) if d["kiln"].get("pattern") == "gemm_epilogue"
-             and any(path.endswith("mlp.gate_proj") for path in d["kiln"]["module_paths"])]
+    cuBLASLt fuses; the product with up_proj is not an epilogue it has, so the block ends at the GELU.
+    Qwen-3.5's in_proj_a and its cast to float32 are one too (D written as float32)."""
+    def blocks(run, suffix):
+        return [(p, d) for p, d in chains(run) if d["kiln"].get("pattern") == "gemm_epilogue"
+                and any(path.endswith(suffix) for path in d["kiln"]["module_paths"])]
+    found = blocks(runs["gemma4"], "mlp.gate_proj")
     assert len(found) == 1, [d["kiln"]["module_paths"] for _, d in chains(runs["gemma4"])]
-    k = found[0]["kiln"]
+    problem, d = found[0]
+    k = d["kiln"]
     assert short(k["members"]) == ["linear.default", "gelu.default"]
     assert k["ops"][1]["kwargs"] == {"approximate": "tanh"}
     assert k["calls"] == len(k["module_paths"]) > 1
+    listed = run_kiln(["sweep", problem, "--backend", "cpu", "--list"])
+    assert "matches family cublaslt (linear_gelu)" in listed.stdout + listed.stderr
+    found = blocks(runs["qwen_moe"], "linear_attn.in_proj_a")
+    assert len(found) == 1 and short(found[0][1]["kiln"]["members"]) == ["linear.default", "to.dtype"]
+    assert found[0][1]["outputs"]["out0"]["dtype"] == "float32"
+    listed = run_kiln(["sweep", found[0][0], "--backend", "cpu", "--list"])
+    assert "matches family cublaslt (linear_to_float32)" in listed.stdout + listed.stderr
 
 
 CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
