@@ -15,7 +15,7 @@ A GEMM with the pointwise epilogue cuBLASLt fuses after it (tests/data/chains/ge
 GELU (tanh), nn.Linear + ReLU, x @ w + b then GELU (erf)) is one chain problem with "pattern":
 "gemm_epilogue" each, which the cublaslt family matches; the gate proves the first two and refuses the
 third in float32 (cuBLASLt's GELU is the tanh form); Gemma-4's MLP gate projection + GELU and Qwen-3.5's
-in_proj_a + cast to float32 are ones too.
+in_proj_a + cast to float32 are ones too. The Linear + ReLU block's entry is one op of the compiled model.
 """
 
 from __future__ import annotations
@@ -272,6 +272,37 @@ def test_gemm_epilogue_blocks(tmp_path):
         else:
             assert res["outcome"] == "ok", res
             assert res["summary"]["proved"] == res["summary"]["workloads"]
+
+
+def test_gemm_epilogue_entry_inside_torch_compile(tmp_path):
+    """The nn.Linear + ReLU block, optimized on the cpu backend (the cublaslt family's C GEMM with the
+    epilogue), is one op of the compiled graph: a hit, and the model's output torch.compile's."""
+    import kiln
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(GEMM_SCRIPT), "--out", str(run), "--device",
+                        "cpu", "--quiet", "--no-reference"], cwd=ROOT, env=kiln_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    found = [p for p, d in chains(run) if d["kiln"].get("pattern") == "gemm_epilogue"
+             and short(d["kiln"]["members"]) == ["linear.default", "relu.default"]]
+    assert len(found) == 1
+    library = optimize_alone(found, tmp_path / "opt")
+    ge = _script_module(GEMM_SCRIPT)
+    model = ge.build()
+    x = torch.randn(ge.ROWS, ge.IN)
+    with torch.no_grad():
+        want = torch.compile(model)(x)
+    torch._dynamo.reset()
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        assert inst.installed == [found[0].name], inst.summary()
+        with torch.no_grad():
+            got = model(x)
+        assert inst.stats()["hits"] == 1, (inst.stats(), inst.notes)
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
 
 
 def test_example_gemm_epilogues(runs):
