@@ -194,8 +194,8 @@ def _epilogue_step(g: Graph, c: int, tid: int, meta, n: int, state: dict) -> boo
     if name == "add" and overload == "Tensor":
         if state["bias"] or state["act"] or len(others) != 1 or _arg(op, 2, "alpha", 1) != 1:
             return False
-        bt, bm = others[0]
-        if tuple(bm.shape) != (n,) or bm.dtype != meta.dtype or tid == bt:
+        bm = others[0][1]
+        if tuple(bm.shape) != (n,) or bm.dtype != meta.dtype:
             return False
         state["bias"] = True
         return True
