@@ -444,14 +444,17 @@ class Capture:
     def select_chains(self) -> None:
         """Chains of memory-bound calls (kiln.capture_chain) grouped by signature, slowest first; a chain
         that is exactly one leaf module's forward ("is_module") is that module's problem, not another. An
-        eager attention block around a softmax chain is a chain group of its own ("pattern": "attention")."""
-        from kiln.capture_chain import Graph, attention_block, chain_key, find_chains
+        eager attention block around a softmax chain is a chain group of its own ("pattern": "attention"), and
+        so is a GEMM with the pointwise epilogue cuBLASLt fuses after it ("pattern": "gemm_epilogue")."""
+        from kiln.capture_chain import Graph, attention_block, chain_key, find_chains, gemm_epilogue
         self.graph = g = Graph(self.ops)
         modules = {tuple(sorted(ids)) for m in self.module_groups for ids in m["calls"]}
         groups: dict = {}
-        for chain in find_chains(self.ops):
-            found = [(chain, None)]
-            block = attention_block(g, chain)
+        blocks = [(chain, None) for chain in find_chains(self.ops)]
+        blocks += [(b, "gemm_epilogue") for b in (gemm_epilogue(g, i) for i in range(len(self.ops))) if b]
+        for chain, pattern in blocks:
+            found = [(chain, pattern)]
+            block = attention_block(g, chain) if pattern is None else None
             if block is not None:
                 found.append((block, "attention"))
             for ids, pattern in found:

@@ -1,5 +1,6 @@
 """Chains of memory-bound calls found from the captured op graph's producer->consumer edges, written as
-problems of kind "chain" (docs/capture.md "Chain problems")."""
+problems of kind "chain" (docs/capture.md "Chain problems"), and the blocks that add matmuls to them: eager
+attention around a softmax chain, and a GEMM with the epilogue cuBLASLt fuses after it."""
 
 import copy
 from dataclasses import dataclass, field
@@ -13,6 +14,9 @@ CHAIN_MAX_OPS = 32  # a chain stops growing here: the generator plans one kernel
 SHARED_CONSUMERS = 2
 SOFTMAX_NAMES = frozenset({"softmax", "_softmax"})
 MATMUL_NAMES = frozenset({"matmul", "bmm"})
+# GEMMs whose output cuBLASLt can put through an epilogue, and the activations it offers there
+GEMM_NAMES = frozenset({"linear", "addmm", "mm", "matmul"})
+EPILOGUE_ACTIVATIONS = frozenset({"relu", "gelu"})
 
 
 def is_member(op) -> bool:
@@ -164,6 +168,74 @@ def attention_block(g: Graph, chain: list) -> Optional[list]:
         return None
     block = sorted(members | heads | {readers[0]})
     return block if g.convex(set(block)) else None
+
+
+def _arg(op, pos: int, name: str, default=None):
+    """Argument `name` (positional index pos) of a captured call as model.json records it."""
+    a = op.args_json or {}
+    if name in a.get("kwargs", {}):
+        return a["kwargs"][name]
+    args = a.get("args", [])
+    return args[pos] if pos < len(args) else default
+
+
+def _epilogue_step(g: Graph, c: int, tid: int, meta, n: int, state: dict) -> bool:
+    """Whether call c, reading value tid (as its producer returned it), is the next step of a GEMM's
+    epilogue that cuBLASLt fuses: one bias add (an [n] tensor, alpha 1; only when the GEMM has no bias and
+    before the activation), one ReLU or GELU, and a final cast. Updates state."""
+    op = g.ops[c]
+    name, overload = op.func._opname, op.func._overloadname
+    if not g.member[c] or len(op.outputs) != 1 or state["cast"]:
+        return False
+    reads = [m for _, t, m in op.inputs if t == tid]
+    others = [(t, m) for _, t, m in op.inputs if t != tid]
+    if len(reads) != 1 or view_steps(meta, reads[0]) != []:
+        return False
+    if name == "add" and overload == "Tensor":
+        if state["bias"] or state["act"] or len(others) != 1 or _arg(op, 2, "alpha", 1) != 1:
+            return False
+        bm = others[0][1]
+        if tuple(bm.shape) != (n,) or bm.dtype != meta.dtype:
+            return False
+        state["bias"] = True
+        return True
+    if name in EPILOGUE_ACTIVATIONS and overload == "default" and not others:
+        if state["act"] or (name == "gelu" and _arg(op, 1, "approximate", "none") not in ("none", "tanh")):
+            return False
+        state["act"] = True
+        return True
+    if (name, overload) in (("to", "dtype"), ("_to_copy", "default")) and not others:
+        kwargs = (op.args_json or {}).get("kwargs", {})
+        if name == "_to_copy" and not set(kwargs) <= {"dtype"}:
+            return False
+        state["cast"] = True
+        return True
+    return False
+
+
+def gemm_epilogue(g: Graph, i: int) -> Optional[list]:
+    """The GEMM call i (linear, addmm, mm, matmul) with the pointwise calls after it that cuBLASLt can fuse
+    into its epilogue: each reads the previous one's result, as it was returned, and is its only reader
+    (a bias add when the GEMM has none, ReLU or GELU, a final cast; _epilogue_step). GELU's erf form is
+    kept: whether cuBLASLt's tanh form is within tolerance is the gate's proof. The block's op ids (at
+    least the GEMM and one call), or None."""
+    op = g.ops[i]
+    name = op.func._opname
+    if name not in GEMM_NAMES or op.no_problem is not None or len(op.outputs) != 1:
+        return None
+    tid, meta = op.outputs[0]
+    if len(meta.shape) < 1:
+        return None
+    has_bias = name == "addmm" or (name == "linear" and any(arg == "bias" for arg, _, _ in op.inputs))
+    state = {"bias": has_bias, "act": False, "cast": False}
+    block = [i]
+    while True:
+        readers = g.consumers.get(tid, [])
+        if len(readers) != 1 or not _epilogue_step(g, readers[0], tid, meta, meta.shape[-1], state):
+            break
+        block.append(readers[0])
+        tid, meta = g.ops[readers[0]].outputs[0]
+    return block if len(block) >= 2 and g.convex(set(block)) else None
 
 
 def chain_outputs(g: Graph, chain: list) -> list:

@@ -120,7 +120,7 @@ int kiln_lt_epilogue_parse(const char *name, kiln_lt_epilogue *out) {
     return -1;
 }
 
-static int epilogue_has_bias(kiln_lt_epilogue e) {
+int kiln_lt_epilogue_has_bias(kiln_lt_epilogue e) {
     return e == KILN_LT_EPI_BIAS || e == KILN_LT_EPI_BIAS_RELU || e == KILN_LT_EPI_BIAS_GELU;
 }
 
@@ -218,7 +218,7 @@ int kiln_lt_gemm_view(const kiln_lt_gemm *g, kiln_lt_view *v, kiln_err *err) {
     if (g->stride_a < 0 || g->stride_b < 0 || g->stride_d < 0 || (g->batch > 1 && g->stride_d == 0))
         return kiln_errf(err, KILN_ERR_INVALID,
                          "gemm: batch strides must be ≥ 0 and the output's positive");
-    if (epilogue_has_bias(g->epilogue) && lt_type(g->bias_type, &v->bias_type))
+    if (kiln_lt_epilogue_has_bias(g->epilogue) && lt_type(g->bias_type, &v->bias_type))
         return kiln_errf(err, KILN_ERR_UNSUPPORTED, "gemm: bias of type %s",
                          kiln_dtype_name(g->bias_type));
     v->swapped = 1;
@@ -463,7 +463,7 @@ int kiln_lt_plan_create(const kiln_lt_gemm *g, kiln_lt_plan **out, kiln_err *err
            "setting TRANSB");
     LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
            "setting the epilogue");
-    if (epilogue_has_bias(g->epilogue)) {
+    if (kiln_lt_epilogue_has_bias(g->epilogue)) {
         int32_t bt = v.bias_type;
         LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                               sizeof bt),
@@ -823,11 +823,11 @@ int kiln_lt_run(kiln_lt_plan *p, const kiln_lt_config *c, const kiln_lt_ptrs *pt
         return kiln_errf(
             err, KILN_ERR_INVALID, "cuBLASLt config needs %llu bytes of workspace, %llu given",
             (unsigned long long)p->algo_workspace, (unsigned long long)ptrs->workspace_bytes);
-    if (epilogue_has_bias(p->g.epilogue) && !ptrs->bias)
+    if (kiln_lt_epilogue_has_bias(p->g.epilogue) && !ptrs->bias)
         return kiln_errf(err, KILN_ERR_INVALID, "the %s epilogue needs a bias pointer",
                          kiln_lt_epilogue_name(p->g.epilogue));
     int rc;
-    if (epilogue_has_bias(p->g.epilogue) &&
+    if (kiln_lt_epilogue_has_bias(p->g.epilogue) &&
         (rc = desc_pointer(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, ptrs->bias,
                            "setting the bias", err)))
         return rc;

@@ -99,6 +99,8 @@ typedef enum {
 /* "none", "bias", "relu", "gelu", "bias_relu", "bias_gelu"; parse: 0, or -1 for another name. */
 const char *kiln_lt_epilogue_name(kiln_lt_epilogue e);
 int kiln_lt_epilogue_parse(const char *name, kiln_lt_epilogue *out);
+/* 1 when e reads a bias vector (bias, bias + ReLU, bias + GELU). */
+int kiln_lt_epilogue_has_bias(kiln_lt_epilogue e);
 
 /* One GEMM as kiln captures it, in PyTorch's terms: D[b] (M×N) = A[b] (M×K) @ B[b] (K×N), every
  * tensor row-major with its row stride (elements). A is stored as [M, K] (trans_a 0, lda ≥ K) or

@@ -24,6 +24,16 @@ static int json_int(const cJSON *o, const char *name, double lo, double hi, int6
     return KILN_OK;
 }
 
+/* The bias argument is there exactly when the epilogue reads one: cuBLASLt would otherwise read
+ * a null pointer, or a bias would be silently dropped. */
+static int bias_matches(const kiln_lt_call_desc *d, kiln_err *err) {
+    int wants_bias = kiln_lt_epilogue_has_bias(d->gemm.epilogue);
+    if (wants_bias == (d->arg_bias >= 0))
+        return KILN_OK;
+    return kiln_errf(err, KILN_ERR_COMPILE, "cublaslt directive: epilogue '%s' %s a bias argument",
+                     kiln_lt_epilogue_name(d->gemm.epilogue), wants_bias ? "needs" : "takes no");
+}
+
 int kiln_lt_call_parse(const char *json, const kiln_signature *sig, kiln_lt_call_desc *out,
                        kiln_err *err) {
     memset(out, 0, sizeof *out);
@@ -62,15 +72,8 @@ int kiln_lt_call_parse(const char *json, const kiln_signature *sig, kiln_lt_call
     out->arg_b = (int)b;
     out->arg_bias = (int)bias;
     out->arg_d = (int)d;
-    int wants_bias = out->gemm.epilogue == KILN_LT_EPI_BIAS ||
-                     out->gemm.epilogue == KILN_LT_EPI_BIAS_RELU ||
-                     out->gemm.epilogue == KILN_LT_EPI_BIAS_GELU;
-    if (wants_bias != (bias >= 0)) {
-        rc =
-            kiln_errf(err, KILN_ERR_COMPILE, "cublaslt directive: epilogue '%s' %s a bias argument",
-                      kiln_lt_epilogue_name(out->gemm.epilogue), wants_bias ? "needs" : "takes no");
+    if ((rc = bias_matches(out, err)))
         goto done;
-    }
     if (sig) {
         const int64_t idx[4] = {a, b, bias, d};
         static const char *const names[4] = {"a", "b", "bias", "d"};
@@ -96,6 +99,9 @@ static int64_t operand_reach(int64_t rows, int64_t cols, int64_t ld, int64_t bat
 
 int kiln_lt_call_check(const kiln_lt_call_desc *d, const kiln_problem *p, kiln_err *err) {
     const kiln_lt_gemm *g = &d->gemm;
+    int rc = bias_matches(d, err);
+    if (rc)
+        return rc;
     struct {
         const char *name;
         int arg, output;

@@ -30,8 +30,9 @@ typedef struct {
 int kiln_lt_call_parse(const char *json, const kiln_signature *sig, kiln_lt_call_desc *out,
                        kiln_err *err);
 /* Checks d against the tensors of problem p (whose kiln_abi_signature d's args index) in every
- * workload: A, B and the bias are inputs and D an output, each of the dtype the GEMM reads or
- * writes, and no operand reaches past its tensor's elements (rows, leading dimension and batch
+ * workload: a bias argument exactly when the epilogue reads one, A, B and the bias are inputs and
+ * D an output, each of the dtype the GEMM reads or writes (D's may differ from A's: a fused cast),
+ * and no operand reaches past its tensor's elements (rows, leading dimension and batch
  * stride as the GEMM says). A directive that lies about its GEMM would otherwise read or write
  * outside the gate's buffers. KILN_OK, or KILN_ERR_COMPILE naming the operand and workload. */
 int kiln_lt_call_check(const kiln_lt_call_desc *d, const kiln_problem *p, kiln_err *err);

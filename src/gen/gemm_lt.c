@@ -1,7 +1,8 @@
-/* gemm_lt.c: the cublaslt family: a captured single GEMM (linear, mm, matmul, bmm, addmm) run by
+/* gemm_lt.c: the cublaslt family: a captured GEMM (linear, mm, matmul, bmm, addmm), alone or with
+ * the epilogue chain cuBLASLt fuses after it (bias add, ReLU or GELU, a final cast), run by
  * cuBLASLt with one of the configurations it accepts for that GEMM on the device; the search point
  * is the configuration's index in kiln_lt_enumerate's list, and the cpu backend gets a plain C GEMM
- * (docs/gemm.md). */
+ * computing what cuBLASLt computes (docs/gemm.md). */
 #include <string.h>
 
 #include "../backend/lt_call.h"
@@ -94,6 +95,19 @@ static int is_gemm_dtype(kiln_dtype t) {
     return t == KILN_BF16 || t == KILN_F16 || t == KILN_F32;
 }
 
+/* Input ib is one value of dtype t per output column (n of them): the bias cuBLASLt adds. */
+static int bias_ok(const kiln_problem *p, int ib, int64_t n, kiln_dtype t, char *why,
+                   size_t why_len) {
+    const kiln_tensor_spec *bt = &p->inputs[ib];
+    int64_t n0 = 0;
+    if (bt->ndim == 1 && fixed_dim(p, bt, 0, &n0) && n0 == n && bt->dtype == t &&
+        !bt->layout.expanded)
+        return 1;
+    kiln_family_fmt(why, why_len, "bias '%s' is not one %s value per output column (%lld)",
+                    bt->name, kiln_dtype_name(t), (long long)n);
+    return 0;
+}
+
 /* Fills g and m from a captured GEMM op whose tensors are problem inputs. */
 static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, kiln_match *m,
                     char *why, size_t why_len) {
@@ -148,23 +162,15 @@ static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, k
         return 0;
     }
     kiln_dtype ta = p->inputs[ia].dtype;
-    if (!is_gemm_dtype(ta) || p->inputs[ib].dtype != ta || p->outputs[0].dtype != ta) {
+    if (!is_gemm_dtype(ta) || p->inputs[ib].dtype != ta) {
         kiln_family_fmt(why, why_len,
-                        "dtypes %s @ %s -> %s: the family takes one of bfloat16, float16, float32 "
-                        "throughout",
-                        kiln_dtype_name(ta), kiln_dtype_name(p->inputs[ib].dtype),
-                        kiln_dtype_name(p->outputs[0].dtype));
+                        "dtypes %s @ %s: the family takes one of bfloat16, float16, float32 for "
+                        "both",
+                        kiln_dtype_name(ta), kiln_dtype_name(p->inputs[ib].dtype));
         return 0;
     }
-    if (ibias >= 0) {
-        const kiln_tensor_spec *bt = &p->inputs[ibias];
-        int64_t n0 = 0;
-        if (bt->ndim != 1 || !fixed_dim(p, bt, 0, &n0) || n0 != N || bt->dtype != ta) {
-            kiln_family_fmt(why, why_len, "bias '%s' is not one %s value per output column (%lld)",
-                            bt->name, kiln_dtype_name(ta), (long long)N);
-            return 0;
-        }
-    }
+    if (ibias >= 0 && !bias_ok(p, ibias, N, ta, why, why_len))
+        return 0;
     *g = (kiln_lt_gemm){.m = M,
                         .n = N,
                         .k = K,
@@ -186,18 +192,90 @@ static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, k
     m->input_of_role[ROLE_B] = ib;
     m->input_of_role[ROLE_BIAS] = ibias;
     m->output_of_role[0] = 0;
-    kiln_family_fmt(m->variant, sizeof m->variant, "%s%s", op->name, ibias >= 0 ? "_bias" : "");
-    kiln_family_fmt(m->how, sizeof m->how, "%s: %lld x [%lld x %lld] @ [%lld x %lld]%s%s%s, %s",
+    kiln_family_fmt(m->how, sizeof m->how, "%s: %lld x [%lld x %lld] @ [%lld x %lld]%s%s, %s",
                     op->aten, (long long)a.batch, (long long)M, (long long)K, (long long)K,
                     (long long)N, g->trans_a ? " (A transposed)" : "",
-                    g->trans_b ? " (B stored [N, K])" : "", ibias >= 0 ? " + bias" : "",
-                    kiln_dtype_name(ta));
+                    g->trans_b ? " (B stored [N, K])" : "", kiln_dtype_name(ta));
+    return 1;
+}
+
+/* The epilogue chain after the GEMM (ops 1.. of c), each op reading the previous one's result:
+ * a bias add (when the GEMM has none, before the activation), ReLU or GELU (one), then a cast
+ * (last). cuBLASLt applies them to the fp32 accumulator and rounds once to the cast's dtype.
+ * GELU's erf form is matched too and run as cuBLASLt's tanh form: whether that is within the
+ * problem's tolerance is the gate's proof to make, not the matcher's assumption. Updates g's
+ * epilogue and d_type, m's bias role and its "gelu_erf" fact. */
+static int match_epilogue(const kiln_problem *p, const kiln_opchain *c, kiln_lt_gemm *g,
+                          kiln_match *m, char *why, size_t why_len) {
+    int bias = m->input_of_role[ROLE_BIAS] >= 0, act = 0, erf = 0, cast = 0;
+    for (int i = 1; i < c->n_ops; i++) {
+        const kiln_op *op = &c->ops[i];
+        const kiln_arg *x = kiln_op_arg(op, 0, "self");
+        int add = kiln_op_is(op, "aten::add.Tensor");
+        int relu = kiln_op_is(op, "aten::relu.default");
+        int gelu = kiln_op_is(op, "aten::gelu.default");
+        int to = kiln_op_is(op, "aten::to.dtype") || kiln_op_is(op, "aten::_to_copy.default");
+        const kiln_arg *other = add ? kiln_op_arg(op, 1, "other") : NULL;
+        if (add && other && kiln_arg_is_result(other, i - 1, 0)) { /* bias + gemm */
+            const kiln_arg *t = x;
+            x = other;
+            other = t;
+        }
+        if (cast || !x || !kiln_arg_is_result(x, i - 1, 0) || !(add || relu || gelu || to)) {
+            kiln_family_fmt(why, why_len,
+                            "%s after the GEMM is not an epilogue cuBLASLt fuses (one bias add, "
+                            "then ReLU or GELU, then a cast, each reading the previous result)",
+                            op->aten);
+            return 0;
+        }
+        if (add) {
+            int ib = kiln_arg_input(other);
+            if (bias || act || ib < 0 || kiln_arg_num(kiln_op_arg(op, 2, "alpha"), 1) != 1) {
+                kiln_family_fmt(why, why_len,
+                                "%s: cuBLASLt adds one bias (an input, alpha 1) before the "
+                                "activation",
+                                op->aten);
+                return 0;
+            }
+            if (!bias_ok(p, ib, g->n, g->a_type, why, why_len))
+                return 0;
+            m->input_of_role[ROLE_BIAS] = ib;
+            bias = 1;
+        } else if (relu || gelu) {
+            const kiln_arg *ap = gelu ? kiln_op_arg(op, 1, "approximate") : NULL;
+            int tanh_form = ap && ap->kind == KILN_ARG_OTHER && !strcmp(ap->text, "tanh");
+            if (act ||
+                (ap && ap->kind == KILN_ARG_OTHER && !tanh_form && strcmp(ap->text, "none"))) {
+                kiln_family_fmt(why, why_len, "%s: cuBLASLt applies one activation, ReLU or GELU",
+                                op->aten);
+                return 0;
+            }
+            act = relu ? 1 : 2;
+            erf = gelu && !tanh_form;
+        } else {
+            const kiln_arg *dt =
+                kiln_op_arg(op, kiln_op_is(op, "aten::to.dtype") ? 1 : -1, "dtype");
+            if (!dt || dt->kind != KILN_ARG_DTYPE || !is_gemm_dtype(dt->dtype)) {
+                kiln_family_fmt(why, why_len, "%s: a cast to bfloat16, float16 or float32 only",
+                                op->aten);
+                return 0;
+            }
+            g->d_type = dt->dtype;
+            cast = 1;
+        }
+    }
+    static const kiln_lt_epilogue epi[2][3] = {
+        {KILN_LT_EPI_NONE, KILN_LT_EPI_RELU, KILN_LT_EPI_GELU},
+        {KILN_LT_EPI_BIAS, KILN_LT_EPI_BIAS_RELU, KILN_LT_EPI_BIAS_GELU}};
+    g->epilogue = epi[bias][act];
+    kiln_match_set(m, "gelu_erf", erf);
     return 1;
 }
 
 /* The GEMM m describes (match facts hold its fields). */
 static kiln_lt_gemm gemm_of(const kiln_match *m) {
     kiln_dtype t = (kiln_dtype)kiln_match_get(m, "dtype", 0);
+    kiln_dtype td = (kiln_dtype)kiln_match_get(m, "d_dtype", t);
     return (kiln_lt_gemm){.m = (int64_t)kiln_match_get(m, "m", 1),
                           .n = (int64_t)kiln_match_get(m, "n", 1),
                           .k = (int64_t)kiln_match_get(m, "k", 1),
@@ -207,14 +285,13 @@ static kiln_lt_gemm gemm_of(const kiln_match *m) {
                           .stride_d = (int64_t)kiln_match_get(m, "stride_d", 0),
                           .a_type = t,
                           .b_type = t,
-                          .d_type = t,
+                          .d_type = td,
                           .trans_a = (int)kiln_match_get(m, "trans_a", 0),
                           .trans_b = (int)kiln_match_get(m, "trans_b", 0),
                           .lda = (int64_t)kiln_match_get(m, "lda", 0),
                           .ldb = (int64_t)kiln_match_get(m, "ldb", 0),
                           .ldd = (int64_t)kiln_match_get(m, "ldd", 0),
-                          .epilogue = m->input_of_role[ROLE_BIAS] >= 0 ? KILN_LT_EPI_BIAS
-                                                                       : KILN_LT_EPI_NONE,
+                          .epilogue = (kiln_lt_epilogue)kiln_match_get(m, "epilogue", 0),
                           .bias_type = t};
 }
 
@@ -236,15 +313,29 @@ static int lt_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     }
     int ok = 0;
     kiln_lt_gemm g;
-    if (c->n_ops != 1 || p->n_outputs != 1 || c->n_outputs != 1)
-        kiln_family_fmt(why, why_len, "%d ops and %d outputs: the family takes one GEMM", c->n_ops,
+    if (p->n_outputs != 1 || c->n_outputs != 1)
+        kiln_family_fmt(why, why_len, "%d outputs: the family writes one, the GEMM's",
                         p->n_outputs);
     else
-        ok = match_op(p, &c->ops[0], &g, m, why, why_len);
+        ok = match_op(p, &c->ops[0], &g, m, why, why_len) &&
+             match_epilogue(p, c, &g, m, why, why_len);
+    if (ok &&
+        (c->outputs[0].input >= 0 || c->outputs[0].op != c->n_ops - 1 || c->outputs[0].slot != 0)) {
+        kiln_family_fmt(why, why_len, "the output is not the last op's result");
+        ok = 0;
+    }
+    if (ok && p->outputs[0].dtype != g.d_type) {
+        kiln_family_fmt(why, why_len, "the output is %s, the GEMM and its epilogue write %s",
+                        kiln_dtype_name(p->outputs[0].dtype), kiln_dtype_name(g.d_type));
+        ok = 0;
+    }
     if (ok && (p->outputs[0].layout.permuted || p->outputs[0].layout.expanded)) {
         kiln_family_fmt(why, why_len, "the output is stored permuted: not mapped");
         ok = 0;
     }
+    const char *gemm_name = ok ? c->ops[0].name : "";
+    char name[64];
+    kiln_family_fmt(name, sizeof name, "%s", gemm_name);
     kiln_opchain_free(c);
     kiln_lt_view view;
     if (ok && kiln_lt_gemm_view(&g, &view, &err) != KILN_OK) {
@@ -266,6 +357,21 @@ static int lt_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     kiln_match_set(m, "lda", (double)g.lda);
     kiln_match_set(m, "ldb", (double)g.ldb);
     kiln_match_set(m, "ldd", (double)g.ldd);
+    kiln_match_set(m, "d_dtype", (double)g.d_type);
+    kiln_match_set(m, "epilogue", (double)g.epilogue);
+    int erf = kiln_match_get(m, "gelu_erf", 0) != 0;
+    kiln_family_fmt(m->variant, sizeof m->variant, "%s%s%s%s%s", name,
+                    g.epilogue != KILN_LT_EPI_NONE ? "_" : "",
+                    g.epilogue != KILN_LT_EPI_NONE ? kiln_lt_epilogue_name(g.epilogue) : "",
+                    g.d_type != g.a_type ? "_to_" : "",
+                    g.d_type != g.a_type ? kiln_dtype_name(g.d_type) : "");
+    size_t len = strlen(m->how);
+    kiln_family_fmt(m->how + len, sizeof m->how - len, "%s%s%s%s",
+                    g.epilogue != KILN_LT_EPI_NONE ? ", epilogue " : "",
+                    g.epilogue != KILN_LT_EPI_NONE ? kiln_lt_epilogue_name(g.epilogue) : "",
+                    erf ? " (the captured GELU is erf's; cuBLASLt's is tanh's: the gate decides)"
+                        : "",
+                    g.d_type != g.a_type ? ", written as the cast's dtype" : "");
     return 1;
 }
 
@@ -299,15 +405,17 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
     return kiln_family_source(&kiln_family_cublaslt, m, pt, body);
 }
 
-/* A plain GEMM: fp32 accumulation in k order, the bias added to the accumulator, one rounding to
- * the output type (as cuBLASLt and eager do). */
+/* A plain GEMM computing what cuBLASLt does: fp32 accumulation in k order, then the epilogue on
+ * the accumulator (the bias added, ReLU or GELU's tanh form, whatever the captured GELU was), one
+ * rounding to the output type. */
 static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
     kiln_lt_gemm g = gemm_of(m);
     const kiln_kernel_type t = kiln_dtype_kernel_type(g.a_type, 0);
+    const kiln_kernel_type td = kiln_dtype_kernel_type(g.d_type, 0);
     const char *A = p->inputs[m->input_of_role[ROLE_A]].name;
     const char *B = p->inputs[m->input_of_role[ROLE_B]].name;
     const char *D = p->outputs[m->output_of_role[0]].name;
-    int has_bias = m->input_of_role[ROLE_BIAS] >= 0;
+    int has_bias = kiln_lt_epilogue_has_bias(g.epilogue);
     kiln_strbuf b = {0};
     char *proto = kiln_family_prototype(p, 0, 0, NULL, "gemm_kernel");
     kiln_strbuf_printf(&b, "// cpu: the cuBLASLt configuration does not apply\n");
@@ -330,17 +438,23 @@ static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
                        "                for (int64_t k = 0; k < %lldLL; k++)\n"
                        "                    acc += %s(kiln_a[%s]) * %s(kiln_b[%s]);\n",
                        (long long)g.batch, (long long)g.m, t.type, A, (long long)g.stride_a, t.type,
-                       B, (long long)g.stride_b, t.type, D, (long long)g.stride_d, (long long)g.ldd,
-                       (long long)g.n, (long long)g.k, t.to_float, ia, t.to_float, ib);
+                       B, (long long)g.stride_b, td.type, D, (long long)g.stride_d,
+                       (long long)g.ldd, (long long)g.n, (long long)g.k, t.to_float, ia, t.to_float,
+                       ib);
     if (has_bias)
         kiln_strbuf_printf(&b, "                acc += %s(%s[j]);\n", t.to_float,
                            p->inputs[m->input_of_role[ROLE_BIAS]].name);
+    if (g.epilogue == KILN_LT_EPI_RELU || g.epilogue == KILN_LT_EPI_BIAS_RELU)
+        kiln_strbuf_printf(&b, "                acc = acc < 0.0f ? 0.0f : acc;\n");
+    if (g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU)
+        kiln_strbuf_printf(&b, "                acc = 0.5f * acc * (1.0f + tanhf(0.7978845608f * "
+                               "(acc + 0.044715f * acc * acc * acc)));\n");
     kiln_strbuf_printf(&b,
                        "                kiln_d[j] = %s(acc);\n"
                        "            }\n"
                        "        }\n"
                        "}\n",
-                       t.from_float);
+                       td.from_float);
     int64_t first[KILN_FAMILY_MAX_PARAMS] = {0};
     return kiln_family_source(&kiln_family_cublaslt, m, first, b.s);
 }
@@ -349,16 +463,17 @@ static char *lt_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     return cuda ? emit_cuda(p, m, pt) : emit_cpu(p, m);
 }
 
-/* A, B and D once each, and the bias. */
+/* A, B and D once each, and the bias: the epilogue's intermediates are never stored. */
 static double lt_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
     (void)p;
     (void)w;
     kiln_lt_gemm g = gemm_of(m);
     double es = (double)kiln_dtype_size(g.a_type);
     double batch_a = g.stride_a ? (double)g.batch : 1, batch_b = g.stride_b ? (double)g.batch : 1;
-    double bytes = es * ((double)g.m * (double)g.k * batch_a + (double)g.k * (double)g.n * batch_b +
-                         (double)g.m * (double)g.n * (double)g.batch);
-    if (m->input_of_role[ROLE_BIAS] >= 0)
+    double bytes =
+        es * ((double)g.m * (double)g.k * batch_a + (double)g.k * (double)g.n * batch_b) +
+        (double)kiln_dtype_size(g.d_type) * (double)g.m * (double)g.n * (double)g.batch;
+    if (kiln_lt_epilogue_has_bias(g.epilogue))
         bytes += es * (double)g.n;
     return bytes;
 }
@@ -385,8 +500,9 @@ static int lt_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
 
 const kiln_family kiln_family_cublaslt = {
     .name = "cublaslt",
-    .summary = "one captured GEMM (linear, mm, matmul, bmm, addmm) run by cuBLASLt with one of "
-               "the configurations it accepts on the device",
+    .summary = "one captured GEMM (linear, mm, matmul, bmm, addmm), with the bias / ReLU / GELU / "
+               "cast epilogue cuBLASLt fuses, run by cuBLASLt with one of the configurations it "
+               "accepts on the device",
     .n_params = 3,
     .params =
         {

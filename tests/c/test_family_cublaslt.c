@@ -1,6 +1,7 @@
 /* test_family_cublaslt.c: the cublaslt family's matcher on the problems of
  * tests/data/families/cublaslt (linear with and without bias, mm with either operand captured
- * transposed, bmm, batched matmul, addmm) and on the ones it must decline, with the reason; the
+ * transposed, bmm, batched matmul, addmm, and GEMM + epilogue chains: a bias add, ReLU, GELU of
+ * either form, a final cast) and on the ones it must decline, with the reason; the
  * cuda candidate's directive parsed back into the GEMM the capture describes (the emit/parse round
  * trip); flops and bytes; and the cpu candidate's plain GEMM. No GPU. */
 #include <setjmp.h>
@@ -25,16 +26,29 @@ typedef struct {
     kiln_dtype t;
     int bias; /* the bias's ABI parameter index, -1 without */
     int a, b, d;
+    kiln_lt_epilogue epi;
+    kiln_dtype td; /* D's dtype: t, or a fused cast's */
 } gemm_case;
 
+#define NONE KILN_LT_EPI_NONE
+#define BIAS KILN_LT_EPI_BIAS
 static const gemm_case CASES[] = {
-    {"linear_bf16_3d", 18, 24, 40, 1, 0, 1, 40, 40, 24, KILN_BF16, -1, 0, 1, 2},
-    {"linear_bias_f32", 17, 20, 33, 1, 0, 1, 33, 33, 20, KILN_F32, 2, 0, 1, 3},
-    {"mm_f16_wt", 12, 20, 48, 1, 0, 1, 48, 48, 20, KILN_F16, -1, 0, 1, 2},
-    {"mm_f32_at", 10, 14, 24, 1, 1, 0, 10, 14, 14, KILN_F32, -1, 0, 1, 2},
-    {"bmm_bf16", 16, 24, 32, 3, 0, 0, 32, 24, 24, KILN_BF16, -1, 0, 1, 2},
-    {"matmul_f32_batched", 8, 12, 16, 2, 0, 1, 16, 16, 12, KILN_F32, -1, 0, 1, 2},
-    {"addmm_bf16", 16, 24, 64, 1, 0, 1, 64, 64, 24, KILN_BF16, 0, 1, 2, 3},
+    {"linear_bf16_3d", 18, 24, 40, 1, 0, 1, 40, 40, 24, KILN_BF16, -1, 0, 1, 2, NONE, KILN_BF16},
+    {"linear_bias_f32", 17, 20, 33, 1, 0, 1, 33, 33, 20, KILN_F32, 2, 0, 1, 3, BIAS, KILN_F32},
+    {"mm_f16_wt", 12, 20, 48, 1, 0, 1, 48, 48, 20, KILN_F16, -1, 0, 1, 2, NONE, KILN_F16},
+    {"mm_f32_at", 10, 14, 24, 1, 1, 0, 10, 14, 14, KILN_F32, -1, 0, 1, 2, NONE, KILN_F32},
+    {"bmm_bf16", 16, 24, 32, 3, 0, 0, 32, 24, 24, KILN_BF16, -1, 0, 1, 2, NONE, KILN_BF16},
+    {"matmul_f32_batched", 8, 12, 16, 2, 0, 1, 16, 16, 12, KILN_F32, -1, 0, 1, 2, NONE, KILN_F32},
+    {"addmm_bf16", 16, 24, 64, 1, 0, 1, 64, 64, 24, KILN_BF16, 0, 1, 2, 3, BIAS, KILN_BF16},
+    /* gemm_epilogue chains: the epilogue and a final cast fused into the one call */
+    {"linear_bias_gelu_bf16", 16, 24, 40, 1, 0, 1, 40, 40, 24, KILN_BF16, 2, 0, 1, 3,
+     KILN_LT_EPI_BIAS_GELU, KILN_BF16},
+    {"mm_add_relu_f16", 12, 20, 48, 1, 0, 1, 48, 48, 20, KILN_F16, 2, 0, 1, 3,
+     KILN_LT_EPI_BIAS_RELU, KILN_F16},
+    {"matmul_badd_gelu_f32", 8, 12, 16, 1, 0, 0, 16, 12, 12, KILN_F32, 2, 0, 1, 3,
+     KILN_LT_EPI_BIAS_GELU, KILN_F32},
+    {"linear_gelu_erf_to_f32", 18, 24, 40, 1, 0, 1, 40, 40, 24, KILN_BF16, -1, 0, 1, 2,
+     KILN_LT_EPI_GELU, KILN_F32},
 };
 
 static kiln_problem *load(const char *sub) {
@@ -95,8 +109,9 @@ static void test_match_and_directive(void **state) {
                          (long long)g->batch, g->trans_a, g->trans_b, (long long)g->lda,
                          (long long)g->ldb, (long long)g->ldd);
             assert_int_equal(g->a_type, c->t);
-            assert_int_equal(g->d_type, c->t);
-            assert_int_equal(g->epilogue, c->bias >= 0 ? KILN_LT_EPI_BIAS : KILN_LT_EPI_NONE);
+            assert_int_equal(g->d_type, c->td);
+            assert_int_equal(g->epilogue, c->epi);
+            assert_int_equal(kiln_lt_epilogue_has_bias(g->epilogue), c->bias >= 0);
             assert_int_equal(d.arg_a, c->a);
             assert_int_equal(d.arg_b, c->b);
             assert_int_equal(d.arg_bias, c->bias);
@@ -125,12 +140,29 @@ static void test_match_and_directive(void **state) {
             bad.arg_d = d.arg_a;
             assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
             assert_non_null(strstr(err.msg, "not an output"));
+            /* D written in another dtype than the output's (a cast the problem does not make) */
+            bad = d;
+            bad.gemm.d_type = c->td == KILN_F32 ? KILN_BF16 : KILN_F32;
+            assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
+            /* a bias epilogue without its bias (cuBLASLt would read a null pointer), or a bias
+             * argument the epilogue ignores */
+            bad = d;
+            bad.gemm.epilogue = c->bias >= 0 ? KILN_LT_EPI_GELU : KILN_LT_EPI_BIAS_GELU;
+            assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
+            assert_non_null(strstr(err.msg, "bias argument"));
+            if (c->bias >= 0) { /* the bias in the dtype the GEMM says */
+                bad = d;
+                bad.gemm.bias_type = c->t == KILN_F32 ? KILN_BF16 : KILN_F32;
+                assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
+                assert_non_null(strstr(err.msg, "args.bias"));
+            }
         }
         double flops = f->flops(p, &m, &p->workloads[0]);
         assert_true(flops == 2.0 * (double)(c->m * c->n * c->k * c->batch));
         double es = (double)kiln_dtype_size(c->t);
-        double bytes = es * (double)(c->batch * (c->m * c->k + c->k * c->n + c->m * c->n) +
-                                     (c->bias >= 0 ? c->n : 0));
+        double bytes =
+            es * (double)(c->batch * (c->m * c->k + c->k * c->n) + (c->bias >= 0 ? c->n : 0)) +
+            (double)kiln_dtype_size(c->td) * (double)(c->batch * c->m * c->n);
         assert_true(f->min_bytes(p, &m, &p->workloads[0]) == bytes);
         /* the cpu candidate: a plain C GEMM with the problem's entry point, no library line */
         char *cpu = f->emit(p, &m, pt, 0);
@@ -139,6 +171,10 @@ static void test_match_and_directive(void **state) {
         assert_non_null(strstr(cpu, c->trans_b ? "kiln_b[j * " : "kiln_b[k * "));
         assert_true((strstr(cpu, "acc += ") != NULL) &&
                     (strstr(cpu, "[j]);") != NULL) == (c->bias >= 0));
+        int gelu = c->epi == KILN_LT_EPI_GELU || c->epi == KILN_LT_EPI_BIAS_GELU;
+        int relu = c->epi == KILN_LT_EPI_RELU || c->epi == KILN_LT_EPI_BIAS_RELU;
+        assert_int_equal(strstr(cpu, "tanhf(0.7978845608f") != NULL, gelu);
+        assert_int_equal(strstr(cpu, "acc < 0.0f ? 0.0f : acc") != NULL, relu);
         free(cpu);
         kiln_problem_free(p);
     }
@@ -152,6 +188,9 @@ static void test_declines(void **state) {
         {"declined/addmm_beta", "beta or alpha other than 1"},
         {"declined/mm_f64", "float64"},
         {"declined/bmm_broadcast_batch", "permuted across its batch dims"},
+        {"declined/linear_silu", "aten::silu.default after the GEMM is not an epilogue"},
+        {"declined/linear_bias_add", "cuBLASLt adds one bias"},
+        {"declined/linear_gelu_relu", "cuBLASLt applies one activation"},
     };
     const kiln_family *f = kiln_family_find("cublaslt");
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {

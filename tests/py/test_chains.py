@@ -11,6 +11,11 @@ chain inside torch.compile with eager's outputs, and nowhere else; so does one w
 From the examples themselves: Gemma-4's mask chain is one op of every compiled layer, every VAE add +
 GroupNorm + SiLU chain one op of the compiled decoder, and Qwen-3.5's RMSNormGated (two activations) is
 replaced in eager, each with the model's own outputs.
+A GEMM with the pointwise epilogue cuBLASLt fuses after it (tests/data/chains/gemm_epilogue.py: nn.Linear +
+GELU (tanh), nn.Linear + ReLU, x @ w + b then GELU (erf)) is one chain problem with "pattern":
+"gemm_epilogue" each, which the cublaslt family matches; the gate proves the first two and refuses the
+third in float32 (cuBLASLt's GELU is the tanh form); Gemma-4's MLP gate projection + GELU and Qwen-3.5's
+in_proj_a + cast to float32 are ones too. The Linear + ReLU block's entry is one op of the compiled model.
 """
 
 from __future__ import annotations
@@ -229,7 +234,102 @@ def test_model_json_links_chains(runs):
             assert c["problem"] in model["ops"][i]["chain_problems"]
 
 
+def test_gemm_epilogue_blocks(tmp_path):
+    """Each GEMM whose result only a bias add, ReLU/GELU or a cast reads is written a second time with that
+    epilogue, its members the GEMM and those calls; the cublaslt family matches each one with the fused
+    epilogue, and the gate (not the matcher) refuses erf's GELU computed as cuBLASLt's tanh form in float32."""
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(GEMM_SCRIPT), "--out", str(run), "--device",
+                        "cpu", "--quiet", "--no-reference"], cwd=ROOT, env=kiln_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    found = {tuple(short(d["kiln"]["members"])): (p, d) for p, d in chains(run)
+             if d["kiln"].get("pattern") == "gemm_epilogue"}
+    tanh, relu, erf = (("linear.default", "gelu.default"), ("linear.default", "relu.default"),
+                       ("matmul.default", "add.Tensor", "gelu.default"))
+    assert set(found) == {tanh, relu, erf}, list(found)
+    ge = _script_module(GEMM_SCRIPT)
+    model = ge.build()
+    for members, (problem, d) in found.items():
+        assert d["kiln"]["calls"] == 2 and 0 < d["kiln"]["share"] < 1
+        inputs = real_inputs(problem)
+        x = inputs["input0"]
+        with torch.no_grad():
+            if members == erf:
+                want = torch.nn.functional.gelu(x @ inputs["input1"] + inputs["input2"])
+            else:
+                fc = model.fc1 if members == tanh else model.fc2
+                assert torch.equal(inputs["weight"], fc.weight)
+                want = (model.act1 if members == tanh else model.act2)(fc(x))
+        assert torch.equal(run_reference(d, inputs), want)
+        listed = run_kiln(["sweep", problem, "--backend", "cpu", "--list"])
+        variant = {tanh: "linear_bias_gelu", relu: "linear_bias_relu", erf: "matmul_bias_gelu"}[members]
+        assert f"matches family cublaslt ({variant})" in listed.stdout + listed.stderr, listed.stdout
+        res = prove(problem, "cublaslt", tmp_path / problem.name)
+        if members == erf:  # |gelu_erf - gelu_tanh| reaches 4e-4: over float32's tolerance
+            assert res["outcome"] == "mismatch", res
+            assert 1e-4 < res["evidence"]["max_abs_err"] < 1e-3, res["evidence"]
+        else:
+            assert res["outcome"] == "ok", res
+            assert res["summary"]["proved"] == res["summary"]["workloads"]
+
+
+def test_gemm_epilogue_entry_inside_torch_compile(tmp_path):
+    """The nn.Linear + ReLU block, optimized on the cpu backend (the cublaslt family's C GEMM with the
+    epilogue), is one op of the compiled graph: a hit, and the model's output torch.compile's."""
+    import kiln
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(GEMM_SCRIPT), "--out", str(run), "--device",
+                        "cpu", "--quiet", "--no-reference"], cwd=ROOT, env=kiln_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    found = [p for p, d in chains(run) if d["kiln"].get("pattern") == "gemm_epilogue"
+             and short(d["kiln"]["members"]) == ["linear.default", "relu.default"]]
+    assert len(found) == 1
+    library = optimize_alone(found, tmp_path / "opt")
+    ge = _script_module(GEMM_SCRIPT)
+    model = ge.build()
+    x = torch.randn(ge.ROWS, ge.IN)
+    with torch.no_grad():
+        want = torch.compile(model)(x)
+    torch._dynamo.reset()
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        assert inst.installed == [found[0].name], inst.summary()
+        with torch.no_grad():
+            got = model(x)
+        assert inst.stats()["hits"] == 1, (inst.stats(), inst.notes)
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+def test_example_gemm_epilogues(runs):
+    """Gemma-4's MLP: gelu(gate_proj(x)) * up_proj(x). The gate projection and its GELU (tanh) are one block
+    cuBLASLt fuses; the product with up_proj is not an epilogue it has, so the block ends at the GELU.
+    Qwen-3.5's in_proj_a and its cast to float32 are one too (D written as float32)."""
+    def blocks(run, suffix):
+        return [(p, d) for p, d in chains(run) if d["kiln"].get("pattern") == "gemm_epilogue"
+                and any(path.endswith(suffix) for path in d["kiln"]["module_paths"])]
+    found = blocks(runs["gemma4"], "mlp.gate_proj")
+    assert len(found) == 1, [d["kiln"]["module_paths"] for _, d in chains(runs["gemma4"])]
+    problem, d = found[0]
+    k = d["kiln"]
+    assert short(k["members"]) == ["linear.default", "gelu.default"]
+    assert k["ops"][1]["kwargs"] == {"approximate": "tanh"}
+    assert k["calls"] == len(k["module_paths"]) > 1
+    listed = run_kiln(["sweep", problem, "--backend", "cpu", "--list"])
+    assert "matches family cublaslt (linear_gelu)" in listed.stdout + listed.stderr
+    found = blocks(runs["qwen_moe"], "linear_attn.in_proj_a")
+    assert len(found) == 1 and short(found[0][1]["kiln"]["members"]) == ["linear.default", "to.dtype"]
+    assert found[0][1]["outputs"]["out0"]["dtype"] == "float32"
+    listed = run_kiln(["sweep", found[0][0], "--backend", "cpu", "--list"])
+    assert "matches family cublaslt (linear_to_float32)" in listed.stdout + listed.stderr
+
+
 CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
+GEMM_SCRIPT = ROOT / "tests" / "data" / "chains" / "gemm_epilogue.py"
 GN_CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "groupnorm_chain.py"
 
 

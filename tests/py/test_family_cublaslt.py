@@ -1,6 +1,7 @@
 """The cublaslt family end to end on the cpu backend: `kiln sweep --family cublaslt` on every problem
 under tests/data/families/cublaslt/ (linear with and without bias, mm with either operand captured
-transposed, bmm, batched matmul, addmm) emits the family's plain C GEMM, which the gate must prove
+transposed, bmm, batched matmul, addmm, and GEMM + epilogue chains: a bias add, ReLU, GELU, an erf GELU
+cast to float32) emits the family's plain C GEMM with cuBLASLt's epilogue, which the gate must prove
 "ok" against the PyTorch reference; the problems under declined/ match no family. The cpu candidate
 ignores the configuration index, so sweep's dedupe leaves one source per problem. On cuda the same
 problems become `// kiln: library cublaslt` candidates (docs/gemm.md), which need a GPU.
@@ -40,8 +41,8 @@ def run_kiln(args: list, timeout: float = TIMEOUT_S) -> subprocess.CompletedProc
 
 
 def test_problem_set_present():
-    assert len(problems(DATA)) >= 7, "tests/data/families/cublaslt lost its problems"
-    assert len(problems(DATA / "declined")) >= 3
+    assert len(problems(DATA)) >= 11, "tests/data/families/cublaslt lost its problems"
+    assert len(problems(DATA / "declined")) >= 6
 
 
 @pytest.mark.parametrize("problem", problems(DATA))

@@ -62,6 +62,95 @@ def write(dirname, name, description, aten, args, inputs, out_shape, dtype, kwar
 T = [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}]
 
 
+def write_chain(dirname, name, description, ops, reference, inputs, out_shape, out_dtype, declines=None):
+    """A GEMM and its epilogue as capture writes a "gemm_epilogue" chain: ops over {"ref": NAME}, the
+    straight-line reference (body lines of run()), inputs {name: (stored shape, dtype, permute or None)}."""
+    d = os.path.join(dirname, name)
+    os.makedirs(d, exist_ok=True)
+    sizes = sorted({v for s, _, _ in inputs.values() for v in s} | set(out_shape))
+    layouts = {n: ({"stored": "memory_order", "stored_shape": shape, "permute": perm} if perm else
+                   {"stored": "contiguous"}) for n, (shape, _, perm) in inputs.items()}
+    layouts["out0"] = {"stored": "contiguous"}
+    lines = ["import torch", "", "", "@torch.no_grad()", f"def run({', '.join(inputs)}):"]
+    for n, (shape, _, perm) in inputs.items():
+        if perm:
+            lines.append(f"    {n} = {n}.permute({', '.join(map(str, perm))})  # captured as a transposed view")
+    lines += [f"    {line}" for line in reference]
+    definition = {
+        "name": f"cublaslt_{name}", "op_type": "chain", "description": description,
+        "axes": {axis_name(v): {"type": "const", "value": v} for v in sizes},
+        "inputs": {n: {"shape": [axis_name(v) for v in s], "dtype": t} for n, (s, t, _) in inputs.items()},
+        "outputs": {"out0": {"shape": [axis_name(v) for v in out_shape], "dtype": out_dtype}},
+        "reference": "\n".join(lines) + "\n",
+        "kiln": {"kind": "chain", "pattern": "gemm_epilogue", "members": [op["aten"] for op in ops], "calls": 1,
+                 "ops": ops, "outputs": [ops[-1]["out"]], "layouts": layouts},
+    }
+    if declines:
+        definition["description"] += f" The family declines it: {declines}."
+    with open(os.path.join(d, "definition.json"), "w") as f:
+        json.dump(definition, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(d, "workload.jsonl"), "w") as f:
+        line = {"uuid": str(uuid.uuid5(NS, name)), "axes": {}, "inputs": {n: {"type": "random"} for n in inputs}}
+        f.write(json.dumps(line) + "\n")
+
+
+def op(aten, args, out, dtype, **kwargs):
+    o = {"aten": aten, "args": [{"ref": a} if isinstance(a, str) and a.isidentifier() else a for a in args],
+         "out": out, "dtypes": [dtype]}
+    if kwargs:
+        o["kwargs"] = kwargs
+    return o
+
+
+def chains(t):
+    """GEMM + epilogue chains: the bias (linear's, or an add after the GEMM), ReLU or GELU, a final cast."""
+    bf, f16, f32 = "bfloat16", "float16", "float32"
+    write_chain(t, "linear_bias_gelu_bf16", "F.linear(x, w, b) then GELU (tanh) in bfloat16: epilogue bias_gelu.",
+                [op("aten::linear.default", ["x", "w", "b"], "v0", bf),
+                 op("aten::gelu.default", ["v0"], "v1", bf, approximate="tanh")],
+                ["return torch.ops.aten.gelu.default(torch.ops.aten.linear.default(x, w, b), approximate='tanh')"],
+                {"x": ([16, 40], bf, None), "w": ([24, 40], bf, None), "b": ([24], bf, None)}, [16, 24], bf)
+    write_chain(t, "mm_add_relu_f16", "mm(x, w.t()) + b, then ReLU, in float16: the bias add joins the epilogue.",
+                [op("aten::mm.default", ["x", "w"], "v0", f16), op("aten::add.Tensor", ["v0", "b"], "v1", f16),
+                 op("aten::relu.default", ["v1"], "v2", f16)],
+                ["v0 = torch.ops.aten.mm.default(x, w)", "v1 = torch.ops.aten.add.Tensor(v0, b)",
+                 "return torch.ops.aten.relu.default(v1)"],
+                {"x": ([12, 48], f16, None), "w": ([20, 48], f16, [1, 0]), "b": ([20], f16, None)}, [12, 20], f16)
+    write_chain(t, "matmul_badd_gelu_f32", "b + matmul(a, w) (the bias first), then GELU (tanh), in float32.",
+                [op("aten::matmul.default", ["a", "w"], "v0", f32), op("aten::add.Tensor", ["b", "v0"], "v1", f32),
+                 op("aten::gelu.default", ["v1"], "v2", f32, approximate="tanh")],
+                ["v0 = torch.ops.aten.matmul.default(a, w)", "v1 = torch.ops.aten.add.Tensor(b, v0)",
+                 "return torch.ops.aten.gelu.default(v1, approximate='tanh')"],
+                {"a": ([8, 16], f32, None), "w": ([16, 12], f32, None), "b": ([12], f32, None)}, [8, 12], f32)
+    write_chain(t, "linear_gelu_erf_to_f32",
+                "F.linear(x, w) of a [2, 9, 40] bfloat16 input, GELU (erf), cast to float32: cuBLASLt's GELU "
+                "is the tanh form, which the gate proves within bfloat16's tolerance here.",
+                [op("aten::linear.default", ["x", "w"], "v0", bf), op("aten::gelu.default", ["v0"], "v1", bf),
+                 op("aten::to.dtype", ["v1", "torch.float32"], "v2", f32)],
+                ["v0 = torch.ops.aten.linear.default(x, w)", "v1 = torch.ops.aten.gelu.default(v0)",
+                 "return torch.ops.aten.to.dtype(v1, torch.float32)"],
+                {"x": ([2, 9, 40], bf, None), "w": ([24, 40], bf, None)}, [2, 9, 24], f32)
+    decl = os.path.join(t, "declined")
+    write_chain(decl, "linear_silu", "F.linear(x, w) then SiLU: not an epilogue cuBLASLt has.",
+                [op("aten::linear.default", ["x", "w"], "v0", f32), op("aten::silu.default", ["v0"], "v1", f32)],
+                ["return torch.ops.aten.silu.default(torch.ops.aten.linear.default(x, w))"],
+                {"x": ([4, 8], f32, None), "w": ([6, 8], f32, None)}, [4, 6], f32,
+                declines="aten::silu.default after the GEMM is not an epilogue cuBLASLt fuses")
+    write_chain(decl, "linear_bias_add", "F.linear(x, w, b) + c: a second bias.",
+                [op("aten::linear.default", ["x", "w", "b"], "v0", f32), op("aten::add.Tensor", ["v0", "c"], "v1", f32)],
+                ["return torch.ops.aten.add.Tensor(torch.ops.aten.linear.default(x, w, b), c)"],
+                {"x": ([4, 8], f32, None), "w": ([6, 8], f32, None), "b": ([6], f32, None), "c": ([6], f32, None)},
+                [4, 6], f32, declines="cuBLASLt adds one bias")
+    write_chain(decl, "linear_gelu_relu", "F.linear(x, w), GELU, then ReLU: two activations.",
+                [op("aten::linear.default", ["x", "w"], "v0", f32), op("aten::gelu.default", ["v0"], "v1", f32),
+                 op("aten::relu.default", ["v1"], "v2", f32)],
+                ["v1 = torch.ops.aten.gelu.default(torch.ops.aten.linear.default(x, w))",
+                 "return torch.ops.aten.relu.default(v1)"],
+                {"x": ([4, 8], f32, None), "w": ([6, 8], f32, None)}, [4, 6], f32,
+                declines="cuBLASLt applies one activation")
+
+
 def tests():
     t = HERE
     write(t, "linear_bf16_3d", "F.linear(x, w) of a [2, 9, 40] bfloat16 input: leading dims fold into rows.",
@@ -109,4 +198,5 @@ def bench():
 
 if __name__ == "__main__":
     tests()
+    chains(HERE)
     bench()
