@@ -236,7 +236,7 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     inst = Installation(lib, owns)
     inst.dispatch_mode = mode
     try:
-        _install_into(inst, lib, model, entries, compile_friendly or compile)
+        _install_into(inst, lib, model, entries, compile_friendly or compile, for_compile=compile)
         if compile and model is not None:
             model.compile()
         elif compile:
@@ -255,14 +255,16 @@ def _skip(inst: Installation, name: str, category: str, reason: str) -> None:
     inst.left_out[name] = category
 
 
-def _worth_it(inst: Installation, lib: Library, e: Entry, decisions: Optional[dict]) -> bool:
+def _worth_it(inst: Installation, lib: Library, e: Entry, decisions: Optional[dict], for_compile: bool = False) -> bool:
     """entries=None: `kiln tune`'s decision where install.json has one (it timed the call on this model,
-    dispatch included), else the library's verdict on the kernel plus the dispatch cost measured here
-    (kiln.install_cost). Records why an entry is left out."""
+    dispatch included; for_compile: its decision for kiln inside torch.compile, where it timed the compiled
+    model against torch.compile alone, when it made one), else the library's verdict on the kernel plus the
+    dispatch cost measured here (kiln.install_cost). Records why an entry is left out."""
     if decisions is not None and e.name in decisions:
         d = decisions.get(e.name) or {}
-        if not d.get("install", False):
-            _skip(inst, e.name, "left out by kiln tune", "kiln tune: " + str(d.get("reason", "not chosen")))
+        key, why = ("compile", "compile_reason") if for_compile and "compile" in d else ("install", "reason")
+        if not d.get(key, False):
+            _skip(inst, e.name, "left out by kiln tune", "kiln tune: " + str(d.get(why, "not chosen")))
             return False
         return True
     cost = None
@@ -279,7 +281,8 @@ def _worth_it(inst: Installation, lib: Library, e: Entry, decisions: Optional[di
     return ok
 
 
-def _install_into(inst: Installation, lib: Library, model, entries, compile_friendly: bool = False) -> None:
+def _install_into(inst: Installation, lib: Library, model, entries, compile_friendly: bool = False,
+                  for_compile: bool = False) -> None:
     import torch
     decisions = None
     if entries is None:
@@ -303,7 +306,7 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
         if e.disabled:
             _skip(inst, e.name, "disabled", e.disabled)
             continue
-        if entries is None and not _worth_it(inst, lib, e, decisions):
+        if entries is None and not _worth_it(inst, lib, e, decisions, for_compile):
             continue
         try:
             gate = _Gate(lib, e, inst)

@@ -157,6 +157,18 @@ def _model_section(report: dict) -> list:
                      f"called, aten entries where Inductor's decomposition of the op matches); kiln ran "
                      f"{_fmt(m.get('kiln_compile_hits_per_forward'), 'd')} kernel calls per compiled forward"
                      + (f", {vs:.2f}x against torch.compile alone." if vs else "."))
+    if m.get("kiln_compile_entries"):
+        lines.append(f"kiln + torch.compile timed with: {', '.join(f'`{n}`' for n in m['kiln_compile_entries'])}.")
+    alt = report.get("model_kiln_compile_alternative") or {}
+    if alt.get("kiln_compile_ms") is not None:
+        lines.append("Also timed inside torch.compile, with "
+                     f"{', '.join(f'`{n}`' for n in alt.get('kiln_compile_entries') or [])}: "
+                     f"{alt['kiln_compile_ms']:.3f} ms.")
+    if "compile_entries" in report:
+        lines.append("`kiln run --compile` installs " + (
+            ", ".join(f"`{n}`" for n in report["compile_entries"]) + " (faster than torch.compile alone)"
+            if report["compile_entries"] else "nothing: kiln + torch.compile was not faster than torch.compile "
+            "alone beyond the spreads, so it is torch.compile's own") + ".")
     if m.get("kiln_compile_note"):
         lines.append(f"kiln + torch.compile: {m['kiln_compile_note']}.")
     if m.get("kiln_compile_error") and m.get("kiln_compile_error") != m.get("compile_error"):

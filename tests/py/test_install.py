@@ -441,6 +441,27 @@ def test_default_entries_follow_install_json(library, tmp_path):
     lib.close()
 
 
+def test_compile_follows_install_json_s_compile_decision(library, tmp_path):
+    """kiln tune decides apart which entries go inside torch.compile (its "compile": the compiled model was
+    timed against torch.compile alone): install(compile=True) follows it, a plain install follows
+    "install", and an entry without a "compile" decision follows "install" in both."""
+    lib_dir = _copy_library(library, tmp_path)
+    lib = Library(lib_dir)
+    decided = {e.name: {"install": True, "reason": "won"} for e in lib.entries}
+    first = lib.entries[0].name
+    decided[first].update(compile=False, compile_reason="compile test")
+    with open(os.path.join(lib_dir, "install.json"), "w") as f:
+        json.dump({"kiln_install": 1, "manifest_sha256": lib.manifest_digest(), "entries": decided}, f)
+    inst = kiln.install(lib, compile=True)
+    assert first not in inst.installed and inst.skipped[first] == "kiln tune: compile test"
+    assert set(inst.installed) | set(inst.skipped) == set(decided)
+    kiln.uninstall()
+    inst = kiln.install(lib)
+    assert first in inst.installed
+    kiln.uninstall()
+    lib.close()
+
+
 def _judged_library(library, tmp_path) -> tuple:
     """A copy of the library without install.json whose entries say, as `kiln optimize` writes it: softmax
     beats eager by far (eager 1 s), RMSNorm was slower than eager in the gate, every other entry beats

@@ -407,6 +407,38 @@ def test_a_chain_entry_is_judged_by_the_gate_and_kept_for_kiln_plus_compile(monk
     assert report["model_kiln_compile_stale"] is True and "kiln_compile_note" not in report["model"]
 
 
+def test_kiln_run_compile_gets_the_set_that_beat_torch_compile(monkeypatch, tmp_path):
+    """install.json's "compile": the kiln + torch.compile set when it beat torch.compile alone beyond the
+    spreads, the chain entries alone when they were faster still, and no entry when neither beat it (Gemma-4
+    on the H200: softmax + RMSNorm inside the compiled graph, 19.79 ms against torch.compile's 19.19)."""
+    lib = types.SimpleNamespace(path=str(tmp_path), manifest_digest=lambda: "d")
+    opts = types.SimpleNamespace(deadline=None)
+    entries = [{"name": "soft", "installed": True}, {"name": "norm", "installed": True},
+               {"name": "chain", "installed": True, "compile_only": True}]
+
+    def check(chains_ms):
+        def timed(root, lib, opts, timer, out, eager_out=None, entries=None):
+            out.update(kiln_compile_ms=chains_ms, kiln_compile_spread_pct=1.0, kiln_compile_entries=entries)
+        monkeypatch.setattr(tune, "time_kiln_compile", timed)
+        report = {"model": {"root": "M", "grad_mode": "inference", "rounds": 5, "iterations": 8,
+                            "eager_ms": 33.9, "compile_ms": 19.19, "compile_spread_pct": 2.0,
+                            "kiln_compile_ms": 19.79, "kiln_compile_spread_pct": 3.5,
+                            "kiln_compile_entries": ["soft", "norm", "chain"], "kiln_compile_warmup_s": 30}}
+        decisions = {n: {"install": True, "reason": "won"} for n in ("soft", "norm", "chain")}
+        tune.choose_compile_set(None, lib, opts, None, report, decisions, entries)
+        saved = json.load(open(tmp_path / "install.json"))["entries"]
+        assert saved == decisions
+        return report, {n for n, d in decisions.items() if d["compile"]}
+    report, chosen = check(19.5)  # neither beats torch.compile alone; the column shows the faster set
+    assert chosen == set() and report["compile_entries"] == [] and report["model"]["kiln_compile_ms"] == 19.5
+    assert report["model_kiln_compile_alternative"]["kiln_compile_ms"] == 19.79
+    md = "\n".join(tune_report._model_section(dict(report, script=SCRIPT, script_args=[], run_dir="R")))
+    assert "`kiln run --compile` installs nothing" in md and "Also timed inside torch.compile, with `soft`" in md
+    report, chosen = check(17.0)  # the chain alone does
+    assert chosen == {"chain"} and report["model"]["kiln_compile_ms"] == 17.0
+    assert report["model_kiln_compile_alternative"]["kiln_compile_entries"] == ["soft", "norm", "chain"]
+
+
 def test_a_search_stopped_before_its_first_kernel_is_no_failure(tmp_path, monkeypatch):
     """kiln optimize stopped by tune at the end of its time (a 4 GiB problem's reference data outlasting a
     short --time on the H200) writes no library: step_optimize says so and returns, it does not end tune
