@@ -411,6 +411,35 @@ def test_sigint_stops_cleanly(template, tmp_path):
     assert (run / "library" / "manifest.json").exists()
 
 
+def test_sigint_while_preparing_prepares_nothing_more(template, tmp_path):
+    """Ctrl-C (or kiln tune stopping a search that overran) while the first problem's reference data is being
+    written: no further problem is prepared. It used to start the next one's, because the first searchable
+    problem is always prepared and none had been searched yet: on the H200 that was a 2 GiB problem's sets
+    begun after tune's signal."""
+    run = new_run(template, tmp_path, "prep")
+    for ref in run.glob("problems/*/kiln/ref-*"):
+        shutil.rmtree(ref)
+    assert len(list((run / "problems").iterdir())) >= 2
+    proc = subprocess.Popen(optimize_cmd(run, "--budget", 2), cwd=ROOT, env=kiln_env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if "writing reference data for" in line:
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        lines += proc.stderr.readlines()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    err = "".join(lines)
+    assert err.count("writing reference data for") == 1, err
+    assert "not prepared: interrupted" in err, err
+
+
 def test_time_limit_and_named_problems(template, tmp_path):
     # problem directories named on the command line instead of RUN/problems
     run = tmp_path / "named"
