@@ -440,6 +440,20 @@ def test_sigint_while_preparing_prepares_nothing_more(template, tmp_path):
     assert "not prepared: interrupted" in err, err
 
 
+def test_preparing_leaves_the_time_limit_to_candidates(template, tmp_path):
+    """Reference data is built before a problem is searched, and at real size it takes tens of seconds: with
+    --time 6, once the first problem's sets are written (a helper start-up here) the others would not fit in
+    preparing's share (40 %) and are skipped with that reason, and the first gets its candidates."""
+    run = new_run(template, tmp_path, "share")
+    for ref in run.glob("problems/*/kiln/ref-*"):
+        shutil.rmtree(ref)
+    r = run_optimize(run, "--budget", 2, "--time", 6, "--json")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("writing reference data for") == 1, r.stderr
+    assert "not prepared: its reference data would not fit in preparing's share" in r.stderr
+    assert query(run, "SELECT COUNT(*) FROM result")[0][0] >= 1
+
+
 def test_time_limit_and_named_problems(template, tmp_path):
     # problem directories named on the command line instead of RUN/problems
     run = tmp_path / "named"
