@@ -167,6 +167,10 @@ def parse_args(argv: list) -> argparse.Namespace:
     return opts
 
 
+MAX_SEARCH_ROUNDS = 4  # kiln optimize runs per tune: the first, then rounds for the problems it left unprepared
+MIN_SEARCH_ROUND_S = 20.0  # a round shorter than this would spend itself on reference data
+
+
 def _optimize_flags(opts) -> list:
     flags = ["--backend", opts.backend]
     if opts.budget is not None:
@@ -340,7 +344,9 @@ def _script_seconds(run_dir: str) -> float:
 def step_optimize(opts, report: dict, budget: Budget) -> None:
     """kiln optimize for what the budget leaves after the install check's reserve; its table (--json) goes to
     RUN/logs/optimize.json and report["problems"]. A search stopped by Ctrl-C or by the budget is not a
-    failure: the library it wrote has the best found so far. Nothing to optimise is not one either."""
+    failure: the library it wrote has the best found so far. Nothing to optimise is not one either. When the
+    search ends with time left and problems it left unprepared (their reference data did not fit in
+    preparing's share of its time), another round takes those, up to MAX_SEARCH_ROUNDS."""
     compile_too = opts.compile if opts.compile is not None else opts.backend == "cuda"
     reserve = budget.check_reserve(_script_seconds(opts.out), compile_too)
     search_s = budget.left() - reserve
@@ -350,32 +356,56 @@ def step_optimize(opts, report: dict, budget: Budget) -> None:
         _log(f"kiln tune [2/4] search: no time left for it ({budget.left():.0f} s of --time {opts.time:g} s "
              f"left, {reserve:.0f} s kept for the install check)")
         return
-    cmd = [_kiln_binary(), "optimize", opts.out, *_optimize_flags(opts), "--time", f"{search_s:.1f}", "--json"]
-    if opts.serve is not None:
-        cmd += [f"--serve={opts.serve}" if opts.serve else "--serve"]
     logs = os.path.join(opts.out, "logs")
     os.makedirs(logs, exist_ok=True)
     table_path = os.path.join(logs, "optimize.json")
-    _log(f"kiln tune [2/4] search: {search_s:.0f} s of the {opts.time:g} s budget ({reserve:.0f} s kept for the "
-         f"install check and the report): {' '.join(cmd)}")
+    problems: dict = {}  # name -> the latest row of it
+    named: list = []  # the problem directories of a later round
     t0 = time.perf_counter()
-    with open(table_path, "w") as table:
-        rc, how = run_child(cmd, stop_at=time.monotonic() + search_s + STOP_GRACE_S, stdout=table)
-    search.update(rc=rc, seconds=round(time.perf_counter() - t0, 2))
+    for round_no in range(1, MAX_SEARCH_ROUNDS + 1):
+        cmd = [_kiln_binary(), "optimize", opts.out, *named, *_optimize_flags(opts), "--time", f"{search_s:.1f}",
+               "--json"]
+        if opts.serve is not None:
+            cmd += [f"--serve={opts.serve}" if opts.serve else "--serve"]
+        if round_no == 1:
+            _log(f"kiln tune [2/4] search: {search_s:.0f} s of the {opts.time:g} s budget ({reserve:.0f} s kept for "
+                 f"the install check and the report): {' '.join(cmd)}")
+        path = table_path if round_no == 1 else os.path.join(logs, f"optimize.round{round_no}.json")
+        with open(path, "w") as table:
+            rc, how = run_child(cmd, stop_at=time.monotonic() + search_s + STOP_GRACE_S, stdout=table)
+        try:
+            with open(path) as f:
+                table = json.load(f)
+        except (OSError, ValueError):
+            table = None
+        for row in (table or {}).get("problems") or []:
+            problems[row.get("problem")] = row
+        search.update(rc=rc, rounds=round_no, stopped=how or (table or {}).get("stopped"))
+        if how or rc != 0 or not table or table.get("stopped") != "done":
+            break
+        unprepared = [r["problem"] for r in table.get("problems") or []
+                      if str(r.get("skipped") or "").startswith("not prepared")]
+        search_s = budget.left() - reserve
+        if not unprepared or search_s < MIN_SEARCH_ROUND_S:
+            break
+        named = [os.path.join(opts.out, "problems", n) for n in unprepared]
+        _log(f"kiln tune: the search ended with {search_s:.0f} s left: another round for the {len(unprepared)} "
+             f"problems it did not prepare")
+    search["seconds"] = round(time.perf_counter() - t0, 2)
     report["steps"]["optimize"] = {"rc": rc, "seconds": search["seconds"]}
-    try:
-        with open(table_path) as f:
-            table = json.load(f)
-    except (OSError, ValueError):
-        table = None
-    if table:
-        report["problems"] = table.get("problems") or []
-    search["stopped"] = how or (table or {}).get("stopped")
+    if problems:
+        report["problems"] = list(problems.values())
+        if search.get("rounds", 1) > 1:  # the table of every round's latest rows
+            with open(table_path) as f:
+                merged = json.load(f)
+            merged["problems"], merged["stopped"] = report["problems"], search["stopped"]
+            with open(table_path, "w") as f:
+                json.dump(merged, f, indent=1)
     if how == "interrupted":
         _log("kiln tune: search stopped (SIGINT): installing the best found so far")
     elif how == "out of time":
         _log("kiln tune: the search overran its time and was stopped")
-    if table and table.get("stopped") == "nothing to do":
+    if table and table.get("stopped") == "nothing to do" and search.get("rounds") == 1:
         search["stopped"] = "nothing to optimise"
         _log("kiln tune: nothing to optimise: no kernel family matches any problem (the report says why per op)")
         return

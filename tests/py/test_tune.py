@@ -439,6 +439,33 @@ def test_kiln_run_compile_gets_the_set_that_beat_torch_compile(monkeypatch, tmp_
     assert report["model_kiln_compile_alternative"]["kiln_compile_entries"] == ["soft", "norm", "chain"]
 
 
+def test_time_left_after_the_search_goes_to_the_problems_it_did_not_prepare(tmp_path, monkeypatch):
+    """kiln optimize leaves problems unprepared when their reference data would not fit in preparing's share
+    of its time; when it ends ("done") with time left, tune runs it again on those problems (named), merges
+    the rows, and stops at a round that leaves none (on the H200 Gemma-4's search ended 159 s early with
+    43 problems unprepared)."""
+    out = tmp_path / "run"
+    (out / "library").mkdir(parents=True)
+    (out / "library" / "manifest.json").write_text("{}")
+    opts = tune.parse_args([SCRIPT, "--backend", "cpu", "--out", str(out), "--skip-capture", "--no-compile"])
+    tables = [{"stopped": "done", "problems": [{"problem": "a", "best_us": 1.0},
+                                               {"problem": "b", "skipped": "not prepared: its reference data"}]},
+              {"stopped": "done", "problems": [{"problem": "b", "best_us": 2.0}]}]
+    cmds = []
+
+    def child(cmd, stop_at, stdout=None):
+        cmds.append(cmd)
+        json.dump(tables[len(cmds) - 1], stdout)
+        return 0, None
+    monkeypatch.setattr(tune, "run_child", child)
+    report = {"steps": {}}
+    tune.step_optimize(opts, report, tune.Budget(600))
+    assert len(cmds) == 2 and str(out / "problems" / "b") in cmds[1] and str(out / "problems" / "b") not in cmds[0]
+    assert report["search"]["rounds"] == 2 and report["search"]["stopped"] == "done"
+    assert {r["problem"]: r.get("best_us") for r in report["problems"]} == {"a": 1.0, "b": 2.0}
+    assert len(json.load(open(out / "logs" / "optimize.json"))["problems"]) == 2
+
+
 def test_a_search_stopped_before_its_first_kernel_is_no_failure(tmp_path, monkeypatch):
     """kiln optimize stopped by tune at the end of its time (a 4 GiB problem's reference data outlasting a
     short --time on the H200) writes no library: step_optimize says so and returns, it does not end tune
