@@ -49,13 +49,18 @@ def write(dirname, name, description, aten, args, inputs, out_shape, dtype, kwar
         "kiln": {"kind": "aten", "aten": aten, "calls": 1, "args": {"args": args, "kwargs": kwargs or {}},
                  "layouts": layouts},
     }
+    _write(d, name, definition, declines, names)
+
+
+def _write(d, name, definition, declines, input_names):
+    """definition.json (saying what the family declines, when it does) and one workload of random inputs."""
     if declines:
         definition["description"] += f" The family declines it: {declines}."
     with open(os.path.join(d, "definition.json"), "w") as f:
         json.dump(definition, f, indent=1)
         f.write("\n")
     with open(os.path.join(d, "workload.jsonl"), "w") as f:
-        line = {"uuid": str(uuid.uuid5(NS, name)), "axes": {}, "inputs": {n: {"type": "random"} for n in names}}
+        line = {"uuid": str(uuid.uuid5(NS, name)), "axes": {}, "inputs": {n: {"type": "random"} for n in input_names}}
         f.write(json.dumps(line) + "\n")
 
 
@@ -85,14 +90,7 @@ def write_chain(dirname, name, description, ops, reference, inputs, out_shape, o
         "kiln": {"kind": "chain", "pattern": "gemm_epilogue", "members": [op["aten"] for op in ops], "calls": 1,
                  "ops": ops, "outputs": [ops[-1]["out"]], "layouts": layouts},
     }
-    if declines:
-        definition["description"] += f" The family declines it: {declines}."
-    with open(os.path.join(d, "definition.json"), "w") as f:
-        json.dump(definition, f, indent=1)
-        f.write("\n")
-    with open(os.path.join(d, "workload.jsonl"), "w") as f:
-        line = {"uuid": str(uuid.uuid5(NS, name)), "axes": {}, "inputs": {n: {"type": "random"} for n in inputs}}
-        f.write(json.dumps(line) + "\n")
+    _write(d, name, definition, declines, inputs)
 
 
 def op(aten, args, out, dtype, **kwargs):
