@@ -34,7 +34,8 @@ import uuid
 from typing import TYPE_CHECKING, Optional
 
 from kiln.install_aten import _schema_mode
-from kiln.install_gate import _Slot, _template, _Unsupported
+from kiln.install_assumes import StructureCache, checks_of, guarded_kernel
+from kiln.install_gate import _Slot, _template, _Unsupported, same_layout
 from kiln.install_module import _OP_NAMESPACE, _op_name, entry_op_fake, entry_op_kernel, entry_op_schema
 
 if TYPE_CHECKING:
@@ -199,7 +200,8 @@ def _same_tensor(val, shape, stride, dtype, device) -> bool:
     if not isinstance(val, torch.Tensor) or val.dtype != dtype or val.device != device:
         return False
     try:
-        return tuple(int(s) for s in val.shape) == shape and tuple(int(s) for s in val.stride()) == stride
+        return tuple(int(s) for s in val.shape) == shape and same_layout(shape, tuple(int(s) for s in val.stride()),
+                                                                         stride)
     except (TypeError, ValueError, RuntimeError):  # a symbolic size: not the gate's shape
         return False
 
@@ -289,6 +291,7 @@ class InductorPatterns:
         self.pass_ = None
         self.previous = None
         self.traced = False
+        self.structures = StructureCache()  # the band checks of the entries' masks
         tags = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
         try:
             for aten_op, ae in aten_entries:
@@ -311,7 +314,12 @@ class InductorPatterns:
                 entry = gate.entry
                 name = _op_name(entry.name, inst._op_names)
                 self.oplib.define(entry_op_schema(name, gate), tags=tags)
-                self.oplib.impl(name, entry_op_kernel(gate, entry, inst, entry.target), key)
+                kernel = entry_op_kernel(gate, entry, inst, entry.target)
+                checks = checks_of(entry)
+                if checks:  # what the kernel assumes of the contents, checked first (install_assumes)
+                    kernel = guarded_kernel(kernel, gate, checks, _chain_search_fn(entry, len(gate.inputs)), inst,
+                                            entry.target, self.structures)
+                self.oplib.impl(name, kernel, key)
                 torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=self.oplib)
                 overload = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
                 self.patterns.append(_AtenPattern(None, types.SimpleNamespace(gate=gate), overload,

@@ -456,3 +456,114 @@ def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
     finally:
         kiln.uninstall(inst)
         torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module")
+def gemma_attention(runs, tmp_path_factory):
+    """The Gemma-4 --small sliding layers' attention block (one chain problem of pattern "attention" for the five
+    layers; the full layer's, head dim 512 with its mask's computation joined, is another the family declines),
+    optimized alone on the cpu backend: (problem dir, definition, library dir)."""
+    found = [(p, d) for p, d in chains(runs["gemma4"]) if d["kiln"].get("pattern") == "attention"
+             and len(d["kiln"]["members"]) == 6]
+    assert len(found) == 1, [p.name for p, _ in found]
+    problem, d = found[0]
+    return problem, d, optimize_alone([problem], tmp_path_factory.mktemp("gemma_attention"))
+
+
+def test_gemma_attention_installed_inside_torch_compile(gemma_attention, tmp_path):
+    """The attention block, proven by the attention family on the cpu backend, is one op of each sliding layer's
+    compiled attention: a hit per sliding layer per forward, the mask (one tensor for those layers) checked once
+    a forward. Logits against eager: this random bf16 model moves ~10 % (relative L2) when 5 % of the attention
+    outputs move by one bf16 ulp, and torch.compile alone is ~25 % from eager, so the block itself is held to
+    eager on the real tensors (the op on layer 0's q, k, mask, v within the gate's tolerance), and the logits
+    to torch.compile's distance from eager."""
+    import kiln
+    problem, d, library = gemma_attention
+    res = prove(problem, "attention", tmp_path / "prove")
+    assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], res
+    entry = json.loads((library / "manifest.json").read_text())["entries"][0]
+    assert entry["candidate"]["family"] == "attention", entry["candidate"]
+    mask = d["kiln"]["ops"][2]["args"][1]["ref"]  # the add's tensor
+    assert entry["assumes"] == {mask: {"structure": {"kind": "band", "lower": -31, "upper": 0}}}  # window 32
+    model, ids = example_model("gemma4")
+    with torch.no_grad():
+        want = model(ids).logits.float()
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        assert inst.installed == [problem.name], inst.summary()
+        with torch.no_grad():
+            got = model(ids).logits.float()
+            again = model(ids).logits.float()
+        stats = inst.stats()
+        assert stats["hits"] == 2 * d["kiln"]["calls"] == 10 and stats["misses"] == 0, stats
+        assert inst._inductor.structures.checks == 2, "one mask check a forward"
+        assert torch.equal(got, again)
+        assert (got - want).norm() / want.norm() < 0.35
+        # the installed op on the captured layer's own tensors, in the layouts the model passes: eager's block
+        inputs = real_inputs(problem)
+        q, k, m, v = (inputs[f"input{i}"] for i in range(4))
+        qs, ks, vs = q.permute(0, 2, 1, 3), k.permute(2, 3, 1, 0).expand(1, 2, 64, 64), v.expand(1, 2, 64, 64)
+        op = getattr(torch.ops.kiln, inst.custom_ops[problem.name].split("::")[1])
+        block = run_reference(d, inputs)
+        tol = entry["tolerance_met"]["tolerance"]
+        assert torch.allclose(op(qs, ks, m, vs).float(), block.float(), atol=tol["atol"], rtol=tol["rtol"])
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+class _TwoMasks(torch.nn.Module):
+    """Gemma-4's eager attention block (q stored [b, s, h, d], one kv head expanded over two q heads) called once
+    per mask, as Gemma-4's sliding and full layers call it: masks of one shape and dtype, different bands."""
+
+    def forward(self, x, kv, masks):
+        outs = []
+        for mask in masks:
+            q = x.transpose(1, 2)
+            k = kv.transpose(2, 3).expand(1, 2, 64, 64)
+            v = kv.expand(1, 2, 64, 64)
+            w = torch.softmax(torch.matmul(q, k) * 1.0 + mask, -1, dtype=torch.float32).to(torch.bfloat16)
+            outs.append(torch.matmul(w, v))
+        return outs
+
+
+def _band(window):
+    """[1, 1, 64, 64] bf16: key j of query i kept iff i - window < j <= i (None: full causal), else finfo.min."""
+    i, j = torch.arange(64)[:, None], torch.arange(64)[None, :]
+    keep = (j <= i) & ((j > i - window) if window else True)
+    return torch.where(keep, 0.0, torch.finfo(torch.bfloat16).min).to(torch.bfloat16)[None, None].contiguous()
+
+
+def test_attention_band_kernel_checks_the_mask(gemma_attention):
+    """The Gemma-4 kernel skips the tiles outside its sliding window of 32, so a layer whose mask has the same
+    shape and dtype but keeps more (full causal) must not run it: the installed op checks each mask's band once
+    per tensor (and again after it is written), runs the kernel where the mask masks everything outside the
+    window (window 32, and 16 inside it), and the eager block elsewhere (a miss); every output is eager's."""
+    import kiln
+    problem, d, library = gemma_attention
+    torch.manual_seed(0)
+    x = torch.randn(1, 64, 2, 64).to(torch.bfloat16)
+    kv = torch.randn(1, 1, 64, 64).to(torch.bfloat16)
+    masks = [_band(32), _band(None), _band(16)]
+    model = _TwoMasks()
+    with torch.no_grad():
+        want = model(x, kv, masks)
+    tol = json.loads((library / "manifest.json").read_text())["entries"][0]["tolerance_met"]["tolerance"]
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        with torch.no_grad():
+            got = model(x, kv, masks)
+            stats, checks = inst.stats(), inst._inductor.structures.checks
+            assert stats["hits"] == 2 and stats["misses"] == 1 and checks == 3, (stats, checks, inst.notes)
+            assert torch.equal(got[1], want[1])  # the full-causal layer: eager's calls
+            for g, w in zip(got, want):
+                assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
+            model(x, kv, masks)
+            assert inst._inductor.structures.checks == 3  # the same mask tensors: no check
+            masks[0].copy_(masks[1])  # written in place: checked again, and now it is not the window's
+            got = model(x, kv, masks)
+        assert inst._inductor.structures.checks == 4 and inst.stats()["misses"] == 4, inst.stats()
+        assert torch.equal(got[0], want[1])
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
