@@ -233,15 +233,15 @@ CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
 GN_CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "groupnorm_chain.py"
 
 
-def _chain_library(tmp_path_factory, script: Path, chain: str) -> Path:
-    """script captured on the CPU, its one chain problem (named chain) alone optimized on the cpu backend: the
-    library directory."""
+def _chain_library(tmp_path_factory, script: Path, chain: str, others: tuple = ()) -> Path:
+    """script captured on the CPU, its chain problem named chain (its only one besides those named in others)
+    alone optimized on the cpu backend: the library directory."""
     run = tmp_path_factory.mktemp(script.stem)
     r = subprocess.run([sys.executable, "-m", "kiln.capture", str(script), "--out", str(run), "--device",
                         "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    names = [p.name for p in (run / "problems").iterdir() if p.name.startswith("chain_")]
-    assert names == [chain], names
+    names = [p.name for p, _ in chains(run)]
+    assert names == sorted([chain, *others]), names
     return optimize_alone([run / "problems" / chain], tmp_path_factory.mktemp(f"{script.stem}_only"))
 
 
@@ -512,58 +512,47 @@ def test_gemma_attention_installed_inside_torch_compile(gemma_attention, tmp_pat
         torch._dynamo.reset()
 
 
-class _TwoMasks(torch.nn.Module):
-    """Gemma-4's eager attention block (q stored [b, s, h, d], one kv head expanded over two q heads) called once
-    per mask, as Gemma-4's sliding and full layers call it: masks of one shape and dtype, different bands."""
-
-    def forward(self, x, kv, masks):
-        outs = []
-        for mask in masks:
-            q = x.transpose(1, 2)
-            k = kv.transpose(2, 3).expand(1, 2, 64, 64)
-            v = kv.expand(1, 2, 64, 64)
-            w = torch.softmax(torch.matmul(q, k) * 1.0 + mask, -1, dtype=torch.float32).to(torch.bfloat16)
-            outs.append(torch.matmul(w, v))
-        return outs
+ATT_MASKS_SCRIPT = ROOT / "tests" / "data" / "chains" / "attention_masks.py"
 
 
-def _band(window):
-    """[1, 1, 64, 64] bf16: key j of query i kept iff i - window < j <= i (None: full causal), else finfo.min."""
-    i, j = torch.arange(64)[:, None], torch.arange(64)[None, :]
-    keep = (j <= i) & ((j > i - window) if window else True)
-    return torch.where(keep, 0.0, torch.finfo(torch.bfloat16).min).to(torch.bfloat16)[None, None].contiguous()
-
-
-def test_attention_band_kernel_checks_the_mask(gemma_attention):
-    """The Gemma-4 kernel skips the tiles outside its sliding window of 32, so a layer whose mask has the same
-    shape and dtype but keeps more (full causal) must not run it: the installed op checks each mask's band once
-    per tensor (and again after it is written), runs the kernel where the mask masks everything outside the
-    window (window 32, and 16 inside it), and the eager block elsewhere (a miss); every output is eager's."""
+def test_attention_band_kernel_checks_the_mask(tmp_path_factory):
+    """A kernel built for a sliding window of 32 over 256 keys skips the key tiles outside the window: on a
+    full-causal mask of the same shape and dtype (Gemma-4's full layers beside its sliding ones) it is wrong,
+    so the installed op checks each mask's band once per tensor (again after it is written), runs the kernel
+    where the mask masks everything outside the window (window 32, and 16 inside it), the eager block
+    elsewhere (a miss), and every layer's output is eager's."""
     import kiln
-    problem, d, library = gemma_attention
-    torch.manual_seed(0)
-    x = torch.randn(1, 64, 2, 64).to(torch.bfloat16)
-    kv = torch.randn(1, 1, 64, 64).to(torch.bfloat16)
-    masks = [_band(32), _band(None), _band(16)]
-    model = _TwoMasks()
+    from kiln.install_gate import _Gate
+    # the block, and its softmax part as a chain of its own (what `gen` and the softmax family take)
+    library = _chain_library(tmp_path_factory, ATT_MASKS_SCRIPT, "attention_1x2x256x64_bf16",
+                             ("chain_mul_add_softmax_to_1x2x256x256_bf16",))
+    entry = json.loads((library / "manifest.json").read_text())["entries"][0]
+    assert entry["assumes"] == {"mask0": {"structure": {"kind": "band", "lower": -31, "upper": 0}}}
+    tol = entry["tolerance_met"]["tolerance"]
+    am = _script_module(ATT_MASKS_SCRIPT)
+    model = am.Net((am.WINDOW, None, 16)).eval()
+    x = am.inputs(5)
     with torch.no_grad():
-        want = model(x, kv, masks)
-    tol = json.loads((library / "manifest.json").read_text())["entries"][0]["tolerance_met"]["tolerance"]
+        want = model(*x)
     inst = kiln.install(str(library), model, entries="all", compile=True)
     try:
         with torch.no_grad():
-            got = model(x, kv, masks)
+            got = model(*x)
             stats, checks = inst.stats(), inst._inductor.structures.checks
             assert stats["hits"] == 2 and stats["misses"] == 1 and checks == 3, (stats, checks, inst.notes)
             assert torch.equal(got[1], want[1])  # the full-causal layer: eager's calls
             for g, w in zip(got, want):
                 assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
-            model(x, kv, masks)
+            model(*x)
             assert inst._inductor.structures.checks == 3  # the same mask tensors: no check
-            masks[0].copy_(masks[1])  # written in place: checked again, and now it is not the window's
-            got = model(x, kv, masks)
+            model.mask0.copy_(model.mask1)  # written in place: checked again, and now it is not the window's
+            got = model(*x)
         assert inst._inductor.structures.checks == 4 and inst.stats()["misses"] == 4, inst.stats()
         assert torch.equal(got[0], want[1])
+        # the shape gate alone admits the full-causal mask, and the kernel is wrong there
+        unchecked = _Gate(inst.library, inst.library.entries[0], inst).hit(x[0], x[1].transpose(2, 3), model.mask1,
+                                                                          x[2])[0]
+        assert not torch.allclose(unchecked.float(), want[1].float(), atol=tol["atol"], rtol=tol["rtol"])
     finally:
         kiln.uninstall(inst)
         torch._dynamo.reset()
