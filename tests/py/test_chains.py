@@ -10,7 +10,9 @@ chain inside torch.compile with eager's outputs, and nowhere else; so does one w
 (tests/data/chains/groupnorm_chain.py: a residual sum read again after its GroupNorm + SiLU).
 From the examples themselves: Gemma-4's mask chain is one op of every compiled layer, every VAE add +
 GroupNorm + SiLU chain one op of the compiled decoder, and Qwen-3.5's RMSNormGated (two activations) is
-replaced in eager, each with the model's own outputs.
+replaced in eager, each with the model's own outputs. Gemma-4's attention block, proven by the attention family,
+is one op of every compiled sliding layer; an attention kernel built for a band mask runs only where the live
+mask holds that band (tests/data/chains/attention_masks.py: layers with masks of one shape, different bands).
 """
 
 from __future__ import annotations
