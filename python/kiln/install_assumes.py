@@ -11,6 +11,8 @@ where it does not hold (a miss).
 The check reads the whole mask and ends in a host branch, so it is made once per mask and remembered: keyed
 on the tensor object (a weak reference: a new object with a recycled id is not taken for the old one), its
 version counter and data pointer, so a mask that every layer of a forward reads costs one check a forward.
+Not where a compiled graph computes several masks (Policy): Inductor writes a later one into an earlier one's
+buffer without bumping its version.
 """
 
 from __future__ import annotations
@@ -57,12 +59,14 @@ class StructureCache:
         self.entries: dict = {}  # id(t) -> (weakref(t), version, data_ptr, (lower, upper), holds)
         self.checks = 0  # how many times a mask was read (the tests count them)
 
-    def holds(self, t, lower, upper) -> bool:
+    def holds(self, t, lower, upper, cached: bool = True) -> bool:
+        """Whether t holds the band [lower, upper] (capture_stats.band_holds); read again unless cached and
+        the same object, version and data pointer were read for that band before."""
         from kiln.capture_stats import band_holds
         key = id(t)
         seen = self.entries.get(key)
         state = (t._version, t.data_ptr(), (lower, upper))
-        if seen is not None and seen[0]() is t and seen[1:4] == state:
+        if cached and seen is not None and seen[0]() is t and seen[1:4] == state:
             return seen[4]
         self.checks += 1
         result = band_holds(t, lower, upper)
@@ -73,8 +77,18 @@ class StructureCache:
         return result
 
 
+class Policy:
+    """Whether an entry's checks may use the cache. Not where a compiled graph computes two masks that reach
+    kiln's ops: Inductor may reuse the first one's buffer (the same tensor object, its version counter
+    unchanged: generated kernels write through pointers) for the second after the first one's last use, and a
+    cached answer would then be the first mask's (install_inductor's pass says so, `cached` False)."""
+
+    def __init__(self):
+        self.cached = True
+
+
 def guarded_kernel(kernel: Callable, gate: "_Gate", checks: list, fallback: Callable, inst: "Installation",
-                   target: str, cache: StructureCache) -> Callable:
+                   target: str, cache: StructureCache, policy: Policy) -> Callable:
     """kernel, run only where every check holds; elsewhere fallback (the entry's eager calls), its outputs
     put into the gate's layout (the op's fake kernel promised it), counted as a miss of target."""
     import torch
@@ -92,7 +106,7 @@ def guarded_kernel(kernel: Callable, gate: "_Gate", checks: list, fallback: Call
 
     def kiln_guarded_op(*ts):
         for i, lower, upper in checks:
-            if not cache.holds(ts[i], lower, upper):
+            if not cache.holds(ts[i], lower, upper, policy.cached):
                 counts[1] += 1
                 with torch.no_grad():
                     outs = fallback(*ts)

@@ -12,7 +12,8 @@ From the examples themselves: Gemma-4's mask chain is one op of every compiled l
 GroupNorm + SiLU chain one op of the compiled decoder, and Qwen-3.5's RMSNormGated (two activations) is
 replaced in eager, each with the model's own outputs. Gemma-4's attention block, proven by the attention family,
 is one op of every compiled sliding layer; an attention kernel built for a band mask runs only where the live
-mask holds that band (tests/data/chains/attention_masks.py: layers with masks of one shape, different bands).
+mask holds that band (tests/data/chains/attention_masks.py: layers with masks of one shape, different bands, as
+buffers or computed in the compiled graph).
 """
 
 from __future__ import annotations
@@ -517,7 +518,15 @@ def test_gemma_attention_installed_inside_torch_compile(gemma_attention, tmp_pat
 ATT_MASKS_SCRIPT = ROOT / "tests" / "data" / "chains" / "attention_masks.py"
 
 
-def test_attention_band_kernel_checks_the_mask(tmp_path_factory):
+@pytest.fixture(scope="module")
+def window_library(tmp_path_factory):
+    """tests/data/chains/attention_masks.py's sliding-window block optimized on the cpu backend (with the block,
+    its softmax part is a chain of its own: what `gen` and the softmax family take)."""
+    return _chain_library(tmp_path_factory, ATT_MASKS_SCRIPT, "attention_1x2x256x64_bf16",
+                          ("chain_mul_add_softmax_to_1x2x256x256_bf16",))
+
+
+def test_attention_band_kernel_checks_the_mask(window_library):
     """A kernel built for a sliding window of 32 over 256 keys skips the key tiles outside the window: on a
     full-causal mask of the same shape and dtype (Gemma-4's full layers beside its sliding ones) it is wrong,
     so the installed op checks each mask's band once per tensor (again after it is written), runs the kernel
@@ -525,9 +534,7 @@ def test_attention_band_kernel_checks_the_mask(tmp_path_factory):
     elsewhere (a miss), and every layer's output is eager's."""
     import kiln
     from kiln.install_gate import _Gate
-    # the block, and its softmax part as a chain of its own (what `gen` and the softmax family take)
-    library = _chain_library(tmp_path_factory, ATT_MASKS_SCRIPT, "attention_1x2x256x64_bf16",
-                             ("chain_mul_add_softmax_to_1x2x256x256_bf16",))
+    library = window_library
     entry = json.loads((library / "manifest.json").read_text())["entries"][0]
     assert entry["assumes"] == {"mask0": {"structure": {"kind": "band", "lower": -31, "upper": 0}}}
     tol = entry["tolerance_met"]["tolerance"]
@@ -555,6 +562,36 @@ def test_attention_band_kernel_checks_the_mask(tmp_path_factory):
         unchecked = _Gate(inst.library, inst.library.entries[0], inst).hit(x[0], x[1].transpose(2, 3), model.mask1,
                                                                           x[2])[0]
         assert not torch.allclose(unchecked.float(), want[1].float(), atol=tol["atol"], rtol=tol["rtol"])
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("windows,checks", [((32, None, 32), 3), ((32, 32), 1)])
+def test_attention_masks_computed_in_the_graph(window_library, windows, checks):
+    """Masks the compiled graph computes are Inductor's buffers, which it reuses for later values without
+    bumping their version: with a window-32 mask shared by two layers and a full-causal one, Inductor runs both
+    window layers first and computes the full-causal mask into the window mask's buffer, the same tensor
+    object, so each call checks its mask (a cached answer would run the window kernel on the full-causal
+    layer); one computed mask shared by both layers is checked once a forward. Outputs are eager's."""
+    import kiln
+    am = _script_module(ATT_MASKS_SCRIPT)
+    tol = json.loads((window_library / "manifest.json").read_text())["entries"][0]["tolerance_met"]["tolerance"]
+    model = am.Net(windows, computed=True).eval()
+    x = am.inputs(7)
+    with torch.no_grad():
+        want = model(*x)
+    inst = kiln.install(str(window_library), model, entries="all", compile=True)
+    try:
+        with torch.no_grad():
+            for _ in range(2):
+                got = model(*x)
+                for g, w in zip(got, want):
+                    assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
+        full = windows.count(None)
+        assert inst.stats()["hits"] == 2 * (len(windows) - full) and inst.stats()["misses"] == 2 * full, \
+            inst.stats()
+        assert inst._inductor.structures.checks == 2 * checks
     finally:
         kiln.uninstall(inst)
         torch._dynamo.reset()

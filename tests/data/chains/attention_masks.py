@@ -21,16 +21,22 @@ def band(window: Optional[int]) -> torch.Tensor:
 
 
 class Net(torch.nn.Module):
-    def __init__(self, windows=(WINDOW,)):
+    """One attention layer per window; the masks are buffers, or (computed) made in forward, one per distinct
+    window and shared by its layers, as transformers makes them."""
+
+    def __init__(self, windows=(WINDOW,), computed: bool = False):
         super().__init__()
-        self.n = len(windows)
-        for i, w in enumerate(windows):
-            self.register_buffer(f"mask{i}", band(w))
+        self.windows, self.computed = tuple(windows), computed
+        if not computed:
+            for i, w in enumerate(windows):
+                self.register_buffer(f"mask{i}", band(w))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+        made = {w: band(w) for w in dict.fromkeys(self.windows)} if self.computed else {}
         outs = []
-        for i in range(self.n):
-            s = torch.matmul(q, k.transpose(2, 3)) * DIM ** -0.5 + getattr(self, f"mask{i}")
+        for i, w in enumerate(self.windows):
+            mask = made[w] if self.computed else getattr(self, f"mask{i}")
+            s = torch.matmul(q, k.transpose(2, 3)) * DIM ** -0.5 + mask
             outs.append(torch.matmul(torch.softmax(s, -1, dtype=torch.float32).to(q.dtype), v))
         return tuple(outs)
 
