@@ -184,6 +184,24 @@ def band_mask(q: int, k: int, lower: Optional[int], upper: Optional[int], device
     return out
 
 
+def band_holds(t: torch.Tensor, lower: Optional[int], upper: Optional[int]) -> bool:
+    """Whether a mask [..., q, k] masks every position whose j - i leaves [lower, upper] (None: no bound on
+    that side) in every leading slice and keeps a key in every row: what a kernel that skips the key tiles
+    outside that band needs of it to give eager's result (a narrower band, or any mask inside it, holds;
+    a row masked whole is eager's uniform row or NaN, which skipped tiles cannot give)."""
+    if t.dim() < 2 or t.shape[-1] < 1 or t.shape[-2] < 1:
+        return False
+    q, k = t.shape[-2], t.shape[-1]
+    slices = t.reshape(-1, q, k)
+    outside = band_mask(q, k, lower, upper, t.device)
+    step = max(1, STATS_CHUNK_ELEMENTS // (q * k))
+    for start in range(0, slices.shape[0], step):
+        masked = _masked_of(slices[start:start + step])
+        if not bool((masked | ~outside).all()) or bool(masked.all(-1).any()):
+            return False
+    return True
+
+
 def _band(t: torch.Tensor, stats: dict) -> Optional[dict]:
     """A band mask over the last two dims, the same for every leading index (causal, sliding window)."""
     if t.dim() < 2 or t.shape[-1] < 2 or t.shape[-2] * t.shape[-1] > BAND_MAX_ELEMENTS:

@@ -46,6 +46,7 @@ import sys
 import warnings
 from typing import Optional
 
+from kiln.install_assumes import checks_of
 from kiln.install_aten import _AtenEntry, _AtenOverride, _boxable, _number_positions, _resolve_overload
 from kiln.install_cost import judge, measure_dispatch_us
 from kiln.install_cpp import DISPATCH_MODES, _dispatch_mode, _install_cpp, cache_dir, dispatch_extension
@@ -310,6 +311,10 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
             continue
         try:
             gate = _Gate(lib, e, inst)
+            if e.assumes and e.kind != "chain":
+                raise _Unsupported("its kernel assumes a structure of its inputs' contents, which kiln checks "
+                                   "only for a chain entry (inside torch.compile)")
+            checks_of(e)  # an assumption kiln cannot check: not installed
             if e.kind == "aten":
                 op = _resolve_overload(e.aten)
                 by_op.setdefault(op, []).append(_AtenEntry(gate, e))

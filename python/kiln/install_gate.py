@@ -95,6 +95,12 @@ def _tensor_gates(specs: list) -> tuple:
                   _torch_dtype(g["dtype"])) for g in specs)
 
 
+def same_layout(shape: tuple, a: tuple, b: tuple) -> bool:
+    """Whether strides a and b address a tensor of shape alike: equal in every dim of size over 1 (a size-1
+    dim's stride is never multiplied by anything but 0; traced graphs and captures disagree on it)."""
+    return len(a) == len(b) == len(shape) and all(x == y or n == 1 for n, x, y in zip(shape, a, b))
+
+
 _GRAD = object()  # what a gate's hit() returns when the call needs a gradient (kiln kernels are forward-only)
 
 

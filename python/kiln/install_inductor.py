@@ -34,7 +34,8 @@ import uuid
 from typing import TYPE_CHECKING, Optional
 
 from kiln.install_aten import _schema_mode
-from kiln.install_gate import _Slot, _template, _Unsupported
+from kiln.install_assumes import Policy, StructureCache, checks_of, guarded_kernel
+from kiln.install_gate import _Slot, _template, _Unsupported, same_layout
 from kiln.install_module import _OP_NAMESPACE, _op_name, entry_op_fake, entry_op_kernel, entry_op_schema
 
 if TYPE_CHECKING:
@@ -199,7 +200,8 @@ def _same_tensor(val, shape, stride, dtype, device) -> bool:
     if not isinstance(val, torch.Tensor) or val.dtype != dtype or val.device != device:
         return False
     try:
-        return tuple(int(s) for s in val.shape) == shape and tuple(int(s) for s in val.stride()) == stride
+        return tuple(int(s) for s in val.shape) == shape and same_layout(shape, tuple(int(s) for s in val.stride()),
+                                                                         stride)
     except (TypeError, ValueError, RuntimeError):  # a symbolic size: not the gate's shape
         return False
 
@@ -289,6 +291,8 @@ class InductorPatterns:
         self.pass_ = None
         self.previous = None
         self.traced = False
+        self.structures = StructureCache()  # the band checks of the entries' masks
+        self.guarded: dict = {}  # op overload -> (checks, Policy) of the entries whose kernels assume a structure
         tags = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
         try:
             for aten_op, ae in aten_entries:
@@ -311,11 +315,18 @@ class InductorPatterns:
                 entry = gate.entry
                 name = _op_name(entry.name, inst._op_names)
                 self.oplib.define(entry_op_schema(name, gate), tags=tags)
-                self.oplib.impl(name, entry_op_kernel(gate, entry, inst, entry.target), key)
+                kernel = entry_op_kernel(gate, entry, inst, entry.target)
+                checks, policy = checks_of(entry), Policy()
+                if checks:  # what the kernel assumes of the contents, checked first (install_assumes)
+                    kernel = guarded_kernel(kernel, gate, checks, _chain_search_fn(entry, len(gate.inputs)), inst,
+                                            entry.target, self.structures, policy)
+                self.oplib.impl(name, kernel, key)
                 torch.library.register_fake(f"{_OP_NAMESPACE}::{name}", entry_op_fake(gate), lib=self.oplib)
                 overload = getattr(getattr(torch.ops, _OP_NAMESPACE), name).default
                 self.patterns.append(_AtenPattern(None, types.SimpleNamespace(gate=gate), overload,
                                                   f"{_OP_NAMESPACE}::{name}", self.device))
+                if checks:
+                    self.guarded[overload] = (checks, policy)
         except BaseException:
             self.oplib._destroy()
             raise
@@ -392,7 +403,26 @@ class InductorPatterns:
             return 0
         if not self.traced:
             self._trace()
-        return sum(p.matcher.apply(graph) for p in self.patterns)
+        n = sum(p.matcher.apply(graph) for p in self.patterns)
+        if n and self.guarded:
+            self._uncache_computed_masks(graph)
+        return n
+
+    def _uncache_computed_masks(self, graph) -> None:
+        """Where the graph computes two or more of the tensors kiln's guarded ops check (two masks), those
+        entries check every call: Inductor may put the second into the first one's buffer (install_assumes
+        Policy). Graph inputs are not Inductor's buffers, and one computed mask has no other to share with."""
+        computed: dict = {}
+        for node in graph.nodes:
+            guarded = self.guarded.get(node.target) if node.op == "call_function" else None
+            for i, _, _ in (guarded[0] if guarded else ()):
+                arg = node.args[i]
+                if getattr(arg, "op", "placeholder") not in ("placeholder", "get_attr"):
+                    computed.setdefault(arg, []).append(guarded[1])
+        if len(computed) > 1:
+            for policies in computed.values():
+                for policy in policies:
+                    policy.cached = False
 
     def remove(self) -> None:
         if self.hook is not None:

@@ -10,7 +10,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from kiln.install_cpp import cpp_module_gate
-from kiln.install_gate import _GRAD, ALIGN, _Gate, _Unsupported
+from kiln.install_gate import _GRAD, ALIGN, _Gate, _Unsupported, same_layout
 from kiln.install_runtime import Entry, KilnError, Library
 
 if TYPE_CHECKING:
@@ -104,6 +104,17 @@ def _gate_copy(t, shape: tuple, stride: tuple, dtype):
     return out
 
 
+def _gate_shaped(t, shape: tuple, stride: tuple, dtype):
+    """t as the gate's layout: itself, a view of it with the gate's strides where they differ only in
+    size-1 dims (no copy), else _gate_copy."""
+    if not t.data_ptr() % ALIGN:
+        if t.stride() == stride:
+            return t
+        if same_layout(shape, t.stride(), stride):
+            return t.as_strided(shape, stride)
+    return _gate_copy(t, shape, stride, dtype)
+
+
 def _register_module_ops(mentries: list, key: str, inst: "Installation"):
     """Defines kiln::<entry> for each module entry (mentry.op becomes its OpOverload) in one
     torch.library.Library that uninstall destroys. Returns the Library.
@@ -177,8 +188,7 @@ def entry_op_kernel(gate: _Gate, entry: Entry, inst: "Installation", target: str
                 if outs is GRAD:
                     outs = hit(*ts)
                 if outs is None and all(t.dtype is d and t.shape == s for t, (s, _, d) in zip(ts, specs)):
-                    ts = [t if t.stride() == st and not t.data_ptr() % ALIGN else _gate_copy(t, s, st, d)
-                          for t, (s, st, d) in zip(ts, specs)]
+                    ts = [_gate_shaped(t, s, st, d) for t, (s, st, d) in zip(ts, specs)]
                     outs = hit(*ts)
             if outs is None or outs is GRAD:
                 raise KilnError(f"kiln: {entry.name}: the op was called on tensors its gate cannot admit "

@@ -157,6 +157,8 @@ class Entry:
         self.speedup: Optional[float] = data.get("speedup")
         self.ops: list = list(data.get("ops") or [])  # a chain's calls (docs/formats.md "Op chains")
         self.chain_outputs: list = list(data.get("outputs") or [])
+        # what the kernel assumes of its inputs' contents beyond the gate: {input name: {"structure": ...}}
+        self.assumes: dict = dict(data.get("assumes") or {})
 
     @property
     def target(self) -> str:

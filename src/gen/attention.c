@@ -459,6 +459,26 @@ static kiln_tolerance att_tolerance(kiln_dtype t) {
     return kiln_tolerance_default(t);
 }
 
+/* A kernel built for a band mask skips the key tiles outside the band: it is exact only where the
+ * mask masks everything outside it (and keeps a key in every row), which the install path checks
+ * on the live mask. */
+static cJSON *att_assumes(const kiln_problem *p, const kiln_match *m) {
+    const int mi = m->input_of_role[ATT_MASK];
+    if (kiln_match_get(m, "paged", 0) || kiln_match_get(m, "mask", 0) != 1 ||
+        !kiln_match_get(m, "band", 0) || mi < 0)
+        return NULL;
+    cJSON *out = cJSON_CreateObject();
+    cJSON *s =
+        cJSON_AddObjectToObject(cJSON_AddObjectToObject(out, p->inputs[mi].name), "structure");
+    cJSON_AddStringToObject(s, "kind", "band");
+    if (kiln_match_get(m, "has_lo", 0))
+        cJSON_AddNumberToObject(s, "lower", kiln_match_get(m, "lo", 0));
+    else
+        cJSON_AddNullToObject(s, "lower");
+    cJSON_AddNumberToObject(s, "upper", kiln_match_get(m, "hi", 0));
+    return out;
+}
+
 const kiln_family kiln_family_attention = {
     .name = "attention",
     .summary =
@@ -484,4 +504,5 @@ const kiln_family kiln_family_attention = {
     .flops = att_flops,
     .tolerance = att_tolerance,
     .start = att_start,
+    .assumes = att_assumes,
 };

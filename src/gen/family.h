@@ -13,6 +13,8 @@
 #ifndef KILN_FAMILY_H
 #define KILN_FAMILY_H
 
+#include <cjson/cJSON.h>
+
 #include "../backend/abi.h"
 #include "../formats/opchain.h"
 
@@ -80,6 +82,14 @@ typedef struct kiln_family {
      * checked like any other point (kiln_family_start_index); sweeps run it first and searches
      * start from it, so that a search or a sweep cut short by time still has an informed point. */
     int (*start)(const kiln_problem *p, const kiln_match *m, int64_t *point);
+
+    /* Optional (NULL: none). What every kernel the family emits for p assumes of its inputs'
+     * contents beyond the dtypes, shapes and strides a gate checks: a new JSON object for the
+     * library entry's "assumes", {input name: {"structure": {...}}} in capture_stats.py's form
+     * (an attention kernel that skips the tiles outside a band: the mask's band), or NULL when
+     * it assumes nothing. The install path checks it before a launch and runs the eager calls
+     * where it does not hold (docs/install.md). */
+    cJSON *(*assumes)(const kiln_problem *p, const kiln_match *m);
 } kiln_family;
 
 /* The built-in families (registry.c), in the order sweep and search try them. */

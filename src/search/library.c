@@ -457,6 +457,23 @@ static char *settled_library_call(const cJSON *res, const kiln_problem *p, cJSON
     return source;
 }
 
+/* The entry's "assumes": what the winner's family assumes of the inputs' contents beyond the gate
+ * (kiln_family.assumes; the install path checks it before each launch). Nothing for a kernel of no
+ * family or a family that assumes nothing. */
+static void add_assumes(cJSON *e, const kiln_problem *p, const char *family) {
+    const kiln_family *f = family ? kiln_family_find(family) : NULL;
+    if (!f || !f->assumes)
+        return;
+    kiln_match m;
+    memset(&m, 0, sizeof m);
+    char why[256];
+    if (!f->match(p, &m, why, sizeof why))
+        return;
+    cJSON *a = f->assumes(p, &m);
+    if (a)
+        cJSON_AddItemToObject(e, "assumes", a);
+}
+
 /* Builds one entry and writes its files; *entry NULL (and a warning) when the winner is skipped.
  * Returns an error only for I/O. */
 static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char ***files,
@@ -534,6 +551,8 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
                 cJSON_AddItemToObject(e, keys[k], cJSON_Duplicate(v, 1));
         }
     }
+
+    add_assumes(e, p, w->family);
 
     cJSON *gate = cJSON_AddObjectToObject(e, "gate");
     cJSON *ins = cJSON_AddArrayToObject(gate, "inputs");

@@ -21,6 +21,7 @@
 #include "backend/cubin.h"
 #include "backend/nvrtc.h"
 #include "formats/safetensors.h"
+#include "gen/attention.h"
 #include "gen/family.h"
 
 #include "emu_host.h"
@@ -112,6 +113,23 @@ static void test_match(void **state) {
         if (e->band)
             assert_int_equal((int)kiln_match_get(&m, "hi", -1), 0);
         assert_float_equal(kiln_match_get(&m, "scale", 0), e->scale, 1e-12);
+        /* what its kernels assume of the mask's contents: the band it skips outside, when a mask
+         * tensor is given (SDPA's is_causal generates its own) */
+        cJSON *a = att->assumes(p, &m);
+        const int mi = m.input_of_role[ATT_MASK];
+        if (e->band && kiln_match_get(&m, "mask", 0) == 1) {
+            const cJSON *s = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(a, p->inputs[mi].name), "structure");
+            assert_string_equal(cJSON_GetObjectItemCaseSensitive(s, "kind")->valuestring, "band");
+            const cJSON *lower = cJSON_GetObjectItemCaseSensitive(s, "lower");
+            assert_true(e->has_lo ? cJSON_IsNumber(lower) && lower->valuedouble == e->lo
+                                  : cJSON_IsNull(lower));
+            assert_true(cJSON_GetObjectItemCaseSensitive(s, "upper")->valuedouble == 0);
+            assert_int_equal(cJSON_GetArraySize(a), 1);
+        } else {
+            assert_null(a);
+        }
+        cJSON_Delete(a);
         kiln_problem_free(p);
     }
 }

@@ -10,7 +10,10 @@ chain inside torch.compile with eager's outputs, and nowhere else; so does one w
 (tests/data/chains/groupnorm_chain.py: a residual sum read again after its GroupNorm + SiLU).
 From the examples themselves: Gemma-4's mask chain is one op of every compiled layer, every VAE add +
 GroupNorm + SiLU chain one op of the compiled decoder, and Qwen-3.5's RMSNormGated (two activations) is
-replaced in eager, each with the model's own outputs.
+replaced in eager, each with the model's own outputs. Gemma-4's attention block, proven by the attention family,
+is one op of every compiled sliding layer; an attention kernel built for a band mask runs only where the live
+mask holds that band (tests/data/chains/attention_masks.py: layers with masks of one shape, different bands, as
+buffers or computed in the compiled graph).
 A GEMM with the pointwise epilogue cuBLASLt fuses after it (tests/data/chains/gemm_epilogue.py: nn.Linear +
 GELU (tanh), nn.Linear + ReLU, x @ w + b then GELU (erf)) is one chain problem with "pattern":
 "gemm_epilogue" each, which the cublaslt family matches; the gate proves the first two and refuses the
@@ -333,15 +336,15 @@ GEMM_SCRIPT = ROOT / "tests" / "data" / "chains" / "gemm_epilogue.py"
 GN_CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "groupnorm_chain.py"
 
 
-def _chain_library(tmp_path_factory, script: Path, chain: str) -> Path:
-    """script captured on the CPU, its one chain problem (named chain) alone optimized on the cpu backend: the
-    library directory."""
+def _chain_library(tmp_path_factory, script: Path, chain: str, others: tuple = ()) -> Path:
+    """script captured on the CPU, its chain problem named chain (its only one besides those named in others)
+    alone optimized on the cpu backend: the library directory."""
     run = tmp_path_factory.mktemp(script.stem)
     r = subprocess.run([sys.executable, "-m", "kiln.capture", str(script), "--out", str(run), "--device",
                         "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    names = [p.name for p in (run / "problems").iterdir() if p.name.startswith("chain_")]
-    assert names == [chain], names
+    names = [p.name for p, _ in chains(run)]
+    assert names == sorted([chain, *others]), names
     return optimize_alone([run / "problems" / chain], tmp_path_factory.mktemp(f"{script.stem}_only"))
 
 
@@ -553,6 +556,142 @@ def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
             got = model(z)
         assert inst.stats()["hits"] == sum(d["kiln"]["calls"] for _, d in found), inst.stats()
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (got - want).abs().max()
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module")
+def gemma_attention(runs, tmp_path_factory):
+    """The Gemma-4 --small sliding layers' attention block (one chain problem of pattern "attention" for the five
+    layers; the full layer's, head dim 512 with its mask's computation joined, is another the family declines),
+    optimized alone on the cpu backend: (problem dir, definition, library dir)."""
+    found = [(p, d) for p, d in chains(runs["gemma4"]) if d["kiln"].get("pattern") == "attention"
+             and len(d["kiln"]["members"]) == 6]
+    assert len(found) == 1, [p.name for p, _ in found]
+    problem, d = found[0]
+    return problem, d, optimize_alone([problem], tmp_path_factory.mktemp("gemma_attention"))
+
+
+def test_gemma_attention_installed_inside_torch_compile(gemma_attention, tmp_path):
+    """The attention block, proven by the attention family on the cpu backend, is one op of each sliding layer's
+    compiled attention: a hit per sliding layer per forward, the mask (one tensor for those layers) checked once
+    a forward. Logits against eager: this random bf16 model moves ~10 % (relative L2) when 5 % of the attention
+    outputs move by one bf16 ulp, and torch.compile alone is ~25 % from eager, so the block itself is held to
+    eager on the real tensors (the op on layer 0's q, k, mask, v within the gate's tolerance), and the logits
+    to torch.compile's distance from eager."""
+    import kiln
+    problem, d, library = gemma_attention
+    res = prove(problem, "attention", tmp_path / "prove")
+    assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], res
+    entry = json.loads((library / "manifest.json").read_text())["entries"][0]
+    assert entry["candidate"]["family"] == "attention", entry["candidate"]
+    mask = d["kiln"]["ops"][2]["args"][1]["ref"]  # the add's tensor
+    assert entry["assumes"] == {mask: {"structure": {"kind": "band", "lower": -31, "upper": 0}}}  # window 32
+    model, ids = example_model("gemma4")
+    with torch.no_grad():
+        want = model(ids).logits.float()
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        assert inst.installed == [problem.name], inst.summary()
+        with torch.no_grad():
+            got = model(ids).logits.float()
+            again = model(ids).logits.float()
+        stats = inst.stats()
+        assert stats["hits"] == 2 * d["kiln"]["calls"] == 10 and stats["misses"] == 0, stats
+        assert inst._inductor.structures.checks == 2, "one mask check a forward"
+        assert torch.equal(got, again)
+        assert (got - want).norm() / want.norm() < 0.35
+        # the installed op on the captured layer's own tensors, in the layouts the model passes: eager's block
+        inputs = real_inputs(problem)
+        q, k, m, v = (inputs[f"input{i}"] for i in range(4))
+        qs, ks, vs = q.permute(0, 2, 1, 3), k.permute(2, 3, 1, 0).expand(1, 2, 64, 64), v.expand(1, 2, 64, 64)
+        op = getattr(torch.ops.kiln, inst.custom_ops[problem.name].split("::")[1])
+        block = run_reference(d, inputs)
+        tol = entry["tolerance_met"]["tolerance"]
+        assert torch.allclose(op(qs, ks, m, vs).float(), block.float(), atol=tol["atol"], rtol=tol["rtol"])
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+ATT_MASKS_SCRIPT = ROOT / "tests" / "data" / "chains" / "attention_masks.py"
+
+
+@pytest.fixture(scope="module")
+def window_library(tmp_path_factory):
+    """tests/data/chains/attention_masks.py's sliding-window block optimized on the cpu backend (with the block,
+    its softmax part is a chain of its own: what `gen` and the softmax family take)."""
+    return _chain_library(tmp_path_factory, ATT_MASKS_SCRIPT, "attention_1x2x256x64_bf16",
+                          ("chain_mul_add_softmax_to_1x2x256x256_bf16",))
+
+
+def test_attention_band_kernel_checks_the_mask(window_library):
+    """A kernel built for a sliding window of 32 over 256 keys skips the key tiles outside the window: on a
+    full-causal mask of the same shape and dtype (Gemma-4's full layers beside its sliding ones) it is wrong,
+    so the installed op checks each mask's band once per tensor (again after it is written), runs the kernel
+    where the mask masks everything outside the window (window 32, and 16 inside it), the eager block
+    elsewhere (a miss), and every layer's output is eager's."""
+    import kiln
+    from kiln.install_gate import _Gate
+    library = window_library
+    entry = json.loads((library / "manifest.json").read_text())["entries"][0]
+    assert entry["assumes"] == {"mask0": {"structure": {"kind": "band", "lower": -31, "upper": 0}}}
+    tol = entry["tolerance_met"]["tolerance"]
+    am = _script_module(ATT_MASKS_SCRIPT)
+    model = am.Net((am.WINDOW, None, 16)).eval()
+    x = am.inputs(5)
+    with torch.no_grad():
+        want = model(*x)
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        with torch.no_grad():
+            got = model(*x)
+            stats, checks = inst.stats(), inst._inductor.structures.checks
+            assert stats["hits"] == 2 and stats["misses"] == 1 and checks == 3, (stats, checks, inst.notes)
+            assert torch.equal(got[1], want[1])  # the full-causal layer: eager's calls
+            for g, w in zip(got, want):
+                assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
+            model(*x)
+            assert inst._inductor.structures.checks == 3  # the same mask tensors: no check
+            model.mask0.copy_(model.mask1)  # written in place: checked again, and now it is not the window's
+            got = model(*x)
+        assert inst._inductor.structures.checks == 4 and inst.stats()["misses"] == 4, inst.stats()
+        assert torch.equal(got[0], want[1])
+        # the shape gate alone admits the full-causal mask, and the kernel is wrong there
+        unchecked = _Gate(inst.library, inst.library.entries[0], inst).hit(x[0], x[1].transpose(2, 3), model.mask1,
+                                                                          x[2])[0]
+        assert not torch.allclose(unchecked.float(), want[1].float(), atol=tol["atol"], rtol=tol["rtol"])
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("windows,checks", [((32, None, 32), 3), ((32, 32), 1)])
+def test_attention_masks_computed_in_the_graph(window_library, windows, checks):
+    """Masks the compiled graph computes are Inductor's buffers, which it reuses for later values without
+    bumping their version: with a window-32 mask shared by two layers and a full-causal one, Inductor runs both
+    window layers first and computes the full-causal mask into the window mask's buffer, the same tensor
+    object, so each call checks its mask (a cached answer would run the window kernel on the full-causal
+    layer); one computed mask shared by both layers is checked once a forward. Outputs are eager's."""
+    import kiln
+    am = _script_module(ATT_MASKS_SCRIPT)
+    tol = json.loads((window_library / "manifest.json").read_text())["entries"][0]["tolerance_met"]["tolerance"]
+    model = am.Net(windows, computed=True).eval()
+    x = am.inputs(7)
+    with torch.no_grad():
+        want = model(*x)
+    inst = kiln.install(str(window_library), model, entries="all", compile=True)
+    try:
+        with torch.no_grad():
+            for _ in range(2):
+                got = model(*x)
+                for g, w in zip(got, want):
+                    assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
+        full = windows.count(None)
+        assert inst.stats()["hits"] == 2 * (len(windows) - full) and inst.stats()["misses"] == 2 * full, \
+            inst.stats()
+        assert inst._inductor.structures.checks == 2 * checks
     finally:
         kiln.uninstall(inst)
         torch._dynamo.reset()
