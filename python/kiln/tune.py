@@ -223,9 +223,9 @@ class Budget:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.start = _process_start()
-        # the work stops this much before --time is up: the report, the exit and the last child's
-        # teardown come after the deadline
-        self.tail = min(5.0, 0.02 * seconds)
+        # the work stops this much before --time is up: the alarm's slack, the report and the exit of a
+        # process holding torch come after the deadline (a 120 s tune on the CPU: 3 s after its report)
+        self.tail = min(10.0, 0.05 * seconds)
         self.deadline = self.start + seconds - self.tail
 
     def left(self) -> float:
