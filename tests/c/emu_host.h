@@ -1,9 +1,9 @@
 /* emu_host.h: the host side of the tests that run emitted CUDA on the CUDA-thread emulator (as a
  * cpu candidate): a string appender for building the emulated source, compiling it on the cpu
  * backend, and running it once on a problem's workload 0 — float32 scalars by value, outputs
- * poisoned, scratch zeroed — returning the outputs. Included by test_family_attention.c and
- * test_gen_ir_cuda.c after <cmocka.h> and backend/backend.h; static inline, so a test that uses
- * part of it does not warn. */
+ * poisoned, scratch zeroed — returning the outputs. Included by test_family_attention.c,
+ * test_family_softmax.c and test_gen_ir_cuda.c after <cmocka.h> and backend/backend.h; static
+ * inline, so a test that uses part of it does not warn. */
 #ifndef KILN_TESTS_EMU_HOST_H
 #define KILN_TESTS_EMU_HOST_H
 

@@ -29,6 +29,7 @@
 #include "backend/backend.h"
 #include "backend/nvrtc.h"
 #include "gen/family.h"
+#include "emu_host.h"
 
 #include <math.h>
 
@@ -894,30 +895,8 @@ static size_t expect_reference(const prob *pr, const kiln_workload *w, const emu
 }
 
 /* A source compiled on the cpu backend (KILN_CC selects the compiler). */
-typedef struct {
-    kiln_module *mod;
-    kiln_abi abi;
-    kiln_signature sig;
-} emu_module;
-
-static void emu_compile(kiln_backend *be, const prob *pr, const char *src, const char *cc,
-                        emu_module *em, const char *what) {
-    kiln_abi_signature(pr->p, 0, 0, &em->sig);
-    kiln_err err;
-    assert_int_equal(kiln_abi_parse(src, 0, &em->abi, &err), KILN_OK);
-    char *log = NULL;
-    if (cc)
-        setenv("KILN_CC", cc, 1);
-    int rc = be->ops->compile(be, src, &em->sig, &em->abi, &em->mod, &log, &err);
-    if (cc)
-        unsetenv("KILN_CC");
-    if (rc)
-        fail_msg("%s: %s\n%.4000s", what, err.msg, log ? log : "");
-    free(log);
-}
-
 /* Runs a compiled source on workload w; the outputs land in out. */
-static void emu_run(kiln_backend *be, const prob *pr, const emu_module *em, const kiln_workload *w,
+static void emu_run(kiln_backend *be, const prob *pr, const module *em, const kiln_workload *w,
                     const emu_tensors *in, emu_tensors *out, const char *what) {
     kiln_err err;
     kiln_devptr ptr[16];
@@ -991,9 +970,9 @@ static void emulate(kiln_backend *be, const char *name, const char *def, const c
     char *c_src = fam->emit(pr.p, &pr.m, pt, 0);
     char what[256];
     snprintf(what, sizeof what, "%s [%s]", name, settings);
-    emu_module m_emu, m_c;
-    emu_compile(be, &pr, emu_src, "sh " EMU_DIR "/emucc.sh", &m_emu, what);
-    emu_compile(be, &pr, c_src, NULL, &m_c, what);
+    module m_emu, m_c;
+    compile_module(be, pr.p, emu_src, "sh " EMU_DIR "/emucc.sh", &m_emu, what);
+    compile_module(be, pr.p, c_src, NULL, &m_c, what);
     int n_checked = 0;
     for (int wi = 0; wi < pr.p->n_workloads; wi++) {
         const kiln_workload *w = &pr.p->workloads[wi];
@@ -1092,8 +1071,8 @@ static void cpu_against_reference(kiln_backend *be, const char *name, const char
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
     kiln_family_point(fam, 0, pt);
     char *c_src = fam->emit(pr.p, &pr.m, pt, 0);
-    emu_module m_c;
-    emu_compile(be, &pr, c_src, NULL, &m_c, name);
+    module m_c;
+    compile_module(be, pr.p, c_src, NULL, &m_c, name);
     for (int wi = 0; wi < pr.p->n_workloads; wi++) {
         const kiln_workload *w = &pr.p->workloads[wi];
         emu_tensors in, out;
