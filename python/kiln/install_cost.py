@@ -132,7 +132,10 @@ class EntryBench:
         """The bare launch: what a gate hit ends with (libkiln_rt's launch without ctypes argument
         conversion, on PyTorch's current stream), with the pointer array and the stream made once, so that
         "hit overhead" is the gate, the output allocation and the dispatch, not the cost of lib.launch's
-        argument checks. Checked once here; the timing loop does not look at the status."""
+        argument checks. An entry's scratch memory is zeroed before every launch, as a hit zeroes it (the
+        runtime's contract: a kernel may keep counters there that it does not reset; launched again on a used
+        buffer, a group_norm kernel of the VAE decoder faulted on the H200). Checked once here; the timing
+        loop does not look at the status."""
         import ctypes
 
         import torch
@@ -141,7 +144,14 @@ class EntryBench:
         ptrs = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
         stream = ctypes.c_void_p(torch._C._cuda_getCurrentRawStream(lib.device_index)) if lib.is_cuda else None
         launch, handle, index, n = lib._launch_fast, lib._handle, self.entry.index, len(tensors)
-        return lambda: launch(handle, index, ptrs, n, None, stream)
+        if not self.scratch:
+            return lambda: launch(handle, index, ptrs, n, None, stream)
+        scratch = self.scratch[0]
+
+        def zeroed_launch():
+            scratch.zero_()
+            return launch(handle, index, ptrs, n, None, stream)
+        return zeroed_launch
 
 
 def _gate_bytes(entry) -> int:

@@ -686,6 +686,36 @@ def test_tune_bare_launch_runs_the_kernel(opened):
     torch.testing.assert_close(b.outputs[0], torch.softmax(b.inputs[0], -1), rtol=1e-4, atol=1e-5)
 
 
+def test_tune_bare_launch_zeroes_scratch_each_time(tmp_path):
+    """An entry with scratch memory gets it zeroed before every launch, the bare launch's loop included (a
+    kernel may keep counters there that it does not reset: one faulted on the H200 when tune's timing loop
+    launched it again on a used buffer). The kernel here writes NaN when it finds its mark of a launch before."""
+    from hand_library import softmax_library
+
+    from kiln.tune import EntryBench
+    lib = Library(softmax_library(tmp_path, scratch=True))
+    try:
+        (e,) = lib.entries
+        assert e.has_scratch
+        b = EntryBench(e, lib, {})
+        launch = b.raw(lib)
+        for _ in range(3):
+            b.outputs[0].zero_()
+            assert launch() == 0
+            torch.testing.assert_close(b.outputs[0], torch.softmax(b.inputs[0], -1), rtol=1e-4, atol=1e-5)
+        with torch.no_grad():  # and a hit, through the dispatcher
+            inst = kiln.install(lib, entries="all")
+            try:
+                want = torch.softmax(b.inputs[0].double(), -1).float()
+                for _ in range(2):
+                    torch.testing.assert_close(torch.softmax(b.inputs[0], -1), want, rtol=1e-4, atol=1e-5)
+                assert inst.stats()["hits"] == 2
+            finally:
+                kiln.uninstall()
+    finally:
+        lib.close()
+
+
 # ---------------------------------------------------------------------------------------------------
 # cuda (skips without a GPU).
 

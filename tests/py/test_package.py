@@ -17,29 +17,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 torch = pytest.importorskip("torch")
 
-import kiln  # noqa: E402
-from kiln.capture import main as capture_main  # noqa: E402
+from hand_library import softmax_library  # noqa: E402
 
-SOFTMAX_SCRIPT = textwrap.dedent("""
-    import torch
-    x = torch.randn(64, 256)
-    with torch.no_grad():
-        for _ in range(2):
-            torch.softmax(x, dim=-1)
-""")
-SOFTMAX_C = """// kiln: launch softmax_rows
-void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        float m = -INFINITY;
-        for (int64_t c = 0; c < cols; c++) m = fmaxf(m, xr[c]);
-        double sum = 0.0;
-        for (int64_t c = 0; c < cols; c++) { float e = expf(xr[c] - m); yr[c] = e; sum += e; }
-        for (int64_t c = 0; c < cols; c++) yr[c] = (float)(yr[c] / sum);
-    }
-}
-"""
 USER_SCRIPT = textwrap.dedent("""
     import json, os, sys, torch
     import kiln
@@ -55,43 +34,6 @@ USER_SCRIPT = textwrap.dedent("""
     print(json.dumps({"kiln": kiln.__file__, "runtime": runtime_path(), "hits": stats["hits"],
                       "max_err": float((got - eager).abs().max())}))
 """)
-
-
-def _library(tmp_path) -> str:
-    """A cpu library of one aten entry (softmax over rows) with a kernel written here: a captured problem,
-    and the manifest libkiln_rt reads (docs/library.md)."""
-    script = tmp_path / "softmax.py"
-    script.write_text(SOFTMAX_SCRIPT)
-    run = tmp_path / "run"
-    assert capture_main([str(script), "--out", str(run), "--device", "cpu", "--no-reference"]) == 0
-    (name,) = [n for n in os.listdir(run / "problems") if n.startswith("softmax")]
-    d = json.loads((run / "problems" / name / "definition.json").read_text())
-    k = d["kiln"]
-    lib = run / "library"
-    lib.mkdir()
-    (lib / f"{name}.c").write_text(SOFTMAX_C)
-
-    def gate_tensor(n, spec):
-        return {"name": n, "dtype": spec["dtype"], "shape": k["shapes"][n], "strides": k["strides"][n],
-                "storage_offset": k["storage_offsets"][n], "layout": k["layouts"][n]}
-
-    params = [f"const float* {n}" for n in d["inputs"]] + [f"float* {n}" for n in d["outputs"]]
-    params += [f"int64_t {a}" for a in d["axes"]]
-    entry = {
-        "problem": name, "kind": "aten", "aten": k["aten"],
-        "gate": {"inputs": [gate_tensor(n, s) for n, s in d["inputs"].items()],
-                 "outputs": [gate_tensor(n, s) for n, s in d["outputs"].items()],
-                 "args": k["args"], "grad_mode": k["grad_mode"], "device_capability": "0.0"},
-        "kernel": f"{name}.c", "signature": f"void softmax_rows({', '.join(params)})",
-        "launches": [{"workloads": [0], "axes": {a: v["value"] for a, v in d["axes"].items()},
-                      "launches": [{"entry": "softmax_rows", "grid": [1, 1, 1], "block": [1, 1, 1],
-                                    "cluster": [1, 1, 1], "smem_bytes": 0}], "scratch_bytes": 0}],
-        "time_us": {"kiln": None, "eager": None}, "speedup": None,
-    }
-    manifest = {"kiln_library": 1, "backend": "cpu", "device": {"name": "", "uuid": "", "compute_capability": "0.0"},
-                "build": {"kiln": kiln.__version__, "nvrtc": None}, "entries": [entry]}
-    (lib / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return str(lib)
 
 
 def test_pip_install_into_a_fresh_venv_then_install_a_library(tmp_path):
@@ -110,7 +52,7 @@ def test_pip_install_into_a_fresh_venv_then_install_a_library(tmp_path):
                          env=env, capture_output=True, text=True, timeout=600)
     assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-2000:]
     assert not os.path.exists(os.path.join(ROOT, "python", "build"))  # the checkout stays clean
-    lib = _library(tmp_path)
+    lib = softmax_library(tmp_path)
     user = tmp_path / "user.py"
     user.write_text(USER_SCRIPT)
     run = subprocess.run([py, str(user), lib], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
