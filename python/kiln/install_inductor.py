@@ -374,6 +374,10 @@ class InductorPatterns:
         kept = []
         with _stepped_aside(self.inst):
             self._trace_each(kept)
+        # the larger pattern first: a chain's ops include a smaller entry's (the attention block holds the mask
+        # chain, which holds the softmax), and a smaller one replaced first leaves nothing for the chain to match
+        # (Gemma-4 on the H200: every softmax became kiln's and the attention and mask-chain entries had no hit)
+        kept.sort(key=lambda p: -len(p.traced_keys))
         self.patterns = kept
 
     def _trace_each(self, kept: list) -> None:

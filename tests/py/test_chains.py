@@ -695,3 +695,45 @@ def test_attention_masks_computed_in_the_graph(window_library, windows, checks):
     finally:
         kiln.uninstall(inst)
         torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module")
+def nested_library(tmp_path_factory):
+    """tests/data/chains/attention_masks.py's attention block, its mask chain (mul, add, softmax, cast) and the
+    softmax alone, optimized together on the cpu backend: three entries, each pattern inside the one before."""
+    run = tmp_path_factory.mktemp("nested")
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ATT_MASKS_SCRIPT), "--out", str(run), "--device",
+                        "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    names = ("attention_1x2x256x64_bf16", "chain_mul_add_softmax_to_1x2x256x256_bf16", "softmax_int_1x2x256x256_bf16")
+    library = optimize_alone([run / "problems" / n for n in names], tmp_path_factory.mktemp("nested_only"))
+    entries = {e["problem"] for e in json.loads((library / "manifest.json").read_text())["entries"]}
+    assert entries == set(names), entries
+    return library
+
+
+def test_the_largest_pattern_is_replaced_first(nested_library):
+    """With the attention block, its mask chain and its softmax installed together inside torch.compile, the
+    block is what replaces each window layer's attention: a pattern replaced first would leave nothing of the
+    larger ones to match (the order the entries were installed in put the softmax first)."""
+    import kiln
+    am = _script_module(ATT_MASKS_SCRIPT)
+    model = am.Net((32, 32)).eval()
+    x = am.inputs(3)
+    with torch.no_grad():
+        want = model(*x)
+    inst = kiln.install(str(nested_library), model, entries="all", compile=True)
+    try:
+        with torch.no_grad():
+            got = model(*x)
+        hits = {n: e["hits"] for n, e in inst.stats()["entries"].items()}
+        assert hits == {"attention_1x2x256x64_bf16": 2, "chain_mul_add_softmax_to_1x2x256x256_bf16": 0,
+                        "softmax_int_1x2x256x256_bf16": 0}, (hits, inst.notes)
+        (entry,) = [e for e in json.loads((nested_library / "manifest.json").read_text())["entries"]
+                    if e["problem"].startswith("attention")]
+        tol = entry["tolerance_met"]["tolerance"]
+        for g, w in zip(got, want):
+            assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
