@@ -93,8 +93,8 @@ def recommend(report: dict) -> Optional[dict]:
             continue
         spread = m.get(key.replace("_ms", "_spread_pct"))
         if best is not None:
-            verdict, _, _ = speedup_judge(best["ms"], best["spread_pct"], ms, spread)
-            if verdict not in ("supported", "noisy"):
+            verdict, value, _ = speedup_judge(best["ms"], best["spread_pct"], ms, spread)
+            if verdict not in ("supported", "noisy") or value <= 1:  # a supported difference can be a slowdown
                 continue
         best = {"way": name, "ms": ms, "spread_pct": spread, "how": how}
     lib = (report.get("library") or {}).get("path") or os.path.join(report.get("run_dir", "RUN"), "library")

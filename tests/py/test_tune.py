@@ -503,6 +503,12 @@ def test_the_report_recommends_the_fastest_way_the_spreads_support():
     assert r["way"] == "eager"
     r, md = rec(kiln_ms=9.0, kiln_spread_pct=1.0)
     assert r["way"] == "kiln" and "`kiln run --library" in md
+    # slower beyond the spreads is not faster (Gemma-4 on the H200: kiln 30.8 ms replaced torch.compile's 18.7
+    # as the best so far, and kiln + torch.compile, 19.5, was then recommended over torch.compile alone)
+    r, md = rec(eager_ms=35.44, eager_spread_pct=4.0, compile_ms=18.70, compile_spread_pct=4.7, kiln_ms=30.83,
+                kiln_spread_pct=4.0, kiln_compile_ms=19.51, kiln_compile_spread_pct=3.5)
+    assert r["way"] == "torch.compile", r
+    assert "**Fastest here: torch.compile**" in md
     assert tune_report.recommend({"model": None}) is None
 
 
