@@ -65,7 +65,9 @@ class StructureCache:
         from kiln.capture_stats import band_holds
         key = id(t)
         seen = self.entries.get(key)
-        state = (t._version, t.data_ptr(), (lower, upper))
+        # an inference tensor (torch.inference_mode) has no version counter: the object and its data pointer
+        # alone, so an in-place write into an inference mask between two calls is not seen (docs/install.md)
+        state = (None if t.is_inference() else t._version, t.data_ptr(), (lower, upper))
         if cached and seen is not None and seen[0]() is t and seen[1:4] == state:
             return seen[4]
         self.checks += 1
