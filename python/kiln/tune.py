@@ -1067,9 +1067,9 @@ def _load_json(path: str):
 
 def hot_ops(run_dir: str, report: dict, limit: int = 20) -> list:
     """The model's hottest ops, fused modules and chains (RUN/model.json), hottest first, each with what became of it:
-    status "installed", "not installed", "no kernel" (searched, nothing correct), "not optimised" (kiln
-    optimize skipped it), "not searched" or "not captured", and why (the entry's, optimize's or capture's
-    reason)."""
+    status "installed", "not installed", "not judged" (in the library, the install check stopped first), "no
+    kernel" (searched, nothing correct), "not optimised" (kiln optimize skipped it), "not searched" or "not
+    captured", and why (the entry's, optimize's or capture's reason)."""
     model = _load_json(os.path.join(run_dir, "model.json")) or {}
     groups = [dict(g, op=g.get("aten")) for g in model.get("groups") or []]
     groups += [dict(g, op=f"module {g.get('module_class')}", not_a_problem=None)
@@ -1082,6 +1082,9 @@ def hot_ops(run_dir: str, report: dict, limit: int = 20) -> list:
     problems = {p.get("problem"): p for p in report.get("problems") or []}
     entries = {e.get("name"): e for e in report.get("entries") or []}
     search = report.get("search") or {}
+    manifest = _load_json(os.path.join((report.get("library") or {}).get("path") or os.path.join(run_dir, "library"),
+                                       "manifest.json")) or {}
+    in_library = {e.get("problem") for e in manifest.get("entries") or []}
     rows = []
     for g in groups[:limit]:
         name = g.get("problem")
@@ -1095,6 +1098,10 @@ def hot_ops(run_dir: str, report: dict, limit: int = 20) -> list:
             row["why"] = e.get("reason")
         elif p is not None and p.get("skipped"):
             row["status"], row["why"] = "not optimised", p["skipped"]
+        elif p is not None and name in in_library:  # kiln optimize wrote it; the install check did not judge it
+            row["status"] = "not judged"
+            row["why"] = ("in the library; the install check stopped before judging it"
+                          + (f" ({report['error'][:120]})" if report.get("error") else ""))
         elif p is not None:
             row["status"] = "no kernel"
             if p.get("best_us") is not None:

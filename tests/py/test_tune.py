@@ -358,6 +358,13 @@ def test_a_search_cut_by_the_budget_is_not_called_a_failure(tmp_path):
     assert rows["pow_p"]["status"] == "not searched"
     assert "time limit" in rows["pow_p"]["why"] and "before a candidate" in rows["pow_p"]["why"]
     assert rows["add_p"]["status"] == "no kernel" and rows["add_p"]["why"] == "no correct kernel in 3 evaluated candidates"
+    # in the library, but the install check failed before judging it (the VAE decoder on the H200): not "no kernel"
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "manifest.json").write_text(json.dumps({"entries": [{"problem": "add_p"}]}))
+    report["problems"][1].update(ok=1, best_us=2.0)
+    report["error"] = "AcceleratorError: CUDA error: an illegal memory access was encountered"
+    rows = {r["problem"]: r for r in tune.hot_ops(str(tmp_path), report)}
+    assert rows["add_p"]["status"] == "not judged" and "illegal memory access" in rows["add_p"]["why"]
     md = tune.render_markdown({"script": SCRIPT, "script_args": [], "run_dir": "x", "model": None,
                                "out_of_time": "the budget (--time 45 s) ran out during the install check"})
     assert "not timed: the budget (--time 45 s) ran out during the install check" in md
