@@ -140,6 +140,8 @@ class EntryBench:
 
         import torch
         tensors = self.inputs + self.outputs + self.scratch
+        for t in self.scratch:  # the last round's launches left it used
+            t.zero_()
         lib.launch(self.entry, tensors)
         ptrs = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
         stream = ctypes.c_void_p(torch._C._cuda_getCurrentRawStream(lib.device_index)) if lib.is_cuda else None
