@@ -90,6 +90,12 @@ typedef struct kiln_family {
      * it assumes nothing. The install path checks it before a launch and runs the eager calls
      * where it does not hold (docs/install.md). */
     cJSON *(*assumes)(const kiln_problem *p, const kiln_match *m);
+
+    /* 1 when every candidate calls a vendor library that eager PyTorch calls for the same op
+     * (cuBLASLt): a win over eager is another configuration of the same code, a few per cent at
+     * most (bench/RESULTS.md), so kiln optimize prepares a problem only such families match after
+     * the others. */
+    int vendor;
 } kiln_family;
 
 /* The built-in families (registry.c), in the order sweep and search try them. */

@@ -500,6 +500,7 @@ static int lt_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
 
 const kiln_family kiln_family_cublaslt = {
     .name = "cublaslt",
+    .vendor = 1,
     .summary = "one captured GEMM (linear, mm, matmul, bmm, addmm), with the bias / ReLU / GELU / "
                "cast epilogue cuBLASLt fuses, run by cuBLASLt with one of the configurations it "
                "accepts on the device",

@@ -832,117 +832,156 @@ static int load_problems(kiln_opt_ctx *c, kiln_err *err) {
     return 0;
 }
 
-/* Matches families, ensures reference data, and gives every problem its row in the store,
- * searched or not (a skipped one with its reason). *n_active gets the problems searched. 0, or 2
- * when the store fails. */
-static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_err *err) {
+/* Matches the families of pr. Returns the note for a problem only llm agents search (no family
+ * matches it; caller frees), else NULL; with no llm agents such a problem is skipped instead. */
+static char *match_problem(kiln_opt_ctx *c, kiln_opt_problem *pr) {
+    char *no_family = NULL;
+    if (!pr->skip) {
+        char why[4096];
+        pr->n_fams = kiln_family_match_all(pr->p, pr->fams, pr->matches, KILN_OPT_MAX_FAMILIES, why,
+                                           sizeof why);
+        if (pr->n_fams == 0) {
+            size_t l = strlen(why);
+            while (l && why[l - 1] == '\n')
+                why[--l] = 0;
+            for (char *q = why; *q; q++)
+                if (*q == '\n')
+                    *q = ';';
+            no_family = kiln_family_count() == 0
+                            ? xstrdup("no kernel family is linked into this kiln")
+                            : xasprintf("no kernel family matches: %s", why);
+            /* a language model needs no family: with llm agents the problem is theirs alone */
+            if (c->n_llm_agents == 0) {
+                pr->skip = no_family;
+                no_family = NULL;
+            }
+        }
+    }
+    return no_family;
+}
+
+/* Whether every family that matches pr calls a vendor library eager calls too (kiln_family.vendor).
+ */
+static int vendor_only(const kiln_opt_problem *pr) {
+    for (int k = 0; k < pr->n_fams; k++)
+        if (!pr->fams[k]->vendor)
+            return 0;
+    return pr->n_fams > 0;
+}
+
+/* Hashes pr's files, ensures its reference data where it fits in preparing's share of --time, and
+ * gives it its row in the store (a skipped one with its reason). Takes no_family (match_problem's
+ * note). 0, or 2 when the store fails. */
+static int finish_problem(kiln_opt_ctx *c, kiln_store *s, kiln_opt_problem *pr, char *no_family,
+                          int *n_active, kiln_err *err) {
     const kiln_optimize_options *o = &c->opt;
+    /* what the problem is: its files' content, whatever its definition says it was (hashed
+     * for a problem no family matches too: its row names its content) */
+    char hash[KILN_CONTENT_HASH_LEN] = "";
+    char *stale_hash = NULL;
+    if (pr->p) {
+        kiln_err herr;
+        const char *recorded = kiln_problem_kiln_str(pr->p, "content_hash");
+        if (kiln_content_hash_dir(pr->dir, hash, &herr) != KILN_OK) {
+            if (!pr->skip)
+                pr->skip = xasprintf("its files do not hash: %s", herr.msg);
+        } else if (recorded && strcmp(recorded, hash) != 0) {
+            stale_hash = xasprintf("its files changed since capture (content %.12s; capture "
+                                   "recorded %.12s): its results are filed under the files' "
+                                   "content",
+                                   hash, recorded);
+        }
+    }
+    /* --time counts from the command's start, preparing included. Reference data of a problem
+     * at real size takes seconds to tens of seconds (gigabytes of sets on disk), so preparing
+     * stops at a share of --time and the rest is left to candidates: the problems not prepared
+     * by then are left out, all but the first that can be searched. After a signal (Ctrl-C, or
+     * tune stopping an overrun) none is prepared. */
+    if (!pr->skip && (coord_signals || (*n_active > 0 && o->time_s > 0 &&
+                                        now_s() - c->t0 + prepare_estimate_s(pr->p, c->cuda) >
+                                            KILN_PREPARE_SHARE * o->time_s)))
+        pr->skip = xstrdup(coord_signals ? "not prepared: interrupted"
+                                         : "not prepared: its reference data would not fit in "
+                                           "preparing's share of the time limit (--time)");
+    if (!pr->skip) {
+        kiln_err rerr;
+        if (!o->quiet)
+            fprintf(stderr, "kiln optimize: %s: reference data on %s\n", pr->p->name,
+                    c->cuda ? "cuda" : "cpu");
+        if (kiln_refs_ensure(pr->p, c->cuda ? "cuda" : "cpu", NULL, 1, &pr->ref, &rerr) != KILN_OK)
+            pr->skip = xasprintf("no reference data: %s", rerr.msg);
+        else
+            pr->eager_us = refs_eager_us(pr->ref);
+    }
+    kiln_store_problem sp = {0};
+    sp.name = kiln_opt_problem_name(pr);
+    sp.dir = pr->dir;
+    sp.share = pr->share;
+    sp.eager_us = pr->eager_us;
+    sp.compile_us = pr->compile_us;
+    sp.sol_us = -1;
+    sp.content_hash = hash[0] ? hash : NULL;
+    if (stale_hash && !o->quiet)
+        fprintf(stderr, "kiln optimize: %s: %s\n", sp.name, stale_hash);
+    if (kiln_store_problem_upsert(s, &sp, &pr->store_id, err) != KILN_OK) {
+        free(stale_hash);
+        free(no_family);
+        return 2;
+    }
+    if (stale_hash) {
+        kiln_store_event(s, pr->store_id, "note", stale_hash, NULL);
+        free(stale_hash);
+    }
+    if (pr->skip) {
+        kiln_store_event(s, pr->store_id, "skip", pr->skip, NULL);
+        if (!o->quiet)
+            fprintf(stderr, "kiln optimize: %s: skipped: %s\n", kiln_opt_problem_name(pr),
+                    pr->skip);
+    } else {
+        (*n_active)++;
+        if (no_family) {
+            char *msg = xasprintf("%s; only the llm agents search it", no_family);
+            kiln_store_event(s, pr->store_id, "llm", msg, NULL);
+            if (!o->quiet)
+                fprintf(stderr, "kiln optimize: %s: %s\n", kiln_opt_problem_name(pr), msg);
+            free(msg);
+        }
+    }
+    free(no_family);
+    return 0;
+}
+
+/* Matches families, ensures reference data, and gives every problem its row in the store,
+ * searched or not (a skipped one with its reason), hottest first, but a problem only vendor
+ * families match after all the others: its reference data (a GEMM's: gigabytes) would take
+ * preparing's share of --time from problems where kiln can win more (Gemma-4's lm-head went before
+ * its RMSNorm). *n_active gets the problems searched. 0, or 2 when the store fails. */
+static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_err *err) {
     *n_active = 0;
     /* marks where this run's events begin: a "skip" after it says the problem is not searched now
      * (the dashboard), and the search's own time starts only at "start" */
     char *prep = xasprintf("kiln optimize: preparing %d problems", c->n_problems);
     kiln_store_event(s, 0, "prepare", prep, NULL);
     free(prep);
-    for (int i = 0; i < c->n_problems; i++) {
-        kiln_opt_problem *pr = &c->problems[i];
-        char *no_family = NULL;
-        if (!pr->skip) {
-            char why[4096];
-            pr->n_fams = kiln_family_match_all(pr->p, pr->fams, pr->matches, KILN_OPT_MAX_FAMILIES,
-                                               why, sizeof why);
-            if (pr->n_fams == 0) {
-                size_t l = strlen(why);
-                while (l && why[l - 1] == '\n')
-                    why[--l] = 0;
-                for (char *q = why; *q; q++)
-                    if (*q == '\n')
-                        *q = ';';
-                no_family = kiln_family_count() == 0
-                                ? xstrdup("no kernel family is linked into this kiln")
-                                : xasprintf("no kernel family matches: %s", why);
-                /* a language model needs no family: with llm agents the problem is theirs alone */
-                if (c->n_llm_agents == 0) {
-                    pr->skip = no_family;
-                    no_family = NULL;
+    char *deferred = xcalloc((size_t)(c->n_problems > 0 ? c->n_problems : 1), 1);
+    int rc = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (int i = 0; i < c->n_problems && rc == 0; i++) {
+            kiln_opt_problem *pr = &c->problems[i];
+            char *no_family = NULL;
+            if (pass == 0) {
+                no_family = match_problem(c, pr);
+                if (!pr->skip && vendor_only(pr)) {
+                    deferred[i] = 1;
+                    continue;
                 }
+            } else if (!deferred[i]) {
+                continue;
             }
+            rc = finish_problem(c, s, pr, no_family, n_active, err);
         }
-        /* what the problem is: its files' content, whatever its definition says it was (hashed
-         * for a problem no family matches too: its row names its content) */
-        char hash[KILN_CONTENT_HASH_LEN] = "";
-        char *stale_hash = NULL;
-        if (pr->p) {
-            kiln_err herr;
-            const char *recorded = kiln_problem_kiln_str(pr->p, "content_hash");
-            if (kiln_content_hash_dir(pr->dir, hash, &herr) != KILN_OK) {
-                if (!pr->skip)
-                    pr->skip = xasprintf("its files do not hash: %s", herr.msg);
-            } else if (recorded && strcmp(recorded, hash) != 0) {
-                stale_hash = xasprintf("its files changed since capture (content %.12s; capture "
-                                       "recorded %.12s): its results are filed under the files' "
-                                       "content",
-                                       hash, recorded);
-            }
-        }
-        /* --time counts from the command's start, preparing included. Reference data of a problem
-         * at real size takes seconds to tens of seconds (gigabytes of sets on disk), so preparing
-         * stops at a share of --time and the rest is left to candidates: the problems not prepared
-         * by then are left out, all but the first that can be searched. After a signal (Ctrl-C, or
-         * tune stopping an overrun) none is prepared. */
-        if (!pr->skip && (coord_signals || (*n_active > 0 && o->time_s > 0 &&
-                                            now_s() - c->t0 + prepare_estimate_s(pr->p, c->cuda) >
-                                                KILN_PREPARE_SHARE * o->time_s)))
-            pr->skip = xstrdup(coord_signals ? "not prepared: interrupted"
-                                             : "not prepared: its reference data would not fit in "
-                                               "preparing's share of the time limit (--time)");
-        if (!pr->skip) {
-            kiln_err rerr;
-            if (!o->quiet)
-                fprintf(stderr, "kiln optimize: %s: reference data on %s\n", pr->p->name,
-                        c->cuda ? "cuda" : "cpu");
-            if (kiln_refs_ensure(pr->p, c->cuda ? "cuda" : "cpu", NULL, 1, &pr->ref, &rerr) !=
-                KILN_OK)
-                pr->skip = xasprintf("no reference data: %s", rerr.msg);
-            else
-                pr->eager_us = refs_eager_us(pr->ref);
-        }
-        kiln_store_problem sp = {0};
-        sp.name = kiln_opt_problem_name(pr);
-        sp.dir = pr->dir;
-        sp.share = pr->share;
-        sp.eager_us = pr->eager_us;
-        sp.compile_us = pr->compile_us;
-        sp.sol_us = -1;
-        sp.content_hash = hash[0] ? hash : NULL;
-        if (stale_hash && !o->quiet)
-            fprintf(stderr, "kiln optimize: %s: %s\n", sp.name, stale_hash);
-        if (kiln_store_problem_upsert(s, &sp, &pr->store_id, err) != KILN_OK) {
-            free(stale_hash);
-            free(no_family);
-            return 2;
-        }
-        if (stale_hash) {
-            kiln_store_event(s, pr->store_id, "note", stale_hash, NULL);
-            free(stale_hash);
-        }
-        if (pr->skip) {
-            kiln_store_event(s, pr->store_id, "skip", pr->skip, NULL);
-            if (!o->quiet)
-                fprintf(stderr, "kiln optimize: %s: skipped: %s\n", kiln_opt_problem_name(pr),
-                        pr->skip);
-        } else {
-            (*n_active)++;
-            if (no_family) {
-                char *msg = xasprintf("%s; only the llm agents search it", no_family);
-                kiln_store_event(s, pr->store_id, "llm", msg, NULL);
-                if (!o->quiet)
-                    fprintf(stderr, "kiln optimize: %s: %s\n", kiln_opt_problem_name(pr), msg);
-                free(msg);
-            }
-        }
-        free(no_family);
-    }
-    return 0;
+    free(deferred);
+    return rc;
 }
 
 /* What resuming found, for the start event. */
