@@ -7,9 +7,6 @@ import json
 import os
 import textwrap
 
-import kiln
-from kiln.capture import main as capture_main
-
 SOFTMAX_SCRIPT = textwrap.dedent("""
     import torch
     x = torch.randn(64, 256)
@@ -18,6 +15,7 @@ SOFTMAX_SCRIPT = textwrap.dedent("""
             torch.softmax(x, dim=-1)
 """)
 
+# the rows' loop, after a line that defines `bad` (0, or NaN where a check of the kernel's failed)
 SOFTMAX_BODY = """
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
@@ -43,6 +41,8 @@ SOFTMAX_SCRATCH_C = ("// kiln: launch softmax_rows\n"
 def softmax_library(tmp_path, scratch: bool = False) -> str:
     """RUN/library under tmp_path: the softmax of SOFTMAX_SCRIPT captured on the cpu, one entry, its kernel
     SOFTMAX_C (or SOFTMAX_SCRATCH_C); the library's path."""
+    import kiln
+    from kiln.capture import main as capture_main
     script = tmp_path / "softmax.py"
     script.write_text(SOFTMAX_SCRIPT)
     run = tmp_path / "run"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gate_util import KILN, ROOT, kiln_env
+from hand_library import SOFTMAX_BODY
 
 pytestmark = pytest.mark.skipif(not KILN.exists(), reason="build/kiln is missing: run make first")
 
@@ -26,22 +27,11 @@ KERNELS = ROOT / "tests/kernels/cpu"
 
 # A correct softmax that sleeps 30 ms per call: slower than any honest kernel, so the ranking
 # between it and good_softmax.c does not depend on the timing noise of a shared CI machine.
-SLOW = """// kiln: launch softmax_rows
-#include <time.h>
-void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {
-    struct timespec ts = {0, 30 * 1000 * 1000};
-    nanosleep(&ts, 0);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        float m = -INFINITY;
-        for (int64_t c = 0; c < cols; c++) m = fmaxf(m, xr[c]);
-        double s = 0;
-        for (int64_t c = 0; c < cols; c++) { yr[c] = expf(xr[c] - m); s += yr[c]; }
-        for (int64_t c = 0; c < cols; c++) yr[c] = (float)(yr[c] / s);
-    }
-}
-"""
+SLOW = ("// kiln: launch softmax_rows\n#include <time.h>\n"
+        "void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {\n"
+        "    struct timespec ts = {0, 30 * 1000 * 1000};\n"
+        "    nanosleep(&ts, 0);\n"
+        "    const float bad = 0.0f;" + SOFTMAX_BODY)
 
 
 @pytest.fixture(scope="module")
