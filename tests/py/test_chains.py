@@ -23,6 +23,7 @@ in_proj_a + cast to float32 are ones too. The Linear + ReLU block's entry is one
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -339,13 +340,18 @@ GN_CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "groupnorm_chain.py"
 def _chain_library(tmp_path_factory, script: Path, chain: str, others: tuple = ()) -> Path:
     """script captured on the CPU, its chain problem named chain (its only one besides those named in others)
     alone optimized on the cpu backend: the library directory."""
-    run = tmp_path_factory.mktemp(script.stem)
-    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(script), "--out", str(run), "--device",
-                        "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = capture_cpu(script, tmp_path_factory.mktemp(script.stem))
     names = [p.name for p, _ in chains(run)]
     assert names == sorted([chain, *others]), names
     return optimize_alone([run / "problems" / chain], tmp_path_factory.mktemp(f"{script.stem}_only"))
+
+
+def capture_cpu(script: Path, run: Path) -> Path:
+    """script captured on the CPU into run: run."""
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(script), "--out", str(run), "--device",
+                        "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return run
 
 
 def optimize_alone(problems: list, out: Path, budget: int = 2) -> Path:
@@ -626,25 +632,44 @@ def window_library(tmp_path_factory):
                           ("chain_mul_add_softmax_to_1x2x256x256_bf16",))
 
 
+def attention_tolerance(library: Path) -> dict:
+    """The tolerance the library's attention entry was proved within."""
+    (entry,) = [e for e in json.loads((library / "manifest.json").read_text())["entries"]
+                if e["problem"].startswith("attention")]
+    return entry["tolerance_met"]["tolerance"]
+
+
+@contextlib.contextmanager
+def net_installed(library: Path, windows: tuple, seed: int, computed: bool = False, mode=torch.no_grad):
+    """attention_masks.py's Net with these layers' windows (None: full causal), its inputs drawn with seed,
+    eager's outputs under mode, and library installed into it inside torch.compile: (model, inputs, eager's
+    outputs, installation); uninstalled, and dynamo's caches reset, after."""
+    import kiln
+    am = _script_module(ATT_MASKS_SCRIPT)
+    model = am.Net(windows, computed=computed).eval()
+    x = am.inputs(seed)
+    with mode():
+        want = model(*x)
+    inst = kiln.install(str(library), model, entries="all", compile=True)
+    try:
+        yield model, x, want, inst
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
 def test_attention_band_kernel_checks_the_mask(window_library):
     """A kernel built for a sliding window of 32 over 256 keys skips the key tiles outside the window: on a
     full-causal mask of the same shape and dtype (Gemma-4's full layers beside its sliding ones) it is wrong,
     so the installed op checks each mask's band once per tensor (again after it is written), runs the kernel
     where the mask masks everything outside the window (window 32, and 16 inside it), the eager block
     elsewhere (a miss), and every layer's output is eager's."""
-    import kiln
     from kiln.install_gate import _Gate
-    library = window_library
-    entry = json.loads((library / "manifest.json").read_text())["entries"][0]
+    entry = json.loads((window_library / "manifest.json").read_text())["entries"][0]
     assert entry["assumes"] == {"mask0": {"structure": {"kind": "band", "lower": -31, "upper": 0}}}
     tol = entry["tolerance_met"]["tolerance"]
-    am = _script_module(ATT_MASKS_SCRIPT)
-    model = am.Net((am.WINDOW, None, 16)).eval()
-    x = am.inputs(5)
-    with torch.no_grad():
-        want = model(*x)
-    inst = kiln.install(str(library), model, entries="all", compile=True)
-    try:
+    window = _script_module(ATT_MASKS_SCRIPT).WINDOW
+    with net_installed(window_library, (window, None, 16), 5) as (model, x, want, inst):
         with torch.no_grad():
             got = model(*x)
             stats, checks = inst.stats(), inst._inductor.structures.checks
@@ -662,33 +687,23 @@ def test_attention_band_kernel_checks_the_mask(window_library):
         unchecked = _Gate(inst.library, inst.library.entries[0], inst).hit(x[0], x[1].transpose(2, 3), model.mask1,
                                                                           x[2])[0]
         assert not torch.allclose(unchecked.float(), want[1].float(), atol=tol["atol"], rtol=tol["rtol"])
-    finally:
-        kiln.uninstall(inst)
-        torch._dynamo.reset()
 
 
 def test_attention_band_check_in_inference_mode(window_library):
     """Under torch.inference_mode the masks are inference tensors, which have no version counter (reading it
     raised inside kiln's op, and tune's kiln + torch.compile timing of Gemma-4 failed on the H200): the check
     is remembered for the tensor object and its data pointer, once a forward, and the outputs are eager's."""
-    import kiln
-    am = _script_module(ATT_MASKS_SCRIPT)
-    tol = json.loads((window_library / "manifest.json").read_text())["entries"][0]["tolerance_met"]["tolerance"]
-    model = am.Net((32, 32), computed=True).eval()  # one mask, computed in the graph, for both layers
-    x = am.inputs(5)
-    with torch.inference_mode():
-        want = model(*x)
-        inst = kiln.install(str(window_library), model, entries="all", compile=True)
-        try:
+    tol = attention_tolerance(window_library)
+    # one mask, computed in the graph, for both layers
+    with net_installed(window_library, (32, 32), 5, computed=True, mode=torch.inference_mode) as (model, x, want,
+                                                                                                   inst):
+        with torch.inference_mode():
             for _ in range(2):
                 got = model(*x)
                 for g, w in zip(got, want):
                     assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
-            assert inst.stats()["hits"] == 4 and inst.stats()["misses"] == 0, inst.stats()
-            assert inst._inductor.structures.checks == 2
-        finally:
-            kiln.uninstall(inst)
-            torch._dynamo.reset()
+        assert inst.stats()["hits"] == 4 and inst.stats()["misses"] == 0, inst.stats()
+        assert inst._inductor.structures.checks == 2
 
 
 @pytest.mark.parametrize("windows,checks", [((32, None, 32), 3), ((32, 32), 1)])
@@ -698,15 +713,8 @@ def test_attention_masks_computed_in_the_graph(window_library, windows, checks):
     window layers first and computes the full-causal mask into the window mask's buffer, the same tensor
     object, so each call checks its mask (a cached answer would run the window kernel on the full-causal
     layer); one computed mask shared by both layers is checked once a forward. Outputs are eager's."""
-    import kiln
-    am = _script_module(ATT_MASKS_SCRIPT)
-    tol = json.loads((window_library / "manifest.json").read_text())["entries"][0]["tolerance_met"]["tolerance"]
-    model = am.Net(windows, computed=True).eval()
-    x = am.inputs(7)
-    with torch.no_grad():
-        want = model(*x)
-    inst = kiln.install(str(window_library), model, entries="all", compile=True)
-    try:
+    tol = attention_tolerance(window_library)
+    with net_installed(window_library, windows, 7, computed=True) as (model, x, want, inst):
         with torch.no_grad():
             for _ in range(2):
                 got = model(*x)
@@ -716,19 +724,13 @@ def test_attention_masks_computed_in_the_graph(window_library, windows, checks):
         assert inst.stats()["hits"] == 2 * (len(windows) - full) and inst.stats()["misses"] == 2 * full, \
             inst.stats()
         assert inst._inductor.structures.checks == 2 * checks
-    finally:
-        kiln.uninstall(inst)
-        torch._dynamo.reset()
 
 
 @pytest.fixture(scope="module")
 def nested_library(tmp_path_factory):
     """tests/data/chains/attention_masks.py's attention block, its mask chain (mul, add, softmax, cast) and the
     softmax alone, optimized together on the cpu backend: three entries, each pattern inside the one before."""
-    run = tmp_path_factory.mktemp("nested")
-    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ATT_MASKS_SCRIPT), "--out", str(run), "--device",
-                        "cpu", "--quiet"], cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = capture_cpu(ATT_MASKS_SCRIPT, tmp_path_factory.mktemp("nested"))
     names = ("attention_1x2x256x64_bf16", "chain_mul_add_softmax_to_1x2x256x256_bf16", "softmax_int_1x2x256x256_bf16")
     library = optimize_alone([run / "problems" / n for n in names], tmp_path_factory.mktemp("nested_only"))
     entries = {e["problem"] for e in json.loads((library / "manifest.json").read_text())["entries"]}
@@ -740,24 +742,12 @@ def test_the_largest_pattern_is_replaced_first(nested_library):
     """With the attention block, its mask chain and its softmax installed together inside torch.compile, the
     block is what replaces each window layer's attention: a pattern replaced first would leave nothing of the
     larger ones to match (the order the entries were installed in put the softmax first)."""
-    import kiln
-    am = _script_module(ATT_MASKS_SCRIPT)
-    model = am.Net((32, 32)).eval()
-    x = am.inputs(3)
-    with torch.no_grad():
-        want = model(*x)
-    inst = kiln.install(str(nested_library), model, entries="all", compile=True)
-    try:
+    tol = attention_tolerance(nested_library)
+    with net_installed(nested_library, (32, 32), 3) as (model, x, want, inst):
         with torch.no_grad():
             got = model(*x)
         hits = {n: e["hits"] for n, e in inst.stats()["entries"].items()}
         assert hits == {"attention_1x2x256x64_bf16": 2, "chain_mul_add_softmax_to_1x2x256x256_bf16": 0,
                         "softmax_int_1x2x256x256_bf16": 0}, (hits, inst.notes)
-        (entry,) = [e for e in json.loads((nested_library / "manifest.json").read_text())["entries"]
-                    if e["problem"].startswith("attention")]
-        tol = entry["tolerance_met"]["tolerance"]
         for g, w in zip(got, want):
             assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
-    finally:
-        kiln.uninstall(inst)
-        torch._dynamo.reset()
