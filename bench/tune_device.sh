@@ -11,7 +11,8 @@
 # time against the budget, tune's exit status, the four forward times (report.json's model), how the search
 # ended and how many entries were installed. $OUT/logs.tar.gz has every log, report and optimize table.
 # TUNE_TIME=S passes --time S instead of the default (six examples at 600 s take an hour: run a few per
-# call, or in the background). KILN_BENCH_SMALL=1 is the dry run on a machine without a GPU (--small sizes,
+# call, or in the background). KEEP_RUNS=1 keeps each run's problems (deleted once its row is written).
+# KILN_BENCH_SMALL=1 is the dry run on a machine without a GPU (--small sizes,
 # --backend cpu, the cpu default budget).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +78,9 @@ print(f"| {name} | {wall:.0f} / {budget:.0f} | {rc} | {cell('eager_ms')} | {cell
       f"{'yes' if ok else 'NO'} |")
 EOF
   tail -1 "$ROWS"
+  # the run's problems (tensors and reference sets: tens of GB for the VAE decoder) filled the device machine's
+  # 64 GiB disk by the fifth example; the report, the decisions and the logs stay
+  [ "${KEEP_RUNS:-0}" = 1 ] || rm -rf "$run/problems" "$run/candidates"
 done
 
 {

@@ -218,13 +218,14 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     compile: also torch.compile what runs, with kiln's entries inside the graphs (implies compile_friendly):
              `model` in place (Module.compile()), or without a model every root module at its first call
              (kiln.install_inductor.RootCompiler), until uninstall.
-    dispatch: "python" (default; else $KILN_DISPATCH): aten entries are Python kernels; "cpp": C++ kernels
-             (python/kiln/_dispatch.cpp, built on first use; where it cannot be built the Python path is used,
-             with the reason in `notes` and a RuntimeWarning); "auto": the same without the warning.
+    dispatch: "python": aten entries are Python kernels; "cpp": C++ kernels (python/kiln/_dispatch.cpp, built
+             on first use; where it cannot be built the Python path is used, with the reason in `notes` and
+             a RuntimeWarning); "auto": the same without the warning. None: $KILN_DISPATCH, else "auto" for
+             a cuda library and "python" for a cpu one. Module entries take the same path.
     Returns an Installation. Raises LibraryRefused (nothing installed, the model stays eager) when
     libkiln_rt refuses the library, KilnError when another library is installed already."""
     import torch
-    mode = _dispatch_mode(dispatch)
+    _dispatch_mode(dispatch)  # a bad value is refused before anything is opened
     if _ACTIVE:
         raise KilnError(f"kiln: a library is installed already ({_ACTIVE[-1].library.path}); "
                         "kiln.uninstall() first")
@@ -235,7 +236,7 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     if lib.closed:
         raise KilnError("kiln: the library is closed")
     inst = Installation(lib, owns)
-    inst.dispatch_mode = mode
+    inst.dispatch_mode = _dispatch_mode(dispatch, lib.is_cuda)
     try:
         _install_into(inst, lib, model, entries, compile_friendly or compile, for_compile=compile)
         if compile and model is not None:

@@ -121,8 +121,8 @@ def parser() -> Parser:
     p.option("--margin", metavar="M", kind="number", default=0.02,
              help="an entry is kept when kiln is faster than eager by more than this fraction")
     p.option("--dispatch", metavar="python|cpp|auto", choices=["python", "cpp", "auto"],
-             default_text="$KILN_DISPATCH, else python",
-             help="how aten entries are dispatched, as kiln.install's dispatch=")
+             default_text="$KILN_DISPATCH, else auto on cuda and python on cpu",
+             help="how aten and module entries are dispatched, as kiln.install's dispatch=")
     p.option("--library", metavar="DIR", help="check this library; skips capture and the search")
     p.option("--skip-capture", action="store_true", help="use RUN's existing capture")
     p.option("--skip-optimize", action="store_true", help="use RUN/library as it is (no search)")
@@ -885,6 +885,7 @@ def install_check(opts, library_dir: Optional[str], report: dict) -> None:
     eager and with torch.compile all the same."""
     import torch
 
+    from kiln.install_cpp import _dispatch_mode
     from kiln.install_runtime import KilnError, Library
     _log(f"kiln tune [3/4] install check: running {opts.script} once more to find the model")
     cuda = opts.backend == "cuda"
@@ -900,7 +901,8 @@ def install_check(opts, library_dir: Optional[str], report: dict) -> None:
         lib = Library(library_dir)
         report["library"] = {"path": lib.path, "backend": lib.backend, "device": lib.info.get("device"),
                              "library_device": lib.info.get("library_device"), "build": lib.info.get("build"),
-                             "notes": lib.info.get("notes", []), "n_entries": len(lib.entries)}
+                             "notes": lib.info.get("notes", []), "n_entries": len(lib.entries),
+                             "dispatch": _dispatch_mode(None, lib.is_cuda)}
     except FileNotFoundError:
         report["library"] = None
     except KilnError as e:

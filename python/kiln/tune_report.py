@@ -228,9 +228,11 @@ def _entries_section(report: dict) -> list:
                      f"{'yes' if r['installed'] else 'no'} | {_fmt(r.get('hits_per_forward'), 'd')} | "
                      f"{str(r['reason']).replace('|', '/')} |")
     lines.append("")
+    mode = (report.get("library") or {}).get("dispatch") or "python"
+    how = {"python": "Python", "cpp": "C++", "auto": "C++ where its extension builds, else Python"}.get(mode, mode)
     lines.append("Kernel speedup: eager over kiln kernel time in the gate (isolated, L2 flushed). Per call: "
-                 "wall time of the op through PyTorch's dispatcher in a loop, with kiln's gate (aten entries "
-                 f"dispatched by {os.environ.get('KILN_DISPATCH') or 'python'}; module entries in Python). "
+                 "wall time of the op through PyTorch's dispatcher in a loop, with kiln's gate (aten and module "
+                 f"entries dispatched by {how}). "
                  "Hit overhead: per call with kiln minus the bare launch; miss overhead: a call that misses "
                  "the gate minus the same call eagerly.")
     return lines + [""]

@@ -326,3 +326,15 @@ def test_mode_from_the_environment_and_bad_modes(ext, opened, monkeypatch):
     with pytest.raises(KilnError, match="dispatch='fast'"):
         kiln.install(opened, entries="all", dispatch="fast")
     assert INSTALL.installed() is None
+
+
+def test_default_mode_is_auto_for_a_cuda_library(monkeypatch):
+    # a cuda library's misses would cost 5-7 us of Python each (ResNet-50's forward got slower with one
+    # batch_norm entry installed on the H200); a cpu library keeps the Python path
+    from kiln.install_cpp import _dispatch_mode
+    monkeypatch.delenv("KILN_DISPATCH", raising=False)
+    assert _dispatch_mode(None, cuda=True) == "auto"
+    assert _dispatch_mode(None, cuda=False) == "python"
+    monkeypatch.setenv("KILN_DISPATCH", "python")
+    assert _dispatch_mode(None, cuda=True) == "python"
+    assert _dispatch_mode("cpp", cuda=False) == "cpp"
