@@ -13,6 +13,8 @@ typedef struct {
     char uuid[64];               /* stable id for caches ("GPU-…", or a hash of the cpu model) */
     int cc_major, cc_minor;      /* compute capability (0.0 on cpu) */
     int n_sms;                   /* multiprocessors (cpu: cores) */
+    int clock_khz;               /* the SM clock the driver reports, kHz (its boost clock: what
+                                    CU_DEVICE_ATTRIBUTE_CLOCK_RATE gives); 0 where unknown (cpu) */
     size_t l2_bytes;             /* last-level cache size */
     size_t mem_bytes;            /* device memory */
     size_t smem_per_block_optin; /* max dynamic shared memory per block */

@@ -195,6 +195,7 @@ static int cpu_init(kiln_backend *be, int device, const kiln_backend_config *cfg
     snprintf(st->info.uuid, sizeof st->info.uuid, "cpu-%016llx", (unsigned long long)h);
     long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
     st->info.n_sms = n_cpus > 0 ? (int)n_cpus : 1;
+    st->info.clock_khz = 0; /* none: the gate derives no tensor-core ceiling for a cpu */
     size_t llc = cpu_llc_bytes();
     st->info.l2_bytes = llc ? llc : CPU_FALLBACK_LLC_BYTES;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

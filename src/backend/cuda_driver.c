@@ -188,6 +188,7 @@ static void device_info(CUdevice dev, int ordinal, kiln_device_info *d) {
     d->cc_major = device_attr(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     d->cc_minor = device_attr(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     d->n_sms = device_attr(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    d->clock_khz = device_attr(dev, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
     d->l2_bytes = (size_t)device_attr(dev, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
     d->smem_per_block_optin =
         (size_t)device_attr(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);

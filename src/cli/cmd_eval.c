@@ -66,9 +66,11 @@ static void print_table(const cJSON *r) {
            cJSON_GetObjectItemCaseSensitive(r, "kernel")->valuestring,
            cJSON_GetObjectItemCaseSensitive(r, "backend")->valuestring,
            cJSON_IsString(name) ? name->valuestring : "?");
-    if (cJSON_IsObject(dev))
-        printf("device ceilings: %.0f GB/s copy, %.0f GFLOP/s fp32\n", num(dev, "ceiling_gbps"),
-               num(dev, "ceiling_gflops"));
+    if (cJSON_IsObject(dev)) {
+        const cJSON *of = cJSON_GetObjectItemCaseSensitive(dev, "ceiling_gflops_of");
+        printf("device ceilings: %.0f GB/s copy, %.0f GFLOP/s %s\n", num(dev, "ceiling_gbps"),
+               num(dev, "ceiling_gflops"), cJSON_IsString(of) ? of->valuestring : "fp32");
+    }
     double cs = num(r, "compile_s");
     if (!isnan(cs))
         printf("compiled in %.2f s\n", cs);

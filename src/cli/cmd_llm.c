@@ -48,14 +48,16 @@ static const kiln_cli_command llm_try_command = {
 };
 
 /* The device and its ceilings, measured in a child process (a cuda context must not live in
- * this process: the gate forks). Fields stay unknown when it fails. */
+ * this process: the gate forks); gflops is the flops ceiling the gate uses for problem p. Fields
+ * stay unknown when it fails. */
 typedef struct {
     char name[256];
     int cc_major, cc_minor, n_sms;
     double l2_bytes, gbps, gflops;
+    char gflops_of[64];
 } device_probe;
 
-static void probe_device(const char *backend, device_probe *d) {
+static void probe_device(const char *backend, const kiln_problem *p, device_probe *d) {
     memset(d, 0, sizeof *d);
     int fd[2];
     if (pipe(fd) != 0)
@@ -84,7 +86,9 @@ static void probe_device(const char *backend, device_probe *d) {
             kiln_ceilings c;
             if (kiln_ceilings_get(be, &c, &err) == KILN_OK) {
                 out.gbps = c.copy_gbps;
-                out.gflops = c.fma_gflops;
+                const char *of = NULL;
+                out.gflops = kiln_sol_gflops(&c, p, &of);
+                snprintf(out.gflops_of, sizeof out.gflops_of, "%s", of);
             }
             kiln_backend_close(be);
         }
@@ -101,6 +105,7 @@ static void probe_device(const char *backend, device_probe *d) {
     waitpid(pid, &st, 0);
     if (n == (ssize_t)sizeof got) {
         got.name[sizeof got.name - 1] = 0;
+        got.gflops_of[sizeof got.gflops_of - 1] = 0;
         *d = got;
     }
 }
@@ -182,7 +187,7 @@ int kiln_cmd_llm_try(int argc, char **argv) {
         }
         if (!ctx.device_name || ctx.ceiling_gbps <= 0) {
             if (!probed) {
-                probe_device(r.backend, &dev);
+                probe_device(r.backend, r.p, &dev);
                 probed = 1;
             }
             if (dev.name[0]) {
@@ -193,6 +198,7 @@ int kiln_cmd_llm_try(int argc, char **argv) {
                 ctx.l2_bytes = dev.l2_bytes;
                 ctx.ceiling_gbps = dev.gbps;
                 ctx.ceiling_gflops = dev.gflops;
+                ctx.ceiling_gflops_of = dev.gflops_of[0] ? dev.gflops_of : NULL;
             }
         }
         char *kernel = NULL;

@@ -587,9 +587,7 @@ static kiln_outcome finish_workload(ctx *c, cJSON *wj, double med) {
     double ref_spread = c->rp->ref->workloads[c->w].ref_spread_pct;
     if (ref_spread >= 0)
         cJSON_AddNumberToObject(wj, "ref_spread_pct", ref_spread);
-    double sol_us = min_bytes / (ceil->copy_gbps * 1e3);
-    if (p->flops > 0 && p->flops / (ceil->fma_gflops * 1e3) > sol_us)
-        sol_us = p->flops / (ceil->fma_gflops * 1e3);
+    double sol_us = kiln_sol_time_us(ceil, p, min_bytes);
     cJSON_AddNumberToObject(wj, "sol_time_us", sol_us);
     if (med <= 0) {
         cJSON_AddNullToObject(wj, "time_us");
@@ -610,12 +608,18 @@ static kiln_outcome finish_workload(ctx *c, cJSON *wj, double med) {
         cJSON_AddNumberToObject(ev, "sol_time_us", sol_us);
         cJSON_AddNumberToObject(ev, "min_bytes", min_bytes);
         cJSON_AddNumberToObject(ev, "ceiling_gbps", ceil->copy_gbps);
+        if (p->flops > 0) {
+            const char *kind = NULL;
+            cJSON_AddNumberToObject(ev, "flops", p->flops);
+            cJSON_AddNumberToObject(ev, "ceiling_gflops", kiln_sol_gflops(ceil, p, &kind));
+            cJSON_AddStringToObject(ev, "ceiling_gflops_of", kind);
+        }
         cJSON_AddNumberToObject(ev, "below", floor_frac);
         cJSON_AddStringToObject(
             ev, "message",
-            "the median time is below the time the minimum bytes take at the "
-            "device's measured copy rate (times 'below'): the work was not done "
-            "in it");
+            "the median time is below the speed of light (the time the minimum bytes take at the "
+            "device's measured copy rate, or the flops at its flops ceiling) times 'below': the "
+            "work was not done in it");
         send_json(c->fd, "workload", wj);
         return send_outcome(c->fd, KILN_OUTCOME_IMPOSSIBLE, ev);
     }
@@ -639,7 +643,8 @@ static cJSON *workload_json(ctx *c) {
     return wj;
 }
 
-void kiln_gate_send_device(int fd, kiln_backend *be, const kiln_ceilings *ceil) {
+void kiln_gate_send_device(int fd, kiln_backend *be, const kiln_ceilings *ceil,
+                           const kiln_problem *p) {
     kiln_device_info info;
     be->ops->device_info(be, &info);
     cJSON *dj = cJSON_CreateObject();
@@ -653,7 +658,23 @@ void kiln_gate_send_device(int fd, kiln_backend *be, const kiln_ceilings *ceil) 
         cJSON_AddStringToObject(dj, "compute_capability", cc);
     }
     cJSON_AddNumberToObject(dj, "ceiling_gbps", ceil->copy_gbps);
-    cJSON_AddNumberToObject(dj, "ceiling_gflops", ceil->fma_gflops);
+    /* the flops ceiling this problem's speed of light uses; the others beside it */
+    const char *kind = NULL;
+    cJSON_AddNumberToObject(dj, "ceiling_gflops", kiln_sol_gflops(ceil, p, &kind));
+    cJSON_AddStringToObject(dj, "ceiling_gflops_of", kind);
+    cJSON_AddNumberToObject(dj, "fma_gflops", ceil->fma_gflops);
+    if (info.clock_khz > 0)
+        cJSON_AddNumberToObject(dj, "clock_mhz", info.clock_khz / 1e3);
+    cJSON *tj = NULL;
+    for (int t = 0; t < KILN_TENSOR_COUNT; t++)
+        if (ceil->tensor_gflops[t] > 0) {
+            if (!tj)
+                tj = cJSON_AddObjectToObject(dj, "tensor_gflops");
+            cJSON_AddNumberToObject(tj, kiln_tensor_type_name((kiln_tensor_type)t),
+                                    ceil->tensor_gflops[t]);
+        }
+    if (tj)
+        cJSON_AddStringToObject(dj, "tensor_source", "arch table");
     send_json(fd, "device", dj);
     cJSON_Delete(dj);
 }
@@ -750,7 +771,7 @@ kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
     kiln_signature sig;
     kiln_module *mod = NULL;
     kiln_err err;
-    kiln_gate_send_device(fd, g->be, &g->ceil);
+    kiln_gate_send_device(fd, g->be, &g->ceil, p);
     uint64_t seed = opt->seed ? opt->seed : kiln_gate_seed_from_os();
     kiln_gate_send_line(fd, "draw_seed %016llx", (unsigned long long)seed);
     /* the problem's data first: a candidate buffer allocated after the candidate is loaded would

@@ -94,13 +94,56 @@ uint64_t kiln_gate_seed_from_os(void);
 
 /* ---- speed of light (sol.c) ---- */
 
+/* The input types tensor cores multiply, each at its own rate. */
+typedef enum {
+    KILN_TENSOR_F16,
+    KILN_TENSOR_BF16,
+    KILN_TENSOR_F8,   /* float8_e4m3fn and float8_e5m2 run at one rate */
+    KILN_TENSOR_TF32, /* fp32 values rounded to tf32: never chosen by kiln_sol_tensor_type */
+    KILN_TENSOR_I8,   /* int8 and uint8; its "flops" are integer multiply-adds counted as 2 ops */
+    KILN_TENSOR_COUNT
+} kiln_tensor_type;
+
+/* "float16", "bfloat16", "float8", "tf32", "int8" (the keys of the device's "tensor_gflops"). */
+const char *kiln_tensor_type_name(kiln_tensor_type t);
+
 typedef struct {
     double copy_gbps;  /* bytes read + written per second / 1e9 */
     double fma_gflops; /* fp32 FMA rate, 2 flops per FMA, / 1e9 */
+    /* The dense tensor-core rate per input type, 2 flops per FMA, / 1e9: not measured but derived
+     * from the architecture's table (kiln_tensor_flops_per_clk_sm) x SMs x the SM clock the driver
+     * reports; 0 where the table has no entry or the device no clock (cpu). */
+    double tensor_gflops[KILN_TENSOR_COUNT];
 } kiln_ceilings;
 
-/* Measured once per device, cached in $XDG_CACHE_HOME/kiln/ceilings/<uuid>.json. */
+/* copy_gbps and fma_gflops measured once per device, cached in
+ * $XDG_CACHE_HOME/kiln/ceilings/<uuid>.json; tensor_gflops derived from the device's facts on every
+ * call (kiln_ceilings_tensor). */
 int kiln_ceilings_get(kiln_backend *be, kiln_ceilings *out, kiln_err *err);
+
+/* Dense tensor-core flops per clock per SM of compute capability cc_major.cc_minor for inputs of
+ * type t (2 per FMA), from NVIDIA's architecture whitepapers; 0 where kiln's table has no entry (an
+ * architecture it does not know, or a type the architecture's tensor cores do not take). */
+double kiln_tensor_flops_per_clk_sm(int cc_major, int cc_minor, kiln_tensor_type t);
+
+/* Sets c->tensor_gflops from the table, info->n_sms and info->clock_khz (all 0 where the clock or
+ * the compute capability is unknown). */
+void kiln_ceilings_tensor(const kiln_device_info *info, kiln_ceilings *c);
+
+/* The tensor-core type whose rate bounds the flops of p: the dtype of p's first tensor input when
+ * it is float16, bfloat16, a float8 or (u)int8; -1 otherwise (float32 and the rest run at the fp32
+ * FMA rate). This is the one rule that picks a problem's flops ceiling. */
+int kiln_sol_tensor_type(const kiln_problem *p);
+
+/* The flops ceiling (GFLOP/s) p's speed of light uses: the tensor-core rate of its type where c has
+ * one (float8 on an architecture without float8 tensor cores: the float16 rate, which holds every
+ * float8 value exactly), else the fp32 FMA rate. *kind, when given, names it in words for JSON and
+ * prompts ("bfloat16 tensor cores (arch table)", "fp32 FMA (measured)"). */
+double kiln_sol_gflops(const kiln_ceilings *c, const kiln_problem *p, const char **kind);
+
+/* The speed of light of a workload of p that moves min_bytes, in microseconds: max(min_bytes / copy
+ * bandwidth, p->flops / kiln_sol_gflops) (the flops term only where p declares flops > 0). */
+double kiln_sol_time_us(const kiln_ceilings *c, const kiln_problem *p, double min_bytes);
 
 /* The SOL score of docs/gate.md, clamped to (0, 1]; -1 when t_base is unknown (< 0). */
 double kiln_sol_score(double t_us, double t_sol_us, double t_base_us);

@@ -135,6 +135,9 @@ kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
  * "candidate_output \"...\"" (a JSON string: what the candidate printed), "done". */
 void kiln_gate_send_line(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 kiln_outcome kiln_gate_send_fatal(int fd, const char *msg);
-void kiln_gate_send_device(int fd, kiln_backend *be, const kiln_ceilings *ceil);
+/* "device {..}": the device's facts and ceilings; its ceiling_gflops is the one p's speed of light
+ * uses (kiln_sol_gflops). */
+void kiln_gate_send_device(int fd, kiln_backend *be, const kiln_ceilings *ceil,
+                           const kiln_problem *p);
 
 #endif

@@ -1,5 +1,7 @@
-/* sol.c: the device's ceilings (copy bandwidth and fp32 FMA rate), measured once by kiln's own
- * kernels through the same backend that runs candidates and cached per device; and the SOL score.
+/* sol.c: the device's ceilings (copy bandwidth and fp32 FMA rate measured once by kiln's own
+ * kernels through the same backend that runs candidates and cached per device; the tensor-core
+ * rates derived from the architecture), the rule that picks a problem's flops ceiling, the speed of
+ * light and the SOL score.
  */
 #include "gate.h"
 
@@ -235,6 +237,8 @@ static char *cache_path(const kiln_device_info *info) {
 int kiln_ceilings_get(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
     kiln_device_info info;
     be->ops->device_info(be, &info);
+    /* derived, not measured: never cached, so a corrected table reaches every device at once */
+    kiln_ceilings_tensor(&info, out);
     char *path = cache_path(&info);
     char *text = NULL;
     int rc = KILN_OK;
@@ -277,6 +281,115 @@ int kiln_ceilings_get(kiln_backend *be, kiln_ceilings *out, kiln_err *err) {
 done:
     free(path);
     return rc;
+}
+
+/* ---- the tensor-core ceiling ----
+ *
+ * A GEMM on tensor cores runs far above the fp32 FMA rate (an H200: ~51 TFLOP/s FMA, ~990 TFLOP/s
+ * dense bf16), so bounding its flops by the FMA rate made its speed of light longer than the time a
+ * good kernel takes, and the gate called such a time `impossible`. kiln cannot measure this rate
+ * the way it measures the others without a tuned GEMM of its own, so it is derived: the dense
+ * tensor-core flops per clock per SM that NVIDIA's architecture whitepapers give, times the SMs,
+ * times the SM clock the driver reports (its boost clock: the figure is an upper bound, as a
+ * ceiling must be; an H200 at 1980 MHz gives 1070 TFLOP/s against the datasheet's 989 at 1830).
+ *
+ * Flops per clock per SM (2 per FMA), dense (no 2:4 sparsity):
+ *   sm_80  "NVIDIA A100 Tensor Core GPU Architecture" (2020): fp16/bf16 2048, tf32 1024, int8 4096
+ *          ops, no fp8. Check: A100 SXM, 108 SMs x 1410 MHz x 2048 = 312 TFLOP/s bf16 (datasheet
+ *          312); tf32 156, int8 624 TOPS.
+ *   sm_86  "NVIDIA Ampere GA102 GPU Architecture" (2020): half of sm_80 per SM: fp16/bf16 1024,
+ *          tf32 512, int8 2048, no fp8. Check: A40, 84 SMs x 1740 MHz x 1024 = 149.7 TFLOP/s fp16
+ *          (datasheet 149.7). GeForce parts accumulate in fp32 at half that; the ceiling is the
+ *          full rate.
+ *   sm_89  "NVIDIA Ada GPU Architecture" (2022): fp16/bf16 1024, fp8 2048, tf32 512, int8 2048.
+ *          Check: L40S, 142 SMs x 2520 MHz x 1024 = 362 TFLOP/s bf16 (datasheet 362), fp8 733.
+ *   sm_90  "NVIDIA H100 Tensor Core GPU Architecture" (2022): fp16/bf16 4096, fp8 8192, tf32 2048,
+ *          int8 8192 ops. Check: H100 SXM5, 132 SMs x 1830 MHz x 4096 = 989 TFLOP/s bf16
+ *          (datasheet 989), fp8 1979.
+ * Any other architecture has no entry: its problems keep the measured FMA ceiling. */
+static const struct {
+    int cc_major, cc_minor;
+    double flops_per_clk_sm[KILN_TENSOR_COUNT]; /* F16, BF16, F8, TF32, I8 */
+} tensor_table[] = {
+    {8, 0, {2048, 2048, 0, 1024, 4096}},
+    {8, 6, {1024, 1024, 0, 512, 2048}},
+    {8, 9, {1024, 1024, 2048, 512, 2048}},
+    {9, 0, {4096, 4096, 8192, 2048, 8192}},
+};
+
+const char *kiln_tensor_type_name(kiln_tensor_type t) {
+    static const char *const names[KILN_TENSOR_COUNT] = {"float16", "bfloat16", "float8", "tf32",
+                                                         "int8"};
+    KILN_ASSERT(t >= 0 && t < KILN_TENSOR_COUNT);
+    return names[t];
+}
+
+double kiln_tensor_flops_per_clk_sm(int cc_major, int cc_minor, kiln_tensor_type t) {
+    KILN_ASSERT(t >= 0 && t < KILN_TENSOR_COUNT);
+    for (size_t i = 0; i < sizeof tensor_table / sizeof tensor_table[0]; i++)
+        if (tensor_table[i].cc_major == cc_major && tensor_table[i].cc_minor == cc_minor)
+            return tensor_table[i].flops_per_clk_sm[t];
+    return 0;
+}
+
+void kiln_ceilings_tensor(const kiln_device_info *info, kiln_ceilings *c) {
+    /* SM-clocks per second: 0 where the SMs or the clock are unknown, and so every rate */
+    double sm_hz =
+        info->n_sms > 0 && info->clock_khz > 0 ? info->n_sms * (info->clock_khz * 1e3) : 0;
+    for (int t = 0; t < KILN_TENSOR_COUNT; t++)
+        c->tensor_gflops[t] =
+            kiln_tensor_flops_per_clk_sm(info->cc_major, info->cc_minor, (kiln_tensor_type)t) *
+            sm_hz / 1e9;
+}
+
+int kiln_sol_tensor_type(const kiln_problem *p) {
+    for (int i = 0; i < p->n_inputs; i++) {
+        if (p->inputs[i].is_scalar)
+            continue;
+        switch (p->inputs[i].dtype) {
+        case KILN_F16:
+            return KILN_TENSOR_F16;
+        case KILN_BF16:
+            return KILN_TENSOR_BF16;
+        case KILN_F8_E4M3:
+        case KILN_F8_E5M2:
+            return KILN_TENSOR_F8;
+        case KILN_I8:
+        case KILN_U8:
+            return KILN_TENSOR_I8;
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+double kiln_sol_gflops(const kiln_ceilings *c, const kiln_problem *p, const char **kind) {
+    static const char *const kinds[KILN_TENSOR_COUNT] = {
+        "float16 tensor cores (arch table)", "bfloat16 tensor cores (arch table)",
+        "float8 tensor cores (arch table)", "tf32 tensor cores (arch table)",
+        "int8 tensor cores (arch table)"};
+    int t = kiln_sol_tensor_type(p);
+    if (t == KILN_TENSOR_F8 && c->tensor_gflops[t] <= 0)
+        t = KILN_TENSOR_F16;
+    if (t >= 0 && c->tensor_gflops[t] > 0) {
+        if (kind)
+            *kind = kinds[t];
+        return c->tensor_gflops[t];
+    }
+    if (kind)
+        *kind = "fp32 FMA (measured)";
+    return c->fma_gflops;
+}
+
+double kiln_sol_time_us(const kiln_ceilings *c, const kiln_problem *p, double min_bytes) {
+    double sol_us = min_bytes / (c->copy_gbps * 1e3);
+    if (p->flops > 0) {
+        double flops_us = p->flops / (kiln_sol_gflops(c, p, NULL) * 1e3);
+        if (flops_us > sol_us)
+            sol_us = flops_us;
+    }
+    return sol_us;
 }
 
 double kiln_sol_score(double t_us, double t_sol_us, double t_base_us) {

@@ -71,7 +71,10 @@ typedef struct {
     const char *device_name;
     int cc_major, cc_minor, n_sms;
     double l2_bytes;
-    double ceiling_gbps, ceiling_gflops; /* measured copy bandwidth and fp32 FMA rate */
+    double ceiling_gbps;   /* measured copy bandwidth */
+    double ceiling_gflops; /* the flops ceiling the gate's speed of light uses for this problem */
+    const char *ceiling_gflops_of; /* what it is ("bfloat16 tensor cores (arch table)"); NULL:
+                                      the fp32 FMA rate */
     /* the node being expanded: NULL source for the problem's root (write one from scratch) */
     int64_t node_candidate_id;
     const char *node_source;

@@ -123,8 +123,12 @@ static void device_from(kiln_llm_context *ctx, ctx_owned *o, const char *device_
         ctx->l2_bytes = v->valuedouble;
     if (ctx->ceiling_gbps <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "ceiling_gbps")))
         ctx->ceiling_gbps = v->valuedouble;
-    if (ctx->ceiling_gflops <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "ceiling_gflops")))
+    if (ctx->ceiling_gflops <= 0 && cJSON_IsNumber(v = cJSON_GetObjectItem(d, "ceiling_gflops"))) {
         ctx->ceiling_gflops = v->valuedouble;
+        if (!ctx->ceiling_gflops_of &&
+            cJSON_IsString(v = cJSON_GetObjectItem(d, "ceiling_gflops_of")))
+            ctx->ceiling_gflops_of = own(o, llm_utf8_clean(v->valuestring, strlen(v->valuestring)));
+    }
     cJSON_Delete(d);
 }
 
@@ -152,6 +156,7 @@ int kiln_llm_context_load(kiln_store *s, int64_t problem_id, int64_t node_candid
         ctx->device_name = NULL;
         ctx->cc_major = ctx->cc_minor = ctx->n_sms = 0;
         ctx->l2_bytes = ctx->ceiling_gbps = ctx->ceiling_gflops = 0;
+        ctx->ceiling_gflops_of = NULL;
     }
     kiln_llm_context_clear(ctx);
     ctx_owned *o = xcalloc(1, sizeof *o);
@@ -383,9 +388,17 @@ char *kiln_llm_prompt(const kiln_llm_context *ctx) {
             llm_buf_printf(&b, " %s=%lld", p->axes[i].name,
                            (long long)p->workloads[w].axis_values[i]);
         double bytes = kiln_problem_min_bytes(p, &p->workloads[w]);
-        if (bytes > 0 && ctx->ceiling_gbps > 0)
-            llm_buf_printf(&b, ": %.0f bytes, speed of light %.3g us", bytes,
-                           bytes / (ctx->ceiling_gbps * 1e3));
+        if (bytes > 0 && ctx->ceiling_gbps > 0) {
+            /* as the gate's T_sol: the flops bind where the problem declares them */
+            double sol_us = bytes / (ctx->ceiling_gbps * 1e3);
+            if (p->flops > 0 && ctx->ceiling_gflops > 0 &&
+                p->flops / (ctx->ceiling_gflops * 1e3) > sol_us)
+                sol_us = p->flops / (ctx->ceiling_gflops * 1e3);
+            llm_buf_printf(&b, ": %.0f bytes", bytes);
+            if (p->flops > 0)
+                llm_buf_printf(&b, ", %.0f flops", p->flops);
+            llm_buf_printf(&b, ", speed of light %.3g us", sol_us);
+        }
         llm_buf_puts(&b, "\n");
     }
     if (shown < p->n_workloads)
@@ -412,10 +425,11 @@ char *kiln_llm_prompt(const kiln_llm_context *ctx) {
     if (ctx->ceiling_gbps > 0 || ctx->ceiling_gflops > 0)
         llm_buf_printf(
             &b,
-            "Measured ceilings: copy bandwidth %.1f GB/s (bytes read + written), fp32 FMA "
-            "%.1f GFLOP/s. Speed of light = max(bytes / bandwidth, flops / peak); SOL %% = "
+            "Ceilings: copy bandwidth %.1f GB/s (measured; bytes read + written), flops %.1f "
+            "GFLOP/s (%s). Speed of light = max(bytes / bandwidth, flops / peak); SOL %% = "
             "100 * T_sol / T.\n",
-            ctx->ceiling_gbps, ctx->ceiling_gflops);
+            ctx->ceiling_gbps, ctx->ceiling_gflops,
+            ctx->ceiling_gflops_of ? ctx->ceiling_gflops_of : "fp32 FMA (measured)");
     if (ctx->ref_time_us > 0)
         llm_buf_printf(&b, "PyTorch eager takes %.3f us (geomean over the workloads).\n",
                        ctx->ref_time_us);

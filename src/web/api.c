@@ -219,11 +219,12 @@ static int arg_problem(api *a, int64_t *out) {
 /* ---- run-wide facts ---- */
 
 /* The device of the run: the "device" object of the latest result that has one (it carries the
- * measured ceilings), or NULL. */
-static cJSON *latest_device(api *a) {
+ * ceilings; its ceiling_gflops is the one that result's problem used), of problem_id's results when
+ * it has any (0: any problem), or NULL. */
+static cJSON *latest_device(api *a, int64_t problem_id) {
     char *text = NULL;
     kiln_err err;
-    if (read_ok(a, kiln_store_latest_device(a->s, 0, &text, &err), &err))
+    if (read_ok(a, kiln_store_latest_device(a->s, problem_id, &text, &err), &err))
         return NULL;
     cJSON *d = text ? cJSON_Parse(text) : NULL;
     free(text);
@@ -459,7 +460,7 @@ static void get_run(api *a) {
     cJSON_AddNumberToObject(j, "problems_with_winner", n_winner);
     cJSON_AddItemToObject(j, "speedup_e2e", speedup_estimate(problems));
     cJSON_Delete(problems);
-    cJSON *dev = latest_device(a);
+    cJSON *dev = latest_device(a, 0);
     cJSON_AddItemToObject(j, "device", dev ? dev : cJSON_CreateNull());
     reply_or_drop(a, j);
 }
@@ -703,7 +704,8 @@ static double num_at(const cJSON *o, const char *k) {
 
 /* GET /api/roofline?problem=&per_problem=N: one point per workload of each problem's N fastest
  * correct candidates (achieved GB/s, GFLOP/s when the problem declares flops, arithmetic
- * intensity), and the device's measured ceilings. */
+ * intensity), and the device's ceilings: the flops ceiling the problem's speed of light used (a
+ * tensor-core rate for a bf16 GEMM), or without a problem the latest result's. */
 static void get_roofline(api *a) {
     static const char *const allowed[] = {"problem", "per_problem", NULL};
     int64_t problem = 0;
@@ -712,12 +714,17 @@ static void get_roofline(api *a) {
         arg_int(a, "per_problem", 1, 200, 20, &per_problem))
         return;
     cJSON *j = cJSON_CreateObject();
-    cJSON *dev = latest_device(a);
+    cJSON *dev = latest_device(a, problem);
     double gbps = num_at(dev, "ceiling_gbps"), gflops = num_at(dev, "ceiling_gflops");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(dev, "ceiling_gflops_of");
     cJSON_AddItemToObject(j, "device", dev ? dev : cJSON_CreateNull());
     cJSON *ceil = cJSON_AddObjectToObject(j, "ceilings");
     add_num_or_null(ceil, "gbps", gbps);
     add_num_or_null(ceil, "gflops", gflops);
+    if (cJSON_IsString(of))
+        cJSON_AddStringToObject(ceil, "gflops_of", of->valuestring);
+    else
+        cJSON_AddNullToObject(ceil, "gflops_of");
     add_num_or_null(ceil, "ridge_flop_per_byte", gbps > 0 ? gflops / gbps : NAN);
     cJSON *pts = cJSON_AddArrayToObject(j, "points");
     cJSON *rows = cJSON_CreateArray();

@@ -139,6 +139,7 @@ static void test_device_info(void **state) {
     assert_true(info.l2_bytes >= 64 * 1024);
     assert_true(info.mem_bytes > 0);
     assert_int_equal(info.cc_major, 0);
+    assert_int_equal(info.clock_khz, 0); /* no clock: no tensor-core ceiling is derived from it */
 }
 
 static void test_scale_runs(void **state) {

@@ -349,6 +349,7 @@ static void test_device_info(void **state) {
     assert_int_equal(strlen(info.uuid), 40);
     assert_true(info.cc_major >= 7);
     assert_true(info.n_sms > 0);
+    assert_true(info.clock_khz > 100 * 1000 && info.clock_khz < 10 * 1000 * 1000); /* 0.1-10 GHz */
     assert_true(info.l2_bytes > 0);
     assert_true(info.mem_bytes > ((size_t)1 << 30));
     assert_true(info.smem_per_block_optin >= 48 * 1024);

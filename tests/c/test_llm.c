@@ -230,10 +230,23 @@ static void test_prompt_sections(void **state) {
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         if (!strstr(prompt, must[i]))
             fail_msg("the prompt lacks \"%s\":\n%s", must[i], prompt);
+    /* the flops ceiling the gate uses, named; NULL: the fp32 FMA rate */
+    if (!strstr(prompt, "flops 500.0 GFLOP/s (fp32 FMA (measured))"))
+        fail_msg("the prompt lacks the FMA ceiling:\n%s", prompt);
     free(prompt);
+    ctx.ceiling_gflops_of = "bfloat16 tensor cores (arch table)";
+    p->flops = 1e9; /* declared flops bind each workload's speed of light: 1e9 / 500e9 s */
+    prompt = kiln_llm_prompt(&ctx);
+    if (!strstr(prompt, "flops 500.0 GFLOP/s (bfloat16 tensor cores (arch table))"))
+        fail_msg("the prompt lacks the tensor-core ceiling:\n%s", prompt);
+    if (!strstr(prompt,
+                "rows=5 cols=4097: 163880 bytes, 1000000000 flops, speed of light 2e+03 us"))
+        fail_msg("the prompt's speed of light leaves out the flops:\n%s", prompt);
+    p->flops = -1;
     /* the root: a kernel from scratch */
     ctx.node_source = NULL;
     ctx.n_feedback = 0;
+    free(prompt);
     prompt = kiln_llm_prompt(&ctx);
     assert_non_null(strstr(prompt, "There is no kernel for this problem yet"));
     assert_null(strstr(prompt, "failed (most recent first)"));
@@ -310,12 +323,13 @@ static void test_context_from_store(void **state) {
     c.source_hash = c.binary_hash = 11;
     int64_t parent = 0, child = 0, other = 0;
     assert_int_equal(kiln_store_candidate_insert(s, &c, &parent, &err), KILN_OK);
-    assert_int_equal(
-        kiln_store_result_insert(s, parent, "ok",
-                                 "{\"outcome\":\"ok\",\"device\":{\"name\":\"Dev\",\"sms\":4,"
-                                 "\"ceiling_gbps\":50.0,\"ceiling_gflops\":9.0},\"summary\":{}}",
-                                 8.0, 1.0, 40.0, 0.7, &err),
-        KILN_OK);
+    assert_int_equal(kiln_store_result_insert(
+                         s, parent, "ok",
+                         "{\"outcome\":\"ok\",\"device\":{\"name\":\"Dev\",\"sms\":4,"
+                         "\"ceiling_gbps\":50.0,\"ceiling_gflops\":9.0,\"ceiling_gflops_of\":"
+                         "\"bfloat16 tensor cores (arch table)\"},\"summary\":{}}",
+                         8.0, 1.0, 40.0, 0.7, &err),
+                     KILN_OK);
     c.parent_id = parent;
     c.source = "broken";
     c.source_hash = c.binary_hash = 12;
@@ -357,6 +371,8 @@ static void test_context_from_store(void **state) {
     assert_true(ctx.ref_time_us == 20.0);
     assert_string_equal(ctx.device_name, "Dev");
     assert_true(ctx.ceiling_gbps == 50.0);
+    assert_true(ctx.ceiling_gflops == 9.0);
+    assert_string_equal(ctx.ceiling_gflops_of, "bfloat16 tensor cores (arch table)");
     assert_int_equal(ctx.n_feedback, 2);
     /* most recent first: the mismatch (now) before the reply (1e9 s after the epoch) */
     assert_int_equal(ctx.feedback[0].candidate_id, child);

@@ -1,7 +1,8 @@
 /* test_web.c: the dashboard server's C surface: strict ids, which hosts are loopback, refusing a
  * non-loopback bind unless asked, a port in use, the server in this process and the spawned one
  * (kiln optimize --serve) answering HTTP on a real store, and the same answer after a writer in
- * another process came and went. (tests/py/test_dashboard.py covers the endpoints and the page.) */
+ * another process came and went, and the roofline's flops ceiling being the one its problem's speed
+ * of light used. (tests/py/test_dashboard.py covers the endpoints and the page.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -254,6 +255,69 @@ static void test_spawned_server(void **state) {
     remove_run(run);
 }
 
+/* A problem with one ok result whose device object carries the flops ceiling gflops (of what). */
+static int64_t problem_with_device(kiln_store *s, const char *name, double gflops, const char *of,
+                                   uint64_t hash) {
+    kiln_err err = {{0}};
+    kiln_store_problem p = {.name = name,
+                            .dir = "/nowhere",
+                            .share = 0.5,
+                            .eager_us = 10,
+                            .compile_us = -1,
+                            .sol_us = -1};
+    int64_t pid = 0, cid = 0;
+    assert_int_equal(kiln_store_problem_upsert(s, &p, &pid, &err), KILN_OK);
+    kiln_store_candidate c = {.problem_id = pid,
+                              .agent = "geometry",
+                              .params = "",
+                              .source = name,
+                              .source_hash = hash,
+                              .binary_hash = hash};
+    assert_int_equal(kiln_store_candidate_insert(s, &c, &cid, &err), KILN_OK);
+    char *json =
+        xasprintf("{\"outcome\":\"ok\",\"device\":{\"name\":\"H\",\"ceiling_gbps\":4800,"
+                  "\"ceiling_gflops\":%g,\"ceiling_gflops_of\":\"%s\"},\"workloads\":[{"
+                  "\"index\":0,\"min_bytes\":1e6,\"flops\":1e9,\"time_us\":{\"median\":5}}]}",
+                  gflops, of);
+    assert_int_equal(kiln_store_result_insert(s, cid, "ok", json, 5, 1, 50, 0.7, &err), KILN_OK);
+    free(json);
+    return pid;
+}
+
+static void test_roofline_ceiling_is_the_problems(void **state) {
+    (void)state;
+    char tmpl[] = "/tmp/kiln_test_web_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    assert_non_null(dir);
+    char *run = xstrdup(dir);
+    kiln_store *s = NULL;
+    kiln_err err = {{0}};
+    assert_int_equal(kiln_store_open(run, 0, &s, &err), KILN_OK);
+    int64_t gemm =
+        problem_with_device(s, "gemm_bf16", 1070530, "bfloat16 tensor cores (arch table)", 21);
+    problem_with_device(s, "softmax_f32", 51000, "fp32 FMA (measured)", 22); /* the latest */
+    kiln_store_close(s);
+    kiln_web_options o;
+    kiln_web_options_default(&o);
+    o.run_dir = run;
+    o.port = 0;
+    kiln_web *w = NULL;
+    assert_int_equal(kiln_web_start(&o, &w, &err), KILN_OK);
+    char *path = xasprintf("/api/roofline?problem=%lld", (long long)gemm);
+    char *r = http_get(kiln_web_port(w), path);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    if (!strstr(r, "\"gflops\":1070530,\"gflops_of\":\"bfloat16 tensor cores (arch table)\""))
+        fail_msg("the gemm's roofline is not under its tensor-core ceiling: %s", r);
+    free(r);
+    free(path);
+    r = http_get(kiln_web_port(w), "/api/roofline");
+    if (!strstr(r, "\"gflops\":51000,\"gflops_of\":\"fp32 FMA (measured)\""))
+        fail_msg("the run's roofline is not under the latest result's ceiling: %s", r);
+    free(r);
+    kiln_web_stop(w);
+    remove_run(run);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -263,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_serves_and_stops),
         cmocka_unit_test(test_writers_that_come_and_go_are_seen),
         cmocka_unit_test(test_spawned_server),
+        cmocka_unit_test(test_roofline_ceiling_is_the_problems),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -848,7 +848,7 @@ async function showRoofline() {
   const byBytes = modeSel.value === 'bytes';
   canvas.dataset.mode = modeSel.value;
   $('roofline-caption').textContent = `achieved GB/s against ${byBytes ? 'the bytes each workload moves'
-    : 'arithmetic intensity'}, under the device's measured ceilings; a big point is a problem's fastest`;
+    : 'arithmetic intensity'}, under the device's ceilings; a big point is a problem's fastest`;
   const ais = known.map((p) => p.flop_per_byte);
   const ridge = isNum(bw) && isNum(peak) ? peak / bw : 1;
   const sizes = j.points.map((p) => p.bytes);
@@ -909,7 +909,7 @@ async function showRoofline() {
     },
   });
   $('roofline-summary').textContent = j.device
-    ? `${j.device.name}: measured copy bandwidth ${fmtNum(bw)} GB/s, FMA peak ${fmtNum(peak)} GFLOP/s, ridge at ${fmtNum(ridge)} flop/byte` +
+    ? `${j.device.name}: measured copy bandwidth ${fmtNum(bw)} GB/s, flops peak ${fmtNum(peak)} GFLOP/s (${j.ceilings.gflops_of || 'fp32 FMA (measured)'}), ridge at ${fmtNum(ridge)} flop/byte` +
       (j.n_without_flops && !byBytes ? ` · ${j.n_without_flops} points without declared flops drawn at the left edge (▲)` : '') +
       (byBytes && !known.length ? ' · no problem declares its flops: x is the bytes moved' : '')
     : 'no device measured yet';
