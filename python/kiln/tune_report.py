@@ -1,8 +1,8 @@
 """kiln.tune_report: `kiln tune`'s report, RUN/report.md and RUN/report.json, from the dict tune fills (tune.py):
 the time spent, the model's forward four ways, every hot op with what became of it, every library entry with
 why it was installed or not. No cell shows a speedup the spreads do not support (kiln.install_cost's
-speedup_judge: "n.s." when the interval contains 1, "noisy" when eager's own spread is over 5 %, a figure with
-"!" when kiln's is).
+speedup_judge: "n.s." when the interval contains 1, "noisy" when it does and eager's own spread is over 5 %, a
+figure with "!" when either spread is over 5 % and the interval still excludes 1).
 
 The files are written atomically (a temporary file, then rename), and a tune that failed never replaces the
 report of one that succeeded: its report goes to RUN/report.failed.{md,json} instead, and the last good one
@@ -135,8 +135,8 @@ def _model_section(report: dict) -> list:
              f"{_fmt(m.get('kiln_misses_per_forward'), 'd')} times." if "kiln_ms" in m else "")
     lines.append(f"Medians of {m['rounds']} alternating rounds of {m.get('iterations')} forwards each"
                  + (f" (spread over the rounds: {spreads})" if spreads else "") + "." + calls +
-                 f" A speedup is n.s. where the spreads allow none, noisy where eager's own spread is over "
-                 f"{SPREAD_LIMIT_PCT:.0f}%, and marked ! where the other's is.")
+                 f" A speedup is n.s. where the spreads allow none (noisy where eager's own spread is over "
+                 f"{SPREAD_LIMIT_PCT:.0f}% too), and marked ! where either spread is over it.")
     for d in report.get("model_dropped") or []:
         lines.append(f"Dropped `{d['entry']}`: with it the forward took {d['kiln_ms']:.3f} ms against "
                      f"{d['eager_ms']:.3f} ms eager.")

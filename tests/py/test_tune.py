@@ -190,7 +190,9 @@ def test_speedup_rule_matches_the_c_one():
              ((30.0, 1.0, 10.0, 20.0), "noisy", "3.00x!"),
              ((10.0, 1.0, 20.0, 1.0), "supported", "0.50x"),
              ((20.0, None, 10.0, None), "supported", "2.00x"),
-             ((None, 1.0, 10.0, 1.0), "unknown", "-")]
+             ((None, 1.0, 10.0, 1.0), "unknown", "-"),
+             ((4.316, 38.2, 1.712, 3.8), "noisy", "2.52x!"),
+             ((1.05, 12.0, 1.0, 1.0), "noisy_baseline", "noisy")]
     for args, verdict, text in cases:
         v, value, ratio = speedup_judge(*args)
         assert (v, speedup_text(v, value)) == (verdict, text), args
