@@ -548,7 +548,7 @@ class Capture:
             m["trace"] = None
 
     def aten_candidate(self, g: Group) -> Optional["Candidate"]:
-        from kiln.capture_problem import aten_reference, problem_name
+        from kiln.capture_problem import aten_reference, contraction_flops, problem_name
         rec = self.recorder
         sample = rec.samples.get(g.key)
         if sample is None:
@@ -579,6 +579,9 @@ class Capture:
             "args": op.args_json, "first_call": g.op_ids[0], "torch_flags": self.torch_flags,
         }
         kiln.update(_layout_fields(inputs, outputs))
+        flops = contraction_flops(func._opname, inputs, outputs, op.args_json)
+        if flops is not None:
+            kiln["flops"] = flops
         dropped = [k for k in range(len(sample.outputs)) if k not in kept]
         if dropped:
             kiln["dropped_outputs"] = {"indices": dropped, "why": "empty (0 elements)"}

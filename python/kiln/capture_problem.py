@@ -388,6 +388,46 @@ def module_ops(trace, kept_outputs: list) -> dict:
 # Names, axes and files.
 
 
+# The contraction ops whose useful flops capture can count from shapes: name -> (the tensor input whose last
+# dimension is contracted, or for a convolution the weight, whose dims after the first are), as in
+# 2 x output elements x contracted size. Every other op's flops stay unknown (-1 in the C problem: the
+# speed of light is its bytes alone), which is right for memory-bound ops and would be wrong for these.
+GEMM_OPERAND = {"mm": 0, "bmm": 0, "matmul": 0, "linear": 0, "addmm": 1, "baddbmm": 1, "addbmm": 1,
+                "_grouped_mm": 0, "_scaled_mm": 0, "_scaled_grouped_mm": 0}
+CONV_OPS = ("conv1d", "conv2d", "conv3d", "convolution", "_convolution")
+
+
+def contraction_flops(opname: str, inputs: list, outputs: list, args: Optional[dict] = None) -> Optional[float]:
+    """2 x the first output's elements x the contracted size for a GEMM or a convolution (kiln's
+    "flops": the speed of light's compute side, with the tensor-core ceiling for bf16/fp16/fp8);
+    inputs and outputs: (name, Stored) in the call's order; args: the call's kiln.args (a transposed
+    aten::convolution, its 7th argument, is left unknown: its weight's dims are swapped). None for any
+    other op."""
+    shapes = [tuple(s.shape) for _, s in inputs]
+    if not outputs:
+        return None
+    out = 1
+    for d in outputs[0][1].shape:
+        out *= int(d)
+    if opname in GEMM_OPERAND:
+        i = GEMM_OPERAND[opname]
+        if i >= len(shapes) or not shapes[i]:
+            return None
+        k = shapes[i][-1] if len(shapes[i]) > 1 or opname != "matmul" else shapes[i][0]
+        return 2.0 * out * int(k)
+    if opname in CONV_OPS:
+        positional = (args or {}).get("args") or []
+        if opname.endswith("convolution") and (len(positional) < 7 or positional[6] is not False):
+            return None
+        if len(shapes) < 2 or len(shapes[1]) < 3:
+            return None
+        k = 1
+        for d in shapes[1][1:]:
+            k *= int(d)
+        return 2.0 * out * k
+    return None
+
+
 def shape_sig(shape) -> str:
     return "x".join(str(s) for s in shape) if len(shape) else "scalar"
 

@@ -663,6 +663,8 @@ void kiln_gate_send_device(int fd, kiln_backend *be, const kiln_ceilings *ceil,
     cJSON_AddNumberToObject(dj, "ceiling_gflops", kiln_sol_gflops(ceil, p, &kind));
     cJSON_AddStringToObject(dj, "ceiling_gflops_of", kind);
     cJSON_AddNumberToObject(dj, "fma_gflops", ceil->fma_gflops);
+    if (ceil->fp32_gflops > 0)
+        cJSON_AddNumberToObject(dj, "fp32_gflops", ceil->fp32_gflops);
     if (info.clock_khz > 0)
         cJSON_AddNumberToObject(dj, "clock_mhz", info.clock_khz / 1e3);
     cJSON *tj = NULL;

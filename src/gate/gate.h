@@ -114,6 +114,10 @@ typedef struct {
      * from the architecture's table (kiln_tensor_flops_per_clk_sm) x SMs x the SM clock the driver
      * reports; 0 where the table has no entry or the device no clock (cpu). */
     double tensor_gflops[KILN_TENSOR_COUNT];
+    /* The fp32 (CUDA core) peak from the same table and clock: kiln's FMA kernel measures about
+     * 0.76 of it on an H200 (51 of 67 TFLOP/s), below what a good fp32 GEMM reaches, so fp32 flops
+     * are bounded by the larger of the two; 0 where unknown. */
+    double fp32_gflops;
 } kiln_ceilings;
 
 /* copy_gbps and fma_gflops measured once per device, cached in
@@ -126,8 +130,8 @@ int kiln_ceilings_get(kiln_backend *be, kiln_ceilings *out, kiln_err *err);
  * architecture it does not know, or a type the architecture's tensor cores do not take). */
 double kiln_tensor_flops_per_clk_sm(int cc_major, int cc_minor, kiln_tensor_type t);
 
-/* Sets c->tensor_gflops from the table, info->n_sms and info->clock_khz (all 0 where the clock or
- * the compute capability is unknown). */
+/* Sets c->tensor_gflops and c->fp32_gflops from the table, info->n_sms and info->clock_khz (all 0
+ * where the clock or the compute capability is unknown). */
 void kiln_ceilings_tensor(const kiln_device_info *info, kiln_ceilings *c);
 
 /* The tensor-core type whose rate bounds the flops of p: the dtype of p's first tensor input when

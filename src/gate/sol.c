@@ -306,15 +306,18 @@ done:
  *   sm_90  "NVIDIA H100 Tensor Core GPU Architecture" (2022): fp16/bf16 4096, fp8 8192, tf32 2048,
  *          int8 8192 ops. Check: H100 SXM5, 132 SMs x 1830 MHz x 4096 = 989 TFLOP/s bf16
  *          (datasheet 989), fp8 1979.
+ * The fp32 column: 2 x the FP32 lanes per SM in the same whitepapers (sm_80 64, sm_86/89/90 128).
+ * Check: H100 SXM5 132 x 1980 MHz x 256 = 66.9 TFLOP/s fp32 (datasheet 67).
  * Any other architecture has no entry: its problems keep the measured FMA ceiling. */
 static const struct {
     int cc_major, cc_minor;
     double flops_per_clk_sm[KILN_TENSOR_COUNT]; /* F16, BF16, F8, TF32, I8 */
+    double fp32_per_clk_sm;
 } tensor_table[] = {
-    {8, 0, {2048, 2048, 0, 1024, 4096}},
-    {8, 6, {1024, 1024, 0, 512, 2048}},
-    {8, 9, {1024, 1024, 2048, 512, 2048}},
-    {9, 0, {4096, 4096, 8192, 2048, 8192}},
+    {8, 0, {2048, 2048, 0, 1024, 4096}, 128},
+    {8, 6, {1024, 1024, 0, 512, 2048}, 256},
+    {8, 9, {1024, 1024, 2048, 512, 2048}, 256},
+    {9, 0, {4096, 4096, 8192, 2048, 8192}, 256},
 };
 
 const char *kiln_tensor_type_name(kiln_tensor_type t) {
@@ -340,6 +343,11 @@ void kiln_ceilings_tensor(const kiln_device_info *info, kiln_ceilings *c) {
         c->tensor_gflops[t] =
             kiln_tensor_flops_per_clk_sm(info->cc_major, info->cc_minor, (kiln_tensor_type)t) *
             sm_hz / 1e9;
+    c->fp32_gflops = 0;
+    for (size_t i = 0; i < sizeof tensor_table / sizeof tensor_table[0]; i++)
+        if (tensor_table[i].cc_major == info->cc_major &&
+            tensor_table[i].cc_minor == info->cc_minor)
+            c->fp32_gflops = tensor_table[i].fp32_per_clk_sm * sm_hz / 1e9;
 }
 
 int kiln_sol_tensor_type(const kiln_problem *p) {
@@ -376,6 +384,11 @@ double kiln_sol_gflops(const kiln_ceilings *c, const kiln_problem *p, const char
         if (kind)
             *kind = kinds[t];
         return c->tensor_gflops[t];
+    }
+    if (c->fp32_gflops > c->fma_gflops) {
+        if (kind)
+            *kind = "fp32 FMA (arch table)";
+        return c->fp32_gflops;
     }
     if (kind)
         *kind = "fp32 FMA (measured)";
