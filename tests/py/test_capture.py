@@ -570,3 +570,38 @@ def test_a_zero_dim_tensor_of_two_bytes_is_written(tmp_path):
     data = raw[8 + n:]
     assert data[:2] == x.reshape(1).view(torch.int16).numpy().tobytes()
     assert data[2:8] == torch.arange(3, dtype=torch.float16).numpy().tobytes()
+
+
+FLOPS_SCRIPT = textwrap.dedent("""
+    import torch, torch.nn.functional as F
+    x, w = torch.randn(64, 96), torch.randn(80, 96)
+    a, b = torch.randn(4, 16, 24), torch.randn(4, 24, 8)
+    img, k, kt = torch.randn(2, 6, 20, 20), torch.randn(12, 3, 3, 3), torch.randn(6, 4, 3, 3)
+    with torch.no_grad():
+        for _ in range(2):
+            F.linear(x, w); torch.bmm(a, b); F.conv2d(img, k, groups=2, padding=1)
+            F.conv_transpose2d(img, kt); torch.softmax(x, -1)
+""")
+
+
+def test_contraction_ops_carry_their_flops(tmp_path, capsys):
+    """A GEMM's or a convolution's speed of light counts its flops (2 x outputs x contracted size), at the
+    tensor-core rate for bf16; memory-bound ops and a transposed convolution (its weight's dims are swapped)
+    declare none."""
+    script = tmp_path / "flops.py"
+    script.write_text(FLOPS_SCRIPT)
+    out = tmp_path / "run"
+    rc = capture_main([str(script), "--out", str(out), "--device", "cpu", "--no-reference"])
+    text = capsys.readouterr()
+    assert rc == 0, text.out + text.err
+    flops = {}
+    for problem_dir in _problems(out):
+        with open(os.path.join(problem_dir, "definition.json")) as f:
+            d = json.load(f)
+        flops[d["name"]] = d["kiln"].get("flops")
+        assert load_problem(problem_dir) is not None
+    by = {n.split("_default")[0]: v for n, v in flops.items()}
+    assert by["mm"] == 2 * 64 * 80 * 96 and by["bmm"] == 2 * 4 * 16 * 8 * 24, flops
+    convs = sorted((v for n, v in flops.items() if n.startswith("convolution")), key=lambda v: v or 0)
+    assert convs == [None, 2 * 2 * 12 * 20 * 20 * 3 * 3 * 3], flops
+    assert by["softmax"] is None, flops
