@@ -541,6 +541,8 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
         return results
     samples = {n: {"eager": [], "kiln": [], "eager_miss": [], "kiln_miss": [], "raw": [], "hits": 0}
                for n in benches}
+    targets = {e.name: e.target for e in entries}
+    paths = {}  # entry -> "cpp" or "python": the path its calls took (Installation.dispatch)
     with _grad_context("no_grad" if grad_mode == "grad" else grad_mode):
         counts = {n: (timer.iterations(lambda b=b: b.call(b.inputs), 0.01),
                       timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01)) for n, b in benches.items()}
@@ -552,6 +554,7 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
                 samples[n]["eager_miss"].append(
                     timer.per_call_us(lambda b=b: b.call(b.miss_inputs), counts[n][1]))
             inst = kiln.install(lib, model=model, entries=list(benches))
+            paths.update({n: inst.dispatch.get(targets[n], "python") for n in benches})
             try:
                 for n, b in benches.items():
                     before = inst.stats()["entries"].get(n, {}).get("hits", 0)
@@ -574,7 +577,7 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
                       "eager_spread_pct": spread_pct(s["eager"]), "kiln_spread_pct": spread_pct(s["kiln"]),
                       "hit_overhead_us": med["kiln"] - med["raw"],
                       "miss_overhead_us": med["kiln_miss"] - med["eager_miss"],
-                      "hits": s["hits"], "rounds": len(s["eager"])}
+                      "hits": s["hits"], "rounds": len(s["eager"]), "dispatch": paths.get(n)}
     return results
 
 
@@ -930,7 +933,8 @@ def install_check(opts, library_dir: Optional[str], report: dict) -> None:
                 "op_eager_us": b.get("eager_us"), "op_kiln_us": b.get("kiln_us"),
                 "op_eager_spread_pct": b.get("eager_spread_pct"), "op_kiln_spread_pct": b.get("kiln_spread_pct"),
                 "raw_launch_us": b.get("raw_launch_us"), "hit_overhead_us": b.get("hit_overhead_us"),
-                "miss_overhead_us": b.get("miss_overhead_us"), "installed": ok, "reason": why,
+                "miss_overhead_us": b.get("miss_overhead_us"), "dispatch": b.get("dispatch"),
+                "installed": ok, "reason": why,
                 "compile_only": e.kind == "chain"})
         report["install_json"] = write_decisions(lib, decisions)
     report["entries"] = entries_out

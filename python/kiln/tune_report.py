@@ -230,6 +230,9 @@ def _entries_section(report: dict) -> list:
     lines.append("")
     mode = (report.get("library") or {}).get("dispatch") or "python"
     how = {"python": "Python", "cpp": "C++", "auto": "C++ where its extension builds, else Python"}.get(mode, mode)
+    took = sorted({str(r["dispatch"]) for r in rows if r.get("dispatch")})
+    if took:
+        how += f"; the entries timed took {' and '.join('C++' if t == 'cpp' else 'Python' for t in took)}"
     lines.append("Kernel speedup: eager over kiln kernel time in the gate (isolated, L2 flushed). Per call: "
                  "wall time of the op through PyTorch's dispatcher in a loop, with kiln's gate (aten and module "
                  f"entries dispatched by {how}). "

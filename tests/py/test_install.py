@@ -667,6 +667,12 @@ def test_kiln_tune_report(library):
     assert {r["name"] for r in report["entries"]} == names
     for r in report["entries"]:
         assert isinstance(r["installed"], bool) and r["reason"]
+    # a cpu library keeps the Python path by default, and the report says which path the timed entries took
+    assert report["library"]["dispatch"] == "python"
+    timed = [r for r in report["entries"] if r.get("op_kiln_us") is not None]
+    assert all(r["dispatch"] == "python" for r in timed), timed
+    if timed:
+        assert "the entries timed took Python" in md
     decisions = json.load(open(os.path.join(library["dir"], "install.json")))
     assert set(decisions["entries"]) == names
     assert "## Model forward" in md and "## Entries" in md and "TinyModel" in md
