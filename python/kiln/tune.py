@@ -23,7 +23,8 @@ Four steps, each printed as it runs, all within --time (default 10 minutes on a 
               its result or why kiln did not optimise it, per entry whether it was installed and why.
 
 The budget. T is planned at the start: capture runs first; what remains, less a reserve for the install check
-(estimated from the script's own run time, a tenth of the budget and, with torch.compile, a quarter more),
+(estimated from the script's own run time, a tenth of the budget and, with torch.compile, two compilations
+guessed from the aten calls of one forward),
 goes to the search; the install check fits its rounds into what is left and stops at the deadline. With
 nothing to optimise (no family matches any hot op) the report still has the eager and torch.compile times and
 each hot op's reason, and tune exits 0. A tune that fails writes RUN/report.failed.{md,json} and leaves the last
@@ -234,14 +235,27 @@ class Budget:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
-    def check_reserve(self, script_s: float, compile_too: bool) -> float:
+    def check_reserve(self, script_s: float, compile_too: bool, ops_per_forward: float = 0.0) -> float:
         """Seconds kept for the install check and the report: a tenth of the budget plus one and a half runs
         of the script as capture timed it (capture's run, with its hooks and three forwards, is longer than
         the install check's one plain run: Gemma-4 on the H200 49 s at capture, 101 s for the whole install
-        check with torch.compile timed, when 282 s had been kept) and a start-up, and a quarter of the budget
-        for torch.compile's two compilations; at most six tenths of the budget."""
-        r = 0.1 * self.seconds + 1.5 * max(script_s, 0.0) + 5 + (0.25 * self.seconds if compile_too else 0)
+        check with torch.compile timed, when 282 s had been kept) and a start-up, and torch.compile's two
+        compilations (compile_seconds); at most six tenths of the budget."""
+        r = 0.1 * self.seconds + 1.5 * max(script_s, 0.0) + 5
+        if compile_too:
+            r += 2 * compile_seconds(ops_per_forward) if ops_per_forward > 0 else 0.25 * self.seconds
         return min(r, 0.6 * self.seconds)
+
+
+# torch.compile's first call grows with the graph: on the H200 (torch 2.11) 11-17 s for ResNet-50 (174 aten
+# calls a forward), 21-23 s for the VAE decoder (110), 29 s for Gemma-4 (723), 106 s for Qwen-3.5-MoE (1420);
+# kiln + torch.compile's compile took 12-21 s more. A high guess from the calls capture counted, for each of
+# the two: the flat quarter of the budget it replaces kept 150 s of a 600 s tune where the VAE used 35.
+COMPILE_S_BASE, COMPILE_S_PER_CALL = 20.0, 0.08
+
+
+def compile_seconds(ops_per_forward: float) -> float:
+    return COMPILE_S_BASE + COMPILE_S_PER_CALL * ops_per_forward
 
 
 def _process_start() -> float:
@@ -341,6 +355,16 @@ def _script_seconds(run_dir: str) -> float:
         return 0.0
 
 
+def _ops_per_forward(run_dir: str) -> float:
+    """The aten calls of one forward at capture (RUN/capture.json: n_ops over passes), 0 when unknown."""
+    try:
+        with open(os.path.join(run_dir, "capture.json")) as f:
+            c = json.load(f)
+        return float(c.get("n_ops") or 0) / max(int(c.get("passes") or 1), 1)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
+
+
 def step_optimize(opts, report: dict, budget: Budget) -> None:
     """kiln optimize for what the budget leaves after the install check's reserve; its table (--json) goes to
     RUN/logs/optimize.json and report["problems"]. A search stopped by Ctrl-C or by the budget is not a
@@ -348,7 +372,7 @@ def step_optimize(opts, report: dict, budget: Budget) -> None:
     search ends with time left and problems it left unprepared (their reference data did not fit in
     preparing's share of its time), another round takes those, up to MAX_SEARCH_ROUNDS."""
     compile_too = opts.compile if opts.compile is not None else opts.backend == "cuda"
-    reserve = budget.check_reserve(_script_seconds(opts.out), compile_too)
+    reserve = budget.check_reserve(_script_seconds(opts.out), compile_too, _ops_per_forward(opts.out))
     search_s = budget.left() - reserve
     search = report["search"] = {"planned_s": round(max(search_s, 0), 1), "reserve_s": round(reserve, 1)}
     if search_s < 1:

@@ -529,3 +529,20 @@ def test_compile_is_decided_by_the_backend_unless_asked():
     assert parse("--time", "240").compile is None
     assert parse("--compile").compile is True
     assert parse("--no-compile").compile is False
+
+
+def test_the_compile_reserve_grows_with_the_graph(tmp_path):
+    """The install check keeps time for torch.compile's two compilations by the calls capture counted in a
+    forward, not a flat quarter of --time: on the H200 the VAE decoder (110 calls) compiled in 22 s while
+    150 s were kept from its search, and Qwen-3.5-MoE (1420) took 106 s, more than its share."""
+    b = tune.Budget(600)
+    flat = b.check_reserve(17.0, True)
+    assert flat == pytest.approx(60 + 1.5 * 17 + 5 + 150)
+    vae = b.check_reserve(17.0, True, 110)
+    assert vae == pytest.approx(60 + 1.5 * 17 + 5 + 2 * tune.compile_seconds(110)) and vae < flat - 80
+    assert b.check_reserve(17.0, True, 1420) > flat  # Qwen: both compilations fit (2 x 106 s measured)
+    assert 2 * tune.compile_seconds(1420) > 2 * 106
+    assert b.check_reserve(17.0, False, 1420) == pytest.approx(60 + 1.5 * 17 + 5)  # no torch.compile
+    assert b.check_reserve(300.0, True, 5000) == pytest.approx(0.6 * 600)  # never over six tenths
+    (tmp_path / "capture.json").write_text(json.dumps({"n_ops": 330, "passes": 3, "wall_s": {"script_s": 17}}))
+    assert tune._ops_per_forward(str(tmp_path)) == 110 and tune._ops_per_forward(str(tmp_path / "x")) == 0
