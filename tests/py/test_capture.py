@@ -71,6 +71,21 @@ def _problems(run_dir):
     return [os.path.join(root, d) for d in sorted(os.listdir(root))]
 
 
+def _captured(tmp_path, capsys, source: str) -> list:
+    """(problem dir, definition) of each problem `kiln capture --device cpu` writes for the script source."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    out = tmp_path / "run"
+    rc = capture_main([str(script), "--out", str(out), "--device", "cpu", "--no-reference"])
+    text = capsys.readouterr()
+    assert rc == 0, text.out + text.err
+    got = []
+    for problem_dir in _problems(out):
+        with open(os.path.join(problem_dir, "definition.json")) as f:
+            got.append((problem_dir, json.load(f)))
+    return got
+
+
 def _run_reference(source, args):
     namespace = {}
     exec(compile(source, "<reference>", "exec"), namespace)
@@ -357,16 +372,8 @@ def _check_op_chain(d):
 
 
 def test_module_problem_op_chain(tmp_path, capsys):
-    script = tmp_path / "chain.py"
-    script.write_text(CHAIN_SCRIPT)
-    out = tmp_path / "run"
-    rc = capture_main([str(script), "--out", str(out), "--device", "cpu", "--no-reference"])
-    text = capsys.readouterr()
-    assert rc == 0, text.out + text.err
     modules = {}
-    for problem_dir in _problems(out):
-        with open(os.path.join(problem_dir, "definition.json")) as f:
-            d = json.load(f)
+    for problem_dir, d in _captured(tmp_path, capsys, CHAIN_SCRIPT):
         if d["kiln"]["kind"] == "module":
             modules[d["kiln"]["module_class"]] = (problem_dir, d)
             _check_problem_reproduces(problem_dir)
@@ -588,16 +595,8 @@ def test_contraction_ops_carry_their_flops(tmp_path, capsys):
     """A GEMM's or a convolution's speed of light counts its flops (2 x outputs x contracted size), at the
     tensor-core rate for bf16; memory-bound ops and a transposed convolution (its weight's dims are swapped)
     declare none."""
-    script = tmp_path / "flops.py"
-    script.write_text(FLOPS_SCRIPT)
-    out = tmp_path / "run"
-    rc = capture_main([str(script), "--out", str(out), "--device", "cpu", "--no-reference"])
-    text = capsys.readouterr()
-    assert rc == 0, text.out + text.err
     flops = {}
-    for problem_dir in _problems(out):
-        with open(os.path.join(problem_dir, "definition.json")) as f:
-            d = json.load(f)
+    for problem_dir, d in _captured(tmp_path, capsys, FLOPS_SCRIPT):
         flops[d["name"]] = d["kiln"].get("flops")
         assert load_problem(problem_dir) is not None
     by = {n.split("_default")[0]: v for n, v in flops.items()}
