@@ -279,14 +279,9 @@ LAYOUT_SCRIPT = textwrap.dedent("""
 
 
 def test_layouts_reproduce(tmp_path, capsys):
-    script = tmp_path / "layouts.py"
-    script.write_text(LAYOUT_SCRIPT)
     out = tmp_path / "run"
-    rc = capture_main([str(script), "--out", str(out), "--device", "cpu", "--no-reference"])
-    text = capsys.readouterr()
-    assert rc == 0, text.out + text.err
     layouts = {}
-    for problem_dir in _problems(out):
+    for problem_dir, _ in _captured(tmp_path, capsys, LAYOUT_SCRIPT):
         d = _check_problem_reproduces(problem_dir)
         for name, layout in d["kiln"]["layouts"].items():
             layouts.setdefault(layout["stored"], []).append((d["name"], name, layout))
