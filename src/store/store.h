@@ -80,11 +80,12 @@ int kiln_store_summary_medians(const cJSON *result, double *medians, int cap);
 
 /* What a table may say about eager_us / kiln_us. */
 enum {
-    KILN_SPEEDUP_UNKNOWN,   /* a time is missing: "-" */
-    KILN_SPEEDUP_SUPPORTED, /* the figure, spreads within the limit: "2.50x" */
-    KILN_SPEEDUP_NOISY,     /* the figure holds, but a spread is over the limit: "2.50x!" */
+    KILN_SPEEDUP_UNKNOWN,         /* a time is missing: "-" */
+    KILN_SPEEDUP_SUPPORTED,       /* the figure, spreads within the limit: "2.50x" */
+    KILN_SPEEDUP_NOISY,           /* the figure holds, but a spread is over the limit: "2.50x!" */
     KILN_SPEEDUP_NOT_SIGNIFICANT, /* the interval the spreads allow contains 1: "n.s." */
-    KILN_SPEEDUP_NOISY_BASELINE   /* eager's spread is over the limit and the interval holds 1: "noisy" */
+    KILN_SPEEDUP_NOISY_BASELINE   /* eager's spread is over the limit and the interval holds 1:
+                                     "noisy" */
 };
 typedef struct {
     int verdict;  /* KILN_SPEEDUP_* */
