@@ -1,8 +1,9 @@
 """kiln.install_cpp: the C++ dispatch of aten and module entries (kiln.install(..., dispatch="cpp"|"auto"),
-$KILN_DISPATCH, or by default for a cuda library). python/kiln/_dispatch.cpp, built on demand with torch.utils.cpp_extension.load into kiln's
-cache, registers one boxed C++ kernel per (overload, key) with the same gate as the generated Python one; an
-overload whose captured call it cannot express (or any overload, when the extension cannot be built) stays
-on the Python path, with the reason in Installation.notes. Module entries always stay Python."""
+$KILN_DISPATCH, or by default for a cuda library). python/kiln/_dispatch.cpp, built on demand with
+torch.utils.cpp_extension.load into kiln's cache, registers one boxed C++ kernel per (overload, key) with the
+same gate as the generated Python one, and gives each module entry a C++ gate its bound forward calls; an
+overload whose captured call it cannot express (or any entry, when the extension cannot be built) stays on
+the Python path, with the reason in Installation.notes."""
 
 from __future__ import annotations
 
