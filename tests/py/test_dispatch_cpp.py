@@ -329,8 +329,7 @@ def test_mode_from_the_environment_and_bad_modes(ext, opened, monkeypatch):
 
 
 def test_default_mode_is_auto_for_a_cuda_library(monkeypatch):
-    # a cuda library's misses would cost 5-7 us of Python each (ResNet-50's forward got slower with one
-    # batch_norm entry installed on the H200); a cpu library keeps the Python path
+    # a cuda library's misses would cost 5-7 us of Python each; a cpu library keeps the Python path
     from kiln.install_cpp import _dispatch_mode
     monkeypatch.delenv("KILN_DISPATCH", raising=False)
     assert _dispatch_mode(None, cuda=True) == "auto"
