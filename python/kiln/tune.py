@@ -697,7 +697,7 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
         eager_out = forward()
         for _ in range(2):  # warm-up: allocator, thread pools, lazy initialisation
             forward()
-        n = timer.iterations(forward, _round_target_s(opts, FORWARD_LOOP_S.get(opts.backend, 0.3)))
+        n = timer.iterations(forward, _round_target_s(opts, FORWARD_LOOP_S.get(getattr(opts, "backend", None), 0.3)))
         out["iterations"] = n
         eager, with_kiln = [], []
         kiln_out, stats = None, None

@@ -132,7 +132,8 @@ def _model_section(report: dict) -> list:
                          ("torch.compile", "compile_spread_pct"), ("kiln + torch.compile", "kiln_compile_spread_pct"))
                         if m.get(key) is not None)
     calls = (f" kiln ran {_fmt(m.get('kiln_hits_per_forward'), 'd')} kernel calls per forward and fell back "
-             f"{_fmt(m.get('kiln_misses_per_forward'), 'd')} times." if "kiln_ms" in m else "")
+             f"{_fmt(m.get('kiln_misses_per_forward'), 'd')} times."
+             if m.get("kiln_hits_per_forward") is not None else "")  # none when every entry was dropped
     lines.append(f"Medians of {m['rounds']} alternating rounds of {m.get('iterations')} forwards each"
                  + (f" (spread over the rounds: {spreads})" if spreads else "") + "." + calls +
                  f" A speedup is n.s. where the spreads allow none (noisy where eager's own spread is over "
