@@ -11,7 +11,7 @@
 # time against the budget, tune's exit status, the four forward times (report.json's model), how the search
 # ended and how many entries were installed. $OUT/logs.tar.gz has every log, report and optimize table.
 # TUNE_TIME=S passes --time S instead of the default (six examples at 600 s take an hour: run a few per
-# call, or in the background). KEEP_RUNS=1 keeps each run's problems (deleted once its row is written).
+# call, or in the background across calls with bench/tune_background.sh). KEEP_RUNS=1 keeps each run's problems (deleted once its row is written).
 # KILN_BENCH_SMALL=1 is the dry run on a machine without a GPU (--small sizes,
 # --backend cpu, the cpu default budget).
 set -uo pipefail
