@@ -146,7 +146,8 @@ int kiln_sol_tensor_type(const kiln_problem *p);
 double kiln_sol_gflops(const kiln_ceilings *c, const kiln_problem *p, const char **kind);
 
 /* The speed of light of a workload of p that moves min_bytes, in microseconds: max(min_bytes / copy
- * bandwidth, p->flops / kiln_sol_gflops) (the flops term only where p declares flops > 0). */
+ * bandwidth, p->flops / kiln_sol_gflops) (the flops term only where p declares flops > 0 and the
+ * flops ceiling is known, > 0). */
 double kiln_sol_time_us(const kiln_ceilings *c, const kiln_problem *p, double min_bytes);
 
 /* The SOL score of docs/gate.md, clamped to (0, 1]; -1 when t_base is unknown (< 0). */

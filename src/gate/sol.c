@@ -327,27 +327,28 @@ const char *kiln_tensor_type_name(kiln_tensor_type t) {
     return names[t];
 }
 
+/* The index of the table's row for a compute capability, -1 where it has none. */
+static int arch_row(int cc_major, int cc_minor) {
+    for (int i = 0; i < (int)(sizeof tensor_table / sizeof tensor_table[0]); i++)
+        if (tensor_table[i].cc_major == cc_major && tensor_table[i].cc_minor == cc_minor)
+            return i;
+    return -1;
+}
+
 double kiln_tensor_flops_per_clk_sm(int cc_major, int cc_minor, kiln_tensor_type t) {
     KILN_ASSERT(t >= 0 && t < KILN_TENSOR_COUNT);
-    for (size_t i = 0; i < sizeof tensor_table / sizeof tensor_table[0]; i++)
-        if (tensor_table[i].cc_major == cc_major && tensor_table[i].cc_minor == cc_minor)
-            return tensor_table[i].flops_per_clk_sm[t];
-    return 0;
+    int r = arch_row(cc_major, cc_minor);
+    return r < 0 ? 0 : tensor_table[r].flops_per_clk_sm[t];
 }
 
 void kiln_ceilings_tensor(const kiln_device_info *info, kiln_ceilings *c) {
     /* SM-clocks per second: 0 where the SMs or the clock are unknown, and so every rate */
     double sm_hz =
         info->n_sms > 0 && info->clock_khz > 0 ? info->n_sms * (info->clock_khz * 1e3) : 0;
+    int r = arch_row(info->cc_major, info->cc_minor);
     for (int t = 0; t < KILN_TENSOR_COUNT; t++)
-        c->tensor_gflops[t] =
-            kiln_tensor_flops_per_clk_sm(info->cc_major, info->cc_minor, (kiln_tensor_type)t) *
-            sm_hz / 1e9;
-    c->fp32_gflops = 0;
-    for (size_t i = 0; i < sizeof tensor_table / sizeof tensor_table[0]; i++)
-        if (tensor_table[i].cc_major == info->cc_major &&
-            tensor_table[i].cc_minor == info->cc_minor)
-            c->fp32_gflops = tensor_table[i].fp32_per_clk_sm * sm_hz / 1e9;
+        c->tensor_gflops[t] = r < 0 ? 0 : tensor_table[r].flops_per_clk_sm[t] * sm_hz / 1e9;
+    c->fp32_gflops = r < 0 ? 0 : tensor_table[r].fp32_per_clk_sm * sm_hz / 1e9;
 }
 
 int kiln_sol_tensor_type(const kiln_problem *p) {
@@ -397,8 +398,9 @@ double kiln_sol_gflops(const kiln_ceilings *c, const kiln_problem *p, const char
 
 double kiln_sol_time_us(const kiln_ceilings *c, const kiln_problem *p, double min_bytes) {
     double sol_us = min_bytes / (c->copy_gbps * 1e3);
-    if (p->flops > 0) {
-        double flops_us = p->flops / (kiln_sol_gflops(c, p, NULL) * 1e3);
+    double gflops = p->flops > 0 ? kiln_sol_gflops(c, p, NULL) : 0;
+    if (gflops > 0) { /* an unknown ceiling (0) bounds nothing */
+        double flops_us = p->flops / (gflops * 1e3);
         if (flops_us > sol_us)
             sol_us = flops_us;
     }

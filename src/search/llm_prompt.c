@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "../backend/abi.h"
+#include "../gate/gate.h"
 #include "llm_impl.h"
 
 #define LLM_LOG_TAIL 2500               /* bytes of a compile log shown to the model */
@@ -389,11 +390,10 @@ char *kiln_llm_prompt(const kiln_llm_context *ctx) {
                            (long long)p->workloads[w].axis_values[i]);
         double bytes = kiln_problem_min_bytes(p, &p->workloads[w]);
         if (bytes > 0 && ctx->ceiling_gbps > 0) {
-            /* as the gate's T_sol: the flops bind where the problem declares them */
-            double sol_us = bytes / (ctx->ceiling_gbps * 1e3);
-            if (p->flops > 0 && ctx->ceiling_gflops > 0 &&
-                p->flops / (ctx->ceiling_gflops * 1e3) > sol_us)
-                sol_us = p->flops / (ctx->ceiling_gflops * 1e3);
+            /* the gate's T_sol, with the ceilings the gate reported for this problem (its
+             * ceiling_gflops is already the one p's flops take) */
+            kiln_ceilings c = {.copy_gbps = ctx->ceiling_gbps, .fma_gflops = ctx->ceiling_gflops};
+            double sol_us = kiln_sol_time_us(&c, p, bytes);
             llm_buf_printf(&b, ": %.0f bytes", bytes);
             if (p->flops > 0)
                 llm_buf_printf(&b, ", %.0f flops", p->flops);

@@ -380,6 +380,9 @@ static void test_no_tensor_rate_falls_back(void **state) {
     assert_float_equal(kiln_sol_gflops(&c, &bf.p, &kind), 80000, 0);
     assert_string_equal(kind, "fp32 FMA (measured)");
     assert_float_equal(kiln_sol_time_us(&c, &bf.p, 0), flops / 80e6, 1e-9);
+    /* no flops ceiling known at all (an LLM prompt before any gate result): the bytes alone */
+    kiln_ceilings none = {.copy_gbps = 8000};
+    assert_float_equal(kiln_sol_time_us(&none, &bf.p, 8e6), 1.0, 1e-12);
 
     /* float8 on an A100, which has no float8 tensor cores: the float16 rate */
     kiln_device_info a100 = {.cc_major = 8, .cc_minor = 0, .n_sms = 108, .clock_khz = 1410000};
