@@ -413,8 +413,7 @@ def contraction_flops(opname: str, inputs: list, outputs: list, args: Optional[d
         i = GEMM_OPERAND[opname]
         if i >= len(shapes) or not shapes[i]:
             return None
-        k = shapes[i][-1] if len(shapes[i]) > 1 or opname != "matmul" else shapes[i][0]
-        return 2.0 * out * int(k)
+        return 2.0 * out * int(shapes[i][-1])
     if opname in CONV_OPS:
         positional = (args or {}).get("args") or []
         if opname.endswith("convolution") and (len(positional) < 7 or positional[6] is not False):
