@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tune_device.sh: `kiln tune` as a new user runs it, with its defaults, on the bundled examples at real size
 # (issue 14, "kiln tune finishes"): each run must end within its budget (--time, 600 s on cuda by default)
-# with the report's four forward columns (eager, kiln, torch.compile, kiln + torch.compile), exit 0.
+# with the report's four forward columns (eager, kiln, torch.compile, kiln + torch.compile), exit 0; kiln's graph
+# mode (`kiln run --graph`) is a fifth where a chain entry was kept.
 #
 #   OUT=/tmp/out bash bench/tune_device.sh [EXAMPLE...]
 #   examples: resnet50_fp32 resnet50_bf16_cl vae_fp32 vae_bf16 gemma4 qwen_moe (default: all six)
@@ -74,6 +75,7 @@ installed = sum(1 for e in r.get("entries") or [] if e.get("installed"))
 ok = rc == 0 and wall <= budget and four
 print(f"| {name} | {wall:.0f} / {budget:.0f} | {rc} | {cell('eager_ms')} | {cell('kiln_ms')} | "
       f"{cell('compile_ms', 'compile_error')} | {cell('kiln_compile_ms', 'kiln_compile_error')} | "
+      f"{cell('kiln_graph_ms', 'kiln_graph_error')} | "
       f"{(r.get('search') or {}).get('stopped', '-')} | {installed} of {len(r.get('entries') or [])} | "
       f"{'yes' if ok else 'NO'} |")
 EOF
@@ -86,8 +88,8 @@ done
 {
   echo "# kiln tune with its defaults at real size ($(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD))"
   echo
-  echo "| example | wall s / budget s | exit | eager ms | kiln ms | torch.compile ms | kiln + torch.compile ms | search | installed | within budget, four columns |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"
+  echo "| example | wall s / budget s | exit | eager ms | kiln ms | torch.compile ms | kiln + torch.compile ms | kiln graph mode ms | search | installed | within budget, four columns |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
   cat "$ROWS"
 } >"$OUT/summary.md"
 tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs $(cd "$WORK" && ls -d runs/*/report.* runs/*/report.failed.* runs/*/logs/optimize.json 2>/dev/null) 2>/dev/null

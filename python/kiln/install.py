@@ -51,6 +51,7 @@ from kiln.install_aten import _AtenEntry, _AtenOverride, _boxable, _number_posit
 from kiln.install_cost import judge, measure_dispatch_us
 from kiln.install_cpp import DISPATCH_MODES, _dispatch_mode, _install_cpp, cache_dir, dispatch_extension
 from kiln.install_gate import _Gate, _Slot, _template, _torch_dtype, _Unsupported
+from kiln.install_graph import graph_backend
 from kiln.install_inductor import InductorPatterns, RootCompiler
 from kiln.install_module import _is_activation, _ModuleBinder, _ModuleEntry
 from kiln.install_runtime import Entry, KilnError, Library, LibraryRefused, resolve_library_dir, runtime_path
@@ -58,7 +59,8 @@ from kiln.install_runtime import Entry, KilnError, Library, LibraryRefused, reso
 __all__ = [  # the API; the underscored names are the parts kiln.tune, the tests and bench/ reach for
     "install", "uninstall", "installed", "Installation", "read_decisions", "Library", "Entry", "KilnError",
     "LibraryRefused", "resolve_library_dir", "runtime_path", "dispatch_extension", "cache_dir",
-    "DISPATCH_MODES", "INSTALL_DECISIONS", "_boxable", "_number_positions", "_resolve_overload", "_Slot",
+    "DISPATCH_MODES", "COMPILE_MODES", "graph_backend", "INSTALL_DECISIONS", "_boxable", "_number_positions",
+    "_resolve_overload", "_Slot",
     "_template", "_torch_dtype", "_is_activation",
 ]
 
@@ -93,6 +95,7 @@ class Installation:
         self._op_names: set = set()  # the op names taken in the kiln namespace
         self._inductor = None  # install_inductor.InductorPatterns (compile_friendly aten entries)
         self._roots: Optional[RootCompiler] = None  # install(compile=True) without a model
+        self._compiled_model = None  # install(compile=..., model=model): compiled in place until uninstall
         self.dispatch_mode = "python"  # install(dispatch=...): "python", "cpp" or "auto"
         self.dispatch: dict = {}  # "aten::x.y" -> "cpp" or "python" (set when dispatch_mode is not "python")
         self._cpp_regs: list = []  # (_dispatch.cpp Registration or None, counters, spec) per C++ override or gate
@@ -122,9 +125,12 @@ class Installation:
     def uninstall(self) -> None:
         """Restores every kernel registration and module forward; closes the library if install opened it."""
         if not self.active and self._torch_lib is None and self._binder is None and not self._cpp_regs \
-                and self._inductor is None and self._roots is None:
+                and self._inductor is None and self._roots is None and self._compiled_model is None:
             return
         self.active = False
+        if self._compiled_model is not None:  # its graphs call kiln's ops, which go below
+            self._compiled_model._compiled_call_impl = None
+            self._compiled_model = None
         if self._roots is not None:
             self._roots.stop()
             self._roots = None
@@ -201,8 +207,11 @@ def read_decisions(lib: Library) -> Optional[dict]:
     return entries if isinstance(entries, dict) else None
 
 
+COMPILE_MODES = (False, True, "inductor", "graph")  # install(compile=...)
+
+
 def install(library, model=None, *, entries=None, device: Optional[int] = None, verbose: Optional[bool] = None,
-            compile_friendly: bool = True, dispatch: Optional[str] = None, compile: bool = False):
+            compile_friendly: bool = True, dispatch: Optional[str] = None, compile=False):
     """Installs a kiln library into this process (and `model`'s modules, when given).
 
     library: a library directory (RUN/library, or RUN), or a Library opened earlier (which stays open after
@@ -215,9 +224,12 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
              entry names.
     compile_friendly: module entries also become custom ops (kiln::<entry>) that torch.compile traces into
              its graph without a break; the eager path is the same either way (docs/install.md).
-    compile: also torch.compile what runs, with kiln's entries inside the graphs (implies compile_friendly):
-             `model` in place (Module.compile()), or without a model every root module at its first call
-             (kiln.install_inductor.RootCompiler), until uninstall.
+    compile: True (or "inductor"): also torch.compile what runs, with kiln's entries inside the graphs
+             (implies compile_friendly): `model` in place (Module.compile()), or without a model every root
+             module at its first call (kiln.install_inductor.RootCompiler), until uninstall. "graph": the same
+             with kiln's graph mode as the backend (kiln.install_graph: dynamo's graphs with kiln's chains
+             replaced, PyTorch's own kernels for the rest, no Inductor); eager's entries (install.json's
+             "install") are the ones installed.
     dispatch: "python": aten entries are Python kernels; "cpp": C++ kernels (python/kiln/_dispatch.cpp, built
              on first use; where it cannot be built the Python path is used, with the reason in `notes` and
              a RuntimeWarning); "auto": the same without the warning. None: $KILN_DISPATCH, else "auto" for
@@ -226,6 +238,9 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     libkiln_rt refuses the library, KilnError when another library is installed already."""
     import torch
     _dispatch_mode(dispatch)  # a bad value is refused before anything is opened
+    if not (compile is None or isinstance(compile, bool) or compile in COMPILE_MODES):
+        raise ValueError(f"kiln.install: compile={compile!r}: one of False, True, 'inductor', 'graph'")
+    inductor = compile is True or compile == "inductor"
     if _ACTIVE:
         raise KilnError(f"kiln: a library is installed already ({_ACTIVE[-1].library.path}); "
                         "kiln.uninstall() first")
@@ -238,11 +253,13 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     inst = Installation(lib, owns)
     inst.dispatch_mode = _dispatch_mode(dispatch, lib.is_cuda)
     try:
-        _install_into(inst, lib, model, entries, compile_friendly or compile, for_compile=compile)
+        _install_into(inst, lib, model, entries, compile_friendly or bool(compile), for_compile=inductor)
+        backend = graph_backend(inst) if compile == "graph" else None
         if compile and model is not None:
-            model.compile()
+            model.compile(**({"backend": backend} if backend else {}))
+            inst._compiled_model = model
         elif compile:
-            inst._roots = RootCompiler()
+            inst._roots = RootCompiler(backend)
             inst._roots.start()
     except BaseException:
         inst.uninstall()
@@ -321,7 +338,8 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
                 by_op.setdefault(op, []).append(_AtenEntry(gate, e))
             elif e.kind == "chain":
                 if not compile_friendly:  # docs/install.md "Limits": eager never sees a chain whole
-                    raise _Unsupported("a chain of calls is replaced only inside torch.compile")
+                    raise _Unsupported("a chain of calls is replaced only in a graph: torch.compile's or kiln's "
+                                       "graph mode")
                 centries.append(gate)
             elif e.kind == "module":
                 mentries.append(_ModuleEntry(gate, e))

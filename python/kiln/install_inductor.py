@@ -143,6 +143,18 @@ def _trace_pattern(fn, args):
     return gm
 
 
+def _trace_aten_pattern(fn, args):
+    """The trace of a pattern as kiln's graph mode sees the model (kiln.install_graph): aten ops as eager
+    dispatches them, no decomposition beyond the composites' own, no-op copies removed (fwd_only does that)."""
+    from torch._inductor import pattern_matcher as pm
+    return pm.fwd_only(fn, args, get_decomp_fn=dict)
+
+
+# How a pattern is traced for each kind of graph it is matched in: "inductor", the post-grad graph of
+# torch.compile's default backend; "aten", kiln's graph mode (kiln.install_graph).
+_TRACERS = {"inductor": _trace_pattern, "aten": _trace_aten_pattern}
+
+
 def _examples(specs, device) -> list:
     """Tensors of the gate's inputs to trace a pattern with: meta ones for a GPU, CPU ones for the CPU, where
     some decompositions differ (native_group_norm's CPU form folds the weight into a scale and a shift)."""
@@ -207,7 +219,8 @@ def _same_tensor(val, shape, stride, dtype, device) -> bool:
 
 
 class _AtenPattern:
-    """One aten entry (or, aten_op None, one chain entry) as an op and, once traced, a pattern."""
+    """One aten entry (or, aten_op None, one chain entry) as an op and, once traced, a pattern per flavor
+    (_TRACERS)."""
 
     def __init__(self, aten_op, ae, op_overload, op_name: str, device):
         self.aten_op = aten_op
@@ -216,9 +229,10 @@ class _AtenPattern:
         self.op = op_overload
         self.op_name = op_name
         self.device = device
-        self.traced_keys: Optional[list] = None
+        self.traced_keys: dict = {}  # flavor -> the traced calls (_node_keys)
+        self.matchers: dict = {}  # flavor -> its PatternMatcherPass
 
-    def check(self, match) -> bool:
+    def check(self, flavor: str, match) -> bool:
         gate = self.ae.gate
         for i, (shape, stride, dtype) in enumerate(gate.inputs):
             node = match.kwargs.get(f"t{i}")
@@ -231,7 +245,7 @@ class _AtenPattern:
         for out, (oshape, ostride, odtype) in zip(outs, gate.outputs):
             if out is None or not _same_tensor(out.meta.get("val"), oshape, ostride, odtype, self.device):
                 return False
-        return _node_keys(match.nodes) == self.traced_keys
+        return _node_keys(match.nodes) == self.traced_keys[flavor]
 
 
 _CONFIG = "torch._inductor.config"
@@ -290,7 +304,7 @@ class InductorPatterns:
         self.patterns: list = []
         self.pass_ = None
         self.previous = None
-        self.traced = False
+        self.traced: dict = {}  # flavor -> the patterns that traced, the largest first
         self.structures = StructureCache()  # the band checks of the entries' masks
         self.guarded: dict = {}  # op overload -> (checks, Policy) of the entries whose kernels assume a structure
         tags = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
@@ -368,46 +382,52 @@ class InductorPatterns:
         """entry name -> "kiln::<op>"."""
         return {p.entry.name: p.op_name for p in self.patterns}
 
-    def _trace(self) -> None:
-        """Traces every entry's pattern (once, at the first compilation)."""
-        self.traced = True
-        kept = []
+    def _trace(self, flavor: str) -> list:
+        """Traces every entry's pattern for one flavor (once, at the first graph of that flavor)."""
+        kept: list = []
         with _stepped_aside(self.inst):
-            self._trace_each(kept)
+            self._trace_each(kept, flavor)
         # the larger pattern first: a chain's ops include a smaller entry's (the attention block holds the mask
         # chain, which holds the softmax), and a smaller one replaced first leaves nothing for the chain to match
         # (Gemma-4 on the H200: every softmax became kiln's and the attention and mask-chain entries had no hit)
-        kept.sort(key=lambda p: -len(p.traced_keys))
-        self.patterns = kept
+        kept.sort(key=lambda p: -len(p.traced_keys[flavor]))
+        self.traced[flavor] = kept
+        return kept
 
-    def _trace_each(self, kept: list) -> None:
+    def _trace_each(self, kept: list, flavor: str) -> None:
         """Traces and registers each pattern; the ones that trace are appended to kept."""
+        import functools
+
         from torch._inductor import pattern_matcher as pm
+        tracer = _TRACERS[flavor]
         for p in self.patterns:
             gate = p.ae.gate
             try:
                 search = _search_fn(p.aten_op, p.entry, len(gate.inputs)) if p.aten_op is not None \
                     else _chain_search_fn(p.entry, len(gate.inputs))
                 examples = _examples(gate.inputs, self.device)
-                traced = _trace_pattern(search, examples)
-                p.traced_keys = _node_keys(traced.graph.nodes)
-                if not p.traced_keys:
+                traced = tracer(search, examples)
+                p.traced_keys[flavor] = _node_keys(traced.graph.nodes)
+                if not p.traced_keys[flavor]:
                     raise _NotMatchable("its op traces to no computation")
                 # a pass of its own: entries of one op and pattern (other shapes) are not duplicates there
-                p.matcher = pm.PatternMatcherPass()
-                pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, _trace_pattern,
-                                        [p.matcher], extra_check=p.check)
+                p.matchers[flavor] = pm.PatternMatcherPass()
+                pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, tracer,
+                                        [p.matchers[flavor]], extra_check=functools.partial(p.check, flavor))
                 kept.append(p)
             except (_NotMatchable, RuntimeError, TypeError, ValueError, NotImplementedError) as why:
-                self.inst.notes.append(f"{p.entry.name}: not matched inside torch.compile: {why}")
+                where = "torch.compile" if flavor == "inductor" else "kiln's graph mode"
+                self.inst.notes.append(f"{p.entry.name}: not matched inside {where}: {why}")
 
-    def apply(self, graph) -> int:
-        """The post-grad pass: replaces every admitted match by its entry's op."""
+    def apply(self, graph, flavor: str = "inductor") -> int:
+        """Replaces every admitted match in graph by its entry's op: Inductor's post-grad pass ("inductor"), or
+        kiln's graph mode ("aten"). Returns how many were replaced."""
         if not self.inst.active:
             return 0
-        if not self.traced:
-            self._trace()
-        n = sum(p.matcher.apply(graph) for p in self.patterns)
+        patterns = self.traced.get(flavor)
+        if patterns is None:
+            patterns = self._trace(flavor)
+        n = sum(p.matchers[flavor].apply(graph) for p in patterns)
         if n and self.guarded:
             self._uncache_computed_masks(graph)
         return n
@@ -448,11 +468,13 @@ class RootCompiler:
     wrapper's first statement is torch.compiler.is_dynamo_compiling(), so what dynamo traces through it is
     the original call."""
 
-    def __init__(self):
+    def __init__(self, backend=None):
+        """backend: torch.compile's (None: its default, Inductor; kiln.install_graph's for graph mode)."""
         import weakref
 
         import torch
         self.torch = torch
+        self.backend = backend
         self.original = None
         self.depth = 0
         self.seen = weakref.WeakSet()
@@ -469,7 +491,7 @@ class RootCompiler:
                 return original(module, *args, **kwargs)
             if outer.depth == 0 and module not in outer.seen:
                 outer.seen.add(module)
-                module.compile()
+                module.compile(**({"backend": outer.backend} if outer.backend is not None else {}))
                 outer.compiled.append(type(module).__name__)
             outer.depth += 1
             try:

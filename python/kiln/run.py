@@ -24,6 +24,9 @@ OPTIONS = [  # (flag, value name or None, help): the options come before the scr
     ("--strict", None, "exit 1 instead of running eagerly when libkiln_rt refuses the library"),
     ("--compile", None, "torch.compile the script's model (each root module at its first call) with kiln's "
      "kernels inside the compiled graphs, as if the script compiled it itself"),
+    ("--graph", None, "kiln's graph mode: each root module is captured by dynamo at its first call and its graphs "
+     "run with PyTorch's own kernels, kiln's chains (an attention block, a norm + activation + residual) replaced "
+     "in them; no Inductor (python/kiln/install_graph.py)"),
     ("--stats", None, "print the installation and its hits and misses on stderr when the script ends"),
     ("--stats-json", "PATH", "write the installation and its hits and misses to PATH as JSON"),
 ]
@@ -46,7 +49,7 @@ def help_text() -> str:
 def parse_args(argv: list) -> dict:
     """kiln's options come before the script; everything after the script is the script's."""
     opts = {"library": os.environ.get("KILN_LIBRARY") or None, "entries": None, "strict": False, "compile": False,
-            "stats": False, "stats_json": None, "script": None, "script_args": [], "help": False}
+            "graph": False, "stats": False, "stats_json": None, "script": None, "script_args": [], "help": False}
     valued = {flag for flag, value, _ in OPTIONS if value}
     flags = {flag for flag, value, _ in OPTIONS if not value}
     i = 0
@@ -74,6 +77,8 @@ def parse_args(argv: list) -> dict:
             raise UsageError(f"unknown option '{name}'; see kiln run --help (options for the script go after "
                              "the script's name)")
         i += 1
+    if opts["compile"] and opts["graph"]:
+        raise UsageError("--compile and --graph exclude each other (Inductor's code, or PyTorch's own kernels)")
     if i >= len(argv):
         raise UsageError("no script given")
     opts["script"], opts["script_args"] = argv[i], argv[i + 1:]
@@ -127,7 +132,7 @@ def main(argv: Optional[list] = None) -> int:
     from kiln.install import KilnError, install, uninstall
     inst = None
     try:
-        inst = install(opts["library"], entries=opts["entries"], compile=opts["compile"])
+        inst = install(opts["library"], entries=opts["entries"], compile="graph" if opts["graph"] else opts["compile"])
     except KilnError as e:
         print(f"kiln run: {e}", file=sys.stderr)
         if opts["strict"]:
@@ -139,6 +144,9 @@ def main(argv: Optional[list] = None) -> int:
         if opts["compile"]:
             print("kiln run: --compile: each root module is compiled (torch.compile) at its first call, kiln's "
                   "kernels inside", file=sys.stderr, flush=True)
+        elif opts["graph"]:
+            print("kiln run: --graph: each root module is captured (dynamo) at its first call and run with kiln's "
+                  "chains replaced, PyTorch's kernels for the rest", file=sys.stderr, flush=True)
     if inst is not None and opts["stats"]:
         print(inst.summary(), file=sys.stderr, flush=True)
     try:

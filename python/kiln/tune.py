@@ -617,13 +617,13 @@ def decide(entry, bench: Optional[dict], margin: float) -> tuple:
     if entry.disabled:
         return False, f"disabled: {entry.disabled}"
     if entry.kind == "chain":
-        # eager never sees a chain whole (docs/install.md): the entry only serves kiln + torch.compile, where
-        # the model's timing against torch.compile alone says whether it paid
+        # eager never sees a chain whole (docs/install.md): the entry serves kiln + torch.compile and kiln's graph
+        # mode, where the model's timings say whether it paid
         s = entry.speedup
         if not s or s <= 1 + margin:
             return False, f"the gate's kernel is not faster than the eager chain ({s or 0:.2f}x)"
-        return True, (f"{s:.2f}x the eager chain in the gate; a chain is replaced inside torch.compile only "
-                      "(the kiln + torch.compile column)")
+        return True, (f"{s:.2f}x the eager chain in the gate; a chain is replaced in a graph only (the kiln + "
+                      "torch.compile column and kiln graph mode)")
     if bench is None:
         return False, "not benchmarked"
     if "error" in bench:
@@ -759,27 +759,37 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
     return out
 
 
-KILN_COMPILE_KEYS = ("kiln_compile_ms", "kiln_compile_spread_pct", "kiln_compile_speedup", "kiln_compile_vs_compile",
-                     "kiln_compile_max_abs_diff", "kiln_compile_entries",
-                     "kiln_compile_error", "kiln_compile_warmup_s", "kiln_compile_hits_per_forward",
-                     "kiln_compile_entry_hits_per_forward", "kiln_compile_note")
+def _kiln_way_keys(prefix: str) -> tuple:
+    return tuple(prefix + k for k in ("ms", "spread_pct", "speedup", "vs_compile", "max_abs_diff", "entries", "error",
+                                      "warmup_s", "hits_per_forward", "entry_hits_per_forward", "note"))
 
 
-def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_out=None, entries=None) -> None:
+KILN_COMPILE_KEYS = _kiln_way_keys("kiln_compile_")  # kiln + torch.compile
+KILN_GRAPH_KEYS = _kiln_way_keys("kiln_graph_")  # kiln's graph mode (kiln.install_graph)
+
+
+def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_out=None, entries=None,
+                      graph: bool = False) -> None:
     """The "kiln + torch.compile" column, into `out` (time_model's dict: its eager_ms, iterations and rounds
     are used): torch.compile of the model with the library installed (the entries install.json keeps),
     so that module entries run as kiln:: custom ops inside the compiled graph. Same timer, same forward,
-    max difference against eager. A failure is an error string; SIGINT leaves "interrupted"."""
+    max difference against eager. A failure is an error string; SIGINT leaves "interrupted".
+    graph: the "kiln graph" column instead (kiln_graph_* keys): the model compiled with kiln's graph mode as the
+    backend (no Inductor) and the entries kept for eager, chains included."""
     import torch
 
     import kiln
-    for k in KILN_COMPILE_KEYS:
+    from kiln.install import graph_backend
+    p = "kiln_graph_" if graph else "kiln_compile_"
+    what = "kiln's graph mode" if graph else "torch.compile"
+    for k in _kiln_way_keys(p):
         out.pop(k, None)
-    if str(out.get("compile_error", "")).startswith("interrupted"):
-        out["kiln_compile_error"] = "interrupted (SIGINT) before torch.compile finished"
+    if not graph and str(out.get("compile_error", "")).startswith("interrupted"):
+        out[p + "error"] = "interrupted (SIGINT) before torch.compile finished"
         return
-    if out.get("compile_error") == OUT_OF_TIME or _past_deadline(opts, 1.0):
-        out["kiln_compile_error"] = OUT_OF_TIME
+    out_of_time = f"out of time (--time) before {what} finished"  # OUT_OF_TIME for torch.compile
+    if (not graph and out.get("compile_error") == OUT_OF_TIME) or _past_deadline(opts, 1.0):
+        out[p + "error"] = out_of_time
         return
     model, args, kwargs = root.module, root.args, root.kwargs
     n = out.get("iterations") or 1
@@ -791,36 +801,36 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
             inst = kiln.install(lib, model=model, entries=entries)
             try:
                 if not inst.installed:
-                    out["kiln_compile_note"] = "nothing installed: kiln + torch.compile is torch.compile"
+                    out[p + "note"] = f"nothing installed: kiln + {what} is {what}"
                     return
-                out["kiln_compile_entries"] = list(inst.installed)
-                compiled = torch.compile(model)
+                out[p + "entries"] = list(inst.installed)
+                compiled = torch.compile(model, backend=graph_backend(inst)) if graph else torch.compile(model)
                 t0 = time.perf_counter()
                 kc_out = compiled(*args, **kwargs)
                 compiled(*args, **kwargs)
-                out["kiln_compile_warmup_s"] = round(time.perf_counter() - t0, 2)
+                out[p + "warmup_s"] = round(time.perf_counter() - t0, 2)
                 inst.reset_stats()
                 compiled(*args, **kwargs)
                 stats = inst.stats()
-                out["kiln_compile_hits_per_forward"] = stats["hits"]
-                out["kiln_compile_entry_hits_per_forward"] = {k: e["hits"] for k, e in stats["entries"].items()}
+                out[p + "hits_per_forward"] = stats["hits"]
+                out[p + "entry_hits_per_forward"] = {k: e["hits"] for k, e in stats["entries"].items()}
                 kf = lambda: compiled(*args, **kwargs)  # noqa: E731
                 times = _rounds(opts, lambda: timer.per_call_us(kf, n))
-                out["kiln_compile_ms"] = statistics.median(times) / 1e3
-                out["kiln_compile_spread_pct"] = spread_pct(times)
-                out["kiln_compile_speedup"] = out["eager_ms"] / out["kiln_compile_ms"]
+                out[p + "ms"] = statistics.median(times) / 1e3
+                out[p + "spread_pct"] = spread_pct(times)
+                out[p + "speedup"] = out["eager_ms"] / out[p + "ms"]
                 if out.get("compile_ms"):
-                    out["kiln_compile_vs_compile"] = out["compile_ms"] / out["kiln_compile_ms"]
-                out["kiln_compile_max_abs_diff"] = max_abs_diff(kc_out, eager_out)
+                    out[p + "vs_compile"] = out["compile_ms"] / out[p + "ms"]
+                out[p + "max_abs_diff"] = max_abs_diff(kc_out, eager_out)
             finally:
                 kiln.uninstall()
                 torch._dynamo.reset()  # the kiln graphs call ops that uninstall removed
         except Exception as e:  # noqa: BLE001 - a failure inside torch.compile is a result, not ours
-            out["kiln_compile_error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+            out[p + "error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         except KeyboardInterrupt:
-            out["kiln_compile_error"] = "interrupted (SIGINT) before torch.compile finished"
+            out[p + "error"] = f"interrupted (SIGINT) before {what} finished"
         except OutOfTime:
-            out["kiln_compile_error"] = OUT_OF_TIME
+            out[p + "error"] = out_of_time
 
 
 def _drop_until_faster(root, lib, opts, timer, report: dict, decisions: dict, entries_out: list) -> None:
@@ -983,6 +993,9 @@ def install_check(opts, library_dir: Optional[str], report: dict) -> None:
                 time_kiln_compile(root, lib, opts, timer, report["model"])
             if compile_too:
                 choose_compile_set(root, lib, opts, timer, report, decisions, entries_out)
+            if any(r["installed"] and r.get("compile_only") for r in entries_out):
+                _log("kiln tune: timing kiln's graph mode (the chains replaced in dynamo's graphs, no Inductor)")
+                time_kiln_compile(root, lib, opts, timer, report["model"], graph=True)
         hits = report["model"].get("entry_hits_per_forward") or {}
         for row in entries_out:
             row["hits_per_forward"] = hits.get(row["name"], 0) if row["installed"] else None

@@ -1,8 +1,8 @@
 """kiln.tune_report: `kiln tune`'s report, RUN/report.md and RUN/report.json, from the dict tune fills (tune.py):
-the time spent, the model's forward four ways, every hot op with what became of it, every library entry with
-why it was installed or not. No cell shows a speedup the spreads do not support (kiln.install_cost's
-speedup_judge: "n.s." when the interval contains 1, "noisy" when it does and eager's own spread is over 5 %, a
-figure with "!" when either spread is over 5 % and the interval still excludes 1).
+the time spent, the model's forward four ways (five with kiln's graph mode), every hot op with what became of
+it, every library entry with why it was installed or not. No cell shows a speedup the spreads do not support
+(kiln.install_cost's speedup_judge: "n.s." when the interval contains 1, "noisy" when it does and eager's own
+spread is over 5 %, a figure with "!" when either spread is over 5 % and the interval still excludes 1).
 
 The files are written atomically (a temporary file, then rename), and a tune that failed never replaces the
 report of one that succeeded: its report goes to RUN/report.failed.{md,json} instead, and the last good one
@@ -75,6 +75,7 @@ def _time_section(report: dict) -> list:
 _WAYS = (("eager_ms", "eager", "run the script as it is"),
          ("compile_ms", "torch.compile", "compile the model with torch.compile, without kiln"),
          ("kiln_ms", "kiln", "`kiln run --library {lib} {script}`"),
+         ("kiln_graph_ms", "kiln graph mode", "`kiln run --graph --library {lib} {script}`"),
          ("kiln_compile_ms", "kiln + torch.compile", "`kiln run --compile --library {lib} {script}`"))
 
 
@@ -174,6 +175,15 @@ def _model_section(report: dict) -> list:
         lines.append(f"kiln + torch.compile: {m['kiln_compile_note']}.")
     if m.get("kiln_compile_error") and m.get("kiln_compile_error") != m.get("compile_error"):
         lines.append(f"kiln + torch.compile failed: {m['kiln_compile_error']}")
+    if "kiln_graph_ms" in m:
+        lines.append(f"kiln graph mode (`kiln run --graph`: dynamo's graphs of the model run by PyTorch's own "
+                     f"kernels, kiln's chains replaced in them, no Inductor): {m['kiln_graph_ms']:.3f} ms "
+                     f"(speedup over eager {_speedup(eager, es, m['kiln_graph_ms'], m.get('kiln_graph_spread_pct'))}, "
+                     f"spread {_spread(m.get('kiln_graph_spread_pct'))}); kiln ran "
+                     f"{_fmt(m.get('kiln_graph_hits_per_forward'), 'd')} kernel calls per forward; max diff "
+                     f"{_fmt(m.get('kiln_graph_max_abs_diff'), '.3g')}.")
+    elif m.get("kiln_graph_error"):
+        lines.append(f"kiln graph mode: {m['kiln_graph_error']}")
     if m.get("eager_repeatable") is False:
         lines.append("Note: two eager forwards differ; the model is not deterministic, so the differences "
                      "above include that.")

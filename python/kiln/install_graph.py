@@ -1,0 +1,49 @@
+"""kiln.install_graph: kiln's graph mode, the model's own PyTorch kernels with kiln's chains replaced.
+
+A chain entry (docs/capture.md "Chain problems": Gemma-4's attention block, a VAE's group_norm + SiLU +
+residual) replaces several calls at once, which a dispatcher override never sees together: in eager each
+call arrives alone. torch.compile sees them together, but then Inductor generates the code for everything
+else too. Graph mode takes only the first half of torch.compile:
+
+- dynamo captures the model's forward as graphs (guarded, re-traced where a shape changes, as torch.compile
+  does), and AOTAutograd turns each into aten calls, functionalised, with no decomposition beyond the one
+  every eager call goes through (a composite such as softmax.int is its _softmax there, as in eager);
+- kiln's patterns for that form (install_inductor's "aten" flavor: each entry's calls traced the same way)
+  replace every admitted match by the entry's kiln:: op, under the same gate and checks as inside Inductor;
+- the graph then runs as it is: every other call is the aten op eager would have dispatched, PyTorch's own
+  kernel (or kiln's aten entry, when one is installed for it: the dispatcher still sees those calls).
+
+No code is generated and no kernel of Inductor's runs, so what graph mode measures against eager is kiln's
+kernels (and the Python the graph no longer runs). A graph that computes gradients runs unchanged: kiln's
+kernels are forward-only.
+
+    inst = kiln.install("RUN/library", model, compile="graph")   # or: kiln run --graph SCRIPT.py
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kiln.install import Installation
+
+
+def graph_backend(inst: "Installation"):
+    """The torch.compile backend of graph mode for this installation (torch.compile(model, backend=...))."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.fx_passes.post_grad import remove_noop_ops
+
+    def training(gm, example_inputs):  # a graph that computes gradients runs as traced
+        return make_boxed_func(gm.forward)
+
+    def inference(gm, example_inputs):
+        patterns = inst._inductor
+        if patterns is not None and inst.active:
+            remove_noop_ops(gm.graph)  # what the patterns' traces had removed (a dropout of p=0's clone)
+            if patterns.apply(gm.graph, "aten"):
+                gm.graph.eliminate_dead_code()
+                gm.recompile()
+        return make_boxed_func(gm.forward)
+
+    return aot_autograd(fw_compiler=training, inference_compiler=inference)

@@ -1,0 +1,153 @@
+"""kiln's graph mode (python/kiln/install_graph.py; `kiln run --graph`, kiln.install(..., compile="graph")): the
+model's dynamo graphs run with PyTorch's own kernels and kiln's chains replaced in them, no Inductor.
+
+The libraries are test_chains.py's (its fixtures capture the examples and optimize the chains on the cpu backend):
+the softmax chain of tests/data/chains/softmax_chain.py and Gemma-4 --small's attention block."""
+
+from __future__ import annotations
+
+import json
+import types
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_chains import (ROOT, _chain_model, chain_library, example_model, gemma_attention, kiln_env,  # noqa: E402,F401
+                         runs)
+
+pytestmark = pytest.mark.skipif(not (ROOT / "build" / "kiln").exists(), reason="build/kiln is not built (make all)")
+
+
+def _graph_model(model, library, entries="all"):
+    import kiln
+    torch._dynamo.reset()
+    return kiln.install(str(library), model, entries=entries, compile="graph")
+
+
+def test_graph_mode_replaces_the_chain_and_runs_eager_kernels(chain_library):
+    """The chain is one op of the graph (a hit of its entry each forward) and the output is eager's; with nothing
+    installed the graph mode's output is eager's bit for bit (PyTorch's kernels, not generated code); uninstall
+    leaves the model eager again."""
+    import kiln
+    sc = _chain_model()
+    x = torch.randn(sc.ROWS, sc.IN)
+    model = sc.build()
+    with torch.no_grad():
+        want = model(x)
+    inst = _graph_model(model, chain_library)
+    try:
+        assert inst.installed == ["chain_mul_add_softmax_16x64_f32"], inst.summary()
+        with torch.no_grad():
+            got = model(x)
+            again = model(x)
+        assert torch.allclose(got, want, atol=1e-6, rtol=1e-5) and torch.equal(got, again)
+        assert inst.stats()["hits"] == 2 and inst.stats()["misses"] == 0, inst.stats()
+    finally:
+        kiln.uninstall(inst)
+    assert model._compiled_call_impl is None  # eager again: the graphs called ops that are gone
+    with torch.no_grad():
+        assert torch.equal(model(x), want)
+
+    inst = _graph_model(model, chain_library, entries=[])  # nothing installed: the graph is eager's calls
+    try:
+        assert inst.installed == []
+        with torch.no_grad():
+            assert torch.equal(model(x), want)
+        assert inst.stats()["hits"] == 0
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+def test_graph_mode_leaves_gradients_alone(chain_library):
+    """A forward that records a graph for backward runs as traced (kiln's kernels are forward-only): no hit, the
+    gradient is eager's."""
+    import kiln
+    sc = _chain_model()
+    model = sc.build()
+    x = torch.randn(sc.ROWS, sc.IN, requires_grad=True)
+    model(x).pow(2).sum().backward()
+    want = x.grad.clone()
+    x.grad = None
+    inst = _graph_model(model, chain_library)
+    try:
+        model(x).pow(2).sum().backward()
+        assert torch.allclose(x.grad, want, atol=1e-6, rtol=1e-5)
+        assert inst.stats()["hits"] == 0, inst.stats()
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+def test_gemma_attention_in_graph_mode(gemma_attention):
+    """Gemma-4 --small's attention block is replaced in every sliding layer's graph, no Inductor: a hit per sliding
+    layer per forward; the logits move from eager only as far as the block's own tolerance moves them (this random
+    bf16 model amplifies one-ulp differences, test_chains.py's inside-torch.compile test says how far)."""
+    import kiln
+    problem, d, library = gemma_attention
+    model, ids = example_model("gemma4")
+    with torch.no_grad():
+        want = model(ids).logits.float()
+    inst = _graph_model(model, library)
+    try:
+        with torch.no_grad():
+            got = model(ids).logits.float()
+            again = model(ids).logits.float()
+        stats = inst.stats()
+        assert stats["hits"] == 2 * d["kiln"]["calls"] == 10 and stats["misses"] == 0, stats
+        assert torch.equal(got, again)
+        assert (got - want).norm() / want.norm() < 0.35
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+def test_kiln_run_graph(chain_library, tmp_path):
+    """`kiln run --graph` on the unmodified script: the chain is a hit of each forward; --graph with --compile is
+    refused as bad usage."""
+    script = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
+    stats = tmp_path / "stats.json"
+    kiln = str(ROOT / "build" / "kiln")
+    r = subprocess.run([kiln, "run", "--library", str(chain_library), "--entries", "all", "--graph",
+                        "--stats-json", str(stats), str(script)], cwd=ROOT, env=kiln_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "--graph" in r.stderr
+    record = json.loads(stats.read_text())
+    assert record["stats"]["hits"] == 2 and record["compiled"] == ["Net"], record
+    r = subprocess.run([kiln, "run", "--library", str(chain_library), "--graph", "--compile", str(script)],
+                       cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "exclude each other" in r.stderr, r.stderr
+
+
+def test_tune_times_graph_mode(chain_library, tmp_path):
+    """tune's "kiln graph mode" timing (the entries install.json keeps, chains included): the chain is a hit of
+    each forward, the output eager's; the report says so and recommends `kiln run --graph` where it is the
+    fastest beyond the spreads."""
+    import shutil
+
+    from kiln import tune
+    from kiln.install import Library, installed
+    shutil.copytree(chain_library, tmp_path / "library")
+    lib = Library(str(tmp_path / "library"))
+    tune.write_decisions(lib, {e.name: {"install": True, "reason": "test"} for e in lib.entries})
+    sc = _chain_model()
+    root = tune.RootCall(sc.build())
+    root.args, root.grad_mode = (torch.randn(sc.ROWS, sc.IN),), "inference"
+    out = {"eager_ms": 1.0, "iterations": 3}
+    try:
+        tune.time_kiln_compile(root, lib, types.SimpleNamespace(rounds=2), tune.Timer(cuda=False), out, graph=True)
+    finally:
+        lib.close()
+    assert "kiln_graph_error" not in out, out
+    assert out["kiln_graph_hits_per_forward"] == 1 and out["kiln_graph_max_abs_diff"] < 1e-5, out
+    assert out["kiln_graph_ms"] > 0 and out["kiln_graph_entries"] == ["chain_mul_add_softmax_16x64_f32"]
+    assert installed() is None and root.module._compiled_call_impl is None
+    model = dict(out, root="Net", grad_mode="inference", rounds=2, eager_ms=100 * out["kiln_graph_ms"],
+                 eager_spread_pct=1.0, kiln_ms=99 * out["kiln_graph_ms"], kiln_spread_pct=1.0,
+                 kiln_graph_spread_pct=1.0, kiln_entries_installed=out["kiln_graph_entries"])
+    md = tune.render_markdown({"script": "softmax_chain.py", "script_args": [], "run_dir": "x", "model": model})
+    assert "kiln graph mode (`kiln run --graph`" in md and "1 kernel calls per forward" in md
+    assert "**Fastest here: kiln graph mode**" in md and "`kiln run --graph --library" in md, md
