@@ -120,6 +120,8 @@ def _model_section(report: dict) -> list:
     compile_on = "compile_ms" in m or bool(m.get("compile_error"))
     comp = _compile_cell(m, "compile_ms", "compile_error", "off")
     kcomp = _compile_cell(m, "kiln_compile_ms", "kiln_compile_error", "-" if compile_on else "off")
+    if kcomp == "-" and "compile_ms" in m and str(m.get("kiln_compile_note", "")).startswith("nothing installed"):
+        kcomp = f"= {comp}"  # kiln + torch.compile with nothing of kiln's is torch.compile itself
     eager, es = m.get("eager_ms"), m.get("eager_spread_pct")
     lines.append(f"| {m['root']} | {m['grad_mode']} | {_fmt(eager)} | {_fmt(m.get('kiln_ms'))} | {comp} | {kcomp} | "
                  f"{_speedup(eager, es, m.get('kiln_ms'), m.get('kiln_spread_pct'))} | "
