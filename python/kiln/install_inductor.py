@@ -143,11 +143,22 @@ def _trace_pattern(fn, args):
     return gm
 
 
-def _trace_aten_pattern(fn, args):
+def _trace_aten_pattern(fn, args, device=None):
     """The trace of a pattern as kiln's graph mode sees the model (kiln.install_graph): aten ops as eager
-    dispatches them, no decomposition beyond the composites' own, no-op copies removed (fwd_only does that)."""
+    dispatches them, no decomposition beyond the composites' own, no-op copies removed (fwd_only does that).
+    Traced on meta tensors, whose device the composites write into their calls (softmax with a dtype is a
+    _to_copy(..., device=meta) here): those are put on `device`, the model's, or the pattern never matches
+    (Gemma-4's attention block on the H200 had no hit in graph mode until this)."""
+    import torch
     from torch._inductor import pattern_matcher as pm
-    return pm.fwd_only(fn, args, get_decomp_fn=dict)
+    gm = pm.fwd_only(fn, args, get_decomp_fn=dict)
+    if device is not None:
+        meta = torch.device("meta")
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.kwargs.get("device") == meta:
+                node.kwargs = {**node.kwargs, "device": device}
+        gm.recompile()
+    return gm
 
 
 # How a pattern is traced for each kind of graph it is matched in: "inductor", the post-grad graph of
@@ -398,14 +409,17 @@ class InductorPatterns:
         """Traces and registers each pattern; the ones that trace are appended to kept."""
         import functools
 
+        import torch
         from torch._inductor import pattern_matcher as pm
         tracer = _TRACERS[flavor]
+        if flavor == "aten":  # one path on every device: meta tensors, the calls put on the model's device
+            tracer = functools.partial(tracer, device=self.device)
         for p in self.patterns:
             gate = p.ae.gate
             try:
                 search = _search_fn(p.aten_op, p.entry, len(gate.inputs)) if p.aten_op is not None \
                     else _chain_search_fn(p.entry, len(gate.inputs))
-                examples = _examples(gate.inputs, self.device)
+                examples = _examples(gate.inputs, self.device if flavor == "inductor" else torch.device("meta"))
                 traced = tracer(search, examples)
                 p.traced_keys[flavor] = _node_keys(traced.graph.nodes)
                 if not p.traced_keys[flavor]:
