@@ -139,7 +139,7 @@ bool same_number(const c10::IValue &v, const ArgSpec &a) {
         return v.toDouble() == a.d;
     if (v.isTensor()) {
         const at::Tensor &t = v.toTensor();
-        if (!t.defined() || !is_wrapped(t))
+        if (!t.defined() || !is_wrapped(t) || !t.has_storage() || t.const_data_ptr() == nullptr)
             return false;
         switch (t.scalar_type()) {
         case c10::kDouble:
@@ -186,6 +186,7 @@ bool same_const(const c10::IValue &v, const ArgSpec &a) {
         if (v.isTensor()) {
             const at::Tensor &t = v.toTensor();
             return t.defined() && is_wrapped(t) && t.scalar_type() == c10::kBool &&
+                   t.has_storage() && t.const_data_ptr() != nullptr &&
                    *static_cast<const bool *>(t.const_data_ptr()) == a.b;
         }
         return false;
@@ -242,8 +243,8 @@ struct Launcher {
 
     // Whether t passes gate g: dtype, strided layout, sizes, strides, device, alignment.
     bool admits(const TensorGate &g, const at::Tensor &t) const {
-        if (!t.defined() || is_wrapped(t))
-            return false;
+        if (!t.defined() || is_wrapped(t) || !t.has_storage() || t.const_data_ptr() == nullptr)
+            return false; // a tensor without data (fake, meta) is never a hit
         if (t.scalar_type() != g.dtype || t.layout() != c10::kStrided ||
             !t.sizes().equals(g.sizes) || !t.strides().equals(g.strides))
             return false;
@@ -252,10 +253,10 @@ struct Launcher {
         return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % ALIGN == 0;
     }
 
-    // The launch of entry e on gate tensors that passed admits() (tensors[k] for e.inputs[k]): dense
-    // copies of inputs captured with gaps, outputs at the captured sizes/strides/dtype, zeroed
-    // scratch, kiln_rt_launch on PyTorch's current stream. Returns 2 (nothing launched) when grad
-    // mode is on and an input requires grad; else 1, with the outputs appended to outs.
+    // The launch of entry e on gate tensors that passed admits() (tensors[k] for e.inputs[k]):
+    // dense copies of inputs captured with gaps, outputs at the captured sizes/strides/dtype,
+    // zeroed scratch, kiln_rt_launch on PyTorch's current stream. Returns 2 (nothing launched) when
+    // grad mode is on and an input requires grad; else 1, with the outputs appended to outs.
     int run(const Entry &e, const at::Tensor *const *tensors, std::vector<at::Tensor> *outs) const {
         const size_t n_in = e.inputs.size();
         if (c10::GradMode::is_enabled()) {
@@ -372,14 +373,19 @@ struct Override {
         original.callBoxed(op, ks, stack);
     }
 
-    void call_autograd(c10::DispatchKeySet /*ks*/, c10::Stack *stack) const {
+    void call_autograd(c10::DispatchKeySet ks, c10::Stack *stack) const {
         const c10::IValue *args = stack->data() + (stack->size() - n_args);
         if (c10::GradMode::is_enabled() && any_requires_grad(args, n_args)) {
             counts[2]++;
             original_autograd->callBoxed(op, c10::DispatchKeySet(autograd_key()), stack);
             return;
         }
-        call(c10::DispatchKeySet(key), stack);
+        // on below autograd through the dispatcher, not straight into call(): a Python key comes
+        // first there (torch.compile's fake tensors, a functionalization or meta mode), and the
+        // backend key, this override's call(), for real tensors. Called straight, dynamo's fake
+        // tensors reached the gate and a launch on no data (a segfault, tracing a composite entry
+        // with dispatch "cpp").
+        op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
     }
 
     c10::DispatchKey autograd_key() const {
@@ -407,7 +413,8 @@ struct ModuleGate {
         const at::Tensor *tensors[16];
         for (size_t k = 0; k < n_in; k++) {
             PyObject *o = ts[k].ptr();
-            if (!THPVariable_Check(o) || !L.admits(e.inputs[k], (held[k] = THPVariable_Unpack(o)))) {
+            if (!THPVariable_Check(o) ||
+                !L.admits(e.inputs[k], (held[k] = THPVariable_Unpack(o)))) {
                 counts[1]++;
                 return py::none();
             }

@@ -202,14 +202,14 @@ def _cpp_entry_spec(ae: "_AtenEntry", op) -> dict:
             specs.append((_A_DEFAULT,))
         else:
             raise _Unsupported(f"'{a.name}' was not captured")
-    return dict(_tensor_spec(e), args=specs)
+    return dict(_tensor_spec(e, ae.gate.counts), args=specs)
 
 
-def _tensor_spec(e) -> dict:
-    """An entry's gate tensors, scratch and hit counter as _dispatch.cpp's parse_entry takes them."""
+def _tensor_spec(e, hits) -> dict:
+    """An entry's gate tensors, scratch and hit counter (its gate's ctypes word, install_gate._Gate.counts, which
+    the Python paths count into too) as _dispatch.cpp's parse_entry takes them."""
     import ctypes as c
     copies = [(g.get("layout") or {}).get("stored") == "contiguous_copy" for g in e.inputs]
-    hits = (c.c_int64 * 1)()
     return {
         "name": e.name, "index": e.index,
         "inputs": [(list(g["shape"]), list(g["strides"]), g["dtype"], cp) for g, cp in zip(e.inputs, copies)],
@@ -254,7 +254,7 @@ def cpp_module_gate(inst: "Installation", entry, target: str):
     if not isinstance(counts, c.Array):
         counts = (c.c_int64 * 3)(*(counts or (0, 0, 0)))
         inst._target_counts[target] = counts
-    spec = _tensor_spec(entry)
+    spec = _tensor_spec(entry, inst._entry_counts.setdefault(entry.name, (c.c_int64 * 1)()))
     lib = inst.library
     try:
         gate = ext.module_gate(spec, lib.is_cuda, lib.device_index, lib._handle.value, launch, last_error,
@@ -264,7 +264,6 @@ def cpp_module_gate(inst: "Installation", entry, target: str):
         inst.dispatch.setdefault(target, "python")
         return None
     inst._cpp_regs.append((None, counts, spec))  # the counters live as long as the gate
-    inst._entry_counts[entry.name] = spec["_hits"]
     inst.dispatch[target] = "cpp"
     return gate
 
@@ -301,8 +300,6 @@ def _install_cpp(inst: "Installation", overrides: list) -> list:
             continue
         inst._cpp_regs.append((reg, counts, specs))  # the counters live as long as the registration
         inst._target_counts[ov.op.name()] = counts
-        for ae, spec in zip(ov.entries, specs):
-            inst._entry_counts[ae.gate.entry.name] = spec["_hits"]
         inst.dispatch[ov.op.name()] = "cpp"
         inst.installed += [ae.gate.entry.name for ae in ov.entries]
     for ov in rest:

@@ -129,7 +129,9 @@ class _Gate:
                 raise _Unsupported(f"output '{g['name']}' is stored as {stored} (not dense)")
         # an input captured with gaps (a slice) was proved on its dense copy: copy it the same way
         copies = [(g.get("layout") or {}).get("stored") == "contiguous_copy" for g in entry.inputs]
-        self.counts = inst._entry_counts.setdefault(entry.name, [0])
+        # one hit word per entry, which the C++ paths count into too (install_cpp: a ctypes array, never replaced,
+        # or a hit through the entry's kiln:: op, counted here, would be lost to stats())
+        self.counts = inst._entry_counts.setdefault(entry.name, (ctypes.c_int64 * 1)())
         self.source, self.hit = self._generate(lib, entry, copies, torch)
 
     def _generate(self, lib: Library, entry: Entry, copies: list, torch):
