@@ -99,6 +99,7 @@ class Installation:
         self.dispatch_mode = "python"  # install(dispatch=...): "python", "cpp" or "auto"
         self.dispatch: dict = {}  # "aten::x.y" -> "cpp" or "python" (set when dispatch_mode is not "python")
         self._cpp_regs: list = []  # (_dispatch.cpp Registration or None, counters, spec) per C++ override or gate
+        self._overridden: list = []  # the aten overloads whose kernels kiln registered (_forget_dispatch)
 
     def stats(self) -> dict:
         """Hits per entry; hits, misses (gate said no: the original ran) and grad fallbacks per target; per
@@ -147,6 +148,8 @@ class Installation:
             if reg[0] is not None:  # a module entry's C++ gate has no registration: its binding goes above
                 reg[0].destroy()
         self._cpp_regs = []
+        _forget_dispatch(self._overridden)
+        self._overridden = []
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         self.library._installed_by = None
@@ -269,6 +272,17 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     return inst
 
 
+def _forget_dispatch(ops: list) -> None:
+    """Drops what PyTorch's Python dispatcher remembered of these overloads' kernels (OpOverload._dispatch_cache,
+    per dispatch key; tracing for torch.compile and graph mode goes through it). Registering or removing a kernel
+    does not: after an uninstall, a graph traced with gradients still sent aten::linear's autograd key to the
+    removed kernel's slot and computed no gradient (PyTorch warned "an autograd kernel was not registered")."""
+    for op in ops:
+        cache = getattr(op, "_dispatch_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()
+
+
 def _skip(inst: Installation, name: str, category: str, reason: str) -> None:
     inst.skipped[name] = reason
     inst.left_out[name] = category
@@ -361,6 +375,7 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
     _ACTIVE.append(inst)
     lib._installed_by = inst
     aten_entries = [(ov.op, ae) for ov in overrides for ae in ov.entries]
+    inst._overridden = [ov.op for ov in overrides]
     overrides = _install_cpp(inst, overrides)  # dispatch="cpp"/"auto": C++ kernels where they can serve
     if overrides:
         inst._torch_lib = torch.library.Library("aten", "IMPL")
@@ -373,6 +388,7 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
                 if ov.composite:
                     inst._torch_lib.impl(ov.op, ov.make_autograd_kernel(kernel), ov.autograd_key)
                 inst.installed += [ae.gate.entry.name for ae in ov.entries]
+    _forget_dispatch(inst._overridden)  # what the Python dispatcher had resolved before kiln's kernels
     if compile_friendly and (aten_entries or centries):
         try:
             inst._inductor = InductorPatterns(inst, aten_entries, key, centries)

@@ -2,7 +2,8 @@
 model's dynamo graphs run with PyTorch's own kernels and kiln's chains replaced in them, no Inductor.
 
 The libraries are test_chains.py's (its fixtures capture the examples and optimize the chains on the cpu backend):
-the softmax chain of tests/data/chains/softmax_chain.py and Gemma-4 --small's attention block."""
+the softmax chain of tests/data/chains/softmax_chain.py and Gemma-4 --small's attention block; and
+test_install.py's tiny model library (aten entries on composite ops)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from test_chains import (ROOT, _chain_model, chain_library, example_model, gemma_attention, kiln_env,  # noqa: E402,F401
                          runs)
+from test_install import library, opened  # noqa: E402,F401  (the tiny model's cpu library)
 
 pytestmark = pytest.mark.skipif(not (ROOT / "build" / "kiln").exists(), reason="build/kiln is not built (make all)")
 
@@ -151,3 +153,28 @@ def test_tune_times_graph_mode(chain_library, tmp_path):
     md = tune.render_markdown({"script": "softmax_chain.py", "script_args": [], "run_dir": "x", "model": model})
     assert "kiln graph mode (`kiln run --graph`" in md and "1 kernel calls per forward" in md
     assert "**Fastest here: kiln graph mode**" in md and "`kiln run --graph --library" in md, md
+
+
+def test_uninstall_leaves_later_graphs_their_gradients(opened):
+    """An installation whose aten entries override composite ops (the tiny model's linear and softmax), traced in
+    graph mode and uninstalled, leaves nothing behind in PyTorch's Python dispatcher: a graph traced afterwards
+    with gradients computes eager's (it had kept sending linear's autograd key to the removed kernel, and the
+    gradient was None)."""
+    import kiln
+    from test_install import HIDDEN, ROWS, _model
+    x = torch.randn(ROWS, HIDDEN)
+    model = _model()
+    torch._dynamo.reset()
+    kiln.install(opened, model=model, entries="all", compile="graph")
+    try:
+        with torch.inference_mode():
+            model(x)
+    finally:
+        kiln.uninstall()
+        torch._dynamo.reset()
+    again, xg = _model(), x.clone().requires_grad_()
+    again(xg).pow(2).sum().backward()
+    want, xg.grad = xg.grad.clone(), None
+    torch.compile(again, backend="aot_eager")(xg).pow(2).sum().backward()
+    torch._dynamo.reset()
+    assert xg.grad is not None and torch.allclose(xg.grad, want, atol=1e-6, rtol=1e-5)
