@@ -1,0 +1,94 @@
+"""graph_profile.py: where kiln's graph mode spends its time on the Gemma-4 example (issues 15/16), on the GPU.
+
+    python3 bench/graph_profile.py RUN/library [--seq 4096] [--layers 6]
+
+With the library `kiln tune examples/gemma4.py` made (RUN/library), the same model and prompt as the example:
+wall ms per forward (best of 3 loops of 15) and torch.profiler's top CUDA kernels for eager, dynamo's graphs
+as AOTAutograd leaves them without kiln (what graph mode costs by itself), dynamo's own eager backend, kiln in
+eager (the library installed) and kiln's graph mode (python/kiln/install_graph.py), with the hits per target
+of one graph-mode forward. The ninth session's diagnosis in bench/RESULTS.md is this script's output (it ran
+as .carry/diag.py)."""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "examples")]
+
+
+def wall_ms(f, n: int = 15) -> float:
+    f()
+    f()
+    torch.cuda.synchronize()
+    best = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            f()
+        torch.cuda.synchronize()
+        best.append((time.perf_counter() - t0) / n * 1e3)
+    return min(best)
+
+
+def profile(f, label: str) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+    f()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        f()
+        torch.cuda.synchronize()
+    print(f"== profile: {label}")
+    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("library", help="RUN/library of `kiln tune examples/gemma4.py`")
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--layers", type=int, default=6)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("graph_profile.py: needs a GPU")
+    import gemma4
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from transformers import AutoModelForCausalLM
+
+    import kiln
+    from kiln.install import graph_backend
+    torch.backends.cuda.matmul.allow_tf32 = True  # as the example runs
+    torch.manual_seed(0)
+    config = gemma4.build_config(False, args.layers)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").to(torch.bfloat16).cuda().eval()
+    ids = torch.randint(0, config.vocab_size, (1, args.seq), device="cuda")
+    with torch.inference_mode():
+        def fwd(m):
+            return lambda: m(ids)
+        print("eager", wall_ms(fwd(model)))
+        profile(fwd(model), "eager")
+        plain = torch.compile(model, backend=aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward)))
+        print("aot plain", wall_ms(fwd(plain)))
+        profile(fwd(plain), "aot plain")
+        torch._dynamo.reset()
+        print("dynamo eager backend", wall_ms(fwd(torch.compile(model, backend="eager"))))
+        torch._dynamo.reset()
+        inst = kiln.install(args.library, model=model)
+        print(inst.line())
+        print("kiln eager", wall_ms(fwd(model)))
+        graph = torch.compile(model, backend=graph_backend(inst))
+        print("kiln graph", wall_ms(fwd(graph)))
+        inst.reset_stats()
+        graph(ids)
+        stats = inst.stats()
+        print("graph mode hits per forward", stats["hits"], stats["targets"])
+        profile(fwd(graph), "kiln graph")
+        kiln.uninstall()
+
+
+if __name__ == "__main__":
+    main()
