@@ -656,7 +656,11 @@ def write_decisions(lib, decisions: dict) -> str:
     return path
 
 
-OUT_OF_TIME = "out of time (--time) before torch.compile finished"
+def _out_of_time(what: str) -> str:
+    return f"out of time (--time) before {what} finished"
+
+
+OUT_OF_TIME = _out_of_time("torch.compile")
 
 
 # One timed loop of the model's forward. On the H200 0.3 s gave Gemma-4 8 forwards a loop and torch.compile's
@@ -765,7 +769,6 @@ def _kiln_way_keys(prefix: str) -> tuple:
 
 
 KILN_COMPILE_KEYS = _kiln_way_keys("kiln_compile_")  # kiln + torch.compile
-KILN_GRAPH_KEYS = _kiln_way_keys("kiln_graph_")  # kiln's graph mode (kiln.install_graph)
 
 
 def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_out=None, entries=None,
@@ -787,7 +790,7 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
     if not graph and str(out.get("compile_error", "")).startswith("interrupted"):
         out[p + "error"] = "interrupted (SIGINT) before torch.compile finished"
         return
-    out_of_time = f"out of time (--time) before {what} finished"  # OUT_OF_TIME for torch.compile
+    out_of_time = _out_of_time(what)
     if (not graph and out.get("compile_error") == OUT_OF_TIME) or _past_deadline(opts, 1.0):
         out[p + "error"] = out_of_time
         return
