@@ -369,7 +369,8 @@ def test_a_noisy_baseline_is_flagged_not_divided_by(template, tmp_path):
     assert row["eager_spread_pct"] == 39756.0 and row["speedup_ratio"] == pytest.approx(581.0, rel=0.05)
     table = run_optimize(run, "--budget", 2, "--agents", 2).stdout
     line = next(ln for ln in table.splitlines() if ln.startswith(name[:44]))
-    assert " noisy " in line and "39756.0!" in line and "581" not in line, line
+    # no speedup figure at all (the eager column, 581 x the kernel's time, may itself hold the digits "581")
+    assert " noisy " in line and "39756.0!" in line and not any(t.endswith("x") for t in line.split()[1:]), line
     assert "not divided by" in table
     entry = next(e for e in json.loads((run / "library" / "manifest.json").read_text())["entries"]
                  if e["problem"] == name)
