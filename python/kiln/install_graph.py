@@ -33,6 +33,7 @@ def graph_backend(inst: "Installation"):
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._inductor.fx_passes.post_grad import remove_noop_ops
+    from torch._inductor.pattern_matcher import stable_topological_sort
 
     def training(gm, example_inputs):  # a graph that computes gradients runs as traced
         return make_boxed_func(gm.forward)
@@ -42,6 +43,9 @@ def graph_backend(inst: "Installation"):
         if patterns is not None and inst.active:
             remove_noop_ops(gm.graph)  # what the patterns' traces had removed (a dropout of p=0's clone)
             if patterns.apply(gm.graph, "aten"):
+                # a chain with two outputs goes in before the first, and its later calls may read a node
+                # defined after that one (Qwen-3.5's add -> mul): ordered again, as Inductor's post-grad does
+                stable_topological_sort(gm.graph)
                 gm.graph.eliminate_dead_code()
                 gm.recompile()
         return make_boxed_func(gm.forward)

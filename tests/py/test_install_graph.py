@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_chains import (ROOT, _chain_model, chain_library, example_model, gemma_attention, kiln_env,  # noqa: E402,F401
-                         runs)
+from test_chains import (ROOT, _chain_library, _chain_model, _script_module, chain_library, example_model,  # noqa: E402,F401
+                         gemma_attention, kiln_env, runs)
 from test_install import library, opened  # noqa: E402,F401  (the tiny model's cpu library)
 
 pytestmark = pytest.mark.skipif(not (ROOT / "build" / "kiln").exists(), reason="build/kiln is not built (make all)")
@@ -78,6 +78,30 @@ def test_graph_mode_leaves_gradients_alone(chain_library):
         model(x).pow(2).sum().backward()
         assert torch.allclose(x.grad, want, atol=1e-6, rtol=1e-5)
         assert inst.stats()["hits"] == 0, inst.stats()
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+def test_two_output_chain_reading_a_later_tensor(tmp_path_factory):
+    """A chain with two outputs (a = x + y read again outside it) whose second call reads a tensor computed after
+    its first (b = a * v(x)): its op goes where every input exists (Qwen-3.5-MoE's graph mode failed with "used
+    before it has been defined"), one hit per forward, eager's outputs."""
+    import kiln
+    script = ROOT / "tests" / "data" / "chains" / "two_output_chain.py"
+    library = _chain_library(tmp_path_factory, script, "chain_add_mul_16x64_f32")
+    tc = _script_module(script)
+    model = tc.build()
+    x, y = torch.randn(tc.ROWS, tc.IN), torch.randn(tc.ROWS, tc.IN)
+    with torch.no_grad():
+        want = model(x, y)
+    inst = _graph_model(model, library)
+    try:
+        assert inst.installed == ["chain_add_mul_16x64_f32"], inst.summary()
+        with torch.no_grad():
+            got = model(x, y)
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+        assert inst.stats()["hits"] == 1, inst.stats()
     finally:
         kiln.uninstall(inst)
         torch._dynamo.reset()
