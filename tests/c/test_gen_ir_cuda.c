@@ -121,6 +121,18 @@ static const small_case CASES[] = {
      T("['a', 'b', 'c', 'd']", "bfloat16") ", 'out1': " T("['a', '4']", "bfloat16") ", 'out2': "
      T("['a', '4']", "bfloat16") "}, "
      ATEN("aten::native_group_norm.default", "[{'tensor': 0}, {'tensor': 1}, {'tensor': 2}, 2, 8, 36, 4, 1e-05]") "}"},
+    {"causal_softmax_bf16", "input0 input1 input2 input3",
+     "{'name': 'x', " AXES4(1, 2, 6, 64) ", 'inputs': {'input0': " T("['c']", "int64") ", 'input1': "
+     T("['d']", "int64") ", 'input2': " T("[]", "bfloat16") ", 'input3': " T("['a', 'b', 'c', 'd']", "bfloat16")
+     "}, 'outputs': {'out0': " T("['a', 'b', 'c', 'd']", "bfloat16") "}, 'kiln': {'kind': 'chain', 'ops': ["
+     "{'aten': 'aten::view.default', 'args': [{'ref': 'input1'}, [1, 1, 1, 64]], 'out': 'w0'}, "
+     "{'aten': 'aten::view.default', 'args': [{'ref': 'input0'}, [1, 1, 6, 1]], 'out': 'w1'}, "
+     "{'aten': 'aten::le.Tensor', 'args': [{'ref': 'w0'}, {'ref': 'w1'}], 'out': 'v0'}, "
+     "{'aten': 'aten::where.ScalarOther', 'args': [{'ref': 'v0'}, {'ref': 'input2'}, -3.3895313892515355e+38], "
+     "'out': 'v1'}, {'aten': 'aten::add.Tensor', 'args': [{'ref': 'input3'}, {'ref': 'v1'}], 'out': 'v2'}, "
+     "{'aten': 'aten::softmax.int', 'args': [{'ref': 'v2'}, -1, 'torch.float32'], 'out': 'v3'}, "
+     "{'aten': 'aten::to.dtype', 'args': [{'ref': 'v3'}, 'torch.bfloat16'], 'out': 'v4'}], "
+     "'outputs': ['v4']}}"},
     {"max_pool", "self",
      "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
      "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") ", 'out1': "
@@ -468,6 +480,10 @@ static void test_emulated(void **state) {
         {"group_norm_silu_chain", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=16 KG_SPLIT=2", 0},
         {"native_group_norm_bf16", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8", 0},
         {"native_group_norm_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=32 KG_ONLINE=0", 1},
+        /* a causal mask computed from int64 positions: the key positions (along the row alone) in
+         * vectors of 64 and 32 bytes beside 16- and 8-byte vectors of the bf16 scores */
+        {"causal_softmax_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", 0},
+        {"causal_softmax_bf16", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=16 KG_CACHE=0 KG_ONLINE=0", 0},
         /* columns: threads OPB apart, VO outer points a thread, clusters, scratch */
         {"softmax_channels", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", 1},
         {"softmax_channels", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=1 KG_ONLINE=0 KG_CACHE=0", 1},

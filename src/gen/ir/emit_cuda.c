@@ -646,7 +646,8 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
     uint32_t streamed = red ? ir->red : ir->domain;
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
-        if (plan->live[v] && x->kind == KIR_LOAD && (x->axes & streamed) && C.vec > 1)
+        if (plan->live[v] && x->kind == KIR_LOAD && (x->axes & streamed) && C.vec > 1 &&
+            C.vec * (int64_t)kiln_dtype_size(p->inputs[ir->acc[x->acc].tensor].dtype) <= 64)
             C.vload[x->acc] = vectorizable(plan, x->acc, plan->vec_axis, C.vec);
     }
 

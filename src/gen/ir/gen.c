@@ -343,7 +343,8 @@ const kiln_family kiln_family_gen = {
                           5,
                           {16, 8, 4, 2, 1},
                           "bytes per access of the widest streamed operand (VEC = VBYTES / its "
-                          "element size)"},
+                          "element size; a reduction's operand along the reduced axes alone does "
+                          "not count)"},
             [P_UNROLL] = {"KG_UNROLL", 4, {2, 4, 1, 8}, "vectors per thread in flight"},
             [P_TEAM] = {"KG_TEAM",
                         11,

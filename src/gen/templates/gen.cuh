@@ -65,6 +65,15 @@ template <> struct kg_raw<8> {
 template <> struct kg_raw<16> {
     typedef uint4 t;
 };
+template <int N> struct kg_raw_wide { // a vector of a wider element than the stream's: N x 16 bytes
+    uint4 q[N];
+};
+template <> struct kg_raw<32> {
+    typedef kg_raw_wide<2> t;
+};
+template <> struct kg_raw<64> {
+    typedef kg_raw_wide<4> t;
+};
 template <int BYTES> __device__ __forceinline__ typename kg_raw<BYTES>::t kg_ld(const void *p) {
     return *reinterpret_cast<const typename kg_raw<BYTES>::t *>(p);
 }
