@@ -22,10 +22,14 @@ kernels are forward-only.
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kiln.install import Installation
+
+
+GRAPH_NOTE = "graph mode: a graph runs without kiln's replacements, which failed in it:"
 
 
 def graph_backend(inst: "Installation"):
@@ -40,14 +44,24 @@ def graph_backend(inst: "Installation"):
 
     def inference(gm, example_inputs):
         patterns = inst._inductor
-        if patterns is not None and inst.active:
+        if patterns is None or not inst.active:
+            return make_boxed_func(gm.forward)
+        kept = copy.deepcopy(gm.graph)  # the nodes copied, their meta shared: cheap
+        try:
             remove_noop_ops(gm.graph)  # what the patterns' traces had removed (a dropout of p=0's clone)
             if patterns.apply(gm.graph, "aten"):
                 # a chain with two outputs goes in before the first, and its later calls may read a node
                 # defined after that one (Qwen-3.5's add -> mul): ordered again, as Inductor's post-grad does
                 stable_topological_sort(gm.graph)
                 gm.graph.eliminate_dead_code()
-                gm.recompile()
+                gm.graph.lint()
+            gm.recompile()
+        except Exception as e:  # noqa: BLE001 - a graph kiln cannot rewrite runs as traced, never fails the model
+            gm.graph = kept
+            gm.recompile()
+            note = f"{GRAPH_NOTE} {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+            if note not in inst.notes:
+                inst.notes.append(note)
         return make_boxed_func(gm.forward)
 
     return aot_autograd(fw_compiler=training, inference_compiler=inference)

@@ -183,7 +183,8 @@ def _model_section(report: dict) -> list:
                      f"(speedup over eager {_speedup(eager, es, m['kiln_graph_ms'], m.get('kiln_graph_spread_pct'))}, "
                      f"spread {_spread(m.get('kiln_graph_spread_pct'))}); kiln ran "
                      f"{_fmt(m.get('kiln_graph_hits_per_forward'), 'd')} kernel calls per forward; max diff "
-                     f"{_fmt(m.get('kiln_graph_max_abs_diff'), '.3g')}.")
+                     f"{_fmt(m.get('kiln_graph_max_abs_diff'), '.3g')}."
+                     + "".join(f" Note: {n}" for n in m.get("kiln_graph_notes", ())))
     elif m.get("kiln_graph_error"):
         lines.append(f"kiln graph mode: {m['kiln_graph_error']}")
     if m.get("eager_repeatable") is False:

@@ -63,6 +63,38 @@ def test_graph_mode_replaces_the_chain_and_runs_eager_kernels(chain_library):
         torch._dynamo.reset()
 
 
+def test_graph_mode_runs_a_graph_it_cannot_rewrite_as_traced(chain_library, monkeypatch):
+    """A rewrite that fails half way (the patterns replaced, then an error, as Qwen-3.5's misordered graph did)
+    leaves that graph as dynamo traced it: the forward runs PyTorch's kernels with eager's output, no hit, and
+    the installation says why in its notes instead of failing the model."""
+    import kiln
+    from kiln.install_graph import GRAPH_NOTE
+    from kiln.install_inductor import InductorPatterns
+    real = InductorPatterns.apply
+
+    def broken(self, graph, flavor="inductor"):
+        real(self, graph, flavor)
+        raise RuntimeError("a rewrite kiln got wrong")
+
+    monkeypatch.setattr(InductorPatterns, "apply", broken)
+    sc = _chain_model()
+    x = torch.randn(sc.ROWS, sc.IN)
+    model = sc.build()
+    with torch.no_grad():
+        want = model(x)
+    inst = _graph_model(model, chain_library)
+    try:
+        with torch.no_grad():
+            got = model(x)
+        assert torch.equal(got, want)
+        assert inst.stats()["hits"] == 0, inst.stats()
+        notes = [n for n in inst.notes if n.startswith(GRAPH_NOTE)]
+        assert len(notes) == 1 and "a rewrite kiln got wrong" in notes[0], inst.notes
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
 def test_graph_mode_leaves_gradients_alone(chain_library):
     """A forward that records a graph for backward runs as traced (kiln's kernels are forward-only): no hit, the
     gradient is eager's."""
