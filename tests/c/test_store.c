@@ -361,7 +361,8 @@ static void test_baseline_spread_and_the_speedup_rule(void **state) {
     assert_true(v.value == -1 && fabs(v.ratio - 581.0) < 1e-9);
     assert_string_equal(kiln_store_speedup_text(&v, buf, sizeof buf), "noisy");
     /* a noisy baseline that still loses clearly (ResNet-50 eager 4.316 ms, spread 38.2 %, against
-     * torch.compile's 1.712 ms, 3.8 %): the figure, flagged; one that does not: still never divided by */
+     * torch.compile's 1.712 ms, 3.8 %): the figure, flagged; one that does not: still never divided
+     * by */
     kiln_store_speedup_judge(4.316, 38.2, 1.712, 3.8, &v);
     assert_int_equal(v.verdict, KILN_SPEEDUP_NOISY);
     assert_string_equal(kiln_store_speedup_text(&v, buf, sizeof buf), "2.52x!");

@@ -279,7 +279,8 @@ static void step_update(cu_ctx *C, const kg_step *st, kg_scope *lane, const char
         else if (st->pass == 0)
             kiln_strbuf_printf(C->b, "%s%s[%s] = kg_max(%s[%s], %s);\n", in, s, si, s, si, val);
         else
-            kiln_strbuf_printf(C->b, "%s%s[%s] += expf(%s - km%d[%s]);\n", in, s, si, val, n, si);
+            kiln_strbuf_printf(C->b, "%s%s[%s] += kg_exp_neg(%s - km%d[%s]);\n", in, s, si, val, n,
+                               si);
         break;
     case KR_WELFORD:
         if (plan->online)

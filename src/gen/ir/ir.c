@@ -322,6 +322,8 @@ static void rewrite_softmax(kir *ir, int s) {
         return;
     mx->op = KR_SOFTMAX;
     mx->k[0] = masked;
+    if (!masked) /* f - max f is never positive: the output's exp may take the short form */
+        ir->nodes[e].op = KO_EXP_NEG;
     kir_node part = {.kind = KIR_PART, .dtype = KILN_F32, .op = 1, .n_a = 1, .a = {m}};
     part.axes = mx->axes;
     part.acc = part.map = -1;

@@ -58,6 +58,7 @@ typedef enum {
     X(KO_SIGN, "sign", 1, KIR_RES_PROMOTE, "kg_sign($a)")                                          \
     X(KO_EXP, "exp", 1, KIR_RES_FLOAT, "expf($a)")                                                 \
     X(KO_EXP2, "exp2", 1, KIR_RES_FLOAT, "exp2f($a)")                                              \
+    X(KO_EXP_NEG, "exp_neg", 1, KIR_RES_FLOAT, "kg_exp_neg($a)") /* exp(x - max): never above 1 */ \
     X(KO_EXPM1, "expm1", 1, KIR_RES_FLOAT, "expm1f($a)")                                           \
     X(KO_LOG, "log", 1, KIR_RES_FLOAT, "logf($a)")                                                 \
     X(KO_LOG2, "log2", 1, KIR_RES_FLOAT, "log2f($a)")                                              \

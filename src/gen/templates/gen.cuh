@@ -111,7 +111,7 @@ __device__ __forceinline__ kg_arg kg_argmin_add(kg_arg a, float x, long long i) 
 // the two-pass formula gives).
 __device__ __forceinline__ kg_smx kg_smx_add(kg_smx a, float x) {
     const float m = kg_max(a.m, x);
-    return kg_smx{m, (a.m == m ? a.s : a.s * expf(a.m - m)) + (x == m ? 1.f : expf(x - m))};
+    return kg_smx{m, (a.m == m ? a.s : a.s * kg_exp_neg(a.m - m)) + (x == m ? 1.f : kg_exp_neg(x - m))};
 }
 __device__ __forceinline__ kg_wf kg_wf_add(kg_wf a, float x) {
     const float n = a.n + 1.f, d = x - a.mean, mean = a.mean + d / n;
@@ -161,8 +161,8 @@ struct kg_f_argmin {
 struct kg_f_smx {
     __device__ __forceinline__ kg_smx operator()(kg_smx a, kg_smx b) const {
         const float m = kg_max(a.m, b.m);
-        return kg_smx{m, (a.m == m ? a.s : a.s * expf(a.m - m)) +
-                             (b.m == m ? b.s : b.s * expf(b.m - m))};
+        return kg_smx{m, (a.m == m ? a.s : a.s * kg_exp_neg(a.m - m)) +
+                             (b.m == m ? b.s : b.s * kg_exp_neg(b.m - m))};
     }
 };
 struct kg_f_wf { // Chan et al.: exact for any split

@@ -23,6 +23,18 @@
 #define kg_sign(a) (kg_isnan(a) ? (a) : (float)(((a) > 0) - ((a) < 0)))
 
 /* ---- float ---- */
+/* exp of an exponent that is never positive (x - max in a softmax, logsumexp's pair): on the GPU
+ * ex2.approx of x * log2(e), as the softmax family (relative error ~2^-22, results below 2^-126
+ * flushed to 0: a few instructions where expf is a dozen); expf on the host. */
+KG_FN float kg_exp_neg(float x) {
+#ifdef __CUDACC__
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+#else
+    return expf(x);
+#endif
+}
 KG_FN float kg_rsqrt(float x) {
     return 1.f / sqrtf(x);
 }
