@@ -63,10 +63,10 @@ def test_graph_mode_replaces_the_chain_and_runs_eager_kernels(chain_library):
         torch._dynamo.reset()
 
 
-def test_graph_mode_runs_a_graph_it_cannot_rewrite_as_traced(chain_library, monkeypatch):
+def test_graph_mode_runs_a_graph_it_cannot_rewrite_as_traced(chain_library, monkeypatch, capsys):
     """A rewrite that fails half way (the patterns replaced, then an error, as Qwen-3.5's misordered graph did)
     leaves that graph as dynamo traced it: the forward runs PyTorch's kernels with eager's output, no hit, and
-    the installation says why in its notes instead of failing the model."""
+    the installation says why in its notes instead of failing the model; `kiln run --graph` prints it."""
     import kiln
     from kiln.install_graph import GRAPH_NOTE
     from kiln.install_inductor import InductorPatterns
@@ -93,6 +93,13 @@ def test_graph_mode_runs_a_graph_it_cannot_rewrite_as_traced(chain_library, monk
     finally:
         kiln.uninstall(inst)
         torch._dynamo.reset()
+
+    from kiln import run  # `kiln run --graph` says so at the end, --stats or not
+    script = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
+    assert run.main(["--library", str(chain_library), "--entries", "all", "--graph", str(script)]) == 0
+    torch._dynamo.reset()
+    err = capsys.readouterr().err
+    assert f"kiln run: {GRAPH_NOTE}" in err and "a rewrite kiln got wrong" in err, err[-2000:]
 
 
 def test_graph_mode_leaves_gradients_alone(chain_library):
