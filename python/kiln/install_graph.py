@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 GRAPH_NOTE = "graph mode: a graph runs without kiln's replacements, which failed in it:"
 
 
+def graph_notes(inst: "Installation") -> list:
+    """The installation's notes of graphs that ran without kiln's replacements (GRAPH_NOTE), in order."""
+    return [n for n in inst.notes if n.startswith(GRAPH_NOTE)]
+
+
 def graph_backend(inst: "Installation"):
     """The torch.compile backend of graph mode for this installation (torch.compile(model, backend=...))."""
     from functorch.compile import make_boxed_func

@@ -154,10 +154,9 @@ def main(argv: Optional[list] = None) -> int:
     finally:
         if inst is not None:
             stats = inst.stats()
-            from kiln.install_graph import GRAPH_NOTE
-            for note in inst.notes:  # a graph that ran without kiln's chains says why, --stats or not
-                if note.startswith(GRAPH_NOTE):
-                    print(f"kiln run: {note}", file=sys.stderr)
+            from kiln.install_graph import graph_notes
+            for note in graph_notes(inst):  # a graph that ran without kiln's chains says why, --stats or not
+                print(f"kiln run: {note}", file=sys.stderr)
             if opts["stats"]:
                 print(f"kiln run: {stats['hits']} kernel calls by kiln, {stats['misses']} fell back to "
                       "PyTorch", file=sys.stderr)

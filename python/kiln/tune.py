@@ -783,7 +783,7 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
 
     import kiln
     from kiln.install import graph_backend
-    from kiln.install_graph import GRAPH_NOTE
+    from kiln.install_graph import graph_notes
     p = "kiln_graph_" if graph else "kiln_compile_"
     what = "kiln's graph mode" if graph else "torch.compile"
     for k in _kiln_way_keys(p):
@@ -818,8 +818,8 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
                 stats = inst.stats()
                 out[p + "hits_per_forward"] = stats["hits"]
                 out[p + "entry_hits_per_forward"] = {k: e["hits"] for k, e in stats["entries"].items()}
-                if graph and any(n.startswith(GRAPH_NOTE) for n in inst.notes):
-                    out[p + "notes"] = [n for n in inst.notes if n.startswith(GRAPH_NOTE)]
+                if graph and graph_notes(inst):
+                    out[p + "notes"] = graph_notes(inst)
                 kf = lambda: compiled(*args, **kwargs)  # noqa: E731
                 times = _rounds(opts, lambda: timer.per_call_us(kf, n))
                 out[p + "ms"] = statistics.median(times) / 1e3

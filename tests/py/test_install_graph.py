@@ -28,16 +28,22 @@ def _graph_model(model, library, entries="all"):
     return kiln.install(str(library), model, entries=entries, compile="graph")
 
 
-def test_graph_mode_replaces_the_chain_and_runs_eager_kernels(chain_library):
-    """The chain is one op of the graph (a hit of its entry each forward) and the output is eager's; with nothing
-    installed the graph mode's output is eager's bit for bit (PyTorch's kernels, not generated code); uninstall
-    leaves the model eager again."""
-    import kiln
+def _softmax_chain_case():
+    """softmax_chain.py's model, an input and eager's output: (model, x, want)."""
     sc = _chain_model()
     x = torch.randn(sc.ROWS, sc.IN)
     model = sc.build()
     with torch.no_grad():
         want = model(x)
+    return model, x, want
+
+
+def test_graph_mode_replaces_the_chain_and_runs_eager_kernels(chain_library):
+    """The chain is one op of the graph (a hit of its entry each forward) and the output is eager's; with nothing
+    installed the graph mode's output is eager's bit for bit (PyTorch's kernels, not generated code); uninstall
+    leaves the model eager again."""
+    import kiln
+    model, x, want = _softmax_chain_case()
     inst = _graph_model(model, chain_library)
     try:
         assert inst.installed == ["chain_mul_add_softmax_16x64_f32"], inst.summary()
@@ -68,7 +74,7 @@ def test_graph_mode_runs_a_graph_it_cannot_rewrite_as_traced(chain_library, monk
     leaves that graph as dynamo traced it: the forward runs PyTorch's kernels with eager's output, no hit, and
     the installation says why in its notes instead of failing the model; `kiln run --graph` prints it."""
     import kiln
-    from kiln.install_graph import GRAPH_NOTE
+    from kiln.install_graph import GRAPH_NOTE, graph_notes
     from kiln.install_inductor import InductorPatterns
     real = InductorPatterns.apply
 
@@ -77,18 +83,14 @@ def test_graph_mode_runs_a_graph_it_cannot_rewrite_as_traced(chain_library, monk
         raise RuntimeError("a rewrite kiln got wrong")
 
     monkeypatch.setattr(InductorPatterns, "apply", broken)
-    sc = _chain_model()
-    x = torch.randn(sc.ROWS, sc.IN)
-    model = sc.build()
-    with torch.no_grad():
-        want = model(x)
+    model, x, want = _softmax_chain_case()
     inst = _graph_model(model, chain_library)
     try:
         with torch.no_grad():
             got = model(x)
         assert torch.equal(got, want)
         assert inst.stats()["hits"] == 0, inst.stats()
-        notes = [n for n in inst.notes if n.startswith(GRAPH_NOTE)]
+        notes = graph_notes(inst)
         assert len(notes) == 1 and "a rewrite kiln got wrong" in notes[0], inst.notes
     finally:
         kiln.uninstall(inst)
