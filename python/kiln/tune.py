@@ -765,7 +765,8 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
 
 def _kiln_way_keys(prefix: str) -> tuple:
     return tuple(prefix + k for k in ("ms", "spread_pct", "speedup", "vs_compile", "max_abs_diff", "entries", "error",
-                                      "warmup_s", "hits_per_forward", "entry_hits_per_forward", "note"))
+                                      "warmup_s", "hits_per_forward", "entry_hits_per_forward", "note",
+                                      "notes"))
 
 
 KILN_COMPILE_KEYS = _kiln_way_keys("kiln_compile_")  # kiln + torch.compile
@@ -818,8 +819,9 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
                 stats = inst.stats()
                 out[p + "hits_per_forward"] = stats["hits"]
                 out[p + "entry_hits_per_forward"] = {k: e["hits"] for k, e in stats["entries"].items()}
-                if graph and graph_notes(inst):
-                    out[p + "notes"] = graph_notes(inst)
+                notes = graph_notes(inst) if graph else []
+                if notes:
+                    out[p + "notes"] = notes
                 kf = lambda: compiled(*args, **kwargs)  # noqa: E731
                 times = _rounds(opts, lambda: timer.per_call_us(kf, n))
                 out[p + "ms"] = statistics.median(times) / 1e3
