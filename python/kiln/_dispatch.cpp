@@ -54,6 +54,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #ifdef KILN_WITH_CUDA
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -253,6 +254,18 @@ struct Launcher {
         return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % ALIGN == 0;
     }
 
+    // An output at the gate's sizes, strides and dtype: the device's allocator directly (what
+    // at::empty_strided's CPU or CUDA kernel calls), without a trip through the dispatcher; the
+    // caching allocator serves it on the current stream, as it does PyTorch's own outputs.
+    at::Tensor empty(const TensorGate &g, const c10::Device &dev) const {
+#ifdef KILN_WITH_CUDA
+        if (cuda)
+            return at::Tensor(at::detail::empty_strided_cuda(g.sizes, g.strides, g.dtype, dev));
+#endif
+        (void)dev;
+        return at::Tensor(at::detail::empty_strided_cpu(g.sizes, g.strides, g.dtype));
+    }
+
     // The launch of entry e on gate tensors that passed admits() (tensors[k] for e.inputs[k]):
     // dense copies of inputs captured with gaps, outputs at the captured sizes/strides/dtype,
     // zeroed scratch, kiln_rt_launch on PyTorch's current stream. Returns 2 (nothing launched) when
@@ -279,14 +292,8 @@ struct Launcher {
             cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_index))
                  : c10::Device(c10::kCPU);
         const size_t first_out = outs->size();
-        for (const TensorGate &g : e.outputs) {
-            // on cpu the allocator directly (at::empty_strided's CPU kernel, without a second
-            // dispatch)
-            outs->push_back(
-                cuda ? at::empty_strided(g.sizes, g.strides,
-                                         at::TensorOptions().dtype(g.dtype).device(dev))
-                     : at::Tensor(at::detail::empty_strided_cpu(g.sizes, g.strides, g.dtype)));
-        }
+        for (const TensorGate &g : e.outputs)
+            outs->push_back(empty(g, dev));
         for (size_t k = first_out; k < outs->size(); k++)
             ptrs[n++] = (*outs)[k].mutable_data_ptr();
         if (e.scratch_bytes > 0) {
