@@ -411,6 +411,32 @@ def test_modules_found_without_a_model(opened):
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
 
 
+def test_module_tensors_read_fast_are_getattrs():
+    """A hit reads the module's parameters and buffers from their dicts (tensors_of): the same objects that
+    getattr gives (what dynamo traces), also after a parameter is replaced, becomes a plain attribute, or
+    is gone, and for activations that are not the first gate input."""
+    from kiln.install_module import _ModuleEntry
+    m = torch.nn.BatchNorm1d(4)
+    x, y = torch.randn(2, 4), torch.randn(2, 4)
+    me = _ModuleEntry.__new__(_ModuleEntry)
+    me.attr_names, me._inserts = ["weight", "running_mean", "nothing"], [(0, 0)]
+    fast = me.tensors_of(m)
+
+    def same(a, b):
+        return len(a) == len(b) and all(p is q for p, q in zip(a, b))
+    assert same(fast(m, (x,)), me.tensors(m, (x,)))
+    assert fast(m, (x,))[1] is m.weight and fast(m, (x,))[3] is None
+    m.weight = torch.nn.Parameter(torch.ones(4))  # replaced: the dict has the new one
+    assert same(fast(m, (x,)), me.tensors(m, (x,)))
+    del m.weight
+    m.weight = torch.zeros(4)  # now a plain attribute, in __dict__: read by getattr
+    assert same(fast(m, (x,)), me.tensors(m, (x,))) and fast(m, (x,))[1] is m.weight
+    me._inserts = [(1, 0), (3, 1)]  # two activations between the attributes
+    fast = me.tensors_of(m)
+    assert same(fast(m, (x, y)), me.tensors(m, (x, y))) and fast(m, (x, y))[1] is x
+    assert fast(m, (x, y))[3] is y
+
+
 def test_second_install_is_refused_until_uninstall(opened):
     kiln.install(opened, entries="all")
     with pytest.raises(KilnError, match="installed already"):
