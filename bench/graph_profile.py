@@ -1,13 +1,13 @@
 """graph_profile.py: where kiln's graph mode spends its time on the Gemma-4 example (issues 15/16), on the GPU.
 
-    python3 bench/graph_profile.py RUN/library [--seq 4096] [--layers 6]
+    python3 bench/graph_profile.py RUN/library [--seq 4096] [--layers 6] [--rows 14] [--compile]
 
 With the library `kiln tune examples/gemma4.py` made (RUN/library), the same model and prompt as the example:
 wall ms per forward (best of 3 loops of 15) and torch.profiler's top CUDA kernels for eager, dynamo's graphs
 as AOTAutograd leaves them without kiln (what graph mode costs by itself), dynamo's own eager backend, kiln in
 eager (the library installed) and kiln's graph mode (python/kiln/install_graph.py), with the hits per target
-of one graph-mode forward. The ninth session's diagnosis in bench/RESULTS.md is this script's output (it ran
-as .carry/diag.py)."""
+of one graph-mode forward; --compile adds torch.compile's (Inductor) wall time and kernels. The ninth
+session's diagnosis in bench/RESULTS.md is this script's output (it ran as .carry/diag.py)."""
 
 import argparse
 import os
@@ -34,7 +34,7 @@ def wall_ms(f, n: int = 15) -> float:
     return min(best)
 
 
-def profile(f, label: str) -> None:
+def profile(f, label: str, rows: int = 14) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as prof
     f()
@@ -43,7 +43,7 @@ def profile(f, label: str) -> None:
         f()
         torch.cuda.synchronize()
     print(f"== profile: {label}")
-    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60))
+    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60))
 
 
 def main() -> None:
@@ -51,6 +51,10 @@ def main() -> None:
     ap.add_argument("library", help="RUN/library of `kiln tune examples/gemma4.py`")
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--rows", type=int, default=14, help="kernels per profile table (default 14)")
+    ap.add_argument("--compile", action="store_true",
+                    help="also torch.compile (Inductor, default mode): its wall time and kernels, to set beside graph "
+                         "mode's")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("graph_profile.py: needs a GPU")
@@ -86,8 +90,13 @@ def main() -> None:
         graph(ids)
         stats = inst.stats()
         print("graph mode hits per forward", stats["hits"], stats["targets"])
-        profile(fwd(graph), "kiln graph")
+        profile(fwd(graph), "kiln graph", args.rows)
         kiln.uninstall()
+        if args.compile:
+            torch._dynamo.reset()
+            comp = torch.compile(model)
+            print("torch.compile", wall_ms(fwd(comp)))
+            profile(fwd(comp), "torch.compile", args.rows)
 
 
 if __name__ == "__main__":

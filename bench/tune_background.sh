@@ -10,6 +10,8 @@
 #   NAME: an example of tune_device.sh; SECONDS: its --time (default: tune's own, 600 s on cuda).
 #   default: vae_fp32 vae_bf16 resnet50_fp32 resnet50_bf16_cl gemma4 qwen_moe.
 # Each example's run keeps to $KT/NAME (tune_device.sh deletes its problems once its row is written).
+# AFTER='COMMAND' runs once the examples are done, in $KT/tree (e.g. bench/graph_profile.py on
+# $KT/gemma4/runs/gemma4/library); its output goes to $OUT/after.log at every call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 KT=${KT:-/tmp/kiln-bg}
@@ -28,6 +30,7 @@ if [ ! -f "$KT/job.sh" ]; then
       t=$([ "$name" != "$s" ] && echo "TUNE_TIME=${s#*:} " || true)
       echo "${t}OUT=$KT/$name/out WORK=$KT/$name bash bench/tune_device.sh $name > $KT/$name.log 2>&1; touch $KT/$name.done"
     done
+    [ -n "${AFTER:-}" ] && echo "{ $AFTER ; } > $KT/after.log 2>&1"
     echo "touch $KT/all.done"
   } >"$KT/job.sh"
   printf '%s\n' "${specs[@]%%:*}" >"$KT/names"
@@ -49,5 +52,9 @@ while read -r name; do
     grep -v "candidates  best" "$log" | tail -3 | cut -c1-250
   fi
 done <"$KT/names"
+if [ -f "$KT/after.log" ]; then
+  cp "$KT/after.log" "$OUT/after.log"
+  echo "== after: $(wc -l <"$KT/after.log") lines in after.log"
+fi
 [ -f "$KT/all.done" ] && echo "all done"
 true
