@@ -48,7 +48,8 @@ class _NotMatchable(Exception):
 
 def _constant(value):
     """A captured non-tensor argument as the Python value the op was called with (kiln.capture_record
-    writes torch types and non-finite floats as strings)."""
+    writes torch types and non-finite floats as strings, a string argument as itself: gelu's approximate,
+    div's rounding_mode; an object it could not write as "<...>")."""
     import torch
     if isinstance(value, list):
         return [_constant(v) for v in value]
@@ -59,6 +60,8 @@ def _constant(value):
             attr = getattr(torch, value[len("torch."):], None)
             if isinstance(attr, (torch.dtype, torch.memory_format, torch.layout)):
                 return attr
+        elif not value.startswith("<"):
+            return value
         raise _NotMatchable(f"argument {value!r} is not a constant kiln can put back into a pattern")
     return value
 
