@@ -232,7 +232,8 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
              module at its first call (kiln.install_inductor.RootCompiler), until uninstall. "graph": the same
              with kiln's graph mode as the backend (kiln.install_graph: dynamo's graphs with kiln's chains
              replaced, PyTorch's own kernels for the rest, no Inductor); eager's entries (install.json's
-             "install") are the ones installed.
+             "install") are the ones installed, a module entry as a pattern of its calls there (after the
+             chains, which may hold them), not as a replaced forward.
     dispatch: "python": aten entries are Python kernels; "cpp": C++ kernels (python/kiln/_dispatch.cpp, built
              on first use; where it cannot be built the Python path is used, with the reason in `notes` and
              a RuntimeWarning); "auto": the same without the warning. None: $KILN_DISPATCH, else "auto" for
@@ -256,7 +257,8 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     inst = Installation(lib, owns)
     inst.dispatch_mode = _dispatch_mode(dispatch, lib.is_cuda)
     try:
-        _install_into(inst, lib, model, entries, compile_friendly or bool(compile), for_compile=inductor)
+        _install_into(inst, lib, model, entries, compile_friendly or bool(compile), for_compile=inductor,
+                      graph_mode=compile == "graph")
         backend = graph_backend(inst) if compile == "graph" else None
         if compile and model is not None:
             model.compile(**({"backend": backend} if backend else {}))
@@ -315,7 +317,10 @@ def _worth_it(inst: Installation, lib: Library, e: Entry, decisions: Optional[di
 
 
 def _install_into(inst: Installation, lib: Library, model, entries, compile_friendly: bool = False,
-                  for_compile: bool = False) -> None:
+                  for_compile: bool = False, graph_mode: bool = False) -> None:
+    """graph_mode (install(compile="graph")): a module entry that carries its calls ("ops") is a pattern of
+    kiln's graph mode like a chain, not a replaced forward, so that a chain holding the same calls (an RMSNorm
+    and the residual add after it) is matched first and the module's pattern takes the calls left."""
     import torch
     decisions = None
     if entries is None:
@@ -354,6 +359,8 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
                 if not compile_friendly:  # docs/install.md "Limits": eager never sees a chain whole
                     raise _Unsupported("a chain of calls is replaced only in a graph: torch.compile's or kiln's "
                                        "graph mode")
+                centries.append(gate)
+            elif e.kind == "module" and graph_mode and e.ops:
                 centries.append(gate)
             elif e.kind == "module":
                 mentries.append(_ModuleEntry(gate, e))

@@ -543,11 +543,13 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
             cJSON_AddItemToObject(e, "activation_args", cJSON_Duplicate(act, 1));
     }
 
-    if (strcmp(kind_s, "chain") == 0) { /* what install_inductor traces into a pattern */
+    /* what install_inductor traces into a pattern: a chain's calls, and a module's (graph mode
+     * replaces those where they are left after the chains, which may hold the same calls) */
+    if (strcmp(kind_s, "chain") == 0 || strcmp(kind_s, "module") == 0) {
         const char *keys[] = {"ops", "outputs", "pattern", "module_paths"};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(kiln, keys[k]);
-            if (v)
+            if (v && !cJSON_GetObjectItemCaseSensitive(e, keys[k]))
                 cJSON_AddItemToObject(e, keys[k], cJSON_Duplicate(v, 1));
         }
     }
