@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from test_chains import (ROOT, _chain_library, _chain_model, _script_module, chain_library, example_model,  # noqa: E402,F401
-                         gemma_attention, kiln_env, runs)
+                         gemma_attention, kiln_env, optimize_alone, runs)
 from test_install import library, opened  # noqa: E402,F401  (the tiny model's cpu library)
 
 pytestmark = pytest.mark.skipif(not (ROOT / "build" / "kiln").exists(), reason="build/kiln is not built (make all)")
@@ -165,6 +165,63 @@ def test_gemma_attention_in_graph_mode(gemma_attention):
         stats = inst.stats()
         assert stats["hits"] == 2 * d["kiln"]["calls"] == 10 and stats["misses"] == 0, stats
         assert torch.equal(got, again)
+        assert (got - want).norm() / want.norm() < 0.35
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
+def test_graph_mode_takes_chains_before_modules(runs, tmp_path):
+    """Gemma-4 --small's RMSNorm (a module entry) and its chain with the residual add after it (norm + add, 3 of
+    the 5 norms of each layer): in graph mode the module entry is a pattern of its calls, matched after the
+    chain, so the chain replaces norm + add where it can and the module the norms left (18 + 13 of 31 a
+    forward); installed for eager (which never sees a chain whole), the module is the replaced forward of all
+    31. Where the module took its
+    forward in graph mode too, the chain had no hit (Gemma-4 on the H200: 36 module hits, 0 for the chains)."""
+    import kiln
+    problems = runs["gemma4"] / "problems"
+    chain = next(p for p in problems.iterdir() if p.name.startswith("chain_to_pow_mean_add_mul_type_as_1x64x128_"))
+    module = problems / "module_Gemma4RMSNorm_1x64x128_bf16"
+    library = optimize_alone([chain, module], tmp_path / "run")
+    entry = next(e for e in json.loads((library / "manifest.json").read_text())["entries"] if e["kind"] == "module")
+    assert [op["aten"] for op in entry["ops"]][:2] == ["aten::to.dtype", "aten::pow.Tensor_Scalar"], entry["ops"]
+    model, ids = example_model("gemma4")
+    with torch.no_grad():
+        want = model(ids).logits.float()
+    targets = {"chain": "chain to.dtype -> pow.Tensor_Scalar -> mean.dim -> add.Tensor -> pow.Tensor_Scalar -> "
+                        "mul.Tensor -> to.dtype -> mul.Tensor -> type_as.default -> add.Tensor",
+               "module": "module Gemma4RMSNorm"}
+    for mode, expect in (("graph", {"chain": 18, "module": 13}), (False, {"chain": 0, "module": 31})):
+        torch._dynamo.reset()
+        inst = kiln.install(str(library), model, entries="all", compile=mode)
+        try:
+            with torch.no_grad():
+                got = model(ids).logits.float()
+            hits = {k: inst.stats()["targets"].get(t, {}).get("hits", 0) for k, t in targets.items()}
+            assert hits == expect, (mode, inst.stats()["targets"], inst.notes)
+            assert (got - want).norm() / want.norm() < 0.35
+        finally:
+            kiln.uninstall(inst)
+            torch._dynamo.reset()
+
+
+def test_graph_mode_replaces_a_chain_with_a_string_argument(runs, tmp_path):
+    """Gemma-4 --small's gelu(approximate="tanh") -> mul of each MLP: a string argument is put back into the
+    pattern as itself (it was refused as "not a constant kiln can put back", so the chain had no hit in graph
+    mode on the H200), one hit per layer."""
+    import kiln
+    problem = runs["gemma4"] / "problems" / "chain_gelu_mul_1x64x256_bf16"
+    d = json.loads((problem / "definition.json").read_text())
+    assert "tanh" in json.dumps(d["kiln"]["ops"][0])
+    library = optimize_alone([problem], tmp_path / "run")
+    model, ids = example_model("gemma4")
+    with torch.no_grad():
+        want = model(ids).logits.float()
+    inst = _graph_model(model, library)
+    try:
+        with torch.no_grad():
+            got = model(ids).logits.float()
+        assert inst.stats()["hits"] == 6, (inst.stats(), inst.notes)
         assert (got - want).norm() / want.norm() < 0.35
     finally:
         kiln.uninstall(inst)
