@@ -63,11 +63,15 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
             biggest = e > biggest ? e : biggest;
         }
     }
-    int state = 4, windows = 0, remaps = 0, reds = 0;
+    int state = 4, windows = 0, remaps = 0, reds = 0, streams = 0;
+    const uint32_t streamed = plan.kind == KG_POINTWISE ? ir->domain : ir->red;
+    for (int o = 0; o < ir->n_out; o++)
+        streams += plan.kind == KG_POINTWISE || kg_output_full(ir, o);
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
         if (!plan.live[v])
             continue;
+        streams += x->kind == KIR_LOAD && (x->axes & streamed);
         windows |= x->kind == KIR_WINDOW;
         remaps |= x->kind == KIR_REMAP;
         if (x->kind != KIR_REDUCE)
@@ -86,6 +90,7 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     kiln_match_set(m, "vgcd", (double)vgcd);
     kiln_match_set(m, "esize", esize);
     kiln_match_set(m, "in_bytes", in_bytes);
+    kiln_match_set(m, "streams", streams);
     kiln_match_set(m, "total_max", (double)total);
     kiln_match_set(m, "outer_max", (double)outer);
     kiln_match_set(m, "red_max", (double)red);
@@ -232,8 +237,12 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
     const double resident = fmin((double)q.blocks, KG_SMS * blocks_per_sm) * (double)q.threads;
     const double held =
         q.cache && kind != KG_POINTWISE ? (double)q.items : fmin((double)q.unroll, (double)q.items);
-    /* a warp request under 128 bytes takes a miss slot for less: it covers less of the latency */
-    const double request = fmin(1, 32.0 * (double)(q.vec * fact(m, "esize")) / 128);
+    /* a warp request under 128 bytes takes a miss slot for less: it covers less of the latency
+     * (a warp reads one segment of TEAM threads in rows, of OPB threads in columns) */
+    const double lanes = kind == KG_ROWS      ? fmin(32, (double)q.team)
+                         : kind == KG_COLUMNS ? fmin(32, (double)q.opb)
+                                              : 32;
+    const double request = fmin(1, lanes * (double)(q.vec * fact(m, "esize")) / 128);
     const double inflight =
         resident * work * held * (double)(q.vec * fact(m, "in_bytes")) * request;
     double bw = KG_BW * fmin(1, fmax(inflight, 1) / (KG_SMS * KG_INFLIGHT_SM));
@@ -252,8 +261,18 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
     const double elements = kind == KG_POINTWISE
                                 ? (double)fact(m, "total_max")
                                 : (double)fact(m, "red_max") * (double)fact(m, "outer_max");
-    const double issue = elements * (4 + 8.0 / (double)q.vec) / (KG_SMS * 128 * 1.98e9);
-    double t = fmax(moved / bw, issue) + KG_LAUNCH_S;
+    /* The issue roof: ~4 instructions of math per element and pass, ~12 per vector access (its
+     * int64 offset, the load or store, the lanes' moves) for every streamed operand in every pass
+     * that reads it; the loads and the math do not overlap perfectly, so a quarter of the smaller
+     * roof adds to the larger. At VEC 1 this is what makes a bf16 stream instruction-bound: it was
+     * a tie with 16-byte vectors, and the start took 2-byte loads (RMSNorm over channels). */
+    const double out_passes = kind == KG_POINTWISE ? 1 : (double)(q.phases + fact(m, "full_out"));
+    const double load_passes = kind == KG_POINTWISE || q.cache ? 1 : out_passes;
+    const double accesses = (double)fact(m, "streams") * load_passes;
+    const double issue =
+        elements * (4 * out_passes + 12 * accesses / (double)q.vec) / (KG_SMS * 128 * 1.98e9);
+    const double mem = moved / bw;
+    double t = fmax(mem, issue) + 0.25 * fmin(mem, issue) + KG_LAUNCH_S;
     if (kind != KG_POINTWISE) {
         /* the passes' exchanges, once per group a block slot works through */
         const double groups = (double)(fact(m, "outer_max") + q.opb * q.vo - 1) /

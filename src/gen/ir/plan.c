@@ -185,7 +185,11 @@ void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes) {
         if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & want))
             continue;
         int es = (int)kiln_dtype_size(p->inputs[ir->acc[x->acc].tensor].dtype);
-        *in_bytes += es;
+        /* a load that does not move along the vector axis (GroupNorm's weight and bias, [C] in a
+         * reduction over (C/G, H*W)) is a few values read from cache, neither vectorised nor kept
+         * in registers: it is not in flight from memory and takes no register of the slice */
+        if (plan->vec_axis < 0 || (x->axes >> plan->vec_axis & 1))
+            *in_bytes += es;
         /* A reduction's load with no kept axis (Gemma-4's int64 key positions of a causal mask
          * computed in the chain) is the same short vector for every outer point, read from cache:
          * it does not set the vector width, and is loaded in wider vectors (up to 64 bytes) or
