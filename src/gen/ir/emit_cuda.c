@@ -614,6 +614,23 @@ static void emit_reduction(cu_ctx *C) {
                               "its shared memory */\n");
 }
 
+/* The problem's const axes as compile-time constants, in a block that shadows the parameters of
+ * the same names (the launch still passes them): a coordinate's division by a size, and the
+ * strides' products, fold at compile time (a power of two is a shift), where a division by an
+ * int64 parameter is a ~70-instruction call per vector. Opens the block; 1 when it did. */
+static int const_axes(kiln_strbuf *b, const kiln_problem *p) {
+    int n = 0;
+    for (int i = 0; i < p->n_axes; i++) {
+        if (p->axes[i].kind != KILN_AXIS_CONST)
+            continue;
+        if (!n++)
+            kiln_strbuf_printf(b, "    { /* the const axes, folded */\n");
+        kiln_strbuf_printf(b, "    constexpr int64_t %s = %lld;\n    (void)%s;\n", p->axes[i].name,
+                           (long long)p->axes[i].value, p->axes[i].name);
+    }
+    return n > 0;
+}
+
 char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
                    const int64_t *pt, const kg_plan *plan) {
     kiln_strbuf b = {0}, ir_text = {0};
@@ -647,9 +664,14 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
     uint32_t streamed = red ? ir->red : ir->domain;
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
-        if (plan->live[v] && x->kind == KIR_LOAD && (x->axes & streamed) && C.vec > 1 &&
+        /* at VEC 1 a kept slice is still loaded into registers (one element a register): without
+         * them CACHE 1 read the slice again in every pass, which the model counts as free; as at
+         * any VEC, only the loads along the vector axis (kg_stream_sizes counts those) */
+        if (plan->live[v] && x->kind == KIR_LOAD && (x->axes & streamed) &&
             C.vec * (int64_t)kiln_dtype_size(p->inputs[ir->acc[x->acc].tensor].dtype) <= 64)
-            C.vload[x->acc] = vectorizable(plan, x->acc, plan->vec_axis, C.vec);
+            C.vload[x->acc] =
+                C.vec > 1 ? vectorizable(plan, x->acc, plan->vec_axis, C.vec)
+                          : C.cached && plan->vec_axis >= 0 && (x->axes >> plan->vec_axis & 1);
     }
 
     kir_print(ir, &ir_text);
@@ -705,10 +727,11 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
     char *proto = kiln_family_prototype(p, scratch, 1, "KG_THREADS, 1", "kg_kernel");
     kiln_strbuf_printf(&b, "%s {\n", proto);
     free(proto);
+    const int consts = const_axes(&b, p);
     if (red)
         emit_reduction(&C);
     else
         emit_pointwise(&C);
-    kiln_strbuf_printf(&b, "}\n");
+    kiln_strbuf_printf(&b, "%s}\n", consts ? "    }\n" : "");
     return kiln_family_source(f, m, pt, b.s);
 }
