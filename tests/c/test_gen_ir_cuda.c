@@ -487,6 +487,9 @@ static void test_emulated(void **state) {
         /* columns: threads OPB apart, VO outer points a thread, clusters, scratch */
         {"softmax_channels", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", 1},
         {"softmax_channels", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=1 KG_ONLINE=0 KG_CACHE=0", 1},
+        /* VEC 1 with the slice kept in registers (columns and rows) */
+        {"softmax_channels", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=4", 1},
+        {"native_group_norm_bf16", "KG_THREADS=64 KG_VBYTES=2 KG_TEAM=32", 0},
         {"softmax_channels", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8 KG_SPLIT=2", 1},
         {"sum_columns", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=16 KG_CACHE=0 KG_UNROLL=4", 0},
         {"sum_columns", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8 KG_SPLIT=4 KG_SPLITMODE=1 KG_CACHE=0",
