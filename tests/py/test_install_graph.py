@@ -148,27 +148,34 @@ def test_two_output_chain_reading_a_later_tensor(tmp_path_factory):
         torch._dynamo.reset()
 
 
+def _gemma_run(library, compile="graph", forwards: int = 1) -> tuple:
+    """Gemma-4 --small (test_chains.example_model) with every entry of the library installed, in graph mode unless
+    `compile` says otherwise: (the stats after `forwards` forwards, the notes, the logits' relative distance from
+    eager, whether every forward gave the same logits)."""
+    import kiln
+    model, ids = example_model("gemma4")
+    with torch.no_grad():
+        want = model(ids).logits.float()
+    torch._dynamo.reset()
+    inst = kiln.install(str(library), model, entries="all", compile=compile)
+    try:
+        with torch.no_grad():
+            got = [model(ids).logits.float() for _ in range(forwards)]
+        return (inst.stats(), list(inst.notes), ((got[0] - want).norm() / want.norm()).item(),
+                all(torch.equal(g, got[0]) for g in got))
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
 def test_gemma_attention_in_graph_mode(gemma_attention):
     """Gemma-4 --small's attention block is replaced in every sliding layer's graph, no Inductor: a hit per sliding
     layer per forward; the logits move from eager only as far as the block's own tolerance moves them (this random
     bf16 model amplifies one-ulp differences, test_chains.py's inside-torch.compile test says how far)."""
-    import kiln
     problem, d, library = gemma_attention
-    model, ids = example_model("gemma4")
-    with torch.no_grad():
-        want = model(ids).logits.float()
-    inst = _graph_model(model, library)
-    try:
-        with torch.no_grad():
-            got = model(ids).logits.float()
-            again = model(ids).logits.float()
-        stats = inst.stats()
-        assert stats["hits"] == 2 * d["kiln"]["calls"] == 10 and stats["misses"] == 0, stats
-        assert torch.equal(got, again)
-        assert (got - want).norm() / want.norm() < 0.35
-    finally:
-        kiln.uninstall(inst)
-        torch._dynamo.reset()
+    stats, _, dist, same = _gemma_run(library, forwards=2)
+    assert stats["hits"] == 2 * d["kiln"]["calls"] == 10 and stats["misses"] == 0, stats
+    assert same and dist < 0.35
 
 
 def test_graph_mode_takes_chains_before_modules(runs, tmp_path):
@@ -176,56 +183,34 @@ def test_graph_mode_takes_chains_before_modules(runs, tmp_path):
     the 5 norms of each layer): in graph mode the module entry is a pattern of its calls, matched after the
     chain, so the chain replaces norm + add where it can and the module the norms left (18 + 13 of 31 a
     forward); installed for eager (which never sees a chain whole), the module is the replaced forward of all
-    31. Where the module took its
-    forward in graph mode too, the chain had no hit (Gemma-4 on the H200: 36 module hits, 0 for the chains)."""
-    import kiln
+    31. Where the module took its forward in graph mode too, the chain had no hit (Gemma-4 on the H200: 36
+    module hits, 0 for the chains)."""
     problems = runs["gemma4"] / "problems"
     chain = next(p for p in problems.iterdir() if p.name.startswith("chain_to_pow_mean_add_mul_type_as_1x64x128_"))
     module = problems / "module_Gemma4RMSNorm_1x64x128_bf16"
     library = optimize_alone([chain, module], tmp_path / "run")
     entry = next(e for e in json.loads((library / "manifest.json").read_text())["entries"] if e["kind"] == "module")
     assert [op["aten"] for op in entry["ops"]][:2] == ["aten::to.dtype", "aten::pow.Tensor_Scalar"], entry["ops"]
-    model, ids = example_model("gemma4")
-    with torch.no_grad():
-        want = model(ids).logits.float()
     targets = {"chain": "chain to.dtype -> pow.Tensor_Scalar -> mean.dim -> add.Tensor -> pow.Tensor_Scalar -> "
                         "mul.Tensor -> to.dtype -> mul.Tensor -> type_as.default -> add.Tensor",
                "module": "module Gemma4RMSNorm"}
     for mode, expect in (("graph", {"chain": 18, "module": 13}), (False, {"chain": 0, "module": 31})):
-        torch._dynamo.reset()
-        inst = kiln.install(str(library), model, entries="all", compile=mode)
-        try:
-            with torch.no_grad():
-                got = model(ids).logits.float()
-            hits = {k: inst.stats()["targets"].get(t, {}).get("hits", 0) for k, t in targets.items()}
-            assert hits == expect, (mode, inst.stats()["targets"], inst.notes)
-            assert (got - want).norm() / want.norm() < 0.35
-        finally:
-            kiln.uninstall(inst)
-            torch._dynamo.reset()
+        stats, notes, dist, _ = _gemma_run(library, compile=mode)
+        hits = {k: stats["targets"].get(t, {}).get("hits", 0) for k, t in targets.items()}
+        assert hits == expect, (mode, stats["targets"], notes)
+        assert dist < 0.35
 
 
 def test_graph_mode_replaces_a_chain_with_a_string_argument(runs, tmp_path):
     """Gemma-4 --small's gelu(approximate="tanh") -> mul of each MLP: a string argument is put back into the
     pattern as itself (it was refused as "not a constant kiln can put back", so the chain had no hit in graph
     mode on the H200), one hit per layer."""
-    import kiln
     problem = runs["gemma4"] / "problems" / "chain_gelu_mul_1x64x256_bf16"
     d = json.loads((problem / "definition.json").read_text())
     assert "tanh" in json.dumps(d["kiln"]["ops"][0])
-    library = optimize_alone([problem], tmp_path / "run")
-    model, ids = example_model("gemma4")
-    with torch.no_grad():
-        want = model(ids).logits.float()
-    inst = _graph_model(model, library)
-    try:
-        with torch.no_grad():
-            got = model(ids).logits.float()
-        assert inst.stats()["hits"] == 6, (inst.stats(), inst.notes)
-        assert (got - want).norm() / want.norm() < 0.35
-    finally:
-        kiln.uninstall(inst)
-        torch._dynamo.reset()
+    stats, notes, dist, _ = _gemma_run(optimize_alone([problem], tmp_path / "run"))
+    assert stats["hits"] == 6, (stats, notes)
+    assert dist < 0.35
 
 
 def test_kiln_run_graph(chain_library, tmp_path):
