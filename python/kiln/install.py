@@ -403,6 +403,8 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
             inst.custom_ops.update(inst._inductor.ops)
         except (RuntimeError, TypeError, ValueError, AttributeError) as why:  # eager is installed either way
             inst.notes.append(f"aten entries are not put into torch.compile graphs: {why}")
+    if graph_mode:
+        mentries += _untraced_modules(inst, [g for g in centries if g.entry.kind == "module"])
     if mentries:
         inst._binder = _ModuleBinder(mentries, inst, key, compile_friendly)
         if inst._binder.op_lib is not None:
@@ -415,7 +417,29 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
                                       f"{', '.join(sorted(me.paths)[:3])} in the model given")
         else:
             inst._binder.watch()
-        inst.installed += [me.entry.name for me in mentries]
+        inst.installed += [me.entry.name for me in mentries if me.entry.name not in inst.installed]
+
+
+def _untraced_modules(inst: Installation, gates: list) -> list:
+    """Graph mode: the _ModuleEntry of each module entry (of `gates`) whose calls did not trace into a pattern of
+    graph mode (traced here, as the first graph would): its forward is replaced as in eager instead, so that
+    graph mode never loses a module entry that eager has."""
+    traced = set()
+    if inst._inductor is not None:
+        traced = {id(p.ae.gate) for p in inst._inductor._trace("aten")}
+    out = []
+    for gate in gates:
+        if id(gate) in traced:
+            continue
+        try:
+            out.append(_ModuleEntry(gate, gate.entry))
+            inst.notes.append(f"{gate.entry.name}: its module's forward is replaced in graph mode (its calls are "
+                              "no pattern there)")
+        except _Unsupported as why:
+            if gate.entry.name in inst.installed:
+                inst.installed.remove(gate.entry.name)
+            _skip(inst, gate.entry.name, "cannot be installed", str(why))
+    return out
 
 
 def uninstall(installation: Optional[Installation] = None) -> None:
