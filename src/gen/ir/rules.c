@@ -858,7 +858,8 @@ static int embedding(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval 
 
 /* cat(tensors, dim): each input read at dst - its offset along dim (0 outside it), the reads added:
  * exactly one is inside at every point, and x + 0 is x. As in PyTorch, 1-d empty tensors are
- * left out. */
+ * left out; the cat of one tensor is that tensor, read where it is (no remap: a reduction may feed
+ * it, as the RMSNorm of a value joined to an empty KV cache). */
 static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
     (void)r;
     const kiln_arg *a = kiln_op_arg(op, 0, "tensors");
@@ -890,6 +891,8 @@ static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) 
     if (n == 0)
         return lower_fail(L, "only empty tensors");
     kiln_dtype t = lower_promote(L, in, n);
+    if (n == 1) /* one tensor besides empty ones (an empty KV cache): the tensor itself */
+        return lower_cast(L, in[0], t, out);
     char sz[1][KIR_EXPR];
     snprintf(sz[0], KIR_EXPR, "%lld", (long long)total);
     lval acc = {.node = -1};
