@@ -29,7 +29,11 @@
 #include "../../formats/opchain.h"
 
 #define KIR_MAX_NODES 192
-#define KIR_MAX_AXES 16
+/* The axis table while lowering: every dim an input or a view creates takes a slot, and keeps it
+ * when broadcasting unifies it with another or a reshape makes it a composite, so the table holds
+ * several times the domain's leaves (Gemma-4's RoPE joined to the KV cache and repeat_kv at batch
+ * 2 takes 20). Sets of axes are uint32_t bit sets: 32 at most. */
+#define KIR_MAX_AXES 32
 #define KIR_MAX_ACCESS 40
 #define KIR_MAX_MAPS 8
 #define KIR_MAX_OUT KILN_OPCHAIN_MAX_OUTPUTS
