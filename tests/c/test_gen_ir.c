@@ -479,17 +479,22 @@ static void test_cpu_source(void **state) {
     kiln_problem_free(p);
 }
 
-/* A device row's problem (tests/data/gen/rows) and its match. */
-static void row_of(const char *name, kiln_problem **p, kiln_match *m) {
+/* A problem of tests/data/gen/<sub> (rows: the device rows; chains: captured chains) and its
+ * match. */
+static void problem_of(const char *sub, const char *name, kiln_problem **p, kiln_match *m) {
     char dir[512];
     kiln_err err;
-    snprintf(dir, sizeof dir, "%s/tests/data/gen/rows/%s", KILN_SOURCE_DIR, name);
+    snprintf(dir, sizeof dir, "%s/tests/data/gen/%s/%s", KILN_SOURCE_DIR, sub, name);
     if (kiln_problem_load(dir, p, &err))
         fail_msg("%s: %s", name, err.msg);
     memset(m, 0, sizeof *m);
     char why[512];
     if (!gen->match(*p, m, why, sizeof why))
-        fail_msg("declined: %s", why);
+        fail_msg("%s declined: %s", name, why);
+}
+
+static void row_of(const char *name, kiln_problem **p, kiln_match *m) {
+    problem_of("rows", name, p, m);
 }
 
 static int64_t param(const int64_t *pt, const char *name) {
@@ -545,6 +550,43 @@ static void test_non_last_start(void **state) {
     kiln_problem_free(p);
 }
 
+/* Gemma-4's k and v after their norms, joined to the KV cache's cat (an empty cache in a prefill)
+ * and repeat_kv (expand to [.., kv heads, 2, ..] and reshape: the output's head axis the composite
+ * of the kv head and the repeat). The cat of one tensor is the tensor (no remap: v's RMSNorm feeds
+ * it in a row plan), and RoPE's lowering at batch 2 takes 20 axis slots (the inputs' dims before
+ * broadcasting unifies them, the remaps' and the expand's axes, the composite). */
+static void test_kv_chains(void **state) {
+    (void)state;
+    kiln_problem *p;
+    kiln_match m;
+    kir *ir;
+    char why[512];
+    kiln_strbuf b = {0};
+    problem_of("chains", "gen_vnorm_kv_repeat_bf16_1x4x2x8", &p, &m);
+    assert_true(kir_lower(p, &ir, why, sizeof why));
+    kir_print(ir, &b);
+    /* the output moves along the repeat (c4) too; the values do not */
+    expect_in(b.s, "axes: c0=n8 (reduced) c1=n2 c2=n4 c4=2\n");
+    expect_in(b.s, "v5 = sum(v4) over [c0] : f32 [c1 c2]");
+    expect_in(b.s, "v13 = cast(v12) : bf16 [c0 c1 c2]\nout0 = v13");
+    assert_null(strstr(b.s, "remap"));
+    free(b.s);
+    memset(&b, 0, sizeof b);
+    kir_free(ir);
+    kiln_problem_free(p);
+
+    problem_of("chains", "gen_rope_kv_repeat_bf16_2x4x2x8", &p, &m);
+    assert_true(kir_lower(p, &ir, why, sizeof why));
+    kir_print(ir, &b);
+    expect_in(b.s, "axes: c0=n4 c1=n4 c2=n8 c3=n2 c4=n4 c5=n2 c7=2\n");
+    expect_in(b.s, "v6 = remap of v5 : bf16 [c2 c3 c4 c5]"); /* rotate_half's two parts */
+    expect_in(b.s, "v7 = remap of v1 : bf16 [c2 c3 c4 c5]");
+    expect_in(b.s, "v10 = add(v3, v9) : bf16 [c2 c3 c4 c5]\nout0 = v10"); /* no third remap */
+    free(b.s);
+    kir_free(ir);
+    kiln_problem_free(p);
+}
+
 int main(void) {
     gen = kiln_family_find("gen");
     if (!gen) {
@@ -555,7 +597,7 @@ int main(void) {
         cmocka_unit_test(test_lowering),       cmocka_unit_test(test_declines),
         cmocka_unit_test(test_plans),          cmocka_unit_test(test_constraints),
         cmocka_unit_test(test_costs),          cmocka_unit_test(test_cpu_source),
-        cmocka_unit_test(test_non_last_start),
+        cmocka_unit_test(test_non_last_start), cmocka_unit_test(test_kv_chains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -166,6 +166,47 @@ static const small_case CASES[] = {
      "{'name': 'x', " AXES2(6, 8) ", 'inputs': {'x': " T("['a', 'b']", "float32") ", 'y': "
      T("['a', '5']", "float32") "}, 'outputs': {'out0': " T("['a', '13']", "float32") "}, "
      ATEN("aten::cat.default", "[[{'tensor': 0}, {'tensor': 1}], 1]") "}"},
+    /* tests/data/gen/chains/gen_rope_kv_repeat_bf16_2x4x2x8 */
+    {"rope_kv_repeat_bf16", "input0 input1 input2 input3 input4",
+     "{'name': 'x', 'axes': {'n2': {'type': 'const', 'value': 2}, 'n4': {'type': 'const', 'val"
+     "ue': 4}, 'n8': {'type': 'const', 'value': 8}, 'n1': {'type': 'const', 'value': 1}, 'n0':"
+     " {'type': 'const', 'value': 0}}, 'inputs': {'input0': {'shape': ['n2', 'n4', 'n2', 'n4']"
+     ", 'dtype': 'bfloat16'}, 'input1': {'shape': ['n2', 'n4', 'n2', 'n4'], 'dtype': 'bfloat16"
+     "'}, 'input2': {'shape': ['n2', 'n4', 'n1', 'n8'], 'dtype': 'bfloat16'}, 'input3': {'shap"
+     "e': ['n2', 'n4', 'n2', 'n8'], 'dtype': 'bfloat16'}, 'input4': {'shape': ['n0'], 'dtype':"
+     " 'bfloat16'}}, 'outputs': {'out0': {'shape': ['n2', 'n4', 'n4', 'n8'], 'dtype': 'bfloat1"
+     "6'}}, 'kiln': {'kind': 'chain', 'ops': [{'aten': 'aten::neg.default', 'args': [{'ref': '"
+     "input0'}], 'out': 'v0'}, {'aten': 'aten::cat.default', 'args': [[{'ref': 'v0'}, {'ref': "
+     "'input1'}], -1], 'out': 'v1'}, {'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v1'}, {'re"
+     "f': 'input2'}], 'out': 'v2'}, {'aten': 'aten::add.Tensor', 'args': [{'ref': 'input3'}, {"
+     "'ref': 'v2'}], 'out': 'v3'}, {'aten': 'aten::permute.default', 'args': [{'ref': 'v3'}, ["
+     "0, 2, 1, 3]], 'out': 'w0'}, {'aten': 'aten::cat.default', 'args': [[{'ref': 'input4'}, {"
+     "'ref': 'w0'}], -2], 'out': 'v4'}, {'aten': 'aten::view.default', 'args': [{'ref': 'v4'},"
+     " [2, 2, 1, 4, 8]], 'out': 'w1'}, {'aten': 'aten::expand.default', 'args': [{'ref': 'w1'}"
+     ", [2, 2, 2, 4, 8]], 'out': 'w2'}, {'aten': 'aten::reshape.default', 'args': [{'ref': 'w2"
+     "'}, [2, 4, 4, 8]], 'out': 'v5'}], 'outputs': ['v5']}}"},
+    /* tests/data/gen/chains/gen_vnorm_kv_repeat_bf16_1x4x2x8 */
+    {"vnorm_kv_repeat_bf16", "input0 input1",
+     "{'name': 'x', 'axes': {'n1': {'type': 'const', 'value': 1}, 'n4': {'type': 'const', 'val"
+     "ue': 4}, 'n2': {'type': 'const', 'value': 2}, 'n8': {'type': 'const', 'value': 8}, 'n0':"
+     " {'type': 'const', 'value': 0}}, 'inputs': {'input0': {'shape': ['n1', 'n4', 'n2', 'n8']"
+     ", 'dtype': 'bfloat16'}, 'input1': {'shape': ['n0'], 'dtype': 'bfloat16'}}, 'outputs': {'"
+     "out0': {'shape': ['n1', 'n4', 'n4', 'n8'], 'dtype': 'bfloat16'}}, 'kiln': {'kind': 'chai"
+     "n', 'ops': [{'aten': 'aten::to.dtype', 'args': [{'ref': 'input0'}, 'torch.float32'], 'ou"
+     "t': 'v0'}, {'aten': 'aten::pow.Tensor_Scalar', 'args': [{'ref': 'v0'}, 2], 'out': 'v1'},"
+     " {'aten': 'aten::mean.dim', 'args': [{'ref': 'v1'}, [-1], true], 'out': 'v2'}, {'aten': "
+     "'aten::add.Tensor', 'args': [{'ref': 'v2'}, 1e-06], 'out': 'v3'}, {'aten': 'aten::pow.Te"
+     "nsor_Scalar', 'args': [{'ref': 'v3'}, -0.5], 'out': 'v4'}, {'aten': 'aten::mul.Tensor', "
+     "'args': [{'ref': 'v0'}, {'ref': 'v4'}], 'out': 'v5'}, {'aten': 'aten::type_as.default', "
+     "'args': [{'ref': 'v5'}, {'ref': 'input0'}], 'out': 'v6'}, {'aten': 'aten::view.default',"
+     " 'args': [{'ref': 'v6'}, [4, 2, 8]], 'out': 'w0'}, {'aten': 'aten::permute.default', 'ar"
+     "gs': [{'ref': 'w0'}, [1, 0, 2]], 'out': 'w1'}, {'aten': 'aten::view.default', 'args': [{"
+     "'ref': 'w1'}, [1, 2, 4, 8]], 'out': 'w2'}, {'aten': 'aten::cat.default', 'args': [[{'ref"
+     "': 'input1'}, {'ref': 'w2'}], -2], 'out': 'v7'}, {'aten': 'aten::view.default', 'args': "
+     "[{'ref': 'v7'}, [2, 4, 8]], 'out': 'w3'}, {'aten': 'aten::view.default', 'args': [{'ref'"
+     ": 'w3'}, [1, 2, 1, 4, 8]], 'out': 'w4'}, {'aten': 'aten::expand.default', 'args': [{'ref"
+     "': 'w4'}, [1, 2, 2, 4, 8]], 'out': 'w5'}, {'aten': 'aten::reshape.default', 'args': [{'r"
+     "ef': 'w5'}, [1, 4, 4, 8]], 'out': 'v8'}], 'outputs': ['v8']}}"},
     {"sum_all", "self",
      "{'name': 'x', " AXES2(3, 100) ", 'inputs': {'self': " T("['a', 'b']", "float32")
      "}, 'outputs': {'out0': {'shape': [], 'dtype': 'float32'}}, "
@@ -506,6 +547,12 @@ static void test_emulated(void **state) {
         {"upsample", "KG_THREADS=64 KG_VBYTES=8 KG_UNROLL=1", 0},
         {"index_rows", "KG_THREADS=64 KG_VBYTES=8", 0},
         {"cat_dim1", "KG_THREADS=64 KG_VBYTES=4", 1},
+        /* Gemma-4's k and v joined to an empty KV cache's cat and repeat_kv: the output's head axis
+         * the composite of the kv head and the repeat */
+        {"rope_kv_repeat_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 0},
+        {"rope_kv_repeat_bf16", "KG_THREADS=64 KG_VBYTES=2 KG_UNROLL=1", 1},
+        {"vnorm_kv_repeat_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=2", 0},
+        {"vnorm_kv_repeat_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=4 KG_CACHE=0", 1},
     };
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++)
         emulate(be, case_named(pts[i].name), pts[i].settings, pts[i].specials);
