@@ -346,7 +346,8 @@ static char *emu_candidate(const char *cuda) {
     const char *hb = strstr(cuda, "// ---- hardware: begin");
     const char *he = strstr(cuda, "// ---- hardware: end ----");
     const char *launch = strstr(cuda, "// kiln: launch kg_kernel ");
-    const char *key = "extern \"C\" __global__ void __launch_bounds__(KG_THREADS, 1) kg_kernel(";
+    const char *key =
+        "extern \"C\" __global__ void __launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(";
     const char *entry = strstr(cuda, key);
     assert_true(hb && he && launch && entry && hb < he && he < entry);
     const char *params = entry + strlen(key), *params_end = strstr(params, ") {");

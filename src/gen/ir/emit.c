@@ -5,6 +5,7 @@
  * put it inside their loops and name what they computed themselves (reduction results, vector
  * lanes) in the scope. */
 #include "gen_impl.h"
+#include "../../formats/dtype.h"
 
 #include <math.h>
 #include <string.h>
@@ -105,6 +106,54 @@ static void rounded(kiln_dtype t, const char *expr, char *out, size_t n) {
         snprintf(out, n, "%s(%s)", wrap[t], expr);
     else
         snprintf(out, n, "%s", expr);
+}
+
+/* 1 when node v's value, computed in fp32, is exactly a value of the 16-bit float t (bf16, f16),
+ * so that rounding it to t changes nothing: a load of a t tensor, a constant t holds, and what
+ * only selects, negates or widens such values (where, max, min, neg, abs, a cast, a product with
+ * 1). A chain such as `(scores * 1 + where(mask, 0, min)).float()` then rounds once, at its add,
+ * where it rounded at every op. */
+static int exact_in(const kir *ir, int v, kiln_dtype t) {
+    const kir_node *x = &ir->nodes[v];
+    switch (x->kind) {
+    case KIR_LOAD:
+        return x->dtype == t;
+    case KIR_CONST: {
+        if (x->expr[0])
+            return 0;
+        const float f = (float)x->value;
+        if ((double)f != x->value || f != f)
+            return 0;
+        return t == KILN_BF16 ? kiln_bf16_to_f32(kiln_f32_to_bf16(f)) == f
+                              : kiln_f16_to_f32(kiln_f32_to_f16(f)) == f;
+    }
+    case KIR_OP:
+        break;
+    default:
+        return 0;
+    }
+    if (kir_dtype_is_int(x->dtype) || x->dtype == KILN_BOOL)
+        return 0;
+    switch (x->op) {
+    case KO_WHERE:
+        return exact_in(ir, x->a[1], t) && exact_in(ir, x->a[2], t);
+    case KO_MAX:
+    case KO_MIN:
+        return exact_in(ir, x->a[0], t) && exact_in(ir, x->a[1], t);
+    case KO_NEG:
+    case KO_ABS:
+    case KO_CAST:
+        return exact_in(ir, x->a[0], t);
+    case KO_MUL:
+        for (int i = 0; i < 2; i++) {
+            const kir_node *c = &ir->nodes[x->a[i]];
+            if (c->kind == KIR_CONST && !c->expr[0] && c->value == 1)
+                return exact_in(ir, x->a[1 - i], t);
+        }
+        return 0;
+    default:
+        return 0;
+    }
 }
 
 /* The right-hand side of op node x over operand expressions: the table's expression, with the
@@ -388,7 +437,10 @@ const char *kg_value(kg_scope *s, int v) {
         for (int i = 0; i < x->n_a; i++)
             snprintf(ops[i], sizeof ops[i], "%s", kg_value(s, x->a[i]));
         op_expr(x, ops, expr, sizeof expr);
-        rounded(x->dtype, expr, rhs, sizeof rhs);
+        if ((x->dtype == KILN_BF16 || x->dtype == KILN_F16) && exact_in(ir, v, x->dtype))
+            kiln_family_fmt(rhs, sizeof rhs, "%s", expr);
+        else
+            rounded(x->dtype, expr, rhs, sizeof rhs);
         break;
     }
     case KIR_PART: /* max pooling's index; the driver names reduction results */
@@ -443,9 +495,7 @@ void kg_store_outputs(kg_scope *s, int along_red, int only) {
         kiln_strbuf_printf(s->b, "%s[%s] = %s;\n", p->outputs[o].name, off, st);
     }
 }
-/* 1 when v can be computed in s now: it does not move along the reduced axes and every reduction
- * it reads is named. */
-static int ready(const kg_scope *s, int v) {
+int kg_ready(const kg_scope *s, int v) {
     const kir *ir = s->plan->ir;
     const kir_node *x = &ir->nodes[v];
     if (s->name[v][0])
@@ -454,14 +504,14 @@ static int ready(const kg_scope *s, int v) {
         (x->axes & ir->red))
         return 0;
     for (int i = 0; i < x->n_a; i++)
-        if (!ready(s, x->a[i]))
+        if (!kg_ready(s, x->a[i]))
             return 0;
     return 1;
 }
 
 void kg_hoist(kg_scope *s, int v) {
     const kir_node *x = &s->plan->ir->nodes[v];
-    if (ready(s, v)) {
+    if (kg_ready(s, v)) {
         if (x->kind != KIR_CONST && x->kind != KIR_SCALAR)
             kg_value(s, v);
         return;

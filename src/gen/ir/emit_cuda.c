@@ -28,6 +28,7 @@ typedef struct {
     int ids;
     int cached;
     int vload[KIR_MAX_ACCESS]; /* access c is read in vectors */
+    int iload[KIR_MAX_ACCESS]; /* and is the same for every outer point: loaded where it is used */
     int64_t team_bytes;        /* shared memory: the team exchange, */
     int64_t xch_bytes;         /* one of the two cluster exchange buffers, */
     int64_t shared_bytes;      /* and all of it (KG_SHARED_BYTES) */
@@ -97,8 +98,12 @@ static void lane_scope(cu_ctx *C, kg_scope *lane, const kg_scope *base, const ch
         if (!plan->live[v] || x->kind != KIR_LOAD || !C->vload[x->acc])
             continue;
         char elem[96];
-        snprintf(elem, sizeof elem, "kg_lane<%s>(kg_r%d[%s], kg_e)",
-                 elem_type(ir->p->inputs[ir->acc[x->acc].tensor].dtype), x->acc, u);
+        if (C->iload[x->acc])
+            snprintf(elem, sizeof elem, "kg_lane<%s>(kg_q%d, kg_e)",
+                     elem_type(ir->p->inputs[ir->acc[x->acc].tensor].dtype), x->acc);
+        else
+            snprintf(elem, sizeof elem, "kg_lane<%s>(kg_r%d[%s], kg_e)",
+                     elem_type(ir->p->inputs[ir->acc[x->acc].tensor].dtype), x->acc, u);
         kg_load_expr(x->dtype, 1, elem, lane->name[v], sizeof lane->name[v]);
     }
 }
@@ -107,25 +112,30 @@ static void lane_scope(cu_ctx *C, kg_scope *lane, const kg_scope *base, const ch
 static void raw_decls(cu_ctx *C, const char *n, const char *in) {
     const kir *ir = C->plan->ir;
     for (int c = 0; c < ir->n_acc; c++)
-        if (C->vload[c])
+        if (C->vload[c] && !C->iload[c])
             kiln_strbuf_printf(C->b, "%skg_raw<%lld>::t kg_r%d[%s];\n", in,
                                (long long)(C->vec * (int64_t)kiln_dtype_size(
                                                         ir->p->inputs[ir->acc[c].tensor].dtype)),
                                c, n);
 }
 
-/* The vector loads at base's coordinates into slot u. */
-static void raw_loads(cu_ctx *C, const kg_scope *base, const char *u, const char *in) {
+/* The vector loads at base's coordinates into slot u (index: the loads of what every outer point
+ * shares instead, into kg_q<access> where they are used). */
+static void raw_loads(cu_ctx *C, const kg_scope *base, const char *u, const char *in, int index) {
     const kir *ir = C->plan->ir;
     for (int c = 0; c < ir->n_acc; c++) {
-        if (!C->vload[c])
+        if (!C->vload[c] || C->iload[c] != index)
             continue;
         char off[512];
         kg_offset(base, c, off, sizeof off);
         kiln_dtype t = ir->p->inputs[ir->acc[c].tensor].dtype;
-        kiln_strbuf_printf(C->b, "%skg_r%d[%s] = kg_ld<%lld>(%s + %s);\n", in, c, u,
-                           (long long)(C->vec * (int64_t)kiln_dtype_size(t)),
-                           kg_tensor_name(ir->p, ir->acc[c].tensor), off);
+        const long long bytes = (long long)(C->vec * (int64_t)kiln_dtype_size(t));
+        if (index)
+            kiln_strbuf_printf(C->b, "%sconst kg_raw<%lld>::t kg_q%d = kg_ld<%lld>(%s + %s);\n", in,
+                               bytes, c, bytes, kg_tensor_name(ir->p, ir->acc[c].tensor), off);
+        else
+            kiln_strbuf_printf(C->b, "%skg_r%d[%s] = kg_ld<%lld>(%s + %s);\n", in, c, u, bytes,
+                               kg_tensor_name(ir->p, ir->acc[c].tensor), off);
     }
 }
 
@@ -192,7 +202,7 @@ static void emit_pointwise(cu_ctx *C) {
     kg_scope base;
     kg_scope_init(&base, b, plan, 1, "                ", &C->ids);
     coords(C, &base, plan->kept, plan->n_kept, "kg_i", "                ");
-    raw_loads(C, &base, "kg_u", "                ");
+    raw_loads(C, &base, "kg_u", "                ", 0);
     kiln_strbuf_printf(b, "            }\n        }\n");
     kiln_strbuf_printf(b, "#pragma unroll\n        for (int kg_u = 0; kg_u < KG_UNROLL; kg_u++) {\n"
                           "            const int64_t kg_i = kg_b + ((int64_t)kg_u * KG_THREADS + "
@@ -247,6 +257,15 @@ static void state_name(const kg_step *st, char *out, size_t n) {
     snprintf(out, n, "k%c%d", st->pass ? 's' : 'a', st->node);
 }
 
+/* 1 when a step's elements are gathered a vector at a time (kt<node>[VEC]) and merged once
+ * (kg_smx_addv, kg_wf_addv): an online pair or Welford along a row. */
+static int step_vectored(const cu_ctx *C, const kg_step *st) {
+    const kg_plan *plan = C->plan;
+    const int op = plan->ir->nodes[st->node].op;
+    return plan->kind == KG_ROWS && plan->online && C->vec > 1 &&
+           (op == KR_SOFTMAX || op == KR_WELFORD);
+}
+
 static void step_update(cu_ctx *C, const kg_step *st, kg_scope *lane, const char *si,
                         const char *in) {
     const kg_plan *plan = C->plan;
@@ -255,6 +274,10 @@ static void step_update(cu_ctx *C, const kg_step *st, kg_scope *lane, const char
     state_name(st, s, sizeof s);
     const char *val = kg_value(lane, x->a[0]);
     const int n = st->node;
+    if (step_vectored(C, st)) {
+        kiln_strbuf_printf(C->b, "%skt%d[kg_e] = %s;\n", in, n, val);
+        return;
+    }
     switch (x->op) {
     case KR_SUM:
         kiln_strbuf_printf(C->b, "%s%s[%s] += %s;\n", in, s, si, val);
@@ -292,6 +315,42 @@ static void step_update(cu_ctx *C, const kg_step *st, kg_scope *lane, const char
                                "%s{ const float kg_d = %s - km%d[%s]; %s[%s] += kg_d * kg_d; }\n",
                                in, val, n, si, s, si);
         break;
+    }
+}
+
+/* The values that stay fixed along the reduced axes but feed what moves along them (a reduction's
+ * result turned into a scale, a row's query position), once they can be computed: once per outer
+ * point into kh<node>[KG_VO], named in the group's scope, where the element code would compute them
+ * again at every element (nvcc does not hoist them out of the guarded, unrolled loads). */
+static void hoist_kept(cu_ctx *C, kg_scope *group) {
+    const kg_plan *plan = C->plan;
+    const kir *ir = plan->ir;
+    for (int v = 0; v < ir->n_nodes; v++) {
+        const kir_node *x = &ir->nodes[v];
+        if (!plan->live[v] || group->name[v][0] || x->kind == KIR_CONST || x->kind == KIR_SCALAR ||
+            !kg_ready(group, v))
+            continue;
+        int feeds = 0;
+        for (int u = v + 1; u < ir->n_nodes && !feeds; u++)
+            if (plan->live[u] && (ir->nodes[u].axes & ir->red))
+                for (int i = 0; i < ir->nodes[u].n_a; i++)
+                    feeds |= ir->nodes[u].a[i] == v;
+        if (!feeds)
+            continue;
+        kiln_strbuf_printf(C->b,
+                           "        %s kh%d[KG_VO] = {};\n        if (kg_live) {\n#pragma unroll\n"
+                           "            for (int kg_e = 0; kg_e < KG_VO; kg_e++) {\n",
+                           kg_ctype(x->dtype), v);
+        kg_scope lane;
+        kg_scope_child(&lane, group, "                ");
+        if (plan->kind == KG_COLUMNS && plan->vec_axis >= 0 && group->coord[plan->vec_axis][0])
+            snprintf(lane.coord[plan->vec_axis], sizeof lane.coord[0], "(%s + kg_e)",
+                     group->coord[plan->vec_axis]);
+        const char *val = kg_value(&lane, v);
+        kiln_strbuf_printf(C->b, "                kh%d[kg_e] = %s;\n            }\n        }\n", v,
+                           val);
+        snprintf(group->name[v], sizeof group->name[v], "kh%d%s", v,
+                 plan->kind == KG_ROWS ? "[0]" : "[kg_e]");
     }
 }
 
@@ -383,6 +442,10 @@ static void payload(cu_ctx *C, const kg_scope *base, int phase, const char *u, c
     }
     char in2[64];
     kiln_family_fmt(in2, sizeof in2, "%s    ", in);
+    for (int k = 0; k < plan->n_steps; k++)
+        if (plan->steps[k].phase == phase && step_vectored(C, &plan->steps[k]))
+            kiln_strbuf_printf(C->b, "%sfloat kt%d[%lld];\n", in, plan->steps[k].node,
+                               (long long)C->vec);
     kiln_strbuf_printf(C->b, "%s#pragma unroll\n%sfor (int kg_e = 0; kg_e < %lld; kg_e++) {\n", in,
                        in, (long long)C->vec);
     kg_scope lane;
@@ -391,6 +454,15 @@ static void payload(cu_ctx *C, const kg_scope *base, int phase, const char *u, c
         if (plan->steps[k].phase == phase)
             step_update(C, &plan->steps[k], &lane, plan->kind == KG_ROWS ? "0" : "kg_e", in2);
     kiln_strbuf_printf(C->b, "%s}\n", in);
+    for (int k = 0; k < plan->n_steps; k++) {
+        const kg_step *st = &plan->steps[k];
+        if (st->phase != phase || !step_vectored(C, st))
+            continue;
+        char s[32];
+        state_name(st, s, sizeof s);
+        kiln_strbuf_printf(C->b, "%s%s[0] = kg_%s_addv(%s[0], kt%d);\n", in, s,
+                           plan->ir->nodes[st->node].op == KR_SOFTMAX ? "smx" : "wf", s, st->node);
+    }
 }
 
 /* This thread's elements of the reduced axes, from registers (CACHE) or streamed UNROLL vectors
@@ -417,10 +489,12 @@ static void red_loop(cu_ctx *C, const kg_scope *group, int phase, int load_only)
         kg_scope base;
         kg_scope_child(&base, group, in3);
         coords(C, &base, plan->red, plan->n_red, "kg_kk", in3);
-        if (loads)
-            raw_loads(C, &base, "kg_u", in3);
-        else
+        if (loads) {
+            raw_loads(C, &base, "kg_u", in3, 0);
+        } else {
+            raw_loads(C, &base, "kg_u", in3, 1);
             payload(C, &base, phase, "kg_u", in3);
+        }
         kiln_strbuf_printf(b, "%s    }\n%s}\n", in, in);
     }
     if (!C->cached)
@@ -556,6 +630,7 @@ static void emit_reduction(cu_ctx *C) {
         raw_decls(C, "KG_ITEMS", "        ");
         red_loop(C, &group, 0, 1);
     }
+    hoist_kept(C, &group);
     for (int ph = 0; ph < plan->n_phases; ph++) {
         kiln_strbuf_printf(b, "        /* pass %d over the reduced axes */\n", ph + 1);
         for (int k = 0; k < plan->n_steps; k++) {
@@ -591,6 +666,7 @@ static void emit_reduction(cu_ctx *C) {
             if (plan->steps[k].phase == ph && plan->steps[k].pass == 0)
                 snprintf(group.name[plan->steps[k].node], sizeof group.name[0], "kr%d%s",
                          plan->steps[k].node, plan->kind == KG_ROWS ? "[0]" : "[kg_e]");
+        hoist_kept(C, &group);
     }
     /* the outputs at the outer points: one writer per team (and per split) */
     kiln_strbuf_printf(b, "        if (kg_live && kg_lk == 0%s) {\n",
@@ -673,6 +749,18 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
                 C.vec > 1 ? vectorizable(plan, x->acc, plan->vec_axis, C.vec)
                           : C.cached && plan->vec_axis >= 0 && (x->axes >> plan->vec_axis & 1);
     }
+    /* A reduction's load with no kept axis (a causal mask's int64 key positions) is the same for
+     * every outer point, an L1 hit: beside loads that are kept (the scores) it is loaded where it
+     * is used, not held in registers across the passes nor batched with the stream
+     * (kg_stream_sizes leaves it out of the bytes a thread holds). */
+    int kept_loads = 0;
+    for (int v = 0; v < ir->n_nodes && red; v++)
+        kept_loads |= plan->live[v] && ir->nodes[v].kind == KIR_LOAD &&
+                      (ir->nodes[v].axes & ir->red) && (ir->nodes[v].axes & ir->domain & ~ir->red);
+    for (int v = 0; v < ir->n_nodes && kept_loads; v++)
+        if (plan->live[v] && ir->nodes[v].kind == KIR_LOAD && C.vload[ir->nodes[v].acc] &&
+            !(ir->nodes[v].axes & ir->domain & ~ir->red))
+            C.iload[ir->nodes[v].acc] = 1;
 
     kir_print(ir, &ir_text);
     kiln_strbuf_printf(&b, "/* the IR (docs/generator.md):\n");
@@ -697,6 +785,22 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
                            "#define KG_ITEMS %lld /* vectors per thread when cached */\n",
                            (long long)C.rv, (long long)C.vo, (long long)opb, plan->kind == KG_ROWS,
                            (long long)C.items);
+    /* Blocks an SM must hold at least: ptxas may then use no more than 128 registers a thread
+     * where the point's own estimate (gen.c's register budget: the held loads, ~48 of indices and
+     * temporaries, the states) fits them, else what that estimate needs. Left at 1, ptxas spends
+     * up to 255 on issuing loads early (a causal mask's key positions, a whole cached slice) and
+     * the SM holds one block of 8 warps. */
+    const int64_t held = C.cached ? C.items : pt[P_UNROLL];
+    int64_t words =
+        0; /* a vector's registers, each access's rounded up (a bf16 at VEC 1 takes one) */
+    for (int c = 0; c < ir->n_acc; c++)
+        if (C.vload[c] && !C.iload[c])
+            words += (C.vec * (int64_t)kiln_dtype_size(p->inputs[ir->acc[c].tensor].dtype) + 3) / 4;
+    const int64_t est = held * words + 48 + 8 * C.vo * plan->n_steps;
+    int64_t minb = est <= 128 ? 512 / threads : 65536 / (threads * est);
+    minb = minb < 1 ? 1 : minb;
+    kiln_strbuf_printf(&b, "#define KG_MINB %lld /* blocks an SM holds at least */\n",
+                       (long long)minb);
     const int64_t cap = pt[P_PERSIST] * KG_SMS / split * split;
     char grid[700];
     if (!red)
@@ -724,7 +828,7 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
             (long long)(opb * C.vo), (long long)(opb * C.vo * split * 16));
     kiln_strbuf_printf(&b, "%s\n%s\n", kiln_family_template("gen_math.h"),
                        kiln_family_template("gen.cuh"));
-    char *proto = kiln_family_prototype(p, scratch, 1, "KG_THREADS, 1", "kg_kernel");
+    char *proto = kiln_family_prototype(p, scratch, 1, "KG_THREADS, KG_MINB", "kg_kernel");
     kiln_strbuf_printf(&b, "%s {\n", proto);
     free(proto);
     const int consts = const_axes(&b, p);

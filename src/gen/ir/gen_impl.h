@@ -67,7 +67,8 @@ void kg_plan_free(kg_plan *plan);
 int64_t kg_stride(const kg_plan *plan, int c, int a, int w);
 /* The largest element size (bytes) of what streams along the vector axis (the loads that move
  * along the reduced axes and the outputs along them; everything in a pointwise plan), and the
- * bytes per element of the streamed loads. */
+ * bytes per element of the streamed loads (not the loads along the reduced axes alone beside kept
+ * loads, such as a causal mask's key positions: those are read from cache where they are used). */
 void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes);
 
 /* ---- the element emitter (emit.c) ---- */
@@ -110,6 +111,9 @@ void kg_store_outputs(kg_scope *s, int along_red, int only);
 int kg_output_full(const kir *ir, int o);
 /* Values that can be computed in s before a loop over the reduced axes: v itself when it does not
  * move along them and every reduction it needs is named in s, else the same for its operands. */
+/* 1 when v can be computed in s now: it does not move along the reduced axes and every reduction
+ * it reads is named. */
+int kg_ready(const kg_scope *s, int v);
 void kg_hoist(kg_scope *s, int v);
 /* Names a finished reduction's results in s: the node as `kr<node><index>` and its second result
  * (the PART nodes that read it) as `kr<node>_1<index>` (index "" or "[kg_e]"). */

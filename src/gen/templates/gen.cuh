@@ -183,6 +183,36 @@ struct kg_f_wf { // Chan et al.: exact for any split
     }
 };
 
+// A row's vector of N elements at once (rows plans, online): the vector's own pair or Welford
+// state first — one exp per element against the vector's max, the mean from the vector's sum —
+// then one merge into the running state, where N element updates would rescale the running sum
+// (a second exp) or divide by the count at every element.
+template <int N>
+__device__ __forceinline__ kg_smx kg_smx_addv(kg_smx a, const float (&x)[N]) {
+    float m = x[0];
+#pragma unroll
+    for (int i = 1; i < N; i++)
+        m = kg_max(m, x[i]);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        s += x[i] == m ? 1.f : kg_exp_neg(x[i] - m);
+    return kg_f_smx()(a, kg_smx{m, s});
+}
+template <int N>
+__device__ __forceinline__ kg_wf kg_wf_addv(kg_wf a, const float (&x)[N]) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        s += x[i];
+    const float mean = s * (1.f / N);
+    float m2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        m2 += (x[i] - mean) * (x[i] - mean);
+    return kg_f_wf()(a, kg_wf{(float)N, mean, m2});
+}
+
 // ---- shuffles of states ----
 __device__ __forceinline__ float kg_shfl(float v, int o) {
     return __shfl_xor_sync(0xffffffffu, v, o);
@@ -203,7 +233,7 @@ __device__ __forceinline__ kg_wf kg_shfl(kg_wf v, int o) {
 // ---- the team: the TEAM threads of one outer point ----
 // KFAST (rows): a team is TEAM consecutive threads: a butterfly within a warp, then the warps of
 // the team through shared memory. Otherwise (columns) the team's threads are OPB apart and each
-// holds VO states: they meet in shared memory. Every thread of the block must call it (it
+// holds VO states (below). Every thread of the block must call it (it
 // synchronises when the team spans warps); every thread of a team gets the result.
 template <int TEAM, int OPB, int VO, bool KFAST, class S, class F>
 __device__ __forceinline__ void kg_team(S (&x)[VO], F f, S *sm) {
@@ -225,16 +255,33 @@ __device__ __forceinline__ void kg_team(S (&x)[VO], F f, S *sm) {
         __syncthreads();
         return;
     }
+    // Columns: the team's lanes are OPB apart. Those within one warp (G of them when OPB < 32)
+    // meet in a butterfly; then one lane of each group publishes its VO states, laid out
+    // [partial][v][lo] so that a warp's reads are consecutive words, and every thread merges the P
+    // partials of its outer point in order.
+    if (TEAM == 1)
+        return;
+    constexpr int G = OPB < 32 ? (TEAM < 32 / OPB ? TEAM : 32 / OPB) : 1, P = TEAM / G;
     const int lo = threadIdx.x % OPB, lk = threadIdx.x / OPB;
 #pragma unroll
-    for (int v = 0; v < VO; v++)
-        sm[(lk * OPB + lo) * VO + v] = x[v];
+    for (int o = OPB; o < OPB * G; o <<= 1) {
+#pragma unroll
+        for (int v = 0; v < VO; v++)
+            x[v] = f(x[v], kg_shfl(x[v], o));
+    }
+    if (P == 1)
+        return;
+    if (lk % G == 0) {
+#pragma unroll
+        for (int v = 0; v < VO; v++)
+            sm[((lk / G) * VO + v) * OPB + lo] = x[v];
+    }
     __syncthreads();
 #pragma unroll
     for (int v = 0; v < VO; v++) {
-        S acc = sm[lo * VO + v];
-        for (int j = 1; j < TEAM; j++)
-            acc = f(acc, sm[(j * OPB + lo) * VO + v]);
+        S acc = sm[v * OPB + lo];
+        for (int j = 1; j < P; j++)
+            acc = f(acc, sm[(j * VO + v) * OPB + lo]);
         x[v] = acc;
     }
     __syncthreads();

@@ -15,8 +15,28 @@
 #define kg_isnan(a) ((a) != (a))
 #define kg_isinf(a) ((a) == INFINITY || (a) == -INFINITY)
 /* maximum / minimum / clamp propagate NaN, as torch.maximum and torch.clamp do */
+#ifdef __CUDACC__
+template <class A, class B> KG_FN auto kg_max(A a, B b) -> decltype(true ? a : b) {
+    return kg_isnan(a) || a > b ? a : b;
+}
+template <class A, class B> KG_FN auto kg_min(A a, B b) -> decltype(true ? a : b) {
+    return kg_isnan(a) || a < b ? a : b;
+}
+/* two floats: one instruction (sm_80's max.NaN / min.NaN: NaN when either is), not three */
+KG_FN float kg_max(float a, float b) {
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+KG_FN float kg_min(float a, float b) {
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+#else
 #define kg_max(a, b) (kg_isnan(a) || (a) > (b) ? (a) : (b))
 #define kg_min(a, b) (kg_isnan(a) || (a) < (b) ? (a) : (b))
+#endif
 #define kg_clamp(x, lo, hi) kg_min(kg_max((x), (lo)), (hi))
 #define kg_relu(a) ((a) < 0 ? 0 : (a))
 #define kg_abs(a) ((a) < 0 ? -(a) : (a))
@@ -36,7 +56,12 @@ KG_FN float kg_exp_neg(float x) {
 #endif
 }
 KG_FN float kg_rsqrt(float x) {
+#ifdef __CUDACC__
+    return rsqrtf(
+        x); /* as PyTorch's CUDA rsqrt: the hardware's, where 1 / sqrtf is two IEEE calls */
+#else
     return 1.f / sqrtf(x);
+#endif
 }
 KG_FN float kg_sigmoid(float x) {
     return 1.f / (1.f + expf(-x));
