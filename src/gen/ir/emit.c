@@ -164,6 +164,12 @@ static void op_expr(const kir_node *x, const char ops[3][96], char *out, size_t 
         expr = "kg_idiv_floor($a, $b)";
     if ((x->op == KO_ADD || x->op == KO_SUB) && x->k[0] == 1)
         expr = x->op == KO_ADD ? "$a + $b" : "$a - $b";
+    /* a result eager stores in 16 or 8 bits: the GPU's fast exp and division (a few ulp of fp32,
+     * far below the rounding that follows) where the IEEE ones take ~20 instructions */
+    const int narrow = x->dtype == KILN_BF16 || x->dtype == KILN_F16 || x->dtype == KILN_F8_E4M3 ||
+                       x->dtype == KILN_F8_E5M2;
+    if (narrow && (x->op == KO_SILU || x->op == KO_SIGMOID))
+        expr = x->op == KO_SILU ? "kg_silu_lp($a)" : "kg_sigmoid_lp($a)";
     if (x->op == KO_POW_K) {
         static const struct {
             double exponent;

@@ -69,6 +69,19 @@ KG_FN float kg_sigmoid(float x) {
 KG_FN float kg_silu(float x) {
     return x / (1.f + expf(-x));
 }
+/* for results rounded to 16 or 8 bits after: __expf and __fdividef on the GPU (for x below about
+ * -88, exp(-x) is infinite and both give 0, the limit) */
+#ifdef __CUDACC__
+KG_FN float kg_sigmoid_lp(float x) {
+    return __fdividef(1.f, 1.f + __expf(-x));
+}
+KG_FN float kg_silu_lp(float x) {
+    return __fdividef(x, 1.f + __expf(-x));
+}
+#else
+#define kg_sigmoid_lp kg_sigmoid
+#define kg_silu_lp kg_silu
+#endif
 KG_FN float kg_gelu_erf(float x) {
     return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
