@@ -534,6 +534,8 @@ static void test_emulated(void **state) {
         {"native_group_norm_bf16", "KG_THREADS=64 KG_VBYTES=2 KG_TEAM=32", 0},
         {"softmax_channels", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8 KG_SPLIT=2", 1},
         {"sum_columns", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=16 KG_CACHE=0 KG_UNROLL=4", 0},
+        /* a team across warps alone (OPB 32: no butterfly, four partials in shared memory) */
+        {"sum_columns", "KG_THREADS=128 KG_VBYTES=8 KG_TEAM=4 KG_CACHE=0 KG_UNROLL=4", 0},
         {"sum_columns", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8 KG_SPLIT=4 KG_SPLITMODE=1 KG_CACHE=0",
          0},
         {"argmin_columns", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8", 1},
