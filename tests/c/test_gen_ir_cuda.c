@@ -536,6 +536,9 @@ static void test_emulated(void **state) {
         {"sum_columns", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=16 KG_CACHE=0 KG_UNROLL=4", 0},
         /* a team across warps alone (OPB 32: no butterfly, four partials in shared memory) */
         {"sum_columns", "KG_THREADS=128 KG_VBYTES=8 KG_TEAM=4 KG_CACHE=0 KG_UNROLL=4", 0},
+        /* 300 elements in sequence a thread: the compensated (Kahan) sum, with infinities and NaN
+         */
+        {"sum_columns", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=1 KG_CACHE=0 KG_UNROLL=4", 1},
         {"sum_columns", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8 KG_SPLIT=4 KG_SPLITMODE=1 KG_CACHE=0",
          0},
         {"argmin_columns", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8", 1},

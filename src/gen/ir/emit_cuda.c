@@ -266,6 +266,16 @@ static int step_vectored(const cu_ctx *C, const kg_step *st) {
            (op == KR_SOFTMAX || op == KR_WELFORD);
 }
 
+/* 1 when a float sum runs compensated (Kahan: kc<node> holds what each addition lost): a thread
+ * adds 256 or more elements in sequence, where a plain fp32 sum drifts by ~sqrt(n) ulp of its
+ * partial — on the CPU, 4 lanes of 2048 normal values left 15 of 4096 columns outside fp32's
+ * tolerance, none compensated. Shorter runs (a norm's sum of squares over its team's share) stay
+ * plain. */
+static int step_compensated(const cu_ctx *C, const kg_step *st) {
+    const kir_node *x = &C->plan->ir->nodes[st->node];
+    return x->op == KR_SUM && !kir_dtype_is_int(x->dtype) && C->items * C->rv >= 256;
+}
+
 static void step_update(cu_ctx *C, const kg_step *st, kg_scope *lane, const char *si,
                         const char *in) {
     const kg_plan *plan = C->plan;
@@ -280,7 +290,14 @@ static void step_update(cu_ctx *C, const kg_step *st, kg_scope *lane, const char
     }
     switch (x->op) {
     case KR_SUM:
-        kiln_strbuf_printf(C->b, "%s%s[%s] += %s;\n", in, s, si, val);
+        if (step_compensated(C, st))
+            kiln_strbuf_printf(C->b,
+                               "%s{ const float kg_y = %s - kc%d[%s], kg_t = %s[%s] + kg_y; "
+                               "kc%d[%s] = kg_t - kg_t == 0.f ? (kg_t - %s[%s]) - kg_y : 0.f; "
+                               "%s[%s] = kg_t; }\n",
+                               in, val, n, si, s, si, n, si, s, si, s, si);
+        else
+            kiln_strbuf_printf(C->b, "%s%s[%s] += %s;\n", in, s, si, val);
         break;
     case KR_PROD:
         kiln_strbuf_printf(C->b, "%s%s[%s] *= %s;\n", in, s, si, val);
@@ -644,11 +661,24 @@ static void emit_reduction(cu_ctx *C) {
                                "        %s %s[KG_VO];\n#pragma unroll\n        for (int kg_e = 0; "
                                "kg_e < KG_VO; kg_e++)\n            %s[kg_e] = %s;\n",
                                cs.type, s, s, cs.init);
+            if (step_compensated(C, st))
+                kiln_strbuf_printf(b, "        float kc%d[KG_VO] = {};\n", st->node);
         }
         red_loop(C, &group, ph, 0);
-        for (int k = 0; k < plan->n_steps; k++)
-            if (plan->steps[k].phase == ph)
-                step_merge(C, &plan->steps[k]);
+        for (int k = 0; k < plan->n_steps; k++) {
+            const kg_step *st = &plan->steps[k];
+            if (st->phase != ph)
+                continue;
+            if (step_compensated(C, st)) { /* the lost low parts back in before the merges */
+                char s[32];
+                state_name(st, s, sizeof s);
+                kiln_strbuf_printf(b,
+                                   "#pragma unroll\n        for (int kg_e = 0; kg_e < KG_VO; "
+                                   "kg_e++)\n            %s[kg_e] -= kc%d[kg_e];\n",
+                                   s, st->node);
+            }
+            step_merge(C, st);
+        }
         if (split > 1 && mode == 1)
             scratch_merge(C);
         for (int k = 0; k < plan->n_steps; k++)
