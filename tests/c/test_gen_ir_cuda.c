@@ -483,6 +483,49 @@ static const small_case *case_named(const char *name) {
     return NULL;
 }
 
+static int count_of(const char *s, const char *what) {
+    int n = 0;
+    for (const char *at = strstr(s, what); at; at = strstr(at + 1, what))
+        n++;
+    return n;
+}
+
+/* What the H200 speed-ups of 2026-12-03 rest on, in the emitted text (docs/generator.md, "The
+ * emitters"): a value fixed along the reduced axes computed once per outer point, not at every
+ * element; the key positions of a causal mask loaded where they are used, not held in registers; no
+ * rounding of values that already are bf16; a vector at a time into the online softmax pair; the
+ * register cap that keeps two blocks on an SM. */
+static void test_emitted_text(void **state) {
+    (void)state;
+    kiln_match m;
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    kiln_problem *p = load_case(case_named("rmsnorm_channels_bf16"), &m);
+    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=8", pt);
+    char *cuda = gen->emit(p, &m, pt, 1);
+    const char *body = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
+    assert_non_null(body); /* the templates' definitions come before it */
+    assert_int_equal(count_of(body, "kg_rsqrt("), 1); /* once, into kh<node>[] */
+    assert_non_null(strstr(body, "kh10[kg_e] = "));
+    assert_non_null(strstr(cuda, "#define KG_MINB 8 "));
+    free(cuda);
+    kiln_problem_free(p);
+
+    p = load_case(case_named("causal_softmax_bf16"), &m);
+    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", pt);
+    cuda = gen->emit(p, &m, pt, 1);
+    const char *kernel = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
+    assert_non_null(kernel);
+    assert_non_null(strstr(kernel, "kg_q1 = kg_ld<64>(input1 + kg_kk)")); /* where it is used */
+    assert_null(strstr(kernel, "kg_raw<64>::t kg_r1[")); /* not held across passes */
+    assert_non_null(strstr(kernel, "kg_smx_addv("));
+    assert_null(strstr(kernel, "kg_smx_add(")); /* no element-by-element update */
+    /* the scores and the where between 0 and bf16's lowest are bf16 already: one rounding, at the
+     * add, in the first pass and in the output pass */
+    assert_int_equal(count_of(kernel, "kg_round_bf16("), 2 + 1 /* the output's cast */);
+    free(cuda);
+    kiln_problem_free(p);
+}
+
 static void test_emulated(void **state) {
     (void)state;
     if (system("command -v ${CXX:-g++} >/dev/null 2>&1") != 0) {
@@ -573,6 +616,7 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_emitted_text),
         cmocka_unit_test(test_emulated),
         cmocka_unit_test(test_compile),
     };
