@@ -821,8 +821,8 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
      * up to 255 on issuing loads early (a causal mask's key positions, a whole cached slice) and
      * the SM holds one block of 8 warps. */
     const int64_t held = C.cached ? C.items : pt[P_UNROLL];
-    int64_t words =
-        0; /* a vector's registers, each access's rounded up (a bf16 at VEC 1 takes one) */
+    /* a vector's registers, each access's rounded up (a bf16 at VEC 1 takes one) */
+    int64_t words = 0;
     for (int c = 0; c < ir->n_acc; c++)
         if (C.vload[c] && !C.iload[c])
             words += (C.vec * (int64_t)kiln_dtype_size(p->inputs[ir->acc[c].tensor].dtype) + 3) / 4;
