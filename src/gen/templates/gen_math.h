@@ -57,8 +57,8 @@ KG_FN float kg_exp_neg(float x) {
 }
 KG_FN float kg_rsqrt(float x) {
 #ifdef __CUDACC__
-    return rsqrtf(
-        x); /* as PyTorch's CUDA rsqrt: the hardware's, where 1 / sqrtf is two IEEE calls */
+    /* as PyTorch's CUDA rsqrt: the hardware's, where 1 / sqrtf is two IEEE calls */
+    return rsqrtf(x);
 #else
     return 1.f / sqrtf(x);
 #endif
