@@ -740,8 +740,8 @@ static int const_axes(kiln_strbuf *b, const kiln_problem *p) {
 char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
                    const int64_t *pt, const kg_plan *plan) {
     kiln_strbuf b = {0}, ir_text = {0};
-    int esize, in_bytes;
-    kg_stream_sizes(plan, &esize, &in_bytes);
+    int esize, in_bytes, in_loads;
+    kg_stream_sizes(plan, &esize, &in_bytes, &in_loads);
     cu_ctx C = {.p = p, .m = m, .pt = pt, .plan = plan, .b = &b};
     C.vec = pt[P_VBYTES] / esize;
     KILN_ASSERT(C.vec >= 1); /* check() accepted the point */
@@ -779,17 +779,9 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
                 C.vec > 1 ? vectorizable(plan, x->acc, plan->vec_axis, C.vec)
                           : C.cached && plan->vec_axis >= 0 && (x->axes >> plan->vec_axis & 1);
     }
-    /* A reduction's load with no kept axis (a causal mask's int64 key positions) is the same for
-     * every outer point, an L1 hit: beside loads that are kept (the scores) it is loaded where it
-     * is used, not held in registers across the passes nor batched with the stream
-     * (kg_stream_sizes leaves it out of the bytes a thread holds). */
-    int kept_loads = 0;
-    for (int v = 0; v < ir->n_nodes && red; v++)
-        kept_loads |= plan->live[v] && ir->nodes[v].kind == KIR_LOAD &&
-                      (ir->nodes[v].axes & ir->red) && (ir->nodes[v].axes & ir->domain & ~ir->red);
-    for (int v = 0; v < ir->n_nodes && kept_loads; v++)
-        if (plan->live[v] && ir->nodes[v].kind == KIR_LOAD && C.vload[ir->nodes[v].acc] &&
-            !(ir->nodes[v].axes & ir->domain & ~ir->red))
+    /* a causal mask's key positions beside the scores: loaded where they are used, not held */
+    for (int v = 0; v < ir->n_nodes; v++)
+        if (ir->nodes[v].kind == KIR_LOAD && C.vload[ir->nodes[v].acc] && kg_index_load(plan, v))
             C.iload[ir->nodes[v].acc] = 1;
 
     kir_print(ir, &ir_text);
@@ -820,13 +812,7 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
      * temporaries, the states) fits them, else what that estimate needs. Left at 1, ptxas spends
      * up to 255 on issuing loads early (a causal mask's key positions, a whole cached slice) and
      * the SM holds one block of 8 warps. */
-    const int64_t held = C.cached ? C.items : pt[P_UNROLL];
-    /* a vector's registers, each access's rounded up (a bf16 at VEC 1 takes one) */
-    int64_t words = 0;
-    for (int c = 0; c < ir->n_acc; c++)
-        if (C.vload[c] && !C.iload[c])
-            words += (C.vec * (int64_t)kiln_dtype_size(p->inputs[ir->acc[c].tensor].dtype) + 3) / 4;
-    const int64_t est = held * words + 48 + 8 * C.vo * plan->n_steps;
+    const int64_t est = kg_point_registers(m, pt);
     int64_t minb = est <= 128 ? 512 / threads : 65536 / (threads * est);
     minb = minb < 1 ? 1 : minb;
     kiln_strbuf_printf(&b, "#define KG_MINB %lld /* blocks an SM holds at least */\n",

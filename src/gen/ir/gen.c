@@ -42,8 +42,8 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
         return 0;
     }
     const kir *ir = plan.ir;
-    int esize, in_bytes;
-    kg_stream_sizes(&plan, &esize, &in_bytes);
+    int esize, in_bytes, in_loads;
+    kg_stream_sizes(&plan, &esize, &in_bytes, &in_loads);
     int64_t vgcd = 0, total = 0, outer = 0, red = 0, biggest = 0;
     for (int w = 0; w < p->n_workloads; w++) {
         if (plan.vec_axis >= 0)
@@ -90,6 +90,7 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     kiln_match_set(m, "vgcd", (double)vgcd);
     kiln_match_set(m, "esize", esize);
     kiln_match_set(m, "in_bytes", in_bytes);
+    kiln_match_set(m, "in_loads", in_loads);
     kiln_match_set(m, "streams", streams);
     kiln_match_set(m, "total_max", (double)total);
     kiln_match_set(m, "outer_max", (double)outer);
@@ -121,7 +122,9 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
 /* What a point means for the plan: derived quantities shared by check and the model. */
 typedef struct {
     int64_t threads, vec, unroll, team, split, mode, online, cache, persist;
-    int64_t opb, vo, items, blocks, phases, steps, words;
+    int64_t opb, vo, items, blocks, phases, steps;
+    int64_t words;     /* the bytes of loads a thread holds, in words (the budget of gen_check) */
+    int64_t reg_words; /* the registers they take: a load's vector rounded up (bf16 at VEC 1: 1) */
 } point_info;
 
 static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
@@ -151,9 +154,17 @@ static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
         q->blocks = (fact(m, "outer_max") + q->opb * q->vo - 1) / (q->opb * q->vo) * q->split;
     }
     const int64_t held = q->cache && kind != KG_POINTWISE ? q->items : q->unroll;
+    const int64_t vec_words = (vec * fact(m, "in_bytes") + 3) / 4, loads = fact(m, "in_loads");
     q->words = (held * vec * fact(m, "in_bytes") + 3) / 4;
+    q->reg_words = held * (vec_words > loads ? vec_words : loads);
     if (q->persist && q->blocks > q->persist * KG_SMS)
         q->blocks = q->persist * KG_SMS;
+}
+
+int64_t kg_point_registers(const kiln_match *m, const int64_t *pt) {
+    point_info q;
+    info_of(m, pt, &q);
+    return q.reg_words + 48 + 8 * q.vo * q.steps;
 }
 
 static const char *gen_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {

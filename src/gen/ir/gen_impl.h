@@ -65,11 +65,19 @@ int kg_plan_make(const kiln_problem *p, int online, kg_plan *plan, char *why, si
 void kg_plan_free(kg_plan *plan);
 /* The stride of access c along axis a in workload w. */
 int64_t kg_stride(const kg_plan *plan, int c, int a, int w);
+/* 1 when node v is a reduction's load along the reduced axes alone beside loads that also move
+ * along a kept axis (a causal mask's int64 key positions beside the scores): the same short vector
+ * for every outer point, read from cache where it is used (emit_cuda.c) — it neither sets the
+ * vector width nor counts among the bytes a thread holds. */
+int kg_index_load(const kg_plan *plan, int v);
 /* The largest element size (bytes) of what streams along the vector axis (the loads that move
- * along the reduced axes and the outputs along them; everything in a pointwise plan), and the
- * bytes per element of the streamed loads (not the loads along the reduced axes alone beside kept
- * loads, such as a causal mask's key positions: those are read from cache where they are used). */
-void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes);
+ * along the reduced axes and the outputs along them; everything in a pointwise plan), the bytes per
+ * element of the streamed loads along the vector axis and how many such loads there are (index
+ * loads left out). */
+void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes, int *in_loads);
+/* The registers a thread of point pt needs by gen.c's estimate: its held vectors (each load's
+ * rounded up to whole registers), ~48 of indices and temporaries, its states. */
+int64_t kg_point_registers(const kiln_match *m, const int64_t *pt);
 
 /* ---- the element emitter (emit.c) ---- */
 

@@ -173,41 +173,45 @@ static void plan_steps(kg_plan *plan) {
         }
 }
 
-void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes) {
+/* 1 when a live load moves along the reduced axes and some kept axis: the stream of a reduction. */
+static int kept_load(const kg_plan *plan, int v) {
+    const kir *ir = plan->ir;
+    const kir_node *x = &ir->nodes[v];
+    return plan->live[v] && x->kind == KIR_LOAD && (x->axes & ir->red) &&
+           (x->axes & ir->domain & ~ir->red);
+}
+
+int kg_index_load(const kg_plan *plan, int v) {
+    const kir *ir = plan->ir;
+    const kir_node *x = &ir->nodes[v];
+    if (plan->kind == KG_POINTWISE || !plan->live[v] || x->kind != KIR_LOAD ||
+        !(x->axes & ir->red) || (x->axes & ir->domain & ~ir->red))
+        return 0;
+    for (int u = 0; u < ir->n_nodes; u++)
+        if (kept_load(plan, u))
+            return 1;
+    return 0; /* nothing is kept: it is the stream */
+}
+
+void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes, int *in_loads) {
     const kir *ir = plan->ir;
     const kiln_problem *p = ir->p;
     *max_esize = 1;
-    *in_bytes = 0;
+    *in_bytes = *in_loads = 0;
     uint32_t want = plan->kind == KG_POINTWISE ? ir->domain : ir->red;
-    int index_esize = 0, kept_loads = 0; /* the loads along the reduced axes alone; the others */
-    int index_bytes = 0;
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
-        if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & want))
+        if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & want) || kg_index_load(plan, v))
             continue;
         int es = (int)kiln_dtype_size(p->inputs[ir->acc[x->acc].tensor].dtype);
+        *max_esize = es > *max_esize ? es : *max_esize;
         /* a load that does not move along the vector axis (GroupNorm's weight and bias, [C] in a
          * reduction over (C/G, H*W)) is a few values read from cache, neither vectorised nor kept
          * in registers: it is not in flight from memory and takes no register of the slice */
-        const int along_vec = plan->vec_axis < 0 || (x->axes >> plan->vec_axis & 1);
-        /* A reduction's load with no kept axis (Gemma-4's int64 key positions of a causal mask
-         * computed in the chain) is the same short vector for every outer point, read from cache:
-         * it does not set the vector width, and is loaded in wider vectors (up to 64 bytes) or
-         * lane by lane. */
-        if (plan->kind != KG_POINTWISE && !(x->axes & ir->domain & ~ir->red)) {
-            index_esize = es > index_esize ? es : index_esize;
-            index_bytes += along_vec ? es : 0;
-        } else {
-            *max_esize = es > *max_esize ? es : *max_esize;
-            *in_bytes += along_vec ? es : 0;
-            kept_loads++;
+        if (plan->vec_axis < 0 || (x->axes >> plan->vec_axis & 1)) {
+            *in_bytes += es;
+            ++*in_loads;
         }
-    }
-    /* beside kept loads they are loaded where they are used (emit_cuda.c), from cache, and take no
-     * register of the slice; nothing is kept: they are the stream */
-    if (!kept_loads) {
-        *max_esize = index_esize > *max_esize ? index_esize : *max_esize;
-        *in_bytes += index_bytes;
     }
     for (int o = 0; o < p->n_outputs; o++) { /* a reduction's outputs at the outer points are not */
         int es = (int)kiln_dtype_size(p->outputs[o].dtype);
