@@ -738,7 +738,7 @@ static int const_axes(kiln_strbuf *b, const kiln_problem *p) {
 }
 
 char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
-                   const int64_t *pt, const kg_plan *plan) {
+                   const int64_t *pt, const kg_plan *plan, int64_t registers) {
     kiln_strbuf b = {0}, ir_text = {0};
     int esize, in_bytes, in_loads;
     kg_stream_sizes(plan, &esize, &in_bytes, &in_loads);
@@ -812,8 +812,7 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
      * temporaries, the states) fits them, else what that estimate needs. Left at 1, ptxas spends
      * up to 255 on issuing loads early (a causal mask's key positions, a whole cached slice) and
      * the SM holds one block of 8 warps. */
-    const int64_t est = kg_point_registers(m, pt);
-    int64_t minb = est <= 128 ? 512 / threads : 65536 / (threads * est);
+    int64_t minb = registers <= 128 ? 512 / threads : 65536 / (threads * registers);
     minb = minb < 1 ? 1 : minb;
     kiln_strbuf_printf(&b, "#define KG_MINB %lld /* blocks an SM holds at least */\n",
                        (long long)minb);

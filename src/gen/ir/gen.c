@@ -161,7 +161,9 @@ static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
         q->blocks = q->persist * KG_SMS;
 }
 
-int64_t kg_point_registers(const kiln_match *m, const int64_t *pt) {
+/* The registers a thread of point pt needs: its held vectors (each load's rounded up to whole
+ * registers), ~48 of indices and temporaries, its states; the CUDA driver draws KG_MINB from it. */
+static int64_t point_registers(const kiln_match *m, const int64_t *pt) {
     point_info q;
     info_of(m, pt, &q);
     return q.reg_words + 48 + 8 * q.vo * q.steps;
@@ -358,7 +360,8 @@ static char *gen_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     int ok = kg_plan_make(p, cuda ? (int)pt[P_ONLINE] : 0, &plan, why, sizeof why);
     KILN_ASSERT(ok); /* emit is only called on what match accepted */
     const kiln_family *f = &kiln_family_gen;
-    char *src = cuda ? kg_emit_cuda(f, p, m, pt, &plan) : kg_emit_cpu(f, p, m, &plan);
+    char *src = cuda ? kg_emit_cuda(f, p, m, pt, &plan, point_registers(m, pt))
+                     : kg_emit_cpu(f, p, m, &plan);
     kg_plan_free(&plan);
     return src;
 }

@@ -75,9 +75,6 @@ int kg_index_load(const kg_plan *plan, int v);
  * element of the streamed loads along the vector axis and how many such loads there are (index
  * loads left out). */
 void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes, int *in_loads);
-/* The registers a thread of point pt needs by gen.c's estimate: its held vectors (each load's
- * rounded up to whole registers), ~48 of indices and temporaries, its states. */
-int64_t kg_point_registers(const kiln_match *m, const int64_t *pt);
 
 /* ---- the element emitter (emit.c) ---- */
 
@@ -129,10 +126,11 @@ void kg_name_results(kg_scope *s, int node, const char *index);
 
 /* ---- the drivers ---- */
 /* The source of the plan for the cpu backend / for CUDA at point pt, with family f's banner and
- * defines (f is gen.c's family: passed in so that the drivers do not call back into gen.c). */
+ * defines (f is gen.c's family, and registers gen.c's estimate of the registers a thread of pt
+ * needs: passed in so that the drivers do not call back into gen.c). */
 char *kg_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
                   const kg_plan *plan);
 char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
-                   const int64_t *pt, const kg_plan *plan);
+                   const int64_t *pt, const kg_plan *plan, int64_t registers);
 
 #endif
