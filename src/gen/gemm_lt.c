@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "../backend/lt_call.h"
-#include "family.h"
+#include "gemm.h"
 
 extern const kiln_family kiln_family_cublaslt;
 
@@ -15,363 +15,21 @@ extern const kiln_family kiln_family_cublaslt;
 #define LT_CONFIG_CAP KILN_LT_CALL_CAP
 #define LT_DIGIT 16
 
-enum { ROLE_A, ROLE_B, ROLE_BIAS };
-
-/* ---- matching ---- */
-
-/* The size of dim d of t, when it is fixed for every workload (a literal or a const axis). */
-static int fixed_dim(const kiln_problem *p, const kiln_tensor_spec *t, int d, int64_t *out) {
-    if (t->axis[d] < 0) {
-        *out = t->literal[d];
-        return 1;
-    }
-    const kiln_axis *a = &p->axes[t->axis[d]];
-    *out = a->value;
-    return a->kind == KILN_AXIS_CONST;
-}
-
-/* One operand as stored: rows × cols of a matrix (the last two dims, leading ones folded into
- * batch or into the rows), whether it is stored transposed relative to the captured call. */
-typedef struct {
-    int64_t batch, rows, cols;
-    int transposed;
-} operand;
-
-/* Reads input t (2-D or 3-D, fixed sizes, dense or a captured transpose of the last two dims).
- * fold: leading dims are rows (linear's input), else a 3-D operand is a batch. */
-static int read_operand(const kiln_problem *p, int in, int fold, operand *o, char *why,
-                        size_t why_len) {
-    const kiln_tensor_spec *t = &p->inputs[in];
-    int64_t s[KILN_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++)
-        if (!fixed_dim(p, t, d, &s[d])) {
-            kiln_family_fmt(why, why_len,
-                            "cublaslt plans one fixed shape: input '%s' has a size that varies "
-                            "between workloads",
-                            t->name);
-            return 0;
-        }
-    if (t->ndim < 2 || (!fold && t->ndim > 3)) {
-        kiln_family_fmt(why, why_len, "input '%s' is %d-D, not a matrix or a batch of them",
-                        t->name, t->ndim);
-        return 0;
-    }
-    if (t->layout.expanded) {
-        kiln_family_fmt(why, why_len, "input '%s' is broadcast (a stride 0): not mapped yet",
-                        t->name);
-        return 0;
-    }
-    int nd = t->ndim;
-    o->transposed = 0;
-    if (t->layout.permuted) {
-        for (int d = 0; d < nd - 2; d++)
-            if (t->layout.perm[d] != d) {
-                kiln_family_fmt(why, why_len,
-                                "input '%s' is permuted across its batch dims: cuBLASLt takes a "
-                                "strided batch of matrices only",
-                                t->name);
-                return 0;
-            }
-        if (t->layout.perm[nd - 2] != nd - 1 || fold) {
-            kiln_family_fmt(why, why_len, "input '%s' is stored in an order cuBLASLt cannot read",
-                            t->name);
-            return 0;
-        }
-        o->transposed = 1;
-    }
-    o->batch = 1;
-    for (int d = 0; d < nd - 2; d++)
-        o->batch *= s[d];
-    o->rows = s[nd - 2];
-    o->cols = s[nd - 1];
-    if (fold) {
-        o->rows *= o->batch;
-        o->batch = 1;
-    }
-    return 1;
-}
-
-static int is_gemm_dtype(kiln_dtype t) {
-    return t == KILN_BF16 || t == KILN_F16 || t == KILN_F32;
-}
-
-/* Input ib is one value of dtype t per output column (n of them): the bias cuBLASLt adds. */
-static int bias_ok(const kiln_problem *p, int ib, int64_t n, kiln_dtype t, char *why,
-                   size_t why_len) {
-    const kiln_tensor_spec *bt = &p->inputs[ib];
-    int64_t n0 = 0;
-    if (bt->ndim == 1 && fixed_dim(p, bt, 0, &n0) && n0 == n && bt->dtype == t &&
-        !bt->layout.expanded)
-        return 1;
-    kiln_family_fmt(why, why_len, "bias '%s' is not one %s value per output column (%lld)",
-                    bt->name, kiln_dtype_name(t), (long long)n);
-    return 0;
-}
-
-/* Fills g and m from a captured GEMM op whose tensors are problem inputs. */
-static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, kiln_match *m,
-                    char *why, size_t why_len) {
-    int linear = kiln_op_is(op, "aten::linear.default");
-    int addmm = kiln_op_is(op, "aten::addmm.default");
-    int bmm = kiln_op_is(op, "aten::bmm.default");
-    int mm = kiln_op_is(op, "aten::mm.default") || kiln_op_is(op, "aten::matmul.default");
-    if (!linear && !addmm && !bmm && !mm) {
-        kiln_family_fmt(why, why_len,
-                        "%s is not one GEMM (linear, mm, matmul, bmm, addmm without scaling)",
-                        op->aten);
-        return 0;
-    }
-    int ia = kiln_arg_input(kiln_op_arg(op, addmm ? 1 : 0, addmm ? "mat1" : NULL));
-    int ib = kiln_arg_input(kiln_op_arg(op, addmm ? 2 : 1, NULL));
-    const kiln_arg *bias_arg =
-        linear ? kiln_op_arg(op, 2, "bias") : (addmm ? kiln_op_arg(op, 0, "self") : NULL);
-    int ibias = bias_arg && bias_arg->kind != KILN_ARG_NONE ? kiln_arg_input(bias_arg) : -1;
-    if (ia < 0 || ib < 0 || (bias_arg && bias_arg->kind != KILN_ARG_NONE && ibias < 0)) {
-        kiln_family_fmt(why, why_len, "%s reads a tensor that is not a problem input", op->aten);
-        return 0;
-    }
-    if (addmm && (kiln_arg_num(kiln_op_arg(op, 3, "beta"), 1) != 1 ||
-                  kiln_arg_num(kiln_op_arg(op, 4, "alpha"), 1) != 1)) {
-        kiln_family_fmt(why, why_len, "addmm with beta or alpha other than 1: not mapped");
-        return 0;
-    }
-    operand a, b;
-    int a_nd = p->inputs[ia].ndim, b_nd = p->inputs[ib].ndim;
-    /* linear and matmul of an N-D input by a matrix fold the input's leading dims into rows */
-    int fold = linear || (mm && a_nd > 2 && b_nd == 2);
-    if (!read_operand(p, ia, fold, &a, why, why_len) || !read_operand(p, ib, 0, &b, why, why_len))
-        return 0;
-    if ((bmm && (a_nd != 3 || b_nd != 3)) || (addmm && (a_nd != 2 || b_nd != 2)) ||
-        (linear && b_nd != 2) || (mm && !fold && a_nd != b_nd)) {
-        kiln_family_fmt(why, why_len, "%s of %d-D by %d-D: not a layout mapped onto cuBLASLt",
-                        op->aten, a_nd, b_nd);
-        return 0;
-    }
-    if (a.batch != b.batch) {
-        kiln_family_fmt(why, why_len, "batches differ (%lld, %lld): broadcasting is not mapped",
-                        (long long)a.batch, (long long)b.batch);
-        return 0;
-    }
-    /* captured sizes: A is M×K, B is K×N (linear: the weight is N×K, read transposed) */
-    int64_t M = a.transposed ? a.cols : a.rows, K = a.transposed ? a.rows : a.cols;
-    int tb = linear ? !b.transposed : b.transposed;
-    int64_t N = tb ? b.rows : b.cols, Kb = tb ? b.cols : b.rows;
-    if (Kb != K) {
-        kiln_family_fmt(why, why_len, "inner sizes differ (%lld, %lld)", (long long)K,
-                        (long long)Kb);
-        return 0;
-    }
-    kiln_dtype ta = p->inputs[ia].dtype;
-    if (!is_gemm_dtype(ta) || p->inputs[ib].dtype != ta) {
-        kiln_family_fmt(why, why_len,
-                        "dtypes %s @ %s: the family takes one of bfloat16, float16, float32 for "
-                        "both",
-                        kiln_dtype_name(ta), kiln_dtype_name(p->inputs[ib].dtype));
-        return 0;
-    }
-    if (ibias >= 0 && !bias_ok(p, ibias, N, ta, why, why_len))
-        return 0;
-    *g = (kiln_lt_gemm){.m = M,
-                        .n = N,
-                        .k = K,
-                        .batch = a.batch,
-                        .stride_a = a.batch > 1 ? M * K : 0,
-                        .stride_b = b.batch > 1 ? K * N : 0,
-                        .stride_d = a.batch > 1 ? M * N : 0,
-                        .a_type = ta,
-                        .b_type = ta,
-                        .d_type = ta,
-                        .trans_a = a.transposed,
-                        .trans_b = tb,
-                        .lda = a.cols,
-                        .ldb = b.cols,
-                        .ldd = N,
-                        .epilogue = ibias >= 0 ? KILN_LT_EPI_BIAS : KILN_LT_EPI_NONE,
-                        .bias_type = ta};
-    m->input_of_role[ROLE_A] = ia;
-    m->input_of_role[ROLE_B] = ib;
-    m->input_of_role[ROLE_BIAS] = ibias;
-    m->output_of_role[0] = 0;
-    kiln_family_fmt(m->how, sizeof m->how, "%s: %lld x [%lld x %lld] @ [%lld x %lld]%s%s, %s",
-                    op->aten, (long long)a.batch, (long long)M, (long long)K, (long long)K,
-                    (long long)N, g->trans_a ? " (A transposed)" : "",
-                    g->trans_b ? " (B stored [N, K])" : "", kiln_dtype_name(ta));
-    return 1;
-}
-
-/* The epilogue chain after the GEMM (ops 1.. of c), each op reading the previous one's result:
- * a bias add (when the GEMM has none, before the activation), ReLU or GELU (one), then a cast
- * (last). cuBLASLt applies them to the fp32 accumulator and rounds once to the cast's dtype.
- * GELU's erf form is matched too and run as cuBLASLt's tanh form: whether that is within the
- * problem's tolerance is the gate's proof to make, not the matcher's assumption. Updates g's
- * epilogue and d_type, m's bias role and its "gelu_erf" fact. */
-static int match_epilogue(const kiln_problem *p, const kiln_opchain *c, kiln_lt_gemm *g,
-                          kiln_match *m, char *why, size_t why_len) {
-    int bias = m->input_of_role[ROLE_BIAS] >= 0, act = 0, erf = 0, cast = 0;
-    for (int i = 1; i < c->n_ops; i++) {
-        const kiln_op *op = &c->ops[i];
-        const kiln_arg *x = kiln_op_arg(op, 0, "self");
-        int add = kiln_op_is(op, "aten::add.Tensor");
-        int relu = kiln_op_is(op, "aten::relu.default");
-        int gelu = kiln_op_is(op, "aten::gelu.default");
-        int to = kiln_op_is(op, "aten::to.dtype") || kiln_op_is(op, "aten::_to_copy.default");
-        const kiln_arg *other = add ? kiln_op_arg(op, 1, "other") : NULL;
-        if (add && other && kiln_arg_is_result(other, i - 1, 0)) { /* bias + gemm */
-            const kiln_arg *t = x;
-            x = other;
-            other = t;
-        }
-        if (cast || !x || !kiln_arg_is_result(x, i - 1, 0) || !(add || relu || gelu || to)) {
-            kiln_family_fmt(why, why_len,
-                            "%s after the GEMM is not an epilogue cuBLASLt fuses (one bias add, "
-                            "then ReLU or GELU, then a cast, each reading the previous result)",
-                            op->aten);
-            return 0;
-        }
-        if (add) {
-            int ib = kiln_arg_input(other);
-            if (bias || act || ib < 0 || kiln_arg_num(kiln_op_arg(op, 2, "alpha"), 1) != 1) {
-                kiln_family_fmt(why, why_len,
-                                "%s: cuBLASLt adds one bias (an input, alpha 1) before the "
-                                "activation",
-                                op->aten);
-                return 0;
-            }
-            if (!bias_ok(p, ib, g->n, g->a_type, why, why_len))
-                return 0;
-            m->input_of_role[ROLE_BIAS] = ib;
-            bias = 1;
-        } else if (relu || gelu) {
-            const kiln_arg *ap = gelu ? kiln_op_arg(op, 1, "approximate") : NULL;
-            int tanh_form = ap && ap->kind == KILN_ARG_OTHER && !strcmp(ap->text, "tanh");
-            if (act ||
-                (ap && ap->kind == KILN_ARG_OTHER && !tanh_form && strcmp(ap->text, "none"))) {
-                kiln_family_fmt(why, why_len, "%s: cuBLASLt applies one activation, ReLU or GELU",
-                                op->aten);
-                return 0;
-            }
-            act = relu ? 1 : 2;
-            erf = gelu && !tanh_form;
-        } else {
-            const kiln_arg *dt =
-                kiln_op_arg(op, kiln_op_is(op, "aten::to.dtype") ? 1 : -1, "dtype");
-            if (!dt || dt->kind != KILN_ARG_DTYPE || !is_gemm_dtype(dt->dtype)) {
-                kiln_family_fmt(why, why_len, "%s: a cast to bfloat16, float16 or float32 only",
-                                op->aten);
-                return 0;
-            }
-            g->d_type = dt->dtype;
-            cast = 1;
-        }
-    }
-    static const kiln_lt_epilogue epi[2][3] = {
-        {KILN_LT_EPI_NONE, KILN_LT_EPI_RELU, KILN_LT_EPI_GELU},
-        {KILN_LT_EPI_BIAS, KILN_LT_EPI_BIAS_RELU, KILN_LT_EPI_BIAS_GELU}};
-    g->epilogue = epi[bias][act];
-    kiln_match_set(m, "gelu_erf", erf);
-    return 1;
-}
-
-/* The GEMM m describes (match facts hold its fields). */
-static kiln_lt_gemm gemm_of(const kiln_match *m) {
-    kiln_dtype t = (kiln_dtype)kiln_match_get(m, "dtype", 0);
-    kiln_dtype td = (kiln_dtype)kiln_match_get(m, "d_dtype", t);
-    return (kiln_lt_gemm){.m = (int64_t)kiln_match_get(m, "m", 1),
-                          .n = (int64_t)kiln_match_get(m, "n", 1),
-                          .k = (int64_t)kiln_match_get(m, "k", 1),
-                          .batch = (int64_t)kiln_match_get(m, "batch", 1),
-                          .stride_a = (int64_t)kiln_match_get(m, "stride_a", 0),
-                          .stride_b = (int64_t)kiln_match_get(m, "stride_b", 0),
-                          .stride_d = (int64_t)kiln_match_get(m, "stride_d", 0),
-                          .a_type = t,
-                          .b_type = t,
-                          .d_type = td,
-                          .trans_a = (int)kiln_match_get(m, "trans_a", 0),
-                          .trans_b = (int)kiln_match_get(m, "trans_b", 0),
-                          .lda = (int64_t)kiln_match_get(m, "lda", 0),
-                          .ldb = (int64_t)kiln_match_get(m, "ldb", 0),
-                          .ldd = (int64_t)kiln_match_get(m, "ldd", 0),
-                          .epilogue = (kiln_lt_epilogue)kiln_match_get(m, "epilogue", 0),
-                          .bias_type = t};
-}
-
 static int lt_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
-    memset(m, 0, sizeof *m);
-    for (int i = 0; i < 8; i++)
-        m->input_of_role[i] = -1;
-    for (int i = 0; i < 4; i++)
-        m->output_of_role[i] = -1;
-    if (!kiln_opchain_described(p)) {
-        kiln_family_fmt(why, why_len, "no captured op chain (cublaslt matches captured GEMMs)");
+    if (!kiln_gemm_match(p, m, why, why_len))
         return 0;
-    }
-    kiln_opchain *c = NULL;
-    kiln_err err;
-    if (kiln_opchain_read(p, &c, &err) != KILN_OK) {
-        kiln_family_fmt(why, why_len, "op chain: %s", err.msg);
-        return 0;
-    }
-    int ok = 0;
-    kiln_lt_gemm g;
-    if (p->n_outputs != 1 || c->n_outputs != 1)
-        kiln_family_fmt(why, why_len, "%d outputs: the family writes one, the GEMM's",
-                        p->n_outputs);
-    else
-        ok = match_op(p, &c->ops[0], &g, m, why, why_len) &&
-             match_epilogue(p, c, &g, m, why, why_len);
-    if (ok &&
-        (c->outputs[0].input >= 0 || c->outputs[0].op != c->n_ops - 1 || c->outputs[0].slot != 0)) {
-        kiln_family_fmt(why, why_len, "the output is not the last op's result");
-        ok = 0;
-    }
-    if (ok && p->outputs[0].dtype != g.d_type) {
-        kiln_family_fmt(why, why_len, "the output is %s, the GEMM and its epilogue write %s",
-                        kiln_dtype_name(p->outputs[0].dtype), kiln_dtype_name(g.d_type));
-        ok = 0;
-    }
-    if (ok && (p->outputs[0].layout.permuted || p->outputs[0].layout.expanded)) {
-        kiln_family_fmt(why, why_len, "the output is stored permuted: not mapped");
-        ok = 0;
-    }
-    const char *gemm_name = ok ? c->ops[0].name : "";
-    char name[64];
-    kiln_family_fmt(name, sizeof name, "%s", gemm_name);
-    kiln_opchain_free(c);
+    kiln_lt_gemm g = kiln_gemm_of(m);
     kiln_lt_view view;
-    if (ok && kiln_lt_gemm_view(&g, &view, &err) != KILN_OK) {
+    kiln_err err;
+    if (kiln_lt_gemm_view(&g, &view, &err) != KILN_OK) {
         kiln_family_fmt(why, why_len, "cuBLASLt cannot take it: %s", err.msg);
-        ok = 0;
-    }
-    if (!ok)
         return 0;
-    kiln_match_set(m, "m", (double)g.m);
-    kiln_match_set(m, "n", (double)g.n);
-    kiln_match_set(m, "k", (double)g.k);
-    kiln_match_set(m, "batch", (double)g.batch);
-    kiln_match_set(m, "stride_a", (double)g.stride_a);
-    kiln_match_set(m, "stride_b", (double)g.stride_b);
-    kiln_match_set(m, "stride_d", (double)g.stride_d);
-    kiln_match_set(m, "dtype", (double)g.a_type);
-    kiln_match_set(m, "trans_a", g.trans_a);
-    kiln_match_set(m, "trans_b", g.trans_b);
-    kiln_match_set(m, "lda", (double)g.lda);
-    kiln_match_set(m, "ldb", (double)g.ldb);
-    kiln_match_set(m, "ldd", (double)g.ldd);
-    kiln_match_set(m, "d_dtype", (double)g.d_type);
-    kiln_match_set(m, "epilogue", (double)g.epilogue);
-    int erf = kiln_match_get(m, "gelu_erf", 0) != 0;
-    kiln_family_fmt(m->variant, sizeof m->variant, "%s%s%s%s%s", name,
-                    g.epilogue != KILN_LT_EPI_NONE ? "_" : "",
-                    g.epilogue != KILN_LT_EPI_NONE ? kiln_lt_epilogue_name(g.epilogue) : "",
-                    g.d_type != g.a_type ? "_to_" : "",
-                    g.d_type != g.a_type ? kiln_dtype_name(g.d_type) : "");
-    size_t len = strlen(m->how);
-    kiln_family_fmt(m->how + len, sizeof m->how - len, "%s%s%s%s",
-                    g.epilogue != KILN_LT_EPI_NONE ? ", epilogue " : "",
-                    g.epilogue != KILN_LT_EPI_NONE ? kiln_lt_epilogue_name(g.epilogue) : "",
-                    erf ? " (the captured GELU is erf's; cuBLASLt's is tanh's: the gate decides)"
-                        : "",
-                    g.d_type != g.a_type ? ", written as the cast's dtype" : "");
+    }
+    if (kiln_gemm_gelu_erf(m)) {
+        size_t len = strlen(m->how);
+        kiln_family_fmt(m->how + len, sizeof m->how - len,
+                        "; cuBLASLt's GELU is tanh's: the gate decides");
+    }
     return 1;
 }
 
@@ -393,11 +51,11 @@ static const char *lt_check(const kiln_problem *p, const kiln_match *m, const in
 /* `// kiln: library cublaslt JSON` (lt_call.h): the GEMM, the configuration's index and the ABI
  * parameters that are A, B, the bias and D. */
 static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
-    kiln_lt_call_desc d = {.gemm = gemm_of(m),
+    kiln_lt_call_desc d = {.gemm = kiln_gemm_of(m),
                            .index = config_index(pt),
-                           .arg_a = m->input_of_role[ROLE_A],
-                           .arg_b = m->input_of_role[ROLE_B],
-                           .arg_bias = m->input_of_role[ROLE_BIAS],
+                           .arg_a = m->input_of_role[KILN_GEMM_A],
+                           .arg_b = m->input_of_role[KILN_GEMM_B],
+                           .arg_bias = m->input_of_role[KILN_GEMM_BIAS],
                            .arg_d = p->n_inputs + m->output_of_role[0]};
     char *json = kiln_lt_call_json(&d);
     char *body = xasprintf("// kiln: library cublaslt %s\n", json);
@@ -405,85 +63,8 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
     return kiln_family_source(&kiln_family_cublaslt, m, pt, body);
 }
 
-/* A plain GEMM computing what cuBLASLt does: fp32 accumulation in k order, then the epilogue on
- * the accumulator (the bias added, ReLU or GELU's tanh form, whatever the captured GELU was), one
- * rounding to the output type. */
-static char *emit_cpu(const kiln_problem *p, const kiln_match *m) {
-    kiln_lt_gemm g = gemm_of(m);
-    const kiln_kernel_type t = kiln_dtype_kernel_type(g.a_type, 0);
-    const kiln_kernel_type td = kiln_dtype_kernel_type(g.d_type, 0);
-    const char *A = p->inputs[m->input_of_role[ROLE_A]].name;
-    const char *B = p->inputs[m->input_of_role[ROLE_B]].name;
-    const char *D = p->outputs[m->output_of_role[0]].name;
-    int has_bias = kiln_lt_epilogue_has_bias(g.epilogue);
-    kiln_strbuf b = {0};
-    char *proto = kiln_family_prototype(p, 0, 0, NULL, "gemm_kernel");
-    kiln_strbuf_printf(&b, "// cpu: the cuBLASLt configuration does not apply\n");
-    kiln_strbuf_printf(&b, "// kiln: launch gemm_kernel\n%s {\n", proto);
-    free(proto);
-    char ia[96], ib[96];
-    kiln_family_fmt(ia, sizeof ia, g.trans_a ? "k * %lldLL + i" : "i * %lldLL + k",
-                    (long long)g.lda);
-    kiln_family_fmt(ib, sizeof ib, g.trans_b ? "j * %lldLL + k" : "k * %lldLL + j",
-                    (long long)g.ldb);
-    kiln_strbuf_printf(&b,
-                       "    #pragma omp parallel for collapse(2)\n"
-                       "    for (int64_t bt = 0; bt < %lldLL; bt++)\n"
-                       "        for (int64_t i = 0; i < %lldLL; i++) {\n"
-                       "            const %s *kiln_a = %s + bt * %lldLL;\n"
-                       "            const %s *kiln_b = %s + bt * %lldLL;\n"
-                       "            %s *kiln_d = %s + bt * %lldLL + i * %lldLL;\n"
-                       "            for (int64_t j = 0; j < %lldLL; j++) {\n"
-                       "                float acc = 0.0f;\n"
-                       "                for (int64_t k = 0; k < %lldLL; k++)\n"
-                       "                    acc += %s(kiln_a[%s]) * %s(kiln_b[%s]);\n",
-                       (long long)g.batch, (long long)g.m, t.type, A, (long long)g.stride_a, t.type,
-                       B, (long long)g.stride_b, td.type, D, (long long)g.stride_d,
-                       (long long)g.ldd, (long long)g.n, (long long)g.k, t.to_float, ia, t.to_float,
-                       ib);
-    if (has_bias)
-        kiln_strbuf_printf(&b, "                acc += %s(%s[j]);\n", t.to_float,
-                           p->inputs[m->input_of_role[ROLE_BIAS]].name);
-    if (g.epilogue == KILN_LT_EPI_RELU || g.epilogue == KILN_LT_EPI_BIAS_RELU)
-        kiln_strbuf_printf(&b, "                acc = acc < 0.0f ? 0.0f : acc;\n");
-    if (g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU)
-        kiln_strbuf_printf(&b, "                acc = 0.5f * acc * (1.0f + tanhf(0.7978845608f * "
-                               "(acc + 0.044715f * acc * acc * acc)));\n");
-    kiln_strbuf_printf(&b,
-                       "                kiln_d[j] = %s(acc);\n"
-                       "            }\n"
-                       "        }\n"
-                       "}\n",
-                       td.from_float);
-    int64_t first[KILN_FAMILY_MAX_PARAMS] = {0};
-    return kiln_family_source(&kiln_family_cublaslt, m, first, b.s);
-}
-
 static char *lt_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
-    return cuda ? emit_cuda(p, m, pt) : emit_cpu(p, m);
-}
-
-/* A, B and D once each, and the bias: the epilogue's intermediates are never stored. */
-static double lt_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    (void)p;
-    (void)w;
-    kiln_lt_gemm g = gemm_of(m);
-    double es = (double)kiln_dtype_size(g.a_type);
-    double batch_a = g.stride_a ? (double)g.batch : 1, batch_b = g.stride_b ? (double)g.batch : 1;
-    double bytes =
-        es * ((double)g.m * (double)g.k * batch_a + (double)g.k * (double)g.n * batch_b) +
-        (double)kiln_dtype_size(g.d_type) * (double)g.m * (double)g.n * (double)g.batch;
-    if (kiln_lt_epilogue_has_bias(g.epilogue))
-        bytes += es * (double)g.n;
-    return bytes;
-}
-
-/* 2·M·N·K per matrix of the batch. */
-static double lt_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    (void)p;
-    (void)w;
-    kiln_lt_gemm g = gemm_of(m);
-    return 2.0 * (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
+    return cuda ? emit_cuda(p, m, pt) : kiln_gemm_emit_cpu(&kiln_family_cublaslt, p, m, 0);
 }
 
 static kiln_tolerance lt_tolerance(kiln_dtype t) {
@@ -524,8 +105,8 @@ const kiln_family kiln_family_cublaslt = {
     .match = lt_match,
     .check = lt_check,
     .emit = lt_emit,
-    .min_bytes = lt_min_bytes,
-    .flops = lt_flops,
+    .min_bytes = kiln_gemm_min_bytes,
+    .flops = kiln_gemm_flops,
     .tolerance = lt_tolerance,
     .start = lt_start,
 };

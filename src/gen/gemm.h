@@ -1,0 +1,36 @@
+/* gemm.h: a captured GEMM (linear, mm, matmul, bmm, addmm) and the epilogue chain after it (a bias
+ * add, ReLU or GELU, a final cast), as both GEMM families read it: cublaslt (gemm_lt.c, cuBLASLt
+ * configurations) and wgmma (gemm_wgmma.c, kiln's own sm_90 kernel). The match facts hold one
+ * kiln_lt_gemm (the row-major description of docs/gemm.md); the cpu candidate of both is the same
+ * plain C GEMM. */
+#ifndef KILN_GEN_GEMM_H
+#define KILN_GEN_GEMM_H
+
+#include "../backend/cublaslt.h"
+#include "family.h"
+
+/* The roles of kiln_match.input_of_role for a GEMM: A, B and the bias (-1 without). */
+enum { KILN_GEMM_A, KILN_GEMM_B, KILN_GEMM_BIAS };
+
+/* Recognises one GEMM + epilogue chain in p; fills m (variant, how, roles and the facts
+ * kiln_gemm_of reads back) or writes why it declined. */
+int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len);
+
+/* The GEMM m describes. */
+kiln_lt_gemm kiln_gemm_of(const kiln_match *m);
+
+/* Whether the captured GELU is erf's (the exact form) rather than tanh's. */
+int kiln_gemm_gelu_erf(const kiln_match *m);
+
+/* The cpu candidate: fp32 accumulation in k order, the epilogue on the accumulator, one rounding
+ * to D's dtype. exact_gelu: GELU in the form captured (erf or tanh); else always tanh's (what
+ * cuBLASLt computes). The source carries f's banner for the point all zeros. */
+char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
+                         int exact_gelu);
+
+/* A, B and D once each, and the bias: the epilogue's intermediates are never stored. */
+double kiln_gemm_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
+/* 2·M·N·K per matrix of the batch. */
+double kiln_gemm_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
+
+#endif
