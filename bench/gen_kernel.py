@@ -1,13 +1,16 @@
 """gen_kernel.py: one generated CUDA candidate (`kiln sweep --out DIR` writes them; `.cu` with its
 `// kiln: launch` line) run outside the gate on a problem's largest workload: compiled with nvcc for sm_90a,
-launched through the driver API with its grid, block and cluster, checked against the problem's reference and
-timed like the gate (L2 flushed, CUDA events, median). It is a diagnostic: run it under `ncu -k kg_kernel -c 1`
-to see why a point is slow (the gate's sandbox is not in the way); the gate stays what proves and times.
+launched through the driver API with its grid, block, dynamic shared memory and cluster, checked against the
+problem's reference and timed like the gate (L2 flushed, CUDA events, median). It is a diagnostic: run it under
+`ncu -k ENTRY -c 1` to see why a point is slow (the gate's sandbox is not in the way); the gate stays what
+proves and times. Any family's candidate runs: the entry point and its launch come from the launch line, the
+integer parameters from the source's constants or the workload's axes.
 
-    python3 bench/gen_kernel.py PROBLEM_DIR KERNEL.cu [KERNEL.cu ...] [--reps N]
+    python3 bench/gen_kernel.py PROBLEM_DIR KERNEL.cu [KERNEL.cu ...] [--reps N] [--diag]
 
 Prints one line per kernel: median µs, grid, block, cluster, the largest absolute error against the reference,
-and the point's parameters. Kernels that take kiln's scratch buffer get 256 MiB of zeros."""
+and the point's parameters; --diag adds where the errors are (rows and columns of the last two dims of each
+output, and how many elements). Kernels that take kiln's scratch buffer get 256 MiB of zeros."""
 import argparse
 import ctypes
 import os
@@ -37,9 +40,15 @@ class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
 
 
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
-def run_kernel(path, tensors, cu, reps):
+def dim3(v):
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    return tuple(int(x) for x in v) + (1,) * (3 - len(v))
+
+
+def run_kernel(path, tensors, axes, cu, reps):
     src = open(path).read()
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "k.cubin")
@@ -47,11 +56,15 @@ def run_kernel(path, tensors, cu, reps):
                         path], check=True)
         image = open(cubin, "rb").read()
     consts = {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr int64_t (\w+) = (-?\d+);", src)}
-    launch = dict(kv.split("=", 1) for kv in re.search(r"// kiln: launch kg_kernel (.*)", src).group(1).split())
-    env = dict(consts, min=min, max=max, ceil_div=lambda a, b: -(-a // b))
-    grid, block = eval(launch["grid"], env), eval(launch["block"], env)  # the directive's integer expressions
+    line = re.search(r"// kiln: launch (\w+) (.*)", src)
+    entry = line.group(1)
+    launch = dict(kv.split("=", 1) for kv in line.group(2).split())
+    env = dict(axes, **consts, min=min, max=max, ceil_div=lambda a, b: -(-a // b))
+    # the directive's integer expressions
+    grid, block = dim3(eval(launch["grid"], env)), dim3(eval(launch.get("block", "1"), env))
+    smem = int(eval(launch.get("smem", "0"), env))
     cluster = int(launch.get("cluster", "1"))
-    sig = re.search(r"kg_kernel\((.*?)\)\s*\{", src, re.S).group(1)
+    sig = re.search(entry + r"\((.*?)\)\s*\{", src, re.S).group(1)
     keep, args = [], []
     for param in (p.strip() for p in sig.split(",")):
         name = param.split()[-1].lstrip("*")
@@ -61,13 +74,15 @@ def run_kernel(path, tensors, cu, reps):
             keep.append(t)
             args.append(ctypes.c_void_p(t.data_ptr()))
         else:
-            args.append(ctypes.c_int64(consts[name]))
+            args.append(ctypes.c_int64(consts[name] if name in consts else axes[name]))
     argv = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
     mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
     assert cu.cuModuleLoadData(ctypes.byref(mod), image) == 0, "cuModuleLoadData failed"
-    assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"kg_kernel") == 0
+    assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, entry.encode()) == 0
+    if smem > 48 * 1024:
+        assert cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem) == 0
     attr = LaunchAttr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, cluster, 1, 1)
-    cfg = LaunchConfig(grid, 1, 1, block, 1, 1, 0, None, ctypes.pointer(attr), 1 if cluster > 1 else 0)
+    cfg = LaunchConfig(*grid, *block, smem, None, ctypes.pointer(attr), 1 if cluster > 1 else 0)
 
     def launch_once():
         r = cu.cuLaunchKernelEx(ctypes.byref(cfg), fn, argv, None)
@@ -90,11 +105,30 @@ def run_kernel(path, tensors, cu, reps):
     return statistics.median(times), grid, block, cluster, params.group(1) if params else ""
 
 
+def diag(name, out, expected):
+    """Where out differs from expected beyond bf16's tolerance: the rows and columns of its last two dims."""
+    o, e = out.float(), expected.float()
+    bad = (o - e).abs() > 0.02 + 0.02 * e.abs()
+    if bad.dim() < 2:
+        bad, o, e = bad.reshape(1, -1), o.reshape(1, -1), e.reshape(1, -1)
+    bad2 = bad.reshape(-1, bad.shape[-1])
+    rows = bad2.any(dim=1).nonzero().flatten().tolist()
+    cols = bad2.any(dim=0).nonzero().flatten().tolist()
+    print(f"  {name}: {int(bad.sum())} of {bad.numel()} elements off; rows {len(rows)} of {bad2.shape[0]} "
+          f"(first {rows[:12]}), columns {len(cols)} of {bad2.shape[1]} (first {cols[:12]}); "
+          f"zeros in out {int((o == 0).sum())}, in expected {int((e == 0).sum())}", flush=True)
+    if rows:
+        r = rows[0]
+        print(f"  row {r}: out {o.reshape(-1, o.shape[-1])[r, :8].tolist()}\n"
+              f"  row {r}: exp {e.reshape(-1, e.shape[-1])[r, :8].tolist()}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("problem")
     ap.add_argument("kernels", nargs="+")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--diag", action="store_true", help="where the errors are")
     a = ap.parse_args()
     problem = load_problem(a.problem)
     ref = load_reference(problem)
@@ -109,10 +143,13 @@ def main():
     for path in a.kernels:
         outs = {name: torch.empty_like(e) for name, e in zip(problem.outputs, expected)}
         try:
-            us, grid, block, cluster, params = run_kernel(path, {**inputs, **outs}, cu, a.reps)
+            us, grid, block, cluster, params = run_kernel(path, {**inputs, **outs}, dict(wl.axes), cu, a.reps)
             err = max((o.float() - e.float()).abs().max().item() for o, e in zip(outs.values(), expected))
             print(f"{os.path.basename(path)} {us:9.1f} us  grid {grid} block {block} cluster {cluster}  "
                   f"max abs err {err:.3g}  {params}", flush=True)
+            if a.diag:
+                for name, o, e in zip(outs, outs.values(), expected):
+                    diag(name, o, e)
         except Exception as e:  # one kernel's failure is a line, not the end of the list
             print(f"{os.path.basename(path)} failed: {type(e).__name__}: {e}", flush=True)
     return 0

@@ -15,6 +15,7 @@
     X(kiln_family_pool)                                                                            \
     X(kiln_family_eltwise)                                                                         \
     X(kiln_family_attention)                                                                       \
+    X(kiln_family_wgmma)                                                                           \
     X(kiln_family_cublaslt)                                                                        \
     X(kiln_family_gen)
 FAMILIES(FAMILY)

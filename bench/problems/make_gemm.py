@@ -1,0 +1,68 @@
+"""make_gemm.py: writes the GEMM problems of issue 17's table under bench/problems/ (F.linear(x [M, K], w [N, K])
+in bfloat16, inputs drawn at random; and the linear + bias + GELU-tanh chain on Gemma-4's gate/up shape), in the
+form capture writes them, so that every GEMM family (cublaslt, wgmma) is swept on them with `kiln sweep`.
+
+    python3 bench/problems/make_gemm.py        # (re)writes the directories; the sizes are in ROWS
+"""
+import json
+import os
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# (M, N, K, what): bf16 8192³ and the projections of the Gemma-4 example at real size
+ROWS = [(8192, 8192, 8192, "bf16 8192³"),
+        (4096, 262144, 2304, "Gemma-4's lm-head"),
+        (4096, 9216, 2304, "Gemma-4's MLP gate/up projection"),
+        (4096, 2304, 9216, "Gemma-4's MLP down projection"),
+        (4096, 2048, 2304, "Gemma-4's q projection")]
+
+
+def write(name, description, axes, inputs, reference, kiln):
+    d = os.path.join(HERE, name)
+    os.makedirs(d, exist_ok=True)
+    definition = {"name": name, "op_type": "linear", "description": description,
+                  "axes": {f"n{v}": {"type": "const", "value": v} for v in sorted(set(axes))},
+                  "inputs": inputs, "outputs": {"out0": {"shape": ["n%d" % axes[0], "n%d" % axes[1]],
+                                                         "dtype": "bfloat16"}},
+                  "reference": reference, "kiln": kiln}
+    with open(os.path.join(d, "definition.json"), "w") as f:
+        json.dump(definition, f, indent=1)
+        f.write("\n")
+    if os.path.exists(os.path.join(d, "workload.jsonl")):  # a problem's identity stays what it was
+        return
+    wl = {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, "kiln/bench/" + name)), "axes": {},
+          "inputs": {k: {"type": "random"} for k in inputs}}
+    with open(os.path.join(d, "workload.jsonl"), "w") as f:
+        f.write(json.dumps(wl) + "\n")
+
+
+def main():
+    layouts = {"x": {"stored": "contiguous"}, "w": {"stored": "contiguous"}, "out0": {"stored": "contiguous"}}
+    for m, n, k, what in ROWS:
+        write(f"gemm_linear_bf16_{m}x{n}x{k}", f"{what}: F.linear(x [{m}, {k}], w [{n}, {k}]) in bfloat16.",
+              (m, n, k),
+              {"x": {"shape": [f"n{m}", f"n{k}"], "dtype": "bfloat16"},
+               "w": {"shape": [f"n{n}", f"n{k}"], "dtype": "bfloat16"}},
+              "import torch\n\n\n@torch.no_grad()\ndef run(x, w):\n    return torch.ops.aten.linear.default(x, w)\n",
+              {"kind": "aten", "aten": "aten::linear.default", "calls": 1,
+               "args": {"args": [{"tensor": 0}, {"tensor": 1}], "kwargs": {}}, "layouts": layouts})
+    m, n, k = 4096, 9216, 2304
+    write(f"gemm_linear_bias_gelu_bf16_{m}x{n}x{k}",
+          f"Gemma-4's gate/up shape as a GEMM + epilogue chain: F.gelu(F.linear(x [{m}, {k}], w [{n}, {k}], b), "
+          "approximate='tanh') in bfloat16.", (m, n, k),
+          {"x": {"shape": [f"n{m}", f"n{k}"], "dtype": "bfloat16"},
+           "w": {"shape": [f"n{n}", f"n{k}"], "dtype": "bfloat16"},
+           "b": {"shape": [f"n{n}"], "dtype": "bfloat16"}},
+          "import torch\n\n\n@torch.no_grad()\ndef run(x, w, b):\n    return torch.ops.aten.gelu.default("
+          "torch.ops.aten.linear.default(x, w, b), approximate='tanh')\n",
+          {"kind": "chain", "pattern": "gemm_epilogue", "members": ["aten::linear.default", "aten::gelu.default"],
+           "calls": 1,
+           "ops": [{"aten": "aten::linear.default", "args": [{"ref": "x"}, {"ref": "w"}, {"ref": "b"}], "out": "v0",
+                    "dtypes": ["bfloat16"]},
+                   {"aten": "aten::gelu.default", "args": [{"ref": "v0"}], "out": "v1", "dtypes": ["bfloat16"],
+                    "kwargs": {"approximate": "tanh"}}],
+           "outputs": ["v1"], "layouts": dict(layouts, b={"stored": "contiguous"})})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+/* gemm_wgmma.c: the wgmma family: kiln's own GEMM for sm_90a (templates/gemm_wgmma.cu), for the
+ * captured GEMMs gemm_match.c reads whose A and B are both K-major (a linear's input and weight,
+ * x [M, K] @ w [N, K]ᵀ, or a batch of them), 16-bit inputs, with the epilogue chain after the GEMM
+ * (bias, ReLU or GELU in the form captured, a cast) applied to the fp32 accumulator. The points
+ * are tile shapes, stages and the raster order (docs/families/wgmma.md); the cpu candidate is the
+ * plain C GEMM both GEMM families share. */
+#include <string.h>
+
+#include "gemm.h"
+
+extern const kiln_family kiln_family_wgmma;
+
+enum { P_BN, P_MI, P_WGS, P_STAGES, P_GROUP, P_COUNT };
+
+#define GW_MAX_SMEM (227 * 1024)
+
+/* ---- the match ---- */
+
+static int gw_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
+    if (!kiln_gemm_match(p, m, why, why_len))
+        return 0;
+    const kiln_lt_gemm g = kiln_gemm_of(m);
+    if (g.a_type != KILN_BF16 && g.a_type != KILN_F16) {
+        kiln_family_fmt(why, why_len, "%s inputs: wgmma's kernel takes bfloat16 or float16",
+                        kiln_dtype_name(g.a_type));
+        return 0;
+    }
+    if (g.trans_a || !g.trans_b) {
+        kiln_family_fmt(why, why_len,
+                        "A or B is not K-major (%s): the kernel reads x [M, K] @ w [N, K]ᵀ, a "
+                        "linear's layout",
+                        g.trans_a ? "A is stored [K, M]" : "B is stored [K, N]");
+        return 0;
+    }
+    if (g.k % 8 || g.lda % 8 || g.ldb % 8 || g.n % 2 || g.ldd % 2) {
+        kiln_family_fmt(why, why_len,
+                        "K and the rows of A and B must be multiples of 8 elements (16-byte "
+                        "copies), N and D's rows even (pairs stored): K %lld, N %lld, lda %lld, "
+                        "ldb %lld, ldd %lld",
+                        (long long)g.k, (long long)g.n, (long long)g.lda, (long long)g.ldb,
+                        (long long)g.ldd);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- constraints ---- */
+
+static int64_t block_m(const int64_t *pt) {
+    return 64 * pt[P_MI] * pt[P_WGS];
+}
+
+/* The stages, 128 bytes a tile row of A and of B, and 1024 bytes to align the first stage. */
+static int64_t smem_bytes(const int64_t *pt) {
+    return pt[P_STAGES] * (block_m(pt) + pt[P_BN]) * 128 + 1024;
+}
+
+static const char *gw_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
+    (void)p;
+    const kiln_lt_gemm g = kiln_gemm_of(m);
+    if (pt[P_MI] * pt[P_BN] > 256)
+        return "more than 128 fp32 accumulators a thread (GW_MI x GW_BN / 2)";
+    if (smem_bytes(pt) > GW_MAX_SMEM)
+        return "the stages exceed 227 KiB of shared memory";
+    if (block_m(pt) > 64 && g.m <= block_m(pt) / 2)
+        return "a block's rows are more than twice M";
+    if (pt[P_BN] > 64 && g.n <= pt[P_BN] / 2)
+        return "a block's columns are more than twice N";
+    const int64_t tiles_m = (g.m + block_m(pt) - 1) / block_m(pt);
+    if (pt[P_GROUP] > 1 && tiles_m <= 1)
+        return "one row tile: the raster group changes nothing";
+    const int64_t k_tiles = (g.k + 63) / 64;
+    if (pt[P_STAGES] > 3 && k_tiles < pt[P_STAGES] - 2)
+        return "more stages than k tiles";
+    return NULL;
+}
+
+/* The rule of thumb (CUTLASS's sm_90 default for large bf16 GEMMs): 128 x 256 tiles, two
+ * warpgroups of 64 rows, four stages, groups of 8 row tiles; 128 x 128 with six stages where N or
+ * the tile count is small. */
+static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
+    (void)p;
+    const kiln_lt_gemm g = kiln_gemm_of(m);
+    pt[P_MI] = 1;
+    pt[P_WGS] = g.m > 64 ? 2 : 1;
+    const int64_t tiles = (g.m + 127) / 128 * ((g.n + 255) / 256) * g.batch;
+    pt[P_BN] = g.n >= 256 && tiles >= 132 ? 256 : g.n > 64 ? 128 : 64;
+    const int64_t k_tiles = (g.k + 63) / 64;
+    pt[P_STAGES] = pt[P_BN] == 256 ? 4 : 6;
+    if (pt[P_STAGES] > k_tiles + 2)
+        pt[P_STAGES] = k_tiles + 2 > 3 ? k_tiles + 2 : 3;
+    pt[P_GROUP] = (g.m + 64 * pt[P_WGS] - 1) / (64 * pt[P_WGS]) > 1 ? 8 : 1;
+    return gw_check(p, m, pt) ? -1 : 0;
+}
+
+/* ---- emission ---- */
+
+/* gw_mma for the point's N and the inputs' type: one wgmma.mma_async, D += A · Bᵀ, both operands
+ * from shared memory through their descriptors (scale-d 1: the accumulators start at zero). */
+static void emit_mma(kiln_strbuf *b, int64_t bn, kiln_dtype t) {
+    const char *ty = t == KILN_F16 ? "f16" : "bf16";
+    kiln_strbuf_printf(b,
+                       "__device__ __forceinline__ void gw_mma(float *d, uint64_t da, uint64_t "
+                       "db) {\n    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%lld, "
+                       "0;\\nwgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
+                       (long long)(bn / 2 + 2), (long long)bn, ty, ty);
+    for (int64_t i = 0; i < bn / 2; i++)
+        kiln_strbuf_printf(b, "%s%%%lld", i ? ", " : "", (long long)i);
+    kiln_strbuf_printf(b, "}, %%%lld, %%%lld, p, 1, 1, 0, 0;\\n}\\n\"\n        : ",
+                       (long long)(bn / 2), (long long)(bn / 2 + 1));
+    for (int64_t i = 0; i < bn / 2; i++)
+        kiln_strbuf_printf(b, "%s\"+f\"(d[%lld])", i ? ", " : "", (long long)i);
+    kiln_strbuf_printf(b, "\n        : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n");
+}
+
+static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
+    if (!cuda)
+        return kiln_gemm_emit_cpu(&kiln_family_wgmma, p, m, 1);
+    const kiln_lt_gemm g = kiln_gemm_of(m);
+    const kiln_kernel_type t = kiln_dtype_kernel_type(g.a_type, 1);
+    const kiln_kernel_type td = kiln_dtype_kernel_type(g.d_type, 1);
+    const int bias = kiln_lt_epilogue_has_bias(g.epilogue);
+    const int relu = g.epilogue == KILN_LT_EPI_RELU || g.epilogue == KILN_LT_EPI_BIAS_RELU;
+    const int gelu = g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU;
+    kiln_strbuf b = {0};
+    char *defs = kiln_family_defines(&kiln_family_wgmma, pt);
+    kiln_strbuf_printf(&b, "%s", defs);
+    free(defs);
+    kiln_strbuf_printf(&b,
+                       "#define GW_T %s\n#define GW_TD %s\n#define GW_TB %s\n#define GW_M %lldLL\n"
+                       "#define GW_N %lldLL\n#define GW_K %lldLL\n#define GW_LDA %lldLL\n"
+                       "#define GW_LDB %lldLL\n#define GW_LDD %lldLL\n#define GW_SA %lldLL\n"
+                       "#define GW_SB %lldLL\n#define GW_SD %lldLL\n#define GW_BIAS %d\n"
+                       "#define GW_ACT %d\n#define GW_D_F32 %d\n#define GW_D_F16 %d\n"
+                       "#define GW_MMA_SUPPLIED 1\n",
+                       t.type, td.type, t.type, (long long)g.m, (long long)g.n, (long long)g.k,
+                       (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
+                       (long long)g.stride_b, (long long)g.stride_d, bias,
+                       relu   ? 1
+                       : gelu ? (kiln_gemm_gelu_erf(m) ? 3 : 2)
+                              : 0,
+                       g.d_type == KILN_F32, g.d_type == KILN_F16);
+    const int64_t bm = block_m(pt), threads = 128 * pt[P_WGS];
+    const int64_t tiles = (g.m + bm - 1) / bm * ((g.n + pt[P_BN] - 1) / pt[P_BN]);
+    kiln_strbuf_printf(&b, "// kiln: launch gemm_kernel grid=(%lld,1,%lld) block=%lld smem=%lld\n",
+                       (long long)tiles, (long long)g.batch, (long long)threads,
+                       (long long)smem_bytes(pt));
+    kiln_strbuf_printf(&b, "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n");
+    emit_mma(&b, pt[P_BN], g.a_type);
+    kiln_strbuf_printf(&b, "%s", kiln_family_template("gemm_wgmma.cu"));
+    char bounds[32];
+    kiln_family_fmt(bounds, sizeof bounds, "%lld, 1", (long long)threads);
+    char *proto = kiln_family_prototype(p, 0, 1, bounds, "gemm_kernel");
+    kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s);\n}\n", proto,
+                       p->inputs[m->input_of_role[KILN_GEMM_A]].name,
+                       p->inputs[m->input_of_role[KILN_GEMM_B]].name,
+                       bias ? p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name : "nullptr",
+                       p->outputs[m->output_of_role[0]].name);
+    free(proto);
+    return kiln_family_source(&kiln_family_wgmma, m, pt, b.s);
+}
+
+static kiln_tolerance gw_tolerance(kiln_dtype t) {
+    return kiln_tolerance_default(t);
+}
+
+const kiln_family kiln_family_wgmma = {
+    .name = "wgmma",
+    .summary = "kiln's own GEMM for sm_90a: a captured linear (x @ wᵀ, 16-bit, K-major operands) "
+               "with its bias / ReLU / GELU / cast epilogue, wgmma from swizzled shared memory "
+               "fed by a cp.async pipeline",
+    .n_params = P_COUNT,
+    .params =
+        {
+            {"GW_BN", 4, {64, 128, 192, 256}, "columns of a block's tile (the wgmma's N)"},
+            {"GW_MI", 2, {1, 2}, "64-row MMA tiles per warpgroup"},
+            {"GW_WGS", 2, {1, 2}, "warpgroups per block (rows: 64 x GW_MI x GW_WGS)"},
+            {"GW_STAGES",
+             5,
+             {3, 4, 5, 6, 7},
+             "shared-memory stages of 64 k (copies run two less ahead)"},
+            {"GW_GROUP", 3, {1, 8, 16}, "row tiles per raster group (L2 reuse of B)"},
+        },
+    .match = gw_match,
+    .check = gw_check,
+    .emit = gw_emit,
+    .min_bytes = kiln_gemm_min_bytes,
+    .flops = kiln_gemm_flops,
+    .tolerance = gw_tolerance,
+    .start = gw_start,
+};

@@ -1,0 +1,253 @@
+// gemm_wgmma.cu: the wgmma family's CUDA template: D = epilogue(A · Bᵀ) for sm_90a, A [M, K] and
+// B [N, K] both K-major (a linear's input and weight), 16-bit inputs, fp32 accumulation in the
+// tensor cores' asynchronous warpgroup MMA (wgmma), a batch of such products along blockIdx.z.
+//
+// The work. Block (x, 0, z) owns a GW_BM x GW_BN tile of D (x in grouped raster order: GW_GROUP
+// row tiles share each column tile in turn, so that the B tiles they read stay in L2). Its GW_WGS
+// warpgroups own GW_MI tiles of 64 rows each; every warpgroup multiplies its rows by the block's
+// whole B tile. The k axis goes by 64 elements: one 128-byte row of A and of B a tile row, copied
+// by cp.async from global memory into one of GW_STAGES shared-memory stages, 16 bytes a copy, in
+// the 128-byte swizzle the wgmma descriptors name (the 16-byte chunk c of row r goes to chunk
+// c ^ (r % 8) of its row, rows 128 bytes apart, eight-row groups 1024 bytes apart: the "SBO").
+// Every thread copies (there is no producer warpgroup), GW_STAGES - 2 tiles ahead of the one the
+// tensor cores read: at step kt, after the barrier, every warpgroup has waited for its MMAs of
+// step kt - 2, so the stage they read is free for tile kt + GW_STAGES - 2 while the MMAs of steps
+// kt - 1 and kt may still run (wgmma.wait_group 1). Per stage a warpgroup issues 4 x GW_MI
+// wgmma.m64nNk16 (N = GW_BN), the descriptor's start address advanced by 32 bytes per k16 step
+// inside the swizzle atom.
+//
+// The epilogue reads the accumulators where wgmma leaves them (thread t of a warpgroup: rows
+// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next), adds the
+// bias, applies the activation in the form captured and rounds once to D's dtype. Rows past M and
+// columns past N are neither read (zero-filled copies) nor written.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+// ---- the point and the problem (the emitter writes these; the template compiles alone) ----
+#ifndef GW_BN
+#define GW_BN 128 // columns of a block's tile (the wgmma's N)
+#endif
+#ifndef GW_MI
+#define GW_MI 1 // 64-row MMA tiles per warpgroup
+#endif
+#ifndef GW_WGS
+#define GW_WGS 2 // warpgroups per block
+#endif
+#ifndef GW_STAGES
+#define GW_STAGES 4 // shared-memory stages of 64 k
+#endif
+#ifndef GW_GROUP
+#define GW_GROUP 8 // row tiles per raster group
+#endif
+#ifndef GW_T
+#define GW_T __nv_bfloat16 // A's and B's element
+#define GW_TD __nv_bfloat16 // D's element
+#define GW_TB __nv_bfloat16 // the bias's element
+#define GW_M 256
+#define GW_N 256
+#define GW_K 256
+#define GW_LDA 256
+#define GW_LDB 256
+#define GW_LDD 256
+#define GW_SA 0 // batch strides in elements (0: shared by the batch)
+#define GW_SB 0
+#define GW_SD 0
+#define GW_BIAS 0
+#define GW_ACT 0 // 0 none, 1 ReLU, 2 GELU (tanh), 3 GELU (erf)
+#define GW_D_F32 0
+#define GW_D_F16 0
+#define GW_MMA_SUPPLIED 0
+#endif
+
+#define GW_BK 64
+#define GW_BM (64 * GW_MI * GW_WGS)
+#define GW_THREADS (128 * GW_WGS)
+#define GW_A_BYTES (GW_BM * 128)
+#define GW_B_BYTES (GW_BN * 128)
+#define GW_STAGE_BYTES (GW_A_BYTES + GW_B_BYTES)
+#define GW_ACC (GW_BN / 2)
+#define GW_TILES_M ((GW_M + GW_BM - 1) / GW_BM)
+#define GW_TILES_N ((GW_N + GW_BN - 1) / GW_BN)
+#define GW_KT ((GW_K + GW_BK - 1) / GW_BK)
+#define GW_A_COPIES (GW_BM * 8 / GW_THREADS) // 16-byte copies a thread makes of a stage's A
+#define GW_B_COPIES (GW_BN * 8 / GW_THREADS)
+
+static_assert(GW_STAGES >= 3, "copies run GW_STAGES - 2 tiles ahead");
+static_assert(GW_BM * 8 % GW_THREADS == 0 && GW_BN * 8 % GW_THREADS == 0,
+              "every thread makes the same number of copies");
+
+#if !GW_MMA_SUPPLIED
+// D[64 x GW_BN] += A[64 x 16] · B[GW_BN x 16]ᵀ for a bf16 tile of GW_BN 128 (the emitter writes
+// this function for the point's N and dtype; this one lets the template compile alone).
+__device__ __forceinline__ void gw_mma(float *d, uint64_t da, uint64_t db);
+#endif
+
+__device__ __forceinline__ uint32_t gw_smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// The descriptor of a K-major operand at shared address addr (1024-aligned stage plus k16 steps
+// of 32 bytes): start address >> 4, leading offset unused by swizzled K-major layouts (1), stride
+// offset 1024 bytes (eight 128-byte rows) >> 4, base offset 0, 128-byte swizzle (1 in bits 62-63).
+__device__ __forceinline__ uint64_t gw_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void gw_copy16(uint32_t dst, const void *src, uint32_t bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void gw_fence_acc(float *d) {
+#pragma unroll
+    for (int i = 0; i < GW_ACC; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ float gw_act(float v) {
+#if GW_ACT == 1
+    return v < 0.0f ? 0.0f : v;
+#elif GW_ACT == 2
+    return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+#elif GW_ACT == 3
+    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+#else
+    return v;
+#endif
+}
+
+__device__ __forceinline__ void gw_store2(GW_TD *d, float v0, float v1) {
+#if GW_D_F32
+    *reinterpret_cast<float2 *>(d) = make_float2(v0, v1);
+#elif GW_D_F16
+    *reinterpret_cast<__half2 *>(d) = __floats2half2_rn(v0, v1);
+#else
+    *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(v0, v1);
+#endif
+}
+
+__device__ __forceinline__ float gw_bias_at(const GW_TB *bias, int64_t col) {
+#if GW_BIAS
+    return (float)bias[col];
+#else
+    (void)bias;
+    (void)col;
+    return 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *__restrict__ b,
+                                        const GW_TB *__restrict__ bias, GW_TD *__restrict__ d) {
+    extern __shared__ uint8_t gw_buf[];
+    const uint32_t base = (gw_smem_addr(gw_buf) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, wg = tid / 128, t = tid % 128;
+
+    // grouped raster: GW_GROUP row tiles take each column tile in turn
+    const int pid = blockIdx.x, in_group = GW_GROUP * GW_TILES_N;
+    const int first_m = pid / in_group * GW_GROUP;
+    const int group_m = GW_TILES_M - first_m < GW_GROUP ? GW_TILES_M - first_m : GW_GROUP;
+    const int tile_m = first_m + (pid % in_group) % group_m;
+    const int tile_n = (pid % in_group) / group_m;
+    const int64_t m0 = (int64_t)tile_m * GW_BM, n0 = (int64_t)tile_n * GW_BN;
+    a += (int64_t)blockIdx.z * GW_SA;
+    b += (int64_t)blockIdx.z * GW_SB;
+    d += (int64_t)blockIdx.z * GW_SD;
+
+    // the rows this thread copies, fixed for every k tile; chunk ch = tid % 8 of each
+    const int ch = tid % 8;
+    const GW_T *a_src[GW_A_COPIES];
+    const GW_T *b_src[GW_B_COPIES];
+    uint32_t a_dst[GW_A_COPIES], b_dst[GW_B_COPIES], a_ok = 0, b_ok = 0;
+#pragma unroll
+    for (int i = 0; i < GW_A_COPIES; i++) {
+        const int row = tid / 8 + i * (GW_THREADS / 8);
+        a_ok |= (uint32_t)(m0 + row < GW_M) << i;
+        a_src[i] = a + (m0 + row < GW_M ? (m0 + row) * GW_LDA : 0) + ch * 8;
+        a_dst[i] = row * 128 + ((ch ^ (row % 8)) << 4);
+    }
+#pragma unroll
+    for (int i = 0; i < GW_B_COPIES; i++) {
+        const int row = tid / 8 + i * (GW_THREADS / 8);
+        b_ok |= (uint32_t)(n0 + row < GW_N) << i;
+        b_src[i] = b + (n0 + row < GW_N ? (n0 + row) * GW_LDB : 0) + ch * 8;
+        b_dst[i] = GW_A_BYTES + row * 128 + ((ch ^ (row % 8)) << 4);
+    }
+    auto load = [&](int kt) {
+        const uint32_t stage = base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES;
+        const int k0 = kt * GW_BK;
+        const bool k_ok = k0 + ch * 8 < GW_K;
+#pragma unroll
+        for (int i = 0; i < GW_A_COPIES; i++) {
+            const bool ok = k_ok && ((a_ok >> i) & 1);
+            gw_copy16(stage + a_dst[i], ok ? (const void *)(a_src[i] + k0) : (const void *)a,
+                      ok ? 16u : 0u);
+        }
+#pragma unroll
+        for (int i = 0; i < GW_B_COPIES; i++) {
+            const bool ok = k_ok && ((b_ok >> i) & 1);
+            gw_copy16(stage + b_dst[i], ok ? (const void *)(b_src[i] + k0) : (const void *)b,
+                      ok ? 16u : 0u);
+        }
+    };
+
+    float acc[GW_MI][GW_ACC];
+#pragma unroll
+    for (int i = 0; i < GW_MI; i++) {
+#pragma unroll
+        for (int j = 0; j < GW_ACC; j++)
+            acc[i][j] = 0.0f;
+        gw_fence_acc(acc[i]);
+    }
+
+#pragma unroll
+    for (int s = 0; s < GW_STAGES - 2; s++) {
+        if (s < GW_KT)
+            load(s);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    for (int kt = 0; kt < GW_KT; kt++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(GW_STAGES - 3) : "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const uint32_t stage = base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES;
+        const uint64_t da = gw_desc(stage + (uint32_t)wg * GW_MI * 64 * 128);
+        const uint64_t db = gw_desc(stage + GW_A_BYTES);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < GW_BK / 16; kk++) {
+#pragma unroll
+            for (int i = 0; i < GW_MI; i++)
+                gw_mma(acc[i], da + (uint64_t)(i * 64 * 128 / 16 + kk * 2), db + (uint64_t)(kk * 2));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (kt + GW_STAGES - 2 < GW_KT)
+            load(kt + GW_STAGES - 2);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < GW_MI; i++)
+        gw_fence_acc(acc[i]);
+
+    const int warp = t / 32, lane = t % 32;
+#pragma unroll
+    for (int i = 0; i < GW_MI; i++) {
+        const int64_t row = m0 + (wg * GW_MI + i) * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < GW_BN / 8; j++) {
+            const int64_t col = n0 + j * 8 + (lane % 4) * 2;
+            if (col >= GW_N)
+                continue;
+            const float b0 = gw_bias_at(bias, col), b1 = gw_bias_at(bias, col + 1);
+            if (row < GW_M)
+                gw_store2(d + row * GW_LDD + col, gw_act(acc[i][4 * j] + b0),
+                          gw_act(acc[i][4 * j + 1] + b1));
+            if (row + 8 < GW_M)
+                gw_store2(d + (row + 8) * GW_LDD + col, gw_act(acc[i][4 * j + 2] + b0),
+                          gw_act(acc[i][4 * j + 3] + b1));
+        }
+    }
+}

@@ -1,0 +1,219 @@
+/* test_family_wgmma.c: the wgmma family without a GPU: what it matches (16-bit linears, batched
+ * and with their epilogues, and the Gemma-4 MLP projection of bench/problems) and what it declines
+ * and why; the constraints; the start point; the emitted wgmma (the instruction for the point's N
+ * and dtype, one accumulator operand per register); the cpu candidate (GELU in the form captured);
+ * and that every start point and an even spread of the valid points compile for sm_90a with NVRTC
+ * without a stack frame (no spills). On a GPU the gate proves them: bench/wgmma_device.sh. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cubin.h"
+#include "backend/nvrtc.h"
+#include "gen/family.h"
+
+#define DATA KILN_SOURCE_DIR "/tests/data/families/cublaslt"
+#define BENCH KILN_SOURCE_DIR "/bench/problems"
+#define SPREAD 8
+
+static const kiln_family *fam;
+
+static kiln_problem *load(const char *base, const char *sub) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", base, sub);
+    kiln_problem *p = NULL;
+    kiln_err err;
+    if (kiln_problem_load(dir, &p, &err) != KILN_OK)
+        fail_msg("%s: %s", dir, err.msg);
+    return p;
+}
+
+static void match_ok(const kiln_problem *p, kiln_match *m) {
+    char why[512] = "";
+    if (!fam->match(p, m, why, sizeof why))
+        fail_msg("%s declined: %s", p->name, why);
+}
+
+static const struct {
+    const char *base, *dir;
+    int bias, act; /* GW_BIAS, GW_ACT */
+    const char *mma;
+} MATCHES[] = {
+    {DATA, "linear_bf16_3d", 0, 0, "f32.bf16.bf16"},
+    {DATA, "mm_f16_wt", 0, 0, "f32.f16.f16"},
+    {DATA, "addmm_bf16", 1, 0, "f32.bf16.bf16"},
+    {DATA, "linear_bias_gelu_bf16", 1, 2, "f32.bf16.bf16"},
+    {DATA, "mm_add_relu_f16", 1, 1, "f32.f16.f16"},
+    {DATA, "linear_gelu_erf_to_f32", 0, 3, "f32.bf16.bf16"},
+    {BENCH, "gemm_linear_bf16_4096x9216x2304", 0, 0, "f32.bf16.bf16"},
+};
+#define N_MATCHES (sizeof MATCHES / sizeof MATCHES[0])
+
+static void test_match(void **state) {
+    (void)state;
+    for (size_t i = 0; i < N_MATCHES; i++) {
+        kiln_problem *p = load(MATCHES[i].base, MATCHES[i].dir);
+        kiln_match m;
+        match_ok(p, &m);
+        int64_t pt[KILN_FAMILY_MAX_PARAMS];
+        assert_int_equal(fam->start(p, &m, pt), 0);
+        assert_null(fam->check(p, &m, pt));
+        char *src = fam->emit(p, &m, pt, 1);
+        char want[64];
+        snprintf(want, sizeof want, "#define GW_BIAS %d\n", MATCHES[i].bias);
+        assert_non_null(strstr(src, want));
+        snprintf(want, sizeof want, "#define GW_ACT %d\n", MATCHES[i].act);
+        assert_non_null(strstr(src, want));
+        /* the instruction for the point's N, one "+f" operand per accumulator of a thread */
+        snprintf(want, sizeof want, "wgmma.mma_async.sync.aligned.m64n%lldk16.%s", (long long)pt[0],
+                 MATCHES[i].mma);
+        assert_non_null(strstr(src, want));
+        snprintf(want, sizeof want, "\"+f\"(d[%lld])", (long long)(pt[0] / 2 - 1));
+        assert_non_null(strstr(src, want));
+        snprintf(want, sizeof want, "\"+f\"(d[%lld])", (long long)(pt[0] / 2));
+        assert_null(strstr(src, want));
+        assert_non_null(strstr(src, "// kiln: launch gemm_kernel grid=("));
+        free(src);
+        /* the cpu candidate computes GELU in the form captured */
+        char *cpu = fam->emit(p, &m, pt, 0);
+        assert_int_equal(strstr(cpu, "erff(acc") != NULL, MATCHES[i].act == 3);
+        assert_int_equal(strstr(cpu, "tanhf(0.7978845608f") != NULL, MATCHES[i].act == 2);
+        free(cpu);
+        kiln_problem_free(p);
+    }
+}
+
+static void test_declines(void **state) {
+    (void)state;
+    static const struct {
+        const char *dir, *why;
+    } no[] = {
+        {"linear_bias_f32", "float32 inputs"},
+        {"mm_f32_at", "float32 inputs"},
+        {"bmm_bf16", "B is stored [K, N]"},
+        {"declined/linear_silu", "not an epilogue"},
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        kiln_problem *p = load(DATA, no[i].dir);
+        kiln_match m;
+        char why[512] = "";
+        assert_int_equal(fam->match(p, &m, why, sizeof why), 0);
+        if (!strstr(why, no[i].why))
+            fail_msg("%s: '%s' lacks '%s'", no[i].dir, why, no[i].why);
+        kiln_problem_free(p);
+    }
+}
+
+/* The constraints say why, and the start point of the big projection is the 128 x 256 tile. */
+static void test_check(void **state) {
+    (void)state;
+    kiln_problem *p = load(BENCH, "gemm_linear_bf16_4096x9216x2304");
+    kiln_match m;
+    match_ok(p, &m);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    assert_int_equal(fam->start(p, &m, pt), 0);
+    char *s = kiln_family_point_str(fam, pt);
+    assert_string_equal(s, "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=8");
+    free(s);
+    int64_t bad[KILN_FAMILY_MAX_PARAMS];
+    memcpy(bad, pt, sizeof bad);
+    bad[1] = 2; /* 2 x 256 accumulators */
+    assert_non_null(strstr(fam->check(p, &m, bad), "accumulators"));
+    memcpy(bad, pt, sizeof bad);
+    bad[3] = 7; /* 7 x 48 KiB */
+    assert_non_null(strstr(fam->check(p, &m, bad), "227 KiB"));
+    kiln_problem_free(p);
+    p = load(DATA, "linear_bf16_3d"); /* 18 x 24 x 40 */
+    match_ok(p, &m);
+    assert_int_equal(fam->start(p, &m, pt), 0);
+    s = kiln_family_point_str(fam, pt);
+    assert_string_equal(s, "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1");
+    free(s);
+    memcpy(bad, pt, sizeof bad);
+    bad[2] = 2;
+    assert_non_null(strstr(fam->check(p, &m, bad), "twice M"));
+    memcpy(bad, pt, sizeof bad);
+    bad[4] = 8;
+    assert_non_null(strstr(fam->check(p, &m, bad), "raster group"));
+    kiln_problem_free(p);
+}
+
+static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
+                          int is_start) {
+    char *src = fam->emit(p, m, pt, 1), *cubin = NULL, *log = NULL;
+    size_t len;
+    kiln_err err;
+    char *ps = kiln_family_point_str(fam, pt);
+    char arch[32];
+    kiln_cuda_arch(9, 0, src, arch, sizeof arch);
+    assert_string_equal(arch, "sm_90a"); /* wgmma: the source asks for the a-variant itself */
+    if (kiln_cuda_compile_only(src, arch, &cubin, &len, &log, &err))
+        fail_msg("%s %s does not compile: %s\n%.3000s", p->name, ps, err.msg, log ? log : "");
+    kiln_cubin_usage u;
+    assert_int_equal(kiln_cubin_usage_of(cubin, len, "gemm_kernel", &u, &err), 0);
+    printf("    %s: %s%s: %d registers\n", p->name, is_start ? "start " : "", ps, u.regs);
+    if (u.frame_bytes != 0)
+        fail_msg("%s %s: %lld bytes of stack (spills)", p->name, ps, (long long)u.frame_bytes);
+    free(ps);
+    free(src);
+    free(cubin);
+    free(log);
+}
+
+static void test_compile(void **state) {
+    (void)state;
+    if (!kiln_cuda_have_nvrtc()) {
+        printf("SKIP: no NVRTC here (the CUDA toolkit's libnvrtc): cannot compile for sm_90a\n");
+        skip();
+    }
+    const int64_t size = kiln_family_space_size(fam);
+    for (size_t i = 0; i < N_MATCHES; i++) {
+        kiln_problem *p = load(MATCHES[i].base, MATCHES[i].dir);
+        kiln_match m;
+        match_ok(p, &m);
+        int64_t pt[KILN_FAMILY_MAX_PARAMS], valid[512], n_valid = 0;
+        for (int64_t k = 0; k < size && n_valid < 512; k++) {
+            kiln_family_point(fam, k, pt);
+            if (kiln_family_point_ok(fam, p, &m, pt))
+                valid[n_valid++] = k;
+        }
+        assert_true(n_valid > 0);
+        int from_rule = 0;
+        int64_t start = kiln_family_start_index(fam, p, &m, size, &from_rule);
+        assert_true(start >= 0 && from_rule);
+        kiln_family_point(fam, start, pt);
+        compile_point(p, &m, pt, 1);
+        /* the big problem gets the spread; the small ones their start point */
+        if (strcmp(MATCHES[i].base, BENCH) == 0)
+            for (int k = 0; k < SPREAD && k < n_valid; k++) {
+                int64_t idx = valid[(int64_t)k * n_valid / (n_valid < SPREAD ? n_valid : SPREAD)];
+                if (idx == start)
+                    continue;
+                kiln_family_point(fam, idx, pt);
+                compile_point(p, &m, pt, 0);
+            }
+        kiln_problem_free(p);
+    }
+}
+
+int main(void) {
+    fam = kiln_family_find("wgmma");
+    if (!fam) {
+        fprintf(stderr, "the wgmma family is not linked in\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_match),
+        cmocka_unit_test(test_declines),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_compile),
+    };
+    return cmocka_run_group_tests_name("family_wgmma", tests, NULL, NULL);
+}
