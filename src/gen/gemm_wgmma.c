@@ -10,7 +10,7 @@
 
 extern const kiln_family kiln_family_wgmma;
 
-enum { P_BN, P_MI, P_WGS, P_STAGES, P_GROUP, P_COUNT };
+enum { P_BN, P_MI, P_WGS, P_STAGES, P_GROUP, P_WS, P_PERSIST, P_COUNT };
 
 #define GW_MAX_SMEM (227 * 1024)
 
@@ -50,9 +50,20 @@ static int64_t block_m(const int64_t *pt) {
     return 64 * pt[P_MI] * pt[P_WGS];
 }
 
-/* The stages, 128 bytes a tile row of A and of B, and 1024 bytes to align the first stage. */
+/* The stages, 128 bytes a tile row of A and of B, 1024 bytes to align the first stage, and the
+ * warp-specialised pipeline's two mbarriers a stage. */
 static int64_t smem_bytes(const int64_t *pt) {
-    return pt[P_STAGES] * (block_m(pt) + pt[P_BN]) * 128 + 1024;
+    return pt[P_STAGES] * (block_m(pt) + pt[P_BN]) * 128 + 1024 +
+           (pt[P_WS] ? 16 * pt[P_STAGES] : 0);
+}
+
+/* Tiles of D over the whole batch. */
+static int64_t tiles_of(const kiln_lt_gemm *g, const int64_t *pt) {
+    return (g->m + block_m(pt) - 1) / block_m(pt) * ((g->n + pt[P_BN] - 1) / pt[P_BN]) * g->batch;
+}
+
+static int64_t threads_of(const int64_t *pt) {
+    return 128 * (pt[P_WGS] + pt[P_WS]);
 }
 
 static const char *gw_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
@@ -69,6 +80,10 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
     const int64_t tiles_m = (g.m + block_m(pt) - 1) / block_m(pt);
     if (pt[P_GROUP] > 1 && tiles_m <= 1)
         return "one row tile: the raster group changes nothing";
+    if (pt[P_PERSIST] && !pt[P_WS])
+        return "a persistent grid needs the warp-specialised pipeline (GW_WS 1)";
+    if (pt[P_PERSIST] && tiles_of(&g, pt) <= KILN_FAMILY_SMS)
+        return "the tiles fit one wave: a persistent grid changes nothing";
     const int64_t k_tiles = (g.k + 63) / 64;
     if (pt[P_STAGES] > 3 && k_tiles < pt[P_STAGES] - 2)
         return "more stages than k tiles";
@@ -76,8 +91,8 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
 }
 
 /* The rule of thumb (CUTLASS's sm_90 default for large bf16 GEMMs): 128 x 256 tiles, two
- * warpgroups of 64 rows, four stages, groups of 8 row tiles; 128 x 128 with six stages where N or
- * the tile count is small. */
+ * consumer warpgroups of 64 rows and a producer, four stages, groups of 8 row tiles; 128 x 128
+ * with six stages where N or the tile count is small. */
 static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     (void)p;
     const kiln_lt_gemm g = kiln_gemm_of(m);
@@ -90,6 +105,8 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     if (pt[P_STAGES] > k_tiles + 2)
         pt[P_STAGES] = k_tiles + 2 > 3 ? k_tiles + 2 : 3;
     pt[P_GROUP] = (g.m + 64 * pt[P_WGS] - 1) / (64 * pt[P_WGS]) > 1 ? 8 : 1;
+    pt[P_WS] = 1;
+    pt[P_PERSIST] = 0;
     return gw_check(p, m, pt) ? -1 : 0;
 }
 
@@ -132,19 +149,24 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        "#define GW_LDB %lldLL\n#define GW_LDD %lldLL\n#define GW_SA %lldLL\n"
                        "#define GW_SB %lldLL\n#define GW_SD %lldLL\n#define GW_BIAS %d\n"
                        "#define GW_ACT %d\n#define GW_D_F32 %d\n#define GW_D_F16 %d\n"
-                       "#define GW_MMA_SUPPLIED 1\n",
+                       "#define GW_BATCH %lld\n#define GW_MMA_SUPPLIED 1\n",
                        t.type, td.type, t.type, (long long)g.m, (long long)g.n, (long long)g.k,
                        (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
                        (long long)g.stride_b, (long long)g.stride_d, bias,
                        relu   ? 1
                        : gelu ? (kiln_gemm_gelu_erf(m) ? 3 : 2)
                               : 0,
-                       g.d_type == KILN_F32, g.d_type == KILN_F16);
-    const int64_t bm = block_m(pt), threads = 128 * pt[P_WGS];
-    const int64_t tiles = (g.m + bm - 1) / bm * ((g.n + pt[P_BN] - 1) / pt[P_BN]);
-    kiln_strbuf_printf(&b, "// kiln: launch gemm_kernel grid=(%lld,1,%lld) block=%lld smem=%lld\n",
-                       (long long)tiles, (long long)g.batch, (long long)threads,
-                       (long long)smem_bytes(pt));
+                       g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch);
+    const int64_t threads = threads_of(pt), tiles = tiles_of(&g, pt);
+    if (pt[P_PERSIST])
+        kiln_strbuf_printf(&b, "// kiln: launch gemm_kernel grid=%lld block=%lld smem=%lld\n",
+                           (long long)(tiles < KILN_FAMILY_SMS ? tiles : KILN_FAMILY_SMS),
+                           (long long)threads, (long long)smem_bytes(pt));
+    else
+        kiln_strbuf_printf(&b,
+                           "// kiln: launch gemm_kernel grid=(%lld,1,%lld) block=%lld smem=%lld\n",
+                           (long long)(tiles / g.batch), (long long)g.batch, (long long)threads,
+                           (long long)smem_bytes(pt));
     kiln_strbuf_printf(&b, "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n");
     emit_mma(&b, pt[P_BN], g.a_type);
     kiln_strbuf_printf(&b, "%s", kiln_family_template("gemm_wgmma.cu"));
@@ -180,6 +202,16 @@ const kiln_family kiln_family_wgmma = {
              {3, 4, 5, 6, 7},
              "shared-memory stages of 64 k (copies run two less ahead)"},
             {"GW_GROUP", 3, {1, 8, 16}, "row tiles per raster group (L2 reuse of B)"},
+            {"GW_WS",
+             2,
+             {0, 1},
+             "1: a producer warpgroup copies through mbarriers, the others only multiply; 0: "
+             "every thread copies between barriers"},
+            {"GW_PERSIST",
+             2,
+             {0, 1},
+             "1: 132 blocks loop over the tiles, the next tile's copies under this one's stores "
+             "(warp-specialised only)"},
         },
     .match = gw_match,
     .check = gw_check,

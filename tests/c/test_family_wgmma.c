@@ -21,7 +21,7 @@
 
 #define DATA KILN_SOURCE_DIR "/tests/data/families/cublaslt"
 #define BENCH KILN_SOURCE_DIR "/bench/problems"
-#define SPREAD 8
+#define SPREAD 12
 
 static const kiln_family *fam;
 
@@ -120,7 +120,8 @@ static void test_check(void **state) {
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
     assert_int_equal(fam->start(p, &m, pt), 0);
     char *s = kiln_family_point_str(fam, pt);
-    assert_string_equal(s, "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=8");
+    assert_string_equal(s,
+                        "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=8 GW_WS=1 GW_PERSIST=0");
     free(s);
     int64_t bad[KILN_FAMILY_MAX_PARAMS];
     memcpy(bad, pt, sizeof bad);
@@ -134,7 +135,7 @@ static void test_check(void **state) {
     match_ok(p, &m);
     assert_int_equal(fam->start(p, &m, pt), 0);
     s = kiln_family_point_str(fam, pt);
-    assert_string_equal(s, "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1");
+    assert_string_equal(s, "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1 GW_WS=1 GW_PERSIST=0");
     free(s);
     memcpy(bad, pt, sizeof bad);
     bad[2] = 2;
@@ -178,8 +179,8 @@ static void test_compile(void **state) {
         kiln_problem *p = load(MATCHES[i].base, MATCHES[i].dir);
         kiln_match m;
         match_ok(p, &m);
-        int64_t pt[KILN_FAMILY_MAX_PARAMS], valid[512], n_valid = 0;
-        for (int64_t k = 0; k < size && n_valid < 512; k++) {
+        int64_t pt[KILN_FAMILY_MAX_PARAMS], valid[1024], n_valid = 0;
+        for (int64_t k = 0; k < size && n_valid < 1024; k++) {
             kiln_family_point(fam, k, pt);
             if (kiln_family_point_ok(fam, p, &m, pt))
                 valid[n_valid++] = k;

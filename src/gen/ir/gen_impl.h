@@ -23,8 +23,8 @@ enum {
     P_COUNT
 };
 
-/* SMs of the H200 the persistent grid is sized for. */
-#define KG_SMS 132
+/* SMs of the device the persistent grid is sized for (family.h). */
+#define KG_SMS KILN_FAMILY_SMS
 /* Registers (32-bit words) a thread may spend on cached or in-flight loads. */
 #define KG_MAX_WORDS 64
 /* Static shared memory for team reductions. */

@@ -39,6 +39,15 @@
 #ifndef GW_GROUP
 #define GW_GROUP 8 // row tiles per raster group
 #endif
+#ifndef GW_WS
+#define GW_WS 1 // 1: a producer warpgroup copies, the others only multiply
+#endif
+#ifndef GW_PERSIST
+#define GW_PERSIST 0 // 1: gridDim.x blocks loop over the tiles (warp-specialised only)
+#endif
+#ifndef GW_BATCH
+#define GW_BATCH 1
+#endif
 #ifndef GW_T
 #define GW_T __nv_bfloat16 // A's and B's element
 #define GW_TD __nv_bfloat16 // D's element
@@ -61,7 +70,8 @@
 
 #define GW_BK 64
 #define GW_BM (64 * GW_MI * GW_WGS)
-#define GW_THREADS (128 * GW_WGS)
+#define GW_THREADS (128 * (GW_WGS + GW_WS))
+#define GW_COPIERS (GW_WS ? 128 : GW_THREADS) // threads that copy
 #define GW_A_BYTES (GW_BM * 128)
 #define GW_B_BYTES (GW_BN * 128)
 #define GW_STAGE_BYTES (GW_A_BYTES + GW_B_BYTES)
@@ -69,11 +79,11 @@
 #define GW_TILES_M ((GW_M + GW_BM - 1) / GW_BM)
 #define GW_TILES_N ((GW_N + GW_BN - 1) / GW_BN)
 #define GW_KT ((GW_K + GW_BK - 1) / GW_BK)
-#define GW_A_COPIES (GW_BM * 8 / GW_THREADS) // 16-byte copies a thread makes of a stage's A
-#define GW_B_COPIES (GW_BN * 8 / GW_THREADS)
+#define GW_A_COPIES (GW_BM * 8 / GW_COPIERS) // 16-byte copies a thread makes of a stage's A
+#define GW_B_COPIES (GW_BN * 8 / GW_COPIERS)
 
 static_assert(GW_STAGES >= 3, "copies run GW_STAGES - 2 tiles ahead");
-static_assert(GW_BM * 8 % GW_THREADS == 0 && GW_BN * 8 % GW_THREADS == 0,
+static_assert(GW_BM * 8 % GW_COPIERS == 0 && GW_BN * 8 % GW_COPIERS == 0,
               "every thread makes the same number of copies");
 
 #if !GW_MMA_SUPPLIED
@@ -138,61 +148,83 @@ __device__ __forceinline__ float gw_bias_at(const GW_TB *bias, int64_t col) {
 #endif
 }
 
-__device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *__restrict__ b,
-                                        const GW_TB *__restrict__ bias, GW_TD *__restrict__ d) {
-    extern __shared__ uint8_t gw_buf[];
-    const uint32_t base = (gw_smem_addr(gw_buf) + 1023u) & ~1023u;
-    const int tid = threadIdx.x, wg = tid / 128, t = tid % 128;
+// mbarriers (warp-specialised pipeline): init, arrive, and a wait on a phase's parity.
+__device__ __forceinline__ void gw_bar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
 
-    // grouped raster: GW_GROUP row tiles take each column tile in turn
-    const int pid = blockIdx.x, in_group = GW_GROUP * GW_TILES_N;
+__device__ __forceinline__ void gw_bar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void gw_bar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+}
+
+// The producer warpgroup runs with 40 registers (setmaxnreg): its copies go one at a time there.
+#if GW_WS
+#define GW_COPY_UNROLL _Pragma("unroll 1")
+#else
+#define GW_COPY_UNROLL _Pragma("unroll")
+#endif
+
+// Tile kt of A's rows and B's rows into the stage at shared address stage: copier c of GW_COPIERS takes 16-byte chunk
+// c % 8 of rows c / 8, c / 8 + GW_COPIERS / 8, ... (zero-filled past M, N or K).
+__device__ __forceinline__ void gw_load(const GW_T *a, const GW_T *b, int64_t m0, int64_t n0,
+                                        uint32_t stage, int c, int kt) {
+    const int ch = c % 8;
+    const int64_t k = (int64_t)kt * GW_BK + ch * 8;
+    const bool k_ok = k < GW_K;
+    GW_COPY_UNROLL
+    for (int i = 0; i < GW_A_COPIES; i++) {
+        const int row = c / 8 + i * (GW_COPIERS / 8);
+        const bool ok = k_ok && m0 + row < GW_M;
+        gw_copy16(stage + row * 128 + ((ch ^ (row % 8)) << 4),
+                  ok ? (const void *)(a + (m0 + row) * GW_LDA + k) : (const void *)a, ok ? 16u : 0u);
+    }
+    GW_COPY_UNROLL
+    for (int i = 0; i < GW_B_COPIES; i++) {
+        const int row = c / 8 + i * (GW_COPIERS / 8);
+        const bool ok = k_ok && n0 + row < GW_N;
+        gw_copy16(stage + GW_A_BYTES + row * 128 + ((ch ^ (row % 8)) << 4),
+                  ok ? (const void *)(b + (n0 + row) * GW_LDB + k) : (const void *)b, ok ? 16u : 0u);
+    }
+}
+
+// The 4 x GW_MI MMAs of the stage at shared address stage for consumer warpgroup cw.
+__device__ __forceinline__ void gw_mma_stage(float (&acc)[GW_MI][GW_ACC], uint32_t stage,
+                                             int cw) {
+    const uint64_t da = gw_desc(stage + (uint32_t)cw * GW_MI * 64 * 128);
+    const uint64_t db = gw_desc(stage + GW_A_BYTES);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < GW_BK / 16; kk++) {
+#pragma unroll
+        for (int i = 0; i < GW_MI; i++)
+            gw_mma(acc[i], da + (uint64_t)(i * 64 * 128 / 16 + kk * 2), db + (uint64_t)(kk * 2));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// Tile idx of the batch's tiles (grouped raster within one matrix of the batch): its first row,
+// first column and matrix.
+__device__ __forceinline__ void gw_tile(int idx, int64_t &m0, int64_t &n0, int &z) {
+    const int per = GW_TILES_M * GW_TILES_N, pid = idx % per;
+    z = idx / per;
+    const int in_group = GW_GROUP * GW_TILES_N;
     const int first_m = pid / in_group * GW_GROUP;
     const int group_m = GW_TILES_M - first_m < GW_GROUP ? GW_TILES_M - first_m : GW_GROUP;
-    const int tile_m = first_m + (pid % in_group) % group_m;
-    const int tile_n = (pid % in_group) / group_m;
-    const int64_t m0 = (int64_t)tile_m * GW_BM, n0 = (int64_t)tile_n * GW_BN;
-    a += (int64_t)blockIdx.z * GW_SA;
-    b += (int64_t)blockIdx.z * GW_SB;
-    d += (int64_t)blockIdx.z * GW_SD;
+    m0 = (int64_t)(first_m + (pid % in_group) % group_m) * GW_BM;
+    n0 = (int64_t)((pid % in_group) / group_m) * GW_BN;
+}
 
-    // the rows this thread copies, fixed for every k tile; chunk ch = tid % 8 of each
-    const int ch = tid % 8;
-    const GW_T *a_src[GW_A_COPIES];
-    const GW_T *b_src[GW_B_COPIES];
-    uint32_t a_dst[GW_A_COPIES], b_dst[GW_B_COPIES], a_ok = 0, b_ok = 0;
-#pragma unroll
-    for (int i = 0; i < GW_A_COPIES; i++) {
-        const int row = tid / 8 + i * (GW_THREADS / 8);
-        a_ok |= (uint32_t)(m0 + row < GW_M) << i;
-        a_src[i] = a + (m0 + row < GW_M ? (m0 + row) * GW_LDA : 0) + ch * 8;
-        a_dst[i] = row * 128 + ((ch ^ (row % 8)) << 4);
-    }
-#pragma unroll
-    for (int i = 0; i < GW_B_COPIES; i++) {
-        const int row = tid / 8 + i * (GW_THREADS / 8);
-        b_ok |= (uint32_t)(n0 + row < GW_N) << i;
-        b_src[i] = b + (n0 + row < GW_N ? (n0 + row) * GW_LDB : 0) + ch * 8;
-        b_dst[i] = GW_A_BYTES + row * 128 + ((ch ^ (row % 8)) << 4);
-    }
-    auto load = [&](int kt) {
-        const uint32_t stage = base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES;
-        const int k0 = kt * GW_BK;
-        const bool k_ok = k0 + ch * 8 < GW_K;
-#pragma unroll
-        for (int i = 0; i < GW_A_COPIES; i++) {
-            const bool ok = k_ok && ((a_ok >> i) & 1);
-            gw_copy16(stage + a_dst[i], ok ? (const void *)(a_src[i] + k0) : (const void *)a,
-                      ok ? 16u : 0u);
-        }
-#pragma unroll
-        for (int i = 0; i < GW_B_COPIES; i++) {
-            const bool ok = k_ok && ((b_ok >> i) & 1);
-            gw_copy16(stage + b_dst[i], ok ? (const void *)(b_src[i] + k0) : (const void *)b,
-                      ok ? 16u : 0u);
-        }
-    };
-
-    float acc[GW_MI][GW_ACC];
+__device__ __forceinline__ void gw_zero(float (&acc)[GW_MI][GW_ACC]) {
 #pragma unroll
     for (int i = 0; i < GW_MI; i++) {
 #pragma unroll
@@ -200,42 +232,15 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
             acc[i][j] = 0.0f;
         gw_fence_acc(acc[i]);
     }
+}
 
-#pragma unroll
-    for (int s = 0; s < GW_STAGES - 2; s++) {
-        if (s < GW_KT)
-            load(s);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-    }
-    for (int kt = 0; kt < GW_KT; kt++) {
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(GW_STAGES - 3) : "memory");
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        const uint32_t stage = base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES;
-        const uint64_t da = gw_desc(stage + (uint32_t)wg * GW_MI * 64 * 128);
-        const uint64_t db = gw_desc(stage + GW_A_BYTES);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < GW_BK / 16; kk++) {
-#pragma unroll
-            for (int i = 0; i < GW_MI; i++)
-                gw_mma(acc[i], da + (uint64_t)(i * 64 * 128 / 16 + kk * 2), db + (uint64_t)(kk * 2));
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        if (kt + GW_STAGES - 2 < GW_KT)
-            load(kt + GW_STAGES - 2);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-    for (int i = 0; i < GW_MI; i++)
-        gw_fence_acc(acc[i]);
-
+// The epilogue of consumer warpgroup cw's rows of the tile at (m0, n0) of D.
+__device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
+                                              GW_TD *d, int64_t m0, int64_t n0, int cw, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
     for (int i = 0; i < GW_MI; i++) {
-        const int64_t row = m0 + (wg * GW_MI + i) * 64 + warp * 16 + lane / 4;
+        const int64_t row = m0 + (cw * GW_MI + i) * 64 + warp * 16 + lane / 4;
 #pragma unroll
         for (int j = 0; j < GW_BN / 8; j++) {
             const int64_t col = n0 + j * 8 + (lane % 4) * 2;
@@ -250,4 +255,108 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
                           gw_act(acc[i][4 * j + 3] + b1));
         }
     }
+}
+
+__device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *__restrict__ b,
+                                        const GW_TB *__restrict__ bias, GW_TD *__restrict__ d) {
+    extern __shared__ uint8_t gw_buf[];
+    const uint32_t base = (gw_smem_addr(gw_buf) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, wg = tid / 128, t = tid % 128;
+    float acc[GW_MI][GW_ACC];
+    int64_t m0, n0;
+    int z;
+#if GW_WS
+    // Warpgroup 0 copies, GW_STAGES tiles ahead; the others multiply. full[s] completes when the
+    // 128 copiers' copies into stage s have landed (cp.async's arrive), empty[s] when every
+    // consumer thread has seen its MMAs of the stage complete. With GW_PERSIST the block loops
+    // over tiles and the step count it runs on (and the stages' phases) goes on across them: the
+    // producer copies the next tile's first stages while the consumers store this one.
+    const uint32_t full = base + GW_STAGES * GW_STAGE_BYTES, empty = full + 8 * GW_STAGES;
+    if (tid == 0) {
+        for (int s = 0; s < GW_STAGES; s++) {
+            gw_bar_init(full + 8 * s, 128);
+            gw_bar_init(empty + 8 * s, 128 * GW_WGS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+#if GW_PERSIST
+    const int first = blockIdx.x, step = gridDim.x, tiles = GW_TILES_M * GW_TILES_N * GW_BATCH;
+#else
+    const int first = blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, step = 1 << 30,
+              tiles = first + 1;
+#endif
+    if (wg == 0) {
+#if GW_WGS > 1
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+#endif
+        int it = 0;
+        for (int tile = first; tile < tiles; tile += step) {
+            gw_tile(tile, m0, n0, z);
+            const GW_T *at = a + (int64_t)z * GW_SA, *bt = b + (int64_t)z * GW_SB;
+            for (int kt = 0; kt < GW_KT; kt++, it++) {
+                const int s = it % GW_STAGES;
+                gw_bar_wait(empty + 8 * s, ((it / GW_STAGES) & 1) ^ 1);
+                gw_load(at, bt, m0, n0, base + (uint32_t)s * GW_STAGE_BYTES, t, kt);
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                                 full + 8 * s)
+                             : "memory");
+            }
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        return;
+    }
+#if GW_WGS > 1
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+#endif
+    const int cw = wg - 1;
+    int it = 0;
+    for (int tile = first; tile < tiles; tile += step) {
+        gw_tile(tile, m0, n0, z);
+        gw_zero(acc);
+        for (int kt = 0; kt < GW_KT; kt++, it++) {
+            const int s = it % GW_STAGES;
+            gw_bar_wait(full + 8 * s, (it / GW_STAGES) & 1);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            gw_mma_stage(acc, base + (uint32_t)s * GW_STAGE_BYTES, cw);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            if (kt > 0)
+                gw_bar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        gw_bar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
+#pragma unroll
+        for (int i = 0; i < GW_MI; i++)
+            gw_fence_acc(acc[i]);
+        gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, cw, t);
+    }
+#else
+    // Every thread copies, GW_STAGES - 2 tiles ahead (see the top of the file).
+    gw_tile(blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, m0, n0, z);
+    a += (int64_t)z * GW_SA;
+    b += (int64_t)z * GW_SB;
+    gw_zero(acc);
+#pragma unroll
+    for (int s = 0; s < GW_STAGES - 2; s++) {
+        if (s < GW_KT)
+            gw_load(a, b, m0, n0, base + (uint32_t)s * GW_STAGE_BYTES, tid, s);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    for (int kt = 0; kt < GW_KT; kt++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(GW_STAGES - 3) : "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        gw_mma_stage(acc, base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES, wg);
+        if (kt + GW_STAGES - 2 < GW_KT)
+            gw_load(a, b, m0, n0, base + (uint32_t)((kt + GW_STAGES - 2) % GW_STAGES) * GW_STAGE_BYTES,
+                    tid, kt + GW_STAGES - 2);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < GW_MI; i++)
+        gw_fence_acc(acc[i]);
+    gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, wg, t);
+#endif
 }
