@@ -10,9 +10,10 @@
 
 extern const kiln_family kiln_family_wgmma;
 
-enum { P_BN, P_MI, P_WGS, P_STAGES, P_GROUP, P_WS, P_PERSIST, P_COUNT };
+enum { P_BN, P_MI, P_WGS, P_STAGES, P_GROUP, P_WS, P_PERSIST, P_MINB, P_COUNT };
 
 #define GW_MAX_SMEM (227 * 1024)
+#define GW_SM_SMEM (228 * 1024) /* an SM's shared memory, all its blocks together */
 
 /* ---- the match ---- */
 
@@ -80,6 +81,10 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
     const int64_t tiles_m = (g.m + block_m(pt) - 1) / block_m(pt);
     if (pt[P_GROUP] > 1 && tiles_m <= 1)
         return "one row tile: the raster group changes nothing";
+    if (pt[P_MINB] > 1 && pt[P_MINB] * smem_bytes(pt) > GW_SM_SMEM)
+        return "two blocks an SM need their stages within 228 KiB together";
+    if (pt[P_MINB] > 1 && (threads_of(pt) > 256 || pt[P_MI] * pt[P_BN] > 128))
+        return "two blocks an SM: at most 256 threads of 128 registers, 64 accumulators";
     if (pt[P_PERSIST] && !pt[P_WS])
         return "a persistent grid needs the warp-specialised pipeline (GW_WS 1)";
     if (pt[P_PERSIST] && tiles_of(&g, pt) <= KILN_FAMILY_SMS)
@@ -90,23 +95,39 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
     return NULL;
 }
 
-/* The rule of thumb (CUTLASS's sm_90 default for large bf16 GEMMs): 128 x 256 tiles, two
- * consumer warpgroups of 64 rows and a producer, four stages, groups of 8 row tiles; 128 x 128
- * with six stages where N or the tile count is small. */
+/* The share of the last wave's SMs that have a tile, over all waves: tiles / (waves · 132). */
+static double wave_use(const kiln_lt_gemm *g, int64_t bm, int64_t bn) {
+    const int64_t tiles = (g->m + bm - 1) / bm * ((g->n + bn - 1) / bn) * g->batch;
+    const int64_t waves = (tiles + KILN_FAMILY_SMS - 1) / KILN_FAMILY_SMS;
+    return (double)tiles / (double)(waves * KILN_FAMILY_SMS);
+}
+
+/* The rule of thumb, from the H200 (bench/RESULTS.md, thirteenth session): 128 x 256 tiles, two
+ * warpgroups of 64 rows, every thread copying, four stages, groups of 8 row tiles — the fastest of
+ * the points tried on each of issue 17's shapes (the warp-specialised cp.async pipeline ran at
+ * half its speed: four producer warps keep too few copies in flight); 128 x 192 where 128 x 256
+ * would leave more than 15 % of the last wave's SMs idle and 192 fills them (Gemma-4's down
+ * projection: 288 tiles of 256 against 384 of 192); 128 x 128 with six stages where N or the tile
+ * count is small; 64-row tiles for M <= 64; fewer stages than k tiles need are not used. */
 static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     (void)p;
     const kiln_lt_gemm g = kiln_gemm_of(m);
     pt[P_MI] = 1;
     pt[P_WGS] = g.m > 64 ? 2 : 1;
-    const int64_t tiles = (g.m + 127) / 128 * ((g.n + 255) / 256) * g.batch;
-    pt[P_BN] = g.n >= 256 && tiles >= 132 ? 256 : g.n > 64 ? 128 : 64;
+    const int64_t bm = 64 * pt[P_WGS];
+    const int64_t tiles = (g.m + bm - 1) / bm * ((g.n + 255) / 256) * g.batch;
+    pt[P_BN] = g.n >= 256 && tiles >= KILN_FAMILY_SMS ? 256 : g.n > 64 ? 128 : 64;
+    if (pt[P_BN] == 256 && wave_use(&g, bm, 256) < 0.85 &&
+        wave_use(&g, bm, 192) > wave_use(&g, bm, 256) + 0.1)
+        pt[P_BN] = 192;
     const int64_t k_tiles = (g.k + 63) / 64;
-    pt[P_STAGES] = pt[P_BN] == 256 ? 4 : 6;
+    pt[P_STAGES] = pt[P_BN] >= 192 ? 4 : 6;
     if (pt[P_STAGES] > k_tiles + 2)
         pt[P_STAGES] = k_tiles + 2 > 3 ? k_tiles + 2 : 3;
-    pt[P_GROUP] = (g.m + 64 * pt[P_WGS] - 1) / (64 * pt[P_WGS]) > 1 ? 8 : 1;
-    pt[P_WS] = 1;
+    pt[P_GROUP] = (g.m + bm - 1) / bm > 1 ? 8 : 1;
+    pt[P_WS] = 0;
     pt[P_PERSIST] = 0;
+    pt[P_MINB] = 1;
     return gw_check(p, m, pt) ? -1 : 0;
 }
 
@@ -171,7 +192,7 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     emit_mma(&b, pt[P_BN], g.a_type);
     kiln_strbuf_printf(&b, "%s", kiln_family_template("gemm_wgmma.cu"));
     char bounds[32];
-    kiln_family_fmt(bounds, sizeof bounds, "%lld, 1", (long long)threads);
+    kiln_family_fmt(bounds, sizeof bounds, "%lld, %lld", (long long)threads, (long long)pt[P_MINB]);
     char *proto = kiln_family_prototype(p, 0, 1, bounds, "gemm_kernel");
     kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s);\n}\n", proto,
                        p->inputs[m->input_of_role[KILN_GEMM_A]].name,
@@ -212,6 +233,11 @@ const kiln_family kiln_family_wgmma = {
              {0, 1},
              "1: 132 blocks loop over the tiles, the next tile's copies under this one's stores "
              "(warp-specialised only)"},
+            {"GW_MINB",
+             2,
+             {1, 2},
+             "blocks an SM (__launch_bounds__): 2 overlaps one block's barriers and stores with "
+             "the other's MMAs"},
         },
     .match = gw_match,
     .check = gw_check,

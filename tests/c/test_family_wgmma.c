@@ -120,8 +120,8 @@ static void test_check(void **state) {
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
     assert_int_equal(fam->start(p, &m, pt), 0);
     char *s = kiln_family_point_str(fam, pt);
-    assert_string_equal(s,
-                        "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=8 GW_WS=1 GW_PERSIST=0");
+    assert_string_equal(
+        s, "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=8 GW_WS=0 GW_PERSIST=0 GW_MINB=1");
     free(s);
     int64_t bad[KILN_FAMILY_MAX_PARAMS];
     memcpy(bad, pt, sizeof bad);
@@ -131,11 +131,22 @@ static void test_check(void **state) {
     bad[3] = 7; /* 7 x 48 KiB */
     assert_non_null(strstr(fam->check(p, &m, bad), "227 KiB"));
     kiln_problem_free(p);
+    /* Gemma-4's down projection: 288 tiles of 128 x 256 leave 27 % of the third wave's SMs idle,
+     * 384 of 128 x 192 fill 97 % */
+    p = load(BENCH, "gemm_linear_bf16_4096x2304x9216");
+    match_ok(p, &m);
+    assert_int_equal(fam->start(p, &m, pt), 0);
+    s = kiln_family_point_str(fam, pt);
+    assert_string_equal(
+        s, "GW_BN=192 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=8 GW_WS=0 GW_PERSIST=0 GW_MINB=1");
+    free(s);
+    kiln_problem_free(p);
     p = load(DATA, "linear_bf16_3d"); /* 18 x 24 x 40 */
     match_ok(p, &m);
     assert_int_equal(fam->start(p, &m, pt), 0);
     s = kiln_family_point_str(fam, pt);
-    assert_string_equal(s, "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1 GW_WS=1 GW_PERSIST=0");
+    assert_string_equal(
+        s, "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1 GW_WS=0 GW_PERSIST=0 GW_MINB=1");
     free(s);
     memcpy(bad, pt, sizeof bad);
     bad[2] = 2;
