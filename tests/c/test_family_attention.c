@@ -24,6 +24,7 @@
 #include "gen/attention.h"
 #include "gen/family.h"
 
+#include "compile_check.h"
 #include "emu_host.h"
 
 #define DATA KILN_SOURCE_DIR "/tests/data/families/attention"
@@ -320,21 +321,7 @@ static void test_flops(void **state) {
 
 static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
                           int is_start) {
-    char *src = att->emit(p, m, pt, 1), *cubin = NULL, *log = NULL;
-    size_t len;
-    kiln_err err;
-    char *ps = kiln_family_point_str(att, pt);
-    if (kiln_cuda_compile_only(src, "sm_90", &cubin, &len, &log, &err))
-        fail_msg("%s %s does not compile: %s\n%.3000s", p->name, ps, err.msg, log ? log : "");
-    kiln_cubin_usage u;
-    assert_int_equal(kiln_cubin_usage_of(cubin, len, "attention_kernel", &u, &err), 0);
-    printf("    %s: %s%s: %d registers\n", p->name, is_start ? "start " : "", ps, u.regs);
-    if (u.frame_bytes != 0)
-        fail_msg("%s %s: %lld bytes of stack (spills)", p->name, ps, (long long)u.frame_bytes);
-    free(ps);
-    free(src);
-    free(cubin);
-    free(log);
+    compile_check(att, p, m, pt, "sm_90", "attention_kernel", is_start);
 }
 
 /* The start point and an even spread of the valid points of p compile without spills. */

@@ -19,6 +19,8 @@
 #include "backend/nvrtc.h"
 #include "gen/family.h"
 
+#include "compile_check.h"
+
 #define DATA KILN_SOURCE_DIR "/tests/data/families/cublaslt"
 #define BENCH KILN_SOURCE_DIR "/bench/problems"
 #define SPREAD 12
@@ -159,24 +161,12 @@ static void test_check(void **state) {
 
 static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
                           int is_start) {
-    char *src = fam->emit(p, m, pt, 1), *cubin = NULL, *log = NULL;
-    size_t len;
-    kiln_err err;
-    char *ps = kiln_family_point_str(fam, pt);
+    char *src = fam->emit(p, m, pt, 1);
     char arch[32];
     kiln_cuda_arch(9, 0, src, arch, sizeof arch);
     assert_string_equal(arch, "sm_90a"); /* wgmma: the source asks for the a-variant itself */
-    if (kiln_cuda_compile_only(src, arch, &cubin, &len, &log, &err))
-        fail_msg("%s %s does not compile: %s\n%.3000s", p->name, ps, err.msg, log ? log : "");
-    kiln_cubin_usage u;
-    assert_int_equal(kiln_cubin_usage_of(cubin, len, "gemm_kernel", &u, &err), 0);
-    printf("    %s: %s%s: %d registers\n", p->name, is_start ? "start " : "", ps, u.regs);
-    if (u.frame_bytes != 0)
-        fail_msg("%s %s: %lld bytes of stack (spills)", p->name, ps, (long long)u.frame_bytes);
-    free(ps);
     free(src);
-    free(cubin);
-    free(log);
+    compile_check(fam, p, m, pt, arch, "gemm_kernel", is_start);
 }
 
 static void test_compile(void **state) {
