@@ -100,6 +100,11 @@ typedef struct kiln_family {
      * most (bench/RESULTS.md), so kiln optimize prepares a problem only such families match after
      * the others. */
     int vendor;
+
+    /* 1 when the family's kernels are known to be slower than the vendor library eager calls for
+     * the same ops, on every shape measured (wgmma before TMA: bench/RESULTS.md): kiln optimize
+     * prepares a problem only such families and vendor ones match after the others, as above. */
+    int behind;
 } kiln_family;
 
 /* The built-in families (registry.c), in the order sweep and search try them. */

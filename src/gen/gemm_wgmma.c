@@ -209,6 +209,7 @@ static kiln_tolerance gw_tolerance(kiln_dtype t) {
 
 const kiln_family kiln_family_wgmma = {
     .name = "wgmma",
+    .behind = 1, /* 0.64-0.89x cuBLAS on the H200 without TMA (docs/families/wgmma.md) */
     .summary = "kiln's own GEMM for sm_90a: a captured linear (x @ wᵀ, 16-bit, K-major operands) "
                "with its bias / ReLU / GELU / cast epilogue, wgmma from swizzled shared memory "
                "fed by a cp.async pipeline",

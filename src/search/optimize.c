@@ -860,11 +860,11 @@ static char *match_problem(kiln_opt_ctx *c, kiln_opt_problem *pr) {
     return no_family;
 }
 
-/* Whether every family that matches pr calls a vendor library eager calls too (kiln_family.vendor).
- */
+/* Whether every family that matches pr calls a vendor library eager calls too, or is known to be
+ * slower than one (kiln_family.vendor, .behind). */
 static int vendor_only(const kiln_opt_problem *pr) {
     for (int k = 0; k < pr->n_fams; k++)
-        if (!pr->fams[k]->vendor)
+        if (!pr->fams[k]->vendor && !pr->fams[k]->behind)
             return 0;
     return pr->n_fams > 0;
 }
