@@ -122,7 +122,7 @@ static const match_case CASES[] = {
      "2}], 'kwargs': {}}}}",
      "{'uuid': 'u', 'axes': {}, 'inputs': {'x': {'type': 'random'}, 'w': {'type': 'random'}, "
      "'b': {'type': 'random'}}}",
-     "cublaslt"},
+     "wgmma cublaslt"},
     {"hand-written rmsnorm (op_type, no \"kiln\" object)",
      "{'name': 'h', 'op_type': 'rmsnorm', 'axes': {'b': {'type': 'var'}, 'h': {'type': 'const', "
      "'value': 256}}, 'inputs': {'hidden_states': {'shape': ['b', 'h'], 'dtype': 'bfloat16'}, "
