@@ -9,8 +9,9 @@
 #
 #   make && OUT=/tmp/out bash bench/wgmma_device.sh
 #
-# LIMIT (points per big problem, default 12), SMALL_LIMIT (default 3), ONLY (an extended regex on the big
-# problems' names), SWEEP_TIMEOUT (s per big problem, default 150). Logs: $OUT/logs.tar.gz; the table last.
+# LIMIT (points per big problem, default 12), SMALL_LIMIT (default 3), SMALL (the small problems' names; empty:
+# none), ONLY (an extended regex on the big problems' names), SWEEP_TIMEOUT (s per big problem, default 150).
+# Logs: $OUT/logs.tar.gz; the table last.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -30,7 +31,7 @@ sweep() { # problem-dir limit timeout tag
         --out "$LOGS/src_$4" --ref-dir "$LOGS/ref" >"$LOGS/sweep_$4.json" 2>"$LOGS/sweep_$4.log"
     echo "sweep $4 rc=$? $(tail -1 "$LOGS/sweep_$4.log")"
 }
-SMALL="linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32"
+SMALL=${SMALL-"linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32"}
 for s in $SMALL; do
     sweep "tests/data/families/cublaslt/$s" "${SMALL_LIMIT:-3}" 90 "$s"
 done
