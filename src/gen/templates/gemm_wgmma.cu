@@ -167,28 +167,23 @@ __device__ __forceinline__ void gw_bar_wait(uint32_t bar, uint32_t parity) {
                      : "memory");
 }
 
-// The producer warpgroup runs with 40 registers (setmaxnreg): its copies go one at a time there.
-#if GW_WS
-#define GW_COPY_UNROLL _Pragma("unroll 1")
-#else
-#define GW_COPY_UNROLL _Pragma("unroll")
-#endif
-
-// Tile kt of A's rows and B's rows into the stage at shared address stage: copier c of GW_COPIERS takes 16-byte chunk
+// The producer warpgroup's copies (it runs with 40 registers after setmaxnreg, so its copies go one
+// at a time and their addresses are computed where used). Tile kt of A's rows and B's rows into the
+// stage at shared address stage: copier c of GW_COPIERS takes 16-byte chunk
 // c % 8 of rows c / 8, c / 8 + GW_COPIERS / 8, ... (zero-filled past M, N or K).
 __device__ __forceinline__ void gw_load(const GW_T *a, const GW_T *b, int64_t m0, int64_t n0,
                                         uint32_t stage, int c, int kt) {
     const int ch = c % 8;
     const int64_t k = (int64_t)kt * GW_BK + ch * 8;
     const bool k_ok = k < GW_K;
-    GW_COPY_UNROLL
+#pragma unroll 1
     for (int i = 0; i < GW_A_COPIES; i++) {
         const int row = c / 8 + i * (GW_COPIERS / 8);
         const bool ok = k_ok && m0 + row < GW_M;
         gw_copy16(stage + row * 128 + ((ch ^ (row % 8)) << 4),
                   ok ? (const void *)(a + (m0 + row) * GW_LDA + k) : (const void *)a, ok ? 16u : 0u);
     }
-    GW_COPY_UNROLL
+#pragma unroll 1
     for (int i = 0; i < GW_B_COPIES; i++) {
         const int row = c / 8 + i * (GW_COPIERS / 8);
         const bool ok = k_ok && n0 + row < GW_N;
@@ -331,15 +326,52 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
         gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, cw, t);
     }
 #else
-    // Every thread copies, GW_STAGES - 2 tiles ahead (see the top of the file).
+    // Every thread copies, GW_STAGES - 2 tiles ahead (see the top of the file). The rows a thread
+    // copies are fixed for every k tile: their addresses are computed once (gw_load's per-copy
+    // address arithmetic cost 10-25 % here on the H200, bench/RESULTS.md).
     gw_tile(blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, m0, n0, z);
     a += (int64_t)z * GW_SA;
     b += (int64_t)z * GW_SB;
+    const int ch = tid % 8;
+    const GW_T *a_src[GW_A_COPIES];
+    const GW_T *b_src[GW_B_COPIES];
+    uint32_t a_dst[GW_A_COPIES], b_dst[GW_B_COPIES], a_ok = 0, b_ok = 0;
+#pragma unroll
+    for (int i = 0; i < GW_A_COPIES; i++) {
+        const int row = tid / 8 + i * (GW_THREADS / 8);
+        a_ok |= (uint32_t)(m0 + row < GW_M) << i;
+        a_src[i] = a + (m0 + row < GW_M ? (m0 + row) * GW_LDA : 0) + ch * 8;
+        a_dst[i] = row * 128 + ((ch ^ (row % 8)) << 4);
+    }
+#pragma unroll
+    for (int i = 0; i < GW_B_COPIES; i++) {
+        const int row = tid / 8 + i * (GW_THREADS / 8);
+        b_ok |= (uint32_t)(n0 + row < GW_N) << i;
+        b_src[i] = b + (n0 + row < GW_N ? (n0 + row) * GW_LDB : 0) + ch * 8;
+        b_dst[i] = GW_A_BYTES + row * 128 + ((ch ^ (row % 8)) << 4);
+    }
+    auto load = [&](int kt) {
+        const uint32_t stage = base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES;
+        const int k0 = kt * GW_BK;
+        const bool k_ok = k0 + ch * 8 < GW_K;
+#pragma unroll
+        for (int i = 0; i < GW_A_COPIES; i++) {
+            const bool ok = k_ok && ((a_ok >> i) & 1);
+            gw_copy16(stage + a_dst[i], ok ? (const void *)(a_src[i] + k0) : (const void *)a,
+                      ok ? 16u : 0u);
+        }
+#pragma unroll
+        for (int i = 0; i < GW_B_COPIES; i++) {
+            const bool ok = k_ok && ((b_ok >> i) & 1);
+            gw_copy16(stage + b_dst[i], ok ? (const void *)(b_src[i] + k0) : (const void *)b,
+                      ok ? 16u : 0u);
+        }
+    };
     gw_zero(acc);
 #pragma unroll
     for (int s = 0; s < GW_STAGES - 2; s++) {
         if (s < GW_KT)
-            gw_load(a, b, m0, n0, base + (uint32_t)s * GW_STAGE_BYTES, tid, s);
+            load(s);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
     for (int kt = 0; kt < GW_KT; kt++) {
@@ -348,8 +380,7 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
         __syncthreads();
         gw_mma_stage(acc, base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES, wg);
         if (kt + GW_STAGES - 2 < GW_KT)
-            gw_load(a, b, m0, n0, base + (uint32_t)((kt + GW_STAGES - 2) % GW_STAGES) * GW_STAGE_BYTES,
-                    tid, kt + GW_STAGES - 2);
+            load(kt + GW_STAGES - 2);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     }
