@@ -3,16 +3,19 @@
 // tensor cores' asynchronous warpgroup MMA (wgmma), a batch of such products along blockIdx.z.
 //
 // The work. Block (x, 0, z) owns a GW_BM x GW_BN tile of D (x in grouped raster order: GW_GROUP
-// row tiles share each column tile in turn, so that the B tiles they read stay in L2). Its GW_WGS
+// row tiles share each column tile in turn, so that the B tiles they read stay in L2; with
+// GW_PERSIST, tiles x, x + gridDim.x, ... of the whole batch). Its GW_WGS
 // warpgroups own GW_MI tiles of 64 rows each; every warpgroup multiplies its rows by the block's
 // whole B tile. The k axis goes by 64 elements: one 128-byte row of A and of B a tile row, copied
 // by cp.async from global memory into one of GW_STAGES shared-memory stages, 16 bytes a copy, in
 // the 128-byte swizzle the wgmma descriptors name (the 16-byte chunk c of row r goes to chunk
 // c ^ (r % 8) of its row, rows 128 bytes apart, eight-row groups 1024 bytes apart: the "SBO").
-// Every thread copies (there is no producer warpgroup), GW_STAGES - 2 tiles ahead of the one the
-// tensor cores read: at step kt, after the barrier, every warpgroup has waited for its MMAs of
-// step kt - 2, so the stage they read is free for tile kt + GW_STAGES - 2 while the MMAs of steps
-// kt - 1 and kt may still run (wgmma.wait_group 1). Per stage a warpgroup issues 4 x GW_MI
+// Two pipelines. GW_WS 0: every thread copies, GW_STAGES - 2 tiles ahead of the one the tensor
+// cores read: at step kt, after the barrier, every warpgroup has waited for its MMAs of step
+// kt - 2, so the stage they read is free for tile kt + GW_STAGES - 2 while the MMAs of steps
+// kt - 1 and kt may still run (wgmma.wait_group 1). GW_WS 1: warpgroup 0 only copies, through a
+// full and an empty mbarrier a stage, and the others only multiply (optionally GW_PERSIST: a grid
+// of SMs looping over the tiles). Per stage a consumer warpgroup issues 4 x GW_MI
 // wgmma.m64nNk16 (N = GW_BN), the descriptor's start address advanced by 32 bytes per k16 step
 // inside the swizzle atom.
 //
