@@ -9,10 +9,11 @@
 #include "gen/family.h"
 
 /* arch: "sm_90", "sm_90a", or NULL for what kiln picks for the source on a 9.0 device
- * (kiln_cuda_arch). Prints the registers of entry; fails the test on an error or a stack frame. */
+ * (kiln_cuda_arch). Prints the registers of entry for the start point, and for the others too when
+ * every; fails the test on an error or a stack frame. */
 static inline void compile_check(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
                                  const int64_t *pt, const char *arch, const char *entry,
-                                 int is_start) {
+                                 int is_start, int every) {
     char *src = f->emit(p, m, pt, 1), *cubin = NULL, *log = NULL;
     size_t len;
     kiln_err err;
@@ -26,7 +27,8 @@ static inline void compile_check(const kiln_family *f, const kiln_problem *p, co
         fail_msg("%s %s does not compile: %s\n%.3000s", p->name, ps, err.msg, log ? log : "");
     kiln_cubin_usage u;
     assert_int_equal(kiln_cubin_usage_of(cubin, len, entry, &u, &err), 0);
-    printf("    %s: %s%s: %d registers\n", p->name, is_start ? "start " : "", ps, u.regs);
+    if (is_start || every)
+        printf("    %s: %s%s: %d registers\n", p->name, is_start ? "start " : "", ps, u.regs);
     if (u.frame_bytes != 0)
         fail_msg("%s %s: %lld bytes of stack (spills)", p->name, ps, (long long)u.frame_bytes);
     free(ps);

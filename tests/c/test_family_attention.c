@@ -321,7 +321,7 @@ static void test_flops(void **state) {
 
 static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
                           int is_start) {
-    compile_check(att, p, m, pt, "sm_90", "attention_kernel", is_start);
+    compile_check(att, p, m, pt, "sm_90", "attention_kernel", is_start, 1);
 }
 
 /* The start point and an even spread of the valid points of p compile without spills. */

@@ -166,7 +166,7 @@ static void compile_point(const kiln_problem *p, const kiln_match *m, const int6
     kiln_cuda_arch(9, 0, src, arch, sizeof arch);
     assert_string_equal(arch, "sm_90a"); /* wgmma: the source asks for the a-variant itself */
     free(src);
-    compile_check(fam, p, m, pt, arch, "gemm_kernel", is_start);
+    compile_check(fam, p, m, pt, arch, "gemm_kernel", is_start, 1);
 }
 
 static void test_compile(void **state) {

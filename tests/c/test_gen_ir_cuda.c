@@ -27,6 +27,7 @@
 #include "formats/problem.h"
 #include "gen/family.h"
 
+#include "compile_check.h"
 #include "emu_host.h"
 
 #define ROWS_DIR KILN_SOURCE_DIR "/tests/data/gen/rows"
@@ -254,22 +255,7 @@ static kiln_problem *load_case(const small_case *c, kiln_match *m) {
 /* Compiles gen's source for point pt; fails on a compile error or a stack frame. */
 static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
                           int is_start) {
-    char *src = gen->emit(p, m, pt, 1), *cubin = NULL, *log = NULL;
-    size_t len;
-    kiln_err err;
-    char *ps = kiln_family_point_str(gen, pt);
-    if (kiln_cuda_compile_only(src, "sm_90", &cubin, &len, &log, &err))
-        fail_msg("%s %s does not compile: %s\n%.3000s", p->name, ps, err.msg, log ? log : "");
-    kiln_cubin_usage u;
-    assert_int_equal(kiln_cubin_usage_of(cubin, len, "kg_kernel", &u, &err), 0);
-    if (is_start)
-        printf("    %s: start %s: %d registers\n", p->name, ps, u.regs);
-    if (u.frame_bytes != 0)
-        fail_msg("%s %s: %lld bytes of stack (spills)", p->name, ps, (long long)u.frame_bytes);
-    free(ps);
-    free(src);
-    free(cubin);
-    free(log);
+    compile_check(gen, p, m, pt, "sm_90", "kg_kernel", is_start, 0);
 }
 
 /* The start point and n points spread evenly over the valid ones. */
