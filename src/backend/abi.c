@@ -3,7 +3,10 @@
 #include "abi.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "../formats/expr.h"
 
@@ -167,6 +170,73 @@ static int parse_launch(const span *tok, int n_tok, int line, kiln_launch_spec *
     return KILN_OK;
 }
 
+/* `tensormap TENSOR dims=(..) strides=(..) box=(..) [swizzle=S]` (docs/abi.md section 2). */
+static int parse_tensormap(const span *tok, int n_tok, int line, kiln_tmap_spec *ts,
+                           kiln_err *err) {
+    if (n_tok < 2 || !is_identifier(tok[1]) || tok[1].len >= sizeof ts->tensor)
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "line %d: 'tensormap' needs a tensor parameter's name: // kiln: "
+                         "tensormap TENSOR dims=(D0,D1,..) strides=(S1,..) box=(B0,B1,..) "
+                         "[swizzle=0|32|64|128]",
+                         line);
+    memcpy(ts->tensor, tok[1].s, tok[1].len);
+    ts->tensor[tok[1].len] = 0;
+    int seen_swizzle = 0;
+    for (int i = 2; i < n_tok; i++) {
+        const char *eq = memchr(tok[i].s, '=', tok[i].len);
+        if (!eq)
+            return kiln_errf(err, KILN_ERR_COMPILE, "line %d: expected key=value, got '%.*s'", line,
+                             (int)(tok[i].len > 64 ? 64 : tok[i].len), tok[i].s);
+        span key = {tok[i].s, (size_t)(eq - tok[i].s)};
+        span value = {eq + 1, tok[i].len - key.len - 1};
+        char **dst;
+        const char *name;
+        int max = KILN_TMAP_MAX_RANK;
+        if (key.len == 4 && !memcmp(key.s, "dims", 4)) {
+            dst = ts->dims, name = "dims";
+        } else if (key.len == 7 && !memcmp(key.s, "strides", 7)) {
+            dst = ts->strides, name = "strides", max = KILN_TMAP_MAX_RANK - 1;
+        } else if (key.len == 3 && !memcmp(key.s, "box", 3)) {
+            dst = ts->box, name = "box";
+        } else if (key.len == 7 && !memcmp(key.s, "swizzle", 7)) {
+            if (seen_swizzle++)
+                return kiln_errf(err, KILN_ERR_COMPILE, "line %d: 'swizzle' given twice", line);
+            char v[8] = {0};
+            memcpy(v, value.s, value.len < sizeof v - 1 ? value.len : sizeof v - 1);
+            ts->swizzle = atoi(v);
+            if (value.len > 3 ||
+                (strcmp(v, "0") && strcmp(v, "32") && strcmp(v, "64") && strcmp(v, "128")))
+                return kiln_errf(err, KILN_ERR_COMPILE,
+                                 "line %d: swizzle '%.*s' (expected 0, 32, 64 or 128 bytes)", line,
+                                 (int)(value.len > 16 ? 16 : value.len), value.s);
+            continue;
+        } else {
+            return kiln_errf(err, KILN_ERR_COMPILE,
+                             "line %d: unknown tensormap key '%.*s' (expected dims, strides, box "
+                             "or swizzle)",
+                             line, (int)(key.len > 64 ? 64 : key.len), key.s);
+        }
+        if (dst[0])
+            return kiln_errf(err, KILN_ERR_COMPILE, "line %d: '%s' given twice", line, name);
+        int rc = parse_value(value, max, name, line, dst, err);
+        if (rc)
+            return rc;
+    }
+    while (ts->rank < KILN_TMAP_MAX_RANK && ts->dims[ts->rank])
+        ts->rank++;
+    int n_strides = 0, n_box = 0;
+    while (n_strides < KILN_TMAP_MAX_RANK - 1 && ts->strides[n_strides])
+        n_strides++;
+    while (n_box < KILN_TMAP_MAX_RANK && ts->box[n_box])
+        n_box++;
+    if (ts->rank == 0 || n_box != ts->rank || n_strides != ts->rank - 1)
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "line %d: tensormap '%s' has %d dims, %d strides and %d box sizes (a map "
+                         "of rank R needs R dims, R-1 strides and R box sizes)",
+                         line, ts->tensor, ts->rank, n_strides, n_box);
+    return KILN_OK;
+}
+
 /* Finds the body of a directive: the rest of a line that starts (after blanks) with "// kiln:". */
 static int directive_body(span line, span *body) {
     span t = trim(line);
@@ -252,7 +322,8 @@ int kiln_abi_parse(const char *source, int require_launch, kiln_abi *out, kiln_e
             break;
         if (n_tok == 0) {
             rc = kiln_errf(err, KILN_ERR_COMPILE,
-                           "line %d: empty '// kiln:' line (expected launch or scratch)", line_no);
+                           "line %d: empty '// kiln:' line (expected launch, tensormap or scratch)",
+                           line_no);
         } else if (tok[0].len == 6 && !memcmp(tok[0].s, "launch", 6)) {
             if (out->n_launches == KILN_MAX_LAUNCHES) {
                 rc = kiln_errf(err, KILN_ERR_COMPILE, "line %d: more than %d launch lines", line_no,
@@ -260,6 +331,15 @@ int kiln_abi_parse(const char *source, int require_launch, kiln_abi *out, kiln_e
                 break;
             }
             rc = parse_launch(tok, n_tok, line_no, &out->launch[out->n_launches++], err);
+        } else if (tok[0].len == 9 && !memcmp(tok[0].s, "tensormap", 9)) {
+            if (!require_launch)
+                rc = kiln_errf(err, KILN_ERR_COMPILE,
+                               "line %d: 'tensormap' is for CUDA candidates (TMA)", line_no);
+            else if (out->n_tmaps == KILN_MAX_TMAPS)
+                rc = kiln_errf(err, KILN_ERR_COMPILE, "line %d: more than %d tensormap lines",
+                               line_no, KILN_MAX_TMAPS);
+            else
+                rc = parse_tensormap(tok, n_tok, line_no, &out->tmap[out->n_tmaps++], err);
         } else if (tok[0].len == 7 && !memcmp(tok[0].s, "scratch", 7)) {
             if (out->scratch)
                 rc = kiln_errf(err, KILN_ERR_COMPILE, "line %d: 'scratch' given twice", line_no);
@@ -271,15 +351,16 @@ int kiln_abi_parse(const char *source, int require_launch, kiln_abi *out, kiln_e
             else
                 out->scratch = xstrndup(tok[1].s, tok[1].len);
         } else {
-            rc = kiln_errf(err, KILN_ERR_COMPILE,
-                           "line %d: unknown directive '%.*s' (expected launch or scratch)",
-                           line_no, (int)(tok[0].len > 64 ? 64 : tok[0].len), tok[0].s);
+            rc = kiln_errf(
+                err, KILN_ERR_COMPILE,
+                "line %d: unknown directive '%.*s' (expected launch, tensormap or scratch)",
+                line_no, (int)(tok[0].len > 64 ? 64 : tok[0].len), tok[0].s);
         }
     }
-    if (rc == KILN_OK && out->library && (out->n_launches || out->scratch))
+    if (rc == KILN_OK && out->library && (out->n_launches || out->scratch || out->n_tmaps))
         rc = kiln_errf(err, KILN_ERR_COMPILE,
-                       "a '// kiln: library' candidate is a library call: it has no launch or "
-                       "scratch lines");
+                       "a '// kiln: library' candidate is a library call: it has no launch, "
+                       "tensormap or scratch lines");
     if (rc == KILN_OK && out->n_launches == 0 && !out->library) {
         if (require_launch) {
             rc = kiln_errf(err, KILN_ERR_COMPILE,
@@ -306,6 +387,15 @@ void kiln_abi_free(kiln_abi *abi) {
             free(ls->cluster[d]);
         }
         free(ls->smem);
+    }
+    for (int i = 0; i < KILN_MAX_TMAPS; i++) {
+        kiln_tmap_spec *ts = &abi->tmap[i];
+        for (int d = 0; d < KILN_TMAP_MAX_RANK; d++) {
+            free(ts->dims[d]);
+            free(ts->box[d]);
+            if (d < KILN_TMAP_MAX_RANK - 1)
+                free(ts->strides[d]);
+        }
     }
     free(abi->scratch);
     free(abi->library);
@@ -365,6 +455,88 @@ static int eval_dims(char *const exprs[3], const int64_t limit[3], const char *k
     return KILN_OK;
 }
 
+/* The parameter index and spec of the tensor a tensor map names (inputs, then outputs: their ABI
+ * order), or NULL. */
+static const kiln_tensor_spec *tmap_tensor(const kiln_problem *p, const char *name, int *param) {
+    int i = kiln_problem_input_index(p, name);
+    if (i >= 0) {
+        *param = i;
+        return &p->inputs[i];
+    }
+    int o = kiln_problem_output_index(p, name);
+    if (o < 0)
+        return NULL;
+    *param = p->n_inputs + o;
+    return &p->outputs[o];
+}
+
+/* Evaluates tensor map ts for a workload into t and checks what the TMA unit and the gate need:
+ * the map names a tensor parameter stored whole, its strides are multiples of 16 bytes, its boxes
+ * fit the unit (and the swizzle), and no element it addresses lies past the tensor's last byte. */
+static int plan_tmap(const kiln_tmap_spec *ts, const kiln_problem *p, const kiln_workload *w,
+                     axis_ctx *ctx, kiln_tmap *t, kiln_err *err) {
+    const kiln_tensor_spec *spec = tmap_tensor(p, ts->tensor, &t->param);
+    if (!spec || spec->is_scalar)
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "tensormap '%s': not a tensor input or output of the problem", ts->tensor);
+    if (spec->layout.expanded)
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "tensormap '%s': the tensor is stored broadcast (fewer elements than its "
+                         "shape)",
+                         ts->tensor);
+    const size_t esize = kiln_dtype_size(spec->dtype);
+    if (spec->dtype == KILN_F4_E2M1X2 || !(esize == 1 || esize == 2 || esize == 4 || esize == 8))
+        return kiln_errf(err, KILN_ERR_COMPILE, "tensormap '%s': TMA does not move %s elements",
+                         ts->tensor, kiln_dtype_name(spec->dtype));
+    t->dtype = spec->dtype;
+    t->rank = ts->rank;
+    t->swizzle = ts->swizzle;
+    char what[160];
+    uint64_t reach = 0;
+    for (int d = 0; d < ts->rank; d++) {
+        int64_t dim, box, stride = 1;
+        snprintf(what, sizeof what, "dims[%d] of tensormap '%s'", d, ts->tensor);
+        int rc = eval(ts->dims[d], ctx, what, &dim, err);
+        snprintf(what, sizeof what, "box[%d] of tensormap '%s'", d, ts->tensor);
+        if (rc == KILN_OK)
+            rc = eval(ts->box[d], ctx, what, &box, err);
+        snprintf(what, sizeof what, "strides[%d] of tensormap '%s'", d - 1, ts->tensor);
+        if (rc == KILN_OK && d > 0)
+            rc = eval(ts->strides[d - 1], ctx, what, &stride, err);
+        if (rc)
+            return rc;
+        if (dim < 1 || dim > ((int64_t)1 << 32))
+            return kiln_errf(err, KILN_ERR_COMPILE, "tensormap '%s': dims[%d] = %lld (1 to 2^32)",
+                             ts->tensor, d, (long long)dim);
+        if (box < 1 || box > 256)
+            return kiln_errf(err, KILN_ERR_COMPILE, "tensormap '%s': box[%d] = %lld (1 to 256)",
+                             ts->tensor, d, (long long)box);
+        const int64_t bytes = stride * (int64_t)esize;
+        if (d > 0 && (stride < 1 || bytes % 16 || bytes >= ((int64_t)1 << 40)))
+            return kiln_errf(err, KILN_ERR_COMPILE,
+                             "tensormap '%s': strides[%d] = %lld elements (%lld bytes: a positive "
+                             "multiple of 16 below 2^40)",
+                             ts->tensor, d - 1, (long long)stride, (long long)bytes);
+        t->dims[d] = (uint64_t)dim;
+        t->box[d] = (uint32_t)box;
+        if (d > 0)
+            t->strides[d - 1] = (uint64_t)bytes;
+        reach += d == 0 ? (uint64_t)dim * esize : (uint64_t)(dim - 1) * (uint64_t)bytes;
+    }
+    const uint64_t row = (uint64_t)t->box[0] * esize;
+    if (row % 16 || (t->swizzle && row > (uint64_t)t->swizzle))
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "tensormap '%s': box[0] is %llu bytes (a multiple of 16%s)", ts->tensor,
+                         (unsigned long long)row, t->swizzle ? ", at most the swizzle span" : "");
+    int64_t shape[KILN_MAX_DIMS];
+    const uint64_t have = (uint64_t)kiln_tensor_shape(p, spec, w, shape) * esize;
+    if (reach > have)
+        return kiln_errf(err, KILN_ERR_COMPILE,
+                         "tensormap '%s' reaches %llu bytes; the tensor has %llu", ts->tensor,
+                         (unsigned long long)reach, (unsigned long long)have);
+    return KILN_OK;
+}
+
 int kiln_abi_plan(const kiln_abi *abi, const kiln_problem *p, const kiln_workload *w,
                   kiln_launch_plan *out, kiln_err *err) {
     static const int64_t grid_limit[3] = {2147483647, 65535, 65535};
@@ -417,9 +589,105 @@ int kiln_abi_plan(const kiln_abi *abi, const kiln_problem *p, const kiln_workloa
         if (rc == KILN_OK)
             out->scratch_bytes = (size_t)bytes;
     }
+    for (int i = 0; i < abi->n_tmaps && rc == KILN_OK; i++)
+        rc = plan_tmap(&abi->tmap[i], p, w, &ctx, &out->tmap[i], err);
+    if (rc == KILN_OK) {
+        out->n_tmaps = abi->n_tmaps;
+        out->n_params = p->n_inputs + p->n_outputs + p->n_axes + (abi->scratch ? 1 : 0);
+    }
     if (rc)
         memset(out, 0, sizeof *out);
     return rc;
+}
+
+/* ---- tensor maps in a library manifest ---- */
+
+cJSON *kiln_tmaps_to_json(const kiln_launch_plan *plan) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < plan->n_tmaps; i++) {
+        const kiln_tmap *t = &plan->tmap[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "param", t->param);
+        cJSON_AddStringToObject(o, "dtype", kiln_dtype_name(t->dtype));
+        cJSON *dims = cJSON_AddArrayToObject(o, "dims");
+        cJSON *strides = cJSON_AddArrayToObject(o, "strides");
+        cJSON *box = cJSON_AddArrayToObject(o, "box");
+        for (int d = 0; d < t->rank; d++) {
+            cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)t->dims[d]));
+            cJSON_AddItemToArray(box, cJSON_CreateNumber(t->box[d]));
+            if (d > 0)
+                cJSON_AddItemToArray(strides, cJSON_CreateNumber((double)t->strides[d - 1]));
+        }
+        cJSON_AddNumberToObject(o, "swizzle", t->swizzle);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+/* Reads array a of n (1 .. max) integers in [lo, hi] into out; -1 when it is not that. */
+static int json_uints(const cJSON *a, int n, uint64_t lo, uint64_t hi, uint64_t *out) {
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi) ||
+            v->valuedouble != (double)(uint64_t)v->valuedouble)
+            return -1;
+        out[i] = (uint64_t)v->valuedouble;
+    }
+    return 0;
+}
+
+int kiln_tmaps_from_json(const cJSON *a, const kiln_dtype *dtypes, int n_tensors,
+                         kiln_launch_plan *plan, kiln_err *err) {
+    plan->n_tmaps = 0;
+    if (!a || cJSON_IsNull(a))
+        return KILN_OK;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > KILN_MAX_TMAPS)
+        return kiln_errf(err, KILN_ERR_FORMAT, "\"tensormaps\" must be an array of at most %d",
+                         KILN_MAX_TMAPS);
+    const cJSON *o;
+    cJSON_ArrayForEach(o, a) {
+        kiln_tmap *t = &plan->tmap[plan->n_tmaps];
+        memset(t, 0, sizeof *t);
+        const cJSON *param = cJSON_GetObjectItemCaseSensitive(o, "param");
+        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+        const cJSON *dims = cJSON_GetObjectItemCaseSensitive(o, "dims");
+        const cJSON *swizzle = cJSON_GetObjectItemCaseSensitive(o, "swizzle");
+        const int i = plan->n_tmaps;
+        if (!cJSON_IsNumber(param) || param->valuedouble < 0 || param->valuedouble >= n_tensors ||
+            param->valuedouble != (int)param->valuedouble)
+            return kiln_errf(err, KILN_ERR_FORMAT,
+                             "tensor map %d: \"param\" must name one of the %d tensors", i,
+                             n_tensors);
+        t->param = (int)param->valuedouble;
+        if (!cJSON_IsString(dtype) || kiln_dtype_parse(dtype->valuestring, &t->dtype) != 0 ||
+            t->dtype != dtypes[t->param])
+            return kiln_errf(err, KILN_ERR_FORMAT,
+                             "tensor map %d: \"dtype\" must be its tensor's (%s)", i,
+                             kiln_dtype_name(dtypes[t->param]));
+        t->rank = cJSON_IsArray(dims) ? cJSON_GetArraySize(dims) : 0;
+        uint64_t box[KILN_TMAP_MAX_RANK];
+        if (t->rank < 1 || t->rank > KILN_TMAP_MAX_RANK ||
+            json_uints(dims, t->rank, 1, (uint64_t)1 << 32, t->dims) ||
+            json_uints(cJSON_GetObjectItemCaseSensitive(o, "box"), t->rank, 1, 256, box) ||
+            (t->rank > 1 && json_uints(cJSON_GetObjectItemCaseSensitive(o, "strides"), t->rank - 1,
+                                       16, ((uint64_t)1 << 40) - 1, t->strides)) ||
+            !cJSON_IsNumber(swizzle))
+            return kiln_errf(err, KILN_ERR_FORMAT,
+                             "tensor map %d: \"dims\", \"box\" (1 to 256) and \"strides\" "
+                             "(bytes) must be arrays of rank 1 to %d, rank - 1 integers, "
+                             "\"swizzle\" a number",
+                             i, KILN_TMAP_MAX_RANK);
+        for (int d = 0; d < t->rank; d++)
+            t->box[d] = (uint32_t)box[d];
+        t->swizzle = (int)swizzle->valuedouble;
+        if (t->swizzle != 0 && t->swizzle != 32 && t->swizzle != 64 && t->swizzle != 128)
+            return kiln_errf(err, KILN_ERR_FORMAT, "tensor map %d: swizzle %d (0, 32, 64, 128)", i,
+                             t->swizzle);
+        plan->n_tmaps++;
+    }
+    return KILN_OK;
 }
 
 /* ---- signature ---- */

@@ -8,6 +8,9 @@
 
 #define KILN_MAX_LAUNCHES 8
 #define KILN_MAX_PARAMS 64
+#define KILN_MAX_TMAPS 4     /* `// kiln: tensormap` lines a candidate may have */
+#define KILN_TMAP_MAX_RANK 5 /* the TMA unit's limit */
+#define KILN_TMAP_BYTES 128  /* a tensor map as a kernel parameter (CUtensorMap) */
 
 /* One parameter of a candidate's entry points, in ABI order: inputs (tensors as pointers, scalars
  * by value), outputs (pointers), every axis (int64_t), then the scratch pointer if declared. */
@@ -39,9 +42,21 @@ typedef struct {
     char *smem;                            /* NULL means 0 */
 } kiln_launch_spec;
 
+/* A tensor map as written (`// kiln: tensormap TENSOR dims=(..) strides=(..) box=(..)
+ * [swizzle=S]`): the TMA unit's view of one tensor parameter, expressions over the axis names,
+ * innermost dimension first; strides in elements, for dimensions 1 .. rank-1. */
+typedef struct {
+    char tensor[64];
+    int rank;
+    char *dims[KILN_TMAP_MAX_RANK], *strides[KILN_TMAP_MAX_RANK - 1], *box[KILN_TMAP_MAX_RANK];
+    int swizzle; /* bytes: 0 (none), 32, 64 or 128 */
+} kiln_tmap_spec;
+
 typedef struct {
     int n_launches;
     kiln_launch_spec launch[KILN_MAX_LAUNCHES];
+    int n_tmaps;
+    kiln_tmap_spec tmap[KILN_MAX_TMAPS];
     char *scratch; /* bytes of zeroed scratch memory; NULL means none */
     /* `// kiln: library NAME ARGS`: the candidate is a call into a vendor library, not a kernel
      * (no launch lines); the backend that knows NAME builds and runs it from ARGS (text, for
@@ -56,10 +71,27 @@ typedef struct {
     size_t smem_bytes;
 } kiln_launch;
 
+/* A tensor map with numbers, for one workload: what cuTensorMapEncodeTiled is given at each launch,
+ * with the address parameter `param` holds then. Checked by kiln_abi_plan: the map reaches no
+ * byte past the tensor's. */
+typedef struct {
+    int param;                                /* the tensor's index in the ABI parameters */
+    kiln_dtype dtype;                         /* the tensor's */
+    int rank;                                 /* 1 .. KILN_TMAP_MAX_RANK */
+    uint64_t dims[KILN_TMAP_MAX_RANK];        /* elements, innermost first */
+    uint64_t strides[KILN_TMAP_MAX_RANK - 1]; /* bytes, dimensions 1 .. rank-1 */
+    uint32_t box[KILN_TMAP_MAX_RANK];         /* elements a copy moves, per dimension */
+    int swizzle;                              /* bytes: 0, 32, 64, 128 */
+} kiln_tmap;
+
 typedef struct {
     int n_launches;
     kiln_launch launch[KILN_MAX_LAUNCHES];
     size_t scratch_bytes;
+    /* Tensor maps every entry point takes after its n_params ABI parameters, in order, each a
+     * 128-byte `const __grid_constant__` parameter (docs/abi.md section 2). */
+    int n_params, n_tmaps;
+    kiln_tmap tmap[KILN_MAX_TMAPS];
 } kiln_launch_plan;
 
 /* Parses every `// kiln:` line of source. With require_launch, no launch line is an error unless
@@ -76,6 +108,15 @@ int kiln_abi_is_library(const char *source);
  * expression that does not evaluate (unknown name, division by zero) is KILN_ERR_COMPILE. */
 int kiln_abi_plan(const kiln_abi *abi, const kiln_problem *p, const kiln_workload *w,
                   kiln_launch_plan *out, kiln_err *err);
+
+/* A plan's tensor maps as a library manifest stores them (an array of {"param", "dtype", "dims",
+ * "strides" (bytes), "box", "swizzle"}), and back: the reader checks every field against the TMA
+ * unit's limits and that param is one of the n_tensors tensor parameters with that dtype
+ * (dtypes[param]); KILN_OK, or KILN_ERR_FORMAT with why. A NULL or empty array is no map. */
+struct cJSON;
+struct cJSON *kiln_tmaps_to_json(const kiln_launch_plan *plan);
+int kiln_tmaps_from_json(const struct cJSON *a, const kiln_dtype *dtypes, int n_tensors,
+                         kiln_launch_plan *plan, kiln_err *err);
 
 /* The parameter list a problem implies. cuda selects CUDA type names (__nv_bfloat16, __half), else
  * C names (kiln_bf16, kiln_f16 from kiln_cpu.h): kiln_dtype_kernel_type. */

@@ -209,23 +209,27 @@ static size_t param_size(kiln_param_kind kind) {
 }
 
 /* With cuFuncGetParamInfo (CUDA 12.4+), checks that an entry point takes the parameters the ABI
- * passes: a kernel that declares fewer or other-sized parameters would read garbage, silently. */
-static int check_params(const cuda_entry *e, const kiln_signature *sig, char *msg, size_t cap) {
-    size_t sizes[KILN_MAX_PARAMS];
-    int n = kiln_cuda_param_sizes(e->fn, sizes, KILN_MAX_PARAMS);
+ * passes, then n_tmaps tensor maps of KILN_TMAP_BYTES: a kernel that declares fewer or other-sized
+ * parameters would read garbage, silently. */
+static int check_params(const cuda_entry *e, const kiln_signature *sig, int n_tmaps, char *msg,
+                        size_t cap) {
+    size_t sizes[KILN_MAX_PARAMS + KILN_MAX_TMAPS];
+    int n = kiln_cuda_param_sizes(e->fn, sizes, KILN_MAX_PARAMS + KILN_MAX_TMAPS);
     if (n < 0)
         return 0; /* the driver cannot tell: skip the check */
-    if (n != sig->n) {
-        snprintf(msg, cap, "'%s' takes %d parameter%s, but the ABI passes %d", e->name, n,
-                 n == 1 ? "" : "s", sig->n);
+    if (n != sig->n + n_tmaps) {
+        snprintf(msg, cap, "'%s' takes %d parameter%s, but the ABI passes %d%s", e->name, n,
+                 n == 1 ? "" : "s", sig->n + n_tmaps, n_tmaps ? " (tensor maps included)" : "");
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        if (sizes[i] != param_size(sig->p[i].kind)) {
+        const size_t want = i < sig->n ? param_size(sig->p[i].kind) : KILN_TMAP_BYTES;
+        if (sizes[i] != want) {
             snprintf(msg, cap,
                      "parameter %d of '%s' is %zu bytes, but the ABI passes '%s %s' (%zu bytes)",
-                     i + 1, e->name, sizes[i], sig->p[i].c_type, sig->p[i].name,
-                     param_size(sig->p[i].kind));
+                     i + 1, e->name, sizes[i],
+                     i < sig->n ? sig->p[i].c_type : "const __grid_constant__ CUtensorMap",
+                     i < sig->n ? sig->p[i].name : "(a tensor map)", want);
             return -1;
         }
     }
@@ -348,7 +352,7 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
         m->n++;
         kiln_cuda_func_attrs_get(e->fn, &e->attrs);
         char msg[512];
-        if (check_params(e, sig, msg, sizeof msg) != 0) {
+        if (check_params(e, sig, abi->n_tmaps, msg, sizeof msg) != 0) {
             char *proto = kiln_abi_prototype(sig, name, 1);
             rc = kiln_errf(err, KILN_ERR_COMPILE, "%s; expected %s", msg, proto);
             free(proto);
@@ -466,6 +470,15 @@ static int cuda_launch(kiln_backend *be, kiln_module *m, const kiln_launch_plan 
         int rc = prepare_launch(st, entries[i], &plan->launch[i], err);
         if (rc)
             return rc;
+    }
+    CUtensorMap maps[KILN_MAX_TMAPS];
+    void *with_maps[KILN_MAX_PARAMS + KILN_MAX_TMAPS];
+    if (plan->n_tmaps) {
+        char why[300];
+        CUresult r = kiln_cuda_tmap_params(plan, params, maps, with_maps, why, sizeof why);
+        if (r != CUDA_SUCCESS)
+            return kiln_errf(err, KILN_ERR_RESOURCE, "%s", why);
+        params = with_maps;
     }
     for (int i = 0; i < plan->n_launches; i++) {
         const kiln_launch *l = &plan->launch[i];

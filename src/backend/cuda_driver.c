@@ -253,6 +253,57 @@ int kiln_cuda_param_sizes(CUfunction fn, size_t *sizes, int cap) {
     }
 }
 
+static CUtensorMapDataType tmap_type(kiln_dtype t) {
+    switch (t) {
+    case KILN_F64:
+        return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
+    case KILN_F32:
+        return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    case KILN_F16:
+        return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case KILN_BF16:
+        return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case KILN_I64:
+        return CU_TENSOR_MAP_DATA_TYPE_INT64;
+    case KILN_I32:
+        return CU_TENSOR_MAP_DATA_TYPE_INT32;
+    case KILN_I16:
+        return CU_TENSOR_MAP_DATA_TYPE_UINT16; /* moved as bits: TMA does not convert */
+    default:
+        return CU_TENSOR_MAP_DATA_TYPE_UINT8; /* 1-byte types: fp8, int8, uint8, bool */
+    }
+}
+
+CUresult kiln_cuda_tmap_params(const kiln_launch_plan *plan, void **params,
+                               CUtensorMap maps[KILN_MAX_TMAPS], void **out, char *why,
+                               size_t cap) {
+    for (int i = 0; i < plan->n_params; i++)
+        out[i] = params[i];
+    for (int i = 0; i < plan->n_tmaps; i++) {
+        const kiln_tmap *t = &plan->tmap[i];
+        void *address = *(void *const *)params[t->param];
+        static const cuuint32_t ones[KILN_TMAP_MAX_RANK] = {1, 1, 1, 1, 1};
+        const CUtensorMapSwizzle swizzle = t->swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                           : t->swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                           : t->swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                              : CU_TENSOR_MAP_SWIZZLE_NONE;
+        CUresult r = kiln_cuda.TensorMapEncodeTiled(
+            &maps[i], tmap_type(t->dtype), (cuuint32_t)t->rank, address, t->dims, t->strides,
+            t->box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) {
+            snprintf(why, cap,
+                     "tensor map %d (parameter %d at %p, rank %d, box %u x %u): "
+                     "cuTensorMapEncodeTiled: %s",
+                     i, t->param + 1, address, t->rank, t->box[0], t->rank > 1 ? t->box[1] : 1,
+                     kiln_cuda_error_name(r));
+            return r;
+        }
+        out[plan->n_params + i] = &maps[i];
+    }
+    return CUDA_SUCCESS;
+}
+
 /* Largest thread-block cluster on sm_90 with the non-portable opt-in (8 without it). */
 #define CUDA_MAX_CLUSTER 16
 #define CUDA_PORTABLE_CLUSTER 8

@@ -63,6 +63,11 @@
     X(EventDestroy, (CUevent ev))                                                                  \
     X(GetErrorName, (CUresult r, const char **name))                                               \
     X(GetErrorString, (CUresult r, const char **text))                                             \
+    X(TensorMapEncodeTiled,                                                                        \
+      (CUtensorMap * map, CUtensorMapDataType type, cuuint32_t rank, void *address,                \
+       const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,                   \
+       const cuuint32_t *elem_strides, CUtensorMapInterleave interleave,                           \
+       CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill fill))       \
     X(FuncGetParamInfo, (CUfunction fn, size_t index, size_t * offset, size_t * size))             \
     X(FuncLoad, (CUfunction fn))
 
@@ -121,6 +126,13 @@ void kiln_cuda_func_attrs_get(CUfunction fn, kiln_cuda_func_attrs *out);
  * number of parameters (cap + 1 when there are more than cap), or -1 when the driver cannot tell.
  */
 int kiln_cuda_param_sizes(CUfunction fn, size_t *sizes, int cap);
+
+/* The parameters of a launch of plan (section 2 of docs/abi.md): params (plan->n_params ABI
+ * parameters) then plan's tensor maps, encoded into maps for the addresses params hold now (out of
+ * bounds elements read as zeros). out has room for KILN_MAX_PARAMS + KILN_MAX_TMAPS. CUDA_SUCCESS,
+ * or the encoder's error with what it refused in why. */
+CUresult kiln_cuda_tmap_params(const kiln_launch_plan *plan, void **params,
+                               CUtensorMap maps[KILN_MAX_TMAPS], void **out, char *why, size_t cap);
 
 /* Whether launch l fits kernel `name` (attributes a) on device d: its threads per block, static +
  * dynamic shared memory within the device's opt-in limit, and a cluster (sm_90 or newer, dividing

@@ -99,24 +99,25 @@ void rt_gpu_close(rt_gpu *g) {
 }
 
 /* Checks one entry point against a launch and raises its limits where the launch needs it. */
-static int prepare(rt_gpu *g, rt_function *f, const kiln_launch *l, int n_params, kiln_err *err) {
+static int prepare(rt_gpu *g, rt_function *f, const kiln_launch *l, int n_params, int n_tmaps,
+                   kiln_err *err) {
     kiln_cuda_func_attrs a;
     kiln_cuda_func_attrs_get(f->fn, &a);
     if (kiln_cuda.FuncLoad)
         kiln_cuda.FuncLoad(f->fn);
-    size_t sizes[KILN_MAX_PARAMS];
-    int n = kiln_cuda_param_sizes(f->fn, sizes, KILN_MAX_PARAMS);
-    for (int i = 0; i < n && i < KILN_MAX_PARAMS; i++)
-        if (sizes[i] != 8)
+    size_t sizes[KILN_MAX_PARAMS + KILN_MAX_TMAPS];
+    int n = kiln_cuda_param_sizes(f->fn, sizes, KILN_MAX_PARAMS + KILN_MAX_TMAPS);
+    for (int i = 0; i < n && i < KILN_MAX_PARAMS + KILN_MAX_TMAPS; i++)
+        if (sizes[i] != (i < n_params ? 8 : KILN_TMAP_BYTES))
             return kiln_errf(err, KILN_ERR_FORMAT,
                              "'%s': parameter %d is %zu bytes; the ABI passes pointers and int64 "
-                             "axes (8 bytes)",
-                             f->name, i + 1, sizes[i]);
-    if (n >= 0 && n != n_params)
+                             "axes (8 bytes), then tensor maps (%d bytes)",
+                             f->name, i + 1, sizes[i], KILN_TMAP_BYTES);
+    if (n >= 0 && n != n_params + n_tmaps)
         return kiln_errf(err, KILN_ERR_FORMAT,
                          "'%s' takes %d parameters; the manifest implies %d (a cubin from another "
                          "build?)",
-                         f->name, n, n_params);
+                         f->name, n, n_params + n_tmaps);
     char why[400];
     if (kiln_cuda_launch_fits(f->name, &a, l, &g->info, why, sizeof why) != 0)
         return kiln_errf(err, KILN_ERR_FORMAT, "%s", why);
@@ -165,7 +166,7 @@ int rt_gpu_module_load(rt_gpu *g, const void *image, const kiln_launch_plan *pla
             m->n++;
         }
         m->launch_fn[i] = k;
-        rc = prepare(g, &m->fn[k], l, n_params, err);
+        rc = prepare(g, &m->fn[k], l, n_params, plan->n_tmaps, err);
     }
 done:
     if (rc) {
@@ -198,6 +199,17 @@ int rt_gpu_launch(rt_gpu *g, rt_cuda_module *m, const kiln_launch_plan *plan, vo
         return kiln_errf(err, KILN_ERR_LAUNCH, "making the primary context current: %s: %s",
                          kiln_cuda_error_name(r), kiln_cuda_error_text(r));
     int rc = KILN_OK;
+    CUtensorMap maps[KILN_MAX_TMAPS];
+    void *with_maps[KILN_MAX_PARAMS + KILN_MAX_TMAPS];
+    if (plan->n_tmaps) {
+        char why[300];
+        r = kiln_cuda_tmap_params(plan, params, maps, with_maps, why, sizeof why);
+        if (r != CUDA_SUCCESS) {
+            ctx_leave(pushed);
+            return kiln_errf(err, KILN_ERR_LAUNCH, "%s", why);
+        }
+        params = with_maps;
+    }
     for (int i = 0; i < plan->n_launches; i++) {
         const kiln_launch *l = &plan->launch[i];
         CUlaunchConfig cfg;

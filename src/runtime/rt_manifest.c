@@ -385,6 +385,18 @@ static int parse_entry(kiln_rt *rt, const cJSON *j, int index, rt_entry *e, kiln
         kiln_abi_add_param(&e->sig, KILN_PARAM_I64, e->axis_names[a], "int64_t");
     if (has_scratch)
         kiln_abi_add_param(&e->sig, KILN_PARAM_PTR, "kiln_scratch", "void*");
+    e->plan.n_params = e->sig.n;
+    if (el && !launch_error) {
+        kiln_dtype dtypes[KILN_MAX_PARAMS];
+        for (int i = 0; i < e->n_inputs; i++)
+            dtypes[i] = e->inputs[i].dtype;
+        for (int i = 0; i < e->n_outputs; i++)
+            dtypes[e->n_inputs + i] = e->outputs[i].dtype;
+        kiln_err terr;
+        if (kiln_tmaps_from_json(cJSON_GetObjectItemCaseSensitive(el, "tensormaps"), dtypes,
+                                 e->n_inputs + e->n_outputs, &e->plan, &terr) != KILN_OK)
+            BAD("%.400s", terr.msg);
+    }
     const char *signature = json_str(j, "signature");
     if (!signature)
         BAD("no \"signature\"");

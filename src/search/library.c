@@ -328,6 +328,8 @@ static void add_launches(cJSON *e, const kiln_problem *p, const kiln_abi *abi) {
                 cJSON_AddNumberToObject(o, "smem_bytes", (double)L->smem_bytes);
                 cJSON_AddItemToArray(ls, o);
             }
+            if (plan.n_tmaps)
+                cJSON_AddItemToObject(el, "tensormaps", kiln_tmaps_to_json(&plan));
             cJSON_AddNumberToObject(el, "scratch_bytes", (double)plan.scratch_bytes);
         }
         cJSON_AddItemToArray(launches, el);

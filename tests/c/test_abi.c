@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include <cjson/cJSON.h>
+
 #include "backend/abi.h"
 
 /* x: bf16 [rows, cols], alpha: float scalar, n: int64 scalar -> y: bf16 [rows, cols]; total =
@@ -186,9 +188,9 @@ static void test_parse_library(void **state) {
     assert_contains(parse_error("// kiln: library cublaslt {}\n// kiln: library cublaslt {}\n", 1),
                     "line 2: 'library' given twice");
     assert_contains(parse_error("// kiln: library cublaslt {}\n// kiln: launch k grid=1\n", 1),
-                    "no launch or scratch lines");
+                    "no launch, tensormap or scratch lines");
     assert_contains(parse_error("// kiln: scratch 8\n// kiln: library cublaslt {}\n", 0),
-                    "no launch or scratch lines");
+                    "no launch, tensormap or scratch lines");
 }
 
 static void test_plan(void **state) {
@@ -282,6 +284,93 @@ static void test_plan_limits(void **state) {
     assert_contains(msg, "grid.x of launch 'k'");
     assert_int_equal(plan_status("// kiln: launch k grid=rows/(cols-256)\n", &msg),
                      KILN_ERR_COMPILE);
+}
+
+/* `// kiln: tensormap`: parsed, evaluated for the workload (x is bf16 [1000, 256]: rows 512 bytes
+ * apart), checked against the TMA unit's limits and the tensor's bytes, and round-tripped through
+ * a manifest's JSON. */
+static void test_tensormap(void **state) {
+    (void)state;
+    kiln_problem *p = load(definition, workload);
+    const char *src = "// kiln: launch k grid=rows block=128\n"
+                      "// kiln: tensormap y dims=(cols,rows) strides=(cols) box=(64,128) "
+                      "swizzle=128\n"
+                      "// kiln: tensormap x dims=(cols,rows/2,2) strides=(cols,cols*rows/2) "
+                      "box=(8,1,1)\n";
+    kiln_abi abi;
+    kiln_err err = {{0}};
+    assert_int_equal(kiln_abi_parse(src, 1, &abi, &err), KILN_OK);
+    assert_int_equal(abi.n_tmaps, 2);
+    kiln_launch_plan plan;
+    assert_int_equal(kiln_abi_plan(&abi, p, &p->workloads[0], &plan, &err), KILN_OK);
+    assert_int_equal(plan.n_params, 7); /* x, alpha, n, y, rows, cols, total */
+    assert_int_equal(plan.n_tmaps, 2);
+    const kiln_tmap *y = &plan.tmap[0], *x = &plan.tmap[1];
+    assert_int_equal(y->param, 3); /* after the three inputs */
+    assert_int_equal(y->dtype, KILN_BF16);
+    assert_int_equal(y->rank, 2);
+    assert_int_equal(y->dims[0], 256);
+    assert_int_equal(y->dims[1], 1000);
+    assert_int_equal(y->strides[0], 512); /* bytes */
+    assert_int_equal(y->box[1], 128);
+    assert_int_equal(y->swizzle, 128);
+    assert_int_equal(x->param, 0);
+    assert_int_equal(x->rank, 3);
+    assert_int_equal(x->strides[1], 256 * 500 * 2);
+    /* a manifest's JSON and back */
+    cJSON *j = kiln_tmaps_to_json(&plan);
+    kiln_dtype dtypes[4] = {KILN_BF16, KILN_F32, KILN_I64, KILN_BF16};
+    kiln_launch_plan back;
+    memset(&back, 0, sizeof back);
+    assert_int_equal(kiln_tmaps_from_json(j, dtypes, 4, &back, &err), KILN_OK);
+    assert_int_equal(back.n_tmaps, 2);
+    assert_memory_equal(&back.tmap[0], &plan.tmap[0], sizeof plan.tmap[0]);
+    assert_memory_equal(&back.tmap[1], &plan.tmap[1], sizeof plan.tmap[1]);
+    dtypes[3] = KILN_F32; /* a manifest whose map says another dtype than its tensor */
+    assert_int_equal(kiln_tmaps_from_json(j, dtypes, 4, &back, &err), KILN_ERR_FORMAT);
+    assert_contains(err.msg, "dtype");
+    cJSON_Delete(j);
+    kiln_abi_free(&abi);
+    kiln_problem_free(p);
+
+    const char *msg;
+    /* one row past the tensor: refused before anything runs */
+    assert_int_equal(
+        plan_status("// kiln: launch k grid=1\n// kiln: tensormap x dims=(cols,rows+1) "
+                    "strides=(cols) box=(64,8)\n",
+                    &msg),
+        KILN_ERR_COMPILE);
+    assert_contains(msg, "reaches 512512 bytes; the tensor has 512000");
+    assert_int_equal(plan_status("// kiln: launch k grid=1\n// kiln: tensormap x dims=(cols,rows) "
+                                 "strides=(cols+1) box=(64,8)\n",
+                                 &msg),
+                     KILN_ERR_COMPILE);
+    assert_contains(msg, "multiple of 16");
+    assert_int_equal(plan_status("// kiln: launch k grid=1\n// kiln: tensormap x dims=(cols,rows) "
+                                 "strides=(cols) box=(128,8) swizzle=128\n",
+                                 &msg),
+                     KILN_ERR_COMPILE);
+    assert_contains(msg, "swizzle span");
+    assert_int_equal(plan_status("// kiln: launch k grid=1\n// kiln: tensormap x dims=(cols,rows) "
+                                 "strides=(cols) box=(64,512)\n",
+                                 &msg),
+                     KILN_ERR_COMPILE);
+    assert_contains(msg, "box[1] = 512");
+    assert_int_equal(plan_status("// kiln: launch k grid=1\n// kiln: tensormap alpha dims=(8) "
+                                 "box=(8)\n",
+                                 &msg),
+                     KILN_ERR_COMPILE);
+    assert_contains(msg, "not a tensor input or output");
+    /* parse errors: rank mismatch, bad swizzle, cpu candidates */
+    assert_contains(parse_error("// kiln: launch k grid=1\n// kiln: tensormap x dims=(cols,rows) "
+                                "strides=(cols) box=(64)\n",
+                                1),
+                    "2 dims, 1 strides and 1 box sizes");
+    assert_contains(parse_error("// kiln: launch k grid=1\n// kiln: tensormap x dims=(8) box=(8) "
+                                "swizzle=16\n",
+                                1),
+                    "swizzle '16'");
+    assert_contains(parse_error("// kiln: tensormap x dims=(8) box=(8)\n", 0), "CUDA candidates");
 }
 
 static void test_signature_and_prototype(void **state) {
@@ -386,6 +475,7 @@ int main(void) {
         cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_plan),
         cmocka_unit_test(test_plan_limits),      cmocka_unit_test(test_signature_and_prototype),
         cmocka_unit_test(test_signature_pieces), cmocka_unit_test(test_parse_library),
+        cmocka_unit_test(test_tensormap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

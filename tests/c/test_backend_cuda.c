@@ -522,6 +522,113 @@ static void test_launches_with_scratch(void **state) {
     kiln_problem_free(p);
 }
 
+/* A `// kiln: tensormap` line: the backend encodes the map for the tensor's address at each launch
+ * and passes it after the ABI's parameters. Each block copies an 8 x 32 box of x (float32
+ * [100, 64]) into shared memory with TMA and writes it to y: the last row of boxes reaches past
+ * row 99 (zero-filled, not written). A kernel that does not take the map is refused at compile. */
+static void test_launches_with_tensormaps(void **state) {
+    (void)state;
+    NEED_GPU();
+    kiln_device_info info;
+    be->ops->device_info(be, &info);
+    if (info.cc_major < 9) {
+        printf("SKIP: TMA needs sm_90 (this device is sm_%d%d)\n", info.cc_major, info.cc_minor);
+        skip();
+    }
+    static const char def[] =
+        "{\"name\": \"copy2d\", \"axes\": {\"rows\": {\"type\": \"var\"}, \"cols\": {\"type\": "
+        "\"const\", \"value\": 64}},\n"
+        " \"inputs\": {\"x\": {\"shape\": [\"rows\", \"cols\"], \"dtype\": \"float32\"}},\n"
+        " \"outputs\": {\"y\": {\"shape\": [\"rows\", \"cols\"], \"dtype\": \"float32\"}},\n"
+        " \"reference\": \"def run(x):\\n    return x.clone()\"}\n";
+    static const char wl[] = "{\"uuid\": \"w\", \"axes\": {\"rows\": 100}, \"inputs\": {\"x\": "
+                             "{\"type\": \"random\"}}}\n";
+    const char *body =
+        "struct __align__(64) kiln_tensormap { unsigned long long bits[16]; };\n"
+        "extern \"C\" __global__ void tma_copy(const float *x, float *y, int64_t rows, int64_t "
+        "cols%s) {\n"
+        "    __shared__ __align__(128) float box[8][32];\n"
+        "    __shared__ __align__(8) uint64_t bar;\n"
+        "    const uint32_t b = (uint32_t)__cvta_generic_to_shared(&bar);\n"
+        "    const uint32_t dst = (uint32_t)__cvta_generic_to_shared(box);\n"
+        "    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 8;\n"
+        "    if (threadIdx.x == 0 && threadIdx.y == 0) {\n"
+        "        asm volatile(\"mbarrier.init.shared::cta.b64 [%%0], 1;\" ::\"r\"(b));\n"
+        "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+        "    }\n"
+        "    __syncthreads();\n"
+        "    if (threadIdx.x == 0 && threadIdx.y == 0) {\n"
+        "        asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%%0], 1024;\" "
+        "::\"r\"(b) : \"memory\");\n"
+        "        asm "
+        "volatile(\"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%%0], [%%1, {%%2, %%3}], [%%4];\" ::\"r\"(dst), \"l\"(%s), \"r\"(c0), \"r\"(r0), "
+        "\"r\"(b) : \"memory\");\n"
+        "    }\n"
+        "    uint32_t done = 0;\n"
+        "    while (!done)\n"
+        "        asm volatile(\"{.reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%%1], "
+        "0;"
+        " selp.u32 %%0, 1, 0, p;}\" : \"=r\"(done) : \"r\"(b) : \"memory\");\n"
+        "    const int r = r0 + threadIdx.y, c = c0 + threadIdx.x;\n"
+        "    if (r < rows) y[r * cols + c] = box[threadIdx.y][threadIdx.x];\n"
+        "}\n";
+    char src[4096];
+    snprintf(src, sizeof src,
+             "// kiln: launch tma_copy grid=(cols/32, ceil_div(rows, 8)) block=(32, 8)\n"
+             "// kiln: tensormap x dims=(cols,rows) strides=(cols) box=(32,8)\n");
+    size_t len = strlen(src);
+    snprintf(src + len, sizeof src - len, body, ", const __grid_constant__ kiln_tensormap x_map",
+             "&x_map");
+    kiln_problem *p = load(def, wl);
+    kiln_module *m = NULL;
+    char *log = NULL;
+    kiln_abi abi;
+    kiln_err err = {{0}};
+    if (compile(p, src, &m, &log, &abi, &err))
+        fail_msg("compile: %s\n%s", err.msg, log ? log : "");
+    free(log);
+    kiln_launch_plan plan;
+    assert_int_equal(kiln_abi_plan(&abi, p, &p->workloads[0], &plan, &err), KILN_OK);
+    assert_int_equal(plan.n_tmaps, 1);
+    enum { ROWS = 100, COLS = 64 };
+    static float host[ROWS * COLS], back[ROWS * COLS];
+    for (int i = 0; i < ROWS * COLS; i++)
+        host[i] = (float)i;
+    kiln_devptr x, y;
+    assert_int_equal(be->ops->alloc(be, sizeof host, 0, &x, &err), KILN_OK);
+    assert_int_equal(be->ops->alloc(be, sizeof host, 0, &y, &err), KILN_OK);
+    assert_int_equal(be->ops->upload(be, x, host, sizeof host, &err), KILN_OK);
+    assert_int_equal(be->ops->memset8(be, y, 0xff, sizeof host, &err), KILN_OK);
+    int64_t rows = ROWS, cols = COLS;
+    void *params[] = {&x, &y, &rows, &cols};
+    assert_int_equal(be->ops->launch(be, m, &plan, params, &err), KILN_OK);
+    assert_int_equal(be->ops->sync(be, &err), KILN_OK);
+    assert_int_equal(be->ops->download(be, back, y, sizeof back, &err), KILN_OK);
+    for (int i = 0; i < ROWS * COLS; i++)
+        if (back[i] != host[i])
+            fail_msg("y[%d] = %g, expected %g", i, back[i], host[i]);
+    be->ops->free(be, x);
+    be->ops->free(be, y);
+    be->ops->module_free(be, m);
+    kiln_abi_free(&abi);
+
+    /* the same kernel without the map's parameter: refused, the map counted */
+    snprintf(src + len, sizeof src - len, body, "", "x");
+    m = NULL;
+    log = NULL;
+    int rc = compile(p, src, &m, &log, &abi, &err);
+    free(log);
+    if (rc == KILN_OK) { /* a driver without cuFuncGetParamInfo cannot tell */
+        be->ops->module_free(be, m);
+        kiln_abi_free(&abi);
+    } else {
+        assert_int_equal(rc, KILN_ERR_COMPILE);
+        assert_contains(err.msg, "tensor maps included");
+    }
+    kiln_problem_free(p);
+}
+
 static void test_compile_failures(void **state) {
     (void)state;
     NEED_GPU();
@@ -742,6 +849,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_scale_runs),
         cmocka_unit_test(test_bf16_runs),
         cmocka_unit_test(test_launches_with_scratch),
+        cmocka_unit_test(test_launches_with_tensormaps),
         cmocka_unit_test(test_compile_failures),
         cmocka_unit_test(test_resources),
         cmocka_unit_test(test_fault_illegal_address),
