@@ -22,6 +22,7 @@ static const kiln_cli_use sweep_options[] = {
     {KILN_OPT_LIMIT, NULL, NULL},
     {KILN_OPT_SAMPLE, NULL, NULL},
     {KILN_OPT_SEED, "the seed of --sample random's draw", NULL},
+    {KILN_OPT_WHERE, NULL, NULL},
     {KILN_OPT_OUT, NULL, NULL},
     {KILN_OPT_ITERS, NULL, NULL},
     {KILN_OPT_SETS, NULL, NULL},
@@ -202,6 +203,62 @@ static void list_families(const kiln_problem *p, const kiln_family **fams,
     cJSON_Delete(all);
 }
 
+/* --where: "NAME=V[,V..] ..." as a filter on f's points: for each parameter, the values it may take
+ * (allowed[param][value index]). 0, or -1 with why (an unknown name or a value outside the
+ * parameter's domain). A family without some named parameter matches no point (*none = 1). */
+static int parse_where(const kiln_family *f, const char *where,
+                       char allowed[KILN_FAMILY_MAX_PARAMS][KILN_FAMILY_MAX_VALUES], int *none,
+                       char *why, size_t cap) {
+    memset(allowed, 1, (size_t)KILN_FAMILY_MAX_PARAMS * KILN_FAMILY_MAX_VALUES);
+    *none = 0;
+    char *copy = xstrdup(where), *save = NULL;
+    int rc = 0;
+    for (char *tok = strtok_r(copy, " \t", &save); tok && rc == 0;
+         tok = strtok_r(NULL, " \t", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok || !eq[1]) {
+            snprintf(why, cap, "--where: '%s' is not NAME=V[,V..]", tok);
+            rc = -1;
+            break;
+        }
+        *eq = 0;
+        int k = 0;
+        while (k < f->n_params && strcmp(f->params[k].name, tok) != 0)
+            k++;
+        if (k == f->n_params) {
+            *none = 1;
+            continue;
+        }
+        memset(allowed[k], 0, KILN_FAMILY_MAX_VALUES);
+        char *save2 = NULL;
+        for (char *v = strtok_r(eq + 1, ",", &save2); v; v = strtok_r(NULL, ",", &save2)) {
+            char *end;
+            long long value = strtoll(v, &end, 10);
+            int found = 0;
+            for (int j = 0; j < f->params[k].n_values && *end == 0; j++)
+                if (f->params[k].values[j] == value)
+                    allowed[k][j] = found = 1;
+            if (!found) {
+                snprintf(why, cap, "--where: %s has no value '%s' in family %s", tok, v, f->name);
+                rc = -1;
+                break;
+            }
+        }
+    }
+    free(copy);
+    return rc;
+}
+
+/* Whether point passes parse_where's filter. */
+static int where_ok(const kiln_family *f, const int64_t *point,
+                    char allowed[KILN_FAMILY_MAX_PARAMS][KILN_FAMILY_MAX_VALUES]) {
+    for (int k = 0; k < f->n_params; k++)
+        for (int j = 0; j < f->params[k].n_values; j++)
+            if (f->params[k].values[j] == point[k] && !allowed[k][j])
+                return 0;
+    return 1;
+}
+
 int kiln_cmd_sweep(int argc, char **argv) {
     kiln_gate_options opt;
     kiln_gate_options_default(&opt);
@@ -263,6 +320,23 @@ int kiln_cmd_sweep(int argc, char **argv) {
         kiln_problem_free(p);
         return 2;
     }
+    int where_some = 0; /* a bad --where, or one no family has all the names of, is a usage error */
+    for (int i = 0; i < n_match && a.cli.where; i++) {
+        char allowed[KILN_FAMILY_MAX_PARAMS][KILN_FAMILY_MAX_VALUES];
+        int none;
+        if (parse_where(fams[i], a.cli.where, allowed, &none, why, sizeof why)) {
+            fprintf(stderr, "kiln sweep: %s\n", why);
+            kiln_problem_free(p);
+            return 2;
+        }
+        where_some |= !none;
+    }
+    if (a.cli.where && !where_some) {
+        fprintf(stderr, "kiln sweep: --where '%s': no matching family has all these parameters\n",
+                a.cli.where);
+        kiln_problem_free(p);
+        return 2;
+    }
     FILE *jsonl = NULL;
     if (jsonl_path && !list && !(jsonl = fopen(jsonl_path, "a"))) {
         fprintf(stderr, "kiln sweep: --jsonl %s: %s\n", jsonl_path, strerror(errno));
@@ -311,11 +385,18 @@ int kiln_cmd_sweep(int argc, char **argv) {
         /* The constraint predicates are cheap: list the valid points first, then take all of them
          * or --limit of them (an even spread, or uniformly at random), so that sampling never
          * lands on rejected points. */
+        char allowed[KILN_FAMILY_MAX_PARAMS][KILN_FAMILY_MAX_VALUES];
+        int none = 0;
+        if (a.cli.where && parse_where(f, a.cli.where, allowed, &none, why, sizeof why)) {
+            fprintf(stderr, "kiln sweep: %s\n", why);
+            goto done;
+        }
         int64_t *valid = xmalloc((size_t)(space > 0 ? space : 1) * sizeof *valid);
         int64_t n_valid = 0;
-        for (int64_t index = 0; index < space; index++) {
+        for (int64_t index = 0; index < space && !none; index++) {
             kiln_family_point(f, index, point);
-            if (kiln_family_point_ok(f, p, &matches[fi], point))
+            if (kiln_family_point_ok(f, p, &matches[fi], point) &&
+                (!a.cli.where || where_ok(f, point, allowed)))
                 valid[n_valid++] = index;
         }
         int64_t n_points = (limit > 0 && n_valid > limit) ? limit : n_valid;
@@ -342,6 +423,11 @@ int kiln_cmd_sweep(int argc, char **argv) {
         int64_t first = random_sample && n_points < n_valid
                             ? -1
                             : kiln_family_start_index(f, p, &matches[fi], space, &from_rule);
+        if (first >= 0 && a.cli.where) { /* the start point goes first only where it passes */
+            kiln_family_point(f, first, point);
+            if (none || !where_ok(f, point, allowed))
+                first = -1, from_rule = 0;
+        }
         if (first >= 0 && n_points > 0) {
             int64_t at = n_points - 1; /* dropped from an even spread when it is not in it */
             for (int64_t k = 0; k < n_points; k++)

@@ -137,6 +137,10 @@ static const row table[KILN_OPT_COUNT] = {
                          .show_default = 1,
                          .help = "how --limit picks the points: spread evenly over the valid "
                                  "space, or drawn uniformly at random"},
+    [KILN_OPT_WHERE] = {"where", KIND_TEXT, "'NAME=V[,V..] ...'", CLI(where),
+                        .help = "only the points whose parameters have these values (e.g. "
+                                "'GW_WS=1 GW_BN=192,256'); --limit and the start point apply "
+                                "among them"},
     [KILN_OPT_OUT] = {"out", KIND_TEXT, "DIR", CLI(out),
                       .dflt = "PROBLEM_DIR/kiln/sweep, or a temporary directory when that is not "
                               "writable",

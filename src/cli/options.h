@@ -36,6 +36,7 @@ typedef enum {
     KILN_OPT_FAMILY,
     KILN_OPT_LIMIT,
     KILN_OPT_SAMPLE,
+    KILN_OPT_WHERE,
     KILN_OPT_OUT,
     KILN_OPT_JSONL,
     KILN_OPT_RESUME,
@@ -75,6 +76,7 @@ typedef struct {
     const char *backend; /* NULL: the command's rule */
     const char *ref_dir;
     const char *family, *sample, *out, *jsonl, *parent;
+    const char *where; /* sweep: "NAME=V[,V..] ...", NULL: every point */
     uint64_t seed;
     int64_t limit; /* 0: every point */
     int n_rounds;

@@ -243,6 +243,7 @@ def test_sweep_list_json():
     (["sweep", "tests/data/problems/softmax_f32", "--family", "nonesuch"], "unknown family 'nonesuch'"),
     (["sweep", "tests/data/problems/softmax_f32", "--resume"], "--resume reads the rows of --jsonl FILE"),
     (["sweep", "tests/data/problems/softmax_f32", "--sample", "sideways"], "--sample wants one of even|random"),
+    (["sweep", "tests/data/problems/softmax_f32", "--where", "sideways"], "--where: 'sideways' is not NAME=V"),
     (["serve"], "expected one RUN directory"),
     (["submit", "a", "b"], "expected RUN PROBLEM KERNEL_FILE"),
     (["llm-try", "a", "b", "--parent", "latest"], "--parent wants incumbent, root or a candidate id"),
