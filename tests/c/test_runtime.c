@@ -379,10 +379,81 @@ static void test_cublaslt_entry_is_read_back(void **state) {
     rmdir(dir);
 }
 
+/* A kernel entry whose launch takes tensor maps: the gated shape's maps are read into its plan,
+ * after the six ABI parameters; a map that names another dtype than its tensor's is a damaged
+ * manifest. */
+static const char tmap_manifest_fmt[] =
+    "{\"kiln_library\": 1, \"backend\": \"cuda\",\n"
+    " \"device\": {\"name\": \"NVIDIA H200\", \"uuid\": \"GPU-test\", \"compute_capability\": "
+    "\"9.0\"},\n"
+    " \"build\": {\"kiln\": \"%s\"},\n"
+    " \"entries\": [\n"
+    "  {\"problem\": \"linear\", \"kind\": \"aten\", \"aten\": \"aten::linear.default\",\n"
+    "   \"gate\": {\"inputs\": [{\"name\": \"x\", \"dtype\": \"bfloat16\", \"shape\": [16, 32], "
+    "\"strides\": [32, 1]}, {\"name\": \"w\", \"dtype\": \"bfloat16\", \"shape\": [24, 32], "
+    "\"strides\": [32, 1]}],\n"
+    "            \"outputs\": [{\"name\": \"y\", \"dtype\": \"bfloat16\", \"shape\": [16, 24], "
+    "\"strides\": [24, 1]}], \"device_capability\": \"9.0\"},\n"
+    "   \"kernel\": \"linear.cu\", \"cubin\": null, \"arch\": \"sm_90a\",\n"
+    "   \"signature\": \"extern \\\"C\\\" __global__ void gemm_kernel(const __nv_bfloat16* x, "
+    "const __nv_bfloat16* w, __nv_bfloat16* y, int64_t n16, int64_t n24, int64_t n32)\",\n"
+    "   \"launches\": [{\"workloads\": [0], \"axes\": {\"n16\": 16, \"n24\": 24, \"n32\": 32}, "
+    "\"launches\": [{\"entry\": \"gemm_kernel\", \"grid\": [1, 1, 1], \"block\": [384, 1, 1], "
+    "\"cluster\": [1, 1, 1], \"smem_bytes\": 99000}],\n"
+    "    \"tensormaps\": [{\"param\": 0, \"dtype\": \"bfloat16\", \"dims\": [32, 16], \"strides\": "
+    "[64], \"box\": [64, 64], \"swizzle\": 128}, {\"param\": 1, \"dtype\": \"%s\", \"dims\": [32, "
+    "24], \"strides\": [64], \"box\": [64, 64], \"swizzle\": 128}]}]}\n"
+    " ]}\n";
+
+static int read_tmap_library(const char *dir, const char *dtype, kiln_rt *rt, kiln_err *err) {
+    char *manifest = xasprintf(tmap_manifest_fmt, kiln_rt_kiln_version(), dtype);
+    assert_int_equal(write_text(dir, "manifest.json", manifest), KILN_OK);
+    assert_int_equal(write_text(dir, "linear.cu", "// a kernel\n"), KILN_OK);
+    free(manifest);
+    memset(rt, 0, sizeof *rt);
+    rt->dir = xstrdup(dir);
+    rt->cuda = 1;
+    snprintf(rt->info.name, sizeof rt->info.name, "NVIDIA H200");
+    snprintf(rt->info.uuid, sizeof rt->info.uuid, "GPU-test");
+    rt->info.cc_major = 9;
+    char *notes = NULL;
+    int rc = rt_manifest_load(rt, "cuda", &notes, err);
+    free(notes);
+    return rc;
+}
+
+static void test_tensormaps_are_read_back(void **state) {
+    (void)state;
+    char dir[] = "/tmp/kiln-test-runtime-tmap-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kiln_rt rt;
+    kiln_err err;
+    if (read_tmap_library(dir, "bfloat16", &rt, &err) != KILN_OK)
+        fail_msg("%s", err.msg);
+    rt_entry *e = &rt.entries[0];
+    assert_int_equal(e->plan.n_launches, 1);
+    assert_int_equal(e->plan.n_params, 6);
+    assert_int_equal(e->plan.n_tmaps, 2);
+    assert_int_equal(e->plan.tmap[1].param, 1);
+    assert_int_equal(e->plan.tmap[1].dims[1], 24);
+    assert_int_equal(e->plan.tmap[1].strides[0], 64);
+    assert_int_equal(e->plan.tmap[1].swizzle, 128);
+    assert_int_equal(read_tmap_library(dir, "float32", &rt, &err), KILN_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "\"dtype\" must be its tensor's (bfloat16)"));
+    char *files[] = {"linear.cu", "manifest.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *p = kiln_path_join(dir, files[i]);
+        unlink(p);
+        free(p);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_gate_launch),
         cmocka_unit_test(test_cublaslt_entry_is_read_back),
+        cmocka_unit_test(test_tensormaps_are_read_back),
         cmocka_unit_test(test_kiln_out_of_memory_outside_a_scope_aborts),
         cmocka_unit_test(test_every_failed_allocation_is_a_status),
     };
