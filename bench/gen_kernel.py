@@ -4,7 +4,8 @@ launched through the driver API with its grid, block, dynamic shared memory and 
 problem's reference and timed like the gate (L2 flushed, CUDA events, median). It is a diagnostic: run it under
 `ncu -k ENTRY -c 1` to see why a point is slow (the gate's sandbox is not in the way); the gate stays what
 proves and times. Any family's candidate runs: the entry point and its launch come from the launch line, the
-integer parameters from the source's constants or the workload's axes.
+integer parameters from the source's constants or the workload's axes, the tensor maps from its
+`// kiln: tensormap` lines.
 
     python3 bench/gen_kernel.py PROBLEM_DIR KERNEL.cu [KERNEL.cu ...] [--reps N] [--diag]
 
@@ -40,6 +41,33 @@ class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
 
 
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+# CUtensorMapDataType by element (TMA moves bits: other 1-byte types go as UINT8), CUtensorMapSwizzle by bytes
+TMAP_TYPES = {torch.bfloat16: 9, torch.float16: 6, torch.float32: 7, torch.float64: 8, torch.int64: 5,
+              torch.int32: 3, torch.int16: 1}
+TMAP_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+
+
+def tensor_maps(src, tensors, env, cu, keep):
+    """The source's `// kiln: tensormap` lines (docs/abi.md section 2) encoded for these tensors, in order: each a
+    64-byte aligned 128-byte buffer, kept alive in keep."""
+    maps = []
+    for m in re.finditer(r"^// kiln: tensormap (\w+) (.*)$", src, re.M):
+        t = tensors[m.group(1)]
+        kv = dict(x.split("=", 1) for x in m.group(2).split())
+        tup = lambda v: [int(x) for x in (eval(v, env) if isinstance(eval(v, env), tuple) else (eval(v, env),))]
+        dims, box = tup(kv["dims"]), tup(kv["box"])
+        strides = [x * t.element_size() for x in tup(kv["strides"])] if "strides" in kv else []
+        raw = (ctypes.c_uint8 * 192)()
+        addr = (ctypes.addressof(raw) + 63) & ~63
+        keep.append(raw)
+        r = cu.cuTensorMapEncodeTiled(
+            ctypes.c_void_p(addr), TMAP_TYPES.get(t.dtype, 0), len(dims), ctypes.c_void_p(t.data_ptr()),
+            (ctypes.c_uint64 * len(dims))(*dims), (ctypes.c_uint64 * max(1, len(strides)))(*strides),
+            (ctypes.c_uint32 * len(box))(*box), (ctypes.c_uint32 * len(box))(*[1] * len(box)), 0,
+            TMAP_SWIZZLE[int(kv.get("swizzle", "0"))], 3, 0)
+        assert r == 0, f"cuTensorMapEncodeTiled({m.group(0)}): CUresult {r}"
+        maps.append(ctypes.c_void_p(addr))
+    return maps
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
@@ -68,6 +96,8 @@ def run_kernel(path, tensors, axes, cu, reps):
     keep, args = [], []
     for param in (p.strip() for p in sig.split(",")):
         name = param.split()[-1].lstrip("*")
+        if "kiln_tensormap" in param:
+            continue  # the maps follow the ABI's parameters
         if "*" in param:
             t = tensors[name] if name != "kiln_scratch" else torch.zeros(256 << 20, dtype=torch.uint8,
                                                                              device="cuda")
@@ -75,7 +105,9 @@ def run_kernel(path, tensors, axes, cu, reps):
             args.append(ctypes.c_void_p(t.data_ptr()))
         else:
             args.append(ctypes.c_int64(consts[name] if name in consts else axes[name]))
-    argv = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
+    ptrs = [ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args]
+    ptrs += tensor_maps(src, tensors, env, cu, keep)
+    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
     mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
     assert cu.cuModuleLoadData(ctypes.byref(mod), image) == 0, "cuModuleLoadData failed"
     assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, entry.encode()) == 0

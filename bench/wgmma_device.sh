@@ -10,7 +10,8 @@
 #   make && OUT=/tmp/out bash bench/wgmma_device.sh
 #
 # LIMIT (points per big problem, default 12), SMALL_LIMIT (default 3), SMALL (the small problems' names; empty:
-# none), ONLY (an extended regex on the big problems' names), SWEEP_TIMEOUT (s per big problem, default 150).
+# none), ONLY (an extended regex on the big problems' names), SWEEP_TIMEOUT (s per big problem, default 150),
+# WHERE and SMALL_WHERE (`kiln sweep --where`: only points with these parameter values, e.g. 'GW_WS=1').
 # Logs: $OUT/logs.tar.gz; the table last.
 set -u
 cd "$(dirname "$0")/.."
@@ -26,20 +27,21 @@ for f in build/kiln build/tests/test_family_wgmma; do
 done
 timeout 120 build/tests/test_family_wgmma >"$LOGS/test_family_wgmma.log" 2>&1
 echo "test_family_wgmma rc=$? $(grep -cE '^\[       OK' "$LOGS/test_family_wgmma.log") ok"
-sweep() { # problem-dir limit timeout tag
+sweep() { # problem-dir limit timeout tag where
     timeout "$3" build/kiln sweep "$1" --backend cuda --family wgmma --limit "$2" --sets 1 --iters 10 --json \
+        ${5:+--where "$5"} \
         --out "$LOGS/src_$4" --ref-dir "$LOGS/ref" >"$LOGS/sweep_$4.json" 2>"$LOGS/sweep_$4.log"
     echo "sweep $4 rc=$? $(tail -1 "$LOGS/sweep_$4.log")"
 }
 SMALL=${SMALL-"linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32"}
 for s in $SMALL; do
-    sweep "tests/data/families/cublaslt/$s" "${SMALL_LIMIT:-3}" 90 "$s"
+    sweep "tests/data/families/cublaslt/$s" "${SMALL_LIMIT:-3}" 90 "$s" "${SMALL_WHERE:-}"
 done
 BIG=$(ls -d bench/problems/gemm_* | grep -E "${ONLY:-.}")
 first=$(echo "$BIG" | grep 4096x9216x2304 | head -1)
 for p in $BIG; do
     tag=$(basename "$p")
-    sweep "$p" "${LIMIT:-12}" "${SWEEP_TIMEOUT:-150}" "$tag"
+    sweep "$p" "${LIMIT:-12}" "${SWEEP_TIMEOUT:-150}" "$tag" "${WHERE:-}"
     if [ "$p" = "$first" ]; then
         src=$(ls "$LOGS/src_$tag"/*.cu 2>/dev/null | head -1)
         [ -n "$src" ] && timeout 120 "$PY" bench/gen_kernel.py "$p" "$src" --diag --reps 20 2>&1 | tail -8
@@ -72,7 +74,7 @@ for s in small:
         outs[x["result"]["outcome"]] = outs.get(x["result"]["outcome"], 0) + 1
     ev = [json.dumps(x["result"].get("evidence"))[:200] for x in r or [] if x["result"]["outcome"] != "ok"]
     print(f"| {s} | {outs if r is not None else 'no sweep JSON'} {ev[:1]} |")
-print("\n| problem | eager µs | wgmma start µs | best µs | best TFLOP/s | best / eager | outcomes | best point |")
+print("\n| problem | eager µs | first point µs | best µs | best TFLOP/s | best / eager | outcomes | best point |")
 print("|---|---:|---:|---:|---:|---:|---|---|")
 for tag in big:
     m, n, k = map(int, re.search(r"(\d+)x(\d+)x(\d+)$", tag).groups())

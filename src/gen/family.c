@@ -136,6 +136,22 @@ char *kiln_family_prototype(const kiln_problem *p, int has_scratch, int cuda, co
     return proto;
 }
 
+char *kiln_family_prototype_tmaps(const kiln_problem *p, const char *bounds, const char *entry,
+                                  int n_tmaps, const char *const *names) {
+    char *proto = kiln_family_prototype(p, 0, 1, bounds, entry);
+    size_t len = strlen(proto);
+    KILN_ASSERT(len && proto[len - 1] == ')');
+    proto[len - 1] = 0;
+    kiln_strbuf b = {0};
+    kiln_strbuf_printf(&b, "%s", proto);
+    for (int i = 0; i < n_tmaps; i++)
+        kiln_strbuf_printf(&b, "%sconst __grid_constant__ kiln_tensormap %s",
+                           proto[len - 2] == '(' && i == 0 ? "" : ", ", names[i]);
+    kiln_strbuf_printf(&b, ")");
+    free(proto);
+    return b.s;
+}
+
 void kiln_family_fmt(char *out, size_t n, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

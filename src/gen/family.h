@@ -145,6 +145,14 @@ const char *kiln_family_template(const char *file_name);
  * ENTRY(...)` for the cpu backend. Caller frees. */
 char *kiln_family_prototype(const kiln_problem *p, int has_scratch, int cuda, const char *bounds,
                             const char *entry);
+/* A CUDA entry point that takes tensor maps (`// kiln: tensormap` lines, docs/abi.md section 2):
+ * kiln_family_prototype (no scratch) with one `const __grid_constant__ kiln_tensormap NAME`
+ * parameter per name appended, in order. The source defines the type first, as
+ * KILN_FAMILY_TMAP_TYPE spells it. Caller frees. */
+#define KILN_FAMILY_TMAP_TYPE                                                                      \
+    "struct __align__(64) kiln_tensormap { unsigned long long bits[16]; };\n"
+char *kiln_family_prototype_tmaps(const kiln_problem *p, const char *bounds, const char *entry,
+                                  int n_tmaps, const char *const *names);
 /* snprintf for expressions whose length the caller checks (no truncation warning). */
 void kiln_family_fmt(char *out, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -10,7 +10,7 @@
 
 extern const kiln_family kiln_family_wgmma;
 
-enum { P_BN, P_MI, P_WGS, P_STAGES, P_GROUP, P_WS, P_PERSIST, P_MINB, P_COUNT };
+enum { P_BN, P_MI, P_WGS, P_STAGES, P_GROUP, P_WS, P_PERSIST, P_MINB, P_PP, P_COUNT };
 
 #define GW_MAX_SMEM (227 * 1024)
 #define GW_SM_SMEM (228 * 1024) /* an SM's shared memory, all its blocks together */
@@ -47,8 +47,9 @@ static int gw_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
 
 /* ---- constraints ---- */
 
+/* Rows of a tile: every consumer warpgroup's 64 x GW_MI, or one's (ping-pong: they take turns). */
 static int64_t block_m(const int64_t *pt) {
-    return 64 * pt[P_MI] * pt[P_WGS];
+    return 64 * pt[P_MI] * (pt[P_PP] ? 1 : pt[P_WGS]);
 }
 
 /* The stages, 128 bytes a tile row of A and of B, 1024 bytes to align the first stage, and the
@@ -87,6 +88,8 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
         return "two blocks an SM: at most 256 threads of 128 registers, 64 accumulators";
     if (pt[P_PERSIST] && !pt[P_WS])
         return "a persistent grid needs the warp-specialised pipeline (GW_WS 1)";
+    if (pt[P_PP] && (!pt[P_PERSIST] || pt[P_WGS] < 2))
+        return "ping-pong needs two consumer warpgroups in a persistent grid";
     if (pt[P_PERSIST] && tiles_of(&g, pt) <= KILN_FAMILY_SMS)
         return "the tiles fit one wave: a persistent grid changes nothing";
     const int64_t k_tiles = (g.k + 63) / 64;
@@ -102,13 +105,16 @@ static double wave_use(const kiln_lt_gemm *g, int64_t bm, int64_t bn) {
     return (double)tiles / (double)(waves * KILN_FAMILY_SMS);
 }
 
-/* The rule of thumb, from the H200 (bench/RESULTS.md, thirteenth session): 128 x 256 tiles, two
- * warpgroups of 64 rows, every thread copying, four stages, groups of 8 row tiles — the fastest of
- * the points tried on each of issue 17's shapes (the warp-specialised cp.async pipeline ran at
- * half its speed: four producer warps keep too few copies in flight); 128 x 192 where 128 x 256
- * would leave more than 15 % of the last wave's SMs idle and 192 fills them (Gemma-4's down
- * projection: 288 tiles of 256 against 384 of 192); 128 x 128 with six stages where N or the tile
- * count is small; 64-row tiles for M <= 64; fewer stages than k tiles need are not used. */
+/* The rule of thumb, from the H200 (bench/RESULTS.md, fourteenth session): the TMA pipeline
+ * (GW_WS 1), two consumer warpgroups, a persistent grid where the tiles outnumber the SMs, raster
+ * groups of 16 row tiles. Tiles of 128 x 256 shared by the two warpgroups, four stages (8192^3:
+ * 1438 us), 128 x 192 where 128 x 256 would leave more than 15 % of the last wave's SMs idle and
+ * 192 fills them (Gemma-4's down projection: 231 us against 294); but ping-pong with 128 x 128
+ * tiles a warpgroup (GW_PP, MI 2) where a tile's main loop is short (K <= 4096: 64 k steps or
+ * fewer) or the epilogue computes an activation, whose epilogue then runs under the other
+ * warpgroup's MMAs (Gemma-4's gate/up projection with bias + GELU: 244 us against 305). Small
+ * problems: 128 x 128 or 64-column tiles with six stages when the tiles do not fill the SMs, 64-row
+ * tiles for M <= 64, fewer stages than the k tiles need are not used. */
 static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     (void)p;
     const kiln_lt_gemm g = kiln_gemm_of(m);
@@ -124,10 +130,21 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_STAGES] = pt[P_BN] >= 192 ? 4 : 6;
     if (pt[P_STAGES] > k_tiles + 2)
         pt[P_STAGES] = k_tiles + 2 > 3 ? k_tiles + 2 : 3;
-    pt[P_GROUP] = (g.m + bm - 1) / bm > 1 ? 8 : 1;
-    pt[P_WS] = 0;
+    pt[P_GROUP] = (g.m + bm - 1) / bm > 1 ? 16 : 1;
+    pt[P_WS] = 1;
     pt[P_PERSIST] = 0;
     pt[P_MINB] = 1;
+    pt[P_PP] = 0;
+    if (pt[P_BN] >= 192 && tiles > KILN_FAMILY_SMS) {
+        pt[P_PERSIST] = 1;
+        const int act = g.epilogue == KILN_LT_EPI_RELU || g.epilogue == KILN_LT_EPI_BIAS_RELU ||
+                        g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU;
+        if (g.k <= 4096 || act) {
+            pt[P_PP] = 1;
+            pt[P_MI] = 2;
+            pt[P_BN] = 128;
+        }
+    }
     return gw_check(p, m, pt) ? -1 : 0;
 }
 
@@ -149,6 +166,23 @@ static void emit_mma(kiln_strbuf *b, int64_t bn, kiln_dtype t) {
     for (int64_t i = 0; i < bn / 2; i++)
         kiln_strbuf_printf(b, "%s\"+f\"(d[%lld])", i ? ", " : "", (long long)i);
     kiln_strbuf_printf(b, "\n        : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n");
+}
+
+/* The `// kiln: tensormap` line of a K-major operand (rows x k, rows ld apart, batch matrices
+ * stride apart, 0: one shared by the batch): boxes of 64 k by box_rows rows, 128-byte swizzle. */
+static void emit_tmap(kiln_strbuf *b, const char *name, int64_t k, int64_t rows, int64_t ld,
+                      int64_t batch, int64_t stride, int64_t box_rows) {
+    if (batch > 1 && stride)
+        kiln_strbuf_printf(b,
+                           "// kiln: tensormap %s dims=(%lld,%lld,%lld) strides=(%lld,%lld) "
+                           "box=(64,%lld,1) swizzle=128\n",
+                           name, (long long)k, (long long)rows, (long long)batch, (long long)ld,
+                           (long long)stride, (long long)box_rows);
+    else
+        kiln_strbuf_printf(b,
+                           "// kiln: tensormap %s dims=(%lld,%lld) strides=(%lld) box=(64,%lld) "
+                           "swizzle=128\n",
+                           name, (long long)k, (long long)rows, (long long)ld, (long long)box_rows);
 }
 
 static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
@@ -188,17 +222,28 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                            "// kiln: launch gemm_kernel grid=(%lld,1,%lld) block=%lld smem=%lld\n",
                            (long long)(tiles / g.batch), (long long)g.batch, (long long)threads,
                            (long long)smem_bytes(pt));
-    kiln_strbuf_printf(&b, "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n");
+    const char *a_name = p->inputs[m->input_of_role[KILN_GEMM_A]].name;
+    const char *b_name = p->inputs[m->input_of_role[KILN_GEMM_B]].name;
+    if (pt[P_WS]) {
+        /* the TMA boxes: 64 k by the block's rows of A and its columns of B */
+        emit_tmap(&b, a_name, g.k, g.m, g.lda, g.batch, g.stride_a, block_m(pt));
+        emit_tmap(&b, b_name, g.k, g.n, g.ldb, g.batch, g.stride_b, pt[P_BN]);
+    }
+    kiln_strbuf_printf(&b,
+                       "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n%s"
+                       "#define GW_TMAP_SUPPLIED 1\n",
+                       KILN_FAMILY_TMAP_TYPE);
     emit_mma(&b, pt[P_BN], g.a_type);
     kiln_strbuf_printf(&b, "%s", kiln_family_template("gemm_wgmma.cu"));
     char bounds[32];
     kiln_family_fmt(bounds, sizeof bounds, "%lld, %lld", (long long)threads, (long long)pt[P_MINB]);
-    char *proto = kiln_family_prototype(p, 0, 1, bounds, "gemm_kernel");
-    kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s);\n}\n", proto,
-                       p->inputs[m->input_of_role[KILN_GEMM_A]].name,
-                       p->inputs[m->input_of_role[KILN_GEMM_B]].name,
+    static const char *const maps[] = {"gw_tma_a", "gw_tma_b"};
+    char *proto = pt[P_WS] ? kiln_family_prototype_tmaps(p, bounds, "gemm_kernel", 2, maps)
+                           : kiln_family_prototype(p, 0, 1, bounds, "gemm_kernel");
+    kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s, %s);\n}\n", proto, a_name, b_name,
                        bias ? p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name : "nullptr",
-                       p->outputs[m->output_of_role[0]].name);
+                       p->outputs[m->output_of_role[0]].name,
+                       pt[P_WS] ? "&gw_tma_a, &gw_tma_b" : "nullptr, nullptr");
     free(proto);
     return kiln_family_source(&kiln_family_wgmma, m, pt, b.s);
 }
@@ -209,10 +254,10 @@ static kiln_tolerance gw_tolerance(kiln_dtype t) {
 
 const kiln_family kiln_family_wgmma = {
     .name = "wgmma",
-    .behind = 1, /* 0.64-0.89x cuBLAS on the H200 without TMA (docs/families/wgmma.md) */
+    .behind = 1, /* 0.80-0.93x cuBLAS on plain GEMMs on the H200 (docs/families/wgmma.md) */
     .summary = "kiln's own GEMM for sm_90a: a captured linear (x @ wᵀ, 16-bit, K-major operands) "
                "with its bias / ReLU / GELU / cast epilogue, wgmma from swizzled shared memory "
-               "fed by a cp.async pipeline",
+               "fed by TMA (a producer thread) or cp.async",
     .n_params = P_COUNT,
     .params =
         {
@@ -239,6 +284,11 @@ const kiln_family kiln_family_wgmma = {
              {1, 2},
              "blocks an SM (__launch_bounds__): 2 overlaps one block's barriers and stores with "
              "the other's MMAs"},
+            {"GW_PP",
+             2,
+             {0, 1},
+             "1: the consumer warpgroups take whole tiles in turn (ping-pong), one's epilogue "
+             "under the other's MMAs; 0: they share every tile"},
         },
     .match = gw_match,
     .check = gw_check,

@@ -18,6 +18,7 @@
 #include "backend/cubin.h"
 #include "backend/nvrtc.h"
 #include "gen/family.h"
+#include "gen/gemm.h"
 
 #include "compile_check.h"
 
@@ -81,13 +82,59 @@ static void test_match(void **state) {
         assert_non_null(strstr(src, want));
         snprintf(want, sizeof want, "\"+f\"(d[%lld])", (long long)(pt[0] / 2));
         assert_null(strstr(src, want));
-        assert_non_null(strstr(src, "// kiln: launch gemm_kernel grid=("));
+        assert_non_null(strstr(src, "// kiln: launch gemm_kernel grid="));
         free(src);
         /* the cpu candidate computes GELU in the form captured */
         char *cpu = fam->emit(p, &m, pt, 0);
         assert_int_equal(strstr(cpu, "erff(acc") != NULL, MATCHES[i].act == 3);
         assert_int_equal(strstr(cpu, "tanhf(0.7978845608f") != NULL, MATCHES[i].act == 2);
         free(cpu);
+        kiln_problem_free(p);
+    }
+}
+
+/* The TMA pipeline (GW_WS 1) asks for a tensor map of A and of B, boxes of 64 k by the tile's rows,
+ * which the ABI's planner accepts for every workload (no map reaches past its tensor); the other
+ * pipeline asks for none. */
+static void test_tensormaps(void **state) {
+    (void)state;
+    for (size_t i = 0; i < N_MATCHES; i++) {
+        kiln_problem *p = load(MATCHES[i].base, MATCHES[i].dir);
+        kiln_match m;
+        match_ok(p, &m);
+        int64_t pt[KILN_FAMILY_MAX_PARAMS];
+        assert_int_equal(fam->start(p, &m, pt), 0);
+        for (int ws = 1; ws >= 0; ws--) {
+            if (!ws) { /* the every-thread pipeline: no persistent grid, tiles shared */
+                pt[5] = 0;
+                pt[6] = 0;
+                pt[8] = 0;
+            }
+            assert_null(fam->check(p, &m, pt));
+            char *src = fam->emit(p, &m, pt, 1);
+            kiln_abi abi;
+            kiln_err err;
+            if (kiln_abi_parse(src, 1, &abi, &err) != KILN_OK)
+                fail_msg("%s: %s", p->name, err.msg);
+            assert_int_equal(abi.n_tmaps, 2 * ws);
+            for (int w = 0; w < p->n_workloads; w++) {
+                kiln_launch_plan plan;
+                if (kiln_abi_plan(&abi, p, &p->workloads[w], &plan, &err) != KILN_OK)
+                    fail_msg("%s workload %d: %s", p->name, w, err.msg);
+                if (!ws)
+                    continue;
+                assert_int_equal(plan.tmap[0].box[0], 64);
+                assert_int_equal(plan.tmap[0].box[1], 64 * pt[1] * (pt[8] ? 1 : pt[2])); /* GW_BM */
+                assert_int_equal(plan.tmap[1].box[1], pt[0]);                            /* GW_BN */
+                assert_int_equal(plan.tmap[0].swizzle, 128);
+                assert_int_equal(plan.tmap[0].param, m.input_of_role[KILN_GEMM_A]);
+                assert_int_equal(plan.tmap[1].param, m.input_of_role[KILN_GEMM_B]);
+            }
+            if (ws)
+                assert_non_null(strstr(src, "const __grid_constant__ kiln_tensormap gw_tma_b)"));
+            kiln_abi_free(&abi);
+            free(src);
+        }
         kiln_problem_free(p);
     }
 }
@@ -122,25 +169,29 @@ static void test_check(void **state) {
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
     assert_int_equal(fam->start(p, &m, pt), 0);
     char *s = kiln_family_point_str(fam, pt);
-    assert_string_equal(
-        s, "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=8 GW_WS=0 GW_PERSIST=0 GW_MINB=1");
+    /* K = 2304, 36 k steps a tile: ping-pong, 128 x 128 tiles a warpgroup */
+    assert_string_equal(s, "GW_BN=128 GW_MI=2 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
+                           "GW_PERSIST=1 GW_MINB=1 GW_PP=1");
     free(s);
     int64_t bad[KILN_FAMILY_MAX_PARAMS];
     memcpy(bad, pt, sizeof bad);
-    bad[1] = 2; /* 2 x 256 accumulators */
+    bad[0] = 256; /* 2 x 256 accumulators */
     assert_non_null(strstr(fam->check(p, &m, bad), "accumulators"));
-    memcpy(bad, pt, sizeof bad);
-    bad[3] = 7; /* 7 x 48 KiB */
+    bad[1] = 1;
+    bad[3] = 7; /* 7 x 40 KiB */
     assert_non_null(strstr(fam->check(p, &m, bad), "227 KiB"));
+    memcpy(bad, pt, sizeof bad);
+    bad[6] = 0; /* ping-pong without a persistent grid */
+    assert_non_null(strstr(fam->check(p, &m, bad), "ping-pong"));
     kiln_problem_free(p);
-    /* Gemma-4's down projection: 288 tiles of 128 x 256 leave 27 % of the third wave's SMs idle,
-     * 384 of 128 x 192 fill 97 % */
+    /* Gemma-4's down projection (K = 9216: the warpgroups share each tile): 288 tiles of 128 x 256
+     * leave 27 % of the third wave's SMs idle, 384 of 128 x 192 fill 97 % */
     p = load(BENCH, "gemm_linear_bf16_4096x2304x9216");
     match_ok(p, &m);
     assert_int_equal(fam->start(p, &m, pt), 0);
     s = kiln_family_point_str(fam, pt);
-    assert_string_equal(
-        s, "GW_BN=192 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=8 GW_WS=0 GW_PERSIST=0 GW_MINB=1");
+    assert_string_equal(s, "GW_BN=192 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
+                           "GW_PERSIST=1 GW_MINB=1 GW_PP=0");
     free(s);
     kiln_problem_free(p);
     p = load(DATA, "linear_bf16_3d"); /* 18 x 24 x 40 */
@@ -148,7 +199,8 @@ static void test_check(void **state) {
     assert_int_equal(fam->start(p, &m, pt), 0);
     s = kiln_family_point_str(fam, pt);
     assert_string_equal(
-        s, "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1 GW_WS=0 GW_PERSIST=0 GW_MINB=1");
+        s,
+        "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1 GW_WS=1 GW_PERSIST=0 GW_MINB=1 GW_PP=0");
     free(s);
     memcpy(bad, pt, sizeof bad);
     bad[2] = 2;
@@ -212,9 +264,8 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_match),
-        cmocka_unit_test(test_declines),
-        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_match),    cmocka_unit_test(test_tensormaps),
+        cmocka_unit_test(test_declines), cmocka_unit_test(test_check),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests_name("family_wgmma", tests, NULL, NULL);

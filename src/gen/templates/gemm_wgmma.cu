@@ -13,8 +13,10 @@
 // Two pipelines. GW_WS 0: every thread copies, GW_STAGES - 2 tiles ahead of the one the tensor
 // cores read: at step kt, after the barrier, every warpgroup has waited for its MMAs of step
 // kt - 2, so the stage they read is free for tile kt + GW_STAGES - 2 while the MMAs of steps
-// kt - 1 and kt may still run (wgmma.wait_group 1). GW_WS 1: warpgroup 0 only copies, through a
-// full and an empty mbarrier a stage, and the others only multiply (optionally GW_PERSIST: a grid
+// kt - 1 and kt may still run (wgmma.wait_group 1). GW_WS 1: one thread of warpgroup 0 copies
+// whole tiles with the TMA unit (cp.async.bulk.tensor through the tensor maps the candidate's
+// `// kiln: tensormap` lines ask for, which write the same 128-byte swizzle), through a full and an
+// empty mbarrier a stage, and the other warpgroups only multiply (optionally GW_PERSIST: a grid
 // of SMs looping over the tiles). Per stage a consumer warpgroup issues 4 x GW_MI
 // wgmma.m64nNk16 (N = GW_BN), the descriptor's start address advanced by 32 bytes per k16 step
 // inside the swizzle atom.
@@ -48,6 +50,9 @@
 #ifndef GW_PERSIST
 #define GW_PERSIST 0 // 1: gridDim.x blocks loop over the tiles (warp-specialised only)
 #endif
+#ifndef GW_PP
+#define GW_PP 0 // 1: each consumer warpgroup owns whole tiles, in turn ("ping-pong"; persistent only)
+#endif
 #ifndef GW_BATCH
 #define GW_BATCH 1
 #endif
@@ -72,9 +77,10 @@
 #endif
 
 #define GW_BK 64
-#define GW_BM (64 * GW_MI * GW_WGS)
+#define GW_BM (64 * GW_MI * (GW_PP ? 1 : GW_WGS)) // rows of a tile
+static_assert(!GW_PP || (GW_WS && GW_PERSIST), "ping-pong consumers take turns in a persistent grid");
 #define GW_THREADS (128 * (GW_WGS + GW_WS))
-#define GW_COPIERS (GW_WS ? 128 : GW_THREADS) // threads that copy
+#define GW_COPIERS GW_THREADS // threads that copy (GW_WS 0)
 #define GW_A_BYTES (GW_BM * 128)
 #define GW_B_BYTES (GW_BN * 128)
 #define GW_STAGE_BYTES (GW_A_BYTES + GW_B_BYTES)
@@ -86,7 +92,7 @@
 #define GW_B_COPIES (GW_BN * 8 / GW_COPIERS)
 
 static_assert(GW_STAGES >= 3, "copies run GW_STAGES - 2 tiles ahead");
-static_assert(GW_BM * 8 % GW_COPIERS == 0 && GW_BN * 8 % GW_COPIERS == 0,
+static_assert(GW_WS || (GW_BM * 8 % GW_COPIERS == 0 && GW_BN * 8 % GW_COPIERS == 0),
               "every thread makes the same number of copies");
 
 #if !GW_MMA_SUPPLIED
@@ -122,8 +128,14 @@ __device__ __forceinline__ void gw_fence_acc(float *d) {
 __device__ __forceinline__ float gw_act(float v) {
 #if GW_ACT == 1
     return v < 0.0f ? 0.0f : v;
-#elif GW_ACT == 2
+#elif GW_ACT == 2 && GW_D_F32
     return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+#elif GW_ACT == 2
+    // a 16-bit D: the hardware's tanh (relative error about 2^-11, under half a bf16 or fp16 unit
+    // of D), one instruction where tanhf takes about twenty
+    float th;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(th) : "f"(0.7978845608f * (v + 0.044715f * v * v * v)));
+    return 0.5f * v * (1.0f + th);
 #elif GW_ACT == 3
     return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
 #else
@@ -170,29 +182,29 @@ __device__ __forceinline__ void gw_bar_wait(uint32_t bar, uint32_t parity) {
                      : "memory");
 }
 
-// The producer warpgroup's copies (it runs with 40 registers after setmaxnreg, so its copies go one
-// at a time and their addresses are computed where used). Tile kt of A's rows and B's rows into the
-// stage at shared address stage: copier c of GW_COPIERS takes 16-byte chunk
-// c % 8 of rows c / 8, c / 8 + GW_COPIERS / 8, ... (zero-filled past M, N or K).
-__device__ __forceinline__ void gw_load(const GW_T *a, const GW_T *b, int64_t m0, int64_t n0,
-                                        uint32_t stage, int c, int kt) {
-    const int ch = c % 8;
-    const int64_t k = (int64_t)kt * GW_BK + ch * 8;
-    const bool k_ok = k < GW_K;
-#pragma unroll 1
-    for (int i = 0; i < GW_A_COPIES; i++) {
-        const int row = c / 8 + i * (GW_COPIERS / 8);
-        const bool ok = k_ok && m0 + row < GW_M;
-        gw_copy16(stage + row * 128 + ((ch ^ (row % 8)) << 4),
-                  ok ? (const void *)(a + (m0 + row) * GW_LDA + k) : (const void *)a, ok ? 16u : 0u);
-    }
-#pragma unroll 1
-    for (int i = 0; i < GW_B_COPIES; i++) {
-        const int row = c / 8 + i * (GW_COPIERS / 8);
-        const bool ok = k_ok && n0 + row < GW_N;
-        gw_copy16(stage + GW_A_BYTES + row * 128 + ((ch ^ (row % 8)) << 4),
-                  ok ? (const void *)(b + (n0 + row) * GW_LDB + k) : (const void *)b, ok ? 16u : 0u);
-    }
+// The tensor maps of A and B (`// kiln: tensormap` lines: boxes of 64 k by the tile's rows, 128-byte
+// swizzle; rank 3 where the batch has its own matrices) and the TMA copy of one box into shared
+// memory, completing on an mbarrier's transaction count (rows past M or N and k past K read as 0).
+#ifndef GW_TMAP_SUPPLIED
+struct __align__(64) kiln_tensormap {
+    unsigned long long bits[16];
+};
+#endif
+#define GW_A3 (GW_BATCH > 1 && GW_SA != 0)
+#define GW_B3 (GW_BATCH > 1 && GW_SB != 0)
+
+__device__ __forceinline__ void gw_tma(uint32_t dst, const kiln_tensormap *map, int k, int row,
+                                       int z, bool rank3, uint32_t bar) {
+    if (rank3)
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+                     "l"(map), "r"(k), "r"(row), "r"(z), "r"(bar)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                     "l"(map), "r"(k), "r"(row), "r"(bar)
+                     : "memory");
 }
 
 // The 4 x GW_MI MMAs of the stage at shared address stage for consumer warpgroup cw.
@@ -237,14 +249,14 @@ __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const
                                               GW_TD *d, int64_t m0, int64_t n0, int cw, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
-    for (int i = 0; i < GW_MI; i++) {
-        const int64_t row = m0 + (cw * GW_MI + i) * 64 + warp * 16 + lane / 4;
+    for (int j = 0; j < GW_BN / 8; j++) {
+        const int64_t col = n0 + j * 8 + (lane % 4) * 2;
+        if (col >= GW_N)
+            continue;
+        const float b0 = gw_bias_at(bias, col), b1 = gw_bias_at(bias, col + 1);
 #pragma unroll
-        for (int j = 0; j < GW_BN / 8; j++) {
-            const int64_t col = n0 + j * 8 + (lane % 4) * 2;
-            if (col >= GW_N)
-                continue;
-            const float b0 = gw_bias_at(bias, col), b1 = gw_bias_at(bias, col + 1);
+        for (int i = 0; i < GW_MI; i++) {
+            const int64_t row = m0 + (cw * GW_MI + i) * 64 + warp * 16 + lane / 4;
             if (row < GW_M)
                 gw_store2(d + row * GW_LDD + col, gw_act(acc[i][4 * j] + b0),
                           gw_act(acc[i][4 * j + 1] + b1));
@@ -256,7 +268,8 @@ __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const
 }
 
 __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *__restrict__ b,
-                                        const GW_TB *__restrict__ bias, GW_TD *__restrict__ d) {
+                                        const GW_TB *__restrict__ bias, GW_TD *__restrict__ d,
+                                        const kiln_tensormap *tma, const kiln_tensormap *tmb) {
     extern __shared__ uint8_t gw_buf[];
     const uint32_t base = (gw_smem_addr(gw_buf) + 1023u) & ~1023u;
     const int tid = threadIdx.x, wg = tid / 128, t = tid % 128;
@@ -264,16 +277,19 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
     int64_t m0, n0;
     int z;
 #if GW_WS
-    // Warpgroup 0 copies, GW_STAGES tiles ahead; the others multiply. full[s] completes when the
-    // 128 copiers' copies into stage s have landed (cp.async's arrive), empty[s] when every
-    // consumer thread has seen its MMAs of the stage complete. With GW_PERSIST the block loops
-    // over tiles and the step count it runs on (and the stages' phases) goes on across them: the
-    // producer copies the next tile's first stages while the consumers store this one.
+    // Warpgroup 0 copies: one thread issues the TMA copies, GW_STAGES tiles ahead; the others
+    // multiply. full[s] completes when both boxes of stage s have landed (the producer's arrive with
+    // the stage's bytes as its transaction count), empty[s] when every consumer warp has seen its
+    // MMAs of the stage complete. With GW_PERSIST the block loops over tiles and the step count it
+    // runs on (and the stages' phases) goes on across them: the producer copies the next tile's
+    // first stages while the consumers store this one.
+    (void)a;
+    (void)b;
     const uint32_t full = base + GW_STAGES * GW_STAGE_BYTES, empty = full + 8 * GW_STAGES;
     if (tid == 0) {
         for (int s = 0; s < GW_STAGES; s++) {
-            gw_bar_init(full + 8 * s, 128);
-            gw_bar_init(empty + 8 * s, 128 * GW_WGS);
+            gw_bar_init(full + 8 * s, 1);
+            gw_bar_init(empty + 8 * s, GW_PP ? 4 : 4 * GW_WGS); // the consuming warps
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -288,50 +304,71 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
 #if GW_WGS > 1
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
 #endif
+        if (t != 0)
+            return;
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(tma) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmb) : "memory");
         int it = 0;
         for (int tile = first; tile < tiles; tile += step) {
             gw_tile(tile, m0, n0, z);
-            const GW_T *at = a + (int64_t)z * GW_SA, *bt = b + (int64_t)z * GW_SB;
             for (int kt = 0; kt < GW_KT; kt++, it++) {
                 const int s = it % GW_STAGES;
+                const uint32_t stage = base + (uint32_t)s * GW_STAGE_BYTES;
                 gw_bar_wait(empty + 8 * s, ((it / GW_STAGES) & 1) ^ 1);
-                gw_load(at, bt, m0, n0, base + (uint32_t)s * GW_STAGE_BYTES, t, kt);
-                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
-                                 full + 8 * s)
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                                 full + 8 * s),
+                             "r"(GW_STAGE_BYTES)
                              : "memory");
+                gw_tma(stage, tma, kt * GW_BK, (int)m0, z, GW_A3, full + 8 * s);
+                gw_tma(stage + GW_A_BYTES, tmb, kt * GW_BK, (int)n0, z, GW_B3, full + 8 * s);
             }
         }
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
 #if GW_WGS > 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
 #endif
-    const int cw = wg - 1;
-    int it = 0;
-    for (int tile = first; tile < tiles; tile += step) {
+    // The block's tiles are first, first + step, ...: tile i's k steps are steps i x GW_KT ... of the
+    // stage ring. Cooperative consumers share every tile (each its 64 x GW_MI rows); ping-pong ones
+    // take turns, warpgroup cw the tiles i = cw, cw + GW_WGS, ..., so that one's epilogue runs under
+    // the other's MMAs.
+    const int cw = wg - 1, di = GW_PP ? GW_WGS : 1, rows_of = GW_PP ? 0 : cw;
+    for (int i = GW_PP ? cw : 0, tile = first + i * step; tile < tiles; i += di, tile += di * step) {
+        int it = i * GW_KT;
         gw_tile(tile, m0, n0, z);
         gw_zero(acc);
+#if GW_PP
+        // A stage's full barrier tells phases apart by parity only: a warpgroup may wait on tile i's
+        // stages only once the other has waited on all of tile i - 1's (named barrier 1 + cw).
+        if (i > 0)
+            asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
+#endif
         for (int kt = 0; kt < GW_KT; kt++, it++) {
             const int s = it % GW_STAGES;
             gw_bar_wait(full + 8 * s, (it / GW_STAGES) & 1);
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            gw_mma_stage(acc, base + (uint32_t)s * GW_STAGE_BYTES, cw);
+            gw_mma_stage(acc, base + (uint32_t)s * GW_STAGE_BYTES, rows_of);
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (kt > 0)
+            if (kt > 0 && t % 32 == 0)
                 gw_bar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
         }
+#if GW_PP
+        if (tile + step < tiles) // tile i + 1 is the other warpgroup's: it may start
+            asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
+#endif
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        gw_bar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
+        if (t % 32 == 0)
+            gw_bar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
 #pragma unroll
-        for (int i = 0; i < GW_MI; i++)
-            gw_fence_acc(acc[i]);
-        gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, cw, t);
+        for (int r = 0; r < GW_MI; r++)
+            gw_fence_acc(acc[r]);
+        gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, rows_of, t);
     }
 #else
     // Every thread copies, GW_STAGES - 2 tiles ahead (see the top of the file). The rows a thread
     // copies are fixed for every k tile: their addresses are computed once (gw_load's per-copy
     // address arithmetic cost 10-25 % here on the H200, bench/RESULTS.md).
+    (void)tma;
+    (void)tmb;
     gw_tile(blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, m0, n0, z);
     a += (int64_t)z * GW_SA;
     b += (int64_t)z * GW_SB;
