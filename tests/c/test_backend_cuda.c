@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/cuda_driver.h"
 #include "backend/nvrtc.h"
+#include "tma_copy.h"
 
 static kiln_backend *be;
 static kiln_err open_err;
@@ -543,43 +544,8 @@ static void test_launches_with_tensormaps(void **state) {
         " \"reference\": \"def run(x):\\n    return x.clone()\"}\n";
     static const char wl[] = "{\"uuid\": \"w\", \"axes\": {\"rows\": 100}, \"inputs\": {\"x\": "
                              "{\"type\": \"random\"}}}\n";
-    const char *body =
-        "struct __align__(64) kiln_tensormap { unsigned long long bits[16]; };\n"
-        "extern \"C\" __global__ void tma_copy(const float *x, float *y, int64_t rows, int64_t "
-        "cols%s) {\n"
-        "    __shared__ __align__(128) float box[8][32];\n"
-        "    __shared__ __align__(8) uint64_t bar;\n"
-        "    const uint32_t b = (uint32_t)__cvta_generic_to_shared(&bar);\n"
-        "    const uint32_t dst = (uint32_t)__cvta_generic_to_shared(box);\n"
-        "    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 8;\n"
-        "    if (threadIdx.x == 0 && threadIdx.y == 0) {\n"
-        "        asm volatile(\"mbarrier.init.shared::cta.b64 [%%0], 1;\" ::\"r\"(b));\n"
-        "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
-        "    }\n"
-        "    __syncthreads();\n"
-        "    if (threadIdx.x == 0 && threadIdx.y == 0) {\n"
-        "        asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%%0], 1024;\" "
-        "::\"r\"(b) : \"memory\");\n"
-        "        asm "
-        "volatile(\"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-        " [%%0], [%%1, {%%2, %%3}], [%%4];\" ::\"r\"(dst), \"l\"(%s), \"r\"(c0), \"r\"(r0), "
-        "\"r\"(b) : \"memory\");\n"
-        "    }\n"
-        "    uint32_t done = 0;\n"
-        "    while (!done)\n"
-        "        asm volatile(\"{.reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%%1], "
-        "0;"
-        " selp.u32 %%0, 1, 0, p;}\" : \"=r\"(done) : \"r\"(b) : \"memory\");\n"
-        "    const int r = r0 + threadIdx.y, c = c0 + threadIdx.x;\n"
-        "    if (r < rows) y[r * cols + c] = box[threadIdx.y][threadIdx.x];\n"
-        "}\n";
     char src[4096];
-    snprintf(src, sizeof src,
-             "// kiln: launch tma_copy grid=(cols/32, ceil_div(rows, 8)) block=(32, 8)\n"
-             "// kiln: tensormap x dims=(cols,rows) strides=(cols) box=(32,8)\n");
-    size_t len = strlen(src);
-    snprintf(src + len, sizeof src - len, body, ", const __grid_constant__ kiln_tensormap x_map",
-             "&x_map");
+    tma_copy_source(src, sizeof src, 1);
     kiln_problem *p = load(def, wl);
     kiln_module *m = NULL;
     char *log = NULL;
@@ -614,7 +580,7 @@ static void test_launches_with_tensormaps(void **state) {
     kiln_abi_free(&abi);
 
     /* the same kernel without the map's parameter: refused, the map counted */
-    snprintf(src + len, sizeof src - len, body, "", "x");
+    tma_copy_source(src, sizeof src, 0);
     m = NULL;
     log = NULL;
     int rc = compile(p, src, &m, &log, &abi, &err);

@@ -22,10 +22,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/cuda_driver.h"
 #include "backend/lt_call.h"
 #include "runtime/kiln_rt.h"
 #include "runtime/rt_impl.h"
 #include "util/common.h"
+
+#include "tma_copy.h"
 
 /* ---- the allocator, wrapped ---- */
 
@@ -449,11 +452,97 @@ static void test_tensormaps_are_read_back(void **state) {
     rmdir(dir);
 }
 
+/* On a GPU: a kernel entry that takes a tensor map, compiled by libkiln_rt from its source and
+ * launched through kiln_rt_launch, which encodes the map for the pointer it is given (the TMA copy
+ * of tma_copy.h, x float32 [100, 64] to y). */
+static const char tmap_copy_manifest_fmt[] =
+    "{\"kiln_library\": 1, \"backend\": \"cuda\",\n"
+    " \"device\": {\"name\": \"\", \"uuid\": \"\", \"compute_capability\": \"9.0\"},\n"
+    " \"build\": {\"kiln\": \"%s\"},\n"
+    " \"entries\": [\n"
+    "  {\"problem\": \"copy2d\", \"kind\": \"aten\", \"aten\": \"aten::clone.default\",\n"
+    "   \"gate\": {\"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", \"shape\": [100, 64], "
+    "\"strides\": [64, 1]}],\n"
+    "            \"outputs\": [{\"name\": \"y\", \"dtype\": \"float32\", \"shape\": [100, 64], "
+    "\"strides\": [64, 1]}], \"device_capability\": \"9.0\"},\n"
+    "   \"kernel\": \"copy.cu\", \"cubin\": null, \"arch\": \"sm_90\",\n"
+    "   \"signature\": \"extern \\\"C\\\" __global__ void tma_copy(const float* x, float* y, "
+    "int64_t rows, int64_t cols)\",\n"
+    "   \"launches\": [{\"workloads\": [0], \"axes\": {\"rows\": 100, \"cols\": 64}, "
+    "\"launches\": [{\"entry\": \"tma_copy\", \"grid\": [2, 13, 1], \"block\": [32, 8, 1], "
+    "\"cluster\": [1, 1, 1], \"smem_bytes\": 0}],\n"
+    "    \"tensormaps\": [{\"param\": 0, \"dtype\": \"float32\", \"dims\": [64, 100], "
+    "\"strides\": [256], \"box\": [32, 8], \"swizzle\": 0}]}]}\n"
+    " ]}\n";
+
+static void test_cuda_tensormap_launch(void **state) {
+    (void)state;
+    CUdevice dev;
+    CUcontext ctx;
+    kiln_device_info info;
+    kiln_err err;
+    if (!kiln_cuda_driver_present() || kiln_cuda_visible_gpus() < 1 ||
+        kiln_cuda_device_open(0, "", &dev, &ctx, &info, &err) != KILN_OK) {
+        printf("SKIP: no CUDA device: the tensor map launch runs on the GPU machine\n");
+        skip();
+    }
+    if (info.cc_major < 9) {
+        printf("SKIP: TMA needs sm_90 (this device is sm_%d%d)\n", info.cc_major, info.cc_minor);
+        kiln_cuda.DevicePrimaryCtxRelease(dev);
+        skip();
+    }
+    char dir[] = "/tmp/kiln-test-runtime-tma-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char src[4096];
+    tma_copy_source(src, sizeof src, 1);
+    char *manifest = xasprintf(tmap_copy_manifest_fmt, kiln_rt_kiln_version());
+    assert_int_equal(write_text(dir, "copy.cu", src), KILN_OK);
+    assert_int_equal(write_text(dir, "manifest.json", manifest), KILN_OK);
+    free(manifest);
+    kiln_rt *rt = NULL;
+    char errbuf[1024];
+    int rc = kiln_rt_open(dir, 0, &rt, errbuf, sizeof errbuf);
+    if (rc)
+        fail_msg("kiln_rt_open: %s: %s", kiln_rt_strerror(rc), errbuf);
+    assert_null(kiln_rt_entry_disabled(rt, 0));
+    enum { ROWS = 100, COLS = 64 };
+    static float host[ROWS * COLS], back[ROWS * COLS];
+    for (int i = 0; i < ROWS * COLS; i++)
+        host[i] = (float)i;
+    assert_int_equal(kiln_cuda.CtxSetCurrent(ctx), CUDA_SUCCESS);
+    CUdeviceptr x, y;
+    assert_int_equal(kiln_cuda.MemAlloc(&x, sizeof host), CUDA_SUCCESS);
+    assert_int_equal(kiln_cuda.MemAlloc(&y, sizeof host), CUDA_SUCCESS);
+    assert_int_equal(kiln_cuda.MemcpyHtoDAsync(x, host, sizeof host, NULL), CUDA_SUCCESS);
+    assert_int_equal(kiln_cuda.MemsetD8Async(y, 0xff, sizeof host, NULL), CUDA_SUCCESS);
+    void *ptrs[2] = {(void *)(uintptr_t)x, (void *)(uintptr_t)y};
+    rc = kiln_rt_launch(rt, 0, ptrs, 2, NULL, NULL);
+    if (rc)
+        fail_msg("kiln_rt_launch: %s", kiln_rt_last_error());
+    assert_int_equal(kiln_cuda.MemcpyDtoHAsync(back, y, sizeof back, NULL), CUDA_SUCCESS);
+    assert_int_equal(kiln_cuda.StreamSynchronize(NULL), CUDA_SUCCESS);
+    for (int i = 0; i < ROWS * COLS; i++)
+        if (back[i] != host[i])
+            fail_msg("y[%d] = %g, expected %g", i, back[i], host[i]);
+    kiln_cuda.MemFree(x);
+    kiln_cuda.MemFree(y);
+    kiln_rt_close(rt);
+    kiln_cuda.DevicePrimaryCtxRelease(dev);
+    char *files[] = {"copy.cu", "manifest.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *path = kiln_path_join(dir, files[i]);
+        unlink(path);
+        free(path);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_gate_launch),
         cmocka_unit_test(test_cublaslt_entry_is_read_back),
         cmocka_unit_test(test_tensormaps_are_read_back),
+        cmocka_unit_test(test_cuda_tensormap_launch),
         cmocka_unit_test(test_kiln_out_of_memory_outside_a_scope_aborts),
         cmocka_unit_test(test_every_failed_allocation_is_a_status),
     };
