@@ -300,16 +300,24 @@ static const char lt_manifest_fmt[] =
     "\"launches\": []}]}\n"
     " ]}\n";
 
-/* Writes the library with this call and library name; reads its manifest as kiln_rt_open would on
- * an H200 (rt_manifest_load: everything but the device). */
-static int read_lt_library(const char *dir, const char *name, const char *call, kiln_rt *rt,
-                           kiln_err *err) {
-    char *manifest = xasprintf(lt_manifest_fmt, kiln_rt_kiln_version(), name, call);
-    char *source = xasprintf("// kiln: library cublaslt %s\n", call);
+/* Removes a test's library directory: its kernel file and manifest. */
+static void remove_library(const char *dir, const char *kernel_file) {
+    const char *files[] = {kernel_file, "manifest.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *path = kiln_path_join(dir, files[i]);
+        unlink(path);
+        free(path);
+    }
+    rmdir(dir);
+}
+
+/* Writes manifest and linear.cu (source) into dir and reads the manifest as kiln_rt_open would on
+ * an H200 (rt_manifest_load: everything but the device). Takes manifest. */
+static int read_h200_library(const char *dir, char *manifest, const char *source, kiln_rt *rt,
+                             kiln_err *err) {
     assert_int_equal(write_text(dir, "manifest.json", manifest), KILN_OK);
     assert_int_equal(write_text(dir, "linear.cu", source), KILN_OK);
     free(manifest);
-    free(source);
     memset(rt, 0, sizeof *rt);
     rt->dir = xstrdup(dir);
     rt->cuda = 1;
@@ -319,6 +327,16 @@ static int read_lt_library(const char *dir, const char *name, const char *call, 
     char *notes = NULL;
     int rc = rt_manifest_load(rt, "cuda", &notes, err);
     free(notes);
+    return rc;
+}
+
+/* The cuBLASLt library with this call and library name, read back. */
+static int read_lt_library(const char *dir, const char *name, const char *call, kiln_rt *rt,
+                           kiln_err *err) {
+    char *source = xasprintf("// kiln: library cublaslt %s\n", call);
+    int rc = read_h200_library(dir, xasprintf(lt_manifest_fmt, kiln_rt_kiln_version(), name, call),
+                               source, rt, err);
+    free(source);
     return rc;
 }
 
@@ -373,13 +391,7 @@ static void test_cublaslt_entry_is_read_back(void **state) {
     assert_int_equal(read_lt_library(dir, "cublas", call, &rt, &err), KILN_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "\"library\" must be"));
     free(call);
-    char *files[] = {"linear.cu", "manifest.json"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char *p = kiln_path_join(dir, files[i]);
-        unlink(p);
-        free(p);
-    }
-    rmdir(dir);
+    remove_library(dir, "linear.cu");
 }
 
 /* A kernel entry whose launch takes tensor maps: the gated shape's maps are read into its plan,
@@ -409,20 +421,8 @@ static const char tmap_manifest_fmt[] =
     " ]}\n";
 
 static int read_tmap_library(const char *dir, const char *dtype, kiln_rt *rt, kiln_err *err) {
-    char *manifest = xasprintf(tmap_manifest_fmt, kiln_rt_kiln_version(), dtype);
-    assert_int_equal(write_text(dir, "manifest.json", manifest), KILN_OK);
-    assert_int_equal(write_text(dir, "linear.cu", "// a kernel\n"), KILN_OK);
-    free(manifest);
-    memset(rt, 0, sizeof *rt);
-    rt->dir = xstrdup(dir);
-    rt->cuda = 1;
-    snprintf(rt->info.name, sizeof rt->info.name, "NVIDIA H200");
-    snprintf(rt->info.uuid, sizeof rt->info.uuid, "GPU-test");
-    rt->info.cc_major = 9;
-    char *notes = NULL;
-    int rc = rt_manifest_load(rt, "cuda", &notes, err);
-    free(notes);
-    return rc;
+    return read_h200_library(dir, xasprintf(tmap_manifest_fmt, kiln_rt_kiln_version(), dtype),
+                             "// a kernel\n", rt, err);
 }
 
 static void test_tensormaps_are_read_back(void **state) {
@@ -443,13 +443,7 @@ static void test_tensormaps_are_read_back(void **state) {
     assert_int_equal(e->plan.tmap[1].swizzle, 128);
     assert_int_equal(read_tmap_library(dir, "float32", &rt, &err), KILN_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "\"dtype\" must be its tensor's (bfloat16)"));
-    char *files[] = {"linear.cu", "manifest.json"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char *p = kiln_path_join(dir, files[i]);
-        unlink(p);
-        free(p);
-    }
-    rmdir(dir);
+    remove_library(dir, "linear.cu");
 }
 
 /* On a GPU: a kernel entry that takes a tensor map, compiled by libkiln_rt from its source and
@@ -528,13 +522,7 @@ static void test_cuda_tensormap_launch(void **state) {
     kiln_cuda.MemFree(y);
     kiln_rt_close(rt);
     kiln_cuda.DevicePrimaryCtxRelease(dev);
-    char *files[] = {"copy.cu", "manifest.json"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char *path = kiln_path_join(dir, files[i]);
-        unlink(path);
-        free(path);
-    }
-    rmdir(dir);
+    remove_library(dir, "copy.cu");
 }
 
 int main(void) {
