@@ -521,7 +521,11 @@ static int plan_tmap(const kiln_tmap_spec *ts, const kiln_problem *p, const kiln
         t->box[d] = (uint32_t)box;
         if (d > 0)
             t->strides[d - 1] = (uint64_t)bytes;
-        reach += d == 0 ? (uint64_t)dim * esize : (uint64_t)(dim - 1) * (uint64_t)bytes;
+        uint64_t extent;
+        if (__builtin_mul_overflow(d == 0 ? (uint64_t)dim : (uint64_t)(dim - 1),
+                                   d == 0 ? (uint64_t)esize : (uint64_t)bytes, &extent) ||
+            __builtin_add_overflow(reach, extent, &reach))
+            reach = UINT64_MAX; /* past any tensor: refused below */
     }
     const uint64_t row = (uint64_t)t->box[0] * esize;
     if (row % 16 || (t->swizzle && row > (uint64_t)t->swizzle))

@@ -341,6 +341,14 @@ static void test_tensormap(void **state) {
                     &msg),
         KILN_ERR_COMPILE);
     assert_contains(msg, "reaches 512512 bytes; the tensor has 512000");
+    /* a reach that would wrap around 2^64 (2^25 + 1 rows 2^39 bytes apart: 2^64 past the first) is
+     * past the tensor too */
+    assert_int_equal(
+        plan_status("// kiln: launch k grid=1\n// kiln: tensormap x dims=(cols,2**25+1) "
+                    "strides=(2**38) box=(64,8)\n",
+                    &msg),
+        KILN_ERR_COMPILE);
+    assert_contains(msg, "the tensor has 512000");
     assert_int_equal(plan_status("// kiln: launch k grid=1\n// kiln: tensormap x dims=(cols,rows) "
                                  "strides=(cols+1) box=(64,8)\n",
                                  &msg),
