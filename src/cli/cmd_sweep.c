@@ -153,56 +153,6 @@ static const cJSON *find_row(const cJSON *rows, const char *family, const char *
 /* --list: each matching family with its space, its valid points and where a search starts, as
  * lines or (json) one object {"problem", "families": [{"family", "variant", "space", "valid",
  * "start", "start_from"}]}. */
-static void list_families(const kiln_problem *p, const kiln_family **fams,
-                          const kiln_match *matches, int n_match, int json) {
-    cJSON *all = cJSON_CreateObject();
-    cJSON_AddStringToObject(all, "problem", p->name);
-    cJSON *jf = cJSON_AddArrayToObject(all, "families");
-    for (int i = 0; i < n_match; i++) {
-        int64_t n = kiln_family_space_size(fams[i]);
-        int64_t point[KILN_FAMILY_MAX_PARAMS], n_valid = 0;
-        for (int64_t index = 0; index < n; index++) {
-            kiln_family_point(fams[i], index, point);
-            n_valid += kiln_family_point_ok(fams[i], p, &matches[i], point);
-        }
-        int from_rule = 0;
-        int64_t start = kiln_family_start_index(fams[i], p, &matches[i], n, &from_rule);
-        char *ps = NULL;
-        if (start >= 0) {
-            kiln_family_point(fams[i], start, point);
-            ps = kiln_family_point_str(fams[i], point);
-        }
-        const char *from = from_rule ? "the family's start rule" : "its first valid point";
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(f, "family", fams[i]->name);
-        cJSON_AddStringToObject(f, "variant", matches[i].variant);
-        cJSON_AddNumberToObject(f, "space", (double)n);
-        cJSON_AddNumberToObject(f, "valid", (double)n_valid);
-        if (ps) {
-            cJSON_AddStringToObject(f, "start", ps);
-            cJSON_AddStringToObject(f, "start_from", from_rule ? "rule" : "first_valid");
-        } else {
-            cJSON_AddNullToObject(f, "start");
-            cJSON_AddNullToObject(f, "start_from");
-        }
-        cJSON_AddItemToArray(jf, f);
-        if (!json) {
-            printf("kiln sweep: %s matches family %s (%s), space %lld points, %lld valid", p->name,
-                   fams[i]->name, matches[i].variant, (long long)n, (long long)n_valid);
-            if (ps)
-                printf("; starts at %s (%s)", ps, from);
-            printf("\n");
-        }
-        free(ps);
-    }
-    if (json) {
-        char *s = cJSON_Print(all);
-        printf("%s\n", s);
-        free(s);
-    }
-    cJSON_Delete(all);
-}
-
 /* --where: "NAME=V[,V..] ..." as a filter on f's points: for each parameter, the values it may take
  * (allowed[param][value index]). 0, or -1 with why (an unknown name or a value outside the
  * parameter's domain). A family without some named parameter matches no point (*none = 1). */
@@ -257,6 +207,66 @@ static int where_ok(const kiln_family *f, const int64_t *point,
             if (f->params[k].values[j] == point[k] && !allowed[k][j])
                 return 0;
     return 1;
+}
+
+static void list_families(const kiln_problem *p, const kiln_family **fams,
+                          const kiln_match *matches, int n_match, int json, const char *where) {
+    cJSON *all = cJSON_CreateObject();
+    cJSON_AddStringToObject(all, "problem", p->name);
+    cJSON *jf = cJSON_AddArrayToObject(all, "families");
+    for (int i = 0; i < n_match; i++) {
+        int64_t n = kiln_family_space_size(fams[i]);
+        int64_t point[KILN_FAMILY_MAX_PARAMS], n_valid = 0, n_selected = 0;
+        char allowed[KILN_FAMILY_MAX_PARAMS][KILN_FAMILY_MAX_VALUES], why[256];
+        int none = 0;
+        if (where) /* already checked by the caller */
+            parse_where(fams[i], where, allowed, &none, why, sizeof why);
+        for (int64_t index = 0; index < n; index++) {
+            kiln_family_point(fams[i], index, point);
+            const int ok = kiln_family_point_ok(fams[i], p, &matches[i], point);
+            n_valid += ok;
+            n_selected += ok && where && !none && where_ok(fams[i], point, allowed);
+        }
+        int from_rule = 0;
+        int64_t start = kiln_family_start_index(fams[i], p, &matches[i], n, &from_rule);
+        char *ps = NULL;
+        if (start >= 0) {
+            kiln_family_point(fams[i], start, point);
+            ps = kiln_family_point_str(fams[i], point);
+        }
+        const char *from = from_rule ? "the family's start rule" : "its first valid point";
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "family", fams[i]->name);
+        cJSON_AddStringToObject(f, "variant", matches[i].variant);
+        cJSON_AddNumberToObject(f, "space", (double)n);
+        cJSON_AddNumberToObject(f, "valid", (double)n_valid);
+        if (where)
+            cJSON_AddNumberToObject(f, "selected", (double)n_selected);
+        if (ps) {
+            cJSON_AddStringToObject(f, "start", ps);
+            cJSON_AddStringToObject(f, "start_from", from_rule ? "rule" : "first_valid");
+        } else {
+            cJSON_AddNullToObject(f, "start");
+            cJSON_AddNullToObject(f, "start_from");
+        }
+        cJSON_AddItemToArray(jf, f);
+        if (!json) {
+            printf("kiln sweep: %s matches family %s (%s), space %lld points, %lld valid", p->name,
+                   fams[i]->name, matches[i].variant, (long long)n, (long long)n_valid);
+            if (where)
+                printf(", %lld of them selected by --where", (long long)n_selected);
+            if (ps)
+                printf("; starts at %s (%s)", ps, from);
+            printf("\n");
+        }
+        free(ps);
+    }
+    if (json) {
+        char *s = cJSON_Print(all);
+        printf("%s\n", s);
+        free(s);
+    }
+    cJSON_Delete(all);
 }
 
 int kiln_cmd_sweep(int argc, char **argv) {
@@ -354,7 +364,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
     cJSON *jrows = cJSON_AddArrayToObject(all, "rows");
 
     if (list) {
-        list_families(p, fams, matches, n_match, json);
+        list_families(p, fams, matches, n_match, json, a.cli.where);
         status = 0;
         goto done;
     }

@@ -229,6 +229,12 @@ def test_sweep_list_json():
     assert 0 < f["valid"] <= f["space"] and f["start"] and f["start_from"] in ("rule", "first_valid")
     line = next(ln for ln in text.stdout.splitlines() if "family softmax " in ln)
     assert f"space {f['space']} points, {f['valid']} valid; starts at {f['start']}" in line
+    # --where counts the valid points with those parameter values: the first parameter's first value
+    name, value = f["start"].split()[0].split("=")
+    r = kiln("sweep", problem, "--backend", "cpu", "--list", "--json", "--where", f"{name}={value}")
+    assert r.returncode == 0, r.stderr
+    picked = {g["family"]: g for g in json.loads(r.stdout)["families"]}["softmax"]
+    assert 0 < picked["selected"] < f["valid"]
 
 
 @pytest.mark.parametrize("args,message", [
