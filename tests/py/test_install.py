@@ -124,8 +124,11 @@ def library(tmp_path_factory):
     if not os.path.exists(KILN) or not os.path.exists(os.path.join(ROOT, "build", "libkiln_rt.so")):
         pytest.fail("build/kiln and build/libkiln_rt.so are missing: run `make` first")
     run = str(tmp_path_factory.mktemp("install_run"))
+    # --time 300: the default 120 s ran out on a loaded 2-core machine before the three smallest problems
+    # (rsqrt and the two muls, which the dispatch tests call) had a candidate, with or without this session's
+    # change (the linear problem's cpu GEMM candidates take seconds each)
     tune = _kiln(["tune", SCRIPT, "--out", run, "--backend", "cpu", "--budget", "4", "--rounds", "1",
-                  "--no-compile", "--", "--iters", "2"])
+                  "--no-compile", "--time", "300", "--", "--iters", "2"])
     lib_dir = os.path.join(run, "library")
     source = "kiln tune (capture + kiln optimize + install check)"
     if tune.returncode != 0 or not os.path.exists(os.path.join(lib_dir, "manifest.json")):
