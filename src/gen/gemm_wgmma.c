@@ -45,6 +45,15 @@ static int gw_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     return 1;
 }
 
+/* GW_ACT for g's epilogue: 0 none, 1 ReLU, 2 GELU (tanh), 3 GELU (erf, as captured). */
+static int act_of(const kiln_lt_gemm *g, const kiln_match *m) {
+    if (g->epilogue == KILN_LT_EPI_RELU || g->epilogue == KILN_LT_EPI_BIAS_RELU)
+        return 1;
+    if (g->epilogue == KILN_LT_EPI_GELU || g->epilogue == KILN_LT_EPI_BIAS_GELU)
+        return kiln_gemm_gelu_erf(m) ? 3 : 2;
+    return 0;
+}
+
 /* ---- constraints ---- */
 
 /* Rows of a tile: every consumer warpgroup's 64 x GW_MI, or one's (ping-pong: they take turns). */
@@ -137,9 +146,7 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_PP] = 0;
     if (pt[P_BN] >= 192 && tiles > KILN_FAMILY_SMS) {
         pt[P_PERSIST] = 1;
-        const int act = g.epilogue == KILN_LT_EPI_RELU || g.epilogue == KILN_LT_EPI_BIAS_RELU ||
-                        g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU;
-        if (g.k <= 4096 || act) {
+        if (g.k <= 4096 || act_of(&g, m)) {
             pt[P_PP] = 1;
             pt[P_MI] = 2;
             pt[P_BN] = 128;
@@ -192,8 +199,6 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     const kiln_kernel_type t = kiln_dtype_kernel_type(g.a_type, 1);
     const kiln_kernel_type td = kiln_dtype_kernel_type(g.d_type, 1);
     const int bias = kiln_lt_epilogue_has_bias(g.epilogue);
-    const int relu = g.epilogue == KILN_LT_EPI_RELU || g.epilogue == KILN_LT_EPI_BIAS_RELU;
-    const int gelu = g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU;
     kiln_strbuf b = {0};
     char *defs = kiln_family_defines(&kiln_family_wgmma, pt);
     kiln_strbuf_printf(&b, "%s", defs);
@@ -207,10 +212,7 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        "#define GW_BATCH %lld\n#define GW_MMA_SUPPLIED 1\n",
                        t.type, td.type, t.type, (long long)g.m, (long long)g.n, (long long)g.k,
                        (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
-                       (long long)g.stride_b, (long long)g.stride_d, bias,
-                       relu   ? 1
-                       : gelu ? (kiln_gemm_gelu_erf(m) ? 3 : 2)
-                              : 0,
+                       (long long)g.stride_b, (long long)g.stride_d, bias, act_of(&g, m),
                        g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch);
     const int64_t threads = threads_of(pt), tiles = tiles_of(&g, pt);
     if (pt[P_PERSIST])
