@@ -33,6 +33,11 @@ extern char **environ;
 
 #define CPU_DEFAULT_CC_TIMEOUT_S 60.0
 #define CPU_FALLBACK_LLC_BYTES ((size_t)64 << 20)
+/* The cache flush before a timed run writes twice the last-level cache, but at most this much: a
+ * virtual machine's sysfs reports the host's whole L3 (260 MiB on a 2-core CI machine), and
+ * writing 520 MiB before every timed run made one cpu eval of a 1x1 softmax take 6 s, with the
+ * write-back showing in the timings as milliseconds. 32 MiB is 8x the L2 of such a machine. */
+#define CPU_MAX_FLUSH_BYTES ((size_t)32 << 20)
 
 typedef struct cpu_alloc {
     uintptr_t
@@ -840,6 +845,8 @@ static int cpu_flush_cache(kiln_backend *be, kiln_err *err) {
     cpu_state *st = be->impl;
     if (!st->flush_buf) {
         st->flush_len = 2 * st->info.l2_bytes;
+        if (st->flush_len > CPU_MAX_FLUSH_BYTES)
+            st->flush_len = CPU_MAX_FLUSH_BYTES;
         st->flush_buf = xmalloc(st->flush_len);
     }
     /* A different byte each time: the buffer escapes into st, so the stores cannot be elided. */
