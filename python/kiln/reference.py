@@ -34,6 +34,10 @@ drawn; the manifest records it); one generator per set draws the inputs in defin
 with torch.manual_seed of that seed (the global RNG state is restored afterwards). The same seed gives the
 same files, byte for byte.
 
+A float32 output also gets the reference's own rounding error: the reference runs once more with its
+float32 inputs in float64 and the workload's "fp64_gap" records the gap per output, summarised
+(kiln.reference_gap), so that the gate's tolerance passes a kernel as close to the exact answer as eager.
+
 Exit status: 0 done; 2 bad input (problem files, descriptors, tensors, arguments, an unwritable output
 directory); 1 the reference failed (it raised, or returned outputs that do not match the definition).
 Errors are one line on stderr naming the file, workload and field.
@@ -64,6 +68,7 @@ import safetensors  # noqa: E402
 import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 
+from . import reference_gap  # noqa: E402
 from .capture_stats import MASK_THRESHOLD, StatsError, draw  # noqa: E402
 from .problem import (Problem, ProblemError, TensorSpec, Workload, fnv1a64_hex, load_problem)
 
@@ -498,8 +503,8 @@ def _call(reference: Reference, workload: Workload, args: list[Any], set_index: 
                                f"{reference.describe(e)}") from None
 
 
-def _normalize_outputs(problem: Problem, workload: Workload, result: Any,
-                       set_index: int) -> dict[str, torch.Tensor]:
+def _output_values(problem: Problem, workload: Workload, result: Any, set_index: int) -> list[Any]:
+    """What the reference returned as one value per output, in definition order (not yet checked)."""
     names = list(problem.outputs)
     at = f"{workload.label}, set {set_index}: the reference"
     if isinstance(result, dict):
@@ -517,8 +522,14 @@ def _normalize_outputs(problem: Problem, workload: Workload, result: Any,
     else:
         raise ReferenceFailure(f"{at} returned one {type(result).__name__} but the definition has "
                                f"{len(names)} outputs {names}")
+    return values
+
+
+def _normalize_outputs(problem: Problem, workload: Workload, result: Any,
+                       set_index: int) -> dict[str, torch.Tensor]:
+    values = _output_values(problem, workload, result, set_index)
     outputs: dict[str, torch.Tensor] = {}
-    for name, value in zip(names, values):
+    for name, value in zip(problem.outputs, values):
         spec = problem.outputs[name]
         if spec.is_scalar and isinstance(value, (bool, int, float)):
             value = torch.tensor(value, dtype=_torch_dtype(spec.dtype))
@@ -732,9 +743,10 @@ def _progress_line(index: int, count: int, workload: Workload, n_sets: int,
 
 
 def _build_workload(problem: Problem, workload: Workload, reference: Reference, out_dir: str,
-                    device: str, n_sets: int, seed: int, time_reference: bool) -> dict:
+                    device: str, n_sets: int, seed: int, time_reference: bool, log=None) -> dict:
     real = materialize_inputs(problem, workload, device, set_seed(seed, workload.index, 0), reference)
     sets = []
+    gaps = reference_gap.GapBins() if reference_gap.float32_outputs(problem) else None
     first_run_s = 0.0
     for j in range(n_sets):
         set_seed_j = set_seed(seed, workload.index, j)
@@ -753,13 +765,21 @@ def _build_workload(problem: Problem, workload: Workload, reference: Reference, 
         sets.append({"file": file_name, "kind": kind, "seed": set_seed_j,
                      "blake2b": content_hash(os.path.join(out_dir, file_name)),
                      "scalars": _scalars(problem, workload, inputs)})
+        if gaps is not None and not reference_gap.add_set(
+                gaps, problem, inputs, outputs,
+                run=lambda args, j=j: _call(reference, workload, args, j, sync_device=device),
+                values=lambda result, j=j: _output_values(problem, workload, result, j), log=log):
+            gaps = None  # not possible on this workload: the other sets would fail the same way
         del outputs
     ref_time_us = ref_spread_pct = None
     if time_reference:
         median, spread = measure_reference(reference, workload, real, device, first_run_s)
         ref_time_us, ref_spread_pct = round(median, 3), round(spread, 2)
-    return {"uuid": workload.uuid, "axes": dict(workload.axes), "ref_time_us": ref_time_us,
-            "ref_spread_pct": ref_spread_pct, "sets": sets}
+    entry = {"uuid": workload.uuid, "axes": dict(workload.axes), "ref_time_us": ref_time_us,
+             "ref_spread_pct": ref_spread_pct, "sets": sets}
+    if gaps is not None:
+        entry["fp64_gap"] = gaps.manifest()
+    return entry
 
 
 def content_hash(path: str) -> str:
@@ -814,7 +834,7 @@ def build_reference(problem_dir: str, out_dir: Optional[str] = None, device: str
         entries = []
         for workload in problem.workloads:
             entry = _build_workload(problem, workload, reference, out_dir, device, n_sets, seed,
-                                    time_reference)
+                                    time_reference, None if quiet else log)
             entries.append(entry)
             if not quiet:
                 log(_progress_line(workload.index, len(problem.workloads), workload, n_sets,

@@ -113,6 +113,78 @@ static int parse_set(const kiln_problem *p, const char *ref_dir, const cJSON *js
     return KILN_OK;
 }
 
+/* "fp64_gap": per output {"points": [[x, y], ...], "rel_l2": r}, x ascending, all finite and
+ * non-negative. An output the problem does not have is refused (the manifest is another's). */
+static int parse_gap(const kiln_problem *p, const cJSON *js, int wi, const src *s,
+                     kiln_refworkload *rw) {
+    rw->n_gap = p->n_outputs;
+    rw->gap = xcalloc((size_t)(p->n_outputs ? p->n_outputs : 1), sizeof *rw->gap);
+    if (!js || cJSON_IsNull(js))
+        return KILN_OK;
+    if (!cJSON_IsObject(js))
+        return fail(s, KILN_ERR_FORMAT, "workloads[%d].fp64_gap: not an object", wi);
+    for (const cJSON *g = js->child; g; g = g->next) {
+        int o = 0;
+        while (o < p->n_outputs && strcmp(p->outputs[o].name, g->string) != 0)
+            o++;
+        if (o == p->n_outputs)
+            return fail(s, KILN_ERR_FORMAT,
+                        "workloads[%d].fp64_gap.%s: the problem has no such output", wi, g->string);
+        const cJSON *pts = get(g, "points"), *rel = get(g, "rel_l2"), *rms = get(g, "rms");
+        if (!cJSON_IsArray(pts) || !cJSON_IsNumber(rel) || !(rel->valuedouble >= 0) ||
+            !isfinite(rel->valuedouble) || !cJSON_IsNumber(rms) || !(rms->valuedouble >= 0) ||
+            !isfinite(rms->valuedouble))
+            return fail(s, KILN_ERR_FORMAT,
+                        "workloads[%d].fp64_gap.%s: not {\"points\": [...], \"rel_l2\": R, "
+                        "\"rms\": S} with R and S finite and non-negative",
+                        wi, g->string);
+        kiln_fp64_gap *gap = &rw->gap[o];
+        gap->rel_l2 = rel->valuedouble;
+        gap->rms = rms->valuedouble;
+        int n = cJSON_GetArraySize(pts);
+        gap->x = xcalloc((size_t)(n ? n : 1), sizeof *gap->x);
+        gap->y = xcalloc((size_t)(n ? n : 1), sizeof *gap->y);
+        for (const cJSON *pt = pts->child; pt; pt = pt->next) {
+            const cJSON *x = cJSON_GetArrayItem(pt, 0), *y = cJSON_GetArrayItem(pt, 1);
+            if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !cJSON_IsNumber(x) ||
+                !cJSON_IsNumber(y) || !(x->valuedouble >= 0) || !isfinite(x->valuedouble) ||
+                !(y->valuedouble >= 0) || !isfinite(y->valuedouble) ||
+                (gap->n && x->valuedouble < gap->x[gap->n - 1]))
+                return fail(s, KILN_ERR_FORMAT,
+                            "workloads[%d].fp64_gap.%s.points[%d]: not a pair [x, y] of finite "
+                            "non-negative numbers, x ascending",
+                            wi, g->string, gap->n);
+            gap->x[gap->n] = x->valuedouble;
+            gap->y[gap->n] = y->valuedouble;
+            gap->n++;
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_tolerance kiln_refworkload_tolerance(const kiln_refworkload *rw, int o, kiln_tolerance t,
+                                          kiln_rounding *what) {
+    kiln_rounding r = {0};
+    if (o >= 0 && o < rw->n_gap && !t.sol && (rw->gap[o].n || rw->gap[o].rel_l2 > 0)) {
+        const kiln_fp64_gap *g = &rw->gap[o];
+        for (int k = 0; k < g->n; k++)
+            r.need = fmax(r.need, g->y[k] - t.rtol * g->x[k]);
+        r.need = r.need > t.atol ? r.need - t.atol : 0;
+        r.cap = 10 * t.rtol * g->rms;
+        if (r.need > r.cap || g->rel_l2 > 10 * t.rtol) {
+            r.refused = 1;
+        } else {
+            r.atol = r.need;
+            r.rel_l2 = g->rel_l2;
+            t.atol += r.atol;
+            t.rel_l2 += r.rel_l2;
+        }
+    }
+    if (what)
+        *what = r;
+    return t;
+}
+
 static int parse_workload(const kiln_problem *p, const char *ref_dir, const cJSON *js, int wi,
                           const src *s, kiln_refworkload *rw) {
     const kiln_workload *w = &p->workloads[wi];
@@ -151,13 +223,16 @@ static int parse_workload(const kiln_problem *p, const char *ref_dir, const cJSO
                         "workloads[%d].ref_spread_pct: not a non-negative number", wi);
         rw->ref_spread_pct = sp->valuedouble;
     }
+    int rc = parse_gap(p, get(js, "fp64_gap"), wi, s, rw);
+    if (rc != KILN_OK)
+        return rc;
     if (!cJSON_IsArray(sets) || cJSON_GetArraySize(sets) == 0)
         return fail(s, KILN_ERR_FORMAT, "workloads[%d].sets: not a non-empty array", wi);
     rw->sets = xcalloc((size_t)cJSON_GetArraySize(sets), sizeof *rw->sets);
     for (const cJSON *c = sets->child; c; c = c->next) {
         char field[64];
         snprintf(field, sizeof field, "workloads[%d].sets[%d]", wi, rw->n_sets);
-        int rc = parse_set(p, ref_dir, c, field, s, &rw->sets[rw->n_sets]);
+        rc = parse_set(p, ref_dir, c, field, s, &rw->sets[rw->n_sets]);
         rw->n_sets++; /* counted even on failure, so that free releases what parse_set allocated */
         if (rc != KILN_OK)
             return rc;
@@ -345,6 +420,11 @@ void kiln_refdata_free(kiln_refdata *r) {
             free(r->workloads[w].sets[i].scalars);
         }
         free(r->workloads[w].sets);
+        for (int o = 0; o < r->workloads[w].n_gap; o++) {
+            free(r->workloads[w].gap[o].x);
+            free(r->workloads[w].gap[o].y);
+        }
+        free(r->workloads[w].gap);
     }
     free(r->workloads);
     free(r->device);

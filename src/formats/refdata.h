@@ -7,11 +7,16 @@
  *   REF/manifest.json  {"kiln_reference": 1, "problem": NAME, "key": HEX16, "device": "cpu"|"cuda",
  *                       "torch": VERSION, "workloads": [{"uuid": U, "axes": {ALL AXES: int},
  *                         "ref_time_us": float|null, "ref_spread_pct": float|null,
+ *                         "fp64_gap": {OUTPUT: {"points": [[X, Y], ...], "rel_l2": R,
+ *                                               "rms": S}} (optional),
  *                         "sets": [{"file": "w0_s0.safetensors", "kind": "real"|"random",
  *                                   "seed": int, "blake2b": HEX32, "scalars": {NAME: number}}]}]}
  *   REF/wK_sJ.safetensors  tensors "input.NAME" (every tensor input) and "output.NAME" (every
  * output) "key" is the problem's source_key in hex, so stale reference data is detected and
- * rebuilt. */
+ * rebuilt. "fp64_gap" bounds the reference's own rounding error on a float32 output from above:
+ * each element, for some point, has |ref| >= X and is off the float64 result by at most Y / 2; R is
+ * twice the reference's relative L2 distance to it, S the output's RMS (the smallest of the sets';
+ * python/kiln/reference_gap.py). kiln_refworkload_tolerance turns it into a tolerance. */
 #ifndef KILN_REFDATA_H
 #define KILN_REFDATA_H
 
@@ -29,12 +34,37 @@ typedef struct {
     double *scalars; /* problem->n_inputs entries; meaningful for scalar inputs only */
 } kiln_refset;
 
+/* One output's fp64_gap: n points (x[k], y[k]), x ascending, rel_l2 and rms. */
+typedef struct {
+    int n;
+    double *x, *y;
+    double rel_l2, rms;
+} kiln_fp64_gap;
+
+/* What kiln_refworkload_tolerance did: the atol and rel_l2 it added; refused 1 when the gap was
+ * recorded but is no rounding (need, the atol it would have added, over cap). */
+typedef struct {
+    double atol, rel_l2;
+    int refused;
+    double need, cap;
+} kiln_rounding;
+
 typedef struct {
     double ref_time_us;    /* < 0 when not measured */
     double ref_spread_pct; /* its (p90 - p10) / median in percent; < 0 when not known */
     int n_sets;
     kiln_refset *sets;
+    int n_gap;          /* problem->n_outputs */
+    kiln_fp64_gap *gap; /* per output (n 0: none recorded) */
 } kiln_refworkload;
+
+/* Tolerance t of output o widened so that a kernel whose error is no larger than the reference's
+ * own (its distance to the float64 result) passes: atol + max(0, max_k (y_k - rtol x_k) - atol),
+ * rel_l2 + R. Unchanged without a recorded gap, for SOL-ExecBench's rules (applied as published),
+ * and when the gap is no rounding: the atol it needs over 10 rtol S, or R over 10 rtol (a
+ * comparison or a floor that went the other way in float64). *what (may be NULL) says which. */
+kiln_tolerance kiln_refworkload_tolerance(const kiln_refworkload *rw, int o, kiln_tolerance t,
+                                          kiln_rounding *what);
 
 typedef struct {
     char *dir;

@@ -178,12 +178,19 @@ static int run_candidate(ctx *c, kiln_err *err) {
     return rc;
 }
 
+/* Output o's tolerance on this workload: the problem's, widened by the reference's own rounding
+ * where the reference data recorded it (refdata.h, "fp64_gap"); *what (may be NULL) says how. */
+static kiln_tolerance output_tolerance(const ctx *c, int o, kiln_rounding *what) {
+    return kiln_refworkload_tolerance(&c->rp->ref->workloads[c->w], o,
+                                      kiln_problem_output_tolerance(c->p, c->w, o), what);
+}
+
 /* Enqueues the check of every output into summary slots base .. base + n_outputs - 1. */
 static int enqueue_checks(ctx *c, int s, int base, kiln_err *err) {
     kiln_res_workload *w = &c->rp->w[c->w];
     int rc = KILN_OK;
     for (int o = 0; o < c->p->n_outputs && rc == KILN_OK; o++) {
-        kiln_tolerance tol = kiln_problem_output_tolerance(c->p, c->w, o);
+        kiln_tolerance tol = output_tolerance(c, o, NULL);
         rc = kiln_gate_dev_check(c->g->dev, base + o, w->out[o], w->ref[s][o],
                                  c->p->outputs[o].dtype, w->out_elems[o], c->poison[o], c->g->key,
                                  &tol, err);
@@ -247,7 +254,8 @@ static kiln_outcome judge_output(ctx *c, int o, int s, int run, const kiln_check
     const kiln_problem *p = c->p;
     kiln_res_workload *w = &c->rp->w[c->w];
     kiln_dtype t = p->outputs[o].dtype;
-    kiln_tolerance tol = kiln_problem_output_tolerance(p, c->w, o);
+    kiln_rounding rounding;
+    kiln_tolerance tol = output_tolerance(c, o, &rounding);
     kiln_check chk;
     kiln_check_from_sum(sum, (int64_t)w->out_elems[o], &tol, &chk);
     if (chk.outcome == KILN_OUTCOME_OK) {
@@ -288,6 +296,16 @@ static kiln_outcome judge_output(ctx *c, int o, int s, int run, const kiln_check
         }
         cJSON *tj = cJSON_AddObjectToObject(ev, "tolerance");
         cJSON_AddNumberToObject(tj, "atol", tol.atol);
+        if (rounding.atol > 0) /* included in atol */
+            cJSON_AddNumberToObject(tj, "atol_of_reference_rounding", rounding.atol);
+        if (rounding.refused) {
+            char *why = xasprintf("not widened: the reference's float64 run is off by more than "
+                                  "rounding (it needs %.3g more atol, over 10 x rtol x the "
+                                  "output's RMS = %.3g: a jump such as a comparison, not rounding)",
+                                  rounding.need, rounding.cap);
+            cJSON_AddStringToObject(tj, "reference_rounding", why);
+            free(why);
+        }
         cJSON_AddNumberToObject(tj, "rtol", tol.rtol);
         if (tol.sol) {
             cJSON_AddStringToObject(tj, "rules", "sol-execbench");
@@ -640,6 +658,19 @@ static cJSON *workload_json(ctx *c) {
     cJSON *axes = cJSON_AddObjectToObject(wj, "axes");
     for (int a = 0; a < p->n_axes; a++)
         cJSON_AddNumberToObject(axes, p->axes[a].name, (double)w->axis_values[a]);
+    /* what each output's tolerance was widened by for the reference's own rounding */
+    cJSON *ej = NULL;
+    for (int o = 0; o < p->n_outputs; o++) {
+        kiln_rounding r;
+        output_tolerance(c, o, &r);
+        if (r.atol > 0 || r.rel_l2 > 0) {
+            if (!ej)
+                ej = cJSON_AddObjectToObject(wj, "reference_rounding");
+            cJSON *oj = cJSON_AddObjectToObject(ej, p->outputs[o].name);
+            cJSON_AddNumberToObject(oj, "atol", r.atol);
+            cJSON_AddNumberToObject(oj, "rel_l2", r.rel_l2);
+        }
+    }
     return wj;
 }
 

@@ -352,13 +352,32 @@ static double result_max(const cJSON *res, const char *key) {
     return best;
 }
 
+/* What the gate added to output's tolerance field ("atol", "rel_l2") on workload wi for the
+ * reference's own rounding (the result's "reference_rounding"), or 0. */
+static double rounding_extra(const cJSON *res, int wi, const char *output, const char *field) {
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(res, "workloads")) {
+        const cJSON *index = cJSON_GetObjectItemCaseSensitive(w, "index");
+        if (!cJSON_IsNumber(index) || index->valuedouble != wi)
+            continue;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(w, "reference_rounding"), output),
+            field);
+        return cJSON_IsNumber(v) && v->valuedouble > 0 ? v->valuedouble : 0;
+    }
+    return 0;
+}
+
 /* The tolerance every output met: the loosest the gate applied (workload, then problem, then the
- * dtype's default, as the gate chooses it). */
-static kiln_tolerance loosest_tolerance(const kiln_problem *p) {
+ * dtype's default, as the gate chooses it, with the atol it added for the reference's rounding). */
+static kiln_tolerance loosest_tolerance(const kiln_problem *p, const cJSON *res) {
     kiln_tolerance t = {.atol = 0};
     for (int o = 0; o < p->n_outputs; o++) {
         for (int wi = 0; wi < (p->n_workloads ? p->n_workloads : 1); wi++) {
             kiln_tolerance x = kiln_problem_output_tolerance(p, p->n_workloads ? wi : -1, o);
+            x.atol += rounding_extra(res, wi, p->outputs[o].name, "atol");
+            x.rel_l2 += rounding_extra(res, wi, p->outputs[o].name, "rel_l2");
             t.atol = fmax(t.atol, x.atol);
             t.rtol = fmax(t.rtol, x.rtol);
             t.rel_l2 = fmax(t.rel_l2, x.rel_l2);
@@ -649,7 +668,7 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     cJSON *tol_met = cJSON_AddObjectToObject(e, "tolerance_met");
     cJSON_AddItemToObject(tol_met, "max_abs_err", number_or_null(result_max(res, "max_abs_err")));
     cJSON_AddItemToObject(tol_met, "rel_l2_err", number_or_null(result_max(res, "rel_l2_err")));
-    kiln_tolerance tol = loosest_tolerance(p);
+    kiln_tolerance tol = loosest_tolerance(p, res);
     cJSON *tj = cJSON_AddObjectToObject(tol_met, "tolerance");
     cJSON_AddNumberToObject(tj, "atol", tol.atol);
     cJSON_AddNumberToObject(tj, "rtol", tol.rtol);

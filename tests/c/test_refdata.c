@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <inttypes.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -301,6 +302,26 @@ static void m_seed(cJSON *m) {
     cJSON_ReplaceItemInObject(set(m, 0, 0), "seed", cJSON_CreateNumber(0.5));
 }
 
+/* Workload 0's fp64_gap as text (a JSON object), for the gap tests. */
+static void put_gap(cJSON *m, const char *json) {
+    cJSON_AddItemToObject(workload(m, 0), "fp64_gap", cJSON_Parse(json));
+}
+static void m_gap_output(cJSON *m) {
+    put_gap(m, "{\"nope\": {\"points\": [], \"rel_l2\": 0, \"rms\": 1}}");
+}
+static void m_gap_order(cJSON *m) {
+    put_gap(m, "{\"z\": {\"points\": [[2, 1e-4], [1, 2e-4]], \"rel_l2\": 0, \"rms\": 1}}");
+}
+static void m_gap_negative(cJSON *m) {
+    put_gap(m, "{\"z\": {\"points\": [[1, -1e-4]], \"rel_l2\": 0, \"rms\": 1}}");
+}
+static void m_gap_no_rms(cJSON *m) {
+    put_gap(m, "{\"z\": {\"points\": [], \"rel_l2\": 0}}");
+}
+static void m_gap_no_rel(cJSON *m) {
+    put_gap(m, "{\"z\": {\"points\": []}}");
+}
+
 static void test_bad_manifests(void **state) {
     fixture *f = *state;
     static const struct {
@@ -328,6 +349,11 @@ static void test_bad_manifests(void **state) {
         {m_scalar_string, KILN_ERR_FORMAT, "scalars.eps: not a number or a bool"},
         {m_time, KILN_ERR_FORMAT, "workloads[0].ref_time_us: not a non-negative number"},
         {m_seed, KILN_ERR_FORMAT, "workloads[0].sets[0].seed: not an integer"},
+        {m_gap_output, KILN_ERR_FORMAT, "workloads[0].fp64_gap.nope: the problem has no such"},
+        {m_gap_order, KILN_ERR_FORMAT, "workloads[0].fp64_gap.z.points[1]: not a pair"},
+        {m_gap_negative, KILN_ERR_FORMAT, "workloads[0].fp64_gap.z.points[0]: not a pair"},
+        {m_gap_no_rel, KILN_ERR_FORMAT, "workloads[0].fp64_gap.z: not {\"points\""},
+        {m_gap_no_rms, KILN_ERR_FORMAT, "workloads[0].fp64_gap.z: not {\"points\""},
     };
     char *manifest = kiln_path_join(f->dir, "manifest.json");
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
@@ -357,6 +383,50 @@ static void test_bad_manifests(void **state) {
     assert_non_null(strstr(err.msg, manifest));
     free(manifest);
     cJSON *m = good_manifest(f->p, f->dir);
+    write_manifest(f, m);
+    cJSON_Delete(m);
+}
+
+/* The reference's own rounding widens the tolerance by what the gap needs beyond it, and only
+ * where it was recorded; SOL-ExecBench's rules stay as published. */
+static void test_fp64_gap_widens_the_tolerance(void **state) {
+    fixture *f = *state;
+    cJSON *m = good_manifest(f->p, f->dir);
+    put_gap(m, "{\"z\": {\"points\": [[0, 1e-5], [2, 3e-4]], \"rel_l2\": 1e-6, "
+               "\"rms\": 0.5}}");
+    write_manifest(f, m);
+    cJSON_Delete(m);
+    kiln_refdata *r = NULL;
+    kiln_err err = {{0}};
+    if (kiln_refdata_load(f->dir, f->p, &r, &err) != KILN_OK)
+        fail_msg("%s", err.msg);
+    int z = kiln_problem_output_index(f->p, "z");
+    const kiln_fp64_gap *g = &r->workloads[0].gap[z];
+    assert_int_equal(g->n, 2);
+    assert_true(g->x[1] == 2 && g->y[1] == 3e-4 && g->rel_l2 == 1e-6);
+    kiln_tolerance t = {.atol = 1e-5, .rtol = 1e-4, .rel_l2 = 1e-5}, w;
+    kiln_rounding how;
+    w = kiln_refworkload_tolerance(&r->workloads[0], z, t, &how);
+    /* needs max(1e-5 - 0, 3e-4 - 1e-4 * 2) = 1e-4 of atol: 9e-5 more, under 10 rtol rms = 5e-4 */
+    assert_true(fabs(how.atol - 9e-5) < 1e-12 && fabs(w.atol - 1e-4) < 1e-12 && !how.refused);
+    assert_true(fabs(w.rel_l2 - 1.1e-5) < 1e-12 && how.rel_l2 == 1e-6 && w.rtol == t.rtol);
+    t.atol = 1e-3; /* already enough: atol unchanged, rel_l2 still widened */
+    w = kiln_refworkload_tolerance(&r->workloads[0], z, t, &how);
+    assert_true(how.atol == 0 && w.atol == 1e-3 && fabs(w.rel_l2 - 1.1e-5) < 1e-12);
+    t.atol = 1e-5;
+    t.rtol = 1e-5; /* needs 3e-4 - 2e-5 - 1e-5 = 2.7e-4, over 10 rtol rms = 5e-5: no rounding */
+    w = kiln_refworkload_tolerance(&r->workloads[0], z, t, &how);
+    assert_true(how.refused && how.atol == 0 && w.atol == t.atol && w.rel_l2 == t.rel_l2);
+    assert_true(fabs(how.need - 2.7e-4) < 1e-12 && fabs(how.cap - 5e-5) < 1e-12);
+    t.rtol = 1e-4;
+    t.sol = 1;
+    w = kiln_refworkload_tolerance(&r->workloads[0], z, t, &how);
+    assert_true(how.atol == 0 && !how.refused && w.atol == t.atol && w.rel_l2 == t.rel_l2);
+    t.sol = 0;
+    w = kiln_refworkload_tolerance(&r->workloads[1], z, t, &how); /* none recorded */
+    assert_true(how.atol == 0 && !how.refused && w.atol == t.atol && w.rel_l2 == t.rel_l2);
+    kiln_refdata_free(r);
+    m = good_manifest(f->p, f->dir);
     write_manifest(f, m);
     cJSON_Delete(m);
 }
@@ -433,6 +503,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good),
         cmocka_unit_test(test_bad_manifests),
+        cmocka_unit_test(test_fp64_gap_widens_the_tolerance),
         cmocka_unit_test(test_bad_sets),
         cmocka_unit_test(test_scalar_output_unsupported),
     };
