@@ -113,8 +113,9 @@ static int parse_set(const kiln_problem *p, const char *ref_dir, const cJSON *js
     return KILN_OK;
 }
 
-/* "fp64_gap": per output {"points": [[x, y], ...], "rel_l2": r}, x ascending, all finite and
- * non-negative. An output the problem does not have is refused (the manifest is another's). */
+/* "fp64_gap": per output {"points": [[x, y], ...], "rel_l2": r, "rms": s}, x ascending, all finite
+ * and non-negative. An output the problem does not have is refused (the manifest is another's), and
+ * one named twice. */
 static int parse_gap(const kiln_problem *p, const cJSON *js, int wi, const src *s,
                      kiln_refworkload *rw) {
     rw->n_gap = p->n_outputs;
@@ -139,6 +140,9 @@ static int parse_gap(const kiln_problem *p, const cJSON *js, int wi, const src *
                         "\"rms\": S} with R and S finite and non-negative",
                         wi, g->string);
         kiln_fp64_gap *gap = &rw->gap[o];
+        if (gap->x)
+            return fail(s, KILN_ERR_FORMAT, "workloads[%d].fp64_gap.%s: given twice", wi,
+                        g->string);
         gap->rel_l2 = rel->valuedouble;
         gap->rms = rms->valuedouble;
         int n = cJSON_GetArraySize(pts);

@@ -315,6 +315,10 @@ static void m_gap_order(cJSON *m) {
 static void m_gap_negative(cJSON *m) {
     put_gap(m, "{\"z\": {\"points\": [[1, -1e-4]], \"rel_l2\": 0, \"rms\": 1}}");
 }
+static void m_gap_twice(cJSON *m) {
+    put_gap(m, "{\"z\": {\"points\": [], \"rel_l2\": 0, \"rms\": 1}, "
+               "\"z\": {\"points\": [], \"rel_l2\": 0, \"rms\": 1}}");
+}
 static void m_gap_no_rms(cJSON *m) {
     put_gap(m, "{\"z\": {\"points\": [], \"rel_l2\": 0}}");
 }
@@ -354,6 +358,7 @@ static void test_bad_manifests(void **state) {
         {m_gap_negative, KILN_ERR_FORMAT, "workloads[0].fp64_gap.z.points[0]: not a pair"},
         {m_gap_no_rel, KILN_ERR_FORMAT, "workloads[0].fp64_gap.z: not {\"points\""},
         {m_gap_no_rms, KILN_ERR_FORMAT, "workloads[0].fp64_gap.z: not {\"points\""},
+        {m_gap_twice, KILN_ERR_FORMAT, "workloads[0].fp64_gap.z: given twice"},
     };
     char *manifest = kiln_path_join(f->dir, "manifest.json");
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
