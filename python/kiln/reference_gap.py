@@ -29,6 +29,7 @@ gated).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 import torch
@@ -66,7 +67,7 @@ class GapBins:
             y = r64.sub(b[start:start + CHUNK_ELEMENTS]).abs_().mul_(2.0)
             fin = torch.isfinite(y)  # not finite where either side is not
             y.nan_to_num_(0.0, 0.0, 0.0)
-            r64.mul_(fin)
+            r64.masked_fill_(~fin, 0.0)  # not mul_(fin): NaN x 0 is NaN (a fully masked softmax row)
             sq_err += float(torch.dot(y, y)) / 4
             sq_ref += float(torch.dot(r64, r64))
             n_finite += int(fin.sum())
@@ -91,8 +92,12 @@ class GapBins:
     def manifest(self) -> dict[str, dict]:
         """Per output {"points": [[|ref|, gap], ...], "rel_l2": R, "rms": S} for the manifest."""
         points = self.points()
-        return {name: {"points": points[name], "rel_l2": self.rel_l2.get(name, 0.0),
-                       "rms": self.rms.get(name, 0.0)} for name in points}
+        out = {}
+        for name in points:
+            rel_l2, rms = self.rel_l2.get(name, 0.0), self.rms.get(name, 0.0)
+            if math.isfinite(rel_l2) and math.isfinite(rms):  # JSON has no NaN: no gap rather than none
+                out[name] = {"points": points[name], "rel_l2": rel_l2, "rms": rms}
+        return out
 
     def points(self) -> dict[str, list[list[float]]]:
         """Per output, the (|ref|, gap) pairs that no other pair dominates, |ref| ascending."""

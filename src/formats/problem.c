@@ -69,13 +69,8 @@ static int parse_json(const char *text, size_t len, const src *s, cJSON **out) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(copy, len, &end, 0);
     if (!root) {
-        size_t at = end ? (size_t)(end - copy) : 0, line = 1, col = 1;
-        for (size_t i = 0; i < at && i < len; i++) {
-            if (copy[i] == '\n')
-                line++, col = 1;
-            else
-                col++;
-        }
+        size_t line, col;
+        kiln_text_position(copy, len, end ? (size_t)(end - copy) : 0, &line, &col);
         if (s->line > 0)
             rc = fail(s, KILN_ERR_FORMAT, "not valid JSON (error near column %zu)", col);
         else

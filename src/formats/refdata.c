@@ -260,7 +260,14 @@ int kiln_refdata_load(const char *ref_dir, const kiln_problem *p, kiln_refdata *
         goto done;
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root || !cJSON_IsObject(root)) {
+    if (!root) { /* NaN or Infinity, which Python's json writes by default, land here too */
+        size_t line, col;
+        kiln_text_position(text, len, end ? (size_t)(end - text) : 0, &line, &col);
+        rc = fail(&s, KILN_ERR_FORMAT, "not valid JSON (error near line %zu, column %zu)", line,
+                  col);
+        goto done;
+    }
+    if (!cJSON_IsObject(root)) {
         rc = fail(&s, KILN_ERR_FORMAT, "not a JSON object");
         goto done;
     }

@@ -298,6 +298,8 @@ static kiln_outcome judge_output(ctx *c, int o, int s, int run, const kiln_check
         cJSON_AddNumberToObject(tj, "atol", tol.atol);
         if (rounding.atol > 0) /* included in atol */
             cJSON_AddNumberToObject(tj, "atol_of_reference_rounding", rounding.atol);
+        if (rounding.rel_l2 > 0) /* included in rel_l2 */
+            cJSON_AddNumberToObject(tj, "rel_l2_of_reference_rounding", rounding.rel_l2);
         if (rounding.refused) {
             char *why = xasprintf("not widened: the reference's float64 run is off by more than "
                                   "rounding (it needs %.3g more atol, over 10 x rtol x the "

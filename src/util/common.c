@@ -137,6 +137,16 @@ void kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...) {
     b->len += (size_t)n;
 }
 
+void kiln_text_position(const char *text, size_t len, size_t at, size_t *line, size_t *col) {
+    *line = *col = 1;
+    for (size_t i = 0; i < at && i < len; i++) {
+        if (text[i] == '\n')
+            ++*line, *col = 1;
+        else
+            ++*col;
+    }
+}
+
 int kiln_read_file(const char *path, char **out, size_t *len_out, kiln_err *err) {
     *out = NULL;
     /* Sized before the file is opened: running out of memory under a kiln_oom_scope then leaves no

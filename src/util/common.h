@@ -105,6 +105,9 @@ typedef struct {
 /* Appends printf output; s stays NUL-terminated. */
 void kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The 1-based line and column of byte offset at in text[0..len) (for "error near line L, column
+ * C"). */
+void kiln_text_position(const char *text, size_t len, size_t at, size_t *line, size_t *col);
 /* Reads a whole file into a NUL-terminated heap buffer; *len_out (optional) gets its length. */
 int kiln_read_file(const char *path, char **out, size_t *len_out, kiln_err *err);
 /* Writes len bytes to path atomically (write to path.tmp, then rename). */

@@ -377,10 +377,19 @@ static void test_bad_manifests(void **state) {
             fail_msg("case %zu: message \"%s\" lacks \"%s: ...%s\"", i, err.msg, manifest,
                      CASES[i].want);
     }
-    /* Not JSON at all, then no manifest. */
-    assert_int_equal(kiln_write_file(manifest, "{\"kiln_reference\": ", 19, NULL), KILN_OK);
+    /* Not JSON (cut short; Python's NaN, which cJSON refuses), a JSON array, then no manifest. */
+    static const char *NOT_JSON[] = {"{\"kiln_reference\": ", "{\n \"rms\": NaN\n}"};
+    static const char *WHERE[] = {"near line 1, column 19", "near line 2, column 9"};
     kiln_refdata *r;
     kiln_err err;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(kiln_write_file(manifest, NOT_JSON[i], strlen(NOT_JSON[i]), NULL),
+                         KILN_OK);
+        assert_int_equal(kiln_refdata_load(f->dir, f->p, &r, &err), KILN_ERR_FORMAT);
+        if (!strstr(err.msg, "manifest.json: not valid JSON (error ") || !strstr(err.msg, WHERE[i]))
+            fail_msg("not JSON %d: \"%s\"", i, err.msg);
+    }
+    assert_int_equal(kiln_write_file(manifest, "[1]", 3, NULL), KILN_OK);
     assert_int_equal(kiln_refdata_load(f->dir, f->p, &r, &err), KILN_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "manifest.json: not a JSON object"));
     unlink(manifest);

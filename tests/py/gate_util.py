@@ -39,6 +39,15 @@ DEFAULT_TOLERANCE = {
     "float64": {"atol": 1e-8, "rtol": 1e-7, "rel_l2": 1e-7},
 }
 
+
+def problem_tolerance(evidence_tolerance: dict) -> dict:
+    """A mismatch's tolerance less what the gate added for the reference's own rounding (the
+    manifest's fp64_gap): the problem's tolerance, to compare with DEFAULT_TOLERANCE."""
+    tol = dict(evidence_tolerance)
+    tol["atol"] -= tol.pop("atol_of_reference_rounding", 0.0)
+    tol["rel_l2"] -= tol.pop("rel_l2_of_reference_rounding", 0.0)
+    return tol
+
 # One evaluation must never take longer than this (a hung gate fails the test instead of the suite).
 CALL_TIMEOUT_S = 300
 

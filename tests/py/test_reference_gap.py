@@ -14,6 +14,7 @@ float64), is recorded but not applied.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -193,3 +194,18 @@ def test_the_bins_bound_every_element_from_above():
         exact = max(0.0, float((y[fin] - rtol * x[fin]).max()))
         bound = max([0.0] + [py - rtol * px for px, py in points])
         assert exact <= bound <= exact + rtol * float(x[fin].max()) * 0.0625 + 1e-12, (rtol, exact, bound)
+
+
+def test_a_nan_row_leaves_the_summary_finite():
+    """A fully masked softmax row is NaN in the reference and in its float64 run; the other elements
+    still give a finite RMS and relative L2 (a NaN there made the manifest unreadable JSON)."""
+    ref64 = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    ref64[8:16] = float("nan")
+    ref = ref64.float()
+    bins = reference_gap.GapBins()
+    bins.add("y", ref, ref64)
+    summary = bins.manifest()["y"]
+    assert math.isfinite(summary["rel_l2"]) and math.isfinite(summary["rms"]), summary
+    finite = ref64[torch.isfinite(ref64)]
+    assert summary["rms"] == pytest.approx(float(finite.square().mean().sqrt()), rel=1e-6)
+    json.dumps(bins.manifest(), allow_nan=False)
