@@ -59,6 +59,14 @@ META_OP_NAMES = frozenset({
     "sym_storage_offset", "is_same_size", "record_stream", "_has_same_storage_numel",
     "_unsafe_set_version_counter", "_nested_tensor_size", "_propagate_xla_data",
 })
+# Fused fast paths whose own kernels are built of other aten calls (nn.MultiheadAttention and
+# nn.TransformerEncoderLayer in inference): kiln looks inside them. The call is redispatched straight to
+# its backend kernel with the capture mode pushed again, so its inner calls (the projections, the
+# attention, the norms) are recorded one by one as calls of their own, where a family can match them and
+# an installed entry is hit from inside the kernel (those calls go through the dispatcher too). The outer
+# call is kept as one op for module traces and the graph, but is no problem and gets no time of its own.
+CONTAINER_OP_NAMES = frozenset({"_native_multi_head_attention", "_transformer_encoder_layer_fwd"})
+CONTAINER_REASON = "a fused fast path: its inner calls are captured one by one"
 # Ops that create or fill a tensor from constants only: real device work, but not an optimisation problem.
 CREATION_OP_NAMES = frozenset({
     "zeros", "ones", "full", "arange", "linspace", "logspace", "scalar_tensor", "eye", "zeros_like",
@@ -471,6 +479,7 @@ class Recorder:
         self.provisional_cap = provisional_cap_bytes
         self.ops: list[OpRecord] = []
         self.n_calls = 0           # every dispatched call, metadata included
+        self.container_depth = 0   # > 0 inside a CONTAINER_OP_NAMES call: its inner calls are recorded
         self.n_meta = 0
         self.tensors: list[TensorInfo] = []
         self.tid_of = WeakIdKeyDictionary()  # tensor object -> tid
@@ -611,13 +620,49 @@ class Recorder:
             pre = self._before(index, func, args, kwargs)
         except Exception:
             self.internal_error(f"before {func}")
-        with record_function(f"kiln#{index}"):
-            out = func(*args, **kwargs)
+        out, ran = None, False
+        try:
+            keys = self._container_keys(func, args, kwargs)
+        except Exception:
+            self.internal_error(f"looking inside {func}")
+            keys = None
+        if keys is not None:
+            try:
+                out, ran = self._run_container(func, keys, args, kwargs), True
+            except Exception:  # the op's own error comes again from the plain call below
+                self.internal_error(f"looking inside {func}")
+        if not ran:
+            with record_function(f"kiln#{index}"):
+                out = func(*args, **kwargs)
         try:
             self._after(index, func, args, kwargs, out, pre)
         except Exception:
             self.internal_error(f"after {func}")
         return out
+
+    def _container_keys(self, func, args, kwargs):
+        """The backend dispatch key set to run func's own kernel with, where func is a container op
+        (CONTAINER_OP_NAMES) on cpu or cuda tensors that need no gradient; else None (an ordinary call)."""
+        if op_short(func) not in CONTAINER_OP_NAMES:
+            return None
+        tensors = [t for t in flat_tensors((args, kwargs))]
+        devices = {t.device.type for t in tensors}
+        if len(devices) != 1 or not devices <= {"cpu", "cuda"}:
+            return None
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return None  # the redispatch skips autograd: only where none is needed
+        key = torch._C.DispatchKey.CUDA if devices == {"cuda"} else torch._C.DispatchKey.CPU
+        return torch._C.DispatchKeySet(key)
+
+    def _run_container(self, func, keys, args, kwargs):
+        """func's backend kernel with this recorder's mode pushed again: its inner calls come back to
+        on_call. The container itself gets no kiln# range (its time is its inner calls')."""
+        self.container_depth += 1
+        try:
+            with _CaptureMode(self):
+                return func.redispatch(keys, *args, **kwargs)
+        finally:
+            self.container_depth -= 1
 
     def _before(self, index, func, args, kwargs):
         frame = self.stack[-1] if self.stack else None
@@ -625,7 +670,9 @@ class Recorder:
         flat, sargs, skwargs, unsupported = flatten_call(func, args, kwargs)
         key = (op_label(func), encode(sargs), encode(skwargs),
                tuple(encode(f.tensor) for f in flat), grad_mode_now())
-        traces = [f.trace for f in self.stack if f.trace is not None and f.trace.ok]
+        # a module's trace records a container as one call, not the calls inside it
+        traces = [] if self.container_depth else [
+            f.trace for f in self.stack if f.trace is not None and f.trace.ok]
         trace_structs = [(tr, tr.before(func, args, kwargs, self)) for tr in traces]
         name = op_short(func)
         maybe_alias = func.is_view or torch.Tag.maybe_aliasing_or_mutating in func.tags
@@ -643,6 +690,8 @@ class Recorder:
         name = op_short(func)
         if func.namespace != "aten":
             return f"not an aten op ({func.namespace})"
+        if name in CONTAINER_OP_NAMES and self._container_keys(func, args, kwargs or {}) is not None:
+            return CONTAINER_REASON
         if name in CREATION_OP_NAMES:
             return "creates or fills a tensor from constants"
         if torch.Tag.nondeterministic_seeded in func.tags and not _dropout_off(func, args, kwargs or {}):
@@ -772,6 +821,8 @@ class Recorder:
                        max(self.n_passes - 1, 0), key[-1], inputs, outputs, _args_json(sargs, skwargs),
                        self.no_problem.get(key))
         self.ops.append(rec)
+        if self.container_depth:
+            return  # inside a container: the traces have the container's call instead
         for fr in self.stack:
             if fr.trace is not None:
                 fr.op_indices.append(len(self.ops) - 1)

@@ -354,7 +354,8 @@ def _install_into(inst: Installation, lib: Library, model, entries, compile_frie
             checks_of(e)  # an assumption kiln cannot check: not installed
             if e.kind == "aten":
                 op = _resolve_overload(e.aten)
-                by_op.setdefault(op, []).append(_AtenEntry(gate, e))
+                ae = _AtenEntry(gate, e)  # first: a refused entry must not leave an empty group behind
+                by_op.setdefault(op, []).append(ae)
             elif e.kind == "chain":
                 if not compile_friendly:  # docs/install.md "Limits": eager never sees a chain whole
                     raise _Unsupported("a chain of calls is replaced only in a graph: torch.compile's or kiln's "

@@ -99,7 +99,13 @@ class EntryBench:
         self.scratch = [torch.zeros(max(entry.scratch_bytes, 1), dtype=torch.uint8, device=self.device)] \
             if entry.has_scratch else []
         if entry.kind == "aten":
+            from kiln.install_aten import _schema_mode
+            from kiln.install_gate import _Unsupported
             op = _resolve_overload(entry.aten)
+            try:  # an op install never replaces (out=, a view) has no kiln call to time
+                _schema_mode(op, len(entry.outputs))
+            except _Unsupported as e:
+                raise ValueError(str(e)) from None
             args = [_template(a) for a in entry.args["args"]]
             kwargs = {k: _template(v) for k, v in (entry.args.get("kwargs") or {}).items()}
             inplace = any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)

@@ -568,8 +568,17 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
     targets = {e.name: e.target for e in entries}
     paths = {}  # entry -> "cpp" or "python": the path its calls took (Installation.dispatch)
     with _grad_context("no_grad" if grad_mode == "grad" else grad_mode):
-        counts = {n: (timer.iterations(lambda b=b: b.call(b.inputs), 0.01),
-                      timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01)) for n, b in benches.items()}
+        counts = {}
+        for n, b in list(benches.items()):  # one entry's failing call is its own verdict, not the check's
+            try:
+                counts[n] = (timer.iterations(lambda b=b: b.call(b.inputs), 0.01),
+                             timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01))
+            except Exception as why:  # noqa: BLE001
+                results[n] = {"error": f"cannot benchmark: its eager call fails ({type(why).__name__}: "
+                                       f"{' '.join(str(why).split())[:200]})"}
+                del benches[n], samples[n]
+        if not benches:
+            return results
         for r in range(opts.rounds):
             if r and _past_deadline(opts):
                 break

@@ -754,6 +754,48 @@ def test_tune_bare_launch_zeroes_scratch_each_time(tmp_path):
         lib.close()
 
 
+def _edited_softmax_library(tmp_path, **changes) -> Library:
+    """softmax_library with its one entry's fields changed (None: removed from the gate)."""
+    from hand_library import softmax_library
+    path = softmax_library(tmp_path)
+    manifest = json.loads(open(os.path.join(path, "manifest.json")).read())
+    (e,) = manifest["entries"]
+    for k, v in changes.items():
+        if k == "args":
+            e["gate"][k] = v
+        else:
+            e[k] = v
+    open(os.path.join(path, "manifest.json"), "w").write(json.dumps(manifest))
+    return Library(path)
+
+
+def test_an_entry_install_refuses_is_skipped_not_a_crash(tmp_path):
+    """An aten entry refused while its call template is built (here: no captured arguments) is skipped with
+    its reason; it once left an empty group behind that made install() raise IndexError."""
+    lib = _edited_softmax_library(tmp_path, args=None)
+    try:
+        inst = kiln.install(lib, entries="all")
+        try:
+            (e,) = lib.entries
+            assert e.name not in inst.installed and "no captured arguments" in inst.skipped[e.name], inst.skipped
+        finally:
+            kiln.uninstall()
+    finally:
+        lib.close()
+
+
+def test_tune_does_not_time_an_entry_install_never_replaces(tmp_path):
+    """An out= overload (captured inside nn.TransformerEncoderLayer's fused kernel on the cpu) is never
+    replaced by install: tune's per-call benchmark says so instead of failing on its call."""
+    from kiln.tune import EntryBench
+    lib = _edited_softmax_library(tmp_path, aten="aten::_softmax.out")
+    try:
+        with pytest.raises(ValueError, match="out="):
+            EntryBench(lib.entries[0], lib, {})
+    finally:
+        lib.close()
+
+
 # ---------------------------------------------------------------------------------------------------
 # cuda (skips without a GPU).
 

@@ -1,0 +1,98 @@
+"""kiln looks inside PyTorch's fused inference fast paths (capture_record.CONTAINER_OP_NAMES).
+
+nn.TransformerEncoderLayer and nn.MultiheadAttention in eval under no_grad run one aten call each
+(aten::_transformer_encoder_layer_fwd, aten::_native_multi_head_attention) whose kernels are built of other
+aten calls. Capture records those inner calls one by one (the projections, the attention's matmuls, the
+norms), so families can match them; the container itself is no problem and has no time of its own. An
+entry for an inner call is hit from inside the fused kernel, since its calls go through the dispatcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from gate_util import ROOT
+from hand_library import hand_library
+
+sys.path.insert(0, str(ROOT / "python"))
+
+import torch  # noqa: E402
+
+from kiln.capture_record import CONTAINER_REASON  # noqa: E402
+
+SCRIPT = textwrap.dedent("""
+    import torch, torch.nn as nn
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+    x = torch.randn(4, 32, 64)
+    with torch.no_grad():
+        for _ in range(2):
+            model(x)
+""")
+
+# layer_norm over the last axis (eps 1e-5, the layer's), in double
+LAYER_NORM_C = """// kiln: launch layer_norm_rows
+void layer_norm_rows(const float *x, const float *w, const float *b, float *y, int64_t n4, int64_t n32,
+                     int64_t n64) {
+    for (int64_t r = 0; r < n4 * n32; r++) {
+        const float *xr = x + r * n64;
+        double mean = 0, var = 0;
+        for (int64_t c = 0; c < n64; c++) mean += xr[c];
+        mean /= n64;
+        for (int64_t c = 0; c < n64; c++) var += (xr[c] - mean) * (xr[c] - mean);
+        double inv = 1.0 / sqrt(var / n64 + 1e-5);
+        for (int64_t c = 0; c < n64; c++) y[r * n64 + c] = (float)((xr[c] - mean) * inv * w[c] + b[c]);
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    from kiln.capture import main as capture_main
+    d = tmp_path_factory.mktemp("container")
+    (d / "script.py").write_text(SCRIPT)
+    assert capture_main([str(d / "script.py"), "--out", str(d / "run"), "--device", "cpu", "--no-reference"]) == 0
+    return d / "run"
+
+
+def test_the_inner_calls_are_captured_and_the_container_is_not_a_problem(captured):
+    model = json.loads((captured / "model.json").read_text())
+    groups = {g["aten"]: g for g in model["groups"]}
+    for outer in ("aten::_transformer_encoder_layer_fwd.default", "aten::_native_multi_head_attention.default"):
+        g = groups.get(outer)
+        assert g is not None, f"{outer} not recorded: {sorted(groups)}"
+        assert g["not_a_problem"] == CONTAINER_REASON and g["problem"] is None, g
+        assert g["time_us"] == 0, "the container's time is its inner calls'"
+    # the projections, the attention's matmul and both norms run inside it
+    for inner in ("aten::mm.default", "aten::bmm.default", "aten::layer_norm.default", "aten::addmm.default"):
+        assert inner in groups, f"{inner} not seen inside the fused call: {sorted(groups)}"
+        assert groups[inner]["problem"] and groups[inner]["time_us"] > 0, groups[inner]
+    total = sum(g["time_us"] for g in model["groups"])
+    assert total == pytest.approx(model["total_time_us"], rel=1e-3), "no time counted twice"
+    problems = os.listdir(captured / "problems")
+    assert not any("transformer_encoder" in p or "multi_head" in p for p in problems), problems
+
+
+def test_an_entry_for_an_inner_call_is_hit_inside_the_fused_kernel(tmp_path):
+    import kiln
+    from kiln.install_runtime import Library
+    lib = Library(hand_library(tmp_path, SCRIPT, "layer_norm", LAYER_NORM_C, "layer_norm_rows"))
+    torch.manual_seed(0)
+    model = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+    x = torch.randn(4, 32, 64)
+    with torch.no_grad():
+        want = model(x)
+        inst = kiln.install(lib, model=model, dispatch="python", entries=[e.name for e in lib.entries])
+        try:
+            got = model(x)
+            hits = inst.stats()["entries"][lib.entries[0].name]["hits"]
+        finally:
+            kiln.uninstall()
+    assert hits == 2, "norm1 and norm2 inside aten::_transformer_encoder_layer_fwd"
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
