@@ -61,7 +61,8 @@ from typing import Optional
 
 from kiln import default_backend, split_script_args
 from kiln.cli import Parser, UsageError, stdout_to_stderr
-from kiln.install_cost import EntryBench, Timer, _gate_tensor, speedup_judge, spread_pct  # noqa: F401 - its API
+from kiln.install_cost import (EntryBench, Timer, _gate_tensor, prefer_bindings,  # noqa: F401 - its API
+                               speedup_judge, spread_pct)
 from kiln.tune_report import render_markdown, write_report  # noqa: F401 - render_markdown: its API
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -568,6 +569,10 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
     targets = {e.name: e.target for e in entries}
     paths = {}  # entry -> "cpp" or "python": the path its calls took (Installation.dispatch)
     with _grad_context("no_grad" if grad_mode == "grad" else grad_mode):
+        try:  # time aten entries as models call them (torch.softmax, not torch.ops.aten.softmax.int)
+            prefer_bindings(lib, benches, model)
+        except Exception:  # noqa: BLE001 - torch.ops then, as before
+            pass
         counts = {}
         for n, b in list(benches.items()):  # one entry's failing call is its own verdict, not the check's
             try:
@@ -610,7 +615,8 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
                       "eager_spread_pct": spread_pct(s["eager"]), "kiln_spread_pct": spread_pct(s["kiln"]),
                       "hit_overhead_us": med["kiln"] - med["raw"],
                       "miss_overhead_us": med["kiln_miss"] - med["eager_miss"],
-                      "hits": s["hits"], "rounds": len(s["eager"]), "dispatch": paths.get(n)}
+                      "hits": s["hits"], "rounds": len(s["eager"]), "dispatch": paths.get(n),
+                      "call": benches[n].call_form}
     return results
 
 

@@ -784,6 +784,31 @@ def test_an_entry_install_refuses_is_skipped_not_a_crash(tmp_path):
         lib.close()
 
 
+def test_tune_times_an_entry_through_the_binding_a_model_calls(tmp_path):
+    """The per-call benchmark calls torch._softmax (the Python binding a model's call reaches) rather than
+    torch.ops.aten._softmax.default, once one call of it is shown to be exactly one hit of the entry: the
+    torch.ops path's own Python costs microseconds per call that no model pays. A binding that does not
+    reach the entry (here: the gate refuses its every call) keeps torch.ops."""
+    from hand_library import softmax_library
+
+    from kiln.install_cost import EntryBench, prefer_bindings
+    lib = Library(softmax_library(tmp_path))
+    try:
+        (e,) = lib.entries
+        b = EntryBench(e, lib, {})
+        assert b.call_form == "torch.ops" and b.binding_call is not None
+        with torch.no_grad():
+            prefer_bindings(lib, {e.name: b})
+            assert b.call_form == "binding"
+            torch.testing.assert_close(b.call(b.inputs), torch.softmax(b.inputs[0], -1))
+            b2 = EntryBench(e, lib, {})
+            b2.inputs = b2.miss_inputs  # misaligned: never a hit, so never shown to reach the entry
+            prefer_bindings(lib, {e.name: b2})
+            assert b2.call_form == "torch.ops"
+    finally:
+        lib.close()
+
+
 def test_tune_does_not_time_an_entry_install_never_replaces(tmp_path):
     """An out= overload (captured inside nn.TransformerEncoderLayer's fused kernel on the cpu) is never
     replaced by install: tune's per-call benchmark says so instead of failing on its call."""
