@@ -37,6 +37,8 @@ the user's op still runs.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import keyword
 import traceback
 import weakref
@@ -67,6 +69,19 @@ META_OP_NAMES = frozenset({
 # call is kept as one op for module traces and the graph, but is no problem and gets no time of its own.
 CONTAINER_OP_NAMES = frozenset({"_native_multi_head_attention", "_transformer_encoder_layer_fwd"})
 CONTAINER_REASON = "a fused fast path: its inner calls are captured one by one"
+# Composite functions whose decomposition below autograd (under grad or no_grad: what a dispatch mode sees)
+# is an op no family can take whole: F.scaled_dot_product_attention becomes
+# _scaled_dot_product_flash_attention (_for_cpu, _efficient_, _cudnn_), which returns the attention's
+# logsumexp and more beside its output, so the op install would replace must write them too. Capture
+# records the composite call itself (seen by a torch function mode, one output), and none of the calls it
+# decomposes into; install then replaces it at its autograd key, before the decomposition, as it does
+# every composite op. Only where no gradient is needed (the decomposition is the autograd graph). The
+# function is seen by replacing the module attribute for the run (not by a torch function mode: with one
+# active, nn.MultiheadAttention and nn.TransformerEncoderLayer leave their fast paths, so the script
+# would run other code than it does).
+COMPOSITE_FUNCTIONS = {
+    (torch.nn.functional, "scaled_dot_product_attention"): torch.ops.aten.scaled_dot_product_attention.default,
+}
 # Ops that create or fill a tensor from constants only: real device work, but not an optimisation problem.
 CREATION_OP_NAMES = frozenset({
     "zeros", "ones", "full", "arange", "linspace", "logspace", "scalar_tensor", "eye", "zeros_like",
@@ -243,6 +258,42 @@ def grad_mode_now() -> str:
     if torch.is_inference_mode_enabled():
         return "inference"
     return "grad" if torch.is_grad_enabled() else "no_grad"
+
+
+def dispatch_form(op, args: tuple, kwargs: dict) -> tuple:
+    """(args, kwargs) of a Python call of op as the dispatcher hands them to a dispatch mode or a kernel:
+    the positional parameters positionally, trailing ones left out where they equal their default, and
+    the keyword-only ones as keywords where they differ from it. The gates compare calls in this form."""
+    pos, kw = list(args), dict(kwargs)
+    params = op._schema.arguments
+    out, defaults = [], []
+    for i, a in enumerate(params):
+        if a.kwarg_only:
+            break
+        if i < len(pos):
+            v = pos[i]
+        elif a.name in kw:
+            v = kw.pop(a.name)
+        elif a.has_default_value():
+            v = a.default_value
+        else:
+            raise TypeError(f"{op}: missing argument {a.name}")
+        out.append(v)
+        defaults.append((a.has_default_value(), a.default_value if a.has_default_value() else None))
+    if len(pos) > len(out):
+        raise TypeError(f"{op}: {len(pos)} positional arguments, it takes {len(out)}")
+    while out and defaults[-1][0] and not isinstance(out[-1], torch.Tensor) and out[-1] == defaults[-1][1]:
+        out.pop()
+        defaults.pop()
+    only = {}
+    for a in params:
+        if a.kwarg_only and a.name in kw:
+            v = kw.pop(a.name)
+            if isinstance(v, torch.Tensor) or not a.has_default_value() or v != a.default_value:
+                only[a.name] = v
+    if kw:
+        raise TypeError(f"{op}: no parameters {sorted(kw)}")
+    return tuple(out), only
 
 
 def flat_tensors(value) -> list:
@@ -609,8 +660,46 @@ class Recorder:
 
     # ---- the dispatch mode --------------------------------------------------------------------------
 
-    def mode(self) -> TorchDispatchMode:
-        return _CaptureMode(self)
+    @contextlib.contextmanager
+    def mode(self):
+        """The dispatch mode, with COMPOSITE_FUNCTIONS replaced by wrappers that record them whole."""
+        saved = []
+        try:
+            for (module, name), op in COMPOSITE_FUNCTIONS.items():
+                original = getattr(module, name)
+                saved.append((module, name, original))
+                setattr(module, name, self._composite_wrapper(original, op))
+            with _CaptureMode(self):
+                yield
+        finally:
+            for module, name, original in saved:
+                setattr(module, name, original)
+
+    def _composite_wrapper(self, func, op):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            return self.on_composite(func, op, args, kwargs)
+        return wrapper
+
+    def on_composite(self, func, op, args, kwargs):
+        """A COMPOSITE_FUNCTIONS call (func, its aten op): recorded as one call of op where no gradient is
+        needed; else func runs as it is and its decomposition is recorded call by call."""
+        try:
+            tensors = flat_tensors((args, kwargs))
+            whole = not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+        except Exception:
+            self.internal_error(f"looking at {func}")
+            whole = False
+        if not whole:
+            return func(*args, **kwargs)
+        try:
+            args, kwargs = dispatch_form(op, args, kwargs)
+        except Exception:  # arguments the op does not take: the script's own error, from func
+            return func(*args, **kwargs)
+        # as in __torch_dispatch__: kiln's own work (and the calls the composite decomposes into) is not
+        # the script's; the dispatch mode is off until the call is recorded
+        with _disable_current_modes():
+            return self.on_call(op, args, kwargs)
 
     def on_call(self, func, args, kwargs):
         index = self.n_calls

@@ -227,7 +227,7 @@ static void emit_args(kiln_strbuf *b, const kiln_problem *p, const att_info *a) 
     }
     const kiln_tensor_spec *o = &p->outputs[0];
     for (int l = 0; l < 3; l++)
-        stride_expr(p, o, l, e[l], sizeof e[l]);
+        stride_expr(p, o, a->out.pos[l], e[l], sizeof e[l]);
     kiln_strbuf_printf(b, "    a.o = %s;\n    a.ob = %s;\n    a.oh = %s;\n    a.os = %s;\n",
                        o->name, e[0], e[1], e[2]);
     size_expr(p, &a->t[ATT_Q], 0, e[0], sizeof e[0]);

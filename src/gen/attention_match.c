@@ -596,7 +596,7 @@ int64_t kiln_attention_dim(const kiln_problem *p, const att_operand *o, int l,
 }
 
 /* The shapes: q [b, hq, sq, d], k and v [b, hkv, skv, d] with hkv dividing hq, the mask
- * broadcasting to [b, hq, sq, skv], the output [b, hq, sq, d] stored row-major. */
+ * broadcasting to [b, hq, sq, skv], the output [b, hq, sq, d] stored with d innermost. */
 static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl) {
     if (p->n_outputs != 1) {
         snprintf(why, wl, "attention has one output, the problem %d", p->n_outputs);
@@ -609,13 +609,26 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
         snprintf(why, wl, "q, k, v and the output must share one of float32, bfloat16, float16");
         return 0;
     }
-    if (o->ndim != 4 || o->layout.permuted) {
-        snprintf(why, wl, "output %s is not a row-major [b, h, s, d]", o->name);
+    if (o->ndim != 4) {
+        snprintf(why, wl, "output %s is not [b, h, s, d]", o->name);
         return 0;
     }
+    /* stored in any order with d innermost: SDPA on the cpu returns [b, s, h, d] in memory */
     a->out.input = -1;
-    for (int l = 0; l < 4; l++)
-        a->out.pos[l] = l;
+    for (int l = 0; l < 4; l++) {
+        a->out.pos[l] = -1;
+        for (int j = 0; j < 4; j++)
+            if (o->layout.perm[j] == l)
+                a->out.pos[l] = j;
+        if (a->out.pos[l] < 0) {
+            snprintf(why, wl, "layout of output %s does not name every dim", o->name);
+            return 0;
+        }
+    }
+    if (a->out.pos[3] != 3) {
+        snprintf(why, wl, "the head dim of output %s is not innermost in memory", o->name);
+        return 0;
+    }
     a->mask_dtype = a->t[ATT_MASK].input >= 0 ? p->inputs[a->t[ATT_MASK].input].dtype : a->dtype;
     for (int wi = 0; wi < p->n_workloads; wi++) {
         const kiln_workload *w = &p->workloads[wi];
@@ -641,7 +654,8 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
                      (long long)q[1], (long long)k[1]);
             return 0;
         }
-        if (os[0] != q[0] || os[1] != q[1] || os[2] != q[2] || os[3] != q[3]) {
+        if (os[a->out.pos[0]] != q[0] || os[a->out.pos[1]] != q[1] || os[a->out.pos[2]] != q[2] ||
+            os[3] != q[3]) {
             snprintf(why, wl, "workload %d: the output is not [b, hq, sq, d]", wi);
             return 0;
         }

@@ -249,6 +249,38 @@ static void test_declines(void **state) {
                                      "[{\"tensor\": 0}, -1, false], \"kwargs\": {}}}}",
              head);
     decline(def, "is not attention");
+    /* the output stored [b, s, h, d] (what SDPA returns on the cpu) matches, with its strides in
+     * the kernel's arguments; with d not innermost it is declined */
+    static const char sdpa_out[] =
+        "\"outputs\": {\"o\": {\"shape\": [\"2\", \"16\", \"4\", \"64\"], \"dtype\": \"float32\"}}";
+    static const char sdpa_kiln[] =
+        ", \"kiln\": {\"kind\": \"aten\", \"aten\": "
+        "\"aten::scaled_dot_product_attention.default\", "
+        "\"args\": {\"args\": [{\"tensor\": 0}, {\"tensor\": 1}, {\"tensor\": 2}], \"kwargs\": "
+        "{\"enable_gqa\": true}}, \"layouts\": {\"o\": {\"stored\": \"memory_order\", "
+        "\"stored_shape\": [2, 16, 4, 64], \"permute\": [%s]}}}}";
+    char kiln_part[1024];
+    snprintf(kiln_part, sizeof kiln_part, sdpa_kiln, "0, 2, 1, 3");
+    snprintf(def, sizeof def, "%s" QKV_F32("16", "2") "}, %s, " REF "%s", head, sdpa_out,
+             kiln_part);
+    p = parse(def, WL);
+    match_ok(p, &m);
+    int64_t pt[KILN_MAX_PARAMS];
+    assert_int_equal(att->start(p, &m, pt), 0);
+    char *src = att->emit(p, &m, pt, 0);
+    /* b: 16*4*64, h: 64, s: 4*64 */
+    if (!strstr(src, "a.oh = ((int64_t)(4) == 1 ? (int64_t)0 : (int64_t)1*(int64_t)(64))") ||
+        !strstr(src,
+                "a.os = ((int64_t)(16) == 1 ? (int64_t)0 : (int64_t)1*(int64_t)(4)*(int64_t)(64))"))
+        fail_msg("the output's strides are not [b, s, h, d]'s:\n%s", src);
+    free(src);
+    kiln_problem_free(p);
+    snprintf(kiln_part, sizeof kiln_part, sdpa_kiln, "0, 2, 3, 1");
+    snprintf(def, sizeof def, "%s" QKV_F32("16", "2") "}, %s, " REF "%s", head,
+             "\"outputs\": {\"o\": {\"shape\": [\"2\", \"16\", \"64\", \"4\"], \"dtype\": "
+             "\"float32\"}}",
+             kiln_part);
+    decline(def, "head dim of output o is not innermost");
 }
 
 static int64_t point_of(const int64_t bm, const int64_t bn, const int64_t warps,

@@ -1,22 +1,29 @@
-"""kiln looks inside PyTorch's fused inference fast paths (capture_record.CONTAINER_OP_NAMES).
+"""kiln looks inside PyTorch's fused inference fast paths (capture_record.CONTAINER_OP_NAMES), and keeps
+F.scaled_dot_product_attention whole where PyTorch would decompose it (COMPOSITE_FUNCTIONS).
 
 nn.TransformerEncoderLayer and nn.MultiheadAttention in eval under no_grad run one aten call each
 (aten::_transformer_encoder_layer_fwd, aten::_native_multi_head_attention) whose kernels are built of other
 aten calls. Capture records those inner calls one by one (the projections, the attention's matmuls, the
 norms), so families can match them; the container itself is no problem and has no time of its own. An
 entry for an inner call is hit from inside the fused kernel, since its calls go through the dispatcher.
+
+Under no_grad (and grad) F.scaled_dot_product_attention reaches a dispatch mode decomposed, as
+_scaled_dot_product_flash_attention_for_cpu (or the CUDA backends' ops), which also return the logsumexp:
+no family writes that. Capture records the composite call instead; the attention family matches it (its
+output stored [b, s, h, d], as SDPA returns it), and its entry is hit at the composite's autograd key.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import textwrap
 
 import pytest
 
-from gate_util import ROOT
+from gate_util import KILN, ROOT, run_kiln
 from hand_library import hand_library
 
 sys.path.insert(0, str(ROOT / "python"))
@@ -96,3 +103,76 @@ def test_an_entry_for_an_inner_call_is_hit_inside_the_fused_kernel(tmp_path):
             kiln.uninstall()
     assert hits == 2, "norm1 and norm2 inside aten::_transformer_encoder_layer_fwd"
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+SDPA_SCRIPT = textwrap.dedent("""
+    import torch, torch.nn as nn, torch.nn.functional as F
+
+    class Attention(nn.Module):
+        def __init__(self, d=64, h=4, kv=2):
+            super().__init__()
+            self.h, self.kv, self.dh = h, kv, d // h
+            self.q = nn.Linear(d, d, bias=False)
+            self.k = nn.Linear(d, kv * self.dh, bias=False)
+            self.v = nn.Linear(d, kv * self.dh, bias=False)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q = self.q(x).view(b, t, self.h, self.dh).transpose(1, 2)
+            k = self.k(x).view(b, t, self.kv, self.dh).transpose(1, 2)
+            v = self.v(x).view(b, t, self.kv, self.dh).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return y.transpose(1, 2).reshape(b, t, -1)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Attention(), Attention()).eval()
+    x = torch.randn(2, 16, 64)
+    with torch.no_grad():
+        for _ in range(2):
+            model(x)
+""")
+
+
+def test_sdpa_under_no_grad_is_captured_whole(tmp_path):
+    from kiln.capture import main as capture_main
+    (tmp_path / "script.py").write_text(SDPA_SCRIPT)
+    run = tmp_path / "run"
+    assert capture_main([str(tmp_path / "script.py"), "--out", str(run), "--device", "cpu", "--no-reference"]) == 0
+    groups = {g["aten"]: g for g in json.loads((run / "model.json").read_text())["groups"]}
+    g = groups.get("aten::scaled_dot_product_attention.default")
+    assert g is not None and g["problem"] and g["time_us"] > 0 and g["calls"] == 4, sorted(groups)
+    assert not any("flash_attention" in a for a in groups), "the decomposition is not recorded too"
+    assert not any(a.startswith("profiler::") for a in groups), "kiln's own ranges are not the script's"
+
+
+@pytest.mark.skipif(not KILN.exists(), reason=f"{KILN} does not exist: build kiln first (make)")
+@pytest.mark.parametrize("dispatch", ["python", "cpp"])
+def test_an_sdpa_entry_is_hit_under_no_grad(tmp_path, dispatch):
+    """The attention family's cpu kernel for the captured call, installed: both layers' calls are hits and
+    the model's output is eager's."""
+    import kiln
+    from kiln.install_runtime import Library
+    lib_dir = hand_library(tmp_path, SDPA_SCRIPT, "scaled_dot_product_attention", "", "attention_kernel")
+    (name,) = [n for n in os.listdir(tmp_path / "run" / "problems") if n.startswith("scaled_dot_product")]
+    r = run_kiln(["sweep", str(tmp_path / "run" / "problems" / name), "--backend", "cpu", "--family",
+                  "attention", "--limit", 1, "--iters", 1, "--out", str(tmp_path / "src"), "--ref-dir",
+                  str(tmp_path / "ref")], timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert " ok " in r.stderr + r.stdout, r.stderr
+    (src,) = [f for f in os.listdir(tmp_path / "src") if f.endswith(".c")]
+    shutil.copy(tmp_path / "src" / src, os.path.join(lib_dir, f"{name}.c"))
+    lib = Library(lib_dir)
+    ns: dict = {}
+    exec(SDPA_SCRIPT.replace("for _ in range(2):\n            model(x)", "pass"), ns)
+    model, x = ns["model"], ns["x"]
+    with torch.no_grad():
+        want = model(x)
+        inst = kiln.install(lib, model=model, dispatch=dispatch, entries=[e.name for e in lib.entries])
+        try:
+            got = model(x)
+            hits = inst.stats()["entries"][name]["hits"]
+            assert inst.dispatch.get("aten::scaled_dot_product_attention", "python") == dispatch, inst.dispatch
+        finally:
+            kiln.uninstall()
+    assert hits == 2, "one hit per layer, at aten::scaled_dot_product_attention's autograd key"
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -171,14 +171,17 @@ def capture_sdpa(tmp_path: Path, *script_args) -> Path:
 
 
 def test_sdpa_without_dropout_is_captured(tmp_path: Path):
-    """PyTorch tags the attention ops SDPA dispatches to as seeded (they can drop out); called with
-    dropout_p 0 they are deterministic, and capture writes the call as a problem with its real q, k, v."""
+    """PyTorch tags SDPA and the attention ops it dispatches to as seeded (they can drop out); called with
+    dropout_p 0 they are deterministic, and capture writes the call as a problem with its real q, k, v:
+    the composite call itself under no_grad (capture_record.COMPOSITE_FUNCTIONS), not its decomposition."""
     run = capture_sdpa(tmp_path)
     groups = {g["aten"]: g for g in json.loads((run / "model.json").read_text())["groups"]}
-    sdpa = groups["aten::_scaled_dot_product_flash_attention_for_cpu.default"]
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu.default" not in groups, sorted(groups)
+    sdpa = groups["aten::scaled_dot_product_attention.default"]
     assert sdpa["not_a_problem"] is None and sdpa["problem"], sdpa
     d = json.loads((run / "problems" / sdpa["problem"] / "definition.json").read_text())
-    assert d["kiln"]["args"]["args"][3:] == [0.0, True]  # dropout_p, is_causal
+    assert d["kiln"]["args"]["args"][3:] == [None, 0.0, True]  # attn_mask, dropout_p, is_causal
+    assert d["kiln"]["args"]["kwargs"] == {"enable_gqa": True}
 
 
 def test_sdpa_with_dropout_is_random(tmp_path: Path):
