@@ -73,8 +73,7 @@ CONTAINER_REASON = "a fused fast path: its inner calls are captured one by one"
 # is an op no family can take whole: F.scaled_dot_product_attention becomes
 # _scaled_dot_product_flash_attention (_for_cpu, _efficient_, _cudnn_), which returns the attention's
 # logsumexp and more beside its output, so the op install would replace must write them too. Capture
-# records the composite call itself (seen by a torch function mode, one output), and none of the calls it
-# decomposes into; install then replaces it at its autograd key, before the decomposition, as it does
+# records the composite call itself (one output), and none of the calls it decomposes into; install then replaces it at its autograd key, before the decomposition, as it does
 # every composite op. Only where no gradient is needed (the decomposition is the autograd graph). The
 # function is seen by replacing the module attribute for the run (not by a torch function mode: with one
 # active, nn.MultiheadAttention and nn.TransformerEncoderLayer leave their fast paths, so the script
@@ -734,7 +733,7 @@ class Recorder:
         (CONTAINER_OP_NAMES) on cpu or cuda tensors that need no gradient; else None (an ordinary call)."""
         if op_short(func) not in CONTAINER_OP_NAMES:
             return None
-        tensors = [t for t in flat_tensors((args, kwargs))]
+        tensors = flat_tensors((args, kwargs))
         devices = {t.device.type for t in tensors}
         if len(devices) != 1 or not devices <= {"cpu", "cuda"}:
             return None
