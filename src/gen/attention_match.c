@@ -101,14 +101,12 @@ static int innermost(const kiln_problem *p, const kiln_tensor_spec *t, int j) {
     return 1;
 }
 
-/* The (b, h, s, d) stored dims of input i read with logical order `order` (logical dims of the
- * captured tensor for b, h, s, d). */
-static int operand_of(const kiln_problem *p, int i, const int order[4], att_operand *o, char *why,
-                      size_t wl) {
-    const kiln_tensor_spec *t = &p->inputs[i];
-    o->input = i;
+/* The (b, h, s, d) stored dims of tensor t read with logical order `order` (logical dims of the
+ * captured tensor for b, h, s, d); the head dim innermost. */
+static int dims_of(const kiln_problem *p, const kiln_tensor_spec *t, const int order[4],
+                   att_operand *o, char *why, size_t wl) {
     if (t->ndim != 4) {
-        snprintf(why, wl, "input %s has %d dims (attention wants [b, h, s, d])", t->name, t->ndim);
+        snprintf(why, wl, "%s has %d dims (attention wants [b, h, s, d])", t->name, t->ndim);
         return 0;
     }
     for (int l = 0; l < 4; l++) {
@@ -126,6 +124,13 @@ static int operand_of(const kiln_problem *p, int i, const int order[4], att_oper
         return 0;
     }
     return 1;
+}
+
+/* dims_of input i. */
+static int operand_of(const kiln_problem *p, int i, const int order[4], att_operand *o, char *why,
+                      size_t wl) {
+    o->input = i;
+    return dims_of(p, &p->inputs[i], order, o, why, wl);
 }
 
 static int mask_operand(const kiln_problem *p, int i, att_operand *o, char *why, size_t wl) {
@@ -609,26 +614,11 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
         snprintf(why, wl, "q, k, v and the output must share one of float32, bfloat16, float16");
         return 0;
     }
-    if (o->ndim != 4) {
-        snprintf(why, wl, "output %s is not [b, h, s, d]", o->name);
-        return 0;
-    }
     /* stored in any order with d innermost: SDPA on the cpu returns [b, s, h, d] in memory */
+    static const int identity[4] = {0, 1, 2, 3};
     a->out.input = -1;
-    for (int l = 0; l < 4; l++) {
-        a->out.pos[l] = -1;
-        for (int j = 0; j < 4; j++)
-            if (o->layout.perm[j] == l)
-                a->out.pos[l] = j;
-        if (a->out.pos[l] < 0) {
-            snprintf(why, wl, "layout of output %s does not name every dim", o->name);
-            return 0;
-        }
-    }
-    if (a->out.pos[3] != 3) {
-        snprintf(why, wl, "the head dim of output %s is not innermost in memory", o->name);
+    if (!dims_of(p, o, identity, &a->out, why, wl))
         return 0;
-    }
     a->mask_dtype = a->t[ATT_MASK].input >= 0 ? p->inputs[a->t[ATT_MASK].input].dtype : a->dtype;
     for (int wi = 0; wi < p->n_workloads; wi++) {
         const kiln_workload *w = &p->workloads[wi];
@@ -655,7 +645,7 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
             return 0;
         }
         if (os[a->out.pos[0]] != q[0] || os[a->out.pos[1]] != q[1] || os[a->out.pos[2]] != q[2] ||
-            os[3] != q[3]) {
+            os[a->out.pos[3]] != q[3]) {
             snprintf(why, wl, "workload %d: the output is not [b, hq, sq, d]", wi);
             return 0;
         }

@@ -280,7 +280,7 @@ static void test_declines(void **state) {
              "\"outputs\": {\"o\": {\"shape\": [\"2\", \"16\", \"64\", \"4\"], \"dtype\": "
              "\"float32\"}}",
              kiln_part);
-    decline(def, "head dim of output o is not innermost");
+    decline(def, "the head dim of o is not innermost in memory");
 }
 
 static int64_t point_of(const int64_t bm, const int64_t bn, const int64_t warps,
