@@ -176,3 +176,47 @@ def test_an_sdpa_entry_is_hit_under_no_grad(tmp_path, dispatch):
             kiln.uninstall()
     assert hits == 2, "one hit per layer, at aten::scaled_dot_product_attention's autograd key"
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+CUDA_SDPA_SCRIPT = SDPA_SCRIPT.replace("Attention(), Attention()).eval()",
+                                       "Attention(256), Attention(256)).eval().cuda().bfloat16()") \
+    .replace("torch.randn(2, 16, 64)", "torch.randn(2, 128, 256, device='cuda', dtype=torch.bfloat16)")
+
+
+@pytest.mark.skipif(not KILN.exists(), reason=f"{KILN} does not exist: build kiln first (make)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: the CUDA path of SDPA is not run here")
+def test_cuda_sdpa_is_captured_whole_searched_and_hit(tmp_path):
+    """On the GPU, under no_grad, F.scaled_dot_product_attention reaches a dispatch mode as flash, efficient or
+    cuDNN attention (each also returning the logsumexp); capture records the composite call, `kiln optimize`'s
+    attention family proves a kernel for it on the cuda backend (its output [b, s, h, d], as SDPA returns it),
+    and the installed entry is hit once per layer with outputs within bfloat16 tolerance of eager."""
+    import kiln
+    from kiln.capture import main as capture_main
+    from kiln.install_runtime import Library
+    (tmp_path / "script.py").write_text(CUDA_SDPA_SCRIPT)
+    run = tmp_path / "run"
+    assert capture_main([str(tmp_path / "script.py"), "--out", str(run), "--device", "cuda"]) == 0
+    groups = {g["aten"]: g for g in json.loads((run / "model.json").read_text())["groups"]}
+    g = groups.get("aten::scaled_dot_product_attention.default")
+    assert g is not None and g["problem"] and g["calls"] == 4, sorted(groups)
+    assert not any("_scaled_dot_product_" in a for a in groups), "the decomposition is not recorded too"
+    name = g["problem"]
+    r = run_kiln(["optimize", str(run), str(run / "problems" / name), "--backend", "cuda", "--budget", 2,
+                  "--time", 240], timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lib = Library(str(run / "library"))
+    assert name in [e.name for e in lib.entries], r.stdout[-2000:]
+    ns: dict = {}
+    exec(CUDA_SDPA_SCRIPT.replace("for _ in range(2):\n            model(x)", "pass"), ns)
+    model, x = ns["model"], ns["x"]
+    for dispatch in ("python", "cpp"):
+        with torch.no_grad():
+            want = model(x)
+            inst = kiln.install(lib, model=model, dispatch=dispatch, entries=[name])
+            try:
+                got = model(x)
+                hits = inst.stats()["entries"][name]["hits"]
+            finally:
+                kiln.uninstall()
+        assert hits == 2, f"{dispatch}: one hit per layer"
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
