@@ -409,21 +409,22 @@ struct ModuleGate {
     Launcher L;
     int64_t *counts = nullptr; // hits, misses, grad fallbacks
 
-    // The output on a hit; None on a miss or where a gradient is needed (counted as both).
-    py::object call(const py::sequence &ts) const {
+    // The output for objs[0..n) (the gate's inputs, in order) on a hit; nullptr on a miss or where
+    // a gradient is needed (counted as both). A new reference.
+    PyObject *hit(PyObject *const *objs, size_t n) const {
         const size_t n_in = e.inputs.size();
-        if (static_cast<size_t>(py::len(ts)) != n_in) {
+        if (n != n_in || n_in > 16) {
             counts[1]++;
-            return py::none();
+            return nullptr;
         }
         at::Tensor held[16];
         const at::Tensor *tensors[16];
         for (size_t k = 0; k < n_in; k++) {
-            PyObject *o = ts[k].ptr();
-            if (!THPVariable_Check(o) ||
+            PyObject *o = objs[k];
+            if (o == nullptr || !THPVariable_Check(o) ||
                 !L.admits(e.inputs[k], (held[k] = THPVariable_Unpack(o)))) {
                 counts[1]++;
-                return py::none();
+                return nullptr;
             }
             tensors[k] = &held[k];
         }
@@ -432,10 +433,106 @@ struct ModuleGate {
         if (L.run(e, tensors, &outs) == 2) {
             counts[2]++; // a grad fallback is a miss too, as on the aten path
             counts[1]++;
-            return py::none();
+            return nullptr;
         }
         counts[0]++;
-        return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(outs[0])));
+        return THPVariable_Wrap(std::move(outs[0]));
+    }
+
+    // The output or None, for the module's tensors ts (a sequence in the gate's order).
+    py::object call(const py::sequence &ts) const {
+        const size_t n = static_cast<size_t>(py::len(ts));
+        std::vector<py::object> objs;
+        std::vector<PyObject *> ptrs;
+        for (size_t k = 0; k < n; k++) {
+            objs.push_back(ts[k]);
+            ptrs.push_back(objs.back().ptr());
+        }
+        PyObject *out = hit(ptrs.data(), n);
+        return out ? py::reinterpret_steal<py::object>(out) : py::none();
+    }
+};
+
+// A module entry's whole bound forward (dispatch "cpp", outside torch.compile's tracing):
+// nn.Module's
+// __call__ calls it directly, and it reads the gate's tensors itself — each activation from the
+// call's arguments, each parameter or buffer from the dict that held it at binding (getattr where
+// that dict no longer has it) — so that a hit runs no Python code of kiln's. Any other call (the
+// installation no longer active, keyword arguments, another number of arguments, a tensor the gate
+// refuses) is a miss: counted, then the module's own forward. Module and installation are held by
+// weak references, the own forward as its function where it is the module's bound method, so the
+// object (which the collector cannot see into) makes no cycle with the module.
+struct ModuleForward {
+    py::object gate_obj; // the ModuleGate, kept alive
+    const ModuleGate *g = nullptr;
+    py::object module_ref, inst_ref; // weakref.ref objects
+    std::vector<int> act;            // per gate input: its activation's index in args, or -1
+    std::vector<py::object> names;   // per gate input: the attribute's name (str), or None
+    std::vector<py::object> dicts;   // per gate input: the dict that held the attribute, or None
+    size_t n_act = 0;
+    py::object own;           // the module's own forward
+    bool own_unbound = false; // own is its function: called with the module first
+
+    py::object miss(PyObject *mod, const py::args &args, const py::kwargs &kwargs) const {
+        g->counts[1]++;
+        return own_call(mod, args, kwargs);
+    }
+
+    py::object own_call(PyObject *mod, const py::args &args, const py::kwargs &kwargs) const {
+        if (!own_unbound)
+            return own(*args, **kwargs);
+        if (mod == nullptr || mod == Py_None)
+            throw std::runtime_error("kiln: the module of this forward no longer exists");
+        py::tuple full(py::len(args) + 1);
+        full[0] = py::reinterpret_borrow<py::object>(mod);
+        for (size_t k = 0; k < py::len(args); k++)
+            full[k + 1] = args[k];
+        PyObject *r = PyObject_Call(own.ptr(), full.ptr(), kwargs.ptr());
+        if (r == nullptr)
+            throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(r);
+    }
+
+    py::object call(const py::args &args, const py::kwargs &kwargs) const {
+        PyObject *mod = PyWeakref_GetObject(module_ref.ptr()); // borrowed
+        PyObject *inst = PyWeakref_GetObject(inst_ref.ptr());
+        if (mod == nullptr || inst == nullptr)
+            throw py::error_already_set();
+        if (mod == Py_None || inst == Py_None || (kwargs && py::len(kwargs) != 0) ||
+            static_cast<size_t>(py::len(args)) != n_act)
+            return miss(mod, args, kwargs);
+        PyObject *active = PyObject_GetAttrString(inst, "active");
+        if (active == nullptr)
+            throw py::error_already_set();
+        const int on = PyObject_IsTrue(active);
+        Py_DECREF(active);
+        if (on <= 0)
+            return miss(mod, args, kwargs);
+        const size_t n = act.size();
+        PyObject *objs[16];
+        py::object got[16]; // attributes read by getattr (new references)
+        for (size_t k = 0; k < n && k < 16; k++) {
+            if (act[k] >= 0) {
+                objs[k] = PyTuple_GET_ITEM(args.ptr(), act[k]);
+                continue;
+            }
+            PyObject *o =
+                dicts[k].is_none() ? nullptr : PyDict_GetItem(dicts[k].ptr(), names[k].ptr());
+            if (o == nullptr) {
+                o = PyObject_GetAttr(mod, names[k].ptr());
+                if (o == nullptr) {
+                    PyErr_Clear();
+                    o = Py_None;
+                    Py_INCREF(o);
+                }
+                got[k] = py::reinterpret_steal<py::object>(o);
+            }
+            objs[k] = o;
+        }
+        PyObject *out = g->hit(objs, n); // counts the hit, the miss or the grad fallback
+        if (out != nullptr)
+            return py::reinterpret_steal<py::object>(out);
+        return own_call(mod, args, kwargs);
     }
 };
 
@@ -676,11 +773,45 @@ std::unique_ptr<ModuleGate> module_gate(const py::dict &entry, bool cuda, int de
     return g;
 }
 
+// gate.forward(module_ref, inst_ref, slots, own, own_unbound) -> ModuleForward; slots: per gate
+// input, an int (the activation's index in the forward's arguments) or (name, dict or None).
+ModuleForward module_forward(py::object gate, py::object module_ref, py::object inst_ref,
+                             const py::list &slots, py::object own, bool own_unbound) {
+    ModuleForward f;
+    f.g = gate.cast<const ModuleGate *>();
+    f.gate_obj = gate;
+    if (slots.size() != f.g->e.inputs.size() || slots.size() > 16)
+        throw std::invalid_argument("one slot per gate input (at most 16)");
+    for (const py::handle &h : slots) {
+        if (py::isinstance<py::int_>(h)) {
+            f.act.push_back(h.cast<int>());
+            f.names.push_back(py::none());
+            f.dicts.push_back(py::none());
+            f.n_act++;
+        } else {
+            py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+            f.act.push_back(-1);
+            f.names.push_back(py::str(t[0]));
+            if (!t[1].is_none() && !py::isinstance<py::dict>(t[1]))
+                throw std::invalid_argument("a slot's holder is a dict or None");
+            f.dicts.push_back(py::reinterpret_borrow<py::object>(t[1]));
+        }
+    }
+    for (int a : f.act)
+        if (a >= static_cast<int>(f.n_act))
+            throw std::invalid_argument("an activation index out of range");
+    f.module_ref = module_ref;
+    f.inst_ref = inst_ref;
+    f.own = own;
+    f.own_unbound = own_unbound;
+    return f;
+}
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "kiln's C++ dispatcher kernels for aten entries (python/kiln/_dispatch.cpp)";
-    m.attr("ABI") = 2;
+    m.attr("ABI") = 3;
 #ifdef KILN_WITH_CUDA
     m.attr("CUDA") = true;
 #else
@@ -705,6 +836,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     py::class_<ModuleGate>(m, "ModuleGate")
         .def("__call__", &ModuleGate::call,
              "the module's output from kiln's kernel, or None (a miss: run the module's own code)")
-        .def_property_readonly("entry", [](const ModuleGate &g) { return g.e.name; });
+        .def_property_readonly("entry", [](const ModuleGate &g) { return g.e.name; })
+        .def("forward", &module_forward,
+             "forward(module_ref, inst_ref, slots, own, own_unbound): the whole bound forward in "
+             "C++");
     m.def("module_gate", &module_gate, "the C++ gate and launch of one module entry");
+    py::class_<ModuleForward>(m, "ModuleForward", py::dynamic_attr())
+        .def("__call__", &ModuleForward::call,
+             "the module's output: kiln's kernel on a hit, else the module's own forward");
 }

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 DISPATCH_MODES = ("python", "cpp", "auto")
 _DISPATCH_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_dispatch.cpp")
-_DISPATCH_ABI = 2
+_DISPATCH_ABI = 3
 _dispatch_ext: dict = {}  # "cpu" / "cuda" -> the built module, or the KilnError that says why there is none
 _A_TENSOR, _A_NONE, _A_BOOL, _A_NUMBER, _A_INTLIST, _A_STR, _A_DTYPE, _A_DEFAULT = range(8)  # _dispatch.cpp
 
@@ -266,6 +266,16 @@ def cpp_module_gate(inst: "Installation", entry, target: str):
     inst._cpp_regs.append((None, counts, spec))  # the counters live as long as the gate
     inst.dispatch[target] = "cpp"
     return gate
+
+
+def cpp_module_forward(cgate, module, inst: "Installation", slots: list, original):
+    """A module entry's bound forward made whole in C++ (_dispatch.cpp's ModuleForward) around its C++ gate:
+    module and installation held by weak references, the module's own forward as its function where it is
+    module's bound method (so that nothing keeps module alive), else as it is."""
+    import weakref
+    unbound = getattr(original, "__self__", None) is module and hasattr(original, "__func__")
+    own = original.__func__ if unbound else original
+    return cgate.forward(weakref.ref(module), weakref.ref(inst), slots, own, unbound)
 
 
 def _install_cpp(inst: "Installation", overrides: list) -> list:

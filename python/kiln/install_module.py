@@ -9,7 +9,7 @@ import re
 import weakref
 from typing import TYPE_CHECKING
 
-from kiln.install_cpp import cpp_module_gate
+from kiln.install_cpp import cpp_module_forward, cpp_module_gate
 from kiln.install_gate import _GRAD, ALIGN, _Gate, _Unsupported, same_layout
 from kiln.install_runtime import Entry, KilnError, Library
 
@@ -71,10 +71,10 @@ class _ModuleEntry:
             ts.insert(slot, args[i])
         return ts
 
-    def tensors_of(self, module):
-        """tensors(module, args) for one module instance, with the same result, made for a hit's host time:
-        an attribute that is one of module's parameters or buffers is read from that dict (a lookup, where
-        getattr walks nn.Module.__getattr__: about 0.4 us each), getattr where neither holds it any more."""
+    def _sources(self, module) -> list:
+        """(name, holder) per attribute input of module: holder is the dict of module's parameters or
+        buffers that has it (read with a lookup, where getattr walks nn.Module.__getattr__: about 0.4 us
+        each), None where getattr must read it; a holder that no longer has the name sends it to getattr."""
         sources = []
         for n in self.attr_names:
             held = None
@@ -83,6 +83,20 @@ class _ModuleEntry:
                     held = d
                     break
             sources.append((n, held))
+        return sources
+
+    def slots(self, module) -> list:
+        """The gate's inputs for module as the C++ forward reads them (_dispatch.cpp, module_forward): per
+        input, the activation's index in forward's arguments, or _sources' (name, holder)."""
+        ts = list(self._sources(module))
+        for slot, i in self._inserts:
+            ts.insert(slot, i)
+        return ts
+
+    def tensors_of(self, module):
+        """tensors(module, args) for one module instance, with the same result, made for a hit's host time
+        (attributes read as _sources says)."""
+        sources = self._sources(module)
         inserts, missing = self._inserts, _MISSING
         if len(inserts) == 1 and inserts[0] == (0, 0):  # the usual module: forward(x) with x first
 
@@ -291,19 +305,6 @@ class _ModuleBinding:
                         return op(*ts)
                 return original(*args, **kwargs)
 
-        def kiln_forward_cpp(*args, **kwargs):
-            if traced and is_compiling():
-                return traced_forward(args, kwargs)
-            module = module_ref()
-            if inst.active and module is not None and len(args) == n_act and not kwargs:
-                ts = fast_inputs(module, args)
-                out = cgate(ts)  # counts the hit, the miss or the grad fallback itself
-                if out is not None:
-                    return out
-                return original(*args, **kwargs)
-            counts[1] += 1
-            return original(*args, **kwargs)
-
         def kiln_forward(*args, **kwargs):
             if traced and is_compiling():
                 return traced_forward(args, kwargs)
@@ -326,7 +327,16 @@ class _ModuleBinding:
             counts[1] += 1
             return original(*args, **kwargs)
 
-        forward = kiln_forward if cgate is None else kiln_forward_cpp
+        forward = kiln_forward
+        if cgate is not None:  # the eager path whole in C++: gate inputs, checks, launch, or the own forward
+            cpp_forward = forward = cpp_module_forward(cgate, module, inst, mentry.slots(module), original)
+        if cgate is not None and traced:  # dynamo cannot trace into C++: a Python frame chooses
+
+            def kiln_forward_cpp(*args, **kwargs):
+                if is_compiling():
+                    return traced_forward(args, kwargs)
+                return cpp_forward(*args, **kwargs)
+            forward = kiln_forward_cpp
         forward.__kiln__ = mentry.entry.name
         module.forward = forward
 

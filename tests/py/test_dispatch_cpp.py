@@ -128,6 +128,45 @@ def test_module_gate_misses_and_grad_like_the_python_path(ext, opened):
         assert _same_values(got, r)
 
 
+@pytest.mark.parametrize("compile_friendly", [False, True])
+def test_module_forward_is_cpp_and_keeps_no_module_alive(ext, opened, compile_friendly):
+    """On the C++ path a module entry's eager forward is one C++ object (_dispatch.cpp's ModuleForward; behind
+    one Python frame where torch.compile must be able to trace it): a hit gives the Python path's values, a
+    call with a keyword or another number of arguments is a counted miss that runs the module's own forward,
+    and a model dropped while kiln is installed is freed (the forward holds it weakly, so no cycle the
+    collector cannot see into keeps it)."""
+    import gc
+    import weakref
+    rms_entry = [e.name for e in opened.entries if e.kind == "module"]
+    model, x = _model(), torch.randn(ROWS, HIDDEN)
+    rms = next(m for m in model.modules() if type(m).__name__ == "RMSNorm")
+    with torch.inference_mode():
+        ref = rms(x)
+    inst = kiln.install(opened, model=model, entries=rms_entry, dispatch="cpp", compile_friendly=compile_friendly)
+    try:
+        fwd = rms.forward
+        cpp = fwd if not compile_friendly else next(
+            c.cell_contents for c in fwd.__closure__ if type(c.cell_contents).__name__ == "ModuleForward")
+        assert type(cpp).__name__ == "ModuleForward" and fwd.__kiln__ == rms_entry[0]
+        with torch.inference_mode():
+            hit = rms(x)
+            t = inst.stats()["targets"]["module RMSNorm"]
+            assert (t["hits"], t["misses"]) == (1, 0), t
+            kw = rms(x=x)  # not how the entry was captured: the module's own code
+            t = inst.stats()["targets"]["module RMSNorm"]
+            assert (t["hits"], t["misses"]) == (1, 1), t
+            with pytest.raises(TypeError):
+                rms(x, x)  # the module's own forward says what is wrong
+        assert _same_values(hit, ref) or torch.allclose(hit, ref, rtol=1e-4, atol=1e-5)
+        assert _same_values(kw, ref)
+        gone = weakref.ref(model)
+        del model, rms, fwd, cpp
+        gc.collect()
+        assert gone() is None, "the installed forward keeps its module alive"
+    finally:
+        kiln.uninstall()
+
+
 def test_misses_fall_back_exactly(ext, opened):
     """Other shapes, strides, a misaligned start, another non-tensor argument, another dtype, wrapped Python
     numbers of every kind: the original kernel runs, bitwise eager, and both paths count the same misses."""
