@@ -313,11 +313,27 @@ static void emit_window(kg_scope *s, int v) {
     }
     snprintf(ind, sizeof ind, "%s    ", in);
     for (int i = 0; i < m->n; i++) {
-        kiln_strbuf_printf(s->b,
-                           "%sfor (int64_t kg_s%d_%d = kg_lo%d_%d; kg_s%d_%d < kg_hi%d_%d; "
-                           "kg_s%d_%d += %lld) {\n",
-                           ind, id, i, id, i, id, i, id, i, id, i,
-                           avg ? 1LL : (long long)m->dilation[i]);
+        const long long step = avg ? 1LL : (long long)m->dilation[i];
+        if (m->adaptive) {
+            kiln_strbuf_printf(s->b,
+                               "%sfor (int64_t kg_s%d_%d = kg_lo%d_%d; kg_s%d_%d < kg_hi%d_%d; "
+                               "kg_s%d_%d += %lld) {\n",
+                               ind, id, i, id, i, id, i, id, i, id, i, step);
+        } else {
+            /* A fixed window: a constant trip count that the compiler unrolls, so that all of the
+             * window's loads are in flight at once, and each tap outside [lo, hi) skipped; the
+             * taps are visited in the same ascending order as a loop from lo to hi. */
+            if (s->cuda)
+                kiln_strbuf_printf(s->b, "%s#pragma unroll\n", ind);
+            kiln_strbuf_printf(s->b,
+                               "%sfor (int kg_j%d_%d = 0; kg_j%d_%d < %lld; kg_j%d_%d++) {\n"
+                               "%s    const int64_t kg_s%d_%d = kg_st%d_%d + (int64_t)kg_j%d_%d * "
+                               "%lld;\n"
+                               "%s    if (kg_s%d_%d < kg_lo%d_%d || kg_s%d_%d >= kg_hi%d_%d)\n"
+                               "%s        continue;\n",
+                               ind, id, i, id, i, (long long)m->kernel[i], id, i, ind, id, i, id, i,
+                               id, i, step, ind, id, i, id, i, id, i, id, i, ind);
+        }
         snprintf(coord[i], sizeof coord[i], "kg_s%d_%d", id, i);
         size_t l = strlen(ind);
         snprintf(ind + l, sizeof ind - l, "    ");
