@@ -263,6 +263,17 @@ static void emit_window(kg_scope *s, int v) {
     if (!avg)
         kiln_strbuf_printf(s->b, "%sint64_t %s_i;\n", in, s->name[v]);
     kiln_strbuf_printf(s->b, "%s{ /* %s window */\n", in, avg ? "average" : "max");
+    /* a fixed window's positions along one axis in 32 bits where every size involved fits: the
+     * bounds checks of each tap are then single compares (the addresses stay 64-bit) */
+    int narrow = !m->adaptive;
+    for (int w = 0; w < ir->p->n_workloads && narrow; w++)
+        for (int i = 0; i < m->n && narrow; i++) {
+            const int64_t size = kir_eval(ir->p, ir->axes[m->src[i]].size, w),
+                          out = kir_eval(ir->p, ir->axes[m->dst[i]].size, w);
+            const int64_t reach = out * m->stride[i] + m->pad[i] + m->kernel[i] * m->dilation[i];
+            narrow = size < INT32_MAX / 2 && reach < INT32_MAX / 2;
+        }
+    const char *pt = narrow ? "int" : "int64_t";
     for (int i = 0; i < m->n; i++) {
         const char *size = ir->axes[m->src[i]].size, *out = ir->axes[m->dst[i]].size;
         const char *dst = s->coord[m->dst[i]][0] ? s->coord[m->dst[i]] : "0";
@@ -277,30 +288,30 @@ static void emit_window(kg_scope *s, int v) {
                                in, id, i, dst, size, out, out);
             continue;
         }
-        kiln_strbuf_printf(s->b, "%s    const int64_t kg_st%d_%d = (int64_t)(%s) * %lld - %lld;\n",
-                           in, id, i, dst, st, pad);
+        kiln_strbuf_printf(s->b, "%s    const %s kg_st%d_%d = (%s)(%s) * %lld - %lld;\n", in, pt,
+                           id, i, pt, dst, st, pad);
         if (avg) {
             kiln_strbuf_printf(s->b,
-                               "%s    const int64_t kg_en%d_%d = kg_st%d_%d + %lld < (%s) + %lld ? "
-                               "kg_st%d_%d + %lld : (%s) + %lld;\n",
-                               in, id, i, id, i, k, size, pad, id, i, k, size, pad);
-            kiln_strbuf_printf(
-                s->b, "%s    const int64_t kg_lo%d_%d = kg_st%d_%d < 0 ? 0 : kg_st%d_%d;\n", in, id,
-                i, id, i, id, i);
+                               "%s    const %s kg_en%d_%d = kg_st%d_%d + %lld < (%s) + %lld ? "
+                               "kg_st%d_%d + %lld : (%s)(%s) + %lld;\n",
+                               in, pt, id, i, id, i, k, size, pad, id, i, k, pt, size, pad);
             kiln_strbuf_printf(s->b,
-                               "%s    const int64_t kg_hi%d_%d = kg_en%d_%d < (%s) ? kg_en%d_%d : "
-                               "(%s);\n",
-                               in, id, i, id, i, size, id, i, size);
+                               "%s    const %s kg_lo%d_%d = kg_st%d_%d < 0 ? 0 : kg_st%d_%d;\n", in,
+                               pt, id, i, id, i, id, i);
+            kiln_strbuf_printf(s->b,
+                               "%s    const %s kg_hi%d_%d = kg_en%d_%d < (%s) ? kg_en%d_%d : "
+                               "(%s)(%s);\n",
+                               in, pt, id, i, id, i, size, id, i, pt, size);
         } else {
             kiln_strbuf_printf(s->b,
-                               "%s    const int64_t kg_hi%d_%d = kg_st%d_%d + %lld < (%s) ? "
-                               "kg_st%d_%d + %lld : (%s);\n",
-                               in, id, i, id, i, (k - 1) * d + 1, size, id, i, (k - 1) * d + 1,
-                               size);
+                               "%s    const %s kg_hi%d_%d = kg_st%d_%d + %lld < (%s) ? "
+                               "kg_st%d_%d + %lld : (%s)(%s);\n",
+                               in, pt, id, i, id, i, (k - 1) * d + 1, size, id, i, (k - 1) * d + 1,
+                               pt, size);
             kiln_strbuf_printf(s->b,
-                               "%s    int64_t kg_lo%d_%d = kg_st%d_%d;\n%s    while (kg_lo%d_%d < "
+                               "%s    %s kg_lo%d_%d = kg_st%d_%d;\n%s    while (kg_lo%d_%d < "
                                "0)\n%s        kg_lo%d_%d += %lld;\n",
-                               in, id, i, id, i, in, id, i, in, id, i, d);
+                               in, pt, id, i, id, i, in, id, i, in, id, i, d);
         }
     }
     if (avg) {
@@ -327,12 +338,12 @@ static void emit_window(kg_scope *s, int v) {
                 kiln_strbuf_printf(s->b, "%s#pragma unroll\n", ind);
             kiln_strbuf_printf(s->b,
                                "%sfor (int kg_j%d_%d = 0; kg_j%d_%d < %lld; kg_j%d_%d++) {\n"
-                               "%s    const int64_t kg_s%d_%d = kg_st%d_%d + (int64_t)kg_j%d_%d * "
+                               "%s    const %s kg_s%d_%d = kg_st%d_%d + (%s)kg_j%d_%d * "
                                "%lld;\n"
                                "%s    if (kg_s%d_%d < kg_lo%d_%d || kg_s%d_%d >= kg_hi%d_%d)\n"
                                "%s        continue;\n",
-                               ind, id, i, id, i, (long long)m->kernel[i], id, i, ind, id, i, id, i,
-                               id, i, step, ind, id, i, id, i, id, i, id, i, ind);
+                               ind, id, i, id, i, (long long)m->kernel[i], id, i, ind, pt, id, i,
+                               id, i, pt, id, i, step, ind, id, i, id, i, id, i, id, i, ind);
         }
         snprintf(coord[i], sizeof coord[i], "kg_s%d_%d", id, i);
         size_t l = strlen(ind);
