@@ -260,8 +260,13 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
         resident * work * held * (double)(q.vec * fact(m, "in_bytes")) * request;
     double bw = KG_BW * fmin(1, fmax(inflight, 1) / (KG_SMS * KG_INFLIGHT_SM));
     const double warps = fmin(64, resident / KG_SMS / 32); /* resident warps per SM */
-    if (warps < 16) /* too few warps to overlap loads, math and stores */
-        bw *= 0.5 + 0.5 * warps / 16;
+    /* too few warps to overlap loads, math and stores; a pooling window's taps are gathers behind
+     * their own bounds checks, which only more warps hide: on the H200 max_pool2d 3x3/2 took
+     * 132 us with a persistent grid of 512 threads a block (16 warps an SM) against 57 us with
+     * a block per 512 outputs */
+    const double want = fact(m, "windows") ? 48 : 16;
+    if (warps < want)
+        bw *= 0.5 + 0.5 * warps / want;
     /* a block that reads its slice, then writes it, overlaps only with other blocks on its SM */
     if (kind != KG_POINTWISE && fact(m, "full_out") && blocks_per_sm < 2)
         bw *= 0.75;
@@ -270,6 +275,10 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
      * 6-9 % slower than a block per group (RMSNorm over channels 151 vs 138 us, the causal-mask
      * chain 324 vs 305 us) */
     if (kind != KG_POINTWISE && fact(m, "full_out") && q.persist)
+        bw *= 0.92;
+    /* every persistent grid measured on a pooling window was slower than a block per chunk (the
+     * fastest of 8 and 10 points was PERSIST 0 in both sweeps of 2026-12-04) */
+    if (fact(m, "windows") && q.persist)
         bw *= 0.92;
     double moved = bytes;
     if (kind != KG_POINTWISE && !q.cache) { /* the reduced inputs are read once per pass */
