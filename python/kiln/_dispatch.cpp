@@ -453,15 +453,15 @@ struct ModuleGate {
     }
 };
 
-// A module entry's whole bound forward (dispatch "cpp", outside torch.compile's tracing):
-// nn.Module's
-// __call__ calls it directly, and it reads the gate's tensors itself — each activation from the
-// call's arguments, each parameter or buffer from the dict that held it at binding (getattr where
-// that dict no longer has it) — so that a hit runs no Python code of kiln's. Any other call (the
-// installation no longer active, keyword arguments, another number of arguments, a tensor the gate
-// refuses) is a miss: counted, then the module's own forward. Module and installation are held by
-// weak references, the own forward as its function where it is the module's bound method, so the
-// object (which the collector cannot see into) makes no cycle with the module.
+// A module entry's whole bound forward (dispatch "cpp", outside torch.compile's tracing): the
+// module's __call__ calls it directly, and it reads the gate's tensors itself (each activation
+// from the call's arguments, each parameter or buffer from the dict that held it at binding,
+// getattr where that dict no longer has it), so that a hit runs no Python code of kiln's. Any
+// other call (the installation no longer active, keyword arguments, another number of arguments,
+// a tensor the gate refuses) is a miss: counted, then the module's own forward. Module and
+// installation are held by weak references, the own forward as its function where it is the
+// module's bound method, so the object (which the collector cannot see into) makes no cycle with
+// the module.
 struct ModuleForward {
     py::object gate_obj; // the ModuleGate, kept alive
     const ModuleGate *g = nullptr;
@@ -780,8 +780,8 @@ ModuleForward module_forward(py::object gate, py::object module_ref, py::object 
     ModuleForward f;
     f.g = gate.cast<const ModuleGate *>();
     f.gate_obj = gate;
-    if (slots.size() != f.g->e.inputs.size() || slots.size() > 16)
-        throw std::invalid_argument("one slot per gate input (at most 16)");
+    if (slots.size() != f.g->e.inputs.size()) // more than 16 inputs: every call is a miss (hit())
+        throw std::invalid_argument("one slot per gate input");
     for (const py::handle &h : slots) {
         if (py::isinstance<py::int_>(h)) {
             f.act.push_back(h.cast<int>());
