@@ -2,9 +2,9 @@
 // entries (kiln.install(..., dispatch="cpp")). Built on demand by python/kiln/install_cpp.py with
 // torch.utils.cpp_extension.load into kiln's cache.
 //
-// A module entry's bound forward (install_module.py) hands the module's tensors to its ModuleGate
-// in one call: the same tensor checks and launch as below, no schema arguments; None sends the
-// forward to the module's own code.
+// A module entry's bound forward is a ModuleForward (install_module.py binds it): it reads the
+// module's tensors and hands them to its ModuleGate, the same tensor checks and launch as below
+// without schema arguments; a miss runs the module's own forward.
 //
 // For one overridden (aten overload, dispatch key) it registers ONE boxed kernel, at run time, with
 // a torch::Library of kind IMPL for namespace "aten". The kernel holds every entry's gate as plain
@@ -402,8 +402,7 @@ struct Override {
 };
 
 // A module entry's gate: the module's tensors (activation and parameters, in the entry's input
-// order) are checked and launched here in one call from the bound forward; a miss (None) sends the
-// forward to the module's own code.
+// order) are checked and launched here in one call from its ModuleForward below.
 struct ModuleGate {
     Entry e; // args unused: a module entry has only tensors
     Launcher L;
@@ -437,19 +436,6 @@ struct ModuleGate {
         }
         counts[0]++;
         return THPVariable_Wrap(std::move(outs[0]));
-    }
-
-    // The output or None, for the module's tensors ts (a sequence in the gate's order).
-    py::object call(const py::sequence &ts) const {
-        const size_t n = static_cast<size_t>(py::len(ts));
-        std::vector<py::object> objs;
-        std::vector<PyObject *> ptrs;
-        for (size_t k = 0; k < n; k++) {
-            objs.push_back(ts[k]);
-            ptrs.push_back(objs.back().ptr());
-        }
-        PyObject *out = hit(ptrs.data(), n);
-        return out ? py::reinterpret_steal<py::object>(out) : py::none();
     }
 };
 
@@ -834,8 +820,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("register_override", &register_override,
           "registers one boxed kernel for (aten overload, key)");
     py::class_<ModuleGate>(m, "ModuleGate")
-        .def("__call__", &ModuleGate::call,
-             "the module's output from kiln's kernel, or None (a miss: run the module's own code)")
         .def_property_readonly("entry", [](const ModuleGate &g) { return g.e.name; })
         .def("forward", &module_forward,
              "forward(module_ref, inst_ref, slots, own, own_unbound): the whole bound forward in "
