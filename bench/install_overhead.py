@@ -336,8 +336,9 @@ def print_tables(rows: dict, graphs: dict, model_graph: Optional[dict], device: 
               f"{_f(r['miss_align_overhead_host_us'])} | {counted} | {verdict} | {gtxt} |")
     floors = [(n, r) for n, r in rows.items() if r.get("module_call_host_us") is not None]
     if floors:
-        print("\nA module entry's hit is entered through nn.Module.__call__, which an eager call of the module pays "
-              "as well; the same call with the module's forward returning a ready output costs (host us): " +
+        print("\nAn eager call of a module goes through nn.Module.__call__ (kiln's C++ path skips it where no hook "
+              "needs it: install_cpp.swap_module_class); the same call with the module's forward returning a ready "
+              "output costs (host us): " +
               "; ".join(f"{n} {_f(r['module_call_host_us'])}, so kiln's hit is "
                         f"{_f(r['hit_overhead_beyond_module_call_host_us'])} over the bare launch and that call"
                         for n, r in floors))

@@ -52,12 +52,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 
 #ifdef KILN_WITH_CUDA
 #include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -458,48 +460,56 @@ struct ModuleForward {
     size_t n_act = 0;
     py::object own;           // the module's own forward
     bool own_unbound = false; // own is its function: called with the module first
+    py::object active_name = py::str("active");
 
-    py::object miss(PyObject *mod, const py::args &args, const py::kwargs &kwargs) const {
-        g->counts[1]++;
-        return own_call(mod, args, kwargs);
-    }
-
-    py::object own_call(PyObject *mod, const py::args &args, const py::kwargs &kwargs) const {
-        if (!own_unbound)
-            return own(*args, **kwargs);
-        if (mod == nullptr || mod == Py_None)
-            throw std::runtime_error("kiln: the module of this forward no longer exists");
-        py::tuple full(py::len(args) + 1);
-        full[0] = py::reinterpret_borrow<py::object>(mod);
-        for (size_t k = 0; k < py::len(args); k++)
-            full[k + 1] = args[k];
-        PyObject *r = PyObject_Call(own.ptr(), full.ptr(), kwargs.ptr());
+    py::object call(const py::args &args, const py::kwargs &kwargs) const {
+        PyObject *mod = PyWeakref_GetObject(module_ref.ptr()); // borrowed
+        if (mod == nullptr)
+            throw py::error_already_set();
+        if (kwargs && py::len(kwargs) != 0) {
+            g->counts[1]++;
+            return own_call_kw(mod, args, kwargs);
+        }
+        const size_t n = PyTuple_GET_SIZE(args.ptr());
+        // the module before the arguments, as ModuleCall passes them
+        std::vector<PyObject *> with_mod(n + 1);
+        with_mod[0] = mod;
+        for (size_t k = 0; k < n; k++)
+            with_mod[k + 1] = PyTuple_GET_ITEM(args.ptr(), k);
+        PyObject *r = run(mod, with_mod.data(), n);
         if (r == nullptr)
             throw py::error_already_set();
         return py::reinterpret_steal<py::object>(r);
     }
 
-    py::object call(const py::args &args, const py::kwargs &kwargs) const {
-        PyObject *mod = PyWeakref_GetObject(module_ref.ptr()); // borrowed
+    // The call on positional arguments args[1..n] (args[0] is mod: the module, borrowed, or None
+    // where it no longer exists): kiln's output on a hit, else the module's own forward (a miss,
+    // counted). A new reference, or nullptr with a Python error set.
+    PyObject *run(PyObject *mod, PyObject *const *args, size_t n) const {
         PyObject *inst = PyWeakref_GetObject(inst_ref.ptr());
-        if (mod == nullptr || inst == nullptr)
-            throw py::error_already_set();
-        if (mod == Py_None || inst == Py_None || (kwargs && py::len(kwargs) != 0) ||
-            static_cast<size_t>(py::len(args)) != n_act)
-            return miss(mod, args, kwargs);
-        PyObject *active = PyObject_GetAttrString(inst, "active");
+        if (inst == nullptr)
+            return nullptr;
+        if (mod == Py_None || inst == Py_None || n != n_act) {
+            g->counts[1]++;
+            return own_call(mod, args, n);
+        }
+        PyObject *active = PyObject_GetAttr(inst, active_name.ptr());
         if (active == nullptr)
-            throw py::error_already_set();
+            return nullptr;
         const int on = PyObject_IsTrue(active);
         Py_DECREF(active);
-        if (on <= 0)
-            return miss(mod, args, kwargs);
-        const size_t n = act.size();
+        if (on < 0)
+            return nullptr;
+        if (on == 0) {
+            g->counts[1]++;
+            return own_call(mod, args, n);
+        }
+        const size_t n_in = act.size();
         PyObject *objs[16];
         py::object got[16]; // attributes read by getattr (new references)
-        for (size_t k = 0; k < n && k < 16; k++) {
+        for (size_t k = 0; k < n_in && k < 16; k++) {
             if (act[k] >= 0) {
-                objs[k] = PyTuple_GET_ITEM(args.ptr(), act[k]);
+                objs[k] = args[1 + act[k]];
                 continue;
             }
             PyObject *o =
@@ -515,12 +525,171 @@ struct ModuleForward {
             }
             objs[k] = o;
         }
-        PyObject *out = g->hit(objs, n); // counts the hit, the miss or the grad fallback
+        PyObject *out;
+        try {
+            out = g->hit(objs, n_in); // counts the hit, the miss or the grad fallback
+        } catch (const c10::Error &e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+            return nullptr;
+        } catch (const std::exception &e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+            return nullptr;
+        }
         if (out != nullptr)
-            return py::reinterpret_steal<py::object>(out);
-        return own_call(mod, args, kwargs);
+            return out;
+        return own_call(mod, args, n);
+    }
+
+    // The module's own forward on args[1..n] (args[0] is the module).
+    PyObject *own_call(PyObject *mod, PyObject *const *args, size_t n) const {
+        if (!own_unbound)
+            return PyObject_Vectorcall(own.ptr(), args + 1, n, nullptr);
+        if (mod == nullptr || mod == Py_None) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "kiln: the module of this forward no longer exists");
+            return nullptr;
+        }
+        return PyObject_Vectorcall(own.ptr(), args, n + 1, nullptr);
+    }
+
+    py::object own_call_kw(PyObject *mod, const py::args &args, const py::kwargs &kwargs) const {
+        if (!own_unbound)
+            return own(*args, **kwargs);
+        if (mod == Py_None)
+            throw std::runtime_error("kiln: the module of this forward no longer exists");
+        py::tuple full(py::len(args) + 1);
+        full[0] = py::reinterpret_borrow<py::object>(mod);
+        for (size_t k = 0; k < py::len(args); k++)
+            full[k + 1] = args[k];
+        PyObject *r = PyObject_Call(own.ptr(), full.ptr(), kwargs.ptr());
+        if (r == nullptr)
+            throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(r);
     }
 };
+
+// A module's call where kiln swapped its class (install_module.py, _swap_class): the swapped
+// class's __call__ is this object, a method descriptor, so module(x) arrives here with the module
+// first, without nn.Module.__call__'s Python frames (about 1 us of a hit). Where that call would
+// do more than call forward (the module's or global hooks, a module.compile(), the JIT tracer),
+// or where the module's forward is no longer the one kiln bound (its "_kiln_fast" tuple starts
+// (bound forward, ModuleForward, ...)), it calls nn.Module.__call__ itself; else the ModuleForward
+// directly. Read from the class (type(module).__call__, which dynamo inlines) it is
+// nn.Module.__call__, and from the module its bound method, so torch.compile traces the module
+// as it did before the swap.
+struct ModuleCall {
+    PyObject_HEAD vectorcallfunc vectorcall;
+    PyObject *module_call; // torch.nn.Module.__call__
+    PyObject *hooks[4];    // torch.nn.modules.module's global hook dicts (never rebound there)
+};
+
+PyObject *k_fast, *k_forward, *k_compiled, *k_hooks[4]; // interned keys of a module's __dict__
+
+// The ModuleForward that mod's call may go to directly, or nullptr where nn.Module.__call__ must
+// run.
+const ModuleForward *fast_forward(const ModuleCall *mc, PyObject *mod) {
+    if (torch::jit::tracer::isTracing())
+        return nullptr;
+    for (PyObject *h : mc->hooks)
+        if (PyDict_Size(h) != 0)
+            return nullptr;
+    PyObject *d = PyObject_GenericGetDict(mod, nullptr);
+    if (d == nullptr) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    py::object dict = py::reinterpret_steal<py::object>(d);
+    PyObject *fast = PyDict_GetItem(d, k_fast);
+    if (fast == nullptr || !PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) < 2 ||
+        PyDict_GetItem(d, k_forward) != PyTuple_GET_ITEM(fast, 0))
+        return nullptr;
+    for (PyObject *k : k_hooks) {
+        PyObject *h = PyDict_GetItem(d, k);
+        if (h == nullptr || !PyDict_Check(h) || PyDict_Size(h) != 0)
+            return nullptr;
+    }
+    PyObject *compiled =
+        PyDict_GetItem(d, k_compiled); // module.compile() sets it; else nn.Module's None
+    if (compiled != nullptr && compiled != Py_None)
+        return nullptr;
+    py::handle h = PyTuple_GET_ITEM(fast, 1);
+    if (!py::isinstance<ModuleForward>(h))
+        return nullptr;
+    const auto *f = h.cast<const ModuleForward *>();
+    // the ModuleForward of another module (a tuple copied over by hand) reads that module
+    return PyWeakref_GetObject(f->module_ref.ptr()) == mod ? f : nullptr;
+}
+
+PyObject *module_call_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    const auto *mc = reinterpret_cast<const ModuleCall *>(self);
+    const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n >= 1 && (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
+        const ModuleForward *f = fast_forward(mc, args[0]);
+        if (f != nullptr)
+            return f->run(args[0], args, static_cast<size_t>(n - 1));
+    }
+    return PyObject_Vectorcall(mc->module_call, args, nargsf, kwnames);
+}
+
+PyObject *module_call_get(PyObject *self, PyObject *obj, PyObject *) {
+    auto *mc = reinterpret_cast<ModuleCall *>(self);
+    if (obj == nullptr) {
+        Py_INCREF(mc->module_call);
+        return mc->module_call;
+    }
+    return PyMethod_New(mc->module_call, obj);
+}
+
+void module_call_dealloc(PyObject *self) {
+    auto *mc = reinterpret_cast<ModuleCall *>(self);
+    Py_XDECREF(mc->module_call);
+    for (PyObject *h : mc->hooks)
+        Py_XDECREF(h);
+    PyObject_Free(self);
+}
+
+PyTypeObject ModuleCallType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// module_call(nn.Module.__call__, [the four global hook dicts]) -> ModuleCall
+py::object make_module_call(py::object module_call, const py::list &hooks) {
+    if (!PyCallable_Check(module_call.ptr()))
+        throw std::invalid_argument("nn.Module.__call__ is not callable");
+    if (hooks.size() != 4)
+        throw std::invalid_argument("four global hook dicts");
+    for (const py::handle &h : hooks)
+        if (!PyDict_Check(h.ptr()))
+            throw std::invalid_argument("a global hook table that is not a dict");
+    ModuleCall *mc = PyObject_New(ModuleCall, &ModuleCallType);
+    if (mc == nullptr)
+        throw py::error_already_set();
+    mc->vectorcall = module_call_vectorcall;
+    mc->module_call = module_call.release().ptr();
+    for (size_t k = 0; k < 4; k++)
+        mc->hooks[k] = py::reinterpret_borrow<py::object>(hooks[k]).release().ptr();
+    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(mc));
+}
+
+void ready_module_call_type() {
+    static const char *hook_names[4] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                        "_backward_pre_hooks"};
+    k_fast = PyUnicode_InternFromString("_kiln_fast");
+    k_forward = PyUnicode_InternFromString("forward");
+    k_compiled = PyUnicode_InternFromString("_compiled_call_impl");
+    for (size_t k = 0; k < 4; k++)
+        k_hooks[k] = PyUnicode_InternFromString(hook_names[k]);
+    ModuleCallType.tp_name = "kiln_dispatch.ModuleCall";
+    ModuleCallType.tp_doc = "a swapped module class's __call__ (kiln, _dispatch.cpp)";
+    ModuleCallType.tp_basicsize = sizeof(ModuleCall);
+    ModuleCallType.tp_flags =
+        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+    ModuleCallType.tp_vectorcall_offset = offsetof(ModuleCall, vectorcall);
+    ModuleCallType.tp_call = PyVectorcall_Call;
+    ModuleCallType.tp_descr_get = module_call_get;
+    ModuleCallType.tp_dealloc = module_call_dealloc;
+    if (PyType_Ready(&ModuleCallType) < 0)
+        throw py::error_already_set();
+}
 
 struct BackendKernel final : c10::OperatorKernel {
     std::shared_ptr<Override> ov;
@@ -797,7 +966,7 @@ ModuleForward module_forward(py::object gate, py::object module_ref, py::object 
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "kiln's C++ dispatcher kernels for aten entries (python/kiln/_dispatch.cpp)";
-    m.attr("ABI") = 3;
+    m.attr("ABI") = 4;
 #ifdef KILN_WITH_CUDA
     m.attr("CUDA") = true;
 #else
@@ -825,6 +994,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              "forward(module_ref, inst_ref, slots, own, own_unbound): the whole bound forward in "
              "C++");
     m.def("module_gate", &module_gate, "the C++ gate and launch of one module entry");
+    ready_module_call_type();
+    m.def("module_call", &make_module_call,
+          "module_call(nn.Module.__call__, global hook dicts): a swapped module class's __call__");
     py::class_<ModuleForward>(m, "ModuleForward", py::dynamic_attr())
         .def("__call__", &ModuleForward::call,
              "the module's output: kiln's kernel on a hit, else the module's own forward");

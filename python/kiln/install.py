@@ -98,6 +98,7 @@ class Installation:
         self._compiled_model = None  # install(compile=..., model=model): compiled in place until uninstall
         self.dispatch_mode = "python"  # install(dispatch=...): "python", "cpp" or "auto"
         self.dispatch: dict = {}  # "aten::x.y" -> "cpp" or "python" (set when dispatch_mode is not "python")
+        self._swapped_classes: dict = {}  # module class -> kiln's subclass of it (install_cpp.swap_module_class)
         self._cpp_regs: list = []  # (_dispatch.cpp Registration or None, counters, spec) per C++ override or gate
         self._overridden: list = []  # the aten overloads whose kernels kiln registered (_forget_dispatch)
 

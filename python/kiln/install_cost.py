@@ -13,6 +13,7 @@ tune` times each entry with."""
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from typing import Optional
@@ -29,7 +30,10 @@ PROBE_TARGET_S = 0.004  # per timed loop
 class Timer:
     """Wall time per call of fn with the device synchronised around the loop: for a GPU that is the cost
     of a call in a stream of calls (host dispatch or kernel, whichever is longer), which is what a model
-    pays."""
+    pays. As timeit does, Python's garbage collector runs before a loop and not during it: a full collection
+    of the heap torch.compile leaves behind can take tens of milliseconds and lands in some loops and not in
+    others (the suspected cause of torch.compile's rounds spreading 5-6 % on the H200 where eager's spread
+    under 1 %)."""
 
     def __init__(self, cuda: bool):
         import torch
@@ -45,12 +49,19 @@ class Timer:
         return int(min(max(target_s / one, 1), 10000))
 
     def per_call_us(self, fn, n: int) -> float:
-        self.sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        self.sync()
-        return (time.perf_counter() - t0) / n * 1e6
+        gc.collect()
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            self.sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            self.sync()
+            return (time.perf_counter() - t0) / n * 1e6
+        finally:
+            if was_on:
+                gc.enable()
 
 
 def _gate_tensor(spec: dict, device, misaligned: bool = False):

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 DISPATCH_MODES = ("python", "cpp", "auto")
 _DISPATCH_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_dispatch.cpp")
-_DISPATCH_ABI = 3
+_DISPATCH_ABI = 4
 _dispatch_ext: dict = {}  # "cpu" / "cuda" -> the built module, or the KilnError that says why there is none
+_module_calls: dict = {}  # "cpu" / "cuda" -> the extension's ModuleCall (swap_module_class)
 _A_TENSOR, _A_NONE, _A_BOOL, _A_NUMBER, _A_INTLIST, _A_STR, _A_DTYPE, _A_DEFAULT = range(8)  # _dispatch.cpp
 
 
@@ -276,6 +277,64 @@ def cpp_module_forward(cgate, module, inst: "Installation", slots: list, origina
     unbound = getattr(original, "__self__", None) is module and hasattr(original, "__func__")
     own = original.__func__ if unbound else original
     return cgate.forward(weakref.ref(module), weakref.ref(inst), slots, own, unbound)
+
+
+def swap_module_class(module, cuda: bool, forward, cpp_forward, had_forward: bool, saved_forward,
+                      swapped: dict):
+    """Makes module(x) reach kiln's C++ forward without nn.Module.__call__'s Python frames (about 1 us of a
+    hit): module's class becomes a subclass (one per class and installation, kept in `swapped`) whose __call__
+    is _dispatch.cpp's ModuleCall, and module's __dict__ gets what ModuleCall checks, "_kiln_fast": (the
+    forward kiln bound, its C++ forward, and the instance forward kiln replaced, if it had one). ModuleCall
+    calls nn.Module.__call__ itself wherever that would do more than call forward (hooks, module.compile(),
+    the JIT tracer) or where forward was replaced since; read from the class or the module it is
+    nn.Module.__call__, which is what torch.compile traces. A copy or a pickle of the module is of the module
+    without kiln (_reduce_unswapped). Returns the class it replaced, or None where module keeps its class: a
+    class with its own __call__, or one whose instances cannot change class."""
+    import torch
+    cls = type(module)
+    if getattr(cls, "__call__", None) is not torch.nn.Module.__call__:
+        return None
+    sub = swapped.get(cls)
+    if sub is None:
+        key = "cuda" if cuda else "cpu"
+        call = _module_calls.get(key)
+        if call is None:
+            from torch.nn.modules import module as m
+            hooks = [m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
+                     m._global_backward_pre_hooks]
+            call = _module_calls[key] = dispatch_extension(cuda).module_call(torch.nn.Module.__call__, hooks)
+        sub = type(cls.__name__, (cls,), {"__call__": call, "__module__": cls.__module__,
+                                          "__qualname__": cls.__qualname__, "__kiln_swapped__": cls,
+                                          "__reduce_ex__": _reduce_unswapped})
+        swapped[cls] = sub
+    module.__dict__["_kiln_fast"] = (forward, cpp_forward, had_forward, saved_forward)
+    try:
+        module.__class__ = sub
+    except TypeError:
+        del module.__dict__["_kiln_fast"]
+        return None
+    return cls
+
+
+def _reduce_unswapped(self, protocol):
+    """__reduce_ex__ of kiln's subclasses: copy.deepcopy and pickle see the module as it is without kiln (its
+    own class and forward), so that a copy reads its own tensors and a pickle loads where kiln is absent."""
+    import copyreg
+    state = self.__dict__.copy()
+    fast = state.pop("_kiln_fast", None)
+    if fast is not None and state.get("forward") is fast[0]:
+        if fast[2]:
+            state["forward"] = fast[3]
+        else:
+            del state["forward"]
+    return copyreg.__newobj__, (type(self).__kiln_swapped__,), state
+
+
+def unswap_module_class(module, original) -> None:
+    """swap_module_class undone: module's class is `original` again (where it is still kiln's subclass)."""
+    module.__dict__.pop("_kiln_fast", None)
+    if original is not None and type(module).__dict__.get("__kiln_swapped__") is original:
+        module.__class__ = original
 
 
 def _install_cpp(inst: "Installation", overrides: list) -> list:

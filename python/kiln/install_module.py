@@ -9,7 +9,7 @@ import re
 import weakref
 from typing import TYPE_CHECKING
 
-from kiln.install_cpp import cpp_module_forward, cpp_module_gate
+from kiln.install_cpp import cpp_module_forward, cpp_module_gate, swap_module_class, unswap_module_class
 from kiln.install_gate import _GRAD, ALIGN, _Gate, _Unsupported, same_layout
 from kiln.install_runtime import Entry, KilnError, Library
 
@@ -339,11 +339,16 @@ class _ModuleBinding:
             forward = kiln_forward_cpp
         forward.__kiln__ = mentry.entry.name
         module.forward = forward
+        self.swapped_from = None  # the class swap_module_class replaced
+        if cgate is not None:
+            self.swapped_from = swap_module_class(module, inst.library.is_cuda, forward, cpp_forward,
+                                                  self.had_forward, self.saved_forward, inst._swapped_classes)
 
     def restore(self) -> None:
         module = self.module_ref()
         if module is None:
             return
+        unswap_module_class(module, self.swapped_from)
         if self.had_forward:
             module.forward = self.saved_forward
         else:

@@ -167,6 +167,58 @@ def test_module_forward_is_cpp_and_keeps_no_module_alive(ext, opened, compile_fr
         kiln.uninstall()
 
 
+@pytest.mark.parametrize("compile_friendly", [False, True])
+def test_module_call_skips_nn_module_call_only_where_that_is_the_same(ext, opened, compile_friendly):
+    """On the C++ path a bound module's class becomes kiln's subclass (install_cpp.swap_module_class), whose
+    __call__ goes to the C++ forward without nn.Module.__call__: the same name, isinstance and
+    type(m).__call__ as before; hooks (the module's and global ones), a forward replaced after install and a
+    deep copy of the module each go through nn.Module.__call__ as they would without kiln; uninstall gives
+    the module its class back."""
+    import copy
+    from torch.nn.modules.module import register_module_forward_hook
+    rms_entry = [e.name for e in opened.entries if e.kind == "module"]
+    model, x = _model(), torch.randn(ROWS, HIDDEN)
+    rms = next(m for m in model.modules() if type(m).__name__ == "RMSNorm")
+    cls = type(rms)
+    with torch.inference_mode():
+        ref = rms(x)
+    inst = kiln.install(opened, model=model, entries=rms_entry, dispatch="cpp", compile_friendly=compile_friendly)
+    seen = []
+    try:
+        assert type(rms) is not cls and isinstance(rms, cls) and type(rms).__name__ == cls.__name__
+        assert type(rms).__call__ is torch.nn.Module.__call__
+        assert rms.__call__.__func__ is torch.nn.Module.__call__
+
+        def counts():
+            t = inst.stats()["targets"]["module RMSNorm"]
+            return t["hits"], t["misses"]
+        with torch.inference_mode():
+            assert _same_values(rms(x), rms.forward(x)) and counts() == (2, 0)
+            handle = rms.register_forward_hook(lambda m, a, out: seen.append("module") or out * 2)
+            hooked = rms(x)
+            handle.remove()
+            assert seen == ["module"] and torch.equal(hooked, rms(x) * 2) and counts() == (4, 0)
+            handle = register_module_forward_hook(lambda m, a, out: seen.append(type(m).__name__))
+            rms(x)
+            handle.remove()
+            assert seen[1:] == ["RMSNorm"] and counts() == (5, 0)
+            twin = copy.deepcopy(rms)  # the module without kiln: its own class and forward, its own weight
+            assert type(twin) is cls and "forward" not in twin.__dict__ and "_kiln_fast" not in twin.__dict__
+            twin.weight.mul_(2)
+            assert _same_values(twin(x), cls.forward(twin, x)) and counts() == (5, 0)
+            own = rms.forward
+            rms.forward = lambda t: t + 1  # replaced after install: the replacement runs
+            assert torch.equal(rms(x), x + 1) and counts() == (5, 0)
+            rms.forward = own
+            assert rms(x) is not None and counts() == (6, 0)
+        del twin
+    finally:
+        kiln.uninstall()
+    assert type(rms) is cls and "_kiln_fast" not in rms.__dict__
+    with torch.inference_mode():
+        assert _same_values(rms(x), ref)
+
+
 def test_misses_fall_back_exactly(ext, opened):
     """Other shapes, strides, a misaligned start, another non-tensor argument, another dtype, wrapped Python
     numbers of every kind: the original kernel runs, bitwise eager, and both paths count the same misses."""

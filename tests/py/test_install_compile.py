@@ -48,14 +48,23 @@ class _Graphs:
         return [str(n.target) for n in self.graphs[k].graph.nodes if n.op == "call_function"]
 
 
-def test_module_entry_is_one_custom_op_in_the_graph(opened):
+@pytest.mark.parametrize("dispatch", ["python", "cpp"])
+def test_module_entry_is_one_custom_op_in_the_graph(opened, dispatch):
     """The hit path: one graph, no break, the kiln op where RMSNorm was; results equal eager within the
-    entry's tolerance. Another shape, or a call that needs a gradient, traces the original forward."""
+    entry's tolerance; later calls run that graph (no recompilation: on the C++ path the module's class is
+    kiln's subclass, install_cpp.swap_module_class, which dynamo sees as the module's own). Another shape,
+    or a call that needs a gradient, traces the original forward."""
     e = _rms(opened)
     model, x = _model(), torch.randn(ROWS, HIDDEN)
     with torch.inference_mode():
         ref = model(x)
-    inst = kiln.install(opened, model=model, entries=[e.name])
+    if dispatch == "cpp":
+        try:
+            kiln.install_cpp.dispatch_extension(False)
+        except KilnError as why:
+            pytest.skip(f"kiln's C++ dispatch extension cannot be built here: {why}")
+    inst = kiln.install(opened, model=model, entries=[e.name], dispatch=dispatch)
+    assert (type(model.norm).__dict__.get("__kiln_swapped__") is not None) == (dispatch == "cpp")
     op_name = inst.custom_ops[e.name]
     assert op_name.startswith("kiln::") and op_name.split("::")[1].isidentifier()
     torch._dynamo.reset()
@@ -76,6 +85,11 @@ def test_module_entry_is_one_custom_op_in_the_graph(opened):
     assert any("linear" in t for t in targets) and any("softmax" in t for t in targets), targets
     torch.testing.assert_close(got, ref, **_tolerance(e))
     assert inst.stats()["entries"][e.name]["hits"] == 1
+    with torch.inference_mode():
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), ref, **_tolerance(e))
+    assert len(graphs.graphs) == 1 and not torch._dynamo.utils.counters["recompiles"]
+    assert inst.stats()["op_hits"]["module RMSNorm"] == 3, inst.stats()
     # a miss dynamo can see (another shape): the original forward is traced, no kiln op
     small = torch.randn(ROWS // 2, HIDDEN)
     with torch.inference_mode():
