@@ -585,39 +585,40 @@ struct ModuleCall {
 
 PyObject *k_fast, *k_forward, *k_compiled, *k_hooks[4]; // interned keys of a module's __dict__
 
-// The ModuleForward that mod's call may go to directly, or nullptr where nn.Module.__call__ must
-// run.
-const ModuleForward *fast_forward(const ModuleCall *mc, PyObject *mod) {
+// The ModuleForward that mod's call may go to directly (a new reference, held while it runs: its
+// own forward may uninstall kiln), or an empty object where nn.Module.__call__ must run.
+py::object fast_forward(const ModuleCall *mc, PyObject *mod) {
     if (torch::jit::tracer::isTracing())
-        return nullptr;
+        return py::object();
     for (PyObject *h : mc->hooks)
         if (PyDict_Size(h) != 0)
-            return nullptr;
+            return py::object();
     PyObject *d = PyObject_GenericGetDict(mod, nullptr);
     if (d == nullptr) {
         PyErr_Clear();
-        return nullptr;
+        return py::object();
     }
     py::object dict = py::reinterpret_steal<py::object>(d);
     PyObject *fast = PyDict_GetItem(d, k_fast);
     if (fast == nullptr || !PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) < 2 ||
         PyDict_GetItem(d, k_forward) != PyTuple_GET_ITEM(fast, 0))
-        return nullptr;
+        return py::object();
     for (PyObject *k : k_hooks) {
         PyObject *h = PyDict_GetItem(d, k);
         if (h == nullptr || !PyDict_Check(h) || PyDict_Size(h) != 0)
-            return nullptr;
+            return py::object();
     }
-    PyObject *compiled =
-        PyDict_GetItem(d, k_compiled); // module.compile() sets it; else nn.Module's None
+    // module.compile() sets it; else it is nn.Module's None
+    PyObject *compiled = PyDict_GetItem(d, k_compiled);
     if (compiled != nullptr && compiled != Py_None)
-        return nullptr;
+        return py::object();
     py::handle h = PyTuple_GET_ITEM(fast, 1);
     if (!py::isinstance<ModuleForward>(h))
-        return nullptr;
-    const auto *f = h.cast<const ModuleForward *>();
+        return py::object();
     // the ModuleForward of another module (a tuple copied over by hand) reads that module
-    return PyWeakref_GetObject(f->module_ref.ptr()) == mod ? f : nullptr;
+    if (PyWeakref_GetObject(h.cast<const ModuleForward &>().module_ref.ptr()) != mod)
+        return py::object();
+    return py::reinterpret_borrow<py::object>(h);
 }
 
 PyObject *module_call_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
@@ -625,9 +626,14 @@ PyObject *module_call_vectorcall(PyObject *self, PyObject *const *args, size_t n
     const auto *mc = reinterpret_cast<const ModuleCall *>(self);
     const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (n >= 1 && (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
-        const ModuleForward *f = fast_forward(mc, args[0]);
-        if (f != nullptr)
-            return f->run(args[0], args, static_cast<size_t>(n - 1));
+        py::object f;
+        try {
+            f = fast_forward(mc, args[0]);
+        } catch (const std::exception &) {
+            PyErr_Clear(); // nn.Module.__call__ below
+        }
+        if (f)
+            return f.cast<const ModuleForward &>().run(args[0], args, static_cast<size_t>(n - 1));
     }
     return PyObject_Vectorcall(mc->module_call, args, nargsf, kwnames);
 }
