@@ -327,7 +327,8 @@ def _reduce_unswapped(self, protocol):
             state["forward"] = fast[3]
         else:
             del state["forward"]
-    return copyreg.__newobj__, (type(self).__kiln_swapped__,), state
+    # what object.__reduce_ex__ gives at protocol 1 (pickle refuses __newobj__ of another class)
+    return copyreg._reconstructor, (type(self).__kiln_swapped__, object, None), state
 
 
 def unswap_module_class(module, original) -> None:

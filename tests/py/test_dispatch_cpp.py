@@ -175,6 +175,7 @@ def test_module_call_skips_nn_module_call_only_where_that_is_the_same(ext, opene
     deep copy of the module each go through nn.Module.__call__ as they would without kiln; uninstall gives
     the module its class back."""
     import copy
+    import pickle
     from torch.nn.modules.module import register_module_forward_hook
     rms_entry = [e.name for e in opened.entries if e.kind == "module"]
     model, x = _model(), torch.randn(ROWS, HIDDEN)
@@ -206,6 +207,8 @@ def test_module_call_skips_nn_module_call_only_where_that_is_the_same(ext, opene
             assert type(twin) is cls and "forward" not in twin.__dict__ and "_kiln_fast" not in twin.__dict__
             twin.weight.mul_(2)
             assert _same_values(twin(x), cls.forward(twin, x)) and counts() == (5, 0)
+            loaded = pickle.loads(pickle.dumps(rms))  # torch.save's way: loads where kiln is absent
+            assert type(loaded) is cls and "forward" not in loaded.__dict__ and _same_values(loaded(x), ref)
             own = rms.forward
             rms.forward = lambda t: t + 1  # replaced after install: the replacement runs
             assert torch.equal(rms(x), x + 1) and counts() == (5, 0)
