@@ -441,6 +441,10 @@ struct ModuleGate {
     }
 };
 
+// Interned keys: the installation's "active"; in a module's __dict__ (ModuleCall below) kiln's
+// "_kiln_fast", "forward", "_compiled_call_impl" and the four hook dicts.
+PyObject *k_active, *k_fast, *k_forward, *k_compiled, *k_hooks[4];
+
 // A module entry's whole bound forward (dispatch "cpp", outside torch.compile's tracing): the
 // module's __call__ calls it directly, and it reads the gate's tensors itself (each activation
 // from the call's arguments, each parameter or buffer from the dict that held it at binding,
@@ -460,7 +464,6 @@ struct ModuleForward {
     size_t n_act = 0;
     py::object own;           // the module's own forward
     bool own_unbound = false; // own is its function: called with the module first
-    py::object active_name = py::str("active");
 
     py::object call(const py::args &args, const py::kwargs &kwargs) const {
         PyObject *mod = PyWeakref_GetObject(module_ref.ptr()); // borrowed
@@ -493,7 +496,7 @@ struct ModuleForward {
             g->counts[1]++;
             return own_call(mod, args, n);
         }
-        PyObject *active = PyObject_GetAttr(inst, active_name.ptr());
+        PyObject *active = PyObject_GetAttr(inst, k_active);
         if (active == nullptr)
             return nullptr;
         const int on = PyObject_IsTrue(active);
@@ -583,11 +586,10 @@ struct ModuleCall {
     PyObject *hooks[4];    // torch.nn.modules.module's global hook dicts (never rebound there)
 };
 
-PyObject *k_fast, *k_forward, *k_compiled, *k_hooks[4]; // interned keys of a module's __dict__
-
 // The ModuleForward that mod's call may go to directly (a new reference, held while it runs: its
-// own forward may uninstall kiln), or an empty object where nn.Module.__call__ must run.
-py::object fast_forward(const ModuleCall *mc, PyObject *mod) {
+// own forward may uninstall kiln; *f its C++ object), or an empty object where nn.Module.__call__
+// must run.
+py::object fast_forward(const ModuleCall *mc, PyObject *mod, const ModuleForward **f) {
     if (torch::jit::tracer::isTracing())
         return py::object();
     for (PyObject *h : mc->hooks)
@@ -615,8 +617,9 @@ py::object fast_forward(const ModuleCall *mc, PyObject *mod) {
     py::handle h = PyTuple_GET_ITEM(fast, 1);
     if (!py::isinstance<ModuleForward>(h))
         return py::object();
+    *f = h.cast<const ModuleForward *>();
     // the ModuleForward of another module (a tuple copied over by hand) reads that module
-    if (PyWeakref_GetObject(h.cast<const ModuleForward &>().module_ref.ptr()) != mod)
+    if (PyWeakref_GetObject((*f)->module_ref.ptr()) != mod)
         return py::object();
     return py::reinterpret_borrow<py::object>(h);
 }
@@ -626,14 +629,15 @@ PyObject *module_call_vectorcall(PyObject *self, PyObject *const *args, size_t n
     const auto *mc = reinterpret_cast<const ModuleCall *>(self);
     const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (n >= 1 && (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
-        py::object f;
+        py::object held;
+        const ModuleForward *f = nullptr;
         try {
-            f = fast_forward(mc, args[0]);
+            held = fast_forward(mc, args[0], &f);
         } catch (const std::exception &) {
             PyErr_Clear(); // nn.Module.__call__ below
         }
-        if (f)
-            return f.cast<const ModuleForward &>().run(args[0], args, static_cast<size_t>(n - 1));
+        if (held)
+            return f->run(args[0], args, static_cast<size_t>(n - 1));
     }
     return PyObject_Vectorcall(mc->module_call, args, nargsf, kwnames);
 }
@@ -679,6 +683,7 @@ py::object make_module_call(py::object module_call, const py::list &hooks) {
 void ready_module_call_type() {
     static const char *hook_names[4] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                         "_backward_pre_hooks"};
+    k_active = PyUnicode_InternFromString("active");
     k_fast = PyUnicode_InternFromString("_kiln_fast");
     k_forward = PyUnicode_InternFromString("forward");
     k_compiled = PyUnicode_InternFromString("_compiled_call_impl");
