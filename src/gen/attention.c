@@ -15,7 +15,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_COUNT };
+enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_WG, P_COUNT };
 
 #define ATT_MAX_SMEM (227 * 1024)
 #define ATT_MAX_REGS 255
@@ -118,15 +118,30 @@ static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why
 
 static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    /* wgmma: Q and STAGES K and V tiles in the 128-byte swizzle, 1024-aligned (1 KiB of slack),
+     * then a full and an empty mbarrier per buffer and one for Q */
+    if (pt[P_WG])
+        return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * d * 2 + 1024 + 8 * (1 + 4 * pt[P_STAGES]);
     /* rows padded by 16 bytes: ldmatrix's eight row addresses then fall in distinct banks */
     return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * (d + 8) * 2;
 }
 
+/* Threads a block: its warps, and with wgmma a producer warpgroup that copies. */
+static int64_t threads_of(const int64_t *pt) {
+    return pt[P_WARPS] * 32 + (pt[P_WG] ? 128 : 0);
+}
+
 /* Registers per thread: the output accumulators (d/2 floats per thread of a warp's 16 rows), the
- * scores (BLOCK_N/2), and ~48 for fragments, addresses, the softmax state and the mask. */
+ * scores (BLOCK_N/2), and ~48 for fragments, addresses, the softmax state and the mask; wgmma
+ * also holds the probabilities of the previous tile (BLOCK_N/4) while the next one's scores come.
+ */
 static int64_t regs_estimate(const kiln_match *m, const int64_t *pt) {
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
-    return d / 2 + pt[P_BN] / 2 + 48;
+    const int split = pt[P_WG] && d <= 128, mask = kiln_match_get(m, "mask", 0) == 1;
+    /* + the mask's values, which the second softmax (ATT_SPLIT) keeps live across both versions
+     * (measured: head dim 64 with a mask at BLOCK_N 128 spills at 232 and at 255 registers) */
+    return d / 2 + pt[P_BN] / 2 + (pt[P_WG] ? pt[P_BN] / 4 : 0) +
+           (split && mask ? pt[P_BN] / 2 : 0) + 48;
 }
 
 static const char *att_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
@@ -140,11 +155,14 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
     if (d % 16)
         return "mma.sync needs a head dim that is a multiple of 16";
+    if (pt[P_WG] && d % 64)
+        return "wgmma's swizzled tiles need a head dim that is a multiple of 64";
     if (pt[P_BM] != 16 * pt[P_WARPS])
         return "each warp owns 16 query rows: BLOCK_M = 16 * WARPS";
     if (smem_bytes(m, pt) > ATT_MAX_SMEM)
         return "Q and STAGES K/V tiles exceed 227 KiB of shared memory";
-    if (regs_estimate(m, pt) > ATT_MAX_REGS - 16)
+    /* wgmma with two consumer warpgroups: the producer's registers go to them, 232 each */
+    if (regs_estimate(m, pt) > (pt[P_WG] && pt[P_BM] > 64 ? 232 - 8 : ATT_MAX_REGS - 16))
         return "the output and score accumulators exceed the registers of a thread";
     const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
     if (pt[P_PACK] && ratio == 1)
@@ -158,9 +176,11 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
     return NULL;
 }
 
-/* The rule of thumb (FlashAttention-2 on sm_80/90): 128 queries by 64 keys with 8 warps; at head
- * dim 256 that is 198 KiB of shared memory, one block an SM, still 8 warps where 64 x 64 would
- * leave 4; 64 rows with 4 warps when there are no more rows than that. */
+/* The rule of thumb (FlashAttention-3 on sm_90): wgmma with two consumer warpgroups (128 query
+ * rows) and tiles of 128 keys, 64 at head dim 256 (its accumulators take 128 registers a thread);
+ * 64 rows (one warpgroup) when there are no more rows than that. Head dims that are not a multiple
+ * of 64 take mma.sync (FlashAttention-2's rule: 128 x 64 with 8 warps; at head dim 256 that is 198
+ * KiB of shared memory, one block an SM, still 8 warps where 64 x 64 would leave 4). */
 static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     (void)p;
     const int64_t sq = (int64_t)kiln_match_get(m, "sq", 1);
@@ -176,6 +196,11 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_WARPS] = big ? 8 : 4;
     pt[P_BN] = 64;
     pt[P_STAGES] = 2;
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    if (d % 64 == 0) {
+        pt[P_WG] = 1;
+        pt[P_BN] = d <= 128 && big && kiln_match_get(m, "mask", 0) != 1 ? 128 : 64;
+    }
     return 0;
 }
 
@@ -298,6 +323,11 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
                        narrow && a->round_qk, narrow && a->round_scaled, narrow && a->round_masked,
                        narrow);
     const att_paged *pg = &a->paged;
+    /* the scale folded into the exponent: no mask tensor or rounding between the scores and the
+     * softmax, and a scale known to be positive (max(x)·scale = max(x·scale)) */
+    const int fold = narrow && a->mask != ATT_MASK_TENSOR && !a->round_qk && !a->round_scaled &&
+                     !(pg->on && pg->sm_scale >= 0) && a->scale > 0;
+    kiln_strbuf_printf(b, "#define ATT_FOLD %d\n", fold);
     kiln_strbuf_printf(
         b,
         "#define ATT_PAGED %d\n#define ATT_PAGED_DECODE %d\n#define ATT_PAGED_CAUSAL "
@@ -366,17 +396,28 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
             &b,
             "// kiln: launch attention_kernel grid=(ceil_div((%s)*((%s)/(%s)),%lld)%s,%s,%s) "
             "block=%lld smem=%lld\n",
-            q_s, hq, hkv, (long long)pt[P_BM], paged_x, hkv, bt, (long long)pt[P_WARPS] * 32,
+            q_s, hq, hkv, (long long)pt[P_BM], paged_x, hkv, bt, (long long)threads_of(pt),
             (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     } else {
         kiln_strbuf_printf(&b,
                            "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld)%s,%s,%s) "
                            "block=%lld smem=%lld\n",
-                           q_s, (long long)pt[P_BM], paged_x, hq, bt, (long long)pt[P_WARPS] * 32,
+                           q_s, (long long)pt[P_BM], paged_x, hq, bt, (long long)threads_of(pt),
                            (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     }
+    if (pt[P_WG]) {
+        /* one block an SM: ptxas may use every register (the accumulators of two MMAs) */
+        snprintf(bounds, sizeof bounds, "%lld, 1", (long long)threads_of(pt));
+        /* S = Q·Kᵀ (m64 x BLOCK_N, K-major operands) and O += P·V (m64 x d, P in registers, V
+         * MN-major) */
+        kiln_family_emit_wgmma(&b, "att_wg_qk", pt[P_BN], a.dtype, 0, 0);
+        kiln_family_emit_wgmma(&b, "att_wg_pv", d, a.dtype, 1, 1);
+    }
+    /* a second, test-free softmax for the tiles inside the band and the keys (att_edge): not at
+     * head dim 256, whose output accumulators leave no registers for it */
+    kiln_strbuf_printf(&b, "#define ATT_SPLIT %d\n", pt[P_WG] && d <= 128);
     kiln_strbuf_printf(&b, "%s", kiln_family_template("attention.cu"));
     char *proto = kiln_family_prototype(p, 0, 1, bounds, "attention_kernel");
     kiln_strbuf_printf(&b, "\n%s {\n", proto);
@@ -496,6 +537,12 @@ const kiln_family kiln_family_attention = {
                  2,
                  {0, 1},
                  "1: the q heads of a kv head share the block's rows (GQA with few queries)"},
+            [P_WG] =
+                {"ATT_WG",
+                 2,
+                 {0, 1},
+                 "1: warpgroup MMAs (wgmma, sm_90a) from swizzled shared memory, the softmax of "
+                 "one tile under the MMAs of the last; 0: mma.sync"},
         },
     .match = att_match,
     .check = att_check,

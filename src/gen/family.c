@@ -211,3 +211,33 @@ int kiln_family_match_all(const kiln_problem *p, const kiln_family **fams, kiln_
     }
     return n;
 }
+
+void kiln_family_emit_wgmma(kiln_strbuf *b, const char *name, int64_t n, kiln_dtype t, int a_regs,
+                            int trans_b) {
+    const char *ty = t == KILN_F16 ? "f16" : "bf16";
+    /* operands: the accumulators %0 .. %(n/2 - 1), then A (four registers or a descriptor), the
+     * B descriptor and scale_d */
+    const long long acc = (long long)(n / 2), da = acc, db = acc + (a_regs ? 4 : 1), sd = db + 1;
+    kiln_strbuf_printf(
+        b,
+        "__device__ __forceinline__ void %s(float *d, %s, unsigned long long db, int "
+        "scale_d) {\n    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%lld, "
+        "0;\\nwgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
+        name, a_regs ? "const unsigned *a" : "unsigned long long da", sd, (long long)n, ty, ty);
+    for (long long i = 0; i < acc; i++)
+        kiln_strbuf_printf(b, "%s%%%lld", i ? ", " : "", i);
+    if (a_regs)
+        kiln_strbuf_printf(
+            b, "}, {%%%lld, %%%lld, %%%lld, %%%lld}, %%%lld, p, 1, 1, %d;\\n}\\n\"\n        : ", da,
+            da + 1, da + 2, da + 3, db, trans_b);
+    else
+        kiln_strbuf_printf(b, "}, %%%lld, %%%lld, p, 1, 1, 0, %d;\\n}\\n\"\n        : ", da, db,
+                           trans_b);
+    for (long long i = 0; i < acc; i++)
+        kiln_strbuf_printf(b, "%s\"+f\"(d[%lld])", i ? ", " : "", i);
+    if (a_regs)
+        kiln_strbuf_printf(b, "\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), ");
+    else
+        kiln_strbuf_printf(b, "\n        : \"l\"(da), ");
+    kiln_strbuf_printf(b, "\"l\"(db), \"r\"(scale_d));\n}\n");
+}

@@ -153,6 +153,14 @@ char *kiln_family_prototype(const kiln_problem *p, int has_scratch, int cuda, co
     "struct __align__(64) kiln_tensormap { unsigned long long bits[16]; };\n"
 char *kiln_family_prototype_tmaps(const kiln_problem *p, const char *bounds, const char *entry,
                                   int n_tmaps, const char *const *names);
+/* A device function `NAME(float *d, A, unsigned long long db, int scale_d)` issuing one
+ * wgmma.mma_async.m64nNk16 (sm_90a) with fp32 accumulators d[0 .. N/2): d = A·B when scale_d is 0,
+ * d += A·B otherwise. A is a shared-memory descriptor (`unsigned long long da`: no <stdint.h>
+ * needed), or with a_regs four registers of 16-bit pairs (`const unsigned *a`: the m64k16 fragment,
+ * 16 rows a warp); B is a descriptor, K-major, or MN-major with trans_b. t: bfloat16 or float16
+ * inputs. */
+void kiln_family_emit_wgmma(kiln_strbuf *b, const char *name, int64_t n, kiln_dtype t, int a_regs,
+                            int trans_b);
 /* snprintf for expressions whose length the caller checks (no truncation warning). */
 void kiln_family_fmt(char *out, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -157,24 +157,6 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
 
 /* ---- emission ---- */
 
-/* gw_mma for the point's N and the inputs' type: one wgmma.mma_async, D += A · Bᵀ, both operands
- * from shared memory through their descriptors (scale-d 1: the accumulators start at zero). */
-static void emit_mma(kiln_strbuf *b, int64_t bn, kiln_dtype t) {
-    const char *ty = t == KILN_F16 ? "f16" : "bf16";
-    kiln_strbuf_printf(b,
-                       "__device__ __forceinline__ void gw_mma(float *d, uint64_t da, uint64_t "
-                       "db) {\n    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%lld, "
-                       "0;\\nwgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
-                       (long long)(bn / 2 + 2), (long long)bn, ty, ty);
-    for (int64_t i = 0; i < bn / 2; i++)
-        kiln_strbuf_printf(b, "%s%%%lld", i ? ", " : "", (long long)i);
-    kiln_strbuf_printf(b, "}, %%%lld, %%%lld, p, 1, 1, 0, 0;\\n}\\n\"\n        : ",
-                       (long long)(bn / 2), (long long)(bn / 2 + 1));
-    for (int64_t i = 0; i < bn / 2; i++)
-        kiln_strbuf_printf(b, "%s\"+f\"(d[%lld])", i ? ", " : "", (long long)i);
-    kiln_strbuf_printf(b, "\n        : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n");
-}
-
 /* The `// kiln: tensormap` line of a K-major operand (rows x k, rows ld apart, batch matrices
  * stride apart, 0: one shared by the batch): boxes of 64 k by box_rows rows, 128-byte swizzle. */
 static void emit_tmap(kiln_strbuf *b, const char *name, int64_t k, int64_t rows, int64_t ld,
@@ -235,7 +217,8 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n%s"
                        "#define GW_TMAP_SUPPLIED 1\n",
                        KILN_FAMILY_TMAP_TYPE);
-    emit_mma(&b, pt[P_BN], g.a_type);
+    /* gw_mma: D (+)= A · Bᵀ, both operands K-major in shared memory */
+    kiln_family_emit_wgmma(&b, "gw_mma", pt[P_BN], g.a_type, 0, 0);
     kiln_strbuf_printf(&b, "%s", kiln_family_template("gemm_wgmma.cu"));
     char bounds[32];
     kiln_family_fmt(bounds, sizeof bounds, "%lld, %lld", (long long)threads, (long long)pt[P_MINB]);

@@ -1,5 +1,6 @@
 /* compile_check.h: one point of a family, its CUDA candidate compiled by NVRTC and its cubin read
- * back: it compiles, and the entry point has no stack frame (no spills). For the family tests;
+ * back: it compiles, the entry point has no stack frame (no spills) and ptxas did not serialise its
+ * wgmma instructions (C7514). For the family tests;
  * include after <cmocka.h> and the kiln headers it names. */
 #ifndef KILN_TEST_COMPILE_CHECK_H
 #define KILN_TEST_COMPILE_CHECK_H
@@ -31,6 +32,10 @@ static inline void compile_check(const kiln_family *f, const kiln_problem *p, co
         printf("    %s: %s%s: %d registers\n", p->name, is_start ? "start " : "", ps, u.regs);
     if (u.frame_bytes != 0)
         fail_msg("%s %s: %lld bytes of stack (spills)", p->name, ps, (long long)u.frame_bytes);
+    /* ptxas serialises every wgmma of a kernel that touches an in-flight wgmma's accumulators (or
+     * whose waits it cannot match to the groups they retire): correct, and slower than mma.sync */
+    if (log && strstr(log, "C7514"))
+        fail_msg("%s %s: ptxas serialised its wgmma instructions:\n%.2000s", p->name, ps, log);
     free(ps);
     free(src);
     free(cubin);

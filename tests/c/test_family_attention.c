@@ -285,7 +285,7 @@ static void test_declines(void **state) {
 
 static int64_t point_of(const int64_t bm, const int64_t bn, const int64_t warps,
                         const int64_t stages, int64_t *pt) {
-    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0;
+    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0, pt[5] = 0;
     return kiln_family_point_index(att, pt);
 }
 
@@ -353,27 +353,30 @@ static void test_flops(void **state) {
 
 static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
                           int is_start) {
-    compile_check(att, p, m, pt, "sm_90", "attention_kernel", is_start, 1);
+    compile_check(att, p, m, pt, NULL, "attention_kernel", is_start, 1);
 }
 
-/* The start point and an even spread of the valid points of p compile without spills. */
+/* The start point and an even spread of the valid points of p compile without spills: a spread
+ * of the mma.sync points and one of the wgmma points (ATT_WG, the last parameter: the mma.sync
+ * points keep the indices they had before it). */
 static void compile_spread(kiln_problem *p) {
     const int64_t size = kiln_family_space_size(att);
-    {
-        kiln_match m;
-        match_ok(p, &m);
-        int64_t pt[KILN_FAMILY_MAX_PARAMS], valid[64], n_valid = 0;
+    kiln_match m;
+    match_ok(p, &m);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    int from_rule = 0;
+    int64_t start = kiln_family_start_index(att, p, &m, size, &from_rule);
+    assert_true(start >= 0 && from_rule);
+    kiln_family_point(att, start, pt);
+    compile_point(p, &m, pt, 1);
+    for (int wg = 0; wg < 2; wg++) {
+        int64_t valid[64], n_valid = 0;
         for (int64_t k = 0; k < size && n_valid < 64; k++) {
             kiln_family_point(att, k, pt);
-            if (kiln_family_point_ok(att, p, &m, pt))
+            if (pt[5] == wg && kiln_family_point_ok(att, p, &m, pt))
                 valid[n_valid++] = k;
         }
-        assert_true(n_valid > 0);
-        int from_rule = 0;
-        int64_t start = kiln_family_start_index(att, p, &m, size, &from_rule);
-        assert_true(start >= 0 && from_rule);
-        kiln_family_point(att, start, pt);
-        compile_point(p, &m, pt, 1);
+        assert_true(n_valid > 0 || wg == 1);
         for (int k = 0; k < SPREAD && k < n_valid; k++) {
             int64_t idx = valid[(int64_t)k * n_valid / (n_valid < SPREAD ? n_valid : SPREAD)];
             if (idx == start)

@@ -52,6 +52,15 @@
 #ifndef ATT_PACK
 #define ATT_PACK 0 // 1: the q heads of one kv head share a block's rows (GQA decode)
 #endif
+#ifndef ATT_WG
+#define ATT_WG 0 // 1: warpgroup MMAs (wgmma, sm_90a), 64 rows a warpgroup
+#endif
+#ifndef ATT_FOLD
+#define ATT_FOLD 0 // 1: the scale folded into the exponent (att_softmax_tile)
+#endif
+#ifndef ATT_SPLIT
+#define ATT_SPLIT 0 // 1: tiles inside the band and the keys skip the per-key tests (att_softmax)
+#endif
 #ifndef ATT_T
 #define ATT_T __nv_bfloat16
 #define ATT_TM __nv_bfloat16
@@ -192,20 +201,34 @@ __device__ __forceinline__ unsigned att_pack(float lo, float hi) {
 }
 // ---- hardware: end ----
 
-#define ATT_LD (ATT_D + 8)         // padded shared-memory row, in elements
+#define ATT_LD (ATT_D + 8)         // padded shared-memory row, in elements (mma.sync)
 #define ATT_CHUNKS (ATT_D / 8)     // 16-byte chunks per row
 #define ATT_NT (ATT_BLOCK_N / 8)   // score n-tiles per warp
 #define ATT_DT (ATT_D / 8)         // output n-tiles per warp
 #define ATT_THREADS (ATT_WARPS * 32)
+// threads that copy tiles: every thread (mma.sync), the producer warpgroup (wgmma)
+#define ATT_COPIERS (ATT_WG ? 128 : ATT_THREADS)
 
-// rows [row0, row0 + rows) of a [s, D] matrix with row stride `stride` into shared memory at
-// dst (ATT_LD elements per row); rows at or past `limit` are zero-filled. Paged, row j is row
-// j % page_size of page pages[j / page_size].
+// The shared-memory byte offset of 16-byte chunk ch of row r in a tile of `rows` rows. mma.sync:
+// rows of ATT_LD elements. wgmma: the 128-byte swizzle its descriptors name, per 64-element column
+// block (rows x 128 bytes, 1024-aligned): row r at 128 r, its chunk c at (c ^ r % 8) x 16.
+__device__ __forceinline__ unsigned att_soff(int r, int ch, int rows) {
+#if ATT_WG
+    return (unsigned)((ch >> 3) * rows * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+#else
+    (void)rows;
+    return (unsigned)((r * ATT_LD + ch * 8) * 2);
+#endif
+}
+
+// rows [row0, row0 + rows) of a [s, D] matrix with row stride `stride` into the shared-memory tile
+// at dst; rows at or past `limit` are zero-filled. Paged, row j is row j % page_size of page
+// pages[j / page_size].
 __device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, int64_t stride,
                                               int64_t row0, int rows, int64_t limit,
                                               const int *pages, int64_t page_size) {
 #pragma unroll 2
-    for (int c = threadIdx.x; c < rows * ATT_CHUNKS; c += ATT_THREADS) {
+    for (int c = threadIdx.x; c < rows * ATT_CHUNKS; c += ATT_COPIERS) {
         const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
         const int ok = row0 + r < limit;
 #if ATT_PAGED
@@ -218,7 +241,7 @@ __device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, in
         (void)page_size;
         const ATT_T *g = src + (ok ? (row0 + r) * stride : 0) + ch * 8;
 #endif
-        att_cp16(dst + (unsigned)((r * ATT_LD + ch * 8) * 2), g, ok ? 16 : 0);
+        att_cp16(dst + att_soff(r, ch, rows), g, ok ? 16 : 0);
     }
 }
 
@@ -241,19 +264,29 @@ __device__ __forceinline__ void att_row(const att_args &a, int64_t m, int64_t *h
 __device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, const ATT_T *qg,
                                            int64_t m0, int64_t rows) {
 #pragma unroll 2
-    for (int c = threadIdx.x; c < ATT_BLOCK_M * ATT_CHUNKS; c += ATT_THREADS) {
+    for (int c = threadIdx.x; c < ATT_BLOCK_M * ATT_CHUNKS; c += ATT_COPIERS) {
         const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
         const int ok = m0 + r < rows;
         int64_t head, query;
         att_row(a, ok ? m0 + r : 0, &head, &query);
         const ATT_T *g = qg + head * a.qh + query * a.qs + ch * 8;
-        att_cp16(dst + (unsigned)((r * ATT_LD + ch * 8) * 2), g, ok ? 16 : 0);
+        att_cp16(dst + att_soff(r, ch, ATT_BLOCK_M), g, ok ? 16 : 0);
     }
 }
 
-__device__ __forceinline__ void att_fwd(const att_args a) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;
+// What a block works on: its batch (paged: sequence) bi, its first row m0 of `rows`, the key tiles
+// t0 .. t0 + n_tiles of the band, and where its q, k, v and o start.
+struct att_block {
+    int64_t bi, m0, sq, skv, hi, rows, ratio, t0, q0;
+    int n_tiles;
+    const int *pages;
+    int64_t page_size;
+    const ATT_T *qg, *kg, *vg;
+    ATT_T *og;
+};
+
+// The block's work; 0 when it has none (paged: past the last tile, or the rows of one query).
+__device__ __forceinline__ int att_block_of(const att_args &a, att_block &k) {
 #if ATT_PAGED && !ATT_PAGED_DECODE
     // block x: a row tile of a sequence, the sequences' tiles one after another, each sequence's from
     // its last (the longest causal rows) to its first; blocks past the last tile leave at once
@@ -271,76 +304,283 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             x -= tiles;
         }
         if (bi < 0)
-            return;
+            return 0;
     }
 #else
     const int64_t m0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * ATT_BLOCK_M;
     const int64_t bi = blockIdx.z;
 #endif
+    k.bi = bi;
+    k.m0 = m0;
 #if ATT_PAGED
     // the sequence: its queries (q0, sq), its pages and keys (skv); hi: the causal diagonal
 #if ATT_PAGED_DECODE
-    const int64_t q0 = bi, sq = 1;
+    k.q0 = bi;
+    k.sq = 1;
 #else
-    const int64_t q0 = a.qo_indptr[bi], sq = a.qo_indptr[bi + 1] - q0;
+    k.q0 = a.qo_indptr[bi];
+    k.sq = a.qo_indptr[bi + 1] - k.q0;
 #endif
     const int64_t p0 = a.kv_indptr[bi], n_pages = a.kv_indptr[bi + 1] - p0;
 #if ATT_PAGED_LAST
-    const int64_t skv = n_pages > 0 ? (n_pages - 1) * a.page_size + a.last_len[bi] : 0;
+    k.skv = n_pages > 0 ? (n_pages - 1) * a.page_size + a.last_len[bi] : 0;
 #else
-    const int64_t skv = n_pages * a.page_size;
+    k.skv = n_pages * a.page_size;
 #endif
-    const int64_t hi = skv - sq;
-    const int *pages = a.kv_indices + p0;
-    const int64_t page_size = a.page_size;
-    const ATT_T *qg = a.q + q0 * a.qs;
-    ATT_T *og = a.o + q0 * a.os;
+    k.hi = k.skv - k.sq;
+    k.pages = a.kv_indices + p0;
+    k.page_size = a.page_size;
+    k.qg = a.q + k.q0 * a.qs;
+    k.og = a.o + k.q0 * a.os;
 #else
-    const int64_t sq = a.sq, skv = a.skv, hi = (ATT_HI);
-    (void)hi;
-    const int *pages = nullptr;
-    const int64_t page_size = 0;
-    const ATT_T *qg = a.q + bi * a.qb;
-    ATT_T *og = a.o + bi * a.ob;
+    k.q0 = 0;
+    k.sq = a.sq;
+    k.skv = a.skv;
+    k.hi = (ATT_HI);
+    k.pages = nullptr;
+    k.page_size = 0;
+    k.qg = a.q + bi * a.qb;
+    k.og = a.o + bi * a.ob;
 #endif
 #if ATT_PACK
-    const int64_t ratio = a.hq / a.hkv, kvh = blockIdx.y, rows = sq * ratio;
+    const int64_t kvh = blockIdx.y;
+    k.ratio = a.hq / a.hkv;
 #else
-    const int64_t ratio = 1, kvh = blockIdx.y / (a.hq / a.hkv), rows = sq;
+    const int64_t kvh = blockIdx.y / (a.hq / a.hkv);
+    k.ratio = 1;
 #endif
+    k.rows = k.sq * k.ratio;
 #if ATT_PAGED
-    if (m0 >= rows)
-        return; // decode: the grid covers one query's rows
-    const ATT_T *kg = a.k + kvh * a.kh;
-    const ATT_T *vg = a.v + kvh * a.vh;
+    if (m0 >= k.rows)
+        return 0; // decode: the grid covers one query's rows
+    k.kg = a.k + kvh * a.kh;
+    k.vg = a.v + kvh * a.vh;
 #else
-    const ATT_T *kg = a.k + bi * a.kb + kvh * a.kh;
-    const ATT_T *vg = a.v + bi * a.vb + kvh * a.vh;
+    k.kg = a.k + bi * a.kb + kvh * a.kh;
+    k.vg = a.v + bi * a.vb + kvh * a.vh;
 #endif
+    int64_t first, last;
+    const int64_t r_last = m0 + ATT_BLOCK_M < k.rows ? m0 + ATT_BLOCK_M - 1 : k.rows - 1;
+    att_key_range(m0 / k.ratio, r_last / k.ratio, k.skv, &first, &last);
+#if ATT_PAGED_CAUSAL
+    // keys past the last row's diagonal are masked for every row of the block
+    if (r_last / k.ratio + k.hi + 1 < last)
+        last = r_last / k.ratio + k.hi + 1 > 0 ? r_last / k.ratio + k.hi + 1 : 0;
+#endif
+    k.t0 = first / ATT_BLOCK_N;
+    k.n_tiles = last > first ? (int)((last + ATT_BLOCK_N - 1) / ATT_BLOCK_N - k.t0) : 0;
+    return 1;
+}
 
+// This lane's two rows (16 warp + lane / 4 and 8 below): valid, their q head and query (rows past
+// the end stand in for the last), and their rows of the mask.
+struct att_lane {
+    int64_t head[2], row[2];
+    int valid[2];
+    const ATT_TM *mrow[2];
+};
+
+__device__ __forceinline__ void att_lane_of(const att_args &a, const att_block &k, int warp, int g,
+                                            att_lane &l) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t m = k.m0 + warp * 16 + g + 8 * r;
+        l.valid[r] = m < k.rows;
+        att_row(a, l.valid[r] ? m : k.rows - 1, &l.head[r], &l.row[r]);
+#if ATT_HAS_MASK
+        l.mrow[r] = a.mask + k.bi * a.mb + l.head[r] * a.mh + l.row[r] * a.ms;
+#else
+        l.mrow[r] = nullptr;
+#endif
+    }
+}
+
+// One key tile's scores of the lane's rows (s[j][e]: row e / 2, key n0 + 8 j + 2 t + e % 2, the
+// layout of an m16n8 accumulator and of a wgmma's) become probabilities: the roundings eager
+// makes, the scale, the mask and band; the rows' running max and sum are updated and alpha[r] is
+// what row r's accumulated output is to be multiplied by (e^(old max - new max)). EDGE: the tile
+// holds keys past the end or above the causal diagonal of some row (att_edge), which get -inf;
+// the other tiles skip those tests. ATT_FOLD (no mask tensor, no rounding of the scores, a
+// positive scale): the max is taken of the raw scores and the scale folded into the exponent,
+// p = 2^(x · scale · log2 e - max · log2 e), one fma a score.
+template <bool EDGE>
+__device__ __forceinline__ void att_softmax_tile(float (&s)[ATT_NT][4], const att_args &a,
+                                                 const att_block &k, const att_lane &l, int64_t n0,
+                                                 int t, float *m_run, float *l_run, float *alpha,
+                                                 bool dead) {
+    // columns are 32-bit offsets in the tile; a dead tile (EDGE only) has no key
+    const int klim = dead                         ? 0
+                     : k.skv - n0 < ATT_BLOCK_N ? (int)(k.skv - n0)
+                                                : ATT_BLOCK_N;
+#if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
+    // key n0 + c of row r is above the band when c > diag[r]
+    const int diag0 = (int)(l.row[0] - n0 + k.hi), diag1 = (int)(l.row[1] - n0 + k.hi);
+#endif
+    float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < ATT_NT; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = e >> 1, c = j * 8 + 2 * t + (e & 1);
+            float x = s[j][e];
+#if ATT_ROUND_QK
+            x = att_rnd(x);
+#endif
+#if !ATT_FOLD
+            x *= a.scale;
+#endif
+#if ATT_ROUND_SCALED
+            x = att_rnd(x);
+#endif
+#if ATT_HAS_MASK
+            if (!EDGE || c < klim) {
+                x += att_lf(l.mrow[r][n0 + c]);
+#if ATT_ROUND_MASKED
+                x = att_rnd(x);
+#endif
+            }
+#endif
+            if (EDGE) {
+#if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
+                if (c > (r ? diag1 : diag0))
+                    x = -INFINITY;
+#endif
+                if (c >= klim)
+                    x = -INFINITY;
+            }
+            s[j][e] = x;
+            mt[r] = fmaxf(mt[r], x);
+        }
+    }
+    (void)klim;
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
+#if ATT_FOLD
+        mt[r] *= a.scale;
+#endif
+        const float mn = fmaxf(m_run[r], mt[r]);
+        base[r] = mn == -INFINITY ? 0.f : mn;
+        alpha[r] = att_ex2((m_run[r] - base[r]) * ATT_LOG2E);
+        m_run[r] = mn;
+        l_run[r] *= alpha[r];
+    }
+#if ATT_FOLD
+    const float c2 = a.scale * ATT_LOG2E, b0 = -base[0] * ATT_LOG2E, b1 = -base[1] * ATT_LOG2E;
+#endif
+#pragma unroll
+    for (int j = 0; j < ATT_NT; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = e >> 1;
+#if ATT_FOLD
+            s[j][e] = att_ex2(fmaf(s[j][e], c2, r ? b1 : b0));
+#else
+            s[j][e] = att_ex2((s[j][e] - base[r]) * ATT_LOG2E);
+#endif
+            l_run[r] += s[j][e];
+        }
+    }
+}
+
+// Whether the tile at key n0 needs the per-key tests: keys past the end, or (causal) keys above
+// the diagonal of the block's first row, which every later row's diagonal is at or beyond.
+__device__ __forceinline__ bool att_edge(const att_block &k, int64_t n0) {
+#if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
+    if (n0 + ATT_BLOCK_N - 1 > k.m0 / k.ratio + k.hi)
+        return true;
+#endif
+    return n0 + ATT_BLOCK_N > k.skv;
+}
+
+__device__ __forceinline__ void att_softmax(float (&s)[ATT_NT][4], const att_args &a,
+                                            const att_block &k, const att_lane &l, int64_t n0,
+                                            int t, float *m_run, float *l_run, float *alpha,
+                                            bool dead = false) {
+    if (!ATT_SPLIT || dead || att_edge(k, n0))
+        att_softmax_tile<true>(s, a, k, l, n0, t, m_run, l_run, alpha, dead);
+    else
+        att_softmax_tile<false>(s, a, k, l, n0, t, m_run, l_run, alpha, false);
+}
+
+// the accumulated output of the lane's rows times alpha (rows g and g + 8)
+__device__ __forceinline__ void att_rescale(float (&acc)[ATT_DT][4], const float *alpha) {
+#pragma unroll
+    for (int i = 0; i < ATT_DT; i++) {
+        acc[i][0] *= alpha[0];
+        acc[i][1] *= alpha[0];
+        acc[i][2] *= alpha[1];
+        acc[i][3] *= alpha[1];
+    }
+}
+
+// P of key pairs 16 kk .. 16 kk + 15 packed from the score registers (an m16n8 C fragment pair is
+// an m16k16 A fragment; a wgmma's register A operand is the same per warp)
+__device__ __forceinline__ void att_pack_p(const float (&s)[ATT_NT][4], int kk, unsigned *pa) {
+    pa[0] = att_pack(s[2 * kk][0], s[2 * kk][1]);
+    pa[1] = att_pack(s[2 * kk][2], s[2 * kk][3]);
+    pa[2] = att_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[3] = att_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+// Each row divided by its sum (spread over the quad of lanes sharing the row) and written.
+__device__ __forceinline__ void att_store(const att_args &a, const att_block &k, const att_lane &l,
+                                          const float (&acc)[ATT_DT][4], const float *m_run,
+                                          float *l_run, int t) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (!l.valid[r])
+            continue;
+        ATT_T *orow = k.og + l.head[r] * a.oh + l.row[r] * a.os;
+#if ATT_PAGED
+        const float inv = l_run[r] > 0.f ? 1.f / l_run[r] : 0.f; // no key: 0, as FlashInfer
+#if ATT_LSE
+        if (t == 0)
+            a.lse[(k.q0 + l.row[r]) * a.hq + l.head[r]] =
+                l_run[r] > 0.f ? m_run[r] * ATT_LOG2E + log2f(l_run[r]) : -INFINITY;
+#endif
+#else
+        (void)m_run;
+        const float inv = 1.f / l_run[r];
+#endif
+#pragma unroll
+        for (int i = 0; i < ATT_DT; i++) {
+            const unsigned v = att_pack(acc[i][2 * r] * inv, acc[i][2 * r + 1] * inv);
+            *reinterpret_cast<unsigned *>(orow + i * 8 + 2 * t) = v;
+        }
+    }
+}
+
+#if !ATT_WG
+
+__device__ __forceinline__ void att_fwd(const att_args a) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    att_block k;
+    if (!att_block_of(a, k))
+        return;
     const unsigned s_q = att_smem_base();
     const unsigned s_k = s_q + ATT_BLOCK_M * ATT_LD * 2;
     const unsigned s_v = s_k + ATT_STAGES * ATT_BLOCK_N * ATT_LD * 2;
     const unsigned tile_bytes = ATT_BLOCK_N * ATT_LD * 2;
+    const int n_tiles = k.n_tiles;
 
-    int64_t first, last;
-    const int64_t r_last = m0 + ATT_BLOCK_M < rows ? m0 + ATT_BLOCK_M - 1 : rows - 1;
-    att_key_range(m0 / ratio, r_last / ratio, skv, &first, &last);
-#if ATT_PAGED_CAUSAL
-    // keys past the last row's diagonal are masked for every row of the block
-    if (r_last / ratio + hi + 1 < last)
-        last = r_last / ratio + hi + 1 > 0 ? r_last / ratio + hi + 1 : 0;
-#endif
-    const int64_t t0 = first / ATT_BLOCK_N;
-    const int n_tiles = last > first ? (int)((last + ATT_BLOCK_N - 1) / ATT_BLOCK_N - t0) : 0;
-
-    att_load_q(s_q, a, qg, m0, rows);
+    att_load_q(s_q, a, k.qg, k.m0, k.rows);
 #pragma unroll
     for (int s = 0; s < ATT_STAGES - 1; s++) {
         if (s < n_tiles) {
-            const int64_t n0 = (t0 + s) * ATT_BLOCK_N;
-            att_load_tile(s_k + s * tile_bytes, kg, a.ks, n0, ATT_BLOCK_N, skv, pages, page_size);
-            att_load_tile(s_v + s * tile_bytes, vg, a.vs, n0, ATT_BLOCK_N, skv, pages, page_size);
+            const int64_t n0 = (k.t0 + s) * ATT_BLOCK_N;
+            att_load_tile(s_k + s * tile_bytes, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv, k.pages,
+                          k.page_size);
+            att_load_tile(s_v + s * tile_bytes, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv, k.pages,
+                          k.page_size);
         }
         att_cp_commit();
     }
@@ -349,22 +589,9 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 #pragma unroll
     for (int i = 0; i < ATT_DT; i++)
         acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    // this lane's two rows: valid, their q head and query (rows past the end stand in for the last)
-    int64_t head[2], row[2];
-    int valid[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int64_t m = m0 + warp * 16 + g + 8 * r;
-        valid[r] = m < rows;
-        att_row(a, valid[r] ? m : rows - 1, &head[r], &row[r]);
-    }
-#if ATT_HAS_MASK
-    const ATT_TM *mrow[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-        mrow[r] = a.mask + bi * a.mb + head[r] * a.mh + row[r] * a.ms;
-#endif
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
+    att_lane l;
+    att_lane_of(a, k, warp, g, l);
     // this lane's ldmatrix row addresses: Q (A, row-major), K (B, non-transposed), V (B, .trans)
     const unsigned q_addr =
         s_q + (unsigned)(((warp * 16 + (lane & 15)) * ATT_LD + (lane >> 4) * 8) * 2);
@@ -382,16 +609,16 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             const int nx = it + ATT_STAGES - 1;
             if (nx < n_tiles) {
                 const int slot = nx % ATT_STAGES;
-                const int64_t n0 = (t0 + nx) * ATT_BLOCK_N;
-                att_load_tile(s_k + slot * tile_bytes, kg, a.ks, n0, ATT_BLOCK_N, skv, pages,
-                              page_size);
-                att_load_tile(s_v + slot * tile_bytes, vg, a.vs, n0, ATT_BLOCK_N, skv, pages,
-                              page_size);
+                const int64_t n0 = (k.t0 + nx) * ATT_BLOCK_N;
+                att_load_tile(s_k + slot * tile_bytes, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv, k.pages,
+                              k.page_size);
+                att_load_tile(s_v + slot * tile_bytes, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv, k.pages,
+                              k.page_size);
             }
             att_cp_commit();
         }
         const int slot = it % ATT_STAGES;
-        const int64_t n0 = (t0 + it) * ATT_BLOCK_N;
+        const int64_t n0 = (k.t0 + it) * ATT_BLOCK_N;
         const unsigned kb = s_k + slot * tile_bytes + k_off, vb = s_v + slot * tile_bytes + v_off;
 
         // S = Q Kᵀ
@@ -411,81 +638,14 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                 att_mma(s[2 * np + 1], qa, kr[2], kr[3]);
             }
         }
+        att_softmax(s, a, k, l, n0, t, m_run, l_run, alpha);
+        att_rescale(acc, alpha);
 
-        // scale, mask, roundings; the tile's max per row. Columns are 32-bit offsets in the tile.
-        const int klim = skv - n0 < ATT_BLOCK_N ? (int)(skv - n0) : ATT_BLOCK_N;
-#if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
-        // key n0 + c of row r is above the band when c > diag[r]
-        const int diag0 = (int)(row[0] - n0 + hi), diag1 = (int)(row[1] - n0 + hi);
-#endif
-        float mt[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < ATT_NT; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1, c = j * 8 + 2 * t + (e & 1);
-                float x = s[j][e];
-#if ATT_ROUND_QK
-                x = att_rnd(x);
-#endif
-                x *= a.scale;
-#if ATT_ROUND_SCALED
-                x = att_rnd(x);
-#endif
-#if ATT_HAS_MASK
-                if (c < klim) {
-                    x += att_lf(mrow[r][n0 + c]);
-#if ATT_ROUND_MASKED
-                    x = att_rnd(x);
-#endif
-                }
-#endif
-#if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
-                if (c > (r ? diag1 : diag0))
-                    x = -INFINITY;
-#endif
-                if (c >= klim)
-                    x = -INFINITY;
-                s[j][e] = x;
-                mt[r] = fmaxf(mt[r], x);
-            }
-        }
-        float alpha[2], base[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
-            mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
-            const float mn = fmaxf(m_run[r], mt[r]);
-            base[r] = mn == -INFINITY ? 0.f : mn;
-            alpha[r] = att_ex2((m_run[r] - base[r]) * ATT_LOG2E);
-            m_run[r] = mn;
-            l_run[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int i = 0; i < ATT_DT; i++) {
-            acc[i][0] *= alpha[0];
-            acc[i][1] *= alpha[0];
-            acc[i][2] *= alpha[1];
-            acc[i][3] *= alpha[1];
-        }
-#pragma unroll
-        for (int j = 0; j < ATT_NT; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1;
-                s[j][e] = att_ex2((s[j][e] - base[r]) * ATT_LOG2E);
-                l_run[r] += s[j][e];
-            }
-        }
-
-        // O += P V, P from the score registers (an m16n8 C fragment pair is an m16k16 A fragment)
+        // O += P V
 #pragma unroll
         for (int kk = 0; kk < ATT_NT / 2; kk++) {
             unsigned pa[4];
-            pa[0] = att_pack(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = att_pack(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = att_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = att_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            att_pack_p(s, kk, pa);
 #pragma unroll
             for (int dp = 0; dp < ATT_DT / 2; dp++) {
                 unsigned vr[4];
@@ -496,35 +656,203 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         }
     }
     att_cp_wait<0>();
-
-    // the row sums are spread over the quad of lanes sharing a row
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (!valid[r])
-            continue;
-        ATT_T *orow = og + head[r] * a.oh + row[r] * a.os;
-#if ATT_PAGED
-        const float inv = l_run[r] > 0.f ? 1.f / l_run[r] : 0.f; // no key: 0, as FlashInfer
-#if ATT_LSE
-        if (t == 0)
-            a.lse[(q0 + row[r]) * a.hq + head[r]] =
-                l_run[r] > 0.f ? m_run[r] * ATT_LOG2E + log2f(l_run[r]) : -INFINITY;
-#endif
-#else
-        const float inv = 1.f / l_run[r];
-#endif
-#pragma unroll
-        for (int i = 0; i < ATT_DT; i++) {
-            const unsigned v = att_pack(acc[i][2 * r] * inv, acc[i][2 * r + 1] * inv);
-            *reinterpret_cast<unsigned *>(orow + i * 8 + 2 * t) = v;
-        }
-    }
+    att_store(a, k, l, acc, m_run, l_run, t);
 }
+
+#else // ATT_WG: warpgroup MMAs (sm_90a)
+
+// ---- wgmma (sm_90a): the emitter writes att_wg_qk (S = Q·Kᵀ, m64 x BLOCK_N, both operands from
+// shared memory) and att_wg_pv (O += P·V, m64 x D, P from registers, V MN-major) ----
+#define ATT_QBYTES (ATT_BLOCK_M * ATT_D * 2) // the Q tile, swizzled
+#define ATT_TBYTES (ATT_BLOCK_N * ATT_D * 2) // one K or V tile, swizzled
+
+// A shared-memory matrix descriptor: start address >> 4, leading byte offset lbo (K-major
+// swizzled operands do not use it: 16), stride byte offset 1024 (eight 128-byte rows), the
+// 128-byte swizzle. MN-major V: lbo is the distance between its 64-column blocks.
+__device__ __forceinline__ unsigned long long att_desc(unsigned addr, unsigned lbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(1024 >> 4) << 32) | ((unsigned long long)1 << 62);
+}
+template <int N> __device__ __forceinline__ void att_wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// registers an asynchronous wgmma reads or writes stay where they are until its wait
+template <int N, int M> __device__ __forceinline__ void att_wg_keep(float (&x)[N][M]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int j = 0; j < M; j++)
+            asm volatile("" : "+f"(x[i][j])::"memory");
+}
+__device__ __forceinline__ void att_wg_keep(unsigned (&x)[ATT_NT / 2][4]) {
+#pragma unroll
+    for (int i = 0; i < ATT_NT / 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            asm volatile("" : "+r"(x[i][j])::"memory");
+}
+// S = Q Kᵀ of warpgroup rows at q and the K tile at kt: D / 16 MMAs of k16, committed as one group
+__device__ __forceinline__ void att_wg_scores(float (&s)[ATT_NT][4], unsigned q, unsigned kt) {
+    const unsigned long long dq = att_desc(q, 16), dk = att_desc(kt, 16);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int c = 0; c < ATT_D / 64; c++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            att_wg_qk(&s[0][0], dq + (unsigned long long)((c * ATT_BLOCK_M * 128 + kk * 32) >> 4),
+                      dk + (unsigned long long)((c * ATT_BLOCK_N * 128 + kk * 32) >> 4), c + kk > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// O += P V of the V tile at vt: BLOCK_N / 16 MMAs, 16 keys (two 1024-byte row groups) each
+__device__ __forceinline__ void att_wg_out(float (&o)[ATT_DT][4], const unsigned (&p)[ATT_NT / 2][4],
+                                           unsigned vt) {
+    const unsigned long long dv = att_desc(vt, ATT_BLOCK_N * 128);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < ATT_NT / 2; kk++)
+        att_wg_pv(&o[0][0], p[kk], dv + (unsigned long long)(kk * 2048 >> 4), 1);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// mbarriers: init, arrive, a wait on a phase's parity, and the arrive that fires when this thread's
+// cp.async copies so far have landed (counted in the barrier's expected arrivals: .noinc)
+__device__ __forceinline__ void att_bar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void att_bar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void att_bar_cp_arrive(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void att_bar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+}
+// after a full barrier: the copies it saw (generic proxy) ordered before this thread's wgmma reads
+__device__ __forceinline__ void att_bar_wait_data(unsigned bar, unsigned parity) {
+    att_bar_wait(bar, parity);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// ---- wgmma: end ----
+
+#define ATT_WGS (ATT_BLOCK_M / 64) // consumer warpgroups
+
+// Warp-specialised (FlashAttention-3's plan, with cp.async copies so that any layout and the paged
+// form load the same way): warpgroup 0 copies, the ATT_WGS others compute, 64 rows each (warp w of
+// them its rows 16 w ..). The producer fills ATT_STAGES buffers of K and of V, each with a full
+// and an empty mbarrier: it waits until a buffer is empty, issues its copies and arrives on the
+// full barrier when they land. A consumer issues S(it + 1) = Q K(it + 1)ᵀ and then O += P(it)
+// V(it), waits for the first only, frees K(it + 1)'s buffer and turns S(it + 1) into probabilities
+// while the tensor cores still run the second, then waits for it, frees V(it)'s buffer, rescales
+// O and packs P(it + 1): the softmax runs under the MMAs and no barrier stops the block.
+__device__ __forceinline__ void att_fwd(const att_args a) {
+    const int wg = threadIdx.x / 128, ct = threadIdx.x - 128; // consumer thread (wg > 0)
+    att_block k;
+    if (!att_block_of(a, k))
+        return;
+    const unsigned s_q = (att_smem_base() + 1023u) & ~1023u;
+    const unsigned s_k = s_q + ATT_QBYTES, s_v = s_k + ATT_STAGES * ATT_TBYTES;
+    const unsigned q_full = s_v + ATT_STAGES * ATT_TBYTES, k_full = q_full + 8,
+                   v_full = k_full + 8 * ATT_STAGES, k_empty = v_full + 8 * ATT_STAGES,
+                   v_empty = k_empty + 8 * ATT_STAGES;
+    const int n = k.n_tiles;
+    if (threadIdx.x == 0) {
+        att_bar_init(q_full, 128);
+        for (int i = 0; i < ATT_STAGES; i++) {
+            att_bar_init(k_full + 8 * i, 128);
+            att_bar_init(v_full + 8 * i, 128);
+            att_bar_init(k_empty + 8 * i, 4 * ATT_WGS); // one arrival a consumer warp
+            att_bar_init(v_empty + 8 * i, 4 * ATT_WGS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+#if ATT_WGS > 1
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+#endif
+        att_load_q(s_q, a, k.qg, k.m0, k.rows);
+        att_bar_cp_arrive(q_full);
+        for (int j = 0; j < n; j++) {
+            const int b = j % ATT_STAGES;
+            const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
+            const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
+            att_bar_wait(k_empty + 8 * b, free_parity);
+            att_load_tile(s_k + (unsigned)b * ATT_TBYTES, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv,
+                          k.pages, k.page_size);
+            att_bar_cp_arrive(k_full + 8 * b);
+            att_bar_wait(v_empty + 8 * b, free_parity);
+            att_load_tile(s_v + (unsigned)b * ATT_TBYTES, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv,
+                          k.pages, k.page_size);
+            att_bar_cp_arrive(v_full + 8 * b);
+        }
+        att_cp_wait<0>();
+        return;
+    }
+#if ATT_WGS > 1
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+#endif
+    const int warp = ct / 32, lane = ct % 32, g = lane / 4, t = lane % 4;
+    const unsigned q_wg = s_q + (unsigned)(wg - 1) * 64 * 128;
+    float o[ATT_DT][4], s[ATT_NT][4];
+    unsigned p[ATT_NT / 2][4];
+#pragma unroll
+    for (int i = 0; i < ATT_DT; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
+    att_lane l;
+    att_lane_of(a, k, warp, g, l);
+    if (n > 0) {
+        att_bar_wait_data(q_full, 0);
+        att_bar_wait_data(k_full, 0);
+        att_wg_scores(s, q_wg, s_k);
+        att_wg_wait<0>();
+        att_wg_keep(s);
+        if (lane == 0)
+            att_bar_arrive(k_empty);
+        att_softmax(s, a, k, l, k.t0 * ATT_BLOCK_N, t, m_run, l_run, alpha);
+#pragma unroll
+        for (int kk = 0; kk < ATT_NT / 2; kk++)
+            att_pack_p(s, kk, p[kk]);
+    }
+    // Every step issues the same two groups and waits the same way, so that ptxas sees S(it + 1)
+    // complete at the first wait: with a group issued only on some steps, or a last P·V peeled off
+    // the loop, it cannot, and serialises every wgmma ("C7514" in its log). So the last step
+    // multiplies Q by its own K tile again (held: no tile comes after it) and drops the scores.
+    for (int it = 0; it < n; it++) {
+        const bool next = it + 1 < n;
+        const int bk = (it + 1) % ATT_STAGES, bv = it % ATT_STAGES;
+        if (next)
+            att_bar_wait_data(k_full + 8 * bk, ((it + 1) / ATT_STAGES) & 1);
+        att_wg_scores(s, q_wg, s_k + (unsigned)(next ? bk : bv) * ATT_TBYTES);
+        att_bar_wait_data(v_full + 8 * bv, (it / ATT_STAGES) & 1);
+        att_wg_out(o, p, s_v + (unsigned)bv * ATT_TBYTES);
+        att_wg_wait<1>();
+        att_wg_keep(s);
+        if (next && lane == 0)
+            att_bar_arrive(k_empty + 8 * bk);
+        // the last step's scores are a dead tile: every key -inf, so that alpha is 1 and P 0
+        att_softmax(s, a, k, l, (k.t0 + it + 1) * ATT_BLOCK_N, t, m_run, l_run, alpha, !next);
+        att_wg_wait<0>();
+        att_wg_keep(o);
+        att_wg_keep(p);
+        if (lane == 0)
+            att_bar_arrive(v_empty + 8 * bv);
+        att_rescale(o, alpha);
+#pragma unroll
+        for (int kk = 0; kk < ATT_NT / 2; kk++)
+            att_pack_p(s, kk, p[kk]);
+    }
+    att_store(a, k, l, o, m_run, l_run, t);
+}
+
+#endif // ATT_WG
 
 #else // ATT_F32: a warp per query row, 4 rows per block
 

@@ -98,7 +98,7 @@ static_assert(GW_WS || (GW_BM * 8 % GW_COPIERS == 0 && GW_BN * 8 % GW_COPIERS ==
 #if !GW_MMA_SUPPLIED
 // D[64 x GW_BN] += A[64 x 16] · B[GW_BN x 16]ᵀ for a bf16 tile of GW_BN 128 (the emitter writes
 // this function for the point's N and dtype; this one lets the template compile alone).
-__device__ __forceinline__ void gw_mma(float *d, uint64_t da, uint64_t db);
+__device__ __forceinline__ void gw_mma(float *d, uint64_t da, uint64_t db, int scale_d);
 #endif
 
 __device__ __forceinline__ uint32_t gw_smem_addr(const void *p) {
@@ -219,7 +219,7 @@ __device__ __forceinline__ void gw_mma_stage(float (&acc)[GW_MI][GW_ACC], uint32
     for (int kk = 0; kk < GW_BK / 16; kk++) {
 #pragma unroll
         for (int i = 0; i < GW_MI; i++)
-            gw_mma(acc[i], da + (uint64_t)(i * 64 * 128 / 16 + kk * 2), db + (uint64_t)(kk * 2));
+            gw_mma(acc[i], da + (uint64_t)(i * 64 * 128 / 16 + kk * 2), db + (uint64_t)(kk * 2), 1);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
