@@ -1,6 +1,7 @@
 """Runs emitted attention candidates on a GPU outside kiln's gate, for a machine where kiln itself is not
 built: each `NAME/*.cu` under SRC (written by `kiln sweep --backend cuda --out SRC/NAME`, whose problem is
-PROBLEMS/NAME) is compiled with nvcc for sm_90a, launched by its `// kiln: launch` line with the problem's
+PROBLEMS/NAME) is compiled with nvcc for sm_90a (but one with `// kiln: tensormap` lines: the gate's figure
+stands for it), launched by its `// kiln: launch` line with the problem's
 make_inputs on the GPU, compared with the problem's reference run() (the gate's default tolerance of the
 output dtype) and timed with CUDA events; for the bench rows (`"kiln": {"bench"}`) torch's SDPA backends
 and eager are timed on the same inputs. One JSON line per candidate and per baseline on stdout, then a table.
@@ -153,6 +154,8 @@ def main() -> int:
         files.sort(key=lambda f: rank.get(f.name, (2, 0, 0)))
         srcs += files[:a.per_row] if a.per_row else files
     def build(f):
+        if "// kiln: tensormap" in f.read_text():
+            return f, None, "tensor maps: this launcher does not encode them (the gate ran it)"
         cubin = f.with_suffix(".cubin")
         r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-o", str(cubin), str(f)],
                            capture_output=True, text=True)
@@ -185,7 +188,7 @@ def main() -> int:
                 point = re.search(r"// params: (.*)", src).group(1).strip()
                 row = {"problem": name, "workload": wi, "kind": "kiln", "file": f.name, "point": point}
                 if cubin is None:
-                    row.update(outcome="compile", log=log)
+                    row.update(outcome="tensormap" if log.startswith("tensor maps") else "compile", log=log)
                     print(json.dumps(row), flush=True)
                     rows.append(row)
                     continue

@@ -211,12 +211,14 @@ void kiln_cuda_arch(int cc_major, int cc_minor, const char *source, char *out, s
         normalize_arch(env, out, cap);
         return;
     }
+    const int hopper_only = source && (strstr(source, "wgmma") || strstr(source, "setmaxnreg"));
     if (cc_major <= 0) {
-        snprintf(out, cap, "sm_90");
+        /* no device known (kiln optimize's workers compile before a gate loads the cubin): the
+         * H100/H200 that kiln targets, sm_90a where the source needs it */
+        snprintf(out, cap, "sm_90%s", hopper_only ? "a" : "");
         return;
     }
-    int a = cc_major == 9 && cc_minor == 0 && source &&
-            (strstr(source, "wgmma") || strstr(source, "setmaxnreg"));
+    const int a = cc_major == 9 && cc_minor == 0 && hopper_only;
     snprintf(out, cap, "sm_%d%d%s", cc_major, cc_minor, a ? "a" : "");
 }
 

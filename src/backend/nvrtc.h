@@ -7,8 +7,8 @@
 
 /* The architecture a source is compiled for: $KILN_CUDA_ARCH when it is set (the one place kiln
  * reads it); else sm_XY of compute capability cc_major.cc_minor, sm_90a on 9.0 for a source that
- * uses Hopper-only instructions (wgmma, setmaxnreg); else, cc_major 0 (no device known), sm_90.
- * source may be NULL. */
+ * uses Hopper-only instructions (wgmma, setmaxnreg); with cc_major 0 (no device known), sm_90, or
+ * sm_90a for such a source. source may be NULL. */
 void kiln_cuda_arch(int cc_major, int cc_minor, const char *source, char *out, size_t cap);
 
 /* Compiles a CUDA candidate with NVRTC for arch ("sm_90", "sm_90a", "90"; NULL means

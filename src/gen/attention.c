@@ -15,7 +15,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_WG, P_COUNT };
+enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_WG, P_PP, P_COUNT };
 
 #define ATT_MAX_SMEM (227 * 1024)
 #define ATT_MAX_REGS 255
@@ -157,6 +157,8 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "mma.sync needs a head dim that is a multiple of 16";
     if (pt[P_WG] && d % 64)
         return "wgmma's swizzled tiles need a head dim that is a multiple of 64";
+    if (pt[P_PP] && !(pt[P_WG] && pt[P_BM] == 128))
+        return "ping-pong takes two consumer warpgroups: wgmma with BLOCK_M 128";
     if (pt[P_BM] != 16 * pt[P_WARPS])
         return "each warp owns 16 query rows: BLOCK_M = 16 * WARPS";
     if (smem_bytes(m, pt) > ATT_MAX_SMEM)
@@ -176,31 +178,39 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
     return NULL;
 }
 
-/* The rule of thumb (FlashAttention-3 on sm_90): wgmma with two consumer warpgroups (128 query
- * rows) and tiles of 128 keys, 64 at head dim 256 (its accumulators take 128 registers a thread);
- * 64 rows (one warpgroup) when there are no more rows than that. Head dims that are not a multiple
- * of 64 take mma.sync (FlashAttention-2's rule: 128 x 64 with 8 warps; at head dim 256 that is 198
- * KiB of shared memory, one block an SM, still 8 warps where 64 x 64 would leave 4). */
+/* The rule of thumb. Head dims that are multiples of 64 take wgmma (FlashAttention-3's plan):
+ * two consumer warpgroups (128 query rows) when there are more rows than 64, tiles of 128 keys (64
+ * at head dim 256, whose accumulators take 128 registers a thread, or with a mask tensor), the q
+ * heads of a kv head packed into a block (GQA: each K and V tile read once for the group), three
+ * stages where shared memory holds them (measured on the H200, bench/RESULTS.md: packed heads
+ * 2-10 % faster, 128-key tiles and three stages 5-15 % on decode and head dim 64). Other head dims
+ * take mma.sync (FlashAttention-2's rule: 128 x 64 with 8 warps; at head dim 256 that is 198 KiB of
+ * shared memory, one block an SM, still 8 warps where 64 x 64 would leave 4; 64 rows with 4 warps
+ * when there are no more rows than that; packed heads only for fewer than 64 queries). */
 static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
-    (void)p;
     const int64_t sq = (int64_t)kiln_match_get(m, "sq", 1);
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
     for (int i = 0; i < P_COUNT; i++)
         pt[i] = kiln_family_attention.params[i].values[0];
     if (kiln_match_get(m, "f32", 0))
         return 0;
     const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
-    /* few queries: the q heads of a kv head share a block and read its K and V once */
-    pt[P_PACK] = ratio > 1 && sq < 64;
+    pt[P_WG] = d % 64 == 0;
+    /* the q heads of a kv head share a block and read its K and V once */
+    pt[P_PACK] = ratio > 1 && (pt[P_WG] || sq < 64);
     const int big = sq * (pt[P_PACK] ? ratio : 1) > 64;
     pt[P_BM] = big ? 128 : 64;
     pt[P_WARPS] = big ? 8 : 4;
     pt[P_BN] = 64;
     pt[P_STAGES] = 2;
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
-    if (d % 64 == 0) {
-        pt[P_WG] = 1;
-        pt[P_BN] = d <= 128 && big && kiln_match_get(m, "mask", 0) != 1 ? 128 : 64;
-    }
+    if (!pt[P_WG])
+        return 0;
+    pt[P_BN] = d <= 128 && kiln_match_get(m, "mask", 0) != 1 ? 128 : 64;
+    pt[P_STAGES] = 3;
+    while (att_check(p, m, pt) && pt[P_STAGES] > 2)
+        pt[P_STAGES]--;
+    while (att_check(p, m, pt) && pt[P_BN] > 64)
+        pt[P_BN] = 64;
     return 0;
 }
 
@@ -335,6 +345,43 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
         pg->on, pg->decode, pg->causal, pg->input[3] >= 0, pg->on && pg->lse >= 0);
 }
 
+/* The TMA tensor map of K or V (role), for wgmma's producer: the tensor's stored dims reversed
+ * (innermost, the head dim, first), boxes of 64 head-dim elements by BLOCK_N keys in the 128-byte
+ * swizzle; and where the kernel puts its coordinates (ATT_<K|V>_DIM_S/H/B: the map dim of the
+ * keys, the kv head and the batch, -1 when absent; ATT_<K|V>_RANK). */
+static void emit_kv_tmap(kiln_strbuf *b, const kiln_problem *p, const att_operand *o,
+                         const char *role, int64_t bn) {
+    const kiln_tensor_spec *t = &p->inputs[o->input];
+    const int n = t->ndim;
+    char dims[512] = "", strides[512] = "", box[128] = "", prod[400] = "";
+    for (int j = n - 1; j >= 0; j--) {
+        char e[96];
+        kiln_tensor_dim_expr(p, t, j, e, sizeof e);
+        kiln_family_fmt(dims + strlen(dims), sizeof dims - strlen(dims), "%s%s",
+                        j == n - 1 ? "" : ",", e);
+        kiln_family_fmt(box + strlen(box), sizeof box - strlen(box), "%s%lld",
+                        j == n - 1 ? "" : ",",
+                        j == o->pos[3]   ? 64LL
+                        : j == o->pos[2] ? (long long)bn
+                                         : 1LL);
+        if (j < n - 1)
+            kiln_family_fmt(strides + strlen(strides), sizeof strides - strlen(strides), "%s%s",
+                            j == n - 2 ? "" : ",", prod);
+        /* the stride of dim j - 1: the product of dims j .. n - 1 */
+        char next[400];
+        kiln_family_fmt(next, sizeof next, "%s%s(%s)", prod, prod[0] ? "*" : "", e);
+        snprintf(prod, sizeof prod, "%s", next);
+    }
+    kiln_strbuf_printf(b, "// kiln: tensormap %s dims=(%s) strides=(%s) box=(%s) swizzle=128\n",
+                       t->name, dims, strides, box);
+    kiln_strbuf_printf(b,
+                       "#define ATT_%s_RANK %d\n#define ATT_%s_DIM_S %d\n#define ATT_%s_DIM_H "
+                       "%d\n#define ATT_%s_DIM_B %d\n",
+                       role, n, role, n - 1 - o->pos[2], role,
+                       o->pos[1] >= 0 ? n - 1 - o->pos[1] : -1, role,
+                       o->pos[0] >= 0 ? n - 1 - o->pos[0] : -1);
+}
+
 static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
     att_info a;
     char why[256];
@@ -407,6 +454,17 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
                            (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     }
+    /* wgmma's producer copies K and V with the TMA unit (one thread), except from a paged cache
+     * (rows gathered through the page table) or a tensor capture stored broadcast (its maps
+     * would address elements that are not stored): cp.async */
+    const int tma = pt[P_WG] && !a.paged.on && !p->inputs[a.t[ATT_K].input].layout.expanded &&
+                    !p->inputs[a.t[ATT_V].input].layout.expanded;
+    kiln_strbuf_printf(&b, "#define ATT_TMA %d\n", tma);
+    if (tma) {
+        emit_kv_tmap(&b, p, &a.t[ATT_K], "K", pt[P_BN]);
+        emit_kv_tmap(&b, p, &a.t[ATT_V], "V", pt[P_BN]);
+        kiln_strbuf_printf(&b, "%s", KILN_FAMILY_TMAP_TYPE);
+    }
     if (pt[P_WG]) {
         /* one block an SM: ptxas may use every register (the accumulators of two MMAs) */
         snprintf(bounds, sizeof bounds, "%lld, 1", (long long)threads_of(pt));
@@ -419,13 +477,17 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
      * head dim 256, whose output accumulators leave no registers for it */
     kiln_strbuf_printf(&b, "#define ATT_SPLIT %d\n", pt[P_WG] && d <= 128);
     kiln_strbuf_printf(&b, "%s", kiln_family_template("attention.cu"));
-    char *proto = kiln_family_prototype(p, 0, 1, bounds, "attention_kernel");
+    static const char *const maps[] = {"att_tmap_k", "att_tmap_v"};
+    char *proto = tma ? kiln_family_prototype_tmaps(p, bounds, "attention_kernel", 2, maps)
+                      : kiln_family_prototype(p, 0, 1, bounds, "attention_kernel");
     kiln_strbuf_printf(&b, "\n%s {\n", proto);
     free(proto);
     if (a.paged.on)
         emit_paged_args(&b, p, &a);
     else
         emit_args(&b, p, &a);
+    if (tma)
+        kiln_strbuf_printf(&b, "    a.tk = &att_tmap_k;\n    a.tv = &att_tmap_v;\n");
     kiln_strbuf_printf(&b, "    att_fwd(a);\n}\n");
     return kiln_family_source(&kiln_family_attention, m, pt, b.s);
 }
@@ -543,6 +605,11 @@ const kiln_family kiln_family_attention = {
                  {0, 1},
                  "1: warpgroup MMAs (wgmma, sm_90a) from swizzled shared memory, the softmax of "
                  "one tile under the MMAs of the last; 0: mma.sync"},
+            [P_PP] = {"ATT_PP",
+                      2,
+                      {0, 1},
+                      "1: the two consumer warpgroups of a wgmma block issue their MMAs in turns "
+                      "(ping-pong), one's softmax under the other's MMAs"},
         },
     .match = att_match,
     .check = att_check,

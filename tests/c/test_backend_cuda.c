@@ -292,6 +292,9 @@ static void test_cuda_arch(void **state) {
     assert_string_equal(arch, "sm_80");
     kiln_cuda_arch(0, 0, NULL, arch, sizeof arch); /* no device known */
     assert_string_equal(arch, "sm_90");
+    /* no device known and a Hopper-only source (kiln optimize's workers compile before the gate) */
+    kiln_cuda_arch(0, 0, "asm(\"wgmma.fence.sync.aligned;\");", arch, sizeof arch);
+    assert_string_equal(arch, "sm_90a");
     setenv("KILN_CUDA_ARCH", "89", 1);
     kiln_cuda_arch(9, 0, "wgmma", arch, sizeof arch);
     assert_string_equal(arch, "sm_89");

@@ -285,7 +285,7 @@ static void test_declines(void **state) {
 
 static int64_t point_of(const int64_t bm, const int64_t bn, const int64_t warps,
                         const int64_t stages, int64_t *pt) {
-    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0, pt[5] = 0;
+    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0, pt[5] = 0, pt[6] = 0;
     return kiln_family_point_index(att, pt);
 }
 
@@ -351,8 +351,26 @@ static void test_flops(void **state) {
     kiln_problem_free(p);
 }
 
+/* The point's `// kiln:` lines parse and plan for every workload (wgmma's tensor maps of K and V
+ * among them: within the TMA unit's limits and their tensors), then it compiles (compile_check). */
 static void compile_point(const kiln_problem *p, const kiln_match *m, const int64_t *pt,
                           int is_start) {
+    char *src = att->emit(p, m, pt, 1);
+    kiln_abi abi;
+    kiln_err err;
+    if (kiln_abi_parse(src, 1, &abi, &err))
+        fail_msg("%s: the directives do not parse: %s", p->name, err.msg);
+    /* wgmma: K and V by TMA, but from a paged cache or K stored broadcast (the captured Gemma-4
+     * --small block's) */
+    const int tma = pt[5] && !strstr(p->name, "paged") && !strstr(p->name, "gemma_small");
+    assert_int_equal(abi.n_tmaps, tma ? 2 : 0);
+    for (int wi = 0; wi < p->n_workloads; wi++) {
+        kiln_launch_plan plan;
+        if (kiln_abi_plan(&abi, p, &p->workloads[wi], &plan, &err))
+            fail_msg("%s workload %d: the directives do not plan: %s", p->name, wi, err.msg);
+    }
+    kiln_abi_free(&abi);
+    free(src);
     compile_check(att, p, m, pt, NULL, "attention_kernel", is_start, 1);
 }
 

@@ -58,6 +58,12 @@
 #ifndef ATT_FOLD
 #define ATT_FOLD 0 // 1: the scale folded into the exponent (att_softmax_tile)
 #endif
+#ifndef ATT_TMA
+#define ATT_TMA 0 // 1: K and V tiles come by TMA (the emitter writes their tensor maps)
+#endif
+#ifndef ATT_PP
+#define ATT_PP 0 // 1: two consumer warpgroups issue their MMAs in turns (att_pp_take)
+#endif
 #ifndef ATT_SPLIT
 #define ATT_SPLIT 0 // 1: tiles inside the band and the keys skip the per-key tests (att_softmax)
 #endif
@@ -92,6 +98,9 @@ typedef struct {
     int64_t b, hq, hkv, sq, skv;
     int64_t qb, qh, qs, kb, kh, ks, vb, vh, vs, mb, mh, ms, ob, oh, os;
     float scale;
+#if ATT_TMA
+    const kiln_tensormap *tk, *tv; // K's and V's tensor maps (wgmma's producer, not paged)
+#endif
 #if ATT_PAGED
     const int *qo_indptr, *kv_indptr, *kv_indices, *last_len;
     float *lse;
@@ -277,7 +286,7 @@ __device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, cons
 // What a block works on: its batch (paged: sequence) bi, its first row m0 of `rows`, the key tiles
 // t0 .. t0 + n_tiles of the band, and where its q, k, v and o start.
 struct att_block {
-    int64_t bi, m0, sq, skv, hi, rows, ratio, t0, q0;
+    int64_t bi, m0, sq, skv, hi, rows, ratio, t0, q0, kvh;
     int n_tiles;
     const int *pages;
     int64_t page_size;
@@ -350,6 +359,7 @@ __device__ __forceinline__ int att_block_of(const att_args &a, att_block &k) {
     k.ratio = 1;
 #endif
     k.rows = k.sq * k.ratio;
+    k.kvh = kvh;
 #if ATT_PAGED
     if (m0 >= k.rows)
         return 0; // decode: the grid covers one query's rows
@@ -739,9 +749,72 @@ __device__ __forceinline__ void att_bar_wait_data(unsigned bar, unsigned parity)
     att_bar_wait(bar, parity);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+#if ATT_TMA
+// One box (64 head-dim elements by BLOCK_N keys) of K or V at key n0, head-dim block c into
+// shared memory at dst, completing on bar's transaction count. Coordinates in the map's order
+// (innermost first): the head dim, then the keys, kv head and batch where the map has them (a
+// batch the tensor broadcasts, stride 0, reads its one matrix).
+template <int RANK, int DS, int DH, int DB>
+__device__ __forceinline__ void att_tma(unsigned dst, const kiln_tensormap *map, int c, int64_t n0,
+                                        const att_block &k, int64_t bstride, unsigned bar) {
+    int x[5] = {c * 64, 0, 0, 0, 0};
+    x[DS] = (int)n0;
+    if (DH >= 0)
+        x[DH > 0 ? DH : 4] = (int)k.kvh;
+    if (DB >= 0)
+        x[DB > 0 ? DB : 4] = bstride ? (int)k.bi : 0;
+    if (RANK == 2)
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                     "l"(map), "r"(x[0]), "r"(x[1]), "r"(bar)
+                     : "memory");
+    else if (RANK == 3)
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+                     "l"(map), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(bar)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                     "l"(map), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(bar)
+                     : "memory");
+}
+// a whole K or V tile: its D / 64 boxes, announced to the full barrier with the tile's bytes
+template <int RANK, int DS, int DH, int DB>
+__device__ __forceinline__ void att_tma_tile(unsigned dst, const kiln_tensormap *map, int64_t n0,
+                                             const att_block &k, int64_t bstride, unsigned bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(ATT_TBYTES)
+                 : "memory");
+#pragma unroll
+    for (int c = 0; c < ATT_D / 64; c++)
+        att_tma<RANK, DS, DH, DB>(dst + (unsigned)c * ATT_BLOCK_N * 128, map, c, n0, k, bstride,
+                                  bar);
+}
+#endif
 // ---- wgmma: end ----
 
 #define ATT_WGS (ATT_BLOCK_M / 64) // consumer warpgroups
+
+// Ping-pong (ATT_PP, two consumer warpgroups): they issue their MMAs in turns, so that one's
+// softmax runs while the tensor cores serve the other. Named barrier 1 + w is warpgroup w's turn:
+// it waits there (bar.sync: its 128 threads and the other's 128 arrivals) before issuing and lets
+// the other go after (bar.arrive). Both take the same number of turns; warpgroup 1 lets 0 go first
+// and does not pass after its last turn, so that no barrier is left half arrived.
+__device__ __forceinline__ void att_pp_take(int cw) {
+#if ATT_PP
+    asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
+#else
+    (void)cw;
+#endif
+}
+__device__ __forceinline__ void att_pp_pass(int to) {
+#if ATT_PP
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + to) : "memory");
+#else
+    (void)to;
+#endif
+}
 
 // Warp-specialised (FlashAttention-3's plan, with cp.async copies so that any layout and the paged
 // form load the same way): warpgroup 0 copies, the ATT_WGS others compute, 64 rows each (warp w of
@@ -765,8 +838,9 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     if (threadIdx.x == 0) {
         att_bar_init(q_full, 128);
         for (int i = 0; i < ATT_STAGES; i++) {
-            att_bar_init(k_full + 8 * i, 128);
-            att_bar_init(v_full + 8 * i, 128);
+            // TMA: the producer thread's arrival with the tile's bytes; cp.async: 128 arrivals
+            att_bar_init(k_full + 8 * i, ATT_TMA ? 1 : 128);
+            att_bar_init(v_full + 8 * i, ATT_TMA ? 1 : 128);
             att_bar_init(k_empty + 8 * i, 4 * ATT_WGS); // one arrival a consumer warp
             att_bar_init(v_empty + 8 * i, 4 * ATT_WGS);
         }
@@ -779,6 +853,23 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 #endif
         att_load_q(s_q, a, k.qg, k.m0, k.rows);
         att_bar_cp_arrive(q_full);
+#if ATT_TMA
+        if (threadIdx.x == 0) {
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"(a.tk) : "memory");
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"(a.tv) : "memory");
+        }
+        for (int j = 0; j < n && threadIdx.x == 0; j++) {
+            const int b = j % ATT_STAGES;
+            const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
+            const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
+            att_bar_wait(k_empty + 8 * b, free_parity);
+            att_tma_tile<ATT_K_RANK, ATT_K_DIM_S, ATT_K_DIM_H, ATT_K_DIM_B>(
+                s_k + (unsigned)b * ATT_TBYTES, a.tk, n0, k, a.kb, k_full + 8 * b);
+            att_bar_wait(v_empty + 8 * b, free_parity);
+            att_tma_tile<ATT_V_RANK, ATT_V_DIM_S, ATT_V_DIM_H, ATT_V_DIM_B>(
+                s_v + (unsigned)b * ATT_TBYTES, a.tv, n0, k, a.vb, v_full + 8 * b);
+        }
+#else
         for (int j = 0; j < n; j++) {
             const int b = j % ATT_STAGES;
             const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
@@ -792,6 +883,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                           k.pages, k.page_size);
             att_bar_cp_arrive(v_full + 8 * b);
         }
+#endif
         att_cp_wait<0>();
         return;
     }
@@ -808,10 +900,17 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
     att_lane l;
     att_lane_of(a, k, warp, g, l);
+    const int cw = wg - 1;
+#if ATT_PP
+    if (cw == 1 && n > 0)
+        att_pp_pass(0); // warpgroup 0 takes the first turn
+#endif
     if (n > 0) {
         att_bar_wait_data(q_full, 0);
         att_bar_wait_data(k_full, 0);
+        att_pp_take(cw);
         att_wg_scores(s, q_wg, s_k);
+        att_pp_pass(1 - cw);
         att_wg_wait<0>();
         att_wg_keep(s);
         if (lane == 0)
@@ -830,9 +929,12 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         const int bk = (it + 1) % ATT_STAGES, bv = it % ATT_STAGES;
         if (next)
             att_bar_wait_data(k_full + 8 * bk, ((it + 1) / ATT_STAGES) & 1);
-        att_wg_scores(s, q_wg, s_k + (unsigned)(next ? bk : bv) * ATT_TBYTES);
         att_bar_wait_data(v_full + 8 * bv, (it / ATT_STAGES) & 1);
+        att_pp_take(cw);
+        att_wg_scores(s, q_wg, s_k + (unsigned)(next ? bk : bv) * ATT_TBYTES);
         att_wg_out(o, p, s_v + (unsigned)bv * ATT_TBYTES);
+        if (cw == 0 || next)
+            att_pp_pass(1 - cw); // warpgroup 1's last turn is the last
         att_wg_wait<1>();
         att_wg_keep(s);
         if (next && lane == 0)
