@@ -1,7 +1,7 @@
 """Runs emitted attention candidates on a GPU outside kiln's gate, for a machine where kiln itself is not
 built: each `NAME/*.cu` under SRC (written by `kiln sweep --backend cuda --out SRC/NAME`, whose problem is
-PROBLEMS/NAME) is compiled with nvcc for sm_90a (but one with `// kiln: tensormap` lines: the gate's figure
-stands for it), launched by its `// kiln: launch` line with the problem's
+PROBLEMS/NAME) is compiled with nvcc for sm_90a (but one with `// kiln: tensormap` lines or a paged one: the
+gate's figure stands for it), launched by its `// kiln: launch` line with the problem's
 make_inputs on the GPU, compared with the problem's reference run() (the gate's default tolerance of the
 output dtype) and timed with CUDA events; for the bench rows (`"kiln": {"bench"}`) torch's SDPA backends
 and eager are timed on the same inputs. One JSON line per candidate and per baseline on stdout, then a table.
@@ -81,7 +81,23 @@ def time_us(fn, iters: int) -> float:
     return float(np.median(times))
 
 
+def paged_dense(definition, inputs):
+    """A paged row's q, k and v as SDPA takes them: [seqs, heads, tokens, d], the keys of each sequence
+    gathered through its pages in order (every sequence `tokens` long, its pages full)."""
+    paged = definition["kiln"]["bench"]["paged"]
+    n, t = paged["seqs"], paged["tokens"]
+    q = inputs["q"].view(n, t, *inputs["q"].shape[1:]).transpose(1, 2)
+    kv = []
+    for cache in (inputs["k_cache"], inputs["v_cache"]):
+        pages = cache[inputs["kv_indices"].long()]  # [pages, page_size, hkv, d], in sequence order
+        kv.append(pages.reshape(n, t, *cache.shape[2:]).transpose(1, 2).contiguous())
+    return q.contiguous(), kv[0], kv[1]
+
+
 def flops(definition, inputs) -> float:
+    if "paged" in definition.get("kiln", {}).get("bench", {}):
+        q, k, _ = paged_dense(definition, inputs)
+        inputs = {"q": q, "k": k}
     q, k = inputs["q"], inputs["k"]
     b, h, sq, d = q.shape
     skv = k.shape[2]
@@ -101,7 +117,10 @@ def baselines(definition, ns, inputs, iters):
     import torch.nn.functional as F
 
     bench = definition["kiln"]["bench"]
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    if "paged" in bench:  # SDPA over the same keys gathered contiguous (the gather is not timed)
+        q, k, v = paged_dense(definition, inputs)
+    else:
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
     kw = {"enable_gqa": q.shape[1] != k.shape[1]}
     if bench["mask"] == "causal":
         kw["is_causal"] = True
@@ -154,8 +173,11 @@ def main() -> int:
         files.sort(key=lambda f: rank.get(f.name, (2, 0, 0)))
         srcs += files[:a.per_row] if a.per_row else files
     def build(f):
-        if "// kiln: tensormap" in f.read_text():
+        text = f.read_text()
+        if "// kiln: tensormap" in text:
             return f, None, "tensor maps: this launcher does not encode them (the gate ran it)"
+        if "#define ATT_PAGED 1" in text:
+            return f, None, "paged: this launcher passes neither scalars nor two outputs (the gate ran it)"
         cubin = f.with_suffix(".cubin")
         r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-o", str(cubin), str(f)],
                            capture_output=True, text=True)
@@ -188,7 +210,7 @@ def main() -> int:
                 point = re.search(r"// params: (.*)", src).group(1).strip()
                 row = {"problem": name, "workload": wi, "kind": "kiln", "file": f.name, "point": point}
                 if cubin is None:
-                    row.update(outcome="tensormap" if log.startswith("tensor maps") else "compile", log=log)
+                    row.update(outcome="gate only" if "(the gate ran it)" in log else "compile", log=log)
                     print(json.dumps(row), flush=True)
                     rows.append(row)
                     continue

@@ -1,8 +1,8 @@
 """Writes the attention rows of issue 16 as problems under bench/attention/ (or the directory given): the
 Gemma-4 eager attention chain ([1, 8 q / 4 kv heads, 4096, 256], bf16, scale 1, a bf16 finfo.min mask) with
 a sliding window of 512 and with a full causal mask, and SDPA calls: [4, 32 q / 8 kv, 4096, 128] causal,
-[16, 16, 1024, 64] unmasked, and decode of 64 sequences over 4096 cached tokens (32 q / 8 kv heads, head dim
-128). Each row says how the baselines of bench/attention_torch.py run it (`"kiln": {"bench"}`: the mask as SDPA takes
+[16, 16, 1024, 64] unmasked, decode of 64 sequences over 4096 cached tokens (32 q / 8 kv heads, head dim
+128), and a causal prefill of 8 sequences of 2048 tokens over a paged KV cache (page size 16, FlashInfer's form). Each row says how the baselines of bench/attention_torch.py run it (`"kiln": {"bench"}`: the mask as SDPA takes
 it). Inputs are drawn on the device by the problem's make_inputs; tests/c/test_family_attention.c compiles
 every row's start point and a spread of points with NVRTC.
 
@@ -129,6 +129,51 @@ def make_inputs(axes, device):
           {"mask": "causal" if causal else "none", "causal_half": causal})
 
 
+def paged_prefill(root, name, seqs, tokens, hq, hkv, d, page_size):
+    """A causal prefill over a paged KV cache in FlashInfer's form (SOL-ExecBench's FlashInfer category, the
+    family's `gqa_paged`): every sequence `tokens` long with its queries over its own keys, its pages drawn
+    from the pool in a scrambled order. The reference is tests/data/gen/make_paged.py's statement of the
+    semantics; torch's baselines run SDPA on the same keys gathered contiguous (bench/attention_check.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "gen"))
+    from make_paged import PREFILL_TEMPLATE
+
+    pages = seqs * tokens // page_size
+    reference = PREFILL_TEMPLATE % (hq, hkv, d, page_size) + f"""
+
+def make_inputs(axes, device):
+    bf = torch.bfloat16
+    per = {tokens} // {page_size}
+    return {{'q': torch.randn({seqs * tokens}, {hq}, {d}, device=device).to(bf),
+            'k_cache': torch.randn({pages}, {page_size}, {hkv}, {d}, device=device).to(bf),
+            'v_cache': torch.randn({pages}, {page_size}, {hkv}, {d}, device=device).to(bf),
+            'qo_indptr': (torch.arange({seqs + 1}, device=device) * {tokens}).to(torch.int32),
+            'kv_indptr': (torch.arange({seqs + 1}, device=device) * per).to(torch.int32),
+            'kv_indices': torch.randperm({pages}, device=device).to(torch.int32),
+            'kv_last_page_len': torch.full(({seqs},), {page_size}, dtype=torch.int32, device=device),
+            'sm_scale': 1.0 / {d} ** 0.5}}
+"""
+    d_ = os.path.join(root, name)
+    write(root, name, f"paged prefill, causal: {seqs} sequences of {tokens} tokens, page size {page_size}",
+          {"q": ([seqs * tokens, hq, d], "bfloat16"), "k_cache": ([pages, page_size, hkv, d], "bfloat16"),
+           "v_cache": ([pages, page_size, hkv, d], "bfloat16"), "qo_indptr": ([seqs + 1], "int32"),
+           "kv_indptr": ([seqs + 1], "int32"), "kv_indices": ([pages], "int32"),
+           "kv_last_page_len": ([seqs], "int32")},
+          {"output": ([seqs * tokens, hq, d], "bfloat16"), "lse": ([seqs * tokens, hq], "float32")}, reference,
+          {"is_causal": 1}, {"mask": "causal", "causal_half": True, "paged": {"seqs": seqs, "tokens": tokens}})
+    # the form's scalar scale and its op type
+    with open(os.path.join(d_, "definition.json")) as f:
+        definition = json.load(f)
+    definition["op_type"] = "gqa_paged"
+    definition["inputs"]["sm_scale"] = {"shape": None, "dtype": "float32"}
+    with open(os.path.join(d_, "definition.json"), "w") as f:
+        json.dump(definition, f, indent=1)
+        f.write("\n")
+    w = {"uuid": str(uuid.uuid5(NS, name)), "axes": {},
+         "inputs": {n: {"type": "custom"} for n in definition["inputs"]}}
+    with open(os.path.join(d_, "workload.jsonl"), "w") as f:
+        f.write(json.dumps(w) + "\n")
+
+
 def main(root):
     gemma_chain(root, "attn_gemma4_sliding512_1x8x4x4096x256", 512)
     gemma_chain(root, "attn_gemma4_causal_1x8x4x4096x256", None)
@@ -136,6 +181,7 @@ def main(root):
     sdpa(root, "attn_dense_16x16x1024x64", 16, 16, 16, 1024, 1024, 64, False, "unmasked (SDPA)")
     sdpa(root, "attn_decode_64x32x8x4096x128", 64, 32, 8, 1, 4096, 128, False,
          "decode: one query per sequence over 4096 cached tokens (SDPA)")
+    paged_prefill(root, "attn_paged_prefill_causal_8x2048_h32_kv8_d128_ps16", 8, 2048, 32, 8, 128, 16)
 
 
 if __name__ == "__main__":

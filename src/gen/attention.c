@@ -382,6 +382,36 @@ static void emit_kv_tmap(kiln_strbuf *b, const kiln_problem *p, const att_operan
                        o->pos[0] >= 0 ? n - 1 - o->pos[0] : -1);
 }
 
+/* The TMA tensor map of a paged cache (role K or V), [pages, page_size, hkv, d] stored as
+ * FlashInfer lays it out: dims (d, hkv, page_size, pages), boxes of 64 head-dim elements by `rows`
+ * rows of a page (a whole page, or the tile's part of one when pages are longer than tiles). */
+static void emit_paged_tmap(kiln_strbuf *b, const kiln_problem *p, int input, int64_t rows) {
+    const kiln_tensor_spec *t = &p->inputs[input];
+    char e[4][96];
+    for (int j = 0; j < 4; j++)
+        kiln_tensor_dim_expr(p, t, j, e[j], sizeof e[j]);
+    kiln_strbuf_printf(
+        b,
+        "// kiln: tensormap %s dims=(%s,%s,%s,%s) strides=((%s),(%s)*(%s),(%s)*(%s)*(%s)) "
+        "box=(64,1,%lld,1) swizzle=128\n",
+        t->name, e[3], e[2], e[1], e[0], e[3], e[3], e[2], e[3], e[2], e[1], (long long)rows);
+}
+
+/* Whether the wgmma producer copies K and V with the TMA unit: dense tensors that capture did not
+ * store broadcast (its maps would address elements that are not stored), and paged caches whose
+ * pages hold whole 1024-byte swizzle atoms (page_size a multiple of 8) and tile with BLOCK_N. The
+ * rest is copied by cp.async. */
+static int uses_tma(const kiln_problem *p, const att_info *a, const int64_t *pt) {
+    if (!pt[P_WG])
+        return 0;
+    if (a->paged.on) {
+        const int64_t ps = a->paged.page_size;
+        return ps > 0 && ps % 8 == 0 && (pt[P_BN] % ps == 0 || ps % pt[P_BN] == 0);
+    }
+    return !p->inputs[a->t[ATT_K].input].layout.expanded &&
+           !p->inputs[a->t[ATT_V].input].layout.expanded;
+}
+
 static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
     att_info a;
     char why[256];
@@ -454,17 +484,20 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
                            (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
     }
-    /* wgmma's producer copies K and V with the TMA unit (one thread), except from a paged cache
-     * (rows gathered through the page table) or a tensor capture stored broadcast (its maps
-     * would address elements that are not stored): cp.async */
-    const int tma = pt[P_WG] && !a.paged.on && !p->inputs[a.t[ATT_K].input].layout.expanded &&
-                    !p->inputs[a.t[ATT_V].input].layout.expanded;
+    /* wgmma's producer copies K and V with the TMA unit (one thread) where it can (uses_tma) */
+    const int tma = uses_tma(p, &a, pt);
     kiln_strbuf_printf(&b, "#define ATT_TMA %d\n", tma);
-    if (tma) {
+    if (tma && a.paged.on) {
+        const int64_t rows = a.paged.page_size < pt[P_BN] ? a.paged.page_size : pt[P_BN];
+        emit_paged_tmap(&b, p, a.t[ATT_K].input, rows);
+        emit_paged_tmap(&b, p, a.t[ATT_V].input, rows);
+        kiln_strbuf_printf(&b, "#define ATT_TMA_ROWS %lld\n", (long long)rows);
+    } else if (tma) {
         emit_kv_tmap(&b, p, &a.t[ATT_K], "K", pt[P_BN]);
         emit_kv_tmap(&b, p, &a.t[ATT_V], "V", pt[P_BN]);
-        kiln_strbuf_printf(&b, "%s", KILN_FAMILY_TMAP_TYPE);
     }
+    if (tma)
+        kiln_strbuf_printf(&b, "%s", KILN_FAMILY_TMAP_TYPE);
     if (pt[P_WG]) {
         /* one block an SM: ptxas may use every register (the accumulators of two MMAs) */
         snprintf(bounds, sizeof bounds, "%lld, 1", (long long)threads_of(pt));

@@ -360,9 +360,9 @@ static void compile_point(const kiln_problem *p, const kiln_match *m, const int6
     kiln_err err;
     if (kiln_abi_parse(src, 1, &abi, &err))
         fail_msg("%s: the directives do not parse: %s", p->name, err.msg);
-    /* wgmma: K and V by TMA, but from a paged cache or K stored broadcast (the captured Gemma-4
-     * --small block's) */
-    const int tma = pt[5] && !strstr(p->name, "paged") && !strstr(p->name, "gemma_small");
+    /* wgmma: K and V by TMA (a paged cache's pages of 16 rows too), but for K stored broadcast (the
+     * captured Gemma-4 --small block's) */
+    const int tma = pt[5] && !strstr(p->name, "gemma_small");
     assert_int_equal(abi.n_tmaps, tma ? 2 : 0);
     for (int wi = 0; wi < p->n_workloads; wi++) {
         kiln_launch_plan plan;

@@ -791,6 +791,62 @@ __device__ __forceinline__ void att_tma_tile(unsigned dst, const kiln_tensormap 
         att_tma<RANK, DS, DH, DB>(dst + (unsigned)c * ATT_BLOCK_N * 128, map, c, n0, k, bstride,
                                   bar);
 }
+#if ATT_PAGED
+// One K or V tile of a paged cache (pages [pages, page_size, hkv, d]), by the producer warpgroup:
+// every part of ATT_TMA_ROWS rows that lies within the sequence's keys comes whole from one page by
+// the TMA unit (thread 0 issues the boxes and announces their bytes), the other parts (the last
+// page's tail, keys past the sequence) by cp.async with zeros past the keys (not another request's
+// rows: P · V would turn a NaN there into a NaN output); every producer thread then arrives on bar
+// for its copies (1 + 128 arrivals a phase).
+__device__ __forceinline__ void att_paged_tile(unsigned dst, const kiln_tensormap *map,
+                                               const ATT_T *src, int64_t stride, int64_t n0,
+                                               const att_block &k, unsigned bar) {
+    constexpr int parts = ATT_BLOCK_N / ATT_TMA_ROWS;
+    const unsigned ps = (unsigned)k.page_size;
+    if (threadIdx.x == 0) {
+        int whole = 0;
+#pragma unroll
+        for (int i = 0; i < parts; i++)
+            whole += n0 + (i + 1) * ATT_TMA_ROWS <= k.skv;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                     "r"(whole * ATT_TMA_ROWS * ATT_D * 2)
+                     : "memory");
+        // the page ids first, all loads in flight at once (one at a time, their latencies added
+        // up to more than the tile's MMAs: measured 0.56x of the dense kernel's speed)
+        int page[parts];
+#pragma unroll
+        for (int i = 0; i < parts; i++)
+            page[i] = i < whole ? k.pages[(unsigned)(n0 + i * ATT_TMA_ROWS) / ps] : 0;
+#pragma unroll
+        for (int i = 0; i < parts; i++) { // the whole parts are the first ones
+            if (i >= whole)
+                break;
+            const int row = (int)((unsigned)(n0 + i * ATT_TMA_ROWS) % ps);
+#pragma unroll
+            for (int c = 0; c < ATT_D / 64; c++)
+                asm volatile(
+                    "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                    " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(
+                        dst + (unsigned)(c * ATT_BLOCK_N * 128 + i * ATT_TMA_ROWS * 128)),
+                    "l"(map), "r"(c * 64), "r"((int)k.kvh), "r"(row), "r"(page[i]), "r"(bar)
+                    : "memory");
+        }
+    }
+    if (n0 + ATT_BLOCK_N > k.skv) {
+        for (int x = threadIdx.x; x < ATT_BLOCK_N * ATT_CHUNKS; x += 128) {
+            const int r = x / ATT_CHUNKS, ch = x % ATT_CHUNKS;
+            if (n0 + (r / ATT_TMA_ROWS + 1) * ATT_TMA_ROWS <= k.skv)
+                continue; // its part came by TMA
+            const unsigned j = (unsigned)(n0 + r);
+            const int ok = n0 + r < k.skv;
+            const ATT_T *g =
+                src + (ok ? ((int64_t)k.pages[j / ps] * k.page_size + j % ps) * stride : 0) + ch * 8;
+            att_cp16(dst + att_soff(r, ch, ATT_BLOCK_N), g, ok ? 16 : 0);
+        }
+    }
+    att_bar_cp_arrive(bar);
+}
+#endif
 #endif
 // ---- wgmma: end ----
 
@@ -838,9 +894,11 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     if (threadIdx.x == 0) {
         att_bar_init(q_full, 128);
         for (int i = 0; i < ATT_STAGES; i++) {
-            // TMA: the producer thread's arrival with the tile's bytes; cp.async: 128 arrivals
-            att_bar_init(k_full + 8 * i, ATT_TMA ? 1 : 128);
-            att_bar_init(v_full + 8 * i, ATT_TMA ? 1 : 128);
+            // TMA: the producer thread's arrival with the tile's bytes; cp.async: 128 arrivals;
+            // paged, both
+            const unsigned full = ATT_TMA && ATT_PAGED ? 129 : ATT_TMA ? 1 : 128;
+            att_bar_init(k_full + 8 * i, full);
+            att_bar_init(v_full + 8 * i, full);
             att_bar_init(k_empty + 8 * i, 4 * ATT_WGS); // one arrival a consumer warp
             att_bar_init(v_empty + 8 * i, 4 * ATT_WGS);
         }
@@ -858,6 +916,18 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(a.tk) : "memory");
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(a.tv) : "memory");
         }
+#endif
+#if ATT_TMA && ATT_PAGED
+        for (int j = 0; j < n; j++) {
+            const int b = j % ATT_STAGES;
+            const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
+            const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
+            att_bar_wait(k_empty + 8 * b, free_parity);
+            att_paged_tile(s_k + (unsigned)b * ATT_TBYTES, a.tk, k.kg, a.ks, n0, k, k_full + 8 * b);
+            att_bar_wait(v_empty + 8 * b, free_parity);
+            att_paged_tile(s_v + (unsigned)b * ATT_TBYTES, a.tv, k.vg, a.vs, n0, k, v_full + 8 * b);
+        }
+#elif ATT_TMA
         for (int j = 0; j < n && threadIdx.x == 0; j++) {
             const int b = j % ATT_STAGES;
             const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;

@@ -48,8 +48,9 @@ CONST_AXES = {
 
 CACHE = {"shape": ["num_pages", "page_size", "num_kv_heads", "head_dim"], "dtype": "bfloat16"}
 
-# Our own statement of the semantics (sequence-by-sequence gather, then dense attention in float32).
-PREFILL_REFERENCE = '''import math
+# Our own statement of the semantics (sequence-by-sequence gather, then dense attention in float32), for
+# (num_qo_heads, num_kv_heads, head_dim, page_size); bench/attention_rows.py writes its paged row with it too.
+PREFILL_TEMPLATE = '''import math
 import torch
 
 
@@ -89,7 +90,8 @@ def run(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
         output[q0:q1] = torch.where(seen[:, None, None], out_b, 0.0).to(q.dtype)
         lse[q0:q1] = torch.where(seen[:, None], lse_b.transpose(0, 1), -math.inf)
     return output, lse
-''' % (HQ, HKV, D, PS)
+'''
+PREFILL_REFERENCE = PREFILL_TEMPLATE % (HQ, HKV, D, PS)
 
 DECODE_REFERENCE = '''import math
 import torch
