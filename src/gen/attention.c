@@ -5,11 +5,13 @@
  * The CUDA candidate (templates/attention.cu) gives each block BLOCK_M query rows of one (batch, q
  * head) and walks the key tiles of BLOCK_N that the mask's band leaves, K and V tiles streamed by
  * cp.async through STAGES buffers, scores and output in registers (mma.sync m16n8k16, fp32
- * accumulate), one warp per 16 query rows. float32 problems run a plain warp-per-row kernel
- * instead (mma.sync takes 16-bit inputs; tf32 would miss float32's tolerance), which has no
- * parameters. The cpu candidate is the same algorithm in C (templates/attention_cpu.c).
- * FlashInfer's paged form (attention_paged.c) runs the same kernels with a sequence per blockIdx.z
- * and K/V rows looked up through its page table. */
+ * accumulate), one warp per 16 query rows; on sm_90a (ATT_WG) a producer warpgroup feeds consumer
+ * warpgroups by TMA (cp.async for what TMA cannot address) and the MMAs are wgmma, the softmax of
+ * one tile under the MMAs of the last (FlashAttention-3's plan). float32 problems run a plain
+ * warp-per-row kernel instead (mma.sync takes 16-bit inputs; tf32 would miss float32's tolerance),
+ * which has no parameters. The cpu candidate is the same algorithm in C
+ * (templates/attention_cpu.c). FlashInfer's paged form (attention_paged.c) runs the same kernels
+ * with a sequence per blockIdx.z and K/V rows looked up through its page table. */
 #include "attention.h"
 
 #include <math.h>
@@ -503,6 +505,7 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
         snprintf(bounds, sizeof bounds, "%lld, 1", (long long)threads_of(pt));
         /* S = Q·Kᵀ (m64 x BLOCK_N, K-major operands) and O += P·V (m64 x d, P in registers, V
          * MN-major) */
+        kiln_strbuf_printf(&b, "%s", kiln_family_template("mbarrier.cuh"));
         kiln_family_emit_wgmma(&b, "att_wg_qk", pt[P_BN], a.dtype, 0, 0);
         kiln_family_emit_wgmma(&b, "att_wg_pv", d, a.dtype, 1, 1);
     }

@@ -219,7 +219,8 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        KILN_FAMILY_TMAP_TYPE);
     /* gw_mma: D (+)= A · Bᵀ, both operands K-major in shared memory */
     kiln_family_emit_wgmma(&b, "gw_mma", pt[P_BN], g.a_type, 0, 0);
-    kiln_strbuf_printf(&b, "%s", kiln_family_template("gemm_wgmma.cu"));
+    kiln_strbuf_printf(&b, "%s%s", kiln_family_template("mbarrier.cuh"),
+                       kiln_family_template("gemm_wgmma.cu"));
     char bounds[32];
     kiln_family_fmt(bounds, sizeof bounds, "%lld, %lld", (long long)threads, (long long)pt[P_MINB]);
     static const char *const maps[] = {"gw_tma_a", "gw_tma_b"};

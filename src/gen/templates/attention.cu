@@ -22,6 +22,10 @@
 // it is still -inf, so that a fully masked tile gives e^-inf = 0, never NaN); a row whose every
 // key is -inf ends 0 / 0 = NaN as in eager, a row of finfo.min is uniform.
 //
+// ATT_WG (sm_90a): the same algorithm with warpgroup MMAs, warp-specialised (the comment above that
+// att_fwd says how): a producer warpgroup fills swizzled K and V buffers by TMA, consumer warpgroups of
+// 64 rows issue S = Q·Kᵀ for the next tile and P·V for this one and run the softmax between the two waits.
+//
 // float32 problems (ATT_F32) take the warp-per-row kernel at the end: mma.sync has no fp32 inputs.
 //
 // Paged (ATT_PAGED: FlashInfer's form, att_paged in attention.h): the same kernel with a sequence
@@ -724,29 +728,9 @@ __device__ __forceinline__ void att_wg_out(float (&o)[ATT_DT][4], const unsigned
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 
-// mbarriers: init, arrive, a wait on a phase's parity, and the arrive that fires when this thread's
-// cp.async copies so far have landed (counted in the barrier's expected arrivals: .noinc)
-__device__ __forceinline__ void att_bar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void att_bar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void att_bar_cp_arrive(unsigned bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void att_bar_wait(unsigned bar, unsigned parity) {
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-}
 // after a full barrier: the copies it saw (generic proxy) ordered before this thread's wgmma reads
 __device__ __forceinline__ void att_bar_wait_data(unsigned bar, unsigned parity) {
-    att_bar_wait(bar, parity);
+    kiln_mbar_wait(bar, parity);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 #if ATT_TMA
@@ -844,7 +828,7 @@ __device__ __forceinline__ void att_paged_tile(unsigned dst, const kiln_tensorma
             att_cp16(dst + att_soff(r, ch, ATT_BLOCK_N), g, ok ? 16 : 0);
         }
     }
-    att_bar_cp_arrive(bar);
+    kiln_mbar_cp_arrive(bar);
 }
 #endif
 #endif
@@ -892,15 +876,15 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                    v_empty = k_empty + 8 * ATT_STAGES;
     const int n = k.n_tiles;
     if (threadIdx.x == 0) {
-        att_bar_init(q_full, 128);
+        kiln_mbar_init(q_full, 128);
         for (int i = 0; i < ATT_STAGES; i++) {
             // TMA: the producer thread's arrival with the tile's bytes; cp.async: 128 arrivals;
             // paged, both
             const unsigned full = ATT_TMA && ATT_PAGED ? 129 : ATT_TMA ? 1 : 128;
-            att_bar_init(k_full + 8 * i, full);
-            att_bar_init(v_full + 8 * i, full);
-            att_bar_init(k_empty + 8 * i, 4 * ATT_WGS); // one arrival a consumer warp
-            att_bar_init(v_empty + 8 * i, 4 * ATT_WGS);
+            kiln_mbar_init(k_full + 8 * i, full);
+            kiln_mbar_init(v_full + 8 * i, full);
+            kiln_mbar_init(k_empty + 8 * i, 4 * ATT_WGS); // one arrival a consumer warp
+            kiln_mbar_init(v_empty + 8 * i, 4 * ATT_WGS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -910,7 +894,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
 #endif
         att_load_q(s_q, a, k.qg, k.m0, k.rows);
-        att_bar_cp_arrive(q_full);
+        kiln_mbar_cp_arrive(q_full);
 #if ATT_TMA
         if (threadIdx.x == 0) {
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(a.tk) : "memory");
@@ -922,9 +906,9 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             const int b = j % ATT_STAGES;
             const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
             const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-            att_bar_wait(k_empty + 8 * b, free_parity);
+            kiln_mbar_wait(k_empty + 8 * b, free_parity);
             att_paged_tile(s_k + (unsigned)b * ATT_TBYTES, a.tk, k.kg, a.ks, n0, k, k_full + 8 * b);
-            att_bar_wait(v_empty + 8 * b, free_parity);
+            kiln_mbar_wait(v_empty + 8 * b, free_parity);
             att_paged_tile(s_v + (unsigned)b * ATT_TBYTES, a.tv, k.vg, a.vs, n0, k, v_full + 8 * b);
         }
 #elif ATT_TMA
@@ -932,10 +916,10 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             const int b = j % ATT_STAGES;
             const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
             const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-            att_bar_wait(k_empty + 8 * b, free_parity);
+            kiln_mbar_wait(k_empty + 8 * b, free_parity);
             att_tma_tile<ATT_K_RANK, ATT_K_DIM_S, ATT_K_DIM_H, ATT_K_DIM_B>(
                 s_k + (unsigned)b * ATT_TBYTES, a.tk, n0, k, a.kb, k_full + 8 * b);
-            att_bar_wait(v_empty + 8 * b, free_parity);
+            kiln_mbar_wait(v_empty + 8 * b, free_parity);
             att_tma_tile<ATT_V_RANK, ATT_V_DIM_S, ATT_V_DIM_H, ATT_V_DIM_B>(
                 s_v + (unsigned)b * ATT_TBYTES, a.tv, n0, k, a.vb, v_full + 8 * b);
         }
@@ -944,14 +928,14 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             const int b = j % ATT_STAGES;
             const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
             const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-            att_bar_wait(k_empty + 8 * b, free_parity);
+            kiln_mbar_wait(k_empty + 8 * b, free_parity);
             att_load_tile(s_k + (unsigned)b * ATT_TBYTES, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv,
                           k.pages, k.page_size);
-            att_bar_cp_arrive(k_full + 8 * b);
-            att_bar_wait(v_empty + 8 * b, free_parity);
+            kiln_mbar_cp_arrive(k_full + 8 * b);
+            kiln_mbar_wait(v_empty + 8 * b, free_parity);
             att_load_tile(s_v + (unsigned)b * ATT_TBYTES, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv,
                           k.pages, k.page_size);
-            att_bar_cp_arrive(v_full + 8 * b);
+            kiln_mbar_cp_arrive(v_full + 8 * b);
         }
 #endif
         att_cp_wait<0>();
@@ -984,7 +968,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         att_wg_wait<0>();
         att_wg_keep(s);
         if (lane == 0)
-            att_bar_arrive(k_empty);
+            kiln_mbar_arrive(k_empty);
         att_softmax(s, a, k, l, k.t0 * ATT_BLOCK_N, t, m_run, l_run, alpha);
 #pragma unroll
         for (int kk = 0; kk < ATT_NT / 2; kk++)
@@ -1008,14 +992,14 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         att_wg_wait<1>();
         att_wg_keep(s);
         if (next && lane == 0)
-            att_bar_arrive(k_empty + 8 * bk);
+            kiln_mbar_arrive(k_empty + 8 * bk);
         // the last step's scores are a dead tile: every key -inf, so that alpha is 1 and P 0
         att_softmax(s, a, k, l, (k.t0 + it + 1) * ATT_BLOCK_N, t, m_run, l_run, alpha, !next);
         att_wg_wait<0>();
         att_wg_keep(o);
         att_wg_keep(p);
         if (lane == 0)
-            att_bar_arrive(v_empty + 8 * bv);
+            kiln_mbar_arrive(v_empty + 8 * bv);
         att_rescale(o, alpha);
 #pragma unroll
         for (int kk = 0; kk < ATT_NT / 2; kk++)

@@ -165,25 +165,6 @@ __device__ __forceinline__ float gw_bias_at(const GW_TB *bias, int64_t col) {
 #endif
 }
 
-// mbarriers (warp-specialised pipeline): init, arrive, and a wait on a phase's parity.
-__device__ __forceinline__ void gw_bar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void gw_bar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void gw_bar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    while (!done)
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-}
-
 // The tensor maps of A and B (`// kiln: tensormap` lines: boxes of 64 k by the tile's rows, 128-byte
 // swizzle; rank 3 where the batch has its own matrices) and the TMA copy of one box into shared
 // memory, completing on an mbarrier's transaction count (rows past M or N and k past K read as 0).
@@ -290,8 +271,8 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
     const uint32_t full = base + GW_STAGES * GW_STAGE_BYTES, empty = full + 8 * GW_STAGES;
     if (tid == 0) {
         for (int s = 0; s < GW_STAGES; s++) {
-            gw_bar_init(full + 8 * s, 1);
-            gw_bar_init(empty + 8 * s, GW_PP ? 4 : 4 * GW_WGS); // the consuming warps
+            kiln_mbar_init(full + 8 * s, 1);
+            kiln_mbar_init(empty + 8 * s, GW_PP ? 4 : 4 * GW_WGS); // the consuming warps
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -316,7 +297,7 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
             for (int kt = 0; kt < GW_KT; kt++, it++) {
                 const int s = it % GW_STAGES;
                 const uint32_t stage = base + (uint32_t)s * GW_STAGE_BYTES;
-                gw_bar_wait(empty + 8 * s, ((it / GW_STAGES) & 1) ^ 1);
+                kiln_mbar_wait(empty + 8 * s, ((it / GW_STAGES) & 1) ^ 1);
                 asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
                                  full + 8 * s),
                              "r"(GW_STAGE_BYTES)
@@ -347,11 +328,11 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
 #endif
         for (int kt = 0; kt < GW_KT; kt++, it++) {
             const int s = it % GW_STAGES;
-            gw_bar_wait(full + 8 * s, (it / GW_STAGES) & 1);
+            kiln_mbar_wait(full + 8 * s, (it / GW_STAGES) & 1);
             gw_mma_stage(acc, base + (uint32_t)s * GW_STAGE_BYTES, rows_of);
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             if (kt > 0 && t % 32 == 0)
-                gw_bar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
+                kiln_mbar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
         }
 #if GW_PP
         if (tile + step < tiles) // tile i + 1 is the other warpgroup's: it may start
@@ -359,7 +340,7 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
 #endif
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         if (t % 32 == 0)
-            gw_bar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
+            kiln_mbar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
 #pragma unroll
         for (int r = 0; r < GW_MI; r++)
             gw_fence_acc(acc[r]);
