@@ -856,11 +856,12 @@ __device__ __forceinline__ void att_pp_pass(int to) {
 #endif
 }
 
-// Warp-specialised (FlashAttention-3's plan, with cp.async copies so that any layout and the paged
-// form load the same way): warpgroup 0 copies, the ATT_WGS others compute, 64 rows each (warp w of
-// them its rows 16 w ..). The producer fills ATT_STAGES buffers of K and of V, each with a full
-// and an empty mbarrier: it waits until a buffer is empty, issues its copies and arrives on the
-// full barrier when they land. A consumer issues S(it + 1) = Q K(it + 1)ᵀ and then O += P(it)
+// Warp-specialised (FlashAttention-3's plan): warpgroup 0 copies, the ATT_WGS others compute, 64
+// rows each (warp w of them its rows 16 w ..). The producer fills ATT_STAGES buffers of K and of V,
+// each with a full and an empty mbarrier: it waits until a buffer is empty, issues its copies (TMA
+// boxes from one thread where ATT_TMA, a paged cache's tail and every other layout by cp.async from
+// all 128) and arrives on the full barrier (with the boxes' bytes, and once the cp.async copies land).
+// Q comes by cp.async (packed heads are not a box). A consumer issues S(it + 1) = Q K(it + 1)ᵀ and then O += P(it)
 // V(it), waits for the first only, frees K(it + 1)'s buffer and turns S(it + 1) into probabilities
 // while the tensor cores still run the second, then waits for it, frees V(it)'s buffer, rescales
 // O and packs P(it + 1): the softmax runs under the MMAs and no barrier stops the block.
