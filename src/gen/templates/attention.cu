@@ -103,7 +103,7 @@ typedef struct {
     int64_t qb, qh, qs, kb, kh, ks, vb, vh, vs, mb, mh, ms, ob, oh, os;
     float scale;
 #if ATT_TMA
-    const kiln_tensormap *tk, *tv; // K's and V's tensor maps (wgmma's producer, not paged)
+    const kiln_tensormap *tk, *tv; // K's and V's tensor maps (wgmma's producer)
 #endif
 #if ATT_PAGED
     const int *qo_indptr, *kv_indptr, *kv_indices, *last_len;
