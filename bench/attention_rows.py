@@ -25,13 +25,15 @@ def dims(shape):
     return [str(x) for x in shape]
 
 
-def write(root, name, description, inputs, outputs, reference, kiln, bench):
+def write(root, name, description, inputs, outputs, reference, kiln, bench, op_type="attention"):
+    """The row's definition and its one workload, every input made by make_inputs (a shape of None: a
+    scalar)."""
     d = os.path.join(root, name)
     os.makedirs(d, exist_ok=True)
     definition = {
-        "name": name, "op_type": "attention", "description": description, "axes": {},
+        "name": name, "op_type": op_type, "description": description, "axes": {},
         "custom_inputs_entrypoint": "make_inputs",
-        "inputs": {n: {"shape": dims(s), "dtype": t} for n, (s, t) in inputs.items()},
+        "inputs": {n: {"shape": None if s is None else dims(s), "dtype": t} for n, (s, t) in inputs.items()},
         "outputs": {n: {"shape": dims(s), "dtype": t} for n, (s, t) in outputs.items()},
         "reference": reference, "kiln": {**kiln, "bench": bench},
     }
@@ -152,26 +154,14 @@ def make_inputs(axes, device):
             'kv_last_page_len': torch.full(({seqs},), {page_size}, dtype=torch.int32, device=device),
             'sm_scale': 1.0 / {d} ** 0.5}}
 """
-    d_ = os.path.join(root, name)
     write(root, name, f"paged prefill, causal: {seqs} sequences of {tokens} tokens, page size {page_size}",
           {"q": ([seqs * tokens, hq, d], "bfloat16"), "k_cache": ([pages, page_size, hkv, d], "bfloat16"),
            "v_cache": ([pages, page_size, hkv, d], "bfloat16"), "qo_indptr": ([seqs + 1], "int32"),
            "kv_indptr": ([seqs + 1], "int32"), "kv_indices": ([pages], "int32"),
-           "kv_last_page_len": ([seqs], "int32")},
+           "kv_last_page_len": ([seqs], "int32"), "sm_scale": (None, "float32")},
           {"output": ([seqs * tokens, hq, d], "bfloat16"), "lse": ([seqs * tokens, hq], "float32")}, reference,
-          {"is_causal": 1}, {"mask": "causal", "causal_half": True, "paged": {"seqs": seqs, "tokens": tokens}})
-    # the form's scalar scale and its op type
-    with open(os.path.join(d_, "definition.json")) as f:
-        definition = json.load(f)
-    definition["op_type"] = "gqa_paged"
-    definition["inputs"]["sm_scale"] = {"shape": None, "dtype": "float32"}
-    with open(os.path.join(d_, "definition.json"), "w") as f:
-        json.dump(definition, f, indent=1)
-        f.write("\n")
-    w = {"uuid": str(uuid.uuid5(NS, name)), "axes": {},
-         "inputs": {n: {"type": "custom"} for n in definition["inputs"]}}
-    with open(os.path.join(d_, "workload.jsonl"), "w") as f:
-        f.write(json.dumps(w) + "\n")
+          {"is_causal": 1}, {"mask": "causal", "causal_half": True, "paged": {"seqs": seqs, "tokens": tokens}},
+          op_type="gqa_paged")
 
 
 def main(root):
