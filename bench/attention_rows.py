@@ -102,7 +102,7 @@ def make_inputs(axes, device):
           {"o": ([b, hq, s, d], "bfloat16")}, reference,
           {"kind": "chain", "ops": ops, "outputs": ["o"],
            "mask_structure": {"kind": "band", "name": "sliding_window" if window else "causal",
-                              "lower": lower, "upper": 0, "fill": "mask_value"}},
+                              "lower": lower, "upper": 0, "fill": "mask_value", "inside": 0}},
           {"mask": "window" if window else "causal", "window": window, "causal_half": True})
 
 

@@ -184,20 +184,27 @@ def band_mask(q: int, k: int, lower: Optional[int], upper: Optional[int], device
     return out
 
 
-def band_holds(t: torch.Tensor, lower: Optional[int], upper: Optional[int]) -> bool:
+def band_holds(t: torch.Tensor, lower: Optional[int], upper: Optional[int], inside_zero: bool = False) -> bool:
     """Whether a mask [..., q, k] masks every position whose j - i leaves [lower, upper] (None: no bound on
     that side) in every leading slice and keeps a key in every row: what a kernel that skips the key tiles
     outside that band needs of it to give eager's result (a narrower band, or any mask inside it, holds;
-    a row masked whole is eager's uniform row or NaN, which skipped tiles cannot give)."""
+    a row masked whole is eager's uniform row or NaN, which skipped tiles cannot give). inside_zero: the
+    mask must be exactly the band, 0 at every position inside it (what a kernel that generates the band
+    and reads no mask needs: the structure's "inside": 0)."""
     if t.dim() < 2 or t.shape[-1] < 1 or t.shape[-2] < 1:
+        return False
+    if inside_zero and t.dtype == torch.bool:
         return False
     q, k = t.shape[-2], t.shape[-1]
     slices = t.reshape(-1, q, k)
     outside = band_mask(q, k, lower, upper, t.device)
     step = max(1, STATS_CHUNK_ELEMENTS // (q * k))
     for start in range(0, slices.shape[0], step):
-        masked = _masked_of(slices[start:start + step])
+        chunk = slices[start:start + step]
+        masked = _masked_of(chunk)
         if not bool((masked | ~outside).all()) or bool(masked.all(-1).any()):
+            return False
+        if inside_zero and not bool(((chunk == 0) | outside).all()):
             return False
     return True
 
@@ -248,6 +255,9 @@ def _band(t: torch.Tensor, stats: dict) -> Optional[dict]:
     out: dict = {"kind": "band", "name": name, "lower": lower, "upper": upper}
     if t.dtype != torch.bool:
         out["fill"] = "-inf" if stats["neg_inf"] >= stats["masked"] else "mask_value"
+        # every kept value 0 (a causal or window mask as models build it): the mask is exactly the band
+        if all(bool(((slices[i:i + step] == 0) | first).all()) for i in range(0, slices.shape[0], step)):
+            out["inside"] = 0
     return out
 
 
@@ -401,6 +411,8 @@ def _draw_float(stats, structure, shape, dtype, generator, device) -> torch.Tens
     mask_value = _number(stats, "mask_value", torch.finfo(dtype).min if dtype.is_floating_point else MASK_THRESHOLD)
     if structure and structure.get("kind") == "band":
         fill = -math.inf if structure.get("fill", "-inf") == "-inf" else mask_value
+        if structure.get("inside") == 0:
+            x.zero_()
         x.masked_fill_(_band_positions(structure, shape, device), fill)
     else:
         shares = [(_number(stats, "nan", 0.0), math.nan), (_number(stats, "pos_inf", 0.0), math.inf),

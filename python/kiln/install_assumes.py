@@ -5,8 +5,9 @@ attention kernel built for a band mask (causal, sliding window) skips the key ti
 is exact only where the mask masks everything there: Gemma-4's sliding and full layers pass masks of one
 shape and dtype, and a sliding-window kernel would give a full-causal layer the wrong result. The library
 entry says what its kernel assumes (src/gen/family.h, kiln_family.assumes: {input name: {"structure":
-{"kind": "band", "lower", "upper"}}}); here the op's kernel checks it first and runs the entry's eager calls
-where it does not hold (a miss).
+{"kind": "band", "lower", "upper"[, "inside": 0]}}}; "inside": 0 when the kernel generates the band and
+reads no mask, so the mask must be exactly the band, 0 inside it); here the op's kernel checks it first and
+runs the entry's eager calls where it does not hold (a miss).
 
 The check reads the whole mask and ends in a host branch, so it is made once per mask and remembered: keyed
 on the tensor object (a weak reference: a new object with a recycled id is not taken for the old one), its
@@ -38,8 +39,9 @@ def _band_bound(structure: dict, key: str):
 
 
 def checks_of(entry: "Entry") -> list:
-    """[(gate input index, lower, upper)] of the entry's assumes; raises _Unsupported for one kiln cannot
-    check (another kind of structure, an input the gate does not have)."""
+    """[(gate input index, lower, upper, inside_zero)] of the entry's assumes; raises _Unsupported for one
+    kiln cannot check (another kind of structure, another "inside" than 0, an input the gate does not
+    have)."""
     names = [g["name"] for g in entry.inputs]
     checks = []
     for name, what in entry.assumes.items():
@@ -48,7 +50,12 @@ def checks_of(entry: "Entry") -> list:
             raise _Unsupported(f"its kernel assumes {what!r} of input {name!r}, which kiln cannot check")
         if name not in names:
             raise _Unsupported(f"its kernel assumes a structure of {name!r}, which is not a gate input")
-        checks.append((names.index(name), _band_bound(structure, "lower"), _band_bound(structure, "upper")))
+        inside = structure.get("inside")
+        if inside is not None and (isinstance(inside, bool) or inside != 0):
+            raise _Unsupported(f"its kernel assumes {inside!r} inside the band of {name!r}, "
+                               "which kiln cannot check")
+        checks.append((names.index(name), _band_bound(structure, "lower"), _band_bound(structure, "upper"),
+                       inside is not None))
     return checks
 
 
@@ -59,19 +66,20 @@ class StructureCache:
         self.entries: dict = {}  # id(t) -> (weakref(t), version, data_ptr, (lower, upper), holds)
         self.checks = 0  # how many times a mask was read (the tests count them)
 
-    def holds(self, t, lower, upper, cached: bool = True) -> bool:
-        """Whether t holds the band [lower, upper] (capture_stats.band_holds); read again unless cached and
-        the same object, version and data pointer were read for that band before."""
+    def holds(self, t, lower, upper, cached: bool = True, inside_zero: bool = False) -> bool:
+        """Whether t holds the band [lower, upper] (exactly, 0 inside, with inside_zero;
+        capture_stats.band_holds); read again unless cached and the same object, version and data pointer
+        were read for that band before."""
         from kiln.capture_stats import band_holds
         key = id(t)
         seen = self.entries.get(key)
         # an inference tensor (torch.inference_mode) has no version counter: the object and its data pointer
         # alone, so an in-place write into an inference mask between two calls is not seen (docs/install.md)
-        state = (None if t.is_inference() else t._version, t.data_ptr(), (lower, upper))
+        state = (None if t.is_inference() else t._version, t.data_ptr(), (lower, upper, inside_zero))
         if cached and seen is not None and seen[0]() is t and seen[1:4] == state:
             return seen[4]
         self.checks += 1
-        result = band_holds(t, lower, upper)
+        result = band_holds(t, lower, upper, inside_zero)
         if len(self.entries) >= _CACHE_SIZE:
             for k in [k for k, v in self.entries.items() if v[0]() is None] or list(self.entries)[:1]:
                 del self.entries[k]
@@ -107,8 +115,8 @@ def guarded_kernel(kernel: Callable, gate: "_Gate", checks: list, fallback: Call
         return out
 
     def kiln_guarded_op(*ts):
-        for i, lower, upper in checks:
-            if not cache.holds(ts[i], lower, upper, policy.cached):
+        for i, lower, upper, inside_zero in checks:
+            if not cache.holds(ts[i], lower, upper, policy.cached, inside_zero):
                 counts[1] += 1
                 with torch.no_grad():
                     outs = fallback(*ts)

@@ -456,7 +456,7 @@ class InductorPatterns:
         computed: dict = {}
         for node in graph.nodes:
             guarded = self.guarded.get(node.target) if node.op == "call_function" else None
-            for i, _, _ in (guarded[0] if guarded else ()):
+            for i, *_ in (guarded[0] if guarded else ()):
                 arg = node.args[i]
                 if getattr(arg, "op", "placeholder") not in ("placeholder", "get_attr"):
                     computed.setdefault(arg, []).append(guarded[1])

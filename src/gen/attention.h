@@ -53,6 +53,9 @@ typedef struct {
     int band;         /* the mask is a band: key j of query i kept iff lo <= j - i <= hi */
     int has_lo;       /* a lower bound exists (sliding window) */
     int64_t lo, hi;   /* the band's bounds (hi only when band) */
+    int band_exact;   /* ... and the mask is exactly the band: 0 at every position inside it (kept),
+                       * masked at every one outside, so a 16-bit kernel generates it and reads no
+                       * mask (what it assumes is checked on the live mask at install) */
     double scale;     /* the constant the scores are multiplied by */
     int round_qk;     /* eager rounds q·kᵀ to the input dtype (a bf16/f16 matmul) */
     int round_scaled; /* ... and the scaled scores */

@@ -16,7 +16,9 @@
  * problem's `"kiln": {"mask_structure": ...}` in the same form, or from the mask itself where every
  * workload stores it (a mask capture keeps whole); otherwise a mask is an arbitrary additive
  * tensor, which is always correct. Skipping is only allowed when every query row keeps at least one
- * key (a fully masked row is NaN or uniform in eager, whatever the tiles). */
+ * key (a fully masked row is NaN or uniform in eager, whatever the tiles). A band whose kept values
+ * are all 0 ("inside": 0 in the structure, or every stored mask's values) is exact: the 16-bit
+ * CUDA kernels generate it and read no mask. */
 #include "attention.h"
 
 #include "../formats/safetensors.h"
@@ -432,23 +434,37 @@ static int from_op_type(const kiln_problem *p, att_info *a, char *why, size_t wl
 
 /* ---- the mask's structure ---- */
 
-/* A band structure object (capture_stats.py's form) into lo/hi; 0 when it is not a band. */
-static int band_of(const cJSON *s, int *has_lo, int64_t *lo, int *has_hi, int64_t *hi) {
+/* A band as a structure object states it (capture_stats.py's form): key j of query i masked iff
+ * j - i leaves [lo, hi] (a bound absent: none on that side); zero: every position inside holds 0
+ * ("inside": 0), so the mask is exactly the band. */
+typedef struct {
+    int has_lo, has_hi, zero;
+    int64_t lo, hi;
+} att_band;
+
+static int band_same(const att_band *x, const att_band *y) {
+    return x->has_lo == y->has_lo && x->has_hi == y->has_hi && x->lo == y->lo && x->hi == y->hi;
+}
+
+/* A band structure object into b; 0 when it is not a band. */
+static int band_of(const cJSON *s, att_band *b) {
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(s, "kind");
     if (!cJSON_IsString(kind) || strcmp(kind->valuestring, "band") != 0)
         return 0;
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(s, "lower"),
-                *u = cJSON_GetObjectItemCaseSensitive(s, "upper");
-    *has_lo = cJSON_IsNumber(l);
-    *has_hi = cJSON_IsNumber(u);
-    *lo = *has_lo ? (int64_t)l->valuedouble : 0;
-    *hi = *has_hi ? (int64_t)u->valuedouble : 0;
-    return *has_lo || *has_hi;
+                *u = cJSON_GetObjectItemCaseSensitive(s, "upper"),
+                *in = cJSON_GetObjectItemCaseSensitive(s, "inside");
+    b->has_lo = cJSON_IsNumber(l);
+    b->has_hi = cJSON_IsNumber(u);
+    b->lo = b->has_lo ? (int64_t)l->valuedouble : 0;
+    b->hi = b->has_hi ? (int64_t)u->valuedouble : 0;
+    b->zero = cJSON_IsNumber(in) && in->valuedouble == 0;
+    return b->has_lo || b->has_hi;
 }
 
-/* The band every workload's mask is drawn with (workload.jsonl "kiln": {"drawn"}), or 0. */
-static int drawn_band(const kiln_problem *p, const char *name, int *has_lo, int64_t *lo,
-                      int *has_hi, int64_t *hi) {
+/* The band every workload's mask is drawn with (workload.jsonl "kiln": {"drawn"}), or 0; zero
+ * only where every workload says so. */
+static int drawn_band(const kiln_problem *p, const char *name, att_band *out) {
     char path[4096];
     snprintf(path, sizeof path, "%s/workload.jsonl", p->dir ? p->dir : ".");
     FILE *f = fopen(path, "r");
@@ -457,8 +473,7 @@ static int drawn_band(const kiln_problem *p, const char *name, int *has_lo, int6
     char *line = NULL;
     size_t cap = 0;
     int lines = 0, bands = 0, same = 1;
-    int hl0 = 0, hh0 = 0;
-    int64_t l0 = 0, h0 = 0;
+    att_band b0 = {0};
     while (getline(&line, &cap, f) > 0) {
         cJSON *j = cJSON_Parse(line);
         if (!j)
@@ -467,13 +482,12 @@ static int drawn_band(const kiln_problem *p, const char *name, int *has_lo, int6
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "kiln"), "drawn"),
             name);
-        int hl, hh;
-        int64_t l, h;
-        if (d && band_of(cJSON_GetObjectItemCaseSensitive(d, "structure"), &hl, &l, &hh, &h)) {
+        att_band b;
+        if (d && band_of(cJSON_GetObjectItemCaseSensitive(d, "structure"), &b)) {
             if (bands++ == 0)
-                hl0 = hl, l0 = l, hh0 = hh, h0 = h;
+                b0 = b;
             else
-                same &= hl == hl0 && hh == hh0 && l == l0 && h == h0;
+                same &= band_same(&b, &b0), b0.zero &= b.zero;
         }
         cJSON_Delete(j);
     }
@@ -481,7 +495,7 @@ static int drawn_band(const kiln_problem *p, const char *name, int *has_lo, int6
     fclose(f);
     if (lines == 0 || bands != lines || !same)
         return 0;
-    *has_lo = hl0, *lo = l0, *has_hi = hh0, *hi = h0;
+    *out = b0;
     return 1;
 }
 
@@ -491,16 +505,14 @@ static int drawn_band(const kiln_problem *p, const char *name, int *has_lo, int6
 /* The band of one stored mask tensor ([..., q, k], every leading slice the same), as
  * capture_stats.py finds it for a mask it summarises; 0 when it is not one (or holds NaN or +inf).
  */
-static int band_of_data(const kiln_st_tensor *t, int *has_lo, int64_t *lo, int *has_hi,
-                        int64_t *hi) {
+static int band_of_data(const kiln_st_tensor *t, att_band *out) {
     if (t->ndim < 2 || (t->dtype != KILN_F32 && t->dtype != KILN_BF16 && t->dtype != KILN_F16))
         return 0;
     const int64_t q = t->shape[t->ndim - 2], k = t->shape[t->ndim - 1];
     if (q < 1 || k < 2 || q * k > ((int64_t)1 << 26))
         return 0;
     const size_t slice = (size_t)(q * k), n = t->n_bytes / kiln_dtype_size(t->dtype);
-    int hl = 0, hh = 0;
-    int64_t l = 0, h = 0;
+    att_band b = {0};
     for (int64_t i = 0; i < q; i++) {
         int64_t first = -1, last = -1, kept = 0;
         for (int64_t j = 0; j < k; j++) {
@@ -518,33 +530,36 @@ static int band_of_data(const kiln_st_tensor *t, int *has_lo, int64_t *lo, int *
         if (kept != last - first + 1)
             return 0; /* kept positions that are not one run */
         if (last < k - 1) {
-            if (hh && last - i != h)
+            if (b.has_hi && last - i != b.hi)
                 return 0;
-            hh = 1, h = last - i;
+            b.has_hi = 1, b.hi = last - i;
         }
         if (first > 0) {
-            if (hl && first - i != l)
+            if (b.has_lo && first - i != b.lo)
                 return 0;
-            hl = 1, l = first - i;
+            b.has_lo = 1, b.lo = first - i;
         }
     }
-    if (!hl && !hh)
+    if (!b.has_lo && !b.has_hi)
         return 0;
-    /* the band says exactly which positions are masked, in every slice */
+    /* the band says exactly which positions are masked, in every slice; zero when every kept
+     * value is 0 too */
+    b.zero = 1;
     for (size_t e = 0; e < n; e++) {
         const int64_t i = (int64_t)(e % slice) / k, j = (int64_t)(e % slice) % k;
-        const int out = (hh && j - i > h) || (hl && j - i < l);
-        if (out != ATT_MASKED(kiln_dtype_load(t->dtype, t->data, e)))
+        const int out = (b.has_hi && j - i > b.hi) || (b.has_lo && j - i < b.lo);
+        const double v = kiln_dtype_load(t->dtype, t->data, e);
+        if (out != ATT_MASKED(v))
             return 0;
+        b.zero &= out || v == 0;
     }
-    *has_lo = hl, *lo = l, *has_hi = hh, *hi = h;
+    *out = b;
     return 1;
 }
 
 /* The band every workload's stored mask holds (safetensors inputs, as capture writes a mask it
  * keeps whole), or 0. */
-static int stored_band(const kiln_problem *p, int input, int *has_lo, int64_t *lo, int *has_hi,
-                       int64_t *hi) {
+static int stored_band(const kiln_problem *p, int input, att_band *out) {
     if (p->inputs[input].layout.permuted || p->inputs[input].layout.expanded || !p->dir)
         return 0;
     for (int w = 0; w < p->n_workloads; w++) {
@@ -558,14 +573,13 @@ static int stored_band(const kiln_problem *p, int input, int *has_lo, int64_t *l
         if (kiln_st_load(path, &st, &err) != KILN_OK)
             return 0;
         const kiln_st_tensor *t = kiln_st_find(st, d->tensor_key);
-        int hl, hh, ok = t != NULL;
-        int64_t l, h;
-        ok = ok && band_of_data(t, &hl, &l, &hh, &h);
-        ok = ok && (w == 0 || (hl == *has_lo && hh == *has_hi && l == *lo && h == *hi));
+        att_band b;
+        int ok = t != NULL && band_of_data(t, &b) && (w == 0 || band_same(&b, out));
         kiln_st_free(st);
         if (!ok)
             return 0;
-        *has_lo = hl, *lo = l, *has_hi = hh, *hi = h;
+        b.zero &= w == 0 || out->zero;
+        *out = b;
     }
     return p->n_workloads > 0;
 }
@@ -573,22 +587,21 @@ static int stored_band(const kiln_problem *p, int input, int *has_lo, int64_t *l
 static void classify_mask(const kiln_problem *p, att_info *a) {
     if (a->mask != ATT_MASK_TENSOR)
         return;
-    int hl = 0, hh = 0;
-    int64_t l = 0, h = 0;
+    att_band b = {0};
     const cJSON *ms = p->kiln ? cJSON_GetObjectItemCaseSensitive(p->kiln, "mask_structure") : NULL;
-    int found = ms ? band_of(ms, &hl, &l, &hh, &h)
-                   : drawn_band(p, p->inputs[a->t[ATT_MASK].input].name, &hl, &l, &hh, &h) ||
-                         stored_band(p, a->t[ATT_MASK].input, &hl, &l, &hh, &h);
-    if (!found || !hh) /* a band without an upper bound skips nothing worth having */
+    int found = ms ? band_of(ms, &b)
+                   : drawn_band(p, p->inputs[a->t[ATT_MASK].input].name, &b) ||
+                         stored_band(p, a->t[ATT_MASK].input, &b);
+    if (!found || !b.has_hi) /* a band without an upper bound skips nothing worth having */
         return;
     /* every query row i must keep a key: [i + lo, i + hi] meets [0, skv) in every workload */
     for (int w = 0; w < p->n_workloads; w++) {
         int64_t sq = kiln_attention_dim(p, &a->t[ATT_Q], 2, &p->workloads[w]),
                 skv = kiln_attention_dim(p, &a->t[ATT_K], 2, &p->workloads[w]);
-        if (h < 0 || (hl && (l > h || sq - 1 + l > skv - 1)))
+        if (b.hi < 0 || (b.has_lo && (b.lo > b.hi || sq - 1 + b.lo > skv - 1)))
             return;
     }
-    a->band = 1, a->has_lo = hl, a->lo = l, a->hi = h;
+    a->band = 1, a->has_lo = b.has_lo, a->lo = b.lo, a->hi = b.hi, a->band_exact = b.zero;
 }
 
 int64_t kiln_attention_dim(const kiln_problem *p, const att_operand *o, int l,

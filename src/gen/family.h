@@ -91,9 +91,10 @@ typedef struct kiln_family {
      * contents beyond the dtypes, shapes and strides a gate checks: a new JSON object for the
      * library entry's "assumes", {input name: {"structure": {...}}} in capture_stats.py's form
      * (an attention kernel that skips the tiles outside a band: the mask's band), or NULL when
-     * it assumes nothing. The install path checks it before a launch and runs the eager calls
-     * where it does not hold (docs/install.md). */
-    cJSON *(*assumes)(const kiln_problem *p, const kiln_match *m);
+     * it assumes nothing; cuda: for the kernels of that backend (a cpu kernel may assume less).
+     * The install path checks it before a launch and runs the eager calls where it does not hold
+     * (docs/install.md). */
+    cJSON *(*assumes)(const kiln_problem *p, const kiln_match *m, int cuda);
 
     /* 1 when every candidate calls a vendor library that eager PyTorch calls for the same op
      * (cuBLASLt): a win over eager is another configuration of the same code, a few per cent at

@@ -481,7 +481,7 @@ static char *settled_library_call(const cJSON *res, const kiln_problem *p, cJSON
 /* The entry's "assumes": what the winner's family assumes of the inputs' contents beyond the gate
  * (kiln_family.assumes; the install path checks it before each launch). Nothing for a kernel of no
  * family or a family that assumes nothing. */
-static void add_assumes(cJSON *e, const kiln_problem *p, const char *family) {
+static void add_assumes(cJSON *e, const kiln_problem *p, const char *family, int cuda) {
     const kiln_family *f = family ? kiln_family_find(family) : NULL;
     if (!f || !f->assumes)
         return;
@@ -490,7 +490,7 @@ static void add_assumes(cJSON *e, const kiln_problem *p, const char *family) {
     char why[256];
     if (!f->match(p, &m, why, sizeof why))
         return;
-    cJSON *a = f->assumes(p, &m);
+    cJSON *a = f->assumes(p, &m, cuda);
     if (a)
         cJSON_AddItemToObject(e, "assumes", a);
 }
@@ -575,7 +575,7 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
         }
     }
 
-    add_assumes(e, p, w->family);
+    add_assumes(e, p, w->family, b->cuda);
 
     cJSON *gate = cJSON_AddObjectToObject(e, "gate");
     cJSON *ins = cJSON_AddArrayToObject(gate, "inputs");

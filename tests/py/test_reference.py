@@ -592,6 +592,25 @@ def test_drawn_masks_keep_their_band(lower, upper, name):
     assert "structure" not in _roundtrip(padded)[0]
 
 
+def test_exact_band_is_recorded_drawn_and_checked():
+    """A mask whose kept values are all 0 (as models build causal and window masks) is exactly its band: the
+    structure says "inside": 0, a draw keeps the zeros, and band_holds(inside_zero=True) (what install checks
+    for a kernel that generates the band and reads no mask) holds for it alone: not for scores masked by the
+    same band, nor for a narrower window, which band_holds without inside_zero admits."""
+    from kiln.capture_stats import band_holds, band_mask
+    masked = band_mask(64, 96, -15, 0, "cpu")
+    exact = torch.zeros(1, 1, 64, 96).masked_fill(masked, torch.finfo(torch.bfloat16).min).to(torch.bfloat16)
+    summary, y = _roundtrip(exact)
+    assert summary["structure"]["inside"] == 0 and torch.equal(y, exact)
+    scores = torch.randn(1, 1, 64, 96).masked_fill(masked, float("-inf"))
+    assert "inside" not in _roundtrip(scores)[0]["structure"]
+    assert band_holds(exact, -15, 0, inside_zero=True) and band_holds(exact, -20, 0, inside_zero=True) is False
+    assert band_holds(scores, -15, 0) and not band_holds(scores, -15, 0, inside_zero=True)
+    narrower = torch.zeros(1, 1, 64, 96).masked_fill(band_mask(64, 96, -7, 0, "cpu"), float("-inf"))
+    assert band_holds(narrower, -15, 0) and not band_holds(narrower, -15, 0, inside_zero=True)
+    assert not band_holds(~masked, -15, 0, inside_zero=True)  # a bool mask is not additive
+
+
 def test_drawn_one_hot_and_index_sets():
     g = torch.Generator().manual_seed(0)
     labels = torch.randint(0, 10, (300,), generator=g)
