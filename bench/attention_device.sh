@@ -11,7 +11,9 @@
 # One device command may run 10 minutes: the defaults (LIMIT=12 points a row, SWEEP_TIMEOUT=80 s a row,
 # CHECK_TIMEOUT=150 s, CHECK_PER_ROW=4 candidates re-run a row) keep the whole under about 9.
 #   OUT=/tmp/x LIMIT=12 bash bench/attention_device.sh
-# Paged KV rows are not here yet: the family has no page-table loads (docs/families/attention.md).
+# SWEPT=1: the sweeps were run already, each row's into $OUT/sweep/NAME.jsonl and its sources into
+# $OUT/src/NAME (a script that picks other points per row, `kiln sweep --where`); only the baselines and the
+# table run.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kiln-attention}
@@ -31,6 +33,7 @@ if [ ! -x build/kiln ]; then
     make -j"$(nproc)" all >"$OUT/build.log" 2>&1 || echo "build failed: tail $OUT/build.log"
 fi
 for p in bench/attention/attn_*/; do
+    [ "${SWEPT:-0}" = 1 ] && break
     name=$(basename "$p")
     echo "== $name"
     rm -f "$OUT/sweep/$name.jsonl"

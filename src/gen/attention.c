@@ -17,9 +17,10 @@
 #include <math.h>
 #include <string.h>
 
-enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_WG, P_PP, P_COUNT };
+enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_WG, P_PP, P_MINB, P_COUNT };
 
 #define ATT_MAX_SMEM (227 * 1024)
+#define ATT_SM_SMEM (228 * 1024) /* an SM's shared memory, 1 KiB of it reserved per block */
 #define ATT_MAX_REGS 255
 
 extern const kiln_family kiln_family_attention;
@@ -104,6 +105,7 @@ static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why
     kiln_match_set(m, "has_lo", a.has_lo);
     kiln_match_set(m, "lo", (double)a.lo);
     kiln_match_set(m, "hi", (double)a.hi);
+    kiln_match_set(m, "band_exact", a.band_exact);
     kiln_match_set(m, "esize", (double)kiln_dtype_size(a.dtype));
     kiln_match_set(m, "f32", a.dtype == KILN_F32);
     kiln_match_set(m, "round_qk", a.round_qk);
@@ -133,13 +135,37 @@ static int64_t threads_of(const int64_t *pt) {
     return pt[P_WARPS] * 32 + (pt[P_WG] ? 128 : 0);
 }
 
+/* Registers a thread, for ATT_MINB blocks an SM: *launch, what __launch_bounds__(threads, MINB)
+ * leaves each thread; where a wgmma block hands the producer's registers to its consumers
+ * (setmaxnreg: two consumer warpgroups, or several blocks an SM), *producer and *consumer after
+ * that (the producer keeps 40, 48 for a paged cache's page ids, which spilled at 40; the consumers
+ * share the rest of the block's launch registers, a multiple of 8), else both 0. */
+static void regs_of(const kiln_match *m, const int64_t *pt, int *launch, int *producer,
+                    int *consumer) {
+    const int64_t threads = threads_of(pt);
+    int64_t r = 65536 / (pt[P_MINB] * threads) / 8 * 8;
+    *launch = (int)(r > ATT_MAX_REGS ? ATT_MAX_REGS : r);
+    *producer = *consumer = 0;
+    if (pt[P_WG] && (pt[P_BM] > 64 || pt[P_MINB] > 1)) {
+        *producer = kiln_match_get(m, "paged", 0) ? 48 : 40;
+        int64_t c = ((int64_t)*launch * threads - *producer * 128) / (threads - 128) / 8 * 8;
+        *consumer = (int)(c > 240 ? 240 : c);
+    }
+}
+
+/* Whether a 16-bit CUDA kernel reads a mask tensor: not an exact band's (att_info.band_exact),
+ * which it generates. */
+static int reads_mask(const kiln_match *m) {
+    return kiln_match_get(m, "mask", 0) == 1 && !kiln_match_get(m, "band_exact", 0);
+}
+
 /* Registers per thread: the output accumulators (d/2 floats per thread of a warp's 16 rows), the
  * scores (BLOCK_N/2), and ~48 for fragments, addresses, the softmax state and the mask; wgmma
  * also holds the probabilities of the previous tile (BLOCK_N/4) while the next one's scores come.
  */
 static int64_t regs_estimate(const kiln_match *m, const int64_t *pt) {
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
-    const int split = pt[P_WG] && d <= 128, mask = kiln_match_get(m, "mask", 0) == 1;
+    const int split = pt[P_WG] && d <= 128, mask = reads_mask(m);
     /* + the mask's values, which the second softmax (ATT_SPLIT) keeps live across both versions
      * (measured: head dim 64 with a mask at BLOCK_N 128 spills at 232 and at 255 registers) */
     return d / 2 + pt[P_BN] / 2 + (pt[P_WG] ? pt[P_BN] / 4 : 0) +
@@ -159,15 +185,25 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "mma.sync needs a head dim that is a multiple of 16";
     if (pt[P_WG] && d % 64)
         return "wgmma's swizzled tiles need a head dim that is a multiple of 64";
+    if (pt[P_MINB] > 1 && !pt[P_WG])
+        return "MINB 2 is for wgmma blocks (their producer's registers go to the consumers)";
     if (pt[P_PP] && !(pt[P_WG] && pt[P_BM] == 128))
         return "ping-pong takes two consumer warpgroups: wgmma with BLOCK_M 128";
     if (pt[P_BM] != 16 * pt[P_WARPS])
         return "each warp owns 16 query rows: BLOCK_M = 16 * WARPS";
     if (smem_bytes(m, pt) > ATT_MAX_SMEM)
         return "Q and STAGES K/V tiles exceed 227 KiB of shared memory";
-    /* wgmma with two consumer warpgroups: the producer's registers go to them, 232 each */
-    if (regs_estimate(m, pt) > (pt[P_WG] && pt[P_BM] > 64 ? 232 - 8 : ATT_MAX_REGS - 16))
+    if (pt[P_MINB] * (smem_bytes(m, pt) + 1024) > ATT_SM_SMEM)
+        return "MINB blocks' tiles exceed an SM's 228 KiB of shared memory";
+    /* wgmma with setmaxnreg: the consumers' share (232 each for two warpgroups, one block) */
+    int launch, producer, consumer;
+    regs_of(m, pt, &launch, &producer, &consumer);
+    if (regs_estimate(m, pt) > (consumer ? consumer - 8 : launch - 16))
         return "the output and score accumulators exceed the registers of a thread";
+    /* ptxas places a wgmma's accumulators (d/2 for P·V) and operands within the launch budget,
+     * whatever setmaxnreg gives later (measured: head dim 256 needs 158 of them) */
+    if (pt[P_WG] && launch < d / 2 + 32)
+        return "the registers MINB blocks leave a thread do not hold a wgmma's accumulators";
     const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
     if (pt[P_PACK] && ratio == 1)
         return "PACK needs several q heads per kv head";
@@ -181,7 +217,9 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
 }
 
 /* The rule of thumb. Head dims that are multiples of 64 take wgmma (FlashAttention-3's plan):
- * two consumer warpgroups (128 query rows) when there are more rows than 64, tiles of 128 keys (64
+ * two consumer warpgroups (128 query rows) when there are more rows than 64 (at head dim 64 over
+ * at most 2048 keys, two blocks of one an SM instead; decode: two blocks an SM, 32-key tiles, two
+ * stages), tiles of 128 keys (64
  * at head dim 256, whose accumulators take 128 registers a thread, or with a mask tensor), the q
  * heads of a kv head packed into a block (GQA: each K and V tile read once for the group), three
  * stages where shared memory holds them (measured on the H200, bench/RESULTS.md: packed heads
@@ -207,12 +245,23 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_STAGES] = 2;
     if (!pt[P_WG])
         return 0;
-    pt[P_BN] = d <= 128 && kiln_match_get(m, "mask", 0) != 1 ? 128 : 64;
+    pt[P_BN] = d <= 128 && !reads_mask(m) ? 128 : 64;
     pt[P_STAGES] = 3;
+    /* head dim 64 over short key sequences: two blocks of 64 rows an SM, one's start and end under
+     * the other's loop (measured on [16, 16, 1024, 64]: 202 against 224 us for 128 rows) */
+    const int paged = (int)kiln_match_get(m, "paged", 0);
+    if (d <= 64 && kiln_match_get(m, "skv", 1) <= 2048 && !paged)
+        pt[P_BM] = 64, pt[P_WARPS] = 4, pt[P_MINB] = 2;
+    /* decode (a kv head's queries in one block of 64 rows): two blocks an SM of 32-key tiles in
+     * two stages (measured on 64 x 4096, 32/8 heads, 128: 259.7 against 273.2 us, 4.14 TB/s) */
+    if (!big && pt[P_PACK] && !paged)
+        pt[P_MINB] = 2, pt[P_BN] = 32, pt[P_STAGES] = 2;
     while (att_check(p, m, pt) && pt[P_STAGES] > 2)
         pt[P_STAGES]--;
     while (att_check(p, m, pt) && pt[P_BN] > 64)
         pt[P_BN] = 64;
+    if (att_check(p, m, pt) && pt[P_MINB] > 1) /* the tiles of two blocks do not fit */
+        pt[P_MINB] = 1;
     return 0;
 }
 
@@ -325,20 +374,25 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
                            "#define ATT_TM %s\n#define ATT_LM(v) %s(v)\n",
                            t.type, t.to_float, t.from_float, tm.type, tm.to_float);
     const int narrow = a->dtype != KILN_F32;
+    /* an exact band (0 inside, masked outside) is generated by the 16-bit CUDA kernels: its upper
+     * bound as is_causal's diagonal, its lower one by ATT_LO_GEN; the cpu kernel reads the mask */
+    const int gen = cuda && narrow && a->band_exact;
     kiln_strbuf_printf(b,
                        "#define ATT_D %lld\n#define ATT_HAS_MASK %d\n#define ATT_CAUSAL_GEN %d\n"
-                       "#define ATT_BAND %d\n#define ATT_HAS_LO %d\n#define ATT_LO (%lld)\n"
-                       "#define ATT_HI (%lld)\n#define ATT_ROUND_QK %d\n#define ATT_ROUND_SCALED "
-                       "%d\n#define ATT_ROUND_MASKED %d\n#define ATT_ROUND_P %d\n",
-                       (long long)d, a->mask == ATT_MASK_TENSOR, a->mask == ATT_MASK_CAUSAL,
-                       a->band, a->has_lo, (long long)a->lo, (long long)a->hi,
-                       narrow && a->round_qk, narrow && a->round_scaled, narrow && a->round_masked,
-                       narrow);
+                       "#define ATT_LO_GEN %d\n#define ATT_BAND %d\n#define ATT_HAS_LO %d\n"
+                       "#define ATT_LO (%lld)\n#define ATT_HI (%lld)\n#define ATT_ROUND_QK %d\n"
+                       "#define ATT_ROUND_SCALED %d\n#define ATT_ROUND_MASKED %d\n#define "
+                       "ATT_ROUND_P %d\n",
+                       (long long)d, a->mask == ATT_MASK_TENSOR && !gen,
+                       a->mask == ATT_MASK_CAUSAL || gen, gen && a->has_lo, a->band, a->has_lo,
+                       (long long)a->lo, (long long)a->hi, narrow && a->round_qk,
+                       narrow && a->round_scaled, narrow && a->round_masked, narrow);
     const att_paged *pg = &a->paged;
     /* the scale folded into the exponent: no mask tensor or rounding between the scores and the
      * softmax, and a scale known to be positive (max(x)·scale = max(x·scale)) */
-    const int fold = narrow && a->mask != ATT_MASK_TENSOR && !a->round_qk && !a->round_scaled &&
-                     !(pg->on && pg->sm_scale >= 0) && a->scale > 0;
+    const int fold = narrow && (a->mask != ATT_MASK_TENSOR || gen) && !a->round_qk &&
+                     !a->round_scaled && !a->round_masked && !(pg->on && pg->sm_scale >= 0) &&
+                     a->scale > 0;
     kiln_strbuf_printf(b, "#define ATT_FOLD %d\n", fold);
     kiln_strbuf_printf(
         b,
@@ -477,14 +531,16 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
             "block=%lld smem=%lld\n",
             q_s, hq, hkv, (long long)pt[P_BM], paged_x, hkv, bt, (long long)threads_of(pt),
             (long long)smem_bytes(m, pt));
-        snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
+        snprintf(bounds, sizeof bounds, "%lld, %lld", (long long)pt[P_WARPS] * 32,
+                 (long long)pt[P_MINB]);
     } else {
         kiln_strbuf_printf(&b,
                            "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld)%s,%s,%s) "
                            "block=%lld smem=%lld\n",
                            q_s, (long long)pt[P_BM], paged_x, hq, bt, (long long)threads_of(pt),
                            (long long)smem_bytes(m, pt));
-        snprintf(bounds, sizeof bounds, "%lld", (long long)pt[P_WARPS] * 32);
+        snprintf(bounds, sizeof bounds, "%lld, %lld", (long long)pt[P_WARPS] * 32,
+                 (long long)pt[P_MINB]);
     }
     /* wgmma's producer copies K and V with the TMA unit (one thread) where it can (uses_tma) */
     const int tma = uses_tma(p, &a, pt);
@@ -501,8 +557,14 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     if (tma)
         kiln_strbuf_printf(&b, "%s", KILN_FAMILY_TMAP_TYPE);
     if (pt[P_WG]) {
-        /* one block an SM: ptxas may use every register (the accumulators of two MMAs) */
-        snprintf(bounds, sizeof bounds, "%lld, 1", (long long)threads_of(pt));
+        /* MINB blocks an SM (the start rule: one, so ptxas may use every register for the
+         * accumulators of two MMAs); the producer's registers go to the consumers (regs_of) */
+        int launch, producer, consumer;
+        regs_of(m, pt, &launch, &producer, &consumer);
+        snprintf(bounds, sizeof bounds, "%lld, %lld", (long long)threads_of(pt),
+                 (long long)pt[P_MINB]);
+        kiln_strbuf_printf(&b, "#define ATT_REG_PRODUCER %d\n#define ATT_REG_CONSUMER %d\n",
+                           producer, consumer);
         /* S = Q·Kᵀ (m64 x BLOCK_N, K-major operands) and O += P·V (m64 x d, P in registers, V
          * MN-major) */
         kiln_strbuf_printf(&b, "%s", kiln_family_template("mbarrier.cuh"));
@@ -600,8 +662,9 @@ static kiln_tolerance att_tolerance(kiln_dtype t) {
 
 /* A kernel built for a band mask skips the key tiles outside the band: it is exact only where the
  * mask masks everything outside it (and keeps a key in every row), which the install path checks
- * on the live mask. */
-static cJSON *att_assumes(const kiln_problem *p, const kiln_match *m) {
+ * on the live mask. A 16-bit CUDA kernel built for an exact band (band_exact) reads no mask: it
+ * assumes the mask is exactly the band, 0 everywhere inside it ("inside": 0). */
+static cJSON *att_assumes(const kiln_problem *p, const kiln_match *m, int cuda) {
     const int mi = m->input_of_role[ATT_MASK];
     if (kiln_match_get(m, "paged", 0) || kiln_match_get(m, "mask", 0) != 1 ||
         !kiln_match_get(m, "band", 0) || mi < 0)
@@ -615,6 +678,8 @@ static cJSON *att_assumes(const kiln_problem *p, const kiln_match *m) {
     else
         cJSON_AddNullToObject(s, "lower");
     cJSON_AddNumberToObject(s, "upper", kiln_match_get(m, "hi", 0));
+    if (cuda && kiln_match_get(m, "band_exact", 0) && !kiln_match_get(m, "f32", 0))
+        cJSON_AddNumberToObject(s, "inside", 0);
     return out;
 }
 
@@ -641,6 +706,11 @@ const kiln_family kiln_family_attention = {
                  {0, 1},
                  "1: warpgroup MMAs (wgmma, sm_90a) from swizzled shared memory, the softmax of "
                  "one tile under the MMAs of the last; 0: mma.sync"},
+            [P_MINB] = {"ATT_MINB",
+                        2,
+                        {1, 2},
+                        "blocks an SM the registers are split for (__launch_bounds__): 2 lets one "
+                        "block's start and end run under another's loop (short key sequences)"},
             [P_PP] = {"ATT_PP",
                       2,
                       {0, 1},

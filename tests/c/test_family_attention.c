@@ -75,23 +75,24 @@ typedef struct {
     const char *dir, *name, *variant;
     int hq, hkv, d, band, has_lo, lo;
     double scale;
+    int exact; /* the mask is exactly the band (0 inside): generated, "inside": 0 assumed */
 } expect;
 
 static const expect EXPECTED[] = {
-    {DATA, "gqa_bf16_causal", "attention_causal_mask_gqa", 4, 2, 64, 1, 0, 0, 0.125},
-    {DATA, "f32_unmasked", "attention", 2, 2, 32, 0, 0, 0, 0.17677669529663687},
-    {DATA, "sliding_bf16", "attention_sliding_gqa", 2, 1, 64, 1, 1, -47, 0.125},
-    {DATA, "sdpa_bf16_causal", "attention_causal_gqa", 4, 2, 64, 1, 0, 0, 0.125},
-    {DATA, "gemma_small_captured", "attention_mask_gqa", 2, 1, 64, 0, 0, 0, 1.0},
+    {DATA, "gqa_bf16_causal", "attention_causal_mask_gqa", 4, 2, 64, 1, 0, 0, 0.125, 0},
+    {DATA, "f32_unmasked", "attention", 2, 2, 32, 0, 0, 0, 0.17677669529663687, 0},
+    {DATA, "sliding_bf16", "attention_sliding_gqa", 2, 1, 64, 1, 1, -47, 0.125, 0},
+    {DATA, "sdpa_bf16_causal", "attention_causal_gqa", 4, 2, 64, 1, 0, 0, 0.125, 0},
+    {DATA, "gemma_small_captured", "attention_mask_gqa", 2, 1, 64, 0, 0, 0, 1.0, 0},
     {ROWS, "attn_gemma4_sliding512_1x8x4x4096x256", "attention_sliding_gqa", 8, 4, 256, 1, 1, -511,
-     1.0},
+     1.0, 1},
     {ROWS, "attn_gemma4_causal_1x8x4x4096x256", "attention_causal_mask_gqa", 8, 4, 256, 1, 0, 0,
-     1.0},
+     1.0, 1},
     {ROWS, "attn_causal_4x32x8x4096x128", "attention_causal_gqa", 32, 8, 128, 1, 0, 0,
-     0.08838834764831845},
-    {ROWS, "attn_dense_16x16x1024x64", "attention", 16, 16, 64, 0, 0, 0, 0.125},
+     0.08838834764831845, 0},
+    {ROWS, "attn_dense_16x16x1024x64", "attention", 16, 16, 64, 0, 0, 0, 0.125, 0},
     {ROWS, "attn_decode_64x32x8x4096x128", "attention_gqa", 32, 8, 128, 0, 0, 0,
-     0.08838834764831845},
+     0.08838834764831845, 0},
 };
 #define N_EXPECTED (sizeof EXPECTED / sizeof EXPECTED[0])
 
@@ -113,10 +114,11 @@ static void test_match(void **state) {
             assert_int_equal((int)kiln_match_get(&m, "lo", 0), e->lo);
         if (e->band)
             assert_int_equal((int)kiln_match_get(&m, "hi", -1), 0);
+        assert_int_equal((int)kiln_match_get(&m, "band_exact", -1), e->exact);
         assert_float_equal(kiln_match_get(&m, "scale", 0), e->scale, 1e-12);
         /* what its kernels assume of the mask's contents: the band it skips outside, when a mask
          * tensor is given (SDPA's is_causal generates its own) */
-        cJSON *a = att->assumes(p, &m);
+        cJSON *a = att->assumes(p, &m, 1);
         const int mi = m.input_of_role[ATT_MASK];
         if (e->band && kiln_match_get(&m, "mask", 0) == 1) {
             const cJSON *s = cJSON_GetObjectItemCaseSensitive(
@@ -126,7 +128,16 @@ static void test_match(void **state) {
             assert_true(e->has_lo ? cJSON_IsNumber(lower) && lower->valuedouble == e->lo
                                   : cJSON_IsNull(lower));
             assert_true(cJSON_GetObjectItemCaseSensitive(s, "upper")->valuedouble == 0);
+            const cJSON *inside = cJSON_GetObjectItemCaseSensitive(s, "inside");
+            assert_true(e->exact ? cJSON_IsNumber(inside) && inside->valuedouble == 0 : !inside);
             assert_int_equal(cJSON_GetArraySize(a), 1);
+            /* the cpu kernel adds the mask: it assumes the band alone */
+            cJSON *c = att->assumes(p, &m, 0);
+            assert_null(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetObjectItemCaseSensitive(c, p->inputs[mi].name), "structure"),
+                "inside"));
+            cJSON_Delete(c);
         } else {
             assert_null(a);
         }
@@ -285,7 +296,8 @@ static void test_declines(void **state) {
 
 static int64_t point_of(const int64_t bm, const int64_t bn, const int64_t warps,
                         const int64_t stages, int64_t *pt) {
-    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0, pt[5] = 0, pt[6] = 0;
+    pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0, pt[5] = 0, pt[6] = 0,
+    pt[7] = 1;
     return kiln_family_point_index(att, pt);
 }
 
@@ -375,8 +387,8 @@ static void compile_point(const kiln_problem *p, const kiln_match *m, const int6
 }
 
 /* The start point and an even spread of the valid points of p compile without spills: a spread
- * of the mma.sync points and one of the wgmma points (ATT_WG, the last parameter: the mma.sync
- * points keep the indices they had before it). */
+ * of the mma.sync points and one of the wgmma points (ATT_WG), each for one block an SM and for
+ * two (ATT_MINB, the last parameter). */
 static void compile_spread(kiln_problem *p) {
     const int64_t size = kiln_family_space_size(att);
     kiln_match m;
@@ -387,14 +399,14 @@ static void compile_spread(kiln_problem *p) {
     assert_true(start >= 0 && from_rule);
     kiln_family_point(att, start, pt);
     compile_point(p, &m, pt, 1);
-    for (int wg = 0; wg < 2; wg++) {
+    for (int wg = 0; wg < 4; wg++) {
         int64_t valid[64], n_valid = 0;
         for (int64_t k = 0; k < size && n_valid < 64; k++) {
             kiln_family_point(att, k, pt);
-            if (pt[5] == wg && kiln_family_point_ok(att, p, &m, pt))
+            if (pt[5] == wg % 2 && pt[7] == 1 + wg / 2 && kiln_family_point_ok(att, p, &m, pt))
                 valid[n_valid++] = k;
         }
-        assert_true(n_valid > 0 || wg == 1);
+        assert_true(n_valid > 0 || wg > 0);
         for (int k = 0; k < SPREAD && k < n_valid; k++) {
             int64_t idx = valid[(int64_t)k * n_valid / (n_valid < SPREAD ? n_valid : SPREAD)];
             if (idx == start)
@@ -762,6 +774,20 @@ static void test_emulated(void **state) {
     emulate(be, p, (int64_t[]){64, 64, 4, 2, 0}, bf16_min, "bf16 gqa causal 64x64");
     emulate(be, p, (int64_t[]){64, 32, 4, 3, 0}, bf16_min, "bf16 gqa causal 64x32 3 stages");
     emulate(be, p, (int64_t[]){64, 32, 4, 2, 1}, bf16_min, "bf16 gqa causal packed heads");
+    kiln_problem_free(p);
+    /* the same mask stated exact (0 inside the band): the CUDA kernel generates it and reads no
+     * mask, the cpu one adds it; a window of 24 exact, its lower bound generated too */
+    static const char causal_exact[] = "{\"mask_structure\": {\"kind\": \"band\", \"lower\": "
+                                       "null, \"upper\": 0, \"inside\": 0}}";
+    static const char window_exact[] = "{\"mask_structure\": {\"kind\": \"band\", \"lower\": "
+                                       "-23, \"upper\": 0, \"inside\": 0}}";
+    p = small("bfloat16", 2, 1, 80, 80, 64, "bfloat16", causal_exact);
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, bf16_min, "bf16 gqa causal exact 64x32");
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 1}, bf16_min, "bf16 gqa causal exact packed heads");
+    kiln_problem_free(p);
+    p = small("bfloat16", 1, 1, 100, 100, 64, "bfloat16", window_exact);
+    emulate(be, p, (int64_t[]){64, 32, 4, 2, 0}, bf16_min, "bf16 sliding 24 exact 64x32");
+    emulate(be, p, (int64_t[]){128, 64, 8, 2, 0}, bf16_min, "bf16 sliding 24 exact 128x64");
     kiln_problem_free(p);
     /* SDPA's is_causal generated in the kernel, f16, head dim 128, a tail tile of 8 keys */
     p = small("float16", 1, 1, 40, 72, 128, NULL, "{\"is_causal\": 1}");

@@ -78,6 +78,7 @@
 #define ATT_D 128
 #define ATT_HAS_MASK 0
 #define ATT_CAUSAL_GEN 0
+#define ATT_LO_GEN 0
 #define ATT_BAND 0
 #define ATT_HAS_LO 0
 #define ATT_LO 0
@@ -430,6 +431,10 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[ATT_NT][4], const at
     // key n0 + c of row r is above the band when c > diag[r]
     const int diag0 = (int)(l.row[0] - n0 + k.hi), diag1 = (int)(l.row[1] - n0 + k.hi);
 #endif
+#if ATT_LO_GEN
+    // ... and below it (a generated window) when c < low[r]
+    const int low0 = (int)(l.row[0] - n0 + (ATT_LO)), low1 = (int)(l.row[1] - n0 + (ATT_LO));
+#endif
     float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < ATT_NT; j++) {
@@ -453,10 +458,16 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[ATT_NT][4], const at
                 x = att_rnd(x);
 #endif
             }
+#elif ATT_ROUND_MASKED
+            x = att_rnd(x); // a generated band's 0 added: eager's rounding of the sum
 #endif
             if (EDGE) {
 #if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
                 if (c > (r ? diag1 : diag0))
+                    x = -INFINITY;
+#endif
+#if ATT_LO_GEN
+                if (c < (r ? low1 : low0))
                     x = -INFINITY;
 #endif
                 if (c >= klim)
@@ -499,11 +510,16 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[ATT_NT][4], const at
     }
 }
 
-// Whether the tile at key n0 needs the per-key tests: keys past the end, or (causal) keys above
-// the diagonal of the block's first row, which every later row's diagonal is at or beyond.
+// Whether the tile at key n0 needs the per-key tests: keys past the end, (causal) keys above the
+// diagonal of the block's first row, which every later row's diagonal is at or beyond, or (a
+// generated window) keys below the lower bound of its last row.
 __device__ __forceinline__ bool att_edge(const att_block &k, int64_t n0) {
 #if ATT_CAUSAL_GEN || ATT_PAGED_CAUSAL
     if (n0 + ATT_BLOCK_N - 1 > k.m0 / k.ratio + k.hi)
+        return true;
+#endif
+#if ATT_LO_GEN
+    if (n0 < (k.m0 + ATT_BLOCK_M - 1) / k.ratio + (ATT_LO))
         return true;
 #endif
     return n0 + ATT_BLOCK_N > k.skv;
@@ -776,35 +792,38 @@ __device__ __forceinline__ void att_tma_tile(unsigned dst, const kiln_tensormap 
                                   bar);
 }
 #if ATT_PAGED
+// The page of part i (ATT_TMA_ROWS rows) of the key tile at n0, for producer thread i < parts, when
+// the part lies whole within the sequence's keys (it comes by TMA); 0 otherwise. Loaded one tile
+// ahead of its use, so the load's latency passes while the producer waits for a free buffer.
+__device__ __forceinline__ int att_part_page(const att_block &k, int64_t n0) {
+    constexpr int parts = ATT_BLOCK_N / ATT_TMA_ROWS;
+    const int i = (int)threadIdx.x;
+    return i < parts && n0 + (i + 1) * ATT_TMA_ROWS <= k.skv
+               ? k.pages[(unsigned)(n0 + i * ATT_TMA_ROWS) / (unsigned)k.page_size]
+               : 0;
+}
 // One K or V tile of a paged cache (pages [pages, page_size, hkv, d]), by the producer warpgroup:
 // every part of ATT_TMA_ROWS rows that lies within the sequence's keys comes whole from one page by
-// the TMA unit (thread 0 issues the boxes and announces their bytes), the other parts (the last
-// page's tail, keys past the sequence) by cp.async with zeros past the keys (not another request's
-// rows: P · V would turn a NaN there into a NaN output); every producer thread then arrives on bar
-// for its copies (1 + 128 arrivals a phase).
+// the TMA unit (thread 0 announces their bytes, then thread i issues part i's boxes from page, its
+// att_part_page), the other parts (the last page's tail, keys past the sequence) by cp.async with
+// zeros past the keys (not another request's rows: P · V would turn a NaN there into a NaN
+// output); every producer thread then arrives on bar for its copies (1 + 128 arrivals a phase).
 __device__ __forceinline__ void att_paged_tile(unsigned dst, const kiln_tensormap *map,
                                                const ATT_T *src, int64_t stride, int64_t n0,
-                                               const att_block &k, unsigned bar) {
+                                               const att_block &k, unsigned bar, int page) {
     constexpr int parts = ATT_BLOCK_N / ATT_TMA_ROWS;
+    static_assert(parts <= 32, "one lane of the first producer warp a part");
     const unsigned ps = (unsigned)k.page_size;
-    if (threadIdx.x == 0) {
-        int whole = 0;
-#pragma unroll
-        for (int i = 0; i < parts; i++)
-            whole += n0 + (i + 1) * ATT_TMA_ROWS <= k.skv;
+    const int64_t whole_keys = k.skv - n0; // the parts below this many keys are whole
+    const int whole = whole_keys >= ATT_BLOCK_N ? parts : (int)(whole_keys / ATT_TMA_ROWS);
+    if (threadIdx.x == 0)
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
                      "r"(whole * ATT_TMA_ROWS * ATT_D * 2)
                      : "memory");
-        // the page ids first, all loads in flight at once (one at a time, their latencies added
-        // up to more than the tile's MMAs: measured 0.56x of the dense kernel's speed)
-        int page[parts];
-#pragma unroll
-        for (int i = 0; i < parts; i++)
-            page[i] = i < whole ? k.pages[(unsigned)(n0 + i * ATT_TMA_ROWS) / ps] : 0;
-#pragma unroll
-        for (int i = 0; i < parts; i++) { // the whole parts are the first ones
-            if (i >= whole)
-                break;
+    if (threadIdx.x < 32) {
+        __syncwarp(); // the bytes announced before any box lands
+        const int i = (int)threadIdx.x;
+        if (i < whole) {
             const int row = (int)((unsigned)(n0 + i * ATT_TMA_ROWS) % ps);
 #pragma unroll
             for (int c = 0; c < ATT_D / 64; c++)
@@ -812,7 +831,7 @@ __device__ __forceinline__ void att_paged_tile(unsigned dst, const kiln_tensorma
                     "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
                     " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(
                         dst + (unsigned)(c * ATT_BLOCK_N * 128 + i * ATT_TMA_ROWS * 128)),
-                    "l"(map), "r"(c * 64), "r"((int)k.kvh), "r"(row), "r"(page[i]), "r"(bar)
+                    "l"(map), "r"(c * 64), "r"((int)k.kvh), "r"(row), "r"(page), "r"(bar)
                     : "memory");
         }
     }
@@ -891,8 +910,8 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     }
     __syncthreads();
     if (wg == 0) {
-#if ATT_WGS > 1
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+#if ATT_REG_CONSUMER
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(ATT_REG_PRODUCER) : "memory");
 #endif
         att_load_q(s_q, a, k.qg, k.m0, k.rows);
         kiln_mbar_cp_arrive(q_full);
@@ -903,14 +922,20 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         }
 #endif
 #if ATT_TMA && ATT_PAGED
+        // a tile's page ids (one a part, the part's thread) come in while the buffers are awaited
+        int page = n > 0 ? att_part_page(k, k.t0 * ATT_BLOCK_N) : 0;
         for (int j = 0; j < n; j++) {
             const int b = j % ATT_STAGES;
             const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
             const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
+            const int next = j + 1 < n ? att_part_page(k, n0 + ATT_BLOCK_N) : 0;
             kiln_mbar_wait(k_empty + 8 * b, free_parity);
-            att_paged_tile(s_k + (unsigned)b * ATT_TBYTES, a.tk, k.kg, a.ks, n0, k, k_full + 8 * b);
+            att_paged_tile(s_k + (unsigned)b * ATT_TBYTES, a.tk, k.kg, a.ks, n0, k, k_full + 8 * b,
+                           page);
             kiln_mbar_wait(v_empty + 8 * b, free_parity);
-            att_paged_tile(s_v + (unsigned)b * ATT_TBYTES, a.tv, k.vg, a.vs, n0, k, v_full + 8 * b);
+            att_paged_tile(s_v + (unsigned)b * ATT_TBYTES, a.tv, k.vg, a.vs, n0, k, v_full + 8 * b,
+                           page);
+            page = next;
         }
 #elif ATT_TMA
         for (int j = 0; j < n && threadIdx.x == 0; j++) {
@@ -942,8 +967,8 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         att_cp_wait<0>();
         return;
     }
-#if ATT_WGS > 1
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+#if ATT_REG_CONSUMER
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(ATT_REG_CONSUMER) : "memory");
 #endif
     const int warp = ct / 32, lane = ct % 32, g = lane / 4, t = lane % 4;
     const unsigned q_wg = s_q + (unsigned)(wg - 1) * 64 * 128;
