@@ -17,7 +17,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_WG, P_PP, P_MINB, P_COUNT };
+enum { P_BM, P_BN, P_WARPS, P_STAGES, P_PACK, P_WG, P_PP, P_MINB, P_PERSIST, P_COUNT };
 
 #define ATT_MAX_SMEM (227 * 1024)
 #define ATT_SM_SMEM (228 * 1024) /* an SM's shared memory, 1 KiB of it reserved per block */
@@ -123,9 +123,9 @@ static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why
 static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
     /* wgmma: Q and STAGES K and V tiles in the 128-byte swizzle, 1024-aligned (1 KiB of slack),
-     * then a full and an empty mbarrier per buffer and one for Q */
+     * then a full and an empty mbarrier per buffer and a full and an empty one for Q */
     if (pt[P_WG])
-        return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * d * 2 + 1024 + 8 * (1 + 4 * pt[P_STAGES]);
+        return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * d * 2 + 1024 + 8 * (2 + 4 * pt[P_STAGES]);
     /* rows padded by 16 bytes: ldmatrix's eight row addresses then fall in distinct banks */
     return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * (d + 8) * 2;
 }
@@ -138,7 +138,7 @@ static int64_t threads_of(const int64_t *pt) {
 /* Registers a thread, for ATT_MINB blocks an SM: *launch, what __launch_bounds__(threads, MINB)
  * leaves each thread; where a wgmma block hands the producer's registers to its consumers
  * (setmaxnreg: two consumer warpgroups, or several blocks an SM), *producer and *consumer after
- * that (the producer keeps 40, 48 for a paged cache's page ids, which spilled at 40; the consumers
+ * that (the producer keeps 40, 56 for a paged cache's page ids, which spilled at 48; the consumers
  * share the rest of the block's launch registers, a multiple of 8), else both 0. */
 static void regs_of(const kiln_match *m, const int64_t *pt, int *launch, int *producer,
                     int *consumer) {
@@ -147,7 +147,7 @@ static void regs_of(const kiln_match *m, const int64_t *pt, int *launch, int *pr
     *launch = (int)(r > ATT_MAX_REGS ? ATT_MAX_REGS : r);
     *producer = *consumer = 0;
     if (pt[P_WG] && (pt[P_BM] > 64 || pt[P_MINB] > 1)) {
-        *producer = kiln_match_get(m, "paged", 0) ? 48 : 40;
+        *producer = kiln_match_get(m, "paged", 0) ? 56 : 40;
         int64_t c = ((int64_t)*launch * threads - *producer * 128) / (threads - 128) / 8 * 8;
         *consumer = (int)(c > 240 ? 240 : c);
     }
@@ -159,13 +159,20 @@ static int reads_mask(const kiln_match *m) {
     return kiln_match_get(m, "mask", 0) == 1 && !kiln_match_get(m, "band_exact", 0);
 }
 
+/* Whether a wgmma kernel has the second, test-free softmax (ATT_SPLIT): not at head dim 256, whose
+ * output accumulators leave it few registers (with a mask tensor read, none; without, it compiles
+ * and was measured 3 % slower on Gemma-4's rows: 219.6 against 212.6 us full causal). */
+static int split_softmax(const kiln_match *m, const int64_t *pt) {
+    return pt[P_WG] && kiln_match_get(m, "d", 64) <= 128;
+}
+
 /* Registers per thread: the output accumulators (d/2 floats per thread of a warp's 16 rows), the
  * scores (BLOCK_N/2), and ~48 for fragments, addresses, the softmax state and the mask; wgmma
  * also holds the probabilities of the previous tile (BLOCK_N/4) while the next one's scores come.
  */
 static int64_t regs_estimate(const kiln_match *m, const int64_t *pt) {
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
-    const int split = pt[P_WG] && d <= 128, mask = reads_mask(m);
+    const int split = split_softmax(m, pt), mask = reads_mask(m);
     /* + the mask's values, which the second softmax (ATT_SPLIT) keeps live across both versions
      * (measured: head dim 64 with a mask at BLOCK_N 128 spills at 232 and at 255 registers) */
     return d / 2 + pt[P_BN] / 2 + (pt[P_WG] ? pt[P_BN] / 4 : 0) +
@@ -185,6 +192,10 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "mma.sync needs a head dim that is a multiple of 16";
     if (pt[P_WG] && d % 64)
         return "wgmma's swizzled tiles need a head dim that is a multiple of 64";
+    if (pt[P_PERSIST] && !pt[P_WG])
+        return "a persistent grid is for wgmma blocks (their producer loads the next item ahead)";
+    if (pt[P_PERSIST] && kiln_match_get(m, "paged", 0))
+        return "a persistent grid over a paged cache's tiles spills the producer's registers";
     if (pt[P_MINB] > 1 && !pt[P_WG])
         return "MINB 2 is for wgmma blocks (their producer's registers go to the consumers)";
     if (pt[P_PP] && !(pt[P_WG] && pt[P_BM] == 128))
@@ -524,21 +535,28 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
                            "block=128\n",
                            q_s, hq, bt);
         snprintf(bounds, sizeof bounds, "128");
-    } else if (pt[P_PACK]) {
-        kiln_strbuf_printf(
-            &b,
-            "// kiln: launch attention_kernel grid=(ceil_div((%s)*((%s)/(%s)),%lld)%s,%s,%s) "
-            "block=%lld smem=%lld\n",
-            q_s, hq, hkv, (long long)pt[P_BM], paged_x, hkv, bt, (long long)threads_of(pt),
-            (long long)smem_bytes(m, pt));
-        snprintf(bounds, sizeof bounds, "%lld, %lld", (long long)pt[P_WARPS] * 32,
-                 (long long)pt[P_MINB]);
     } else {
-        kiln_strbuf_printf(&b,
-                           "// kiln: launch attention_kernel grid=(ceil_div(%s,%lld)%s,%s,%s) "
-                           "block=%lld smem=%lld\n",
-                           q_s, (long long)pt[P_BM], paged_x, hq, bt, (long long)threads_of(pt),
-                           (long long)smem_bytes(m, pt));
+        /* x: the row tiles (of the packed heads' rows with PACK), y: the q (PACK: kv) heads, z:
+         * the batch; a persistent grid is one block an SM (MINB) over those items */
+        char gx[400];
+        if (pt[P_PACK])
+            kiln_family_fmt(gx, sizeof gx, "ceil_div((%s)*((%s)/(%s)),%lld)%s", q_s, hq, hkv,
+                            (long long)pt[P_BM], paged_x);
+        else
+            kiln_family_fmt(gx, sizeof gx, "ceil_div(%s,%lld)%s", q_s, (long long)pt[P_BM],
+                            paged_x);
+        const char *gy = pt[P_PACK] ? hkv : hq;
+        if (pt[P_PERSIST])
+            kiln_strbuf_printf(&b,
+                               "// kiln: launch attention_kernel grid=min(%lld,(%s)*(%s)*(%s)) "
+                               "block=%lld smem=%lld\n",
+                               (long long)(KILN_FAMILY_SMS * pt[P_MINB]), gx, gy, bt,
+                               (long long)threads_of(pt), (long long)smem_bytes(m, pt));
+        else
+            kiln_strbuf_printf(&b,
+                               "// kiln: launch attention_kernel grid=(%s,%s,%s) block=%lld "
+                               "smem=%lld\n",
+                               gx, gy, bt, (long long)threads_of(pt), (long long)smem_bytes(m, pt));
         snprintf(bounds, sizeof bounds, "%lld, %lld", (long long)pt[P_WARPS] * 32,
                  (long long)pt[P_MINB]);
     }
@@ -571,9 +589,8 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
         kiln_family_emit_wgmma(&b, "att_wg_qk", pt[P_BN], a.dtype, 0, 0);
         kiln_family_emit_wgmma(&b, "att_wg_pv", d, a.dtype, 1, 1);
     }
-    /* a second, test-free softmax for the tiles inside the band and the keys (att_edge): not at
-     * head dim 256, whose output accumulators leave no registers for it */
-    kiln_strbuf_printf(&b, "#define ATT_SPLIT %d\n", pt[P_WG] && d <= 128);
+    /* a second, test-free softmax for the tiles inside the band and the keys (att_edge) */
+    kiln_strbuf_printf(&b, "#define ATT_SPLIT %d\n", split_softmax(m, pt));
     kiln_strbuf_printf(&b, "%s", kiln_family_template("attention.cu"));
     static const char *const maps[] = {"att_tmap_k", "att_tmap_v"};
     char *proto = tma ? kiln_family_prototype_tmaps(p, bounds, "attention_kernel", 2, maps)
@@ -711,6 +728,11 @@ const kiln_family kiln_family_attention = {
                         {1, 2},
                         "blocks an SM the registers are split for (__launch_bounds__): 2 lets one "
                         "block's start and end run under another's loop (short key sequences)"},
+            [P_PERSIST] = {"ATT_PERSIST",
+                           2,
+                           {0, 1},
+                           "1: a wgmma grid of one block an SM (MINB) that loops over the row "
+                           "tiles, the next one's Q and K/V loaded while this one ends"},
             [P_PP] = {"ATT_PP",
                       2,
                       {0, 1},

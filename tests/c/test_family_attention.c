@@ -297,7 +297,7 @@ static void test_declines(void **state) {
 static int64_t point_of(const int64_t bm, const int64_t bn, const int64_t warps,
                         const int64_t stages, int64_t *pt) {
     pt[0] = bm, pt[1] = bn, pt[2] = warps, pt[3] = stages, pt[4] = 0, pt[5] = 0, pt[6] = 0,
-    pt[7] = 1;
+    pt[7] = 1, pt[8] = 0;
     return kiln_family_point_index(att, pt);
 }
 
@@ -386,9 +386,9 @@ static void compile_point(const kiln_problem *p, const kiln_match *m, const int6
     compile_check(att, p, m, pt, NULL, "attention_kernel", is_start, 1);
 }
 
-/* The start point and an even spread of the valid points of p compile without spills: a spread
- * of the mma.sync points and one of the wgmma points (ATT_WG), each for one block an SM and for
- * two (ATT_MINB, the last parameter). */
+/* The start point (and in a persistent grid, ATT_PERSIST) and an even spread of the valid points
+ * of p compile without spills: a spread of the mma.sync points and one of the wgmma points
+ * (ATT_WG), each for one block an SM and for two (ATT_MINB). */
 static void compile_spread(kiln_problem *p) {
     const int64_t size = kiln_family_space_size(att);
     kiln_match m;
@@ -399,6 +399,9 @@ static void compile_spread(kiln_problem *p) {
     assert_true(start >= 0 && from_rule);
     kiln_family_point(att, start, pt);
     compile_point(p, &m, pt, 1);
+    pt[8] = 1; /* the start point in a persistent grid */
+    if (kiln_family_point_ok(att, p, &m, pt))
+        compile_point(p, &m, pt, 0);
     for (int wg = 0; wg < 4; wg++) {
         int64_t valid[64], n_valid = 0;
         for (int64_t k = 0; k < size && n_valid < 64; k++) {

@@ -68,6 +68,9 @@
 #ifndef ATT_PP
 #define ATT_PP 0 // 1: two consumer warpgroups issue their MMAs in turns (att_pp_take)
 #endif
+#ifndef ATT_PERSIST
+#define ATT_PERSIST 0 // 1: wgmma blocks loop over the grid's items (att_item)
+#endif
 #ifndef ATT_SPLIT
 #define ATT_SPLIT 0 // 1: tiles inside the band and the keys skip the per-key tests (att_softmax)
 #endif
@@ -259,30 +262,31 @@ __device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, in
     }
 }
 
-// Row m of a block's rows is query m of q head blockIdx.y, or with ATT_PACK query m / ratio of q head
-// kv head * ratio + m % ratio: the ratio q heads that read one kv head then read each K and V tile
-// once between them, which is what fills a block when there are few queries (decode).
-__device__ __forceinline__ void att_row(const att_args &a, int64_t m, int64_t *head, int64_t *query) {
+// Row m of a block's rows is query m of q head by (the block's y), or with ATT_PACK query m / ratio
+// of q head kv head by * ratio + m % ratio: the ratio q heads that read one kv head then read each K
+// and V tile once between them, which is what fills a block when there are few queries (decode).
+__device__ __forceinline__ void att_row(const att_args &a, int64_t by, int64_t m, int64_t *head,
+                                        int64_t *query) {
 #if ATT_PACK
     const int64_t ratio = a.hq / a.hkv;
-    *head = (int64_t)blockIdx.y * ratio + m % ratio;
+    *head = by * ratio + m % ratio;
     *query = m / ratio;
 #else
-    *head = blockIdx.y;
+    *head = by;
     *query = m;
 #endif
 }
 
 // Q rows [m0, m0 + ATT_BLOCK_M) of the block (zeros past the last) into shared memory; qg is the
 // batch's (paged: the sequence's first token's) q
-__device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, const ATT_T *qg,
-                                           int64_t m0, int64_t rows) {
+__device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, int64_t by,
+                                           const ATT_T *qg, int64_t m0, int64_t rows) {
 #pragma unroll 2
     for (int c = threadIdx.x; c < ATT_BLOCK_M * ATT_CHUNKS; c += ATT_COPIERS) {
         const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
         const int ok = m0 + r < rows;
         int64_t head, query;
-        att_row(a, ok ? m0 + r : 0, &head, &query);
+        att_row(a, by, ok ? m0 + r : 0, &head, &query);
         const ATT_T *g = qg + head * a.qh + query * a.qs + ch * 8;
         att_cp16(dst + att_soff(r, ch, ATT_BLOCK_M), g, ok ? 16 : 0);
     }
@@ -291,7 +295,7 @@ __device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, cons
 // What a block works on: its batch (paged: sequence) bi, its first row m0 of `rows`, the key tiles
 // t0 .. t0 + n_tiles of the band, and where its q, k, v and o start.
 struct att_block {
-    int64_t bi, m0, sq, skv, hi, rows, ratio, t0, q0, kvh;
+    int64_t bi, by, m0, sq, skv, hi, rows, ratio, t0, q0, kvh;
     int n_tiles;
     const int *pages;
     int64_t page_size;
@@ -300,14 +304,16 @@ struct att_block {
 };
 
 // The block's work; 0 when it has none (paged: past the last tile, or the rows of one query).
-__device__ __forceinline__ int att_block_of(const att_args &a, att_block &k) {
+// (bx, by, bz): the block's place in a grid of gx blocks along x (a persistent block's item)
+__device__ __forceinline__ int att_block_of(const att_args &a, att_block &k, int64_t bx, int64_t by,
+                                            int64_t bz, int64_t gx) {
 #if ATT_PAGED && !ATT_PAGED_DECODE
     // block x: a row tile of a sequence, the sequences' tiles one after another, each sequence's from
     // its last (the longest causal rows) to its first; blocks past the last tile leave at once
     int64_t bi = -1, m0 = 0;
     {
         const int64_t per_query = ATT_PACK ? a.hq / a.hkv : 1;
-        int64_t x = blockIdx.x;
+        int64_t x = bx;
         for (int64_t b = 0; b < a.b && bi < 0; b++) {
             const int64_t tiles =
                 ((a.qo_indptr[b + 1] - a.qo_indptr[b]) * per_query + ATT_BLOCK_M - 1) / ATT_BLOCK_M;
@@ -321,10 +327,12 @@ __device__ __forceinline__ int att_block_of(const att_args &a, att_block &k) {
             return 0;
     }
 #else
-    const int64_t m0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * ATT_BLOCK_M;
-    const int64_t bi = blockIdx.z;
+    const int64_t m0 = (gx - 1 - bx) * ATT_BLOCK_M;
+    const int64_t bi = bz;
 #endif
+    (void)gx;
     k.bi = bi;
+    k.by = by;
     k.m0 = m0;
 #if ATT_PAGED
     // the sequence: its queries (q0, sq), its pages and keys (skv); hi: the causal diagonal
@@ -357,10 +365,10 @@ __device__ __forceinline__ int att_block_of(const att_args &a, att_block &k) {
     k.og = a.o + bi * a.ob;
 #endif
 #if ATT_PACK
-    const int64_t kvh = blockIdx.y;
+    const int64_t kvh = by;
     k.ratio = a.hq / a.hkv;
 #else
-    const int64_t kvh = blockIdx.y / (a.hq / a.hkv);
+    const int64_t kvh = by / (a.hq / a.hkv);
     k.ratio = 1;
 #endif
     k.rows = k.sq * k.ratio;
@@ -401,7 +409,7 @@ __device__ __forceinline__ void att_lane_of(const att_args &a, const att_block &
     for (int r = 0; r < 2; r++) {
         const int64_t m = k.m0 + warp * 16 + g + 8 * r;
         l.valid[r] = m < k.rows;
-        att_row(a, l.valid[r] ? m : k.rows - 1, &l.head[r], &l.row[r]);
+        att_row(a, k.by, l.valid[r] ? m : k.rows - 1, &l.head[r], &l.row[r]);
 #if ATT_HAS_MASK
         l.mrow[r] = a.mask + k.bi * a.mb + l.head[r] * a.mh + l.row[r] * a.ms;
 #else
@@ -594,7 +602,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     att_block k;
-    if (!att_block_of(a, k))
+    if (!att_block_of(a, k, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x))
         return;
     const unsigned s_q = att_smem_base();
     const unsigned s_k = s_q + ATT_BLOCK_M * ATT_LD * 2;
@@ -602,7 +610,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     const unsigned tile_bytes = ATT_BLOCK_N * ATT_LD * 2;
     const int n_tiles = k.n_tiles;
 
-    att_load_q(s_q, a, k.qg, k.m0, k.rows);
+    att_load_q(s_q, a, k.by, k.qg, k.m0, k.rows);
 #pragma unroll
     for (int s = 0; s < ATT_STAGES - 1; s++) {
         if (s < n_tiles) {
@@ -875,28 +883,60 @@ __device__ __forceinline__ void att_pp_pass(int to) {
 #endif
 }
 
+// The non-persistent grid's blocks along x and y (z: the batch, or 1 for paged prefill).
+__device__ __forceinline__ int64_t att_grid_x(const att_args &a) {
+    const int64_t per_query = ATT_PACK ? a.hq / a.hkv : 1;
+#if ATT_PAGED && ATT_PAGED_DECODE
+    return (per_query + ATT_BLOCK_M - 1) / ATT_BLOCK_M;
+#elif ATT_PAGED
+    return (a.sq * per_query + ATT_BLOCK_M - 1) / ATT_BLOCK_M + a.b; // a block per sequence more
+#else
+    return (a.sq * per_query + ATT_BLOCK_M - 1) / ATT_BLOCK_M;
+#endif
+}
+
+// A block's items: its own place in the grid, or with ATT_PERSIST (gridDim.x blocks, at most an
+// SM's worth of them) items blockIdx.x, + gridDim.x, ... of the grid the kernel would otherwise
+// have, x fastest (each head's longest causal rows first). Item i of the block's: 0 when it has
+// none left; k gets the item's block (att_block_of; has = 0 where it has no work).
+__device__ __forceinline__ int att_item(const att_args &a, int i, att_block &k, int &has) {
+#if ATT_PERSIST
+    const int64_t gx = att_grid_x(a), gy = ATT_PACK ? a.hkv : a.hq;
+    const int64_t gz = ATT_PAGED && !ATT_PAGED_DECODE ? 1 : a.b;
+    const int64_t w = (int64_t)blockIdx.x + (int64_t)i * gridDim.x;
+    if (w >= gx * gy * gz)
+        return 0;
+    has = att_block_of(a, k, w % gx, w / gx % gy, w / (gx * gy), gx);
+#else
+    if (i > 0)
+        return 0;
+    has = att_block_of(a, k, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x);
+#endif
+    return 1;
+}
+
 // Warp-specialised (FlashAttention-3's plan): warpgroup 0 copies, the ATT_WGS others compute, 64
 // rows each (warp w of them its rows 16 w ..). The producer fills ATT_STAGES buffers of K and of V,
 // each with a full and an empty mbarrier: it waits until a buffer is empty, issues its copies (TMA
 // boxes from one thread where ATT_TMA, a paged cache's tail and every other layout by cp.async from
 // all 128) and arrives on the full barrier (with the boxes' bytes, and once the cp.async copies land).
-// Q comes by cp.async (packed heads are not a box). A consumer issues S(it + 1) = Q K(it + 1)ᵀ and then O += P(it)
-// V(it), waits for the first only, frees K(it + 1)'s buffer and turns S(it + 1) into probabilities
-// while the tensor cores still run the second, then waits for it, frees V(it)'s buffer, rescales
-// O and packs P(it + 1): the softmax runs under the MMAs and no barrier stops the block.
+// Q comes by cp.async (packed heads are not a box) into its buffer, full and empty barriers too. A
+// consumer issues S(it + 1) = Q K(it + 1)ᵀ and then O += P(it) V(it), waits for the first only,
+// frees K(it + 1)'s buffer and turns S(it + 1) into probabilities while the tensor cores still run
+// the second, then waits for it, frees V(it)'s buffer, rescales O and packs P(it + 1): the softmax
+// runs under the MMAs and no barrier stops the block. With ATT_PERSIST a block takes several items
+// (att_item); the tile count g and the stages' phases go on across them, so the producer loads the
+// next item's Q and first tiles while the consumers finish and store this one.
 __device__ __forceinline__ void att_fwd(const att_args a) {
     const int wg = threadIdx.x / 128, ct = threadIdx.x - 128; // consumer thread (wg > 0)
-    att_block k;
-    if (!att_block_of(a, k))
-        return;
     const unsigned s_q = (att_smem_base() + 1023u) & ~1023u;
     const unsigned s_k = s_q + ATT_QBYTES, s_v = s_k + ATT_STAGES * ATT_TBYTES;
     const unsigned q_full = s_v + ATT_STAGES * ATT_TBYTES, k_full = q_full + 8,
                    v_full = k_full + 8 * ATT_STAGES, k_empty = v_full + 8 * ATT_STAGES,
-                   v_empty = k_empty + 8 * ATT_STAGES;
-    const int n = k.n_tiles;
+                   v_empty = k_empty + 8 * ATT_STAGES, q_empty = v_empty + 8 * ATT_STAGES;
     if (threadIdx.x == 0) {
         kiln_mbar_init(q_full, 128);
+        kiln_mbar_init(q_empty, 4 * ATT_WGS);
         for (int i = 0; i < ATT_STAGES; i++) {
             // TMA: the producer thread's arrival with the tile's bytes; cp.async: 128 arrivals;
             // paged, both
@@ -909,129 +949,155 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    att_block k;
+    int has = 0;
     if (wg == 0) {
 #if ATT_REG_CONSUMER
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(ATT_REG_PRODUCER) : "memory");
 #endif
-        att_load_q(s_q, a, k.qg, k.m0, k.rows);
-        kiln_mbar_cp_arrive(q_full);
 #if ATT_TMA
         if (threadIdx.x == 0) {
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(a.tk) : "memory");
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(a.tv) : "memory");
         }
 #endif
+        int g = 0; // K/V tiles of the block's earlier items
+        for (int item = 0, qi = 0; att_item(a, item, k, has); item++) {
+            if (!has)
+                continue;
+            const int n = k.n_tiles;
+            kiln_mbar_wait(q_empty, (qi++ & 1) ^ 1);
+            att_load_q(s_q, a, k.by, k.qg, k.m0, k.rows);
+            kiln_mbar_cp_arrive(q_full);
 #if ATT_TMA && ATT_PAGED
-        // a tile's page ids (one a part, the part's thread) come in while the buffers are awaited
-        int page = n > 0 ? att_part_page(k, k.t0 * ATT_BLOCK_N) : 0;
-        for (int j = 0; j < n; j++) {
-            const int b = j % ATT_STAGES;
-            const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
-            const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-            const int next = j + 1 < n ? att_part_page(k, n0 + ATT_BLOCK_N) : 0;
-            kiln_mbar_wait(k_empty + 8 * b, free_parity);
-            att_paged_tile(s_k + (unsigned)b * ATT_TBYTES, a.tk, k.kg, a.ks, n0, k, k_full + 8 * b,
-                           page);
-            kiln_mbar_wait(v_empty + 8 * b, free_parity);
-            att_paged_tile(s_v + (unsigned)b * ATT_TBYTES, a.tv, k.vg, a.vs, n0, k, v_full + 8 * b,
-                           page);
-            page = next;
-        }
+            // a tile's page ids (one a part, the part's thread) come in while the buffers are awaited
+            int page = n > 0 ? att_part_page(k, k.t0 * ATT_BLOCK_N) : 0;
+            for (int j = 0; j < n; j++) {
+                const int b = (g + j) % ATT_STAGES;
+                const unsigned free_parity = (((g + j) / ATT_STAGES) & 1) ^ 1;
+                const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
+                const int next = j + 1 < n ? att_part_page(k, n0 + ATT_BLOCK_N) : 0;
+                kiln_mbar_wait(k_empty + 8 * b, free_parity);
+                att_paged_tile(s_k + (unsigned)b * ATT_TBYTES, a.tk, k.kg, a.ks, n0, k,
+                               k_full + 8 * b, page);
+                kiln_mbar_wait(v_empty + 8 * b, free_parity);
+                att_paged_tile(s_v + (unsigned)b * ATT_TBYTES, a.tv, k.vg, a.vs, n0, k,
+                               v_full + 8 * b, page);
+                page = next;
+            }
 #elif ATT_TMA
-        for (int j = 0; j < n && threadIdx.x == 0; j++) {
-            const int b = j % ATT_STAGES;
-            const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
-            const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-            kiln_mbar_wait(k_empty + 8 * b, free_parity);
-            att_tma_tile<ATT_K_RANK, ATT_K_DIM_S, ATT_K_DIM_H, ATT_K_DIM_B>(
-                s_k + (unsigned)b * ATT_TBYTES, a.tk, n0, k, a.kb, k_full + 8 * b);
-            kiln_mbar_wait(v_empty + 8 * b, free_parity);
-            att_tma_tile<ATT_V_RANK, ATT_V_DIM_S, ATT_V_DIM_H, ATT_V_DIM_B>(
-                s_v + (unsigned)b * ATT_TBYTES, a.tv, n0, k, a.vb, v_full + 8 * b);
-        }
+            for (int j = 0; j < n && threadIdx.x == 0; j++) {
+                const int b = (g + j) % ATT_STAGES;
+                const unsigned free_parity = (((g + j) / ATT_STAGES) & 1) ^ 1;
+                const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
+                kiln_mbar_wait(k_empty + 8 * b, free_parity);
+                att_tma_tile<ATT_K_RANK, ATT_K_DIM_S, ATT_K_DIM_H, ATT_K_DIM_B>(
+                    s_k + (unsigned)b * ATT_TBYTES, a.tk, n0, k, a.kb, k_full + 8 * b);
+                kiln_mbar_wait(v_empty + 8 * b, free_parity);
+                att_tma_tile<ATT_V_RANK, ATT_V_DIM_S, ATT_V_DIM_H, ATT_V_DIM_B>(
+                    s_v + (unsigned)b * ATT_TBYTES, a.tv, n0, k, a.vb, v_full + 8 * b);
+            }
 #else
-        for (int j = 0; j < n; j++) {
-            const int b = j % ATT_STAGES;
-            const unsigned free_parity = ((j / ATT_STAGES) & 1) ^ 1;
-            const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-            kiln_mbar_wait(k_empty + 8 * b, free_parity);
-            att_load_tile(s_k + (unsigned)b * ATT_TBYTES, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv,
-                          k.pages, k.page_size);
-            kiln_mbar_cp_arrive(k_full + 8 * b);
-            kiln_mbar_wait(v_empty + 8 * b, free_parity);
-            att_load_tile(s_v + (unsigned)b * ATT_TBYTES, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv,
-                          k.pages, k.page_size);
-            kiln_mbar_cp_arrive(v_full + 8 * b);
-        }
+            for (int j = 0; j < n; j++) {
+                const int b = (g + j) % ATT_STAGES;
+                const unsigned free_parity = (((g + j) / ATT_STAGES) & 1) ^ 1;
+                const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
+                kiln_mbar_wait(k_empty + 8 * b, free_parity);
+                att_load_tile(s_k + (unsigned)b * ATT_TBYTES, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv,
+                              k.pages, k.page_size);
+                kiln_mbar_cp_arrive(k_full + 8 * b);
+                kiln_mbar_wait(v_empty + 8 * b, free_parity);
+                att_load_tile(s_v + (unsigned)b * ATT_TBYTES, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv,
+                              k.pages, k.page_size);
+                kiln_mbar_cp_arrive(v_full + 8 * b);
+            }
 #endif
+            g += n;
+        }
         att_cp_wait<0>();
         return;
     }
 #if ATT_REG_CONSUMER
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(ATT_REG_CONSUMER) : "memory");
 #endif
-    const int warp = ct / 32, lane = ct % 32, g = lane / 4, t = lane % 4;
+    const int warp = ct / 32, lane = ct % 32, gr = lane / 4, t = lane % 4;
     const unsigned q_wg = s_q + (unsigned)(wg - 1) * 64 * 128;
-    float o[ATT_DT][4], s[ATT_NT][4];
-    unsigned p[ATT_NT / 2][4];
-#pragma unroll
-    for (int i = 0; i < ATT_DT; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
-    att_lane l;
-    att_lane_of(a, k, warp, g, l);
     const int cw = wg - 1;
+    int g = 0;
+    for (int item = 0, qi = 0; att_item(a, item, k, has); item++) {
+        if (!has)
+            continue;
+        const int n = k.n_tiles;
+        float o[ATT_DT][4], s[ATT_NT][4];
+        unsigned p[ATT_NT / 2][4];
+#pragma unroll
+        for (int i = 0; i < ATT_DT; i++)
+            o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
+        att_lane l;
+        att_lane_of(a, k, warp, gr, l);
+        att_bar_wait_data(q_full, qi++ & 1);
 #if ATT_PP
-    if (cw == 1 && n > 0)
-        att_pp_pass(0); // warpgroup 0 takes the first turn
+        if (cw == 1 && n > 0)
+            att_pp_pass(0); // warpgroup 0 takes the first turn
 #endif
-    if (n > 0) {
-        att_bar_wait_data(q_full, 0);
-        att_bar_wait_data(k_full, 0);
-        att_pp_take(cw);
-        att_wg_scores(s, q_wg, s_k);
-        att_pp_pass(1 - cw);
-        att_wg_wait<0>();
-        att_wg_keep(s);
-        if (lane == 0)
-            kiln_mbar_arrive(k_empty);
-        att_softmax(s, a, k, l, k.t0 * ATT_BLOCK_N, t, m_run, l_run, alpha);
+        if (n > 0) {
+            const int b0 = g % ATT_STAGES;
+            att_bar_wait_data(k_full + 8 * b0, (g / ATT_STAGES) & 1);
+            att_pp_take(cw);
+            att_wg_scores(s, q_wg, s_k + (unsigned)b0 * ATT_TBYTES);
+            att_pp_pass(1 - cw);
+            att_wg_wait<0>();
+            att_wg_keep(s);
+            if (lane == 0)
+                kiln_mbar_arrive(k_empty + 8 * b0);
+            att_softmax(s, a, k, l, k.t0 * ATT_BLOCK_N, t, m_run, l_run, alpha);
 #pragma unroll
-        for (int kk = 0; kk < ATT_NT / 2; kk++)
-            att_pack_p(s, kk, p[kk]);
-    }
-    // Every step issues the same two groups and waits the same way, so that ptxas sees S(it + 1)
-    // complete at the first wait: with a group issued only on some steps, or a last P·V peeled off
-    // the loop, it cannot, and serialises every wgmma ("C7514" in its log). So the last step
-    // multiplies Q by its own K tile again (held: no tile comes after it) and drops the scores.
-    for (int it = 0; it < n; it++) {
-        const bool next = it + 1 < n;
-        const int bk = (it + 1) % ATT_STAGES, bv = it % ATT_STAGES;
-        if (next)
-            att_bar_wait_data(k_full + 8 * bk, ((it + 1) / ATT_STAGES) & 1);
-        att_bar_wait_data(v_full + 8 * bv, (it / ATT_STAGES) & 1);
-        att_pp_take(cw);
-        att_wg_scores(s, q_wg, s_k + (unsigned)(next ? bk : bv) * ATT_TBYTES);
-        att_wg_out(o, p, s_v + (unsigned)bv * ATT_TBYTES);
-        if (cw == 0 || next)
-            att_pp_pass(1 - cw); // warpgroup 1's last turn is the last
-        att_wg_wait<1>();
-        att_wg_keep(s);
-        if (next && lane == 0)
-            kiln_mbar_arrive(k_empty + 8 * bk);
-        // the last step's scores are a dead tile: every key -inf, so that alpha is 1 and P 0
-        att_softmax(s, a, k, l, (k.t0 + it + 1) * ATT_BLOCK_N, t, m_run, l_run, alpha, !next);
-        att_wg_wait<0>();
-        att_wg_keep(o);
-        att_wg_keep(p);
-        if (lane == 0)
-            kiln_mbar_arrive(v_empty + 8 * bv);
-        att_rescale(o, alpha);
+            for (int kk = 0; kk < ATT_NT / 2; kk++)
+                att_pack_p(s, kk, p[kk]);
+        } else if (lane == 0) {
+            kiln_mbar_arrive(q_empty); // no tile: Q is not read
+        }
+        // Every step issues the same two groups and waits the same way, so that ptxas sees
+        // S(it + 1) complete at the first wait: with a group issued only on some steps, or a last
+        // P·V peeled off the loop, it cannot, and serialises every wgmma ("C7514" in its log). So
+        // the last step multiplies Q by its own K tile again (its buffer may be refilled by then:
+        // no tile of this item comes after it) and drops the scores.
+        for (int it = 0; it < n; it++) {
+            const bool next = it + 1 < n;
+            const int jk = g + it + 1, jv = g + it;
+            const int bk = jk % ATT_STAGES, bv = jv % ATT_STAGES;
+            if (next)
+                att_bar_wait_data(k_full + 8 * bk, (jk / ATT_STAGES) & 1);
+            att_bar_wait_data(v_full + 8 * bv, (jv / ATT_STAGES) & 1);
+            att_pp_take(cw);
+            att_wg_scores(s, q_wg, s_k + (unsigned)(next ? bk : bv) * ATT_TBYTES);
+            att_wg_out(o, p, s_v + (unsigned)bv * ATT_TBYTES);
+            if (cw == 0 || next)
+                att_pp_pass(1 - cw); // warpgroup 1's last turn is the last
+            att_wg_wait<1>();
+            att_wg_keep(s);
+            if (lane == 0) {
+                if (next)
+                    kiln_mbar_arrive(k_empty + 8 * bk);
+                else
+                    kiln_mbar_arrive(q_empty); // the item's last read of Q
+            }
+            // the last step's scores are a dead tile: every key -inf, so that alpha is 1 and P 0
+            att_softmax(s, a, k, l, (k.t0 + it + 1) * ATT_BLOCK_N, t, m_run, l_run, alpha, !next);
+            att_wg_wait<0>();
+            att_wg_keep(o);
+            att_wg_keep(p);
+            if (lane == 0)
+                kiln_mbar_arrive(v_empty + 8 * bv);
+            att_rescale(o, alpha);
 #pragma unroll
-        for (int kk = 0; kk < ATT_NT / 2; kk++)
-            att_pack_p(s, kk, p[kk]);
+            for (int kk = 0; kk < ATT_NT / 2; kk++)
+                att_pack_p(s, kk, p[kk]);
+        }
+        att_store(a, k, l, o, m_run, l_run, t);
+        g += n;
     }
-    att_store(a, k, l, o, m_run, l_run, t);
 }
 
 #endif // ATT_WG
