@@ -611,6 +611,32 @@ def test_exact_band_is_recorded_drawn_and_checked():
     assert not band_holds(~masked, -15, 0, inside_zero=True)  # a bool mask is not additive
 
 
+def test_exact_band_assumption_is_parsed_and_checked_per_tensor():
+    """An entry whose kernel assumes an exact band ("inside": 0) is checked with inside_zero, and the cache does not
+    answer one kind of check with the other's result; an "inside" other than 0 is an assumption kiln cannot check
+    (not installed)."""
+    from types import SimpleNamespace
+
+    from kiln.capture_stats import band_mask
+    from kiln.install_assumes import StructureCache, checks_of
+    from kiln.install_gate import _Unsupported
+    band = {"kind": "band", "lower": -15, "upper": 0}
+    entry = SimpleNamespace(inputs=[{"name": "q"}, {"name": "mask"}],
+                            assumes={"mask": {"structure": dict(band, inside=0)}})
+    assert checks_of(entry) == [(1, -15, 0, True)]
+    entry.assumes = {"mask": {"structure": band}}
+    assert checks_of(entry) == [(1, -15, 0, False)]
+    entry.assumes = {"mask": {"structure": dict(band, inside=1)}}
+    with pytest.raises(_Unsupported):
+        checks_of(entry)
+    masked = band_mask(64, 96, -15, 0, "cpu")
+    scores = torch.randn(1, 1, 64, 96).masked_fill(masked, float("-inf"))  # the band, values inside it
+    cache = StructureCache()
+    assert cache.holds(scores, -15, 0) and not cache.holds(scores, -15, 0, inside_zero=True)
+    assert not cache.holds(scores, -15, 0, inside_zero=True) and cache.checks == 2  # the same check: cached
+    assert cache.holds(scores, -15, 0) and cache.checks == 3  # the other kind: read again
+
+
 def test_drawn_one_hot_and_index_sets():
     g = torch.Generator().manual_seed(0)
     labels = torch.randint(0, 10, (300,), generator=g)
