@@ -248,16 +248,18 @@ def _band(t: torch.Tensor, stats: dict) -> Optional[dict]:
     if not torch.equal(band_mask(q, k, lower, upper, t.device), first):
         return None
     step = max(1, STATS_CHUNK_ELEMENTS // (q * k))
-    for start in range(1, slices.shape[0], step):
-        if not bool((_masked_of(slices[start:start + step]) == first).all()):
+    zero = t.dtype != torch.bool  # every kept value 0 (a causal or window mask as models build it)
+    for start in range(0, slices.shape[0], step):
+        chunk = slices[start:start + step]
+        if not bool((_masked_of(chunk) == first).all()):
             return None  # the pattern changes along a leading dim (padding): not one band
+        zero = zero and bool(((chunk == 0) | first).all())
     name = "causal" if lower is None else ("sliding_window" if upper is not None else "band")
     out: dict = {"kind": "band", "name": name, "lower": lower, "upper": upper}
     if t.dtype != torch.bool:
         out["fill"] = "-inf" if stats["neg_inf"] >= stats["masked"] else "mask_value"
-        # every kept value 0 (a causal or window mask as models build it): the mask is exactly the band
-        if all(bool(((slices[i:i + step] == 0) | first).all()) for i in range(0, slices.shape[0], step)):
-            out["inside"] = 0
+        if zero:
+            out["inside"] = 0  # the mask is exactly the band
     return out
 
 
