@@ -1,6 +1,7 @@
 """Writes the attention rows of issue 16 as problems under bench/attention/ (or the directory given): the
 Gemma-4 eager attention chain ([1, 8 q / 4 kv heads, 4096, 256], bf16, scale 1, a bf16 finfo.min mask) with
-a sliding window of 512 and with a full causal mask, and SDPA calls: [4, 32 q / 8 kv, 4096, 128] causal,
+a sliding window of 512 and with a full causal mask, the full-attention layers' chain at their head dim of 512
+(causal), and SDPA calls: [4, 32 q / 8 kv, 4096, 128] causal,
 [16, 16, 1024, 64] unmasked, decode of 64 sequences over 4096 cached tokens (32 q / 8 kv heads, head dim
 128), and a causal prefill of 8 sequences of 2048 tokens over a paged KV cache (page size 16, FlashInfer's form). Each row says how the baselines of bench/attention_torch.py run it (`"kiln": {"bench"}`: the mask as SDPA takes
 it). Inputs are drawn on the device by the problem's make_inputs; tests/c/test_family_attention.c compiles
@@ -45,8 +46,8 @@ def write(root, name, description, inputs, outputs, reference, kiln, bench, op_t
         f.write(json.dumps(w) + "\n")
 
 
-def gemma_chain(root, name, window):
-    b, hq, hkv, s, d = 1, 8, 4, 4096, 256
+def gemma_chain(root, name, window, d=256):
+    b, hq, hkv, s = 1, 8, 4, 4096
     rep = hq // hkv
     ops = []
     for x in ("k", "v"):
@@ -167,6 +168,7 @@ def make_inputs(axes, device):
 def main(root):
     gemma_chain(root, "attn_gemma4_sliding512_1x8x4x4096x256", 512)
     gemma_chain(root, "attn_gemma4_causal_1x8x4x4096x256", None)
+    gemma_chain(root, "attn_gemma4_full512_1x8x4x4096x512", None, d=512)  # the full-attention layers' head dim
     sdpa(root, "attn_causal_4x32x8x4096x128", 4, 32, 8, 4096, 4096, 128, True, "GQA prefill, causal (SDPA)")
     sdpa(root, "attn_dense_16x16x1024x64", 16, 16, 16, 1024, 1024, 64, False, "unmasked (SDPA)")
     sdpa(root, "attn_decode_64x32x8x4096x128", 64, 32, 8, 1, 4096, 128, False,

@@ -74,8 +74,8 @@ static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why
             snprintf(why, why_len, "the head dim differs between workloads");
             return 0;
         }
-    if (d > 256 || d % 8) {
-        snprintf(why, why_len, "head dim %lld (up to 256, a multiple of 8)", (long long)d);
+    if (d > 512 || d % 8) {
+        snprintf(why, why_len, "head dim %lld (up to 512, a multiple of 8)", (long long)d);
         return 0;
     }
     snprintf(m->how, sizeof m->how, "%s", a.how);
@@ -120,12 +120,23 @@ static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why
 
 /* ---- constraints ---- */
 
+/* The blocks a row tile's V and O columns are split over (ATT_DSPLIT): 2 for a wgmma kernel over
+ * 256 (a warpgroup's 64 x d output accumulators would take d / 2 registers a thread), so that each
+ * block computes the scores over the whole head dim and the output of d / 2 columns: the first
+ * matmul twice, 1.5 times the flops, but no head dim of Gemma-4's full-attention layers (512)
+ * declined. */
+static int64_t dsplit_of(const kiln_match *m, const int64_t *pt) {
+    return pt[P_WG] && kiln_match_get(m, "d", 64) > 256 ? 2 : 1;
+}
+
 static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
-    /* wgmma: Q and STAGES K and V tiles in the 128-byte swizzle, 1024-aligned (1 KiB of slack),
-     * then a full and an empty mbarrier per buffer and a full and an empty one for Q */
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64), dv = d / dsplit_of(m, pt);
+    /* wgmma: Q and STAGES K and V tiles (V: the block's dv columns) in the 128-byte swizzle,
+     * 1024-aligned (1 KiB of slack), then a full and an empty mbarrier per buffer and a full and an
+     * empty one for Q */
     if (pt[P_WG])
-        return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * d * 2 + 1024 + 8 * (2 + 4 * pt[P_STAGES]);
+        return (pt[P_BM] * d + pt[P_STAGES] * pt[P_BN] * (d + dv)) * 2 + 1024 +
+               8 * (2 + 4 * pt[P_STAGES]);
     /* rows padded by 16 bytes: ldmatrix's eight row addresses then fall in distinct banks */
     return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * (d + 8) * 2;
 }
@@ -166,12 +177,12 @@ static int split_softmax(const kiln_match *m, const int64_t *pt) {
     return pt[P_WG] && kiln_match_get(m, "d", 64) <= 128;
 }
 
-/* Registers per thread: the output accumulators (d/2 floats per thread of a warp's 16 rows), the
+/* Registers per thread: the output accumulators (dv/2 floats per thread of a warp's 16 rows), the
  * scores (BLOCK_N/2), and ~48 for fragments, addresses, the softmax state and the mask; wgmma
  * also holds the probabilities of the previous tile (BLOCK_N/4) while the next one's scores come.
  */
 static int64_t regs_estimate(const kiln_match *m, const int64_t *pt) {
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64) / dsplit_of(m, pt);
     const int split = split_softmax(m, pt), mask = reads_mask(m);
     /* + the mask's values, which the second softmax (ATT_SPLIT) keeps live across both versions
      * (measured: head dim 64 with a mask at BLOCK_N 128 spills at 232 and at 255 registers) */
@@ -192,6 +203,10 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "mma.sync needs a head dim that is a multiple of 16";
     if (pt[P_WG] && d % 64)
         return "wgmma's swizzled tiles need a head dim that is a multiple of 64";
+    if (d > 256 && !pt[P_WG])
+        return "head dims over 256 take wgmma (a row tile's output columns split over two blocks)";
+    if (d > 256 && (d % 128 || kiln_match_get(m, "paged", 0)))
+        return "head dims over 256: a multiple of 128 (two column blocks of V of 64s), not paged";
     if (pt[P_PERSIST] && !pt[P_WG])
         return "a persistent grid is for wgmma blocks (their producer loads the next item ahead)";
     if (pt[P_PERSIST] && kiln_match_get(m, "paged", 0))
@@ -213,7 +228,7 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "the output and score accumulators exceed the registers of a thread";
     /* ptxas places a wgmma's accumulators (d/2 for P·V) and operands within the launch budget,
      * whatever setmaxnreg gives later (measured: head dim 256 needs 158 of them) */
-    if (pt[P_WG] && launch < d / 2 + 32)
+    if (pt[P_WG] && launch < d / dsplit_of(m, pt) / 2 + 32)
         return "the registers MINB blocks leave a thread do not hold a wgmma's accumulators";
     const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
     if (pt[P_PACK] && ratio == 1)
@@ -256,7 +271,7 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_STAGES] = 2;
     if (!pt[P_WG])
         return 0;
-    pt[P_BN] = d <= 128 && !reads_mask(m) ? 128 : 64;
+    pt[P_BN] = d <= 128 && !reads_mask(m) ? 128 : d <= 256 ? 64 : 32;
     pt[P_STAGES] = 3;
     /* head dim 64 over short key sequences: two blocks of 64 rows an SM, one's start and end under
      * the other's loop (measured on [16, 16, 1024, 64]: 202 against 224 us for 128 rows) */
@@ -484,7 +499,7 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     char why[256];
     int ok = kiln_attention_analyse(p, &a, why, sizeof why);
     KILN_ASSERT(ok); /* match accepted p */
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64), dsplit = cuda ? dsplit_of(m, pt) : 1;
     kiln_strbuf b = {0};
     char q_s[96], hq[96], bt[96], hkv[96];
     size_expr(p, &a.t[ATT_Q], 2, q_s, sizeof q_s);
@@ -527,6 +542,13 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     kiln_strbuf_printf(&b, "%s", defs);
     free(defs);
     emit_facts(&b, &a, d, 1);
+    /* grid z: the batch times the blocks a row tile's columns are split over (dsplit_of) */
+    kiln_strbuf_printf(&b, "#define ATT_DSPLIT %lld\n", (long long)dsplit);
+    if (dsplit > 1) {
+        char z[sizeof bt];
+        kiln_family_fmt(z, sizeof z, "(%s)*%lld", bt, (long long)dsplit);
+        memcpy(bt, z, sizeof bt);
+    }
     char bounds[32];
     if (a.dtype == KILN_F32) {
         /* one warp per query row, 4 rows per block */
@@ -584,10 +606,10 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
         kiln_strbuf_printf(&b, "#define ATT_REG_PRODUCER %d\n#define ATT_REG_CONSUMER %d\n",
                            producer, consumer);
         /* S = Q·Kᵀ (m64 x BLOCK_N, K-major operands) and O += P·V (m64 x d, P in registers, V
-         * MN-major) */
+         * MN-major; the block's d / dsplit columns) */
         kiln_strbuf_printf(&b, "%s", kiln_family_template("mbarrier.cuh"));
         kiln_family_emit_wgmma(&b, "att_wg_qk", pt[P_BN], a.dtype, 0, 0);
-        kiln_family_emit_wgmma(&b, "att_wg_pv", d, a.dtype, 1, 1);
+        kiln_family_emit_wgmma(&b, "att_wg_pv", d / dsplit, a.dtype, 1, 1);
     }
     /* a second, test-free softmax for the tiles inside the band and the keys (att_edge) */
     kiln_strbuf_printf(&b, "#define ATT_SPLIT %d\n", split_softmax(m, pt));

@@ -88,6 +88,8 @@ static const expect EXPECTED[] = {
      1.0, 1},
     {ROWS, "attn_gemma4_causal_1x8x4x4096x256", "attention_causal_mask_gqa", 8, 4, 256, 1, 0, 0,
      1.0, 1},
+    {ROWS, "attn_gemma4_full512_1x8x4x4096x512", "attention_causal_mask_gqa", 8, 4, 512, 1, 0, 0,
+     1.0, 1},
     {ROWS, "attn_causal_4x32x8x4096x128", "attention_causal_gqa", 32, 8, 128, 1, 0, 0,
      0.08838834764831845, 0},
     {ROWS, "attn_dense_16x16x1024x64", "attention", 16, 16, 64, 0, 0, 0, 0.125, 0},
@@ -340,6 +342,26 @@ static void test_check(void **state) {
     point_of(64, 32, 4, 2, pt);
     check_reason(p, &m, pt, "float32");
     kiln_problem_free(p);
+    /* head dim 512: wgmma only, a row tile's V and O columns over two blocks (ATT_DSPLIT), each
+     * with Q, and K and its 256 columns of V per stage: 128 rows of 32-key tiles in two stages are
+     * (128 * 512 + 2 * 32 * 768) * 2 = 224 KiB, 64-key tiles are not */
+    p = load(ROWS, "attn_gemma4_full512_1x8x4x4096x512");
+    match_ok(p, &m);
+    point_of(128, 32, 8, 2, pt);
+    check_reason(p, &m, pt, "take wgmma");
+    pt[5] = 1;
+    check_reason(p, &m, pt, NULL);
+    pt[1] = 64;
+    check_reason(p, &m, pt, "227 KiB");
+    assert_int_equal(att->start(p, &m, pt), 0);
+    assert_int_equal(pt[1], 32);
+    assert_int_equal(pt[5], 1);
+    char *src = att->emit(p, &m, pt, 1);
+    if (!strstr(src, "#define ATT_DSPLIT 2\n") || !strstr(src, ",(1)*2) block=384") ||
+        !strstr(src, "wgmma.mma_async.sync.aligned.m64n256k16"))
+        fail_msg("head dim 512 is not two blocks of 256 output columns a row tile:\n%.3000s", src);
+    free(src);
+    kiln_problem_free(p);
 }
 
 /* Causal rows count half the pairs (and the diagonal); a window of 512 keeps 512 keys a row. */
@@ -409,7 +431,8 @@ static void compile_spread(kiln_problem *p) {
             if (pt[5] == wg % 2 && pt[7] == 1 + wg / 2 && kiln_family_point_ok(att, p, &m, pt))
                 valid[n_valid++] = k;
         }
-        assert_true(n_valid > 0 || wg > 0);
+        /* mma.sync holds a head dim of up to 256 (over that: wgmma, two blocks a row tile) */
+        assert_true(n_valid > 0 || wg > 0 || kiln_match_get(&m, "d", 0) > 256);
         for (int k = 0; k < SPREAD && k < n_valid; k++) {
             int64_t idx = valid[(int64_t)k * n_valid / (n_valid < SPREAD ? n_valid : SPREAD)];
             if (idx == start)

@@ -26,6 +26,10 @@
 // att_fwd says how): a producer warpgroup fills swizzled K and V buffers by TMA, consumer warpgroups of
 // 64 rows issue S = Q·Kᵀ for the next tile and P·V for this one and run the softmax between the two waits.
 //
+// Head dims over 256 (ATT_DSPLIT 2, wgmma): a warpgroup's 64 x D output accumulators would take D / 2
+// registers a thread, so ATT_DSPLIT blocks share a row tile, each computing the scores over the whole
+// head dim and the output of its DV = D / ATT_DSPLIT columns of V (grid z: batch x column block).
+//
 // float32 problems (ATT_F32) take the warp-per-row kernel at the end: mma.sync has no fp32 inputs.
 //
 // Paged (ATT_PAGED: FlashInfer's form, att_paged in attention.h): the same kernel with a sequence
@@ -70,6 +74,9 @@
 #endif
 #ifndef ATT_PERSIST
 #define ATT_PERSIST 0 // 1: wgmma blocks loop over the grid's items (att_item)
+#endif
+#ifndef ATT_DSPLIT
+#define ATT_DSPLIT 1 // blocks (grid z) a row tile's V and O columns are split over (head dim > 256)
 #endif
 #ifndef ATT_SPLIT
 #define ATT_SPLIT 0 // 1: tiles inside the band and the keys skip the per-key tests (att_softmax)
@@ -221,7 +228,8 @@ __device__ __forceinline__ unsigned att_pack(float lo, float hi) {
 #define ATT_LD (ATT_D + 8)         // padded shared-memory row, in elements (mma.sync)
 #define ATT_CHUNKS (ATT_D / 8)     // 16-byte chunks per row
 #define ATT_NT (ATT_BLOCK_N / 8)   // score n-tiles per warp
-#define ATT_DT (ATT_D / 8)         // output n-tiles per warp
+#define ATT_DV (ATT_D / ATT_DSPLIT) // V's and O's columns a block computes
+#define ATT_DT (ATT_DV / 8)         // output n-tiles per warp
 #define ATT_THREADS (ATT_WARPS * 32)
 // threads that copy tiles: every thread (mma.sync), the producer warpgroup (wgmma)
 #define ATT_COPIERS (ATT_WG ? 128 : ATT_THREADS)
@@ -238,15 +246,16 @@ __device__ __forceinline__ unsigned att_soff(int r, int ch, int rows) {
 #endif
 }
 
-// rows [row0, row0 + rows) of a [s, D] matrix with row stride `stride` into the shared-memory tile
-// at dst; rows at or past `limit` are zero-filled. Paged, row j is row j % page_size of page
-// pages[j / page_size].
+// rows [row0, row0 + rows) of a [s, CHUNKS * 8] matrix (K: D columns, V: the block's DV) with row
+// stride `stride` into the shared-memory tile at dst; rows at or past `limit` are zero-filled.
+// Paged, row j is row j % page_size of page pages[j / page_size].
+template <int CHUNKS>
 __device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, int64_t stride,
                                               int64_t row0, int rows, int64_t limit,
                                               const int *pages, int64_t page_size) {
 #pragma unroll 2
-    for (int c = threadIdx.x; c < rows * ATT_CHUNKS; c += ATT_COPIERS) {
-        const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
+    for (int c = threadIdx.x; c < rows * CHUNKS; c += ATT_COPIERS) {
+        const int r = c / CHUNKS, ch = c % CHUNKS;
         const int ok = row0 + r < limit;
 #if ATT_PAGED
         // 32-bit: a sequence's keys and a page's rows fit, and a 64-bit division is a call
@@ -293,9 +302,10 @@ __device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, int6
 }
 
 // What a block works on: its batch (paged: sequence) bi, its first row m0 of `rows`, the key tiles
-// t0 .. t0 + n_tiles of the band, and where its q, k, v and o start.
+// t0 .. t0 + n_tiles of the band, where its q, k, v and o start, and the first of its DV columns of
+// V and O (dv0: with ATT_DSPLIT, grid z counts batch x column block).
 struct att_block {
-    int64_t bi, by, m0, sq, skv, hi, rows, ratio, t0, q0, kvh;
+    int64_t bi, by, m0, sq, skv, hi, rows, ratio, t0, q0, kvh, dv0;
     int n_tiles;
     const int *pages;
     int64_t page_size;
@@ -328,9 +338,10 @@ __device__ __forceinline__ int att_block_of(const att_args &a, att_block &k, int
     }
 #else
     const int64_t m0 = (gx - 1 - bx) * ATT_BLOCK_M;
-    const int64_t bi = bz;
+    const int64_t bi = bz / ATT_DSPLIT;
 #endif
     (void)gx;
+    k.dv0 = ATT_PAGED ? 0 : bz % ATT_DSPLIT * ATT_DV;
     k.bi = bi;
     k.by = by;
     k.m0 = m0;
@@ -362,7 +373,7 @@ __device__ __forceinline__ int att_block_of(const att_args &a, att_block &k, int
     k.pages = nullptr;
     k.page_size = 0;
     k.qg = a.q + bi * a.qb;
-    k.og = a.o + bi * a.ob;
+    k.og = a.o + bi * a.ob + k.dv0;
 #endif
 #if ATT_PACK
     const int64_t kvh = by;
@@ -380,7 +391,7 @@ __device__ __forceinline__ int att_block_of(const att_args &a, att_block &k, int
     k.vg = a.v + kvh * a.vh;
 #else
     k.kg = a.k + bi * a.kb + kvh * a.kh;
-    k.vg = a.v + bi * a.vb + kvh * a.vh;
+    k.vg = a.v + bi * a.vb + kvh * a.vh + k.dv0;
 #endif
     int64_t first, last;
     const int64_t r_last = m0 + ATT_BLOCK_M < k.rows ? m0 + ATT_BLOCK_M - 1 : k.rows - 1;
@@ -615,10 +626,10 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     for (int s = 0; s < ATT_STAGES - 1; s++) {
         if (s < n_tiles) {
             const int64_t n0 = (k.t0 + s) * ATT_BLOCK_N;
-            att_load_tile(s_k + s * tile_bytes, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv, k.pages,
-                          k.page_size);
-            att_load_tile(s_v + s * tile_bytes, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv, k.pages,
-                          k.page_size);
+            att_load_tile<ATT_CHUNKS>(s_k + s * tile_bytes, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv,
+                                      k.pages, k.page_size);
+            att_load_tile<ATT_CHUNKS>(s_v + s * tile_bytes, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv,
+                                      k.pages, k.page_size);
         }
         att_cp_commit();
     }
@@ -648,10 +659,10 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             if (nx < n_tiles) {
                 const int slot = nx % ATT_STAGES;
                 const int64_t n0 = (k.t0 + nx) * ATT_BLOCK_N;
-                att_load_tile(s_k + slot * tile_bytes, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv, k.pages,
-                              k.page_size);
-                att_load_tile(s_v + slot * tile_bytes, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv, k.pages,
-                              k.page_size);
+                att_load_tile<ATT_CHUNKS>(s_k + slot * tile_bytes, k.kg, a.ks, n0, ATT_BLOCK_N,
+                                          k.skv, k.pages, k.page_size);
+                att_load_tile<ATT_CHUNKS>(s_v + slot * tile_bytes, k.vg, a.vs, n0, ATT_BLOCK_N,
+                                          k.skv, k.pages, k.page_size);
             }
             att_cp_commit();
         }
@@ -702,7 +713,8 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 // ---- wgmma (sm_90a): the emitter writes att_wg_qk (S = Q·Kᵀ, m64 x BLOCK_N, both operands from
 // shared memory) and att_wg_pv (O += P·V, m64 x D, P from registers, V MN-major) ----
 #define ATT_QBYTES (ATT_BLOCK_M * ATT_D * 2) // the Q tile, swizzled
-#define ATT_TBYTES (ATT_BLOCK_N * ATT_D * 2) // one K or V tile, swizzled
+#define ATT_KBYTES (ATT_BLOCK_N * ATT_D * 2)  // one K tile, swizzled
+#define ATT_VBYTES (ATT_BLOCK_N * ATT_DV * 2) // one V tile (the block's DV columns), swizzled
 
 // A shared-memory matrix descriptor: start address >> 4, leading byte offset lbo (K-major
 // swizzled operands do not use it: 16), stride byte offset 1024 (eight 128-byte rows), the
@@ -758,14 +770,14 @@ __device__ __forceinline__ void att_bar_wait_data(unsigned bar, unsigned parity)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 #if ATT_TMA
-// One box (64 head-dim elements by BLOCK_N keys) of K or V at key n0, head-dim block c into
-// shared memory at dst, completing on bar's transaction count. Coordinates in the map's order
+// One box (64 head-dim elements from column x0 by BLOCK_N keys) of K or V at key n0 into shared
+// memory at dst, completing on bar's transaction count. Coordinates in the map's order
 // (innermost first): the head dim, then the keys, kv head and batch where the map has them (a
 // batch the tensor broadcasts, stride 0, reads its one matrix).
 template <int RANK, int DS, int DH, int DB>
-__device__ __forceinline__ void att_tma(unsigned dst, const kiln_tensormap *map, int c, int64_t n0,
+__device__ __forceinline__ void att_tma(unsigned dst, const kiln_tensormap *map, int x0, int64_t n0,
                                         const att_block &k, int64_t bstride, unsigned bar) {
-    int x[5] = {c * 64, 0, 0, 0, 0};
+    int x[5] = {x0, 0, 0, 0, 0};
     x[DS] = (int)n0;
     if (DH >= 0)
         x[DH > 0 ? DH : 4] = (int)k.kvh;
@@ -787,17 +799,19 @@ __device__ __forceinline__ void att_tma(unsigned dst, const kiln_tensormap *map,
                      "l"(map), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(bar)
                      : "memory");
 }
-// a whole K or V tile: its D / 64 boxes, announced to the full barrier with the tile's bytes
-template <int RANK, int DS, int DH, int DB>
-__device__ __forceinline__ void att_tma_tile(unsigned dst, const kiln_tensormap *map, int64_t n0,
-                                             const att_block &k, int64_t bstride, unsigned bar) {
+// a whole K or V tile: its COLS / 64 boxes from column x0, announced to the full barrier with the
+// tile's bytes
+template <int RANK, int DS, int DH, int DB, int COLS>
+__device__ __forceinline__ void att_tma_tile(unsigned dst, const kiln_tensormap *map, int x0,
+                                             int64_t n0, const att_block &k, int64_t bstride,
+                                             unsigned bar) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-                 "r"(ATT_TBYTES)
+                 "r"(ATT_BLOCK_N * COLS * 2)
                  : "memory");
 #pragma unroll
-    for (int c = 0; c < ATT_D / 64; c++)
-        att_tma<RANK, DS, DH, DB>(dst + (unsigned)c * ATT_BLOCK_N * 128, map, c, n0, k, bstride,
-                                  bar);
+    for (int c = 0; c < COLS / 64; c++)
+        att_tma<RANK, DS, DH, DB>(dst + (unsigned)c * ATT_BLOCK_N * 128, map, x0 + c * 64, n0, k,
+                                  bstride, bar);
 }
 #if ATT_PAGED
 // The page of part i (ATT_TMA_ROWS rows) of the key tile at n0, for producer thread i < parts, when
@@ -902,7 +916,7 @@ __device__ __forceinline__ int64_t att_grid_x(const att_args &a) {
 __device__ __forceinline__ int att_item(const att_args &a, int i, att_block &k, int &has) {
 #if ATT_PERSIST
     const int64_t gx = att_grid_x(a), gy = ATT_PACK ? a.hkv : a.hq;
-    const int64_t gz = ATT_PAGED && !ATT_PAGED_DECODE ? 1 : a.b;
+    const int64_t gz = ATT_PAGED && !ATT_PAGED_DECODE ? 1 : a.b * ATT_DSPLIT;
     const int64_t w = (int64_t)blockIdx.x + (int64_t)i * gridDim.x;
     if (w >= gx * gy * gz)
         return 0;
@@ -930,8 +944,8 @@ __device__ __forceinline__ int att_item(const att_args &a, int i, att_block &k, 
 __device__ __forceinline__ void att_fwd(const att_args a) {
     const int wg = threadIdx.x / 128, ct = threadIdx.x - 128; // consumer thread (wg > 0)
     const unsigned s_q = (att_smem_base() + 1023u) & ~1023u;
-    const unsigned s_k = s_q + ATT_QBYTES, s_v = s_k + ATT_STAGES * ATT_TBYTES;
-    const unsigned q_full = s_v + ATT_STAGES * ATT_TBYTES, k_full = q_full + 8,
+    const unsigned s_k = s_q + ATT_QBYTES, s_v = s_k + ATT_STAGES * ATT_KBYTES;
+    const unsigned q_full = s_v + ATT_STAGES * ATT_VBYTES, k_full = q_full + 8,
                    v_full = k_full + 8 * ATT_STAGES, k_empty = v_full + 8 * ATT_STAGES,
                    v_empty = k_empty + 8 * ATT_STAGES, q_empty = v_empty + 8 * ATT_STAGES;
     if (threadIdx.x == 0) {
@@ -978,10 +992,10 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                 const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
                 const int next = j + 1 < n ? att_part_page(k, n0 + ATT_BLOCK_N) : 0;
                 kiln_mbar_wait(k_empty + 8 * b, free_parity);
-                att_paged_tile(s_k + (unsigned)b * ATT_TBYTES, a.tk, k.kg, a.ks, n0, k,
+                att_paged_tile(s_k + (unsigned)b * ATT_KBYTES, a.tk, k.kg, a.ks, n0, k,
                                k_full + 8 * b, page);
                 kiln_mbar_wait(v_empty + 8 * b, free_parity);
-                att_paged_tile(s_v + (unsigned)b * ATT_TBYTES, a.tv, k.vg, a.vs, n0, k,
+                att_paged_tile(s_v + (unsigned)b * ATT_VBYTES, a.tv, k.vg, a.vs, n0, k,
                                v_full + 8 * b, page);
                 page = next;
             }
@@ -991,11 +1005,11 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                 const unsigned free_parity = (((g + j) / ATT_STAGES) & 1) ^ 1;
                 const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
                 kiln_mbar_wait(k_empty + 8 * b, free_parity);
-                att_tma_tile<ATT_K_RANK, ATT_K_DIM_S, ATT_K_DIM_H, ATT_K_DIM_B>(
-                    s_k + (unsigned)b * ATT_TBYTES, a.tk, n0, k, a.kb, k_full + 8 * b);
+                att_tma_tile<ATT_K_RANK, ATT_K_DIM_S, ATT_K_DIM_H, ATT_K_DIM_B, ATT_D>(
+                    s_k + (unsigned)b * ATT_KBYTES, a.tk, 0, n0, k, a.kb, k_full + 8 * b);
                 kiln_mbar_wait(v_empty + 8 * b, free_parity);
-                att_tma_tile<ATT_V_RANK, ATT_V_DIM_S, ATT_V_DIM_H, ATT_V_DIM_B>(
-                    s_v + (unsigned)b * ATT_TBYTES, a.tv, n0, k, a.vb, v_full + 8 * b);
+                att_tma_tile<ATT_V_RANK, ATT_V_DIM_S, ATT_V_DIM_H, ATT_V_DIM_B, ATT_DV>(
+                    s_v + (unsigned)b * ATT_VBYTES, a.tv, (int)k.dv0, n0, k, a.vb, v_full + 8 * b);
             }
 #else
             for (int j = 0; j < n; j++) {
@@ -1003,12 +1017,12 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                 const unsigned free_parity = (((g + j) / ATT_STAGES) & 1) ^ 1;
                 const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
                 kiln_mbar_wait(k_empty + 8 * b, free_parity);
-                att_load_tile(s_k + (unsigned)b * ATT_TBYTES, k.kg, a.ks, n0, ATT_BLOCK_N, k.skv,
-                              k.pages, k.page_size);
+                att_load_tile<ATT_CHUNKS>(s_k + (unsigned)b * ATT_KBYTES, k.kg, a.ks, n0,
+                                          ATT_BLOCK_N, k.skv, k.pages, k.page_size);
                 kiln_mbar_cp_arrive(k_full + 8 * b);
                 kiln_mbar_wait(v_empty + 8 * b, free_parity);
-                att_load_tile(s_v + (unsigned)b * ATT_TBYTES, k.vg, a.vs, n0, ATT_BLOCK_N, k.skv,
-                              k.pages, k.page_size);
+                att_load_tile<ATT_DV / 8>(s_v + (unsigned)b * ATT_VBYTES, k.vg, a.vs, n0,
+                                          ATT_BLOCK_N, k.skv, k.pages, k.page_size);
                 kiln_mbar_cp_arrive(v_full + 8 * b);
             }
 #endif
@@ -1045,7 +1059,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             const int b0 = g % ATT_STAGES;
             att_bar_wait_data(k_full + 8 * b0, (g / ATT_STAGES) & 1);
             att_pp_take(cw);
-            att_wg_scores(s, q_wg, s_k + (unsigned)b0 * ATT_TBYTES);
+            att_wg_scores(s, q_wg, s_k + (unsigned)b0 * ATT_KBYTES);
             att_pp_pass(1 - cw);
             att_wg_wait<0>();
             att_wg_keep(s);
@@ -1071,8 +1085,8 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                 att_bar_wait_data(k_full + 8 * bk, (jk / ATT_STAGES) & 1);
             att_bar_wait_data(v_full + 8 * bv, (jv / ATT_STAGES) & 1);
             att_pp_take(cw);
-            att_wg_scores(s, q_wg, s_k + (unsigned)(next ? bk : bv) * ATT_TBYTES);
-            att_wg_out(o, p, s_v + (unsigned)bv * ATT_TBYTES);
+            att_wg_scores(s, q_wg, s_k + (unsigned)(next ? bk : bv) * ATT_KBYTES);
+            att_wg_out(o, p, s_v + (unsigned)bv * ATT_VBYTES);
             if (cw == 0 || next)
                 att_pp_pass(1 - cw); // warpgroup 1's last turn is the last
             att_wg_wait<1>();
