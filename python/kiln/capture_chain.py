@@ -146,8 +146,10 @@ def find_chains(ops: list) -> list:
 
 def attention_block(g: Graph, chain: list) -> Optional[list]:
     """The eager attention block around a chain that holds a softmax: the matmul whose only reader is the
-    chain (q.kT), and the matmul that reads the chain's one output as its first operand (with v). The
-    block's op ids, or None."""
+    chain (q.kT), and the matmul that reads the chain's one output as its first operand (with v). Calls of the
+    chain that do not depend on q.kT (a mask computed from positions, joined because only this layer reads
+    it: Gemma-4's full-attention layer) stay out: the block reads the mask they make, as it reads a mask made
+    anywhere else. The block's op ids, or None."""
     names = [g.ops[i].func._opname for i in chain]
     if not any(n in SOFTMAX_NAMES for n in names):
         return None
@@ -159,8 +161,18 @@ def attention_block(g: Graph, chain: list) -> Optional[list]:
             if p is not None and p not in members and g.ops[p].func._opname in MATMUL_NAMES \
                     and set(g.consumers[tid]) <= members:
                 heads.add(p)
+    if len(heads) != 1:
+        return None
+    spine = set(heads)  # the chain's calls downstream of q.kT, in call order
+    for i in chain:
+        if any(p in spine for p in g.producers_of(i)):
+            spine.add(i)
+    chain = [i for i in chain if i in spine]
+    members = set(chain)
+    if not any(g.ops[i].func._opname in SOFTMAX_NAMES for i in chain):
+        return None
     outs = chain_outputs(g, chain)
-    if len(heads) != 1 or len(outs) != 1:
+    if len(outs) != 1:
         return None
     readers = g.consumers.get(outs[0], [])
     if len(readers) != 1 or g.ops[readers[0]].func._opname not in MATMUL_NAMES \
@@ -282,6 +294,24 @@ def held_instance(g: Graph, calls: list, samples: dict) -> tuple:
     return calls[0], False
 
 
+def _held_value(g: Graph, samples: dict, tid, meta):
+    """Value tid as a call reads it (meta), where the call that made it is its signature's held call and it
+    is read as returned: that call's held output, whole (None otherwise). A chain whose member was not the
+    held call of its signature still gets this call's own value of an input made outside it: Gemma-4's
+    full-attention layer adds a mask only it reads, where the held add of that signature is a sliding layer's
+    with a sliding window's mask."""
+    p = g.producer.get(tid)
+    if p is None:
+        return None
+    op = g.ops[p[0]]
+    s = samples.get(op.key)
+    if s is None or s.call_index != op.index or p[1] >= len(s.outputs) or \
+            view_steps(op.outputs[p[1]][1], meta) != []:
+        return None
+    out = s.outputs[p[1]]
+    return out if out is not None and out.held else None
+
+
 def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict) -> tuple:
     """(ChainTrace, None) for a chain whose members' first calls were held, else (None, why). The inputs
     are the tensors the members' held first calls read (each signature's first call: the same shapes,
@@ -326,6 +356,8 @@ def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict) -> tuple:
                 while name in {n for n, *_ in tr.inputs}:
                     name += "_"
                 stored = sample.inputs[k]
+                if sample.call_index != op.index:  # another call's tensor: this call's own where it was held
+                    stored = _held_value(g, samples, tid, meta) or stored
                 if stored is None:
                     return None, f"an input of {op.func._opname} was not held"
                 names[(tid, meta)] = name

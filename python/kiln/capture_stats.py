@@ -197,16 +197,31 @@ def band_holds(t: torch.Tensor, lower: Optional[int], upper: Optional[int], insi
         return False
     q, k = t.shape[-2], t.shape[-1]
     slices = t.reshape(-1, q, k)
-    outside = band_mask(q, k, lower, upper, t.device)
+    outside = _band_mask_cached(q, k, lower, upper, t.device)
     step = max(1, STATS_CHUNK_ELEMENTS // (q * k))
     for start in range(0, slices.shape[0], step):
         chunk = slices[start:start + step]
         masked = _masked_of(chunk)
-        if not bool((masked | ~outside).all()) or bool(masked.all(-1).any()):
-            return False
-        if inside_zero and not bool(((chunk == 0) | outside).all()):
+        # one host sync a chunk (install checks a live mask before each kernel that assumes its band)
+        bad = (~masked & outside).any() | masked.all(-1).any()
+        if inside_zero:
+            bad |= ((chunk != 0) & ~outside).any()
+        if bool(bad):
             return False
     return True
+
+
+_BAND_MASKS: dict = {}  # (q, k, lower, upper, device) -> band_mask's tensor: install checks one mask shape often
+
+
+def _band_mask_cached(q: int, k: int, lower: Optional[int], upper: Optional[int], device) -> torch.Tensor:
+    key = (q, k, lower, upper, str(device))
+    m = _BAND_MASKS.get(key)
+    if m is None:
+        if len(_BAND_MASKS) >= 8:
+            _BAND_MASKS.clear()
+        m = _BAND_MASKS[key] = band_mask(q, k, lower, upper, device)
+    return m
 
 
 def _band(t: torch.Tensor, stats: dict) -> Optional[dict]:

@@ -445,14 +445,18 @@ class InductorPatterns:
         if patterns is None:
             patterns = self._trace(flavor)
         n = sum(p.matchers[flavor].apply(graph) for p in patterns)
-        if n and self.guarded:
+        if n and self.guarded and flavor == "inductor":
             self._uncache_computed_masks(graph)
         return n
 
     def _uncache_computed_masks(self, graph) -> None:
         """Where the graph computes two or more of the tensors kiln's guarded ops check (two masks), those
         entries check every call: Inductor may put the second into the first one's buffer (install_assumes
-        Policy). Graph inputs are not Inductor's buffers, and one computed mask has no other to share with."""
+        Policy). Graph inputs are not Inductor's buffers, and one computed mask has no other to share with.
+        Graph mode runs the graph as traced, each mask a tensor of its own (PyTorch's allocator hands a freed
+        block to a new tensor object, which the cache does not take for the old one): its checks stay cached
+        (Gemma-4 on the H200: six checks a forward instead of two, 21.6 against 19.8 ms, with the full layer's
+        entry)."""
         computed: dict = {}
         for node in graph.nodes:
             guarded = self.guarded.get(node.target) if node.op == "call_function" else None

@@ -211,11 +211,20 @@ def test_qwen_rmsnorm_gated_is_its_module(runs, tmp_path):
         assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], (family, res)
 
 
+def gemma_blocks(run: Path) -> dict:
+    """Gemma-4 --small's attention block problems by head dim: 64 (the sliding layers) and 512 (the full one)."""
+    found = {}
+    for p, d in chains(run):
+        if d["kiln"].get("pattern") == "attention":
+            assert len(d["kiln"]["members"]) == 6, (p.name, d["kiln"]["members"])
+            found.setdefault(int(d["outputs"]["out0"]["shape"][-1].lstrip("n")), []).append((p, d))
+    return found
+
+
 def test_attention_block_is_one_chain(runs, tmp_path):
-    found = [(p, d) for p, d in chains(runs["gemma4"]) if d["kiln"].get("pattern") == "attention"
-             and len(d["kiln"]["members"]) == 6]
-    assert found
-    problem, d = found[0]
+    found = gemma_blocks(runs["gemma4"])
+    assert sorted(found) == [64, 512] and len(found[64]) == 1 and len(found[512]) == 1, found
+    problem, d = found[64][0]
     members = short(d["kiln"]["members"])
     assert members == ["matmul.default", "mul.Tensor", "add.Tensor", "softmax.int", "to.dtype", "matmul.default"]
     inputs = real_inputs(problem)
@@ -227,6 +236,25 @@ def test_attention_block_is_one_chain(runs, tmp_path):
     assert torch.equal(out, expect)
     r = run_kiln(["sweep", problem, "--backend", "cpu", "--family", "gen", "--list"])
     assert "gen: aten::matmul.default: no lowering rule" in r.stdout + r.stderr
+
+
+def test_full_attention_block_reads_its_own_mask(runs, tmp_path):
+    """The full-attention layer's block (head dim 512) leaves out the mask's computation, which only it reads
+    (add, le, where from the positions: joined to its softmax chain), and reads that mask as an input: the
+    full-causal mask its own call added, not the sliding layers' window mask that the add's signature held
+    first. The attention family matches it as an exact causal band and proves it on the cpu backend."""
+    (problem, d), = gemma_blocks(runs["gemma4"])[512]
+    assert short(d["kiln"]["members"]) == ["matmul.default", "mul.Tensor", "add.Tensor", "softmax.int",
+                                           "to.dtype", "matmul.default"]
+    mask = real_inputs(problem)[d["kiln"]["ops"][2]["args"][1]["ref"]].float()[0, 0]
+    n = mask.shape[-1]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    assert torch.equal(mask == 0, causal) and bool((mask[~causal] < -1e38).all())
+    listed = run_kiln(["sweep", problem, "--backend", "cpu", "--family", "attention", "--list"])
+    assert "matches family attention (attention_causal_mask_gqa)" in listed.stdout + listed.stderr, listed.stderr
+    assert "ATT_BLOCK_N=32" in listed.stdout + listed.stderr  # head dim 512's start: two blocks a row tile
+    res = prove(problem, "attention", tmp_path / "prove")
+    assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], res
 
 
 def test_model_json_links_chains(runs):
@@ -570,10 +598,9 @@ def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
 @pytest.fixture(scope="module")
 def gemma_attention(runs, tmp_path_factory):
     """The Gemma-4 --small sliding layers' attention block (one chain problem of pattern "attention" for the five
-    layers; the full layer's, head dim 512 with its mask's computation joined, is another the family declines),
-    optimized alone on the cpu backend: (problem dir, definition, library dir)."""
-    found = [(p, d) for p, d in chains(runs["gemma4"]) if d["kiln"].get("pattern") == "attention"
-             and len(d["kiln"]["members"]) == 6]
+    layers; the full layer's, head dim 512, is another), optimized alone on the cpu backend: (problem dir,
+    definition, library dir)."""
+    found = gemma_blocks(runs["gemma4"])[64]
     assert len(found) == 1, [p.name for p, _ in found]
     problem, d = found[0]
     return problem, d, optimize_alone([problem], tmp_path_factory.mktemp("gemma_attention"))
@@ -640,17 +667,18 @@ def attention_tolerance(library: Path) -> dict:
 
 
 @contextlib.contextmanager
-def net_installed(library: Path, windows: tuple, seed: int, computed: bool = False, mode=torch.no_grad):
+def net_installed(library: Path, windows: tuple, seed: int, computed: bool = False, mode=torch.no_grad,
+                  compile=True):
     """attention_masks.py's Net with these layers' windows (None: full causal), its inputs drawn with seed,
-    eager's outputs under mode, and library installed into it inside torch.compile: (model, inputs, eager's
-    outputs, installation); uninstalled, and dynamo's caches reset, after."""
+    eager's outputs under mode, and library installed into it inside torch.compile (compile="graph": kiln's
+    graph mode): (model, inputs, eager's outputs, installation); uninstalled, and dynamo's caches reset, after."""
     import kiln
     am = _script_module(ATT_MASKS_SCRIPT)
     model = am.Net(windows, computed=computed).eval()
     x = am.inputs(seed)
     with mode():
         want = model(*x)
-    inst = kiln.install(str(library), model, entries="all", compile=True)
+    inst = kiln.install(str(library), model, entries="all", compile=compile)
     try:
         yield model, x, want, inst
     finally:
@@ -724,6 +752,22 @@ def test_attention_masks_computed_in_the_graph(window_library, windows, checks):
         assert inst.stats()["hits"] == 2 * (len(windows) - full) and inst.stats()["misses"] == 2 * full, \
             inst.stats()
         assert inst._inductor.structures.checks == 2 * checks
+
+
+def test_attention_masks_computed_in_graph_mode(window_library):
+    """kiln's graph mode runs the traced graph as it is, each computed mask a tensor of its own: its checks stay
+    cached, one a mask a forward, where Inductor's buffer reuse makes each call check (the test above): with a
+    window-32 mask for two layers and a full-causal one, two checks a forward, the window layers hits and the
+    full-causal layer a miss (eager's calls), outputs eager's."""
+    tol = attention_tolerance(window_library)
+    with net_installed(window_library, (32, None, 32), 7, computed=True, compile="graph") as (model, x, want, inst):
+        with torch.no_grad():
+            for _ in range(2):
+                got = model(*x)
+                for g, w in zip(got, want):
+                    assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
+        assert inst.stats()["hits"] == 4 and inst.stats()["misses"] == 2, inst.stats()
+        assert inst._inductor.structures.checks == 4
 
 
 @pytest.fixture(scope="module")
