@@ -63,7 +63,9 @@ class StructureCache:
     """Whether a tensor's contents hold a band, remembered per tensor object, version and data pointer."""
 
     def __init__(self):
-        self.entries: dict = {}  # id(t) -> (weakref(t), version, data_ptr, (lower, upper), holds)
+        # (id(t), lower, upper, inside_zero) -> (weakref(t), version, data_ptr, holds): an answer per band asked
+        # of a tensor, so two entries that assume different bands of one mask do not read it again in turns
+        self.entries: dict = {}
         self.checks = 0  # how many times a mask was read (the tests count them)
 
     def holds(self, t, lower, upper, cached: bool = True, inside_zero: bool = False) -> bool:
@@ -71,13 +73,13 @@ class StructureCache:
         capture_stats.band_holds); read again unless cached and the same object, version and data pointer
         were read for that band before."""
         from kiln.capture_stats import band_holds
-        key = id(t)
+        key = (id(t), lower, upper, inside_zero)
         seen = self.entries.get(key)
         # an inference tensor (torch.inference_mode) has no version counter: the object and its data pointer
         # alone, so an in-place write into an inference mask between two calls is not seen (docs/install.md)
-        state = (None if t.is_inference() else t._version, t.data_ptr(), (lower, upper, inside_zero))
-        if cached and seen is not None and seen[0]() is t and seen[1:4] == state:
-            return seen[4]
+        state = (None if t.is_inference() else t._version, t.data_ptr())
+        if cached and seen is not None and seen[0]() is t and seen[1:3] == state:
+            return seen[3]
         self.checks += 1
         result = band_holds(t, lower, upper, inside_zero)
         if len(self.entries) >= _CACHE_SIZE:

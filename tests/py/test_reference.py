@@ -613,8 +613,9 @@ def test_exact_band_is_recorded_drawn_and_checked():
 
 def test_exact_band_assumption_is_parsed_and_checked_per_tensor():
     """An entry whose kernel assumes an exact band ("inside": 0) is checked with inside_zero, and the cache does not
-    answer one kind of check with the other's result; an "inside" other than 0 is an assumption kiln cannot check
-    (not installed)."""
+    answer one kind of check with the other's result, but keeps both answers (two entries that assume different
+    bands of one mask do not read it in turns); an "inside" other than 0 is an assumption kiln cannot check (not
+    installed)."""
     from types import SimpleNamespace
 
     from kiln.capture_stats import band_mask
@@ -634,7 +635,11 @@ def test_exact_band_assumption_is_parsed_and_checked_per_tensor():
     cache = StructureCache()
     assert cache.holds(scores, -15, 0) and not cache.holds(scores, -15, 0, inside_zero=True)
     assert not cache.holds(scores, -15, 0, inside_zero=True) and cache.checks == 2  # the same check: cached
-    assert cache.holds(scores, -15, 0) and cache.checks == 3  # the other kind: read again
+    assert cache.holds(scores, -15, 0) and cache.checks == 2  # the other kind: its own answer, kept
+    assert not cache.holds(scores, -15, 0, inside_zero=True) and cache.checks == 2
+    assert not cache.holds(scores, -7, 0) and cache.checks == 3  # another band: read
+    scores.add_(0)  # written in place: every answer is read again
+    assert cache.holds(scores, -15, 0) and cache.checks == 4
 
 
 def test_drawn_one_hot_and_index_sets():
