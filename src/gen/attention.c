@@ -501,7 +501,7 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     KILN_ASSERT(ok); /* match accepted p */
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64), dsplit = cuda ? dsplit_of(m, pt) : 1;
     kiln_strbuf b = {0};
-    char q_s[96], hq[96], bt[96], hkv[96];
+    char q_s[96], hq[96], bt[200], hkv[96]; /* bt: room for "(batch)*dsplit" */
     size_expr(p, &a.t[ATT_Q], 2, q_s, sizeof q_s);
     size_expr(p, &a.t[ATT_Q], 1, hq, sizeof hq);
     size_expr(p, &a.t[ATT_K], 1, hkv, sizeof hkv);
