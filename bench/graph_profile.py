@@ -1,6 +1,6 @@
 """graph_profile.py: where kiln's graph mode spends its time on the Gemma-4 example (issues 15/16), on the GPU.
 
-    python3 bench/graph_profile.py RUN/library [--seq 4096] [--layers 6] [--rows 14] [--compile]
+    python3 bench/graph_profile.py RUN/library [--seq 4096] [--layers 6] [--rows 14] [--entries A,B|all] [--compile]
 
 With the library `kiln tune examples/gemma4.py` made (RUN/library), the same model and prompt as the example:
 wall ms per forward (best of 3 loops of 15) and torch.profiler's top CUDA kernels for eager, dynamo's graphs
@@ -52,10 +52,14 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--rows", type=int, default=14, help="kernels per profile table (default 14)")
+    ap.add_argument("--entries", default=None,
+                    help="the library's entries to install: a comma-separated list of names, or all (default: "
+                         "what kiln tune decided, as kiln.install picks)")
     ap.add_argument("--compile", action="store_true",
                     help="also torch.compile (Inductor, default mode): its wall time and kernels, to set beside graph "
                          "mode's")
     args = ap.parse_args()
+    entries = args.entries if args.entries in (None, "all") else [e for e in args.entries.split(",") if e]
     if not torch.cuda.is_available():
         sys.exit("graph_profile.py: needs a GPU")
     import gemma4
@@ -80,19 +84,22 @@ def main() -> None:
         torch._dynamo.reset()
         print("dynamo eager backend", wall_ms(fwd(torch.compile(model, backend="eager"))))
         torch._dynamo.reset()
-        inst = kiln.install(args.library, model=model)
+        inst = kiln.install(args.library, model=model, entries=entries)
         print(inst.line())
         print("kiln eager", wall_ms(fwd(model)))
         kiln.uninstall()
         torch._dynamo.reset()
         # graph mode as `kiln run --graph` installs it: module entries are patterns of their calls there
-        inst = kiln.install(args.library, model=model, compile="graph")
+        inst = kiln.install(args.library, model=model, compile="graph", entries=entries)
         print("kiln graph", wall_ms(fwd(model)))
         inst.reset_stats()
+        structures = getattr(inst._inductor, "structures", None)  # the mask checks (install_assumes)
+        checks = structures.checks if structures is not None else 0
         model(ids)
         stats = inst.stats()
-        print("graph mode hits per forward", stats["hits"],
-              {t: c["hits"] for t, c in stats["targets"].items() if c["hits"]})
+        print("graph mode hits per forward", stats["hits"], "misses", stats["misses"],
+              {t: c["hits"] for t, c in stats["targets"].items() if c["hits"]},
+              "mask checks", (structures.checks - checks) if structures is not None else "-")
         profile(fwd(model), "kiln graph", args.rows)
         kiln.uninstall()
         if args.compile:
