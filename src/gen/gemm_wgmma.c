@@ -10,7 +10,20 @@
 
 extern const kiln_family kiln_family_wgmma;
 
-enum { P_BN, P_MI, P_WGS, P_STAGES, P_GROUP, P_WS, P_PERSIST, P_MINB, P_PP, P_COUNT };
+enum {
+    P_BN,
+    P_MI,
+    P_WGS,
+    P_STAGES,
+    P_GROUP,
+    P_WS,
+    P_PERSIST,
+    P_MINB,
+    P_PP,
+    P_CL,
+    P_SPLITN,
+    P_COUNT
+};
 
 #define GW_MAX_SMEM (227 * 1024)
 #define GW_SM_SMEM (228 * 1024) /* an SM's shared memory, all its blocks together */
@@ -56,21 +69,64 @@ static int act_of(const kiln_lt_gemm *g, const kiln_match *m) {
 
 /* ---- constraints ---- */
 
-/* Rows of a tile: every consumer warpgroup's 64 x GW_MI, or one's (ping-pong: they take turns). */
+/* Rows of a tile: every consumer warpgroup's 64 x GW_MI, or one's (ping-pong: they take turns;
+ * split columns: each has all the rows). */
 static int64_t block_m(const int64_t *pt) {
-    return 64 * pt[P_MI] * (pt[P_PP] ? 1 : pt[P_WGS]);
+    return 64 * pt[P_MI] * (pt[P_PP] || pt[P_SPLITN] ? 1 : pt[P_WGS]);
 }
 
-/* The stages, 128 bytes a tile row of A and of B, 1024 bytes to align the first stage, and the
- * warp-specialised pipeline's two mbarriers a stage. */
-static int64_t smem_bytes(const int64_t *pt) {
+/* Columns a warpgroup multiplies: the wgmma's N. */
+static int64_t n_wg(const int64_t *pt) {
+    return pt[P_BN] / (pt[P_SPLITN] ? pt[P_WGS] : 1);
+}
+
+/* fp32 accumulators a consumer thread holds. */
+static int64_t accs(const int64_t *pt) {
+    return pt[P_MI] * n_wg(pt) / 2;
+}
+
+/* Rows of A a TMA box copies (a box has at most 256; a taller tile takes two). */
+static int64_t a_box(const int64_t *pt) {
+    return block_m(pt) > 256 ? block_m(pt) / 2 : block_m(pt);
+}
+
+/* Bytes of an element of D. */
+static int64_t d_bytes(const kiln_lt_gemm *g) {
+    return g->d_type == KILN_F32 ? 4 : 2;
+}
+
+/* Whether the epilogue goes through shared memory (GW_EPI_SMEM: the warp-specialised pipeline, and
+ * D's rows, N and batch stride in whole 16-byte stores). */
+static int epi_smem(const kiln_lt_gemm *g, const int64_t *pt) {
+    const int64_t vec = 16 / d_bytes(g);
+    return pt[P_WS] && g->n % vec == 0 && g->ldd % vec == 0 && g->stride_d % vec == 0;
+}
+
+/* A consumer warpgroup's buffer for the staged epilogue: 64 rows of a 128-byte chunk (64 where the
+ * warpgroup's columns are not whole 128-byte chunks) and 16 bytes of padding (the template's
+ * GW_EPI_BYTES). */
+static int64_t epi_bytes(const kiln_lt_gemm *g, const int64_t *pt) {
+    const int64_t row = n_wg(pt) * d_bytes(g) % 128 == 0 ? 128 : 64;
+    return 64 * (row + 16);
+}
+
+/* The stages, 128 bytes a tile row of A and of B, 1024 bytes to align the first stage, the
+ * warp-specialised pipeline's two mbarriers a stage and the staged epilogue's buffers. */
+static int64_t smem_bytes(const kiln_lt_gemm *g, const int64_t *pt) {
     return pt[P_STAGES] * (block_m(pt) + pt[P_BN]) * 128 + 1024 +
-           (pt[P_WS] ? 16 * pt[P_STAGES] : 0);
+           (pt[P_WS] ? 16 * pt[P_STAGES] : 0) +
+           (epi_smem(g, pt) ? pt[P_WGS] * epi_bytes(g, pt) : 0);
 }
 
 /* Tiles of D over the whole batch. */
 static int64_t tiles_of(const kiln_lt_gemm *g, const int64_t *pt) {
     return (g->m + block_m(pt) - 1) / block_m(pt) * ((g->n + pt[P_BN] - 1) / pt[P_BN]) * g->batch;
+}
+
+/* Units of work over the whole batch: a cluster's GW_CL row tiles of one column tile. */
+static int64_t units_of(const kiln_lt_gemm *g, const int64_t *pt) {
+    const int64_t um = block_m(pt) * pt[P_CL];
+    return (g->m + um - 1) / um * ((g->n + pt[P_BN] - 1) / pt[P_BN]) * g->batch;
 }
 
 static int64_t threads_of(const int64_t *pt) {
@@ -80,9 +136,14 @@ static int64_t threads_of(const int64_t *pt) {
 static const char *gw_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
     (void)p;
     const kiln_lt_gemm g = kiln_gemm_of(m);
-    if (pt[P_MI] * pt[P_BN] > 256)
-        return "more than 128 fp32 accumulators a thread (GW_MI x GW_BN / 2)";
-    if (smem_bytes(pt) > GW_MAX_SMEM)
+    if (pt[P_SPLITN] && (pt[P_WGS] < 2 || pt[P_PP]))
+        return "split columns need two consumer warpgroups sharing each tile (not ping-pong)";
+    if (pt[P_MI] > 2 && !pt[P_SPLITN])
+        return "more than two 64-row MMA tiles a warpgroup only where the warpgroups split the "
+               "columns (a tile's rows at most 320)";
+    if (accs(pt) > 160)
+        return "more than 160 fp32 accumulators a thread (GW_MI x the wgmma's N / 2)";
+    if (smem_bytes(&g, pt) > GW_MAX_SMEM)
         return "the stages exceed 227 KiB of shared memory";
     if (block_m(pt) > 64 && g.m <= block_m(pt) / 2)
         return "a block's rows are more than twice M";
@@ -91,9 +152,9 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
     const int64_t tiles_m = (g.m + block_m(pt) - 1) / block_m(pt);
     if (pt[P_GROUP] > 1 && tiles_m <= 1)
         return "one row tile: the raster group changes nothing";
-    if (pt[P_MINB] > 1 && pt[P_MINB] * smem_bytes(pt) > GW_SM_SMEM)
+    if (pt[P_MINB] > 1 && pt[P_MINB] * smem_bytes(&g, pt) > GW_SM_SMEM)
         return "two blocks an SM need their stages within 228 KiB together";
-    if (pt[P_MINB] > 1 && (threads_of(pt) > 256 || pt[P_MI] * pt[P_BN] > 128))
+    if (pt[P_MINB] > 1 && (threads_of(pt) > 256 || accs(pt) > 64))
         return "two blocks an SM: at most 256 threads of 128 registers, 64 accumulators";
     if (pt[P_PERSIST] && !pt[P_WS])
         return "a persistent grid needs the warp-specialised pipeline (GW_WS 1)";
@@ -101,6 +162,10 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
         return "ping-pong needs two consumer warpgroups in a persistent grid";
     if (pt[P_PERSIST] && tiles_of(&g, pt) <= KILN_FAMILY_SMS)
         return "the tiles fit one wave: a persistent grid changes nothing";
+    if (pt[P_CL] > 1 && !pt[P_WS])
+        return "clusters share B's tile by TMA multicast: they need the warp-specialised pipeline";
+    if (pt[P_CL] > 1 && tiles_m <= 1)
+        return "one row tile: a cluster's second block would have no rows";
     const int64_t k_tiles = (g.k + 63) / 64;
     if (pt[P_STAGES] > 3 && k_tiles < pt[P_STAGES] - 2)
         return "more stages than k tiles";
@@ -114,16 +179,18 @@ static double wave_use(const kiln_lt_gemm *g, int64_t bm, int64_t bn) {
     return (double)tiles / (double)(waves * KILN_FAMILY_SMS);
 }
 
-/* The rule of thumb, from the H200 (bench/RESULTS.md, fourteenth session): the TMA pipeline
- * (GW_WS 1), two consumer warpgroups, a persistent grid where the tiles outnumber the SMs, raster
- * groups of 16 row tiles. Tiles of 128 x 256 shared by the two warpgroups, four stages (8192^3:
- * 1438 us), 128 x 192 where 128 x 256 would leave more than 15 % of the last wave's SMs idle and
- * 192 fills them (Gemma-4's down projection: 231 us against 294); but ping-pong with 128 x 128
- * tiles a warpgroup (GW_PP, MI 2) where a tile's main loop is short (K <= 4096: 64 k steps or
- * fewer) or the epilogue computes an activation, whose epilogue then runs under the other
- * warpgroup's MMAs (Gemma-4's gate/up projection with bias + GELU: 244 us against 305). Small
- * problems: 128 x 128 or 64-column tiles with six stages when the tiles do not fill the SMs, 64-row
- * tiles for M <= 64, fewer stages than the k tiles need are not used. */
+/* The rule of thumb, from the H200 (bench/RESULTS.md, fourteenth and twenty-second sessions): the
+ * TMA pipeline (GW_WS 1), two consumer warpgroups, a persistent grid where the tiles outnumber the
+ * SMs, raster groups of 16 row tiles, the staged epilogue wherever D allows it. Tiles of 128 x 256
+ * shared by the two warpgroups, four stages (8192^3: 1394 us; Gemma-4's q projection 53.8 against
+ * ping-pong's 59.3), 128 x 192 where 128 x 256 would leave more than 15 % of the last wave's SMs
+ * idle and 192 fills them (Gemma-4's down projection: 220.9 us against 281.4); but ping-pong with
+ * 128 x 128 tiles a warpgroup (GW_PP, MI 2) where the epilogue computes an activation, which then
+ * runs under the other warpgroup's MMAs (Gemma-4's gate/up projection with bias + GELU: 246.9 us
+ * against 257.8). Clusters and split columns are search points, not start points (within 1 % of
+ * these on those rows). Small problems: 128 x 128 or 64-column tiles with six stages when the tiles
+ * do not fill the SMs, 64-row tiles for M <= 64, fewer stages than the k tiles need are not used.
+ */
 static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     (void)p;
     const kiln_lt_gemm g = kiln_gemm_of(m);
@@ -144,9 +211,11 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_PERSIST] = 0;
     pt[P_MINB] = 1;
     pt[P_PP] = 0;
+    pt[P_CL] = 1;
+    pt[P_SPLITN] = 0;
     if (pt[P_BN] >= 192 && tiles > KILN_FAMILY_SMS) {
         pt[P_PERSIST] = 1;
-        if (g.k <= 4096 || act_of(&g, m)) {
+        if (act_of(&g, m)) {
             pt[P_PP] = 1;
             pt[P_MI] = 2;
             pt[P_BN] = 128;
@@ -191,34 +260,42 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        "#define GW_LDB %lldLL\n#define GW_LDD %lldLL\n#define GW_SA %lldLL\n"
                        "#define GW_SB %lldLL\n#define GW_SD %lldLL\n#define GW_BIAS %d\n"
                        "#define GW_ACT %d\n#define GW_D_F32 %d\n#define GW_D_F16 %d\n"
-                       "#define GW_BATCH %lld\n#define GW_MMA_SUPPLIED 1\n",
+                       "#define GW_BATCH %lld\n#define GW_EPI_SMEM %d\n#define GW_MMA_SUPPLIED 1\n",
                        t.type, td.type, t.type, (long long)g.m, (long long)g.n, (long long)g.k,
                        (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
                        (long long)g.stride_b, (long long)g.stride_d, bias, act_of(&g, m),
-                       g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch);
-    const int64_t threads = threads_of(pt), tiles = tiles_of(&g, pt);
+                       g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch,
+                       epi_smem(&g, pt));
+    /* a block a tile; clusters of GW_CL blocks a unit (x fastest); persistent: a cluster an SM's
+     * worth of blocks, or a unit, whichever is fewer */
+    const int64_t threads = threads_of(pt), units = units_of(&g, pt), cl = pt[P_CL];
+    char cluster[32] = "";
+    if (cl > 1)
+        kiln_family_fmt(cluster, sizeof cluster, " cluster=(%lld,1,1)", (long long)cl);
     if (pt[P_PERSIST])
-        kiln_strbuf_printf(&b, "// kiln: launch gemm_kernel grid=%lld block=%lld smem=%lld\n",
-                           (long long)(tiles < KILN_FAMILY_SMS ? tiles : KILN_FAMILY_SMS),
-                           (long long)threads, (long long)smem_bytes(pt));
+        kiln_strbuf_printf(
+            &b, "// kiln: launch gemm_kernel grid=%lld block=%lld smem=%lld%s\n",
+            (long long)((units < KILN_FAMILY_SMS / cl ? units : KILN_FAMILY_SMS / cl) * cl),
+            (long long)threads, (long long)smem_bytes(&g, pt), cluster);
     else
         kiln_strbuf_printf(&b,
-                           "// kiln: launch gemm_kernel grid=(%lld,1,%lld) block=%lld smem=%lld\n",
-                           (long long)(tiles / g.batch), (long long)g.batch, (long long)threads,
-                           (long long)smem_bytes(pt));
+                           "// kiln: launch gemm_kernel grid=(%lld,1,%lld) block=%lld "
+                           "smem=%lld%s\n",
+                           (long long)(units / g.batch * cl), (long long)g.batch,
+                           (long long)threads, (long long)smem_bytes(&g, pt), cluster);
     const char *a_name = p->inputs[m->input_of_role[KILN_GEMM_A]].name;
     const char *b_name = p->inputs[m->input_of_role[KILN_GEMM_B]].name;
     if (pt[P_WS]) {
         /* the TMA boxes: 64 k by the block's rows of A and its columns of B */
-        emit_tmap(&b, a_name, g.k, g.m, g.lda, g.batch, g.stride_a, block_m(pt));
-        emit_tmap(&b, b_name, g.k, g.n, g.ldb, g.batch, g.stride_b, pt[P_BN]);
+        emit_tmap(&b, a_name, g.k, g.m, g.lda, g.batch, g.stride_a, a_box(pt));
+        emit_tmap(&b, b_name, g.k, g.n, g.ldb, g.batch, g.stride_b, pt[P_BN] / pt[P_CL]);
     }
     kiln_strbuf_printf(&b,
                        "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n%s"
                        "#define GW_TMAP_SUPPLIED 1\n",
                        KILN_FAMILY_TMAP_TYPE);
     /* gw_mma: D (+)= A · Bᵀ, both operands K-major in shared memory */
-    kiln_family_emit_wgmma(&b, "gw_mma", pt[P_BN], g.a_type, 0, 0);
+    kiln_family_emit_wgmma(&b, "gw_mma", n_wg(pt), g.a_type, 0, 0);
     kiln_strbuf_printf(&b, "%s%s", kiln_family_template("mbarrier.cuh"),
                        kiln_family_template("gemm_wgmma.cu"));
     char bounds[32];
@@ -240,7 +317,7 @@ static kiln_tolerance gw_tolerance(kiln_dtype t) {
 
 const kiln_family kiln_family_wgmma = {
     .name = "wgmma",
-    .behind = 1, /* 0.80-0.93x cuBLAS on plain GEMMs on the H200 (docs/families/wgmma.md) */
+    .behind = 1, /* 0.95-0.98x cuBLAS on plain GEMMs on the H200 (docs/families/wgmma.md) */
     .summary = "kiln's own GEMM for sm_90a: a captured linear (x @ wᵀ, 16-bit, K-major operands) "
                "with its bias / ReLU / GELU / cast epilogue, wgmma from swizzled shared memory "
                "fed by TMA (a producer thread) or cp.async",
@@ -248,7 +325,7 @@ const kiln_family kiln_family_wgmma = {
     .params =
         {
             {"GW_BN", 4, {64, 128, 192, 256}, "columns of a block's tile (the wgmma's N)"},
-            {"GW_MI", 2, {1, 2}, "64-row MMA tiles per warpgroup"},
+            {"GW_MI", 5, {1, 2, 3, 4, 5}, "64-row MMA tiles per warpgroup"},
             {"GW_WGS", 2, {1, 2}, "warpgroups per block (rows: 64 x GW_MI x GW_WGS)"},
             {"GW_STAGES",
              5,
@@ -275,6 +352,16 @@ const kiln_family kiln_family_wgmma = {
              {0, 1},
              "1: the consumer warpgroups take whole tiles in turn (ping-pong), one's epilogue "
              "under the other's MMAs; 0: they share every tile"},
+            {"GW_CL",
+             2,
+             {1, 2},
+             "blocks a cluster: 2 take two row tiles of one column tile, each copying half of "
+             "B's tile into both by TMA multicast (half the L2 reads of B)"},
+            {"GW_SPLITN",
+             2,
+             {0, 1},
+             "1: the two consumer warpgroups split a tile's columns, each multiplying all its "
+             "rows (tiles of up to 320 rows: 192 x 192, 320 x 128); 0: they split its rows"},
         },
     .match = gw_match,
     .check = gw_check,

@@ -55,6 +55,7 @@ static const struct {
     {DATA, "linear_bias_gelu_bf16", 1, 2, "f32.bf16.bf16"},
     {DATA, "mm_add_relu_f16", 1, 1, "f32.f16.f16"},
     {DATA, "linear_gelu_erf_to_f32", 0, 3, "f32.bf16.bf16"},
+    {DATA, "addmm_bf16_tails", 1, 0, "f32.bf16.bf16"},
     {BENCH, "gemm_linear_bf16_4096x9216x2304", 0, 0, "f32.bf16.bf16"},
 };
 #define N_MATCHES (sizeof MATCHES / sizeof MATCHES[0])
@@ -75,12 +76,13 @@ static void test_match(void **state) {
         snprintf(want, sizeof want, "#define GW_ACT %d\n", MATCHES[i].act);
         assert_non_null(strstr(src, want));
         /* the instruction for the point's N, one "+f" operand per accumulator of a thread */
-        snprintf(want, sizeof want, "wgmma.mma_async.sync.aligned.m64n%lldk16.%s", (long long)pt[0],
+        const int64_t nw = pt[0] / (pt[10] ? pt[2] : 1); /* split columns: a warpgroup's share */
+        snprintf(want, sizeof want, "wgmma.mma_async.sync.aligned.m64n%lldk16.%s", (long long)nw,
                  MATCHES[i].mma);
         assert_non_null(strstr(src, want));
-        snprintf(want, sizeof want, "\"+f\"(d[%lld])", (long long)(pt[0] / 2 - 1));
+        snprintf(want, sizeof want, "\"+f\"(d[%lld])", (long long)(nw / 2 - 1));
         assert_non_null(strstr(src, want));
-        snprintf(want, sizeof want, "\"+f\"(d[%lld])", (long long)(pt[0] / 2));
+        snprintf(want, sizeof want, "\"+f\"(d[%lld])", (long long)(nw / 2));
         assert_null(strstr(src, want));
         assert_non_null(strstr(src, "// kiln: launch gemm_kernel grid="));
         free(src);
@@ -124,8 +126,9 @@ static void test_tensormaps(void **state) {
                 if (!ws)
                     continue;
                 assert_int_equal(plan.tmap[0].box[0], 64);
-                assert_int_equal(plan.tmap[0].box[1], 64 * pt[1] * (pt[8] ? 1 : pt[2])); /* GW_BM */
-                assert_int_equal(plan.tmap[1].box[1], pt[0]);                            /* GW_BN */
+                const int64_t bm = 64 * pt[1] * (pt[8] || pt[10] ? 1 : pt[2]); /* GW_BM */
+                assert_int_equal(plan.tmap[0].box[1], bm > 256 ? bm / 2 : bm);
+                assert_int_equal(plan.tmap[1].box[1], pt[0] / pt[9]); /* GW_BN / GW_CL */
                 assert_int_equal(plan.tmap[0].swizzle, 128);
                 assert_int_equal(plan.tmap[0].param, m.input_of_role[KILN_GEMM_A]);
                 assert_int_equal(plan.tmap[1].param, m.input_of_role[KILN_GEMM_B]);
@@ -169,19 +172,19 @@ static void test_check(void **state) {
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
     assert_int_equal(fam->start(p, &m, pt), 0);
     char *s = kiln_family_point_str(fam, pt);
-    /* K = 2304, 36 k steps a tile: ping-pong, 128 x 128 tiles a warpgroup */
-    assert_string_equal(s, "GW_BN=128 GW_MI=2 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
-                           "GW_PERSIST=1 GW_MINB=1 GW_PP=1");
+    /* 128 x 256 tiles shared by the two warpgroups, a persistent grid */
+    assert_string_equal(s, "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
+                           "GW_PERSIST=1 GW_MINB=1 GW_PP=0 GW_CL=1 GW_SPLITN=0");
     free(s);
     int64_t bad[KILN_FAMILY_MAX_PARAMS];
     memcpy(bad, pt, sizeof bad);
-    bad[0] = 256; /* 2 x 256 accumulators */
+    bad[1] = 2; /* 2 x 256 / 2 accumulators */
     assert_non_null(strstr(fam->check(p, &m, bad), "accumulators"));
     bad[1] = 1;
-    bad[3] = 7; /* 7 x 40 KiB */
+    bad[3] = 7; /* 7 x 48 KiB */
     assert_non_null(strstr(fam->check(p, &m, bad), "227 KiB"));
     memcpy(bad, pt, sizeof bad);
-    bad[6] = 0; /* ping-pong without a persistent grid */
+    bad[8] = 1, bad[6] = 0; /* ping-pong without a persistent grid */
     assert_non_null(strstr(fam->check(p, &m, bad), "ping-pong"));
     kiln_problem_free(p);
     /* Gemma-4's down projection (K = 9216: the warpgroups share each tile): 288 tiles of 128 x 256
@@ -191,7 +194,7 @@ static void test_check(void **state) {
     assert_int_equal(fam->start(p, &m, pt), 0);
     s = kiln_family_point_str(fam, pt);
     assert_string_equal(s, "GW_BN=192 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
-                           "GW_PERSIST=1 GW_MINB=1 GW_PP=0");
+                           "GW_PERSIST=1 GW_MINB=1 GW_PP=0 GW_CL=1 GW_SPLITN=0");
     free(s);
     kiln_problem_free(p);
     p = load(DATA, "linear_bf16_3d"); /* 18 x 24 x 40 */
@@ -200,7 +203,8 @@ static void test_check(void **state) {
     s = kiln_family_point_str(fam, pt);
     assert_string_equal(
         s,
-        "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1 GW_WS=1 GW_PERSIST=0 GW_MINB=1 GW_PP=0");
+        "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1 GW_WS=1 GW_PERSIST=0 GW_MINB=1 GW_PP=0 "
+        "GW_CL=1 GW_SPLITN=0");
     free(s);
     memcpy(bad, pt, sizeof bad);
     bad[2] = 2;
@@ -221,6 +225,77 @@ static void compile_point(const kiln_problem *p, const kiln_match *m, const int6
     compile_check(fam, p, m, pt, arch, "gemm_kernel", is_start, 1);
 }
 
+/* Clusters of two sharing B, warpgroups splitting a tile's columns and the staged epilogue: what
+ * the checks say, and what the emitted launch line, tensor maps and defines carry. */
+static void test_cluster_split_epilogue(void **state) {
+    (void)state;
+    kiln_problem *p = load(BENCH, "gemm_linear_bf16_4096x9216x2304");
+    kiln_match m;
+    match_ok(p, &m);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    assert_int_equal(fam->start(p, &m, pt), 0);
+    /* 128 x 256 shared tiles, persistent, in clusters of two */
+    pt[0] = 256, pt[1] = 1, pt[3] = 4, pt[8] = 0, pt[9] = 2, pt[10] = 0;
+    assert_null(fam->check(p, &m, pt));
+    char *src = fam->emit(p, &m, pt, 1);
+    assert_non_null(strstr(src, "grid=132 block=384"));
+    assert_non_null(strstr(src, "cluster=(2,1,1)"));
+    assert_non_null(strstr(src, "box=(64,128) swizzle=128")); /* B: half of 256 rows a block */
+    assert_non_null(strstr(src, "#define GW_EPI_SMEM 1"));    /* N 9216: whole 16-byte stores */
+    assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned.m64n256k16"));
+    free(src);
+    int64_t bad[KILN_FAMILY_MAX_PARAMS];
+    memcpy(bad, pt, sizeof bad);
+    bad[5] = 0, bad[6] = 0; /* every thread copying */
+    assert_non_null(strstr(fam->check(p, &m, bad), "warp-specialised"));
+    /* 320 x 128 tiles, the warpgroups splitting the columns: A in two boxes of 160 rows, m64n64 */
+    pt[0] = 128, pt[1] = 5, pt[3] = 3, pt[9] = 1, pt[10] = 1;
+    assert_null(fam->check(p, &m, pt));
+    src = fam->emit(p, &m, pt, 1);
+    assert_non_null(strstr(src, "box=(64,160) swizzle=128"));
+    assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned.m64n64k16"));
+    free(src);
+    if (kiln_cuda_have_nvrtc()) { /* 160 accumulators a thread, and 192 x 192: no spills */
+        compile_point(p, &m, pt, 0);
+        int64_t sq[KILN_FAMILY_MAX_PARAMS];
+        memcpy(sq, pt, sizeof sq);
+        sq[0] = 192, sq[1] = 3, sq[3] = 4, sq[9] = 2;
+        assert_null(fam->check(p, &m, sq));
+        compile_point(p, &m, sq, 0);
+    }
+    memcpy(bad, pt, sizeof bad);
+    bad[3] = 4; /* 4 x 56 KiB and the epilogue's buffers */
+    assert_non_null(strstr(fam->check(p, &m, bad), "227 KiB"));
+    memcpy(bad, pt, sizeof bad);
+    bad[10] = 0; /* five 64-row tiles a warpgroup, two warpgroups on the rows: 640 rows */
+    assert_non_null(strstr(fam->check(p, &m, bad), "split the columns"));
+    memcpy(bad, pt, sizeof bad);
+    bad[0] = 192, bad[1] = 4; /* 4 x 96 / 2 accumulators */
+    assert_non_null(strstr(fam->check(p, &m, bad), "160 fp32 accumulators"));
+    memcpy(bad, pt, sizeof bad);
+    bad[8] = 1; /* ping-pong warpgroups take whole tiles: nothing to split */
+    assert_non_null(strstr(fam->check(p, &m, bad), "split columns"));
+    kiln_problem_free(p);
+    /* M = 18: one row tile, a cluster's second block would have none */
+    p = load(DATA, "linear_bf16_3d");
+    match_ok(p, &m);
+    assert_int_equal(fam->start(p, &m, pt), 0);
+    pt[9] = 2;
+    assert_non_null(strstr(fam->check(p, &m, pt), "one row tile"));
+    pt[9] = 1;
+    src = fam->emit(p, &m, pt, 1);
+    assert_non_null(strstr(src, "#define GW_EPI_SMEM 1")); /* N 24 bf16: three 16-byte stores */
+    free(src);
+    kiln_problem_free(p);
+    p = load(DATA, "mm_add_relu_f16"); /* N 20: not whole 16-byte stores */
+    match_ok(p, &m);
+    assert_int_equal(fam->start(p, &m, pt), 0);
+    src = fam->emit(p, &m, pt, 1);
+    assert_non_null(strstr(src, "#define GW_EPI_SMEM 0"));
+    free(src);
+    kiln_problem_free(p);
+}
+
 static void test_compile(void **state) {
     (void)state;
     if (!kiln_cuda_have_nvrtc()) {
@@ -232,8 +307,11 @@ static void test_compile(void **state) {
         kiln_problem *p = load(MATCHES[i].base, MATCHES[i].dir);
         kiln_match m;
         match_ok(p, &m);
-        int64_t pt[KILN_FAMILY_MAX_PARAMS], valid[1024], n_valid = 0;
-        for (int64_t k = 0; k < size && n_valid < 1024; k++) {
+        int64_t pt[KILN_FAMILY_MAX_PARAMS], n_valid = 0;
+        int64_t *valid =
+            malloc((size_t)size * sizeof *valid); /* the spread spans every valid point */
+        assert_non_null(valid);
+        for (int64_t k = 0; k < size; k++) {
             kiln_family_point(fam, k, pt);
             if (kiln_family_point_ok(fam, p, &m, pt))
                 valid[n_valid++] = k;
@@ -253,6 +331,7 @@ static void test_compile(void **state) {
                 kiln_family_point(fam, idx, pt);
                 compile_point(p, &m, pt, 0);
             }
+        free(valid);
         kiln_problem_free(p);
     }
 }
@@ -264,8 +343,11 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_match),    cmocka_unit_test(test_tensormaps),
-        cmocka_unit_test(test_declines), cmocka_unit_test(test_check),
+        cmocka_unit_test(test_match),
+        cmocka_unit_test(test_tensormaps),
+        cmocka_unit_test(test_declines),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_cluster_split_epilogue),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests_name("family_wgmma", tests, NULL, NULL);

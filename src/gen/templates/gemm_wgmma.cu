@@ -18,13 +18,19 @@
 // `// kiln: tensormap` lines ask for, which write the same 128-byte swizzle), through a full and an
 // empty mbarrier a stage, and the other warpgroups only multiply (optionally GW_PERSIST: a grid
 // of SMs looping over the tiles). Per stage a consumer warpgroup issues 4 x GW_MI
-// wgmma.m64nNk16 (N = GW_BN), the descriptor's start address advanced by 32 bytes per k16 step
-// inside the swizzle atom.
+// wgmma.m64nNk16 (N = GW_NW: GW_BN, or its half where the warpgroups split the columns), the
+// descriptor's start address advanced by 32 bytes per k16 step inside the swizzle atom.
 //
 // The epilogue reads the accumulators where wgmma leaves them (thread t of a warpgroup: rows
 // 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next), adds the
-// bias, applies the activation in the form captured and rounds once to D's dtype. Rows past M and
-// columns past N are neither read (zero-filled copies) nor written.
+// bias, applies the activation in the form captured and rounds once to D's dtype; with
+// GW_EPI_SMEM it goes to D through shared memory in whole rows (gw_store_tile_smem). Rows past M
+// and columns past N are neither read (zero-filled copies) nor written.
+//
+// Two more ways to share a tile (the TMA pipeline only): GW_SPLITN 1, the two consumer warpgroups
+// split its columns, each multiplying all its rows (tiles up to 320 x 128 or 192 x 192, an A box
+// at most 256 rows); GW_CL 2, clusters of two blocks take two row tiles of one column tile, each
+// copying half of B's tile into both blocks by TMA multicast and releasing a stage in both.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -53,6 +59,15 @@
 #ifndef GW_PP
 #define GW_PP 0 // 1: each consumer warpgroup owns whole tiles, in turn ("ping-pong"; persistent only)
 #endif
+#ifndef GW_SPLITN
+#define GW_SPLITN 0 // 1: the consumer warpgroups split a tile's columns (each all its rows)
+#endif
+#ifndef GW_EPI_SMEM
+#define GW_EPI_SMEM 0 // 1: the epilogue goes through shared memory, stored in whole rows
+#endif
+#ifndef GW_CL
+#define GW_CL 1 // blocks a cluster: 2 take two row tiles and share B's tile by TMA multicast
+#endif
 #ifndef GW_BATCH
 #define GW_BATCH 1
 #endif
@@ -77,15 +92,22 @@
 #endif
 
 #define GW_BK 64
-#define GW_BM (64 * GW_MI * (GW_PP ? 1 : GW_WGS)) // rows of a tile
+#define GW_BM (64 * GW_MI * (GW_PP || GW_SPLITN ? 1 : GW_WGS)) // rows of a tile
+#define GW_NW (GW_BN / (GW_SPLITN ? GW_WGS : 1)) // a warpgroup's columns (the wgmma's N)
+#define GW_A_BOX (GW_BM > 256 ? GW_BM / 2 : GW_BM) // rows of A a TMA box (at most 256)
 static_assert(!GW_PP || (GW_WS && GW_PERSIST), "ping-pong consumers take turns in a persistent grid");
+static_assert(GW_CL == 1 || (GW_CL == 2 && GW_WS), "clusters share B through the TMA pipeline");
+static_assert(!GW_SPLITN || (GW_WGS == 2 && !GW_PP), "two warpgroups split a tile's columns");
+static_assert(!GW_EPI_SMEM || GW_WS, "the staged epilogue's buffers follow the TMA pipeline's");
 #define GW_THREADS (128 * (GW_WGS + GW_WS))
 #define GW_COPIERS GW_THREADS // threads that copy (GW_WS 0)
 #define GW_A_BYTES (GW_BM * 128)
 #define GW_B_BYTES (GW_BN * 128)
 #define GW_STAGE_BYTES (GW_A_BYTES + GW_B_BYTES)
-#define GW_ACC (GW_BN / 2)
-#define GW_TILES_M ((GW_M + GW_BM - 1) / GW_BM)
+#define GW_ACC (GW_NW / 2)
+#define GW_UM (GW_BM * GW_CL) // rows of a cluster's unit of work: its blocks' row tiles
+#define GW_TILES_M ((GW_M + GW_UM - 1) / GW_UM) // units along M
+#define GW_B_PART (GW_BN / GW_CL * 128) // bytes of B's tile a block copies (into every block)
 #define GW_TILES_N ((GW_N + GW_BN - 1) / GW_BN)
 #define GW_KT ((GW_K + GW_BK - 1) / GW_BK)
 #define GW_A_COPIES (GW_BM * 8 / GW_COPIERS) // 16-byte copies a thread makes of a stage's A
@@ -96,7 +118,7 @@ static_assert(GW_WS || (GW_BM * 8 % GW_COPIERS == 0 && GW_BN * 8 % GW_COPIERS ==
               "every thread makes the same number of copies");
 
 #if !GW_MMA_SUPPLIED
-// D[64 x GW_BN] += A[64 x 16] · B[GW_BN x 16]ᵀ for a bf16 tile of GW_BN 128 (the emitter writes
+// D[64 x GW_NW] += A[64 x 16] · B[GW_NW x 16]ᵀ for a bf16 tile of GW_NW 128 (the emitter writes
 // this function for the point's N and dtype; this one lets the template compile alone).
 __device__ __forceinline__ void gw_mma(float *d, uint64_t da, uint64_t db, int scale_d);
 #endif
@@ -190,11 +212,72 @@ __device__ __forceinline__ void gw_tma(uint32_t dst, const kiln_tensormap *map, 
                      : "memory");
 }
 
-// The 4 x GW_MI MMAs of the stage at shared address stage for consumer warpgroup cw.
+// B's part of a tile, with clusters (GW_CL 2): the block's GW_BN / 2 rows, written by the copy
+// engine into the same place of both blocks' stage and counted on both blocks' full barriers.
+__device__ __forceinline__ void gw_tma_b(uint32_t dst, const kiln_tensormap *map, int k, int row,
+                                         int z, bool rank3, uint32_t bar) {
+#if GW_CL > 1
+    const unsigned short both = (unsigned short)((1u << GW_CL) - 1);
+    if (rank3)
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+                     "l"(map), "r"(k), "r"(row), "r"(z), "r"(bar), "h"(both)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                     "l"(map), "r"(k), "r"(row), "r"(bar), "h"(both)
+                     : "memory");
+#else
+    gw_tma(dst, map, k, row, z, rank3, bar);
+#endif
+}
+
+// The block's rank in its cluster (0 without clusters).
+__device__ __forceinline__ int gw_rank() {
+#if GW_CL > 1
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return (int)r;
+#else
+    return 0;
+#endif
+}
+
+// Every thread of the cluster that has not exited (nothing without clusters).
+__device__ __forceinline__ void gw_cluster_sync() {
+#if GW_CL > 1
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
+// A consumer warp frees a stage: lane 0 arrives on its block's empty barrier and, with clusters,
+// lane 1 on the other block's (whose producer writes half of B into this block's stage too). That
+// remote arrive has the default semantics (release at CTA scope): with .release.cluster each one
+// waited on a round trip and clusters ran 1.3-2.3x slower than single blocks on the H200
+// (bench/RESULTS.md, fourteenth and twenty-second sessions); the wgmma reads it orders are this
+// block's own, complete at wgmma.wait_group.
+__device__ __forceinline__ void gw_release(uint32_t bar, int lane) {
+    if (lane == 0)
+        kiln_mbar_arrive(bar);
+#if GW_CL > 1
+    if (lane == 1) {
+        uint32_t other;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                     : "=r"(other)
+                     : "r"(bar), "r"(gw_rank() ^ 1));
+        asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(other) : "memory");
+    }
+#endif
+}
+
+// The 4 x GW_MI MMAs of the stage at shared address stage for the warpgroup with part `part` of
+// the tile: its 64 x GW_MI rows (GW_SPLITN 0) or its GW_NW columns (GW_SPLITN 1).
 __device__ __forceinline__ void gw_mma_stage(float (&acc)[GW_MI][GW_ACC], uint32_t stage,
-                                             int cw) {
-    const uint64_t da = gw_desc(stage + (uint32_t)cw * GW_MI * 64 * 128);
-    const uint64_t db = gw_desc(stage + GW_A_BYTES);
+                                             int part) {
+    const uint64_t da = gw_desc(stage + (GW_SPLITN ? 0u : (uint32_t)part * GW_MI * 64 * 128));
+    const uint32_t b_part = GW_SPLITN ? (uint32_t)part * GW_NW * 128 : 0u;
+    const uint64_t db = gw_desc(stage + GW_A_BYTES + b_part);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < GW_BK / 16; kk++) {
@@ -205,15 +288,16 @@ __device__ __forceinline__ void gw_mma_stage(float (&acc)[GW_MI][GW_ACC], uint32
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 
-// Tile idx of the batch's tiles (grouped raster within one matrix of the batch): its first row,
-// first column and matrix.
-__device__ __forceinline__ void gw_tile(int idx, int64_t &m0, int64_t &n0, int &z) {
+// Unit idx of the batch's units (grouped raster within one matrix of the batch; a unit is a
+// cluster's GW_CL row tiles of one column tile, a tile where GW_CL is 1): the first row of block
+// rank's tile in it, its first column and matrix.
+__device__ __forceinline__ void gw_tile(int idx, int rank, int64_t &m0, int64_t &n0, int &z) {
     const int per = GW_TILES_M * GW_TILES_N, pid = idx % per;
     z = idx / per;
     const int in_group = GW_GROUP * GW_TILES_N;
     const int first_m = pid / in_group * GW_GROUP;
     const int group_m = GW_TILES_M - first_m < GW_GROUP ? GW_TILES_M - first_m : GW_GROUP;
-    m0 = (int64_t)(first_m + (pid % in_group) % group_m) * GW_BM;
+    m0 = (int64_t)(first_m + (pid % in_group) % group_m) * GW_UM + (int64_t)rank * GW_BM;
     n0 = (int64_t)((pid % in_group) / group_m) * GW_BN;
 }
 
@@ -227,25 +311,79 @@ __device__ __forceinline__ void gw_zero(float (&acc)[GW_MI][GW_ACC]) {
     }
 }
 
-// The epilogue of consumer warpgroup cw's rows of the tile at (m0, n0) of D.
+// The epilogue of the warpgroup with part `part` of the tile at (m0, n0) of D (gw_mma_stage).
 __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
-                                              GW_TD *d, int64_t m0, int64_t n0, int cw, int t) {
+                                              GW_TD *d, int64_t m0, int64_t n0, int part, int t) {
     const int warp = t / 32, lane = t % 32;
+    if (GW_SPLITN)
+        n0 += (int64_t)part * GW_NW;
+    else
+        m0 += (int64_t)part * GW_MI * 64;
 #pragma unroll
-    for (int j = 0; j < GW_BN / 8; j++) {
+    for (int j = 0; j < GW_NW / 8; j++) {
         const int64_t col = n0 + j * 8 + (lane % 4) * 2;
         if (col >= GW_N)
             continue;
         const float b0 = gw_bias_at(bias, col), b1 = gw_bias_at(bias, col + 1);
 #pragma unroll
         for (int i = 0; i < GW_MI; i++) {
-            const int64_t row = m0 + (cw * GW_MI + i) * 64 + warp * 16 + lane / 4;
+            const int64_t row = m0 + i * 64 + warp * 16 + lane / 4;
             if (row < GW_M)
                 gw_store2(d + row * GW_LDD + col, gw_act(acc[i][4 * j] + b0),
                           gw_act(acc[i][4 * j + 1] + b1));
             if (row + 8 < GW_M)
                 gw_store2(d + (row + 8) * GW_LDD + col, gw_act(acc[i][4 * j + 2] + b0),
                           gw_act(acc[i][4 * j + 3] + b1));
+        }
+    }
+}
+
+// The staged epilogue (GW_EPI_SMEM): the warpgroup's part of the tile goes through its own
+// shared-memory buffer in chunks of 64 rows by GW_CH columns (a 128- or 64-byte row each, rows
+// GW_EPI_PITCH bytes apart so that the accumulators' pairs land on distinct banks), then to D in
+// whole rows, 16 bytes a thread. Stored straight from the accumulators, each warp store touches
+// eight rows of 16 bytes; staged, a row of a chunk is one coalesced request (the H200: the direct
+// epilogue cost 50 of the gate/up projection's 264 us, bench/RESULTS.md). Named barrier `bar` (3 +
+// the consumer warpgroup) orders the warpgroup's writes and reads of its buffer. D's rows and N are
+// whole 16-byte stores (the emitter's condition), so a store is either inside D or past N whole.
+#define GW_DB ((int)sizeof(GW_TD))
+#define GW_CH ((GW_NW * GW_DB) % 128 == 0 ? 128 / GW_DB : 64 / GW_DB) // columns a chunk
+#define GW_EPI_PITCH (GW_CH * GW_DB + 16)
+#define GW_EPI_BYTES (64 * GW_EPI_PITCH) // a warpgroup's buffer
+__device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
+                                                   GW_TD *d, int64_t m0, int64_t n0, int part,
+                                                   int t, uint8_t *buf, int bar) {
+    const int warp = t / 32, lane = t % 32;
+    if (GW_SPLITN)
+        n0 += (int64_t)part * GW_NW;
+    else
+        m0 += (int64_t)part * GW_MI * 64;
+    constexpr int vec = 16 / GW_DB, per_row = GW_CH / vec, rows_a_pass = 128 / per_row;
+#pragma unroll
+    for (int i = 0; i < GW_MI; i++) {
+#pragma unroll
+        for (int c0 = 0; c0 < GW_NW; c0 += GW_CH) {
+            asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); // the buffer is free
+#pragma unroll
+            for (int j = c0 / 8; j < (c0 + GW_CH) / 8; j++) {
+                const int cl = j * 8 - c0 + (lane % 4) * 2, r = warp * 16 + lane / 4;
+                const int64_t col = n0 + j * 8 + (lane % 4) * 2;
+                const float b0 = col < GW_N ? gw_bias_at(bias, col) : 0.0f;
+                const float b1 = col < GW_N ? gw_bias_at(bias, col + 1) : 0.0f;
+                gw_store2(reinterpret_cast<GW_TD *>(buf + r * GW_EPI_PITCH) + cl,
+                          gw_act(acc[i][4 * j] + b0), gw_act(acc[i][4 * j + 1] + b1));
+                gw_store2(reinterpret_cast<GW_TD *>(buf + (r + 8) * GW_EPI_PITCH) + cl,
+                          gw_act(acc[i][4 * j + 2] + b0), gw_act(acc[i][4 * j + 3] + b1));
+            }
+            asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); // the chunk is written
+#pragma unroll
+            for (int r = t / per_row; r < 64; r += rows_a_pass) {
+                const int v = t % per_row;
+                const int64_t row = m0 + i * 64 + r, col = n0 + c0 + v * vec;
+                if (row < GW_M && col < GW_N)
+                    *reinterpret_cast<uint4 *>(d + row * GW_LDD + col) =
+                        *reinterpret_cast<const uint4 *>(buf + r * GW_EPI_PITCH + v * 16);
+            }
         }
     }
 }
@@ -265,22 +403,32 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
     // the stage's bytes as its transaction count), empty[s] when every consumer warp has seen its
     // MMAs of the stage complete. With GW_PERSIST the block loops over tiles and the step count it
     // runs on (and the stages' phases) goes on across them: the producer copies the next tile's
-    // first stages while the consumers store this one.
+    // first stages while the consumers store this one. With clusters (GW_CL 2) the two blocks take
+    // the two row tiles of a unit and each copies its A and half of B's tile, the latter into both
+    // blocks: a stage's full barrier then counts the other block's copy too, and its empty barrier
+    // the other block's consumer warps, which must be done with the stage before it is refilled.
     (void)a;
     (void)b;
     const uint32_t full = base + GW_STAGES * GW_STAGE_BYTES, empty = full + 8 * GW_STAGES;
+    const uint32_t epi = empty + 8 * GW_STAGES; // the staged epilogue's buffers (16-byte aligned)
+    const int rank = gw_rank();
     if (tid == 0) {
         for (int s = 0; s < GW_STAGES; s++) {
             kiln_mbar_init(full + 8 * s, 1);
-            kiln_mbar_init(empty + 8 * s, GW_PP ? 4 : 4 * GW_WGS); // the consuming warps
+            kiln_mbar_init(empty + 8 * s, (GW_PP ? 4 : 4 * GW_WGS) * GW_CL); // the consuming warps
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
-#if GW_PERSIST
-    const int first = blockIdx.x, step = gridDim.x, tiles = GW_TILES_M * GW_TILES_N * GW_BATCH;
+#if GW_CL > 1
+    gw_cluster_sync(); // the other block's barriers exist before anything arrives on them
 #else
-    const int first = blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, step = 1 << 30,
+    __syncthreads();
+#endif
+#if GW_PERSIST
+    const int first = blockIdx.x / GW_CL, step = gridDim.x / GW_CL,
+              tiles = GW_TILES_M * GW_TILES_N * GW_BATCH;
+#else
+    const int first = blockIdx.x / GW_CL + blockIdx.z * GW_TILES_M * GW_TILES_N, step = 1 << 30,
               tiles = first + 1;
 #endif
     if (wg == 0) {
@@ -293,7 +441,7 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmb) : "memory");
         int it = 0;
         for (int tile = first; tile < tiles; tile += step) {
-            gw_tile(tile, m0, n0, z);
+            gw_tile(tile, rank, m0, n0, z);
             for (int kt = 0; kt < GW_KT; kt++, it++) {
                 const int s = it % GW_STAGES;
                 const uint32_t stage = base + (uint32_t)s * GW_STAGE_BYTES;
@@ -302,8 +450,12 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
                                  full + 8 * s),
                              "r"(GW_STAGE_BYTES)
                              : "memory");
-                gw_tma(stage, tma, kt * GW_BK, (int)m0, z, GW_A3, full + 8 * s);
-                gw_tma(stage + GW_A_BYTES, tmb, kt * GW_BK, (int)n0, z, GW_B3, full + 8 * s);
+#pragma unroll
+                for (int r = 0; r < GW_BM; r += GW_A_BOX) // a box has at most 256 rows
+                    gw_tma(stage + (uint32_t)r * 128, tma, kt * GW_BK, (int)m0 + r, z, GW_A3,
+                           full + 8 * s);
+                gw_tma_b(stage + GW_A_BYTES + (uint32_t)rank * GW_B_PART, tmb, kt * GW_BK,
+                         (int)n0 + rank * (GW_BN / GW_CL), z, GW_B3, full + 8 * s);
             }
         }
         return;
@@ -315,10 +467,10 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
     // stage ring. Cooperative consumers share every tile (each its 64 x GW_MI rows); ping-pong ones
     // take turns, warpgroup cw the tiles i = cw, cw + GW_WGS, ..., so that one's epilogue runs under
     // the other's MMAs.
-    const int cw = wg - 1, di = GW_PP ? GW_WGS : 1, rows_of = GW_PP ? 0 : cw;
+    const int cw = wg - 1, di = GW_PP ? GW_WGS : 1, part = GW_PP ? 0 : cw;
     for (int i = GW_PP ? cw : 0, tile = first + i * step; tile < tiles; i += di, tile += di * step) {
         int it = i * GW_KT;
-        gw_tile(tile, m0, n0, z);
+        gw_tile(tile, rank, m0, n0, z);
         gw_zero(acc);
 #if GW_PP
         // A stage's full barrier tells phases apart by parity only: a warpgroup may wait on tile i's
@@ -329,30 +481,36 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
         for (int kt = 0; kt < GW_KT; kt++, it++) {
             const int s = it % GW_STAGES;
             kiln_mbar_wait(full + 8 * s, (it / GW_STAGES) & 1);
-            gw_mma_stage(acc, base + (uint32_t)s * GW_STAGE_BYTES, rows_of);
+            gw_mma_stage(acc, base + (uint32_t)s * GW_STAGE_BYTES, part);
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (kt > 0 && t % 32 == 0)
-                kiln_mbar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
+            if (kt > 0)
+                gw_release(empty + 8 * ((it - 1) % GW_STAGES), t % 32);
         }
 #if GW_PP
         if (tile + step < tiles) // tile i + 1 is the other warpgroup's: it may start
             asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
 #endif
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        if (t % 32 == 0)
-            kiln_mbar_arrive(empty + 8 * ((it - 1) % GW_STAGES));
+        gw_release(empty + 8 * ((it - 1) % GW_STAGES), t % 32);
 #pragma unroll
         for (int r = 0; r < GW_MI; r++)
             gw_fence_acc(acc[r]);
-        gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, rows_of, t);
+#if GW_EPI_SMEM
+        gw_store_tile_smem(acc, bias, d + (int64_t)z * GW_SD, m0, n0, part, t,
+                           gw_buf + (epi - gw_smem_addr(gw_buf)) + (uint32_t)cw * GW_EPI_BYTES,
+                           3 + cw);
+#else
+        gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, part, t);
+#endif
     }
+    gw_cluster_sync(); // the other block's last arrivals on this block's barriers are in
 #else
     // Every thread copies, GW_STAGES - 2 tiles ahead (see the top of the file). The rows a thread
     // copies are fixed for every k tile: their addresses are computed once (gw_load's per-copy
     // address arithmetic cost 10-25 % here on the H200, bench/RESULTS.md).
     (void)tma;
     (void)tmb;
-    gw_tile(blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, m0, n0, z);
+    gw_tile(blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, 0, m0, n0, z);
     a += (int64_t)z * GW_SA;
     b += (int64_t)z * GW_SB;
     const int ch = tid % 8;
