@@ -33,7 +33,7 @@ sweep() { # problem-dir limit timeout tag where
         --out "$LOGS/src_$4" --ref-dir "$LOGS/ref" >"$LOGS/sweep_$4.json" 2>"$LOGS/sweep_$4.log"
     echo "sweep $4 rc=$? $(tail -1 "$LOGS/sweep_$4.log")"
 }
-SMALL=${SMALL-"linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32"}
+SMALL=${SMALL-"linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32 addmm_bf16_tails"}
 for s in $SMALL; do
     sweep "tests/data/families/cublaslt/$s" "${SMALL_LIMIT:-3}" 90 "$s" "${SMALL_WHERE:-}"
 done
