@@ -317,7 +317,10 @@ static kiln_tolerance gw_tolerance(kiln_dtype t) {
 
 const kiln_family kiln_family_wgmma = {
     .name = "wgmma",
-    .behind = 1, /* 0.95-0.98x cuBLAS on plain GEMMs on the H200 (docs/families/wgmma.md) */
+    /* 0.96-0.98x cuBLAS on four of five plain GEMMs on the H200, 1.085x on Gemma-4's lm-head
+     * (docs/families/wgmma.md): still prepared after the others until a kiln tune run measures what
+     * preparing its problems first costs the rest (the lm-head's reference data is gigabytes) */
+    .behind = 1,
     .summary = "kiln's own GEMM for sm_90a: a captured linear (x @ wᵀ, 16-bit, K-major operands) "
                "with its bias / ReLU / GELU / cast epilogue, wgmma from swizzled shared memory "
                "fed by TMA (a producer thread) or cp.async",
