@@ -44,6 +44,14 @@ static void match_ok(const kiln_problem *p, kiln_match *m) {
         fail_msg("%s declined: %s", p->name, why);
 }
 
+/* The problem base/sub, matched, and its start point in pt. */
+static kiln_problem *started(const char *base, const char *sub, kiln_match *m, int64_t *pt) {
+    kiln_problem *p = load(base, sub);
+    match_ok(p, m);
+    assert_int_equal(fam->start(p, m, pt), 0);
+    return p;
+}
+
 static const struct {
     const char *base, *dir;
     int bias, act; /* GW_BIAS, GW_ACT */
@@ -166,11 +174,9 @@ static void test_declines(void **state) {
 /* The constraints say why, and the start point of the big projection is the 128 x 256 tile. */
 static void test_check(void **state) {
     (void)state;
-    kiln_problem *p = load(BENCH, "gemm_linear_bf16_4096x9216x2304");
     kiln_match m;
-    match_ok(p, &m);
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
-    assert_int_equal(fam->start(p, &m, pt), 0);
+    kiln_problem *p = started(BENCH, "gemm_linear_bf16_4096x9216x2304", &m, pt);
     char *s = kiln_family_point_str(fam, pt);
     /* 128 x 256 tiles shared by the two warpgroups, a persistent grid */
     assert_string_equal(s, "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
@@ -189,17 +195,13 @@ static void test_check(void **state) {
     kiln_problem_free(p);
     /* Gemma-4's down projection (K = 9216: the warpgroups share each tile): 288 tiles of 128 x 256
      * leave 27 % of the third wave's SMs idle, 384 of 128 x 192 fill 97 % */
-    p = load(BENCH, "gemm_linear_bf16_4096x2304x9216");
-    match_ok(p, &m);
-    assert_int_equal(fam->start(p, &m, pt), 0);
+    p = started(BENCH, "gemm_linear_bf16_4096x2304x9216", &m, pt);
     s = kiln_family_point_str(fam, pt);
     assert_string_equal(s, "GW_BN=192 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
                            "GW_PERSIST=1 GW_MINB=1 GW_PP=0 GW_CL=1 GW_SPLITN=0");
     free(s);
     kiln_problem_free(p);
-    p = load(DATA, "linear_bf16_3d"); /* 18 x 24 x 40 */
-    match_ok(p, &m);
-    assert_int_equal(fam->start(p, &m, pt), 0);
+    p = started(DATA, "linear_bf16_3d", &m, pt); /* 18 x 24 x 40 */
     s = kiln_family_point_str(fam, pt);
     assert_string_equal(
         s,
@@ -229,11 +231,9 @@ static void compile_point(const kiln_problem *p, const kiln_match *m, const int6
  * the checks say, and what the emitted launch line, tensor maps and defines carry. */
 static void test_cluster_split_epilogue(void **state) {
     (void)state;
-    kiln_problem *p = load(BENCH, "gemm_linear_bf16_4096x9216x2304");
     kiln_match m;
-    match_ok(p, &m);
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
-    assert_int_equal(fam->start(p, &m, pt), 0);
+    kiln_problem *p = started(BENCH, "gemm_linear_bf16_4096x9216x2304", &m, pt);
     /* 128 x 256 shared tiles, persistent, in clusters of two */
     pt[0] = 256, pt[1] = 1, pt[3] = 4, pt[8] = 0, pt[9] = 2, pt[10] = 0;
     assert_null(fam->check(p, &m, pt));
@@ -277,9 +277,7 @@ static void test_cluster_split_epilogue(void **state) {
     assert_non_null(strstr(fam->check(p, &m, bad), "split columns"));
     kiln_problem_free(p);
     /* M = 18: one row tile, a cluster's second block would have none */
-    p = load(DATA, "linear_bf16_3d");
-    match_ok(p, &m);
-    assert_int_equal(fam->start(p, &m, pt), 0);
+    p = started(DATA, "linear_bf16_3d", &m, pt);
     pt[9] = 2;
     assert_non_null(strstr(fam->check(p, &m, pt), "one row tile"));
     pt[9] = 1;
@@ -287,9 +285,7 @@ static void test_cluster_split_epilogue(void **state) {
     assert_non_null(strstr(src, "#define GW_EPI_SMEM 1")); /* N 24 bf16: three 16-byte stores */
     free(src);
     kiln_problem_free(p);
-    p = load(DATA, "mm_add_relu_f16"); /* N 20: not whole 16-byte stores */
-    match_ok(p, &m);
-    assert_int_equal(fam->start(p, &m, pt), 0);
+    p = started(DATA, "mm_add_relu_f16", &m, pt); /* N 20: not whole 16-byte stores */
     src = fam->emit(p, &m, pt, 1);
     assert_non_null(strstr(src, "#define GW_EPI_SMEM 0"));
     free(src);
