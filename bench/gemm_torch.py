@@ -2,7 +2,8 @@
 flushed before each run, CUDA events, median; bench/torch_baseline.time_fn), so that bench/gemm_device.sh puts
 both in one table. The layout is build/gemm_bench's default: F.linear(x [M, K], w [N, K]) (x @ wᵀ); fp8 is
 torch._scaled_mm(x, w.t()) with per-tensor scales of 1, writing bfloat16; --epilogue bias_gelu is
-F.gelu(F.linear(x, w, b), approximate="tanh"), bias is F.linear(x, w, b).
+F.gelu(F.linear(x, w, b), approximate="tanh"), bias is F.linear(x, w, b), gated_gelu is Gemma-4's MLP front
+F.gelu(F.linear(x, wg), approximate="tanh") * F.linear(x, wu) (four ops in eager; TFLOP/s count both GEMMs).
 Usage: python3 bench/gemm_torch.py [--modes eager,max-autotune-no-cudagraphs] [--epilogue E] M N K [dtype]
 Prints one JSON line per mode: {"m", "n", "k", "dtype", "epilogue", "mode", "median_us", "tflops"} or with
 "error" instead of the times."""
@@ -29,6 +30,8 @@ def make_fn(dtype, epilogue):
         return lambda x, w, b, sa, sb: F.linear(x, w, b)
     if epilogue == "bias_gelu":
         return lambda x, w, b, sa, sb: F.gelu(F.linear(x, w, b), approximate="tanh")
+    if epilogue == "gated_gelu":  # b is the up projection's weight here
+        return lambda x, w, b, sa, sb: F.gelu(F.linear(x, w), approximate="tanh") * F.linear(x, b)
     raise SystemExit(f"gemm_torch.py: epilogue {epilogue} not timed here")
 
 
@@ -48,10 +51,11 @@ def main():
     make = torch.bfloat16 if fp8 else dt
     x = (torch.rand(a.m, a.k, device="cuda", dtype=make) * 2 - 1).to(dt)
     w = (torch.rand(a.n, a.k, device="cuda", dtype=make) * 2 - 1).to(dt)
-    b = torch.rand(a.n, device="cuda", dtype=make) - 0.5
+    b = (torch.rand(a.n, a.k, device="cuda", dtype=make) * 2 - 1 if a.epilogue == "gated_gelu"
+         else torch.rand(a.n, device="cuda", dtype=make) - 0.5)
     one = torch.ones((), device="cuda", dtype=torch.float32)
     args = (x, w, b, one, one)
-    flops = 2.0 * a.m * a.n * a.k
+    flops = (4.0 if a.epilogue == "gated_gelu" else 2.0) * a.m * a.n * a.k
     base = {"m": a.m, "n": a.n, "k": a.k, "dtype": a.dtype, "epilogue": a.epilogue}
     fn = make_fn(a.dtype, a.epilogue)
     for mode in a.modes.split(","):

@@ -2,8 +2,9 @@
 # wgmma_device.sh: the wgmma family (kiln's own sm_90a GEMM, docs/families/wgmma.md) on the device, in one call:
 # its C test (every start point compiled by NVRTC for sm_90a, no spills); `kiln sweep --family wgmma` on the small
 # GEMM problems of tests/data/families/cublaslt that it matches (tails of every tile, float16, bias, ReLU, both
-# GELUs, a cast to float32: every point proved by the gate); the start candidate of the first big problem run
-# outside the gate by bench/gen_kernel.py --diag (where any error lies); then `kiln sweep --family wgmma` on
+# GELUs, a cast to float32) and the gated pairs of tests/data/families/wgmma (every point proved by the gate);
+# the start candidate of the first big problem run outside the gate by bench/gen_kernel.py --diag (where any
+# error lies); then `kiln sweep --family wgmma` on
 # issue 17's shapes (bench/problems/gemm_*, bench/problems/make_gemm.py), start point first, next to PyTorch
 # eager timed the same way (bench/gemm_torch.py: L2 flushed, CUDA events, median).
 #
@@ -33,9 +34,11 @@ sweep() { # problem-dir limit timeout tag where
         --out "$LOGS/src_$4" --ref-dir "$LOGS/ref" >"$LOGS/sweep_$4.json" 2>"$LOGS/sweep_$4.log"
     echo "sweep $4 rc=$? $(tail -1 "$LOGS/sweep_$4.log")"
 }
-SMALL=${SMALL-"linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32 addmm_bf16_tails"}
+SMALL=${SMALL-"linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32 addmm_bf16_tails gated_gelu_bf16 gated_silu_f16"}
 for s in $SMALL; do
-    sweep "tests/data/families/cublaslt/$s" "${SMALL_LIMIT:-3}" 90 "$s" "${SMALL_WHERE:-}"
+    d=tests/data/families/cublaslt/$s
+    [ -d "$d" ] || d=tests/data/families/wgmma/$s # the gated pairs: only this family takes them
+    sweep "$d" "${SMALL_LIMIT:-3}" 90 "$s" "${SMALL_WHERE:-}"
 done
 BIG=$(ls -d bench/problems/gemm_* | grep -E "${ONLY:-.}")
 first=$(echo "$BIG" | grep 4096x9216x2304 | head -1)
@@ -49,7 +52,7 @@ for p in $BIG; do
     rm -rf "$LOGS/ref"
     read -r M N K <<<"$(echo "$tag" | sed -E 's/.*_([0-9]+)x([0-9]+)x([0-9]+)$/\1 \2 \3/')"
     epi=none
-    case "$tag" in *bias_gelu*) epi=bias_gelu ;; esac
+    case "$tag" in *bias_gelu*) epi=bias_gelu ;; *gated_gelu*) epi=gated_gelu ;; esac
     timeout 120 "$PY" bench/gemm_torch.py --modes eager --epilogue "$epi" "$M" "$N" "$K" bfloat16 \
         >"$LOGS/torch_$tag.jsonl" 2>"$LOGS/torch_$tag.log" || echo "torch $tag failed: $(tail -2 "$LOGS/torch_$tag.log")"
 done
@@ -78,7 +81,7 @@ print("\n| problem | eager µs | first point µs | best µs | best TFLOP/s | bes
 print("|---|---:|---:|---:|---:|---:|---|---|")
 for tag in big:
     m, n, k = map(int, re.search(r"(\d+)x(\d+)x(\d+)$", tag).groups())
-    flops = 2.0 * m * n * k
+    flops = (4.0 if "gated" in tag else 2.0) * m * n * k  # a gated pair: two GEMMs
     eager = None
     try:
         for line in open(f"{logs}/torch_{tag}.jsonl"):

@@ -1,5 +1,6 @@
 """make_gemm.py: writes the GEMM problems of issue 17's table under bench/problems/ (F.linear(x [M, K], w [N, K])
-in bfloat16, inputs drawn at random; and the linear + bias + GELU-tanh chain on Gemma-4's gate/up shape), in the
+in bfloat16, inputs drawn at random; the linear + bias + GELU-tanh chain on Gemma-4's gate/up shape; and its MLP
+front as a gated pair, GELU-tanh of the gate projection times the up projection), in the
 form capture writes them, so that every GEMM family (cublaslt, wgmma) is swept on them with `kiln sweep`.
 
     python3 bench/problems/make_gemm.py        # (re)writes the directories; the sizes are in ROWS
@@ -62,6 +63,25 @@ def main():
                    {"aten": "aten::gelu.default", "args": [{"ref": "v0"}], "out": "v1", "dtypes": ["bfloat16"],
                     "kwargs": {"approximate": "tanh"}}],
            "outputs": ["v1"], "layouts": dict(layouts, b={"stored": "contiguous"})})
+    ops = [{"aten": "aten::linear.default", "args": [{"ref": "x"}, {"ref": "wg"}], "out": "v0",
+            "dtypes": ["bfloat16"]},
+           {"aten": "aten::gelu.default", "args": [{"ref": "v0"}], "out": "v1", "dtypes": ["bfloat16"],
+            "kwargs": {"approximate": "tanh"}},
+           {"aten": "aten::linear.default", "args": [{"ref": "x"}, {"ref": "wu"}], "out": "v2",
+            "dtypes": ["bfloat16"]},
+           {"aten": "aten::mul.Tensor", "args": [{"ref": "v1"}, {"ref": "v2"}], "out": "v3", "dtypes": ["bfloat16"]}]
+    write(f"gemm_gated_gelu_bf16_{m}x{n}x{k}",
+          f"Gemma-4's MLP front, a gated pair: F.gelu(F.linear(x [{m}, {k}], wg [{n}, {k}]), approximate='tanh') * "
+          f"F.linear(x, wu [{n}, {k}]) in bfloat16 (kiln's wgmma GEMM computes both in one tile, the product in "
+          "its epilogue; eager runs four ops).", (m, n, k),
+          {"x": {"shape": [f"n{m}", f"n{k}"], "dtype": "bfloat16"},
+           "wg": {"shape": [f"n{n}", f"n{k}"], "dtype": "bfloat16"},
+           "wu": {"shape": [f"n{n}", f"n{k}"], "dtype": "bfloat16"}},
+          "import torch\n\n\n@torch.no_grad()\ndef run(x, wg, wu):\n    g = torch.ops.aten.linear.default(x, wg)\n"
+          "    return torch.ops.aten.mul.Tensor(torch.ops.aten.gelu.default(g, approximate='tanh'), "
+          "torch.ops.aten.linear.default(x, wu))\n",
+          {"kind": "chain", "pattern": "gemm_gated", "members": [o["aten"] for o in ops], "calls": 1, "ops": ops,
+           "outputs": ["v3"], "layouts": {t: {"stored": "contiguous"} for t in ("x", "wg", "wu", "out0")}})
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@
 #include "../backend/cublaslt.h"
 #include "family.h"
 
-/* The roles of kiln_match.input_of_role for a GEMM: A, B and the bias (-1 without). */
-enum { KILN_GEMM_A, KILN_GEMM_B, KILN_GEMM_BIAS };
+/* The roles of kiln_match.input_of_role for a GEMM: A, B, the bias (-1 without) and, for a gated
+ * pair, the second GEMM's B (the up projection's weight; -1 otherwise). */
+enum { KILN_GEMM_A, KILN_GEMM_B, KILN_GEMM_BIAS, KILN_GEMM_B2 };
 
 /* Recognises one GEMM + epilogue chain in p; fills m (variant, how, roles and the facts
  * kiln_gemm_of reads back) or writes why it declined. */
@@ -22,15 +23,23 @@ kiln_lt_gemm kiln_gemm_of(const kiln_match *m);
 /* Whether the captured GELU is erf's (the exact form) rather than tanh's. */
 int kiln_gemm_gelu_erf(const kiln_match *m);
 
-/* The cpu candidate: fp32 accumulation in k order, the epilogue on the accumulator, one rounding
- * to D's dtype. exact_gelu: GELU in the form captured (erf or tanh); else always tanh's (what
- * cuBLASLt computes). The source carries f's banner for the point all zeros. */
+/* A gated pair (the front of a GeGLU/SwiGLU MLP: act(x·Wgᵀ) · (x·Wuᵀ), two linears of one input
+ * and shape without bias, the activation on the first, the product of both): the activation, 2
+ * GELU's tanh form, 3 GELU's erf form, 4 SiLU; 0 for a plain GEMM + epilogue. The GEMM m
+ * describes is each of the two (N is the output's columns); only kiln's own GEMM runs it. */
+int kiln_gemm_gated(const kiln_match *m);
+
+/* The cpu candidate: fp32 accumulation in k order, the epilogue on the accumulator (a gated pair:
+ * the activation of the first GEMM's times the second's), one rounding to D's dtype. exact_gelu:
+ * GELU in the form captured (erf or tanh); else always tanh's (what cuBLASLt computes). The source
+ * carries f's banner for the point all zeros. */
 char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
                          int exact_gelu);
 
-/* A, B and D once each, and the bias: the epilogue's intermediates are never stored. */
+/* A, B (both of a gated pair) and D once each, and the bias: the epilogue's intermediates are
+ * never stored. */
 double kiln_gemm_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
-/* 2·M·N·K per matrix of the batch. */
+/* 2·M·N·K per matrix of the batch (twice for a gated pair). */
 double kiln_gemm_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
 
 #endif

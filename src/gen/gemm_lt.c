@@ -18,6 +18,12 @@ extern const kiln_family kiln_family_cublaslt;
 static int lt_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
     if (!kiln_gemm_match(p, m, why, why_len))
         return 0;
+    if (kiln_gemm_gated(m)) {
+        kiln_family_fmt(why, why_len,
+                        "a gated pair act(x·W1ᵀ)·(x·W2ᵀ) is not a cuBLASLt epilogue (one "
+                        "accumulator, a bias and an auxiliary output): kiln's wgmma GEMM runs it");
+        return 0;
+    }
     kiln_lt_gemm g = kiln_gemm_of(m);
     kiln_lt_view view;
     kiln_err err;

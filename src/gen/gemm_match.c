@@ -260,6 +260,84 @@ static int match_epilogue(const kiln_problem *p, const kiln_opchain *c, kiln_lt_
     return 1;
 }
 
+/* Op i of c is a linear without bias. */
+static int plain_linear(const kiln_opchain *c, int i) {
+    const kiln_arg *bias = kiln_op_arg(&c->ops[i], 2, "bias");
+    return kiln_op_is(&c->ops[i], "aten::linear.default") && (!bias || bias->kind == KILN_ARG_NONE);
+}
+
+/* The activation code of a gated pair for op (kiln_gemm_gated), or 0. */
+static int gate_act(const kiln_op *op) {
+    if (kiln_op_is(op, "aten::silu.default"))
+        return 4;
+    if (!kiln_op_is(op, "aten::gelu.default"))
+        return 0;
+    const kiln_arg *ap = kiln_op_arg(op, 1, "approximate");
+    if (!ap || ap->kind != KILN_ARG_OTHER || !strcmp(ap->text, "none"))
+        return 3;
+    return strcmp(ap->text, "tanh") ? 0 : 2;
+}
+
+/* A gated pair (kiln_gemm_gated): four ops, two linears without bias of one input and one shape,
+ * an activation reading the first one's result and a product of the activation's and the second's,
+ * in any order the dependencies allow. 1 with g and m filled; 0 when c is not one (why says so
+ * only where it is one but not a form mapped). */
+static int match_gated(const kiln_problem *p, const kiln_opchain *c, kiln_lt_gemm *g, kiln_match *m,
+                       char *why, size_t why_len, int *is_gated) {
+    *is_gated = 0;
+    if (c->n_ops != 4)
+        return 0;
+    int lin[2], n_lin = 0, act = -1, mul = -1;
+    for (int i = 0; i < 4; i++) {
+        if (kiln_op_is(&c->ops[i], "aten::linear.default") && n_lin < 2)
+            lin[n_lin++] = i;
+        else if (gate_act(&c->ops[i]))
+            act = i;
+        else if (kiln_op_is(&c->ops[i], "aten::mul.Tensor"))
+            mul = i;
+    }
+    if (n_lin != 2 || act < 0 || mul < 0)
+        return 0;
+    const kiln_arg *x = kiln_op_arg(&c->ops[act], 0, "self");
+    int gate = x && kiln_arg_is_result(x, lin[0], 0)   ? lin[0]
+               : x && kiln_arg_is_result(x, lin[1], 0) ? lin[1]
+                                                       : -1;
+    int up = gate == lin[0] ? lin[1] : lin[0];
+    const kiln_arg *l = kiln_op_arg(&c->ops[mul], 0, "self"),
+                   *r = kiln_op_arg(&c->ops[mul], 1, "other");
+    if (gate < 0 || !l || !r ||
+        !((kiln_arg_is_result(l, act, 0) && kiln_arg_is_result(r, up, 0)) ||
+          (kiln_arg_is_result(r, act, 0) && kiln_arg_is_result(l, up, 0))))
+        return 0;
+    *is_gated = 1;
+    if (!plain_linear(c, gate) || !plain_linear(c, up)) {
+        kiln_family_fmt(why, why_len, "a gated pair whose linears have a bias: not mapped yet");
+        return 0;
+    }
+    kiln_lt_gemm g2;
+    kiln_match m2 = *m;
+    if (!match_op(p, &c->ops[gate], g, m, why, why_len) ||
+        !match_op(p, &c->ops[up], &g2, &m2, why, why_len))
+        return 0;
+    if (m2.input_of_role[KILN_GEMM_A] != m->input_of_role[KILN_GEMM_A] || g2.m != g->m ||
+        g2.n != g->n || g2.k != g->k || g2.batch != 1 || g->batch != 1 ||
+        g2.trans_b != g->trans_b || g2.ldb != g->ldb) {
+        kiln_family_fmt(why, why_len,
+                        "a gated pair's two linears must read one input with weights of one "
+                        "shape and layout");
+        return 0;
+    }
+    m->input_of_role[KILN_GEMM_B2] = m2.input_of_role[KILN_GEMM_B];
+    kiln_match_set(m, "gated", gate_act(&c->ops[act]));
+    kiln_match_set(m, "gelu_erf", gate_act(&c->ops[act]) == 3);
+    size_t len = strlen(m->how);
+    kiln_family_fmt(m->how + len, sizeof m->how - len, ", gated: %s(x·%sᵀ) · (x·%sᵀ)",
+                    gate_act(&c->ops[act]) == 4 ? "silu" : "gelu",
+                    p->inputs[m->input_of_role[KILN_GEMM_B]].name,
+                    p->inputs[m->input_of_role[KILN_GEMM_B2]].name);
+    return 1;
+}
+
 /* The GEMM m describes (match facts hold its fields). */
 kiln_lt_gemm kiln_gemm_of(const kiln_match *m) {
     kiln_dtype t = (kiln_dtype)kiln_match_get(m, "dtype", 0);
@@ -300,12 +378,12 @@ int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
         kiln_family_fmt(why, why_len, "op chain: %s", err.msg);
         return 0;
     }
-    int ok = 0;
+    int ok = 0, gated = 0;
     kiln_lt_gemm g;
     if (p->n_outputs != 1 || c->n_outputs != 1)
         kiln_family_fmt(why, why_len, "%d outputs: the family writes one, the GEMM's",
                         p->n_outputs);
-    else
+    else if (!(ok = match_gated(p, c, &g, m, why, why_len, &gated)) && !gated)
         ok = match_op(p, &c->ops[0], &g, m, why, why_len) &&
              match_epilogue(p, c, &g, m, why, why_len);
     if (ok &&
@@ -345,8 +423,12 @@ int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     kiln_match_set(m, "epilogue", (double)g.epilogue);
     int erf = kiln_match_get(m, "gelu_erf", 0) != 0;
     kiln_family_fmt(m->variant, sizeof m->variant, "%s%s%s%s%s", name,
-                    g.epilogue != KILN_LT_EPI_NONE ? "_" : "",
-                    g.epilogue != KILN_LT_EPI_NONE ? kiln_lt_epilogue_name(g.epilogue) : "",
+                    gated                            ? "_gated"
+                    : g.epilogue != KILN_LT_EPI_NONE ? "_"
+                                                     : "",
+                    gated                            ? (kiln_gemm_gated(m) == 4 ? "_silu" : "_gelu")
+                    : g.epilogue != KILN_LT_EPI_NONE ? kiln_lt_epilogue_name(g.epilogue)
+                                                     : "",
                     g.d_type != g.a_type ? "_to_" : "",
                     g.d_type != g.a_type ? kiln_dtype_name(g.d_type) : "");
     size_t len = strlen(m->how);
@@ -362,6 +444,10 @@ int kiln_gemm_gelu_erf(const kiln_match *m) {
     return kiln_match_get(m, "gelu_erf", 0) != 0;
 }
 
+int kiln_gemm_gated(const kiln_match *m) {
+    return (int)kiln_match_get(m, "gated", 0);
+}
+
 char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
                          int exact_gelu) {
     kiln_lt_gemm g = kiln_gemm_of(m);
@@ -370,7 +456,8 @@ char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln
     const char *A = p->inputs[m->input_of_role[KILN_GEMM_A]].name;
     const char *B = p->inputs[m->input_of_role[KILN_GEMM_B]].name;
     const char *D = p->outputs[m->output_of_role[0]].name;
-    int has_bias = kiln_lt_epilogue_has_bias(g.epilogue);
+    int has_bias = kiln_lt_epilogue_has_bias(g.epilogue), gated = kiln_gemm_gated(m);
+    const char *B2 = gated ? p->inputs[m->input_of_role[KILN_GEMM_B2]].name : NULL;
     kiln_strbuf b = {0};
     char *proto = kiln_family_prototype(p, 0, 0, NULL, "gemm_kernel");
     kiln_strbuf_printf(&b, "// cpu: the point does not apply\n");
@@ -389,20 +476,33 @@ char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln
                        "            const %s *kiln_b = %s + bt * %lldLL;\n"
                        "            %s *kiln_d = %s + bt * %lldLL + i * %lldLL;\n"
                        "            for (int64_t j = 0; j < %lldLL; j++) {\n"
-                       "                float acc = 0.0f;\n"
-                       "                for (int64_t k = 0; k < %lldLL; k++)\n"
+                       "                float acc = 0.0f%s;\n"
+                       "                for (int64_t k = 0; k < %lldLL; k++) {\n"
                        "                    acc += %s(kiln_a[%s]) * %s(kiln_b[%s]);\n",
                        (long long)g.batch, (long long)g.m, t.type, A, (long long)g.stride_a, t.type,
                        B, (long long)g.stride_b, td.type, D, (long long)g.stride_d,
-                       (long long)g.ldd, (long long)g.n, (long long)g.k, t.to_float, ia, t.to_float,
-                       ib);
+                       (long long)g.ldd, (long long)g.n, gated ? ", acc2 = 0.0f" : "",
+                       (long long)g.k, t.to_float, ia, t.to_float, ib);
+    if (gated) /* the second weight: the same layout and batch stride as the first */
+        kiln_strbuf_printf(
+            &b, "                    acc2 += %s(kiln_a[%s]) * %s(%s[bt * %lldLL + %s]);\n",
+            t.to_float, ia, t.to_float, B2, (long long)g.stride_b, ib);
+    kiln_strbuf_printf(&b, "                }\n");
     if (has_bias)
         kiln_strbuf_printf(&b, "                acc += %s(%s[j]);\n", t.to_float,
                            p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name);
     if (g.epilogue == KILN_LT_EPI_RELU || g.epilogue == KILN_LT_EPI_BIAS_RELU)
         kiln_strbuf_printf(&b, "                acc = acc < 0.0f ? 0.0f : acc;\n");
-    if ((g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU) && exact_gelu &&
-        kiln_gemm_gelu_erf(m))
+    if (gated == 4)
+        kiln_strbuf_printf(&b, "                acc = acc / (1.0f + expf(-acc)) * acc2;\n");
+    else if (gated == 3)
+        kiln_strbuf_printf(&b, "                acc = 0.5f * acc * (1.0f + erff(acc * "
+                               "0.70710678118654752f)) * acc2;\n");
+    else if (gated == 2)
+        kiln_strbuf_printf(&b, "                acc = 0.5f * acc * (1.0f + tanhf(0.7978845608f * "
+                               "(acc + 0.044715f * acc * acc * acc))) * acc2;\n");
+    else if ((g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU) &&
+             exact_gelu && kiln_gemm_gelu_erf(m))
         kiln_strbuf_printf(&b, "                acc = 0.5f * acc * (1.0f + erff(acc * "
                                "0.70710678118654752f));\n");
     else if (g.epilogue == KILN_LT_EPI_GELU || g.epilogue == KILN_LT_EPI_BIAS_GELU)
@@ -429,6 +529,8 @@ double kiln_gemm_min_bytes(const kiln_problem *p, const kiln_match *m, const kil
         (double)kiln_dtype_size(g.d_type) * (double)g.m * (double)g.n * (double)g.batch;
     if (kiln_lt_epilogue_has_bias(g.epilogue))
         bytes += es * (double)g.n;
+    if (kiln_gemm_gated(m)) /* the second weight */
+        bytes += es * (double)g.k * (double)g.n * batch_b;
     return bytes;
 }
 
@@ -436,5 +538,6 @@ double kiln_gemm_flops(const kiln_problem *p, const kiln_match *m, const kiln_wo
     (void)p;
     (void)w;
     kiln_lt_gemm g = kiln_gemm_of(m);
-    return 2.0 * (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
+    return (kiln_gemm_gated(m) ? 4.0 : 2.0) * (double)g.m * (double)g.n * (double)g.k *
+           (double)g.batch;
 }

@@ -58,8 +58,11 @@ static int gw_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     return 1;
 }
 
-/* GW_ACT for g's epilogue: 0 none, 1 ReLU, 2 GELU (tanh), 3 GELU (erf, as captured). */
+/* GW_ACT for g's epilogue: 0 none, 1 ReLU, 2 GELU (tanh), 3 GELU (erf, as captured), 4 SiLU (a
+ * gated pair's). */
 static int act_of(const kiln_lt_gemm *g, const kiln_match *m) {
+    if (kiln_gemm_gated(m))
+        return kiln_gemm_gated(m);
     if (g->epilogue == KILN_LT_EPI_RELU || g->epilogue == KILN_LT_EPI_BIAS_RELU)
         return 1;
     if (g->epilogue == KILN_LT_EPI_GELU || g->epilogue == KILN_LT_EPI_BIAS_GELU)
@@ -97,25 +100,27 @@ static int64_t d_bytes(const kiln_lt_gemm *g) {
 
 /* Whether the epilogue goes through shared memory (GW_EPI_SMEM: the warp-specialised pipeline, and
  * D's rows, N and batch stride in whole 16-byte stores). */
-static int epi_smem(const kiln_lt_gemm *g, const int64_t *pt) {
-    const int64_t vec = 16 / d_bytes(g);
-    return pt[P_WS] && g->n % vec == 0 && g->ldd % vec == 0 && g->stride_d % vec == 0;
+static int epi_smem(const kiln_match *m, const int64_t *pt) {
+    const kiln_lt_gemm g = kiln_gemm_of(m);
+    const int64_t vec = 16 / d_bytes(&g);
+    return pt[P_WS] && g.n % vec == 0 && g.ldd % vec == 0 && g.stride_d % vec == 0;
 }
 
 /* A consumer warpgroup's buffer for the staged epilogue: 64 rows of a 128-byte chunk (64 where the
- * warpgroup's columns are not whole 128-byte chunks) and 16 bytes of padding (the template's
- * GW_EPI_BYTES). */
-static int64_t epi_bytes(const kiln_lt_gemm *g, const int64_t *pt) {
-    const int64_t row = n_wg(pt) * d_bytes(g) % 128 == 0 ? 128 : 64;
-    return 64 * (row + 16);
+ * warpgroup's columns of D, half its wgmma's N for a gated pair, are not whole 128-byte chunks) and
+ * 16 bytes of padding (the template's GW_EPI_BYTES). */
+static int64_t epi_bytes(const kiln_match *m, const int64_t *pt) {
+    const kiln_lt_gemm g = kiln_gemm_of(m);
+    const int64_t cols = n_wg(pt) / (kiln_gemm_gated(m) ? 2 : 1);
+    return 64 * ((cols * d_bytes(&g) % 128 == 0 ? 128 : 64) + 16);
 }
 
 /* The stages, 128 bytes a tile row of A and of B, 1024 bytes to align the first stage, the
  * warp-specialised pipeline's two mbarriers a stage and the staged epilogue's buffers. */
-static int64_t smem_bytes(const kiln_lt_gemm *g, const int64_t *pt) {
+static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
     return pt[P_STAGES] * (block_m(pt) + pt[P_BN]) * 128 + 1024 +
            (pt[P_WS] ? 16 * pt[P_STAGES] : 0) +
-           (epi_smem(g, pt) ? pt[P_WGS] * epi_bytes(g, pt) : 0);
+           (epi_smem(m, pt) ? pt[P_WGS] * epi_bytes(m, pt) : 0);
 }
 
 /* Tiles of D over the whole batch. */
@@ -133,9 +138,21 @@ static int64_t threads_of(const int64_t *pt) {
     return 128 * (pt[P_WGS] + pt[P_WS]);
 }
 
+/* The GEMM as the tiles see it: a gated pair's tile multiplies BN rows of its two weights for BN /
+ * 2 columns of D, so its tiles are those of a GEMM with twice D's columns. */
+static kiln_lt_gemm tiled(const kiln_match *m) {
+    kiln_lt_gemm g = kiln_gemm_of(m);
+    if (kiln_gemm_gated(m))
+        g.n *= 2;
+    return g;
+}
+
 static const char *gw_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
     (void)p;
-    const kiln_lt_gemm g = kiln_gemm_of(m);
+    const kiln_lt_gemm g = tiled(m);
+    if (kiln_gemm_gated(m) && (!pt[P_WS] || pt[P_SPLITN] || pt[P_CL] > 1))
+        return "a gated pair needs the TMA pipeline, rows split and no clusters (its B tile is the "
+               "two weights' rows, each thread holding a column of both)";
     if (pt[P_SPLITN] && (pt[P_WGS] < 2 || pt[P_PP]))
         return "split columns need two consumer warpgroups sharing each tile (not ping-pong)";
     if (pt[P_MI] > 2 && !pt[P_SPLITN])
@@ -143,7 +160,7 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
                "columns (a tile's rows at most 320)";
     if (accs(pt) > 160)
         return "more than 160 fp32 accumulators a thread (GW_MI x the wgmma's N / 2)";
-    if (smem_bytes(&g, pt) > GW_MAX_SMEM)
+    if (smem_bytes(m, pt) > GW_MAX_SMEM)
         return "the stages exceed 227 KiB of shared memory";
     if (block_m(pt) > 64 && g.m <= block_m(pt) / 2)
         return "a block's rows are more than twice M";
@@ -152,7 +169,7 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
     const int64_t tiles_m = (g.m + block_m(pt) - 1) / block_m(pt);
     if (pt[P_GROUP] > 1 && tiles_m <= 1)
         return "one row tile: the raster group changes nothing";
-    if (pt[P_MINB] > 1 && pt[P_MINB] * smem_bytes(&g, pt) > GW_SM_SMEM)
+    if (pt[P_MINB] > 1 && pt[P_MINB] * smem_bytes(m, pt) > GW_SM_SMEM)
         return "two blocks an SM need their stages within 228 KiB together";
     if (pt[P_MINB] > 1 && (threads_of(pt) > 256 || accs(pt) > 64))
         return "two blocks an SM: at most 256 threads of 128 registers, 64 accumulators";
@@ -193,7 +210,7 @@ static double wave_use(const kiln_lt_gemm *g, int64_t bm, int64_t bn) {
  */
 static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     (void)p;
-    const kiln_lt_gemm g = kiln_gemm_of(m);
+    const kiln_lt_gemm g = tiled(m);
     pt[P_MI] = 1;
     pt[P_WGS] = g.m > 64 ? 2 : 1;
     const int64_t bm = 64 * pt[P_WGS];
@@ -246,7 +263,8 @@ static void emit_tmap(kiln_strbuf *b, const char *name, int64_t k, int64_t rows,
 static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
     if (!cuda)
         return kiln_gemm_emit_cpu(&kiln_family_wgmma, p, m, 1);
-    const kiln_lt_gemm g = kiln_gemm_of(m);
+    const kiln_lt_gemm g = kiln_gemm_of(m), gt = tiled(m);
+    const int gated = kiln_gemm_gated(m) != 0;
     const kiln_kernel_type t = kiln_dtype_kernel_type(g.a_type, 1);
     const kiln_kernel_type td = kiln_dtype_kernel_type(g.d_type, 1);
     const int bias = kiln_lt_epilogue_has_bias(g.epilogue);
@@ -260,15 +278,16 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        "#define GW_LDB %lldLL\n#define GW_LDD %lldLL\n#define GW_SA %lldLL\n"
                        "#define GW_SB %lldLL\n#define GW_SD %lldLL\n#define GW_BIAS %d\n"
                        "#define GW_ACT %d\n#define GW_D_F32 %d\n#define GW_D_F16 %d\n"
-                       "#define GW_BATCH %lld\n#define GW_EPI_SMEM %d\n#define GW_MMA_SUPPLIED 1\n",
+                       "#define GW_BATCH %lld\n#define GW_EPI_SMEM %d\n#define GW_GATED %d\n"
+                       "#define GW_MMA_SUPPLIED 1\n",
                        t.type, td.type, t.type, (long long)g.m, (long long)g.n, (long long)g.k,
                        (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
                        (long long)g.stride_b, (long long)g.stride_d, bias, act_of(&g, m),
                        g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch,
-                       epi_smem(&g, pt));
+                       epi_smem(m, pt), gated);
     /* a block a tile; clusters of GW_CL blocks a unit (x fastest); persistent: a cluster an SM's
      * worth of blocks, or a unit, whichever is fewer */
-    const int64_t threads = threads_of(pt), units = units_of(&g, pt), cl = pt[P_CL];
+    const int64_t threads = threads_of(pt), units = units_of(&gt, pt), cl = pt[P_CL];
     char cluster[32] = "";
     if (cl > 1)
         kiln_family_fmt(cluster, sizeof cluster, " cluster=(%lld,1,1)", (long long)cl);
@@ -276,19 +295,24 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
         kiln_strbuf_printf(
             &b, "// kiln: launch gemm_kernel grid=%lld block=%lld smem=%lld%s\n",
             (long long)((units < KILN_FAMILY_SMS / cl ? units : KILN_FAMILY_SMS / cl) * cl),
-            (long long)threads, (long long)smem_bytes(&g, pt), cluster);
+            (long long)threads, (long long)smem_bytes(m, pt), cluster);
     else
         kiln_strbuf_printf(&b,
                            "// kiln: launch gemm_kernel grid=(%lld,1,%lld) block=%lld "
                            "smem=%lld%s\n",
                            (long long)(units / g.batch * cl), (long long)g.batch,
-                           (long long)threads, (long long)smem_bytes(&g, pt), cluster);
+                           (long long)threads, (long long)smem_bytes(m, pt), cluster);
     const char *a_name = p->inputs[m->input_of_role[KILN_GEMM_A]].name;
     const char *b_name = p->inputs[m->input_of_role[KILN_GEMM_B]].name;
     if (pt[P_WS]) {
         /* the TMA boxes: 64 k by the block's rows of A and its columns of B */
         emit_tmap(&b, a_name, g.k, g.m, g.lda, g.batch, g.stride_a, a_box(pt));
-        emit_tmap(&b, b_name, g.k, g.n, g.ldb, g.batch, g.stride_b, pt[P_BN] / pt[P_CL]);
+        /* a gated pair: the gate's half of the tile's rows of B, and the up projection's */
+        emit_tmap(&b, b_name, g.k, g.n, g.ldb, g.batch, g.stride_b,
+                  pt[P_BN] / (gated ? 2 : pt[P_CL]));
+        if (gated)
+            emit_tmap(&b, p->inputs[m->input_of_role[KILN_GEMM_B2]].name, g.k, g.n, g.ldb, g.batch,
+                      g.stride_b, pt[P_BN] / 2);
     }
     kiln_strbuf_printf(&b,
                        "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n%s"
@@ -300,13 +324,15 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        kiln_family_template("gemm_wgmma.cu"));
     char bounds[32];
     kiln_family_fmt(bounds, sizeof bounds, "%lld, %lld", (long long)threads, (long long)pt[P_MINB]);
-    static const char *const maps[] = {"gw_tma_a", "gw_tma_b"};
-    char *proto = pt[P_WS] ? kiln_family_prototype_tmaps(p, bounds, "gemm_kernel", 2, maps)
+    static const char *const maps[] = {"gw_tma_a", "gw_tma_b", "gw_tma_b2"};
+    char *proto = pt[P_WS] ? kiln_family_prototype_tmaps(p, bounds, "gemm_kernel", 2 + gated, maps)
                            : kiln_family_prototype(p, 0, 1, bounds, "gemm_kernel");
     kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s, %s);\n}\n", proto, a_name, b_name,
                        bias ? p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name : "nullptr",
                        p->outputs[m->output_of_role[0]].name,
-                       pt[P_WS] ? "&gw_tma_a, &gw_tma_b" : "nullptr, nullptr");
+                       !pt[P_WS] ? "nullptr, nullptr, nullptr"
+                       : gated   ? "&gw_tma_a, &gw_tma_b, &gw_tma_b2"
+                                 : "&gw_tma_a, &gw_tma_b, nullptr");
     free(proto);
     return kiln_family_source(&kiln_family_wgmma, m, pt, b.s);
 }

@@ -292,6 +292,60 @@ static void test_cluster_split_epilogue(void **state) {
     kiln_problem_free(p);
 }
 
+/* Gated pairs (the front of a GeGLU/SwiGLU MLP): one tile multiplies the gate's and the up
+ * projection's rows of B, D = act(gate) * up in the epilogue; three tensor maps, the two weights'
+ * boxes half the tile's rows each; what the pair needs (TMA, rows split, no clusters) said. */
+static void test_gated(void **state) {
+    (void)state;
+    static const struct {
+        const char *dir, *act;
+    } gated[] = {{"gated_gelu_bf16", "#define GW_ACT 2\n"},
+                 {"gated_silu_f16", "#define GW_ACT 4\n"}};
+    for (size_t i = 0; i < sizeof gated / sizeof gated[0]; i++) {
+        kiln_match m;
+        int64_t pt[KILN_FAMILY_MAX_PARAMS];
+        kiln_problem *p =
+            started(KILN_SOURCE_DIR "/tests/data/families/wgmma", gated[i].dir, &m, pt);
+        assert_null(fam->check(p, &m, pt));
+        char *src = fam->emit(p, &m, pt, 1);
+        assert_non_null(strstr(src, "#define GW_GATED 1\n"));
+        assert_non_null(strstr(src, gated[i].act));
+        assert_non_null(strstr(src, "&gw_tma_a, &gw_tma_b, &gw_tma_b2);"));
+        kiln_abi abi;
+        kiln_err err;
+        if (kiln_abi_parse(src, 1, &abi, &err) != KILN_OK)
+            fail_msg("%s: %s", p->name, err.msg);
+        assert_int_equal(abi.n_tmaps, 3);
+        kiln_launch_plan plan;
+        if (kiln_abi_plan(&abi, p, &p->workloads[0], &plan, &err) != KILN_OK)
+            fail_msg("%s: %s", p->name, err.msg);
+        assert_int_equal(plan.tmap[1].box[1], pt[0] / 2); /* the gate's half of B's tile */
+        assert_int_equal(plan.tmap[2].box[1], pt[0] / 2); /* the up projection's */
+        assert_int_equal(plan.tmap[2].param, m.input_of_role[KILN_GEMM_B2]);
+        kiln_abi_free(&abi);
+        free(src);
+        char *cpu = fam->emit(p, &m, pt, 0);
+        assert_non_null(strstr(cpu, "acc2 +="));
+        free(cpu);
+        int64_t bad[KILN_FAMILY_MAX_PARAMS];
+        for (int k = 0; k < 3; k++) {
+            memcpy(bad, pt, sizeof bad);
+            if (k == 0)
+                bad[5] = 0, bad[6] = 0, bad[8] = 0; /* every thread copying */
+            else if (k == 1)
+                bad[2] = 2, bad[10] = 1, bad[8] = 0; /* split columns */
+            else
+                bad[9] = 2; /* clusters */
+            const char *why = fam->check(p, &m, bad);
+            assert_non_null(why);
+            assert_non_null(strstr(why, "gated pair"));
+        }
+        if (kiln_cuda_have_nvrtc())
+            compile_point(p, &m, pt, 1);
+        kiln_problem_free(p);
+    }
+}
+
 static void test_compile(void **state) {
     (void)state;
     if (!kiln_cuda_have_nvrtc()) {
@@ -344,6 +398,7 @@ int main(void) {
         cmocka_unit_test(test_declines),
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_cluster_split_epilogue),
+        cmocka_unit_test(test_gated),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests_name("family_wgmma", tests, NULL, NULL);

@@ -65,6 +65,9 @@
 #ifndef GW_EPI_SMEM
 #define GW_EPI_SMEM 0 // 1: the epilogue goes through shared memory, stored in whole rows
 #endif
+#ifndef GW_GATED
+#define GW_GATED 0 // 1: a gated pair: B's tile is the gate's rows, then the up projection's
+#endif
 #ifndef GW_CL
 #define GW_CL 1 // blocks a cluster: 2 take two row tiles and share B's tile by TMA multicast
 #endif
@@ -95,10 +98,14 @@
 #define GW_BM (64 * GW_MI * (GW_PP || GW_SPLITN ? 1 : GW_WGS)) // rows of a tile
 #define GW_NW (GW_BN / (GW_SPLITN ? GW_WGS : 1)) // a warpgroup's columns (the wgmma's N)
 #define GW_A_BOX (GW_BM > 256 ? GW_BM / 2 : GW_BM) // rows of A a TMA box (at most 256)
+#define GW_BNO (GW_GATED ? GW_BN / 2 : GW_BN) // columns of D a tile writes
+#define GW_NWO (GW_GATED ? GW_NW / 2 : GW_NW) // columns of D a warpgroup writes
 static_assert(!GW_PP || (GW_WS && GW_PERSIST), "ping-pong consumers take turns in a persistent grid");
 static_assert(GW_CL == 1 || (GW_CL == 2 && GW_WS), "clusters share B through the TMA pipeline");
 static_assert(!GW_SPLITN || (GW_WGS == 2 && !GW_PP), "two warpgroups split a tile's columns");
 static_assert(!GW_EPI_SMEM || GW_WS, "the staged epilogue's buffers follow the TMA pipeline's");
+static_assert(!GW_GATED || (GW_WS && !GW_SPLITN && GW_CL == 1),
+              "a gated pair: B's two parts by TMA, every column of a row in one thread");
 #define GW_THREADS (128 * (GW_WGS + GW_WS))
 #define GW_COPIERS GW_THREADS // threads that copy (GW_WS 0)
 #define GW_A_BYTES (GW_BM * 128)
@@ -108,7 +115,7 @@ static_assert(!GW_EPI_SMEM || GW_WS, "the staged epilogue's buffers follow the T
 #define GW_UM (GW_BM * GW_CL) // rows of a cluster's unit of work: its blocks' row tiles
 #define GW_TILES_M ((GW_M + GW_UM - 1) / GW_UM) // units along M
 #define GW_B_PART (GW_BN / GW_CL * 128) // bytes of B's tile a block copies (into every block)
-#define GW_TILES_N ((GW_N + GW_BN - 1) / GW_BN)
+#define GW_TILES_N ((GW_N + GW_BNO - 1) / GW_BNO)
 #define GW_KT ((GW_K + GW_BK - 1) / GW_BK)
 #define GW_A_COPIES (GW_BM * 8 / GW_COPIERS) // 16-byte copies a thread makes of a stage's A
 #define GW_B_COPIES (GW_BN * 8 / GW_COPIERS)
@@ -162,6 +169,8 @@ __device__ __forceinline__ float gw_act(float v) {
     return 0.5f * v * (1.0f + th);
 #elif GW_ACT == 3
     return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+#elif GW_ACT == 4
+    return v / (1.0f + __expf(-v)); // SiLU (gated pairs only)
 #else
     return v;
 #endif
@@ -298,7 +307,7 @@ __device__ __forceinline__ void gw_tile(int idx, int rank, int64_t &m0, int64_t 
     const int first_m = pid / in_group * GW_GROUP;
     const int group_m = GW_TILES_M - first_m < GW_GROUP ? GW_TILES_M - first_m : GW_GROUP;
     m0 = (int64_t)(first_m + (pid % in_group) % group_m) * GW_UM + (int64_t)rank * GW_BM;
-    n0 = (int64_t)((pid % in_group) / group_m) * GW_BN;
+    n0 = (int64_t)((pid % in_group) / group_m) * GW_BNO;
 }
 
 __device__ __forceinline__ void gw_zero(float (&acc)[GW_MI][GW_ACC]) {
@@ -311,6 +320,19 @@ __device__ __forceinline__ void gw_zero(float (&acc)[GW_MI][GW_ACC]) {
     }
 }
 
+// D's value at accumulator j's element e (thread t's columns 8 j + 2 (t % 4) and the next, rows
+// 16 (t / 32) + (t % 32) / 4 and 8 below): the epilogue on the accumulator plus the column's bias,
+// or for a gated pair the activation of the gate's accumulator times the up projection's, which
+// holds the same column GW_NW / 2 columns further (the second half of B's tile).
+__device__ __forceinline__ float gw_val(const float *acc, int j, int e, float bias) {
+#if GW_GATED
+    (void)bias;
+    return gw_act(acc[4 * j + e]) * acc[4 * (j + GW_NW / 16) + e];
+#else
+    return gw_act(acc[4 * j + e] + bias);
+#endif
+}
+
 // The epilogue of the warpgroup with part `part` of the tile at (m0, n0) of D (gw_mma_stage).
 __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
                                               GW_TD *d, int64_t m0, int64_t n0, int part, int t) {
@@ -320,7 +342,7 @@ __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const
     else
         m0 += (int64_t)part * GW_MI * 64;
 #pragma unroll
-    for (int j = 0; j < GW_NW / 8; j++) {
+    for (int j = 0; j < GW_NWO / 8; j++) {
         const int64_t col = n0 + j * 8 + (lane % 4) * 2;
         if (col >= GW_N)
             continue;
@@ -329,11 +351,11 @@ __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const
         for (int i = 0; i < GW_MI; i++) {
             const int64_t row = m0 + i * 64 + warp * 16 + lane / 4;
             if (row < GW_M)
-                gw_store2(d + row * GW_LDD + col, gw_act(acc[i][4 * j] + b0),
-                          gw_act(acc[i][4 * j + 1] + b1));
+                gw_store2(d + row * GW_LDD + col, gw_val(acc[i], j, 0, b0),
+                          gw_val(acc[i], j, 1, b1));
             if (row + 8 < GW_M)
-                gw_store2(d + (row + 8) * GW_LDD + col, gw_act(acc[i][4 * j + 2] + b0),
-                          gw_act(acc[i][4 * j + 3] + b1));
+                gw_store2(d + (row + 8) * GW_LDD + col, gw_val(acc[i], j, 2, b0),
+                          gw_val(acc[i], j, 3, b1));
         }
     }
 }
@@ -347,7 +369,7 @@ __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const
 // the consumer warpgroup) orders the warpgroup's writes and reads of its buffer. D's rows and N are
 // whole 16-byte stores (the emitter's condition), so a store is either inside D or past N whole.
 #define GW_DB ((int)sizeof(GW_TD))
-#define GW_CH ((GW_NW * GW_DB) % 128 == 0 ? 128 / GW_DB : 64 / GW_DB) // columns a chunk
+#define GW_CH ((GW_NWO * GW_DB) % 128 == 0 ? 128 / GW_DB : 64 / GW_DB) // columns a chunk
 #define GW_EPI_PITCH (GW_CH * GW_DB + 16)
 #define GW_EPI_BYTES (64 * GW_EPI_PITCH) // a warpgroup's buffer
 __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
@@ -362,7 +384,7 @@ __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], 
 #pragma unroll
     for (int i = 0; i < GW_MI; i++) {
 #pragma unroll
-        for (int c0 = 0; c0 < GW_NW; c0 += GW_CH) {
+        for (int c0 = 0; c0 < GW_NWO; c0 += GW_CH) {
             asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); // the buffer is free
 #pragma unroll
             for (int j = c0 / 8; j < (c0 + GW_CH) / 8; j++) {
@@ -371,9 +393,9 @@ __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], 
                 const float b0 = col < GW_N ? gw_bias_at(bias, col) : 0.0f;
                 const float b1 = col < GW_N ? gw_bias_at(bias, col + 1) : 0.0f;
                 gw_store2(reinterpret_cast<GW_TD *>(buf + r * GW_EPI_PITCH) + cl,
-                          gw_act(acc[i][4 * j] + b0), gw_act(acc[i][4 * j + 1] + b1));
+                          gw_val(acc[i], j, 0, b0), gw_val(acc[i], j, 1, b1));
                 gw_store2(reinterpret_cast<GW_TD *>(buf + (r + 8) * GW_EPI_PITCH) + cl,
-                          gw_act(acc[i][4 * j + 2] + b0), gw_act(acc[i][4 * j + 3] + b1));
+                          gw_val(acc[i], j, 2, b0), gw_val(acc[i], j, 3, b1));
             }
             asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); // the chunk is written
 #pragma unroll
@@ -390,7 +412,8 @@ __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], 
 
 __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *__restrict__ b,
                                         const GW_TB *__restrict__ bias, GW_TD *__restrict__ d,
-                                        const kiln_tensormap *tma, const kiln_tensormap *tmb) {
+                                        const kiln_tensormap *tma, const kiln_tensormap *tmb,
+                                        const kiln_tensormap *tmb2) {
     extern __shared__ uint8_t gw_buf[];
     const uint32_t base = (gw_smem_addr(gw_buf) + 1023u) & ~1023u;
     const int tid = threadIdx.x, wg = tid / 128, t = tid % 128;
@@ -439,6 +462,8 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
             return;
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(tma) : "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmb) : "memory");
+        if (GW_GATED)
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmb2) : "memory");
         int it = 0;
         for (int tile = first; tile < tiles; tile += step) {
             gw_tile(tile, rank, m0, n0, z);
@@ -454,8 +479,14 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
                 for (int r = 0; r < GW_BM; r += GW_A_BOX) // a box has at most 256 rows
                     gw_tma(stage + (uint32_t)r * 128, tma, kt * GW_BK, (int)m0 + r, z, GW_A3,
                            full + 8 * s);
+#if GW_GATED // the gate's rows, then the up projection's, for the tile's columns of D
+                gw_tma(stage + GW_A_BYTES, tmb, kt * GW_BK, (int)n0, z, GW_B3, full + 8 * s);
+                gw_tma(stage + GW_A_BYTES + GW_BN / 2 * 128, tmb2, kt * GW_BK, (int)n0, z, GW_B3,
+                       full + 8 * s);
+#else
                 gw_tma_b(stage + GW_A_BYTES + (uint32_t)rank * GW_B_PART, tmb, kt * GW_BK,
                          (int)n0 + rank * (GW_BN / GW_CL), z, GW_B3, full + 8 * s);
+#endif
             }
         }
         return;
@@ -510,6 +541,7 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
     // address arithmetic cost 10-25 % here on the H200, bench/RESULTS.md).
     (void)tma;
     (void)tmb;
+    (void)tmb2;
     gw_tile(blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, 0, m0, n0, z);
     a += (int64_t)z * GW_SA;
     b += (int64_t)z * GW_SB;

@@ -1,6 +1,6 @@
 """Writes the cublaslt family's problem directories: the small test problems next to this file (the
-cpu proof and the matcher's tests) and the GPU row bench/problems/gemm_linear_bf16_4096x9216x2304
-(Gemma-4's MLP gate/up projection). Each one is what `kiln capture` writes for the op (a "kiln"
+cpu proof and the matcher's tests), the gated pairs of ../wgmma (which only the wgmma family takes) and
+the GPU row bench/problems/gemm_linear_bf16_4096x9216x2304 (Gemma-4's MLP gate/up projection). Each one is what `kiln capture` writes for the op (a "kiln"
 object with the aten label, args, shapes and layouts; a transposed operand stored in memory order and
 permuted back by the reference), with random inputs instead of stored tensors.
 
@@ -67,9 +67,11 @@ def _write(d, name, definition, declines, input_names):
 T = [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}]
 
 
-def write_chain(dirname, name, description, ops, reference, inputs, out_shape, out_dtype, declines=None):
-    """A GEMM and its epilogue as capture writes a "gemm_epilogue" chain: ops over {"ref": NAME}, the
-    straight-line reference (body lines of run()), inputs {name: (stored shape, dtype, permute or None)}."""
+def write_chain(dirname, name, description, ops, reference, inputs, out_shape, out_dtype, declines=None,
+                pattern="gemm_epilogue", prefix="cublaslt_"):
+    """A GEMM and its epilogue as capture writes a "gemm_epilogue" chain (or another pattern): ops over
+    {"ref": NAME}, the straight-line reference (body lines of run()), inputs {name: (stored shape, dtype, permute
+    or None)}."""
     d = os.path.join(dirname, name)
     os.makedirs(d, exist_ok=True)
     sizes = sorted({v for s, _, _ in inputs.values() for v in s} | set(out_shape))
@@ -82,12 +84,12 @@ def write_chain(dirname, name, description, ops, reference, inputs, out_shape, o
             lines.append(f"    {n} = {n}.permute({', '.join(map(str, perm))})  # captured as a transposed view")
     lines += [f"    {line}" for line in reference]
     definition = {
-        "name": f"cublaslt_{name}", "op_type": "chain", "description": description,
+        "name": f"{prefix}{name}", "op_type": "chain", "description": description,
         "axes": {axis_name(v): {"type": "const", "value": v} for v in sizes},
         "inputs": {n: {"shape": [axis_name(v) for v in s], "dtype": t} for n, (s, t, _) in inputs.items()},
         "outputs": {"out0": {"shape": [axis_name(v) for v in out_shape], "dtype": out_dtype}},
         "reference": "\n".join(lines) + "\n",
-        "kiln": {"kind": "chain", "pattern": "gemm_epilogue", "members": [op["aten"] for op in ops], "calls": 1,
+        "kiln": {"kind": "chain", "pattern": pattern, "members": [op["aten"] for op in ops], "calls": 1,
                  "ops": ops, "outputs": [ops[-1]["out"]], "layouts": layouts},
     }
     _write(d, name, definition, declines, inputs)
@@ -174,6 +176,11 @@ def tests():
           "aten::addmm.default", T[:3],
           {"b": ([24], "bfloat16", None), "x": ([16, 64], "bfloat16", None), "w": ([24, 64], "bfloat16", [1, 0])},
           [16, 24], "bfloat16")
+    write(t, "addmm_bf16_tails", "addmm(b, x, w.t()) in bfloat16 with tails on every axis: M = 328 (two 128-row "
+          "tiles and 72 rows: a pair of row tiles whose second has no rows), N = 392 (a partial column tile), K = 200 "
+          "(a partial k tile).", "aten::addmm.default", T[:3],
+          {"b": ([392], "bfloat16", None), "x": ([328, 200], "bfloat16", None),
+           "w": ([392, 200], "bfloat16", [1, 0])}, [328, 392], "bfloat16")
     decl = os.path.join(t, "declined")
     write(decl, "addmm_beta", "addmm with beta=0.5.", "aten::addmm.default", T[:3],
           {"b": ([8], "float32", None), "x": ([4, 8], "float32", None), "w": ([8, 8], "float32", None)},
@@ -184,6 +191,34 @@ def tests():
     write(decl, "bmm_broadcast_batch", "bmm whose B is permuted across its batch dims.", "aten::bmm.default",
           T[:2], {"a": ([2, 4, 8], "float32", None), "b": ([8, 2, 6], "float32", [1, 0, 2])}, [2, 4, 6], "float32",
           declines="permuted across its batch dims")
+
+
+def gated(w):
+    """Gated pairs, the front of a GeGLU/SwiGLU MLP (kiln_gemm_gated; only the wgmma family takes them): GELU-tanh
+    between the two linears in bfloat16, and SiLU after both in float16 with the product reading the up
+    projection first."""
+    bf, f16 = "bfloat16", "float16"
+    write_chain(w, "gated_gelu_bf16", "The front of a GeGLU MLP (Gemma-4's): gelu_tanh(x @ wgᵀ) * (x @ wuᵀ), "
+                "bfloat16, no bias. Not a cuBLASLt epilogue (the cublaslt family declines it); kiln's wgmma GEMM "
+                "computes both projections in one tile and the product in its epilogue.",
+                [op("aten::linear.default", ["x", "wg"], "v0", bf),
+                 op("aten::gelu.default", ["v0"], "va", bf, approximate="tanh"),
+                 op("aten::linear.default", ["x", "wu"], "v1", bf),
+                 op("aten::mul.Tensor", ["va", "v1"], "v2", bf)],
+                ["g = torch.ops.aten.linear.default(x, wg)", "u = torch.ops.aten.linear.default(x, wu)",
+                 "a = torch.ops.aten.gelu.default(g, approximate='tanh')", "return torch.ops.aten.mul.Tensor(a, u)"],
+                {"x": ([200, 96], bf, None), "wg": ([72, 96], bf, None), "wu": ([72, 96], bf, None)}, [200, 72], bf,
+                pattern="gemm_gated", prefix="gemm_")
+    write_chain(w, "gated_silu_f16", "The front of a SwiGLU MLP: (x @ wuᵀ) * silu(x @ wgᵀ), float16, both "
+                "linears before the activation and the product reading the up projection first.",
+                [op("aten::linear.default", ["x", "wg"], "v0", f16),
+                 op("aten::linear.default", ["x", "wu"], "v1", f16),
+                 op("aten::silu.default", ["v0"], "va", f16),
+                 op("aten::mul.Tensor", ["v1", "va"], "v2", f16)],
+                ["g = torch.ops.aten.linear.default(x, wg)", "u = torch.ops.aten.linear.default(x, wu)",
+                 "a = torch.ops.aten.silu.default(g)", "return torch.ops.aten.mul.Tensor(u, a)"],
+                {"x": ([40, 64], f16, None), "wg": ([48, 64], f16, None), "wu": ([48, 64], f16, None)}, [40, 48], f16,
+                pattern="gemm_gated", prefix="gemm_")
 
 
 def bench():
@@ -197,4 +232,5 @@ def bench():
 if __name__ == "__main__":
     tests()
     chains(HERE)
+    gated(os.path.join(HERE, "..", "wgmma"))
     bench()
