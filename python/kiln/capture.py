@@ -445,13 +445,15 @@ class Capture:
         """Chains of memory-bound calls (kiln.capture_chain) grouped by signature, slowest first; a chain
         that is exactly one leaf module's forward ("is_module") is that module's problem, not another. An
         eager attention block around a softmax chain is a chain group of its own ("pattern": "attention"), and
-        so is a GEMM with the pointwise epilogue cuBLASLt fuses after it ("pattern": "gemm_epilogue")."""
-        from kiln.capture_chain import Graph, attention_block, chain_key, find_chains, gemm_epilogue
+        so is a GEMM with the pointwise epilogue cuBLASLt fuses after it ("pattern": "gemm_epilogue"), and the
+        front of a GeGLU/SwiGLU MLP, act(x @ wgᵀ) * (x @ wuᵀ) ("pattern": "gemm_gated")."""
+        from kiln.capture_chain import Graph, attention_block, chain_key, find_chains, gated_pair, gemm_epilogue
         self.graph = g = Graph(self.ops)
         modules = {tuple(sorted(ids)) for m in self.module_groups for ids in m["calls"]}
         groups: dict = {}
         blocks = [(chain, None) for chain in find_chains(self.ops)]
         blocks += [(b, "gemm_epilogue") for b in (gemm_epilogue(g, i) for i in range(len(self.ops))) if b]
+        blocks += [(b, "gemm_gated") for b in (gated_pair(g, i) for i in range(len(self.ops))) if b]
         for chain, pattern in blocks:
             found = [(chain, pattern)]
             block = attention_block(g, chain) if pattern is None else None

@@ -17,6 +17,8 @@ MATMUL_NAMES = frozenset({"matmul", "bmm"})
 # GEMMs whose output cuBLASLt can put through an epilogue, and the activations it offers there
 GEMM_NAMES = frozenset({"linear", "addmm", "mm", "matmul"})
 EPILOGUE_ACTIVATIONS = frozenset({"relu", "gelu"})
+# the activations of a gated pair's gate projection (GeGLU, SwiGLU): kiln_gemm_gated in src/gen/gemm_match.c
+GATE_ACTIVATIONS = frozenset({"gelu", "silu"})
 
 
 def is_member(op) -> bool:
@@ -248,6 +250,55 @@ def gemm_epilogue(g: Graph, i: int) -> Optional[list]:
         block.append(readers[0])
         tid, meta = g.ops[readers[0]].outputs[0]
     return block if len(block) >= 2 and g.convex(set(block)) else None
+
+
+def _only_step(g: Graph, tid, reader: int):
+    """The call that made value tid, where tid is one output of it read only by call `reader`, as it was
+    returned; else None."""
+    p = g.producer.get(tid)
+    if p is None or g.consumers.get(tid, []) != [reader]:
+        return None
+    made = g.ops[p[0]]
+    reads = [m for _, t, m in g.ops[reader].inputs if t == tid]
+    if len(made.outputs) != 1 or len(reads) != 1 or view_steps(made.outputs[0][1], reads[0]) != []:
+        return None
+    return p[0]
+
+
+def gated_pair(g: Graph, i: int) -> Optional[list]:
+    """The front of a GeGLU or SwiGLU MLP ending at call i: mul(act(linear(x, wg)), linear(x, wu)) in
+    either order, both linears without bias reading one x with weights of one shape and dtype, GELU (either
+    form) or SiLU, each intermediate read only by the next call as it was returned (kiln_gemm_gated in
+    src/gen/gemm_match.c; only the wgmma family takes it). The block's op ids in call order, or None."""
+    op = g.ops[i]
+    if (op.func._opname, op.func._overloadname) != ("mul", "Tensor") or op.no_problem is not None \
+            or len(op.inputs) != 2 or len(op.outputs) != 1 or op.inputs[0][1] == op.inputs[1][1]:
+        return None
+    for a, u in ((0, 1), (1, 0)):
+        act = _only_step(g, op.inputs[a][1], i)
+        up = _only_step(g, op.inputs[u][1], i)
+        if act is None or up is None:
+            continue
+        aop = g.ops[act]
+        if aop.func._opname not in GATE_ACTIVATIONS or aop.func._overloadname != "default" \
+                or aop.no_problem is not None or len(aop.inputs) != 1:
+            continue
+        if aop.func._opname == "gelu" and _arg(aop, 1, "approximate", "none") not in ("none", "tanh"):
+            continue
+        gate = _only_step(g, aop.inputs[0][1], act)
+        if gate is None:
+            continue
+        lin = [g.ops[gate], g.ops[up]]
+        if any(o.func._opname != "linear" or o.no_problem is not None or len(o.inputs) != 2 for o in lin):
+            continue
+        (_, xg, _), (_, wg, mg) = lin[0].inputs
+        (_, xu, _), (_, wu, mu) = lin[1].inputs
+        if xg != xu or wg == wu or tuple(mg.shape) != tuple(mu.shape) or mg.dtype != mu.dtype:
+            continue
+        block = sorted([gate, act, up, i])
+        if g.convex(set(block)):
+            return block
+    return None
 
 
 def chain_outputs(g: Graph, chain: list) -> list:

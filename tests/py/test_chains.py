@@ -360,6 +360,28 @@ def test_example_gemm_epilogues(runs):
     assert "matches family cublaslt (linear_to_float32)" in listed.stdout + listed.stderr
 
 
+def test_example_gated_pairs(runs, tmp_path):
+    """The front of each MLP: Gemma-4's gelu_tanh(gate_proj(x)) * up_proj(x) (GeGLU) and Qwen-3.5's shared
+    expert silu(gate_proj(x)) * up_proj(x) (SwiGLU) are one "gemm_gated" block a layer, which the wgmma family
+    matches as a gated pair (both projections in one kernel) and the cublaslt family declines; the cpu
+    candidate is proved by the gate on the captured tensors."""
+    for name, act, path, variant in (("gemma4", "gelu.default", "mlp.gate_proj", "linear_gated_gelu"),
+                                     ("qwen_moe", "silu.default", "shared_expert.gate_proj", "linear_gated_silu")):
+        found = [(p, d) for p, d in chains(runs[name]) if d["kiln"].get("pattern") == "gemm_gated"]
+        assert len(found) == 1, [p.name for p, _ in found]
+        problem, d = found[0]
+        k = d["kiln"]
+        assert short(k["members"]) == ["linear.default", act, "linear.default", "mul.Tensor"]
+        assert k["calls"] == len(k["module_paths"]) > 1
+        assert all(m.endswith(path) for m in k["module_paths"]), k["module_paths"]
+        listed = run_kiln(["sweep", problem, "--backend", "cpu", "--list"])
+        assert f"matches family wgmma ({variant})" in listed.stdout + listed.stderr, listed.stdout
+        assert "matches family cublaslt" not in listed.stdout + listed.stderr
+        res = prove(problem, "wgmma", tmp_path / name)
+        assert res["outcome"] == "ok", res
+        assert res["summary"]["proved"] == res["summary"]["workloads"]
+
+
 CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "softmax_chain.py"
 GEMM_SCRIPT = ROOT / "tests" / "data" / "chains" / "gemm_epilogue.py"
 GN_CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "groupnorm_chain.py"
