@@ -225,6 +225,16 @@ def test_graph_mode_replaces_a_chain_with_a_string_argument(runs, tmp_path):
     assert dist < 0.35
 
 
+def test_graph_mode_replaces_a_gated_pair(runs, tmp_path):
+    """Gemma-4 --small's MLP front, gelu_tanh(gate_proj(x)) * up_proj(x) (a "gemm_gated" block: the wgmma
+    family's gated pair, its cpu candidate here), is one op of each layer's graph in graph mode: a hit per
+    layer, the logits within the bf16 model's tolerance of eager."""
+    problem = next(p for p in (runs["gemma4"] / "problems").iterdir() if p.name.startswith("gemm_gated_"))
+    stats, notes, dist, _ = _gemma_run(optimize_alone([problem], tmp_path / "run"))
+    assert stats["hits"] == 6, (stats, notes)
+    assert dist < 0.35
+
+
 def test_kiln_run_graph(chain_library, tmp_path):
     """`kiln run --graph` on the unmodified script: the chain is a hit of each forward; --graph with --compile is
     refused as bad usage."""
