@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_chains import (ROOT, _chain_library, _chain_model, _script_module, chain_library, example_model,  # noqa: E402,F401
-                         gemma_attention, kiln_env, optimize_alone, runs)
+from test_chains import (ROOT, _chain_library, _chain_model, _script_module, chain_library,  # noqa: E402,F401
+                         chains, example_model, gemma_attention, kiln_env, optimize_alone, runs)
 from test_install import library, opened  # noqa: E402,F401  (the tiny model's cpu library)
 
 pytestmark = pytest.mark.skipif(not (ROOT / "build" / "kiln").exists(), reason="build/kiln is not built (make all)")
@@ -228,10 +228,18 @@ def test_graph_mode_replaces_a_chain_with_a_string_argument(runs, tmp_path):
 def test_graph_mode_replaces_a_gated_pair(runs, tmp_path):
     """Gemma-4 --small's MLP front, gelu_tanh(gate_proj(x)) * up_proj(x) (a "gemm_gated" block: the wgmma
     family's gated pair, its cpu candidate here), is one op of each layer's graph in graph mode: a hit per
-    layer, the logits within the bf16 model's tolerance of eager."""
-    problem = next(p for p in (runs["gemma4"] / "problems").iterdir() if p.name.startswith("gemm_gated_"))
-    stats, notes, dist, _ = _gemma_run(optimize_alone([problem], tmp_path / "run"))
-    assert stats["hits"] == 6, (stats, notes)
+    layer, the logits within the bf16 model's tolerance of eager. Installed with the two other entries over
+    the same calls (the gate projection's GEMM epilogue block and the gelu -> mul chain), it is still the one
+    replaced: graph mode applies the largest pattern first."""
+    problems = runs["gemma4"] / "problems"
+    gated = next(p for p in problems.iterdir() if p.name.startswith("gemm_gated_"))
+    gelu_mul = problems / "chain_gelu_mul_1x64x256_bf16"
+    epilogue = next(p for p, d in chains(runs["gemma4"]) if d["kiln"].get("pattern") == "gemm_epilogue"
+                    and any(m.endswith("mlp.gate_proj") for m in d["kiln"]["module_paths"]))
+    stats, notes, dist, _ = _gemma_run(optimize_alone([gated, gelu_mul, epilogue], tmp_path / "run"))
+    hits = {t: v["hits"] for t, v in stats["targets"].items()}
+    assert hits == {"chain linear.default -> gelu.default -> linear.default -> mul.Tensor": 6,
+                    "chain gelu.default -> mul.Tensor": 0, "chain linear.default -> gelu.default": 0}, (hits, notes)
     assert dist < 0.35
 
 
