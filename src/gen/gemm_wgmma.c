@@ -100,37 +100,32 @@ static int64_t d_bytes(const kiln_lt_gemm *g) {
 
 /* Whether the epilogue goes through shared memory (GW_EPI_SMEM: the warp-specialised pipeline, and
  * D's rows, N and batch stride in whole 16-byte stores). */
-static int epi_smem(const kiln_match *m, const int64_t *pt) {
-    const kiln_lt_gemm g = kiln_gemm_of(m);
-    const int64_t vec = 16 / d_bytes(&g);
-    return pt[P_WS] && g.n % vec == 0 && g.ldd % vec == 0 && g.stride_d % vec == 0;
+static int epi_smem(const kiln_lt_gemm *g, const int64_t *pt) {
+    const int64_t vec = 16 / d_bytes(g);
+    return pt[P_WS] && g->n % vec == 0 && g->ldd % vec == 0 && g->stride_d % vec == 0;
 }
 
 /* A consumer warpgroup's buffer for the staged epilogue: 64 rows of a 128-byte chunk (64 where the
  * warpgroup's columns of D, half its wgmma's N for a gated pair, are not whole 128-byte chunks) and
  * 16 bytes of padding (the template's GW_EPI_BYTES). */
-static int64_t epi_bytes(const kiln_match *m, const int64_t *pt) {
-    const kiln_lt_gemm g = kiln_gemm_of(m);
-    const int64_t cols = n_wg(pt) / (kiln_gemm_gated(m) ? 2 : 1);
-    return 64 * ((cols * d_bytes(&g) % 128 == 0 ? 128 : 64) + 16);
+static int64_t epi_bytes(const kiln_lt_gemm *g, int gated, const int64_t *pt) {
+    const int64_t cols = n_wg(pt) / (gated ? 2 : 1);
+    return 64 * ((cols * d_bytes(g) % 128 == 0 ? 128 : 64) + 16);
 }
 
 /* The stages, 128 bytes a tile row of A and of B, 1024 bytes to align the first stage, the
- * warp-specialised pipeline's two mbarriers a stage and the staged epilogue's buffers. */
-static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
+ * warp-specialised pipeline's two mbarriers a stage and the staged epilogue's buffers (g: D as
+ * written). */
+static int64_t smem_bytes(const kiln_lt_gemm *g, int gated, const int64_t *pt) {
     return pt[P_STAGES] * (block_m(pt) + pt[P_BN]) * 128 + 1024 +
            (pt[P_WS] ? 16 * pt[P_STAGES] : 0) +
-           (epi_smem(m, pt) ? pt[P_WGS] * epi_bytes(m, pt) : 0);
+           (epi_smem(g, pt) ? pt[P_WGS] * epi_bytes(g, gated, pt) : 0);
 }
 
-/* Tiles of D over the whole batch. */
-static int64_t tiles_of(const kiln_lt_gemm *g, const int64_t *pt) {
-    return (g->m + block_m(pt) - 1) / block_m(pt) * ((g->n + pt[P_BN] - 1) / pt[P_BN]) * g->batch;
-}
-
-/* Units of work over the whole batch: a cluster's GW_CL row tiles of one column tile. */
-static int64_t units_of(const kiln_lt_gemm *g, const int64_t *pt) {
-    const int64_t um = block_m(pt) * pt[P_CL];
+/* Units of work over the whole batch: `cl` row tiles of one column tile (a cluster's; 1: a tile).
+ * g as the tiles see it (tiled). */
+static int64_t units_of(const kiln_lt_gemm *g, const int64_t *pt, int64_t cl) {
+    const int64_t um = block_m(pt) * cl;
     return (g->m + um - 1) / um * ((g->n + pt[P_BN] - 1) / pt[P_BN]) * g->batch;
 }
 
@@ -140,17 +135,18 @@ static int64_t threads_of(const int64_t *pt) {
 
 /* The GEMM as the tiles see it: a gated pair's tile multiplies BN rows of its two weights for BN /
  * 2 columns of D, so its tiles are those of a GEMM with twice D's columns. */
-static kiln_lt_gemm tiled(const kiln_match *m) {
-    kiln_lt_gemm g = kiln_gemm_of(m);
-    if (kiln_gemm_gated(m))
+static kiln_lt_gemm tiled(kiln_lt_gemm g, int gated) {
+    if (gated)
         g.n *= 2;
     return g;
 }
 
 static const char *gw_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
     (void)p;
-    const kiln_lt_gemm g = tiled(m);
-    if (kiln_gemm_gated(m) && (!pt[P_WS] || pt[P_SPLITN] || pt[P_CL] > 1))
+    const kiln_lt_gemm gd = kiln_gemm_of(m); /* D as written */
+    const int gated = kiln_gemm_gated(m) != 0;
+    const kiln_lt_gemm g = tiled(gd, gated);
+    if (gated && (!pt[P_WS] || pt[P_SPLITN] || pt[P_CL] > 1))
         return "a gated pair needs the TMA pipeline, rows split and no clusters (its B tile is the "
                "two weights' rows, each thread holding a column of both)";
     if (pt[P_SPLITN] && (pt[P_WGS] < 2 || pt[P_PP]))
@@ -160,7 +156,7 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
                "columns (a tile's rows at most 320)";
     if (accs(pt) > 160)
         return "more than 160 fp32 accumulators a thread (GW_MI x the wgmma's N / 2)";
-    if (smem_bytes(m, pt) > GW_MAX_SMEM)
+    if (smem_bytes(&gd, gated, pt) > GW_MAX_SMEM)
         return "the stages exceed 227 KiB of shared memory";
     if (block_m(pt) > 64 && g.m <= block_m(pt) / 2)
         return "a block's rows are more than twice M";
@@ -169,7 +165,7 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
     const int64_t tiles_m = (g.m + block_m(pt) - 1) / block_m(pt);
     if (pt[P_GROUP] > 1 && tiles_m <= 1)
         return "one row tile: the raster group changes nothing";
-    if (pt[P_MINB] > 1 && pt[P_MINB] * smem_bytes(m, pt) > GW_SM_SMEM)
+    if (pt[P_MINB] > 1 && pt[P_MINB] * smem_bytes(&gd, gated, pt) > GW_SM_SMEM)
         return "two blocks an SM need their stages within 228 KiB together";
     if (pt[P_MINB] > 1 && (threads_of(pt) > 256 || accs(pt) > 64))
         return "two blocks an SM: at most 256 threads of 128 registers, 64 accumulators";
@@ -177,7 +173,7 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
         return "a persistent grid needs the warp-specialised pipeline (GW_WS 1)";
     if (pt[P_PP] && (!pt[P_PERSIST] || pt[P_WGS] < 2))
         return "ping-pong needs two consumer warpgroups in a persistent grid";
-    if (pt[P_PERSIST] && tiles_of(&g, pt) <= KILN_FAMILY_SMS)
+    if (pt[P_PERSIST] && units_of(&g, pt, 1) <= KILN_FAMILY_SMS)
         return "the tiles fit one wave: a persistent grid changes nothing";
     if (pt[P_CL] > 1 && !pt[P_WS])
         return "clusters share B's tile by TMA multicast: they need the warp-specialised pipeline";
@@ -210,7 +206,7 @@ static double wave_use(const kiln_lt_gemm *g, int64_t bm, int64_t bn) {
  */
 static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     (void)p;
-    const kiln_lt_gemm g = tiled(m);
+    const kiln_lt_gemm g = tiled(kiln_gemm_of(m), kiln_gemm_gated(m) != 0);
     pt[P_MI] = 1;
     pt[P_WGS] = g.m > 64 ? 2 : 1;
     const int64_t bm = 64 * pt[P_WGS];
@@ -263,8 +259,9 @@ static void emit_tmap(kiln_strbuf *b, const char *name, int64_t k, int64_t rows,
 static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
     if (!cuda)
         return kiln_gemm_emit_cpu(&kiln_family_wgmma, p, m, 1);
-    const kiln_lt_gemm g = kiln_gemm_of(m), gt = tiled(m);
+    const kiln_lt_gemm g = kiln_gemm_of(m);
     const int gated = kiln_gemm_gated(m) != 0;
+    const kiln_lt_gemm gt = tiled(g, gated);
     const kiln_kernel_type t = kiln_dtype_kernel_type(g.a_type, 1);
     const kiln_kernel_type td = kiln_dtype_kernel_type(g.d_type, 1);
     const int bias = kiln_lt_epilogue_has_bias(g.epilogue);
@@ -284,10 +281,10 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
                        (long long)g.stride_b, (long long)g.stride_d, bias, act_of(&g, m),
                        g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch,
-                       epi_smem(m, pt), gated);
+                       epi_smem(&g, pt), gated);
     /* a block a tile; clusters of GW_CL blocks a unit (x fastest); persistent: a cluster an SM's
      * worth of blocks, or a unit, whichever is fewer */
-    const int64_t threads = threads_of(pt), units = units_of(&gt, pt), cl = pt[P_CL];
+    const int64_t threads = threads_of(pt), units = units_of(&gt, pt, pt[P_CL]), cl = pt[P_CL];
     char cluster[32] = "";
     if (cl > 1)
         kiln_family_fmt(cluster, sizeof cluster, " cluster=(%lld,1,1)", (long long)cl);
@@ -295,13 +292,13 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
         kiln_strbuf_printf(
             &b, "// kiln: launch gemm_kernel grid=%lld block=%lld smem=%lld%s\n",
             (long long)((units < KILN_FAMILY_SMS / cl ? units : KILN_FAMILY_SMS / cl) * cl),
-            (long long)threads, (long long)smem_bytes(m, pt), cluster);
+            (long long)threads, (long long)smem_bytes(&g, gated, pt), cluster);
     else
         kiln_strbuf_printf(&b,
                            "// kiln: launch gemm_kernel grid=(%lld,1,%lld) block=%lld "
                            "smem=%lld%s\n",
                            (long long)(units / g.batch * cl), (long long)g.batch,
-                           (long long)threads, (long long)smem_bytes(m, pt), cluster);
+                           (long long)threads, (long long)smem_bytes(&g, gated, pt), cluster);
     const char *a_name = p->inputs[m->input_of_role[KILN_GEMM_A]].name;
     const char *b_name = p->inputs[m->input_of_role[KILN_GEMM_B]].name;
     if (pt[P_WS]) {

@@ -333,14 +333,20 @@ __device__ __forceinline__ float gw_val(const float *acc, int j, int e, float bi
 #endif
 }
 
-// The epilogue of the warpgroup with part `part` of the tile at (m0, n0) of D (gw_mma_stage).
-__device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
-                                              GW_TD *d, int64_t m0, int64_t n0, int part, int t) {
-    const int warp = t / 32, lane = t % 32;
+// The first row and column of D of part `part` of the tile at (m0, n0): its 64 x GW_MI rows or its
+// GW_NW columns (gw_mma_stage).
+__device__ __forceinline__ void gw_part_origin(int part, int64_t &m0, int64_t &n0) {
     if (GW_SPLITN)
         n0 += (int64_t)part * GW_NW;
     else
         m0 += (int64_t)part * GW_MI * 64;
+}
+
+// The epilogue of the warpgroup with part `part` of the tile at (m0, n0) of D (gw_mma_stage).
+__device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
+                                              GW_TD *d, int64_t m0, int64_t n0, int part, int t) {
+    const int warp = t / 32, lane = t % 32;
+    gw_part_origin(part, m0, n0);
 #pragma unroll
     for (int j = 0; j < GW_NWO / 8; j++) {
         const int64_t col = n0 + j * 8 + (lane % 4) * 2;
@@ -376,10 +382,7 @@ __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], 
                                                    GW_TD *d, int64_t m0, int64_t n0, int part,
                                                    int t, uint8_t *buf, int bar) {
     const int warp = t / 32, lane = t % 32;
-    if (GW_SPLITN)
-        n0 += (int64_t)part * GW_NW;
-    else
-        m0 += (int64_t)part * GW_MI * 64;
+    gw_part_origin(part, m0, n0);
     constexpr int vec = 16 / GW_DB, per_row = GW_CH / vec, rows_a_pass = 128 / per_row;
 #pragma unroll
     for (int i = 0; i < GW_MI; i++) {
