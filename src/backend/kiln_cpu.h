@@ -90,4 +90,23 @@ static inline kiln_f16 kiln_float_to_f16(float f) {
     return (kiln_f16)(sign | r);
 }
 
+/* fp8 bytes widened to float (exact: every fp8 value is a float). e4m3fn: bias 7, no Inf, only
+ * S.1111.111 is NaN; e5m2: bias 15, IEEE-like (Inf and NaN in the top exponent). */
+static inline float kiln_e4m3_to_float(uint8_t b) {
+    uint32_t sign = ((uint32_t)b & 0x80u) << 24, e = ((uint32_t)b >> 3) & 0xfu,
+             m = (uint32_t)b & 7u;
+    if (e == 15u && m == 7u)
+        return kiln__bits_float(sign | 0x7fc00000u);
+    if (e == 0u) { /* zero or subnormal: m * 2^-9 */
+        float v = (float)m * 0.001953125f;
+        return sign ? -v : v;
+    }
+    return kiln__bits_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+static inline float kiln_e5m2_to_float(uint8_t b) {
+    /* e5m2 is the top byte of an IEEE half */
+    return kiln_f16_to_float((kiln_f16)((uint32_t)b << 8));
+}
+
 #endif

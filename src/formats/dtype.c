@@ -37,7 +37,8 @@ typedef struct {
     const char *c_type;  /* a scalar of this type as a candidate receives it (docs/abi.md) */
     int is_float;
     /* An element in a kernel: CUDA's type and conversions (cuda_fp16.h, cuda_bf16.h), and the cpu
-     * backend's (kiln_cpu.h). The 8- and 4-bit floats are raw bytes in both, with no conversion. */
+     * backend's (kiln_cpu.h). The 8- and 4-bit floats are raw bytes in both; the cpu backend widens
+     * fp8 to float (a GEMM's inputs) and rounds nothing to them. */
     kiln_kernel_type cuda, cpu;
 } dtype_info;
 
@@ -63,8 +64,20 @@ static const dtype_info DTYPES[KILN_DTYPE_COUNT] = {
                    1,
                    {"__nv_bfloat16", "__bfloat162float", "__float2bfloat16_rn"},
                    {"kiln_bf16", "kiln_bf16_to_float", "kiln_float_to_bf16"}},
-    [KILN_F8_E4M3] = {1, "float8_e4m3fn", "F8_E4M3", "float", 1, RAW_BYTES, RAW_BYTES},
-    [KILN_F8_E5M2] = {1, "float8_e5m2", "F8_E5M2", "float", 1, RAW_BYTES, RAW_BYTES},
+    [KILN_F8_E4M3] = {1,
+                      "float8_e4m3fn",
+                      "F8_E4M3",
+                      "float",
+                      1,
+                      RAW_BYTES,
+                      {"uint8_t", "kiln_e4m3_to_float", NULL}},
+    [KILN_F8_E5M2] = {1,
+                      "float8_e5m2",
+                      "F8_E5M2",
+                      "float",
+                      1,
+                      RAW_BYTES,
+                      {"uint8_t", "kiln_e5m2_to_float", NULL}},
     /* One fp4 value per byte: safetensors has no such type. */
     [KILN_F4_E2M1] = {1, "float4_e2m1", NULL, "float", 1, RAW_BYTES, RAW_BYTES},
     /* safetensors "F4" counts 4-bit values; safetensors.c converts the last dimension. */
@@ -137,6 +150,10 @@ int kiln_dtype_parse_torch(const char *name, kiln_dtype *out) {
 
 int kiln_dtype_is_float(kiln_dtype t) {
     return valid(t) && DTYPES[t].is_float;
+}
+
+int kiln_dtype_is_fp8(kiln_dtype t) {
+    return t == KILN_F8_E4M3 || t == KILN_F8_E5M2;
 }
 
 const char *kiln_dtype_c_type(kiln_dtype t) {

@@ -43,6 +43,8 @@ int kiln_dtype_parse_torch(const char *name, kiln_dtype *out);
 int kiln_dtype_parse_st(const char *name, kiln_dtype *out);
 /* 1 for floating-point types (NaN/Inf are possible), 0 for integers and bool. */
 int kiln_dtype_is_float(kiln_dtype t);
+/* 1 for the 8-bit floats (float8_e4m3fn, float8_e5m2). */
+int kiln_dtype_is_fp8(kiln_dtype t);
 /* The C type a candidate uses for a scalar of this type ("float", "int64_t", ...), for the ABI. */
 const char *kiln_dtype_c_type(kiln_dtype t);
 
@@ -50,8 +52,10 @@ const char *kiln_dtype_c_type(kiln_dtype t);
 typedef struct {
     const char *type;       /* "__nv_bfloat16" (CUDA), "kiln_bf16" (cpu, kiln_cpu.h), "float" ... */
     const char *to_float;   /* the function widening an element to float; "" where C converts it;
-                               NULL for the 8- and 4-bit floats (raw bytes: no conversion) */
-    const char *from_float; /* the function rounding a float to an element; "" or NULL as above */
+                               NULL for the 8- and 4-bit floats (raw bytes: no conversion), but
+                               the cpu backend's fp8 (kiln_cpu.h's kiln_e4m3_to_float ...) */
+    const char *from_float; /* the function rounding a float to an element; "" or NULL (every
+                               8- and 4-bit float) */
 } kiln_kernel_type;
 
 /* The element type of t in a kernel: CUDA's names when cuda, else the cpu backend's. The one map

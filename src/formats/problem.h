@@ -103,8 +103,9 @@ typedef struct {
 } kiln_problem;
 
 /* The tolerance output o is judged by on workload w: the workload's, else the problem's ("kiln":
- * {"tolerance"}), else the loosest default of the output's dtype and the float inputs' dtypes (an
- * integer or bool output stays exact). w = -1: no workload's own. */
+ * {"tolerance"}), else the loosest default of the output's dtype and the float inputs' dtypes (but
+ * a contraction's 8- and 4-bit ones: kiln.flops known; an integer or bool output stays exact).
+ * w = -1: no workload's own. */
 kiln_tolerance kiln_problem_output_tolerance(const kiln_problem *p, int w, int o);
 
 /* Loads DIR/definition.json and DIR/workload.jsonl. Errors name the file, the line (for jsonl) and

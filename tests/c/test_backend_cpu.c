@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "backend/kiln_cpu.h"
+#include "formats/dtype.h"
 
 /* y = x * alpha over n floats: a tensor, a float scalar, an output and an int64 axis. */
 static const char scale_def[] =
@@ -654,6 +655,27 @@ static void test_bf16_conversions(void **state) {
     assert_true(isnan(kiln_bf16_to_float(nan)));
 }
 
+/* kiln_cpu.h's fp8 widening agrees with kiln's own decoding (dtype.c) on every code. */
+static void test_fp8_conversions(void **state) {
+    (void)state;
+    for (unsigned c = 0; c < 256; c++) {
+        const uint8_t b = (uint8_t)c;
+        const double e4 = kiln_dtype_load(KILN_F8_E4M3, &b, 0),
+                     e5 = kiln_dtype_load(KILN_F8_E5M2, &b, 0);
+        if (isnan(e4))
+            assert_true(isnan(kiln_e4m3_to_float(b)));
+        else
+            assert_true((double)kiln_e4m3_to_float(b) == e4);
+        if (isnan(e5))
+            assert_true(isnan(kiln_e5m2_to_float(b)));
+        else
+            assert_true((double)kiln_e5m2_to_float(b) == e5);
+    }
+    assert_true(kiln_e4m3_to_float(0x7e) == 448.0f);
+    assert_true(kiln_e4m3_to_float(0x81) == -0.001953125f);
+    assert_true(isinf(kiln_e5m2_to_float(0x7c)));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_info),       cmocka_unit_test(test_scale_runs),
@@ -661,6 +683,7 @@ int main(void) {
         cmocka_unit_test(test_missing_entry),     cmocka_unit_test(test_guard_page),
         cmocka_unit_test(test_read_only_buffers), cmocka_unit_test(test_compiler_failures),
         cmocka_unit_test(test_f16_conversions),   cmocka_unit_test(test_bf16_conversions),
+        cmocka_unit_test(test_fp8_conversions),
     };
     const struct CMUnitTest sandboxed[] = {
         cmocka_unit_test(test_device_info),       cmocka_unit_test(test_scale_runs),

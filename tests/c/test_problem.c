@@ -534,13 +534,46 @@ static void test_tolerance_mixed_dtypes(void **state) {
     kiln_problem_free(p);
 }
 
+/* An fp8 GEMM (a contraction: kiln.flops) writing bfloat16 is judged at bfloat16's tolerance, not
+ * fp8's; the same inputs of an op that is not one (no flops) carry fp8's. */
+static void test_tolerance_fp8_contraction(void **state) {
+    (void)state;
+    for (int contraction = 0; contraction < 2; contraction++) {
+        char def[640];
+        snprintf(def, sizeof def,
+                 "{\"name\":\"s\",\"axes\":{\"n\":{\"type\":\"const\",\"value\":8}},"
+                 "\"inputs\":{\"a\":{\"shape\":[\"n\",\"n\"],\"dtype\":\"float8_e4m3fn\"},"
+                 "\"b\":{\"shape\":[\"n\",\"n\"],\"dtype\":\"float8_e5m2\"},"
+                 "\"s\":{\"shape\":[],\"dtype\":\"float32\"}},"
+                 "\"outputs\":{\"y\":{\"shape\":[\"n\",\"n\"],\"dtype\":\"bfloat16\"}},"
+                 "\"reference\":\"def run(a, b, s): ...\"%s}",
+                 contraction ? ",\"kiln\":{\"flops\":1024}" : "");
+        const char *wl = "{\"uuid\":\"a\",\"axes\":{},\"inputs\":{\"a\":{\"type\":\"random\"},"
+                         "\"b\":{\"type\":\"random\"},\"s\":{\"type\":\"random\"}}}\n";
+        kiln_problem *p = NULL;
+        kiln_err err = {{0}};
+        if (kiln_problem_parse(def, strlen(def), "D", wl, strlen(wl), "W", &p, &err) != KILN_OK)
+            fail_msg("%s", err.msg);
+        kiln_tolerance want = kiln_tolerance_default(contraction ? KILN_BF16 : KILN_F8_E4M3);
+        kiln_tolerance y = kiln_problem_output_tolerance(p, 0, 0);
+        assert_true(y.atol == want.atol && y.rtol == want.rtol && y.rel_l2 == want.rel_l2);
+        kiln_problem_free(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_solbench_rmsnorm),   cmocka_unit_test(test_good_basic),
-        cmocka_unit_test(test_good_custom),        cmocka_unit_test(test_literal_dims),
-        cmocka_unit_test(test_malformed),          cmocka_unit_test(test_missing_files),
-        cmocka_unit_test(test_parse_from_memory),  cmocka_unit_test(test_kiln_object_and_layouts),
-        cmocka_unit_test(test_tolerance_defaults), cmocka_unit_test(test_tolerance_mixed_dtypes),
+        cmocka_unit_test(test_solbench_rmsnorm),
+        cmocka_unit_test(test_good_basic),
+        cmocka_unit_test(test_good_custom),
+        cmocka_unit_test(test_literal_dims),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_missing_files),
+        cmocka_unit_test(test_parse_from_memory),
+        cmocka_unit_test(test_kiln_object_and_layouts),
+        cmocka_unit_test(test_tolerance_defaults),
+        cmocka_unit_test(test_tolerance_mixed_dtypes),
+        cmocka_unit_test(test_tolerance_fp8_contraction),
     };
     return cmocka_run_group_tests_name("problem", tests, NULL, NULL);
 }
