@@ -12,7 +12,8 @@
 #
 #   make && OUT=/tmp/out bash bench/gemm_device.sh
 #
-# kiln's own GEMM (the wgmma family) runs too where bench/problems has the row's problem (bf16): `kiln sweep
+# kiln's own GEMM (the wgmma family) runs too where bench/problems has the row's problem (bf16, and fp8 as
+# torch._scaled_mm): `kiln sweep
 # --family wgmma --limit $WGMMA_LIMIT` (default 2: the start point first), through the gate; its best `ok` time
 # is the "wgmma" column and kiln's answer per row is the faster of the two families (as kiln optimize's gate
 # would pick). WGMMA=0 leaves it out.
@@ -86,7 +87,8 @@ for row in "${ROWS[@]}"; do
     grep -h '"error"' "$LOGS/torch_$name.jsonl" | sed 's/^/FAIL torch: /'
     cat "$LOGS/torch_$name.jsonl" >>"$OUT/torch.jsonl"
     prob=bench/problems/gemm_linear_$([ "$epi" = bias_gelu ] && echo bias_gelu_)bf16_${m}x${n}x${k}
-    if [ "${WGMMA:-1}" = 1 ] && [ "$dt" = bfloat16 ] && [ -d "$prob" ] && [ $((BUDGET - SECONDS)) -gt 30 ]; then
+    [ "$dt" = float8_e4m3fn ] && prob=bench/problems/gemm_scaled_mm_e4m3_${m}x${n}x${k}
+    if [ "${WGMMA:-1}" = 1 ] && [ -d "$prob" ] && [ $((BUDGET - SECONDS)) -gt 30 ]; then
         timeout "$(left "${WGMMA_TIMEOUT:-120}")" build/kiln sweep "$prob" --backend cuda --family wgmma \
             --limit "${WGMMA_LIMIT:-2}" --sets 1 --iters 10 --json --out "$LOGS/src_$name" \
             --ref-dir "$LOGS/ref_$name" >"$LOGS/wgmma_$name.json" 2>"$LOGS/wgmma_$name.log" ||

@@ -1,7 +1,8 @@
 """gemm_torch.py: times PyTorch's GEMM on one shape the way build/gemm_bench times cuBLASLt's configs (L2
 flushed before each run, CUDA events, median; bench/torch_baseline.time_fn), so that bench/gemm_device.sh puts
 both in one table. The layout is build/gemm_bench's default: F.linear(x [M, K], w [N, K]) (x @ wᵀ); fp8 is
-torch._scaled_mm(x, w.t()) with per-tensor scales of 1, writing bfloat16; --epilogue bias_gelu is
+torch._scaled_mm(x, w.t()) with per-tensor scales of 1 (--epilogue rowwise: scales [M, 1] and [1, N], PyTorch's
+rowwise fp8), writing bfloat16; --epilogue bias_gelu is
 F.gelu(F.linear(x, w, b), approximate="tanh"), bias is F.linear(x, w, b), gated_gelu is Gemma-4's MLP front
 F.gelu(F.linear(x, wg), approximate="tanh") * F.linear(x, wu) (four ops in eager; TFLOP/s count both GEMMs).
 Usage: python3 bench/gemm_torch.py [--modes eager,max-autotune-no-cudagraphs] [--epilogue E] M N K [dtype]
@@ -24,7 +25,7 @@ def make_fn(dtype, epilogue):
         def fp8(x, w, b, sa, sb):
             return torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
         return fp8
-    if epilogue == "none":
+    if epilogue in ("none", "rowwise"):
         return lambda x, w, b, sa, sb: F.linear(x, w)
     if epilogue == "bias":
         return lambda x, w, b, sa, sb: F.linear(x, w, b)
@@ -55,6 +56,8 @@ def main():
          else torch.rand(a.n, device="cuda", dtype=make) - 0.5)
     one = torch.ones((), device="cuda", dtype=torch.float32)
     args = (x, w, b, one, one)
+    if a.epilogue == "rowwise":  # fp8 scaled a row of x and a column of w
+        args = (x, w, b, torch.ones(a.m, 1, device="cuda"), torch.ones(1, a.n, device="cuda"))
     flops = (4.0 if a.epilogue == "gated_gelu" else 2.0) * a.m * a.n * a.k
     base = {"m": a.m, "n": a.n, "k": a.k, "dtype": a.dtype, "epilogue": a.epilogue}
     fn = make_fn(a.dtype, a.epilogue)

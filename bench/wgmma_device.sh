@@ -2,11 +2,13 @@
 # wgmma_device.sh: the wgmma family (kiln's own sm_90a GEMM, docs/families/wgmma.md) on the device, in one call:
 # its C test (every start point compiled by NVRTC for sm_90a, no spills); `kiln sweep --family wgmma` on the small
 # GEMM problems of tests/data/families/cublaslt that it matches (tails of every tile, float16, bias, ReLU, both
-# GELUs, a cast to float32) and the gated pairs of tests/data/families/wgmma (every point proved by the gate);
+# GELUs, a cast to float32), the gated pairs and fp8 problems of tests/data/families/wgmma and cublaslt (every point
+# proved by the gate);
 # the start candidate of the first big problem run outside the gate by bench/gen_kernel.py --diag (where any
 # error lies); then `kiln sweep --family wgmma` on
 # issue 17's shapes (bench/problems/gemm_*, bench/problems/make_gemm.py), start point first, next to PyTorch
-# eager timed the same way (bench/gemm_torch.py: L2 flushed, CUDA events, median).
+# eager timed the same way (bench/gemm_torch.py: L2 flushed, CUDA events, median; fp8 rows: torch._scaled_mm with
+# the row's scales).
 #
 #   make && OUT=/tmp/out bash bench/wgmma_device.sh
 #
@@ -34,10 +36,10 @@ sweep() { # problem-dir limit timeout tag where
         --out "$LOGS/src_$4" --ref-dir "$LOGS/ref" >"$LOGS/sweep_$4.json" 2>"$LOGS/sweep_$4.log"
     echo "sweep $4 rc=$? $(tail -1 "$LOGS/sweep_$4.log")"
 }
-SMALL=${SMALL-"linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32 addmm_bf16_tails gated_gelu_bf16 gated_silu_f16"}
+SMALL=${SMALL-"linear_bf16_3d mm_f16_wt addmm_bf16 linear_bias_gelu_bf16 mm_add_relu_f16 linear_gelu_erf_to_f32 addmm_bf16_tails gated_gelu_bf16 gated_silu_f16 scaled_mm_e4m3_bf16 scaled_mm_rowwise_bias_e4m3_bf16"}
 for s in $SMALL; do
     d=tests/data/families/cublaslt/$s
-    [ -d "$d" ] || d=tests/data/families/wgmma/$s # the gated pairs: only this family takes them
+    [ -d "$d" ] || d=tests/data/families/wgmma/$s # gated pairs, per-row fp8: only this family takes them
     sweep "$d" "${SMALL_LIMIT:-3}" 90 "$s" "${SMALL_WHERE:-}"
 done
 BIG=$(ls -d bench/problems/gemm_* | grep -E "${ONLY:-.}")
@@ -51,9 +53,11 @@ for p in $BIG; do
     fi
     rm -rf "$LOGS/ref"
     read -r M N K <<<"$(echo "$tag" | sed -E 's/.*_([0-9]+)x([0-9]+)x([0-9]+)$/\1 \2 \3/')"
-    epi=none
+    epi=none dt=bfloat16
     case "$tag" in *bias_gelu*) epi=bias_gelu ;; *gated_gelu*) epi=gated_gelu ;; esac
-    timeout 120 "$PY" bench/gemm_torch.py --modes eager --epilogue "$epi" "$M" "$N" "$K" bfloat16 \
+    case "$tag" in *scaled_mm*) dt=float8_e4m3fn ;; esac # eager: torch._scaled_mm
+    case "$tag" in *rowwise*) epi=rowwise ;; esac
+    timeout 120 "$PY" bench/gemm_torch.py --modes eager --epilogue "$epi" "$M" "$N" "$K" "$dt" \
         >"$LOGS/torch_$tag.jsonl" 2>"$LOGS/torch_$tag.log" || echo "torch $tag failed: $(tail -2 "$LOGS/torch_$tag.log")"
 done
 tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude=ref .

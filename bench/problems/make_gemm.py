@@ -1,6 +1,7 @@
 """make_gemm.py: writes the GEMM problems of issue 17's table under bench/problems/ (F.linear(x [M, K], w [N, K])
-in bfloat16, inputs drawn at random; the linear + bias + GELU-tanh chain on Gemma-4's gate/up shape; and its MLP
-front as a gated pair, GELU-tanh of the gate projection times the up projection), in the
+in bfloat16, inputs drawn at random; the linear + bias + GELU-tanh chain on Gemma-4's gate/up shape; its MLP
+front as a gated pair, GELU-tanh of the gate projection times the up projection; fp8 e4m3 8192³ as
+torch._scaled_mm with per-tensor and per-row scales), in the
 form capture writes them, so that every GEMM family (cublaslt, wgmma) is swept on them with `kiln sweep`.
 
     python3 bench/problems/make_gemm.py        # (re)writes the directories; the sizes are in ROWS
@@ -18,10 +19,10 @@ ROWS = [(8192, 8192, 8192, "bf16 8192³"),
         (4096, 2048, 2304, "Gemma-4's q projection")]
 
 
-def write(name, description, axes, inputs, reference, kiln):
+def write(name, description, axes, inputs, reference, kiln, op_type="linear"):
     d = os.path.join(HERE, name)
     os.makedirs(d, exist_ok=True)
-    definition = {"name": name, "op_type": "linear", "description": description,
+    definition = {"name": name, "op_type": op_type, "description": description,
                   "axes": {f"n{v}": {"type": "const", "value": v} for v in sorted(set(axes))},
                   "inputs": inputs, "outputs": {"out0": {"shape": ["n%d" % axes[0], "n%d" % axes[1]],
                                                          "dtype": "bfloat16"}},
@@ -82,6 +83,28 @@ def main():
           "torch.ops.aten.linear.default(x, wu))\n",
           {"kind": "chain", "pattern": "gemm_gated", "members": [o["aten"] for o in ops], "calls": 1, "ops": ops,
            "outputs": ["v3"], "layouts": {t: {"stored": "contiguous"} for t in ("x", "wg", "wu", "out0")}})
+
+    m = n = k = 8192
+    for rowwise in (False, True):
+        sa, sb = ([f"n{m}", "n1"], ["n1", f"n{n}"]) if rowwise else ([], [])
+        what = ("a float32 scale a row of x ([M, 1]) and a column of w ([1, N]): PyTorch's rowwise fp8" if rowwise
+                else "one float32 scale each")
+        write(f"gemm_scaled_mm{'_rowwise' if rowwise else ''}_e4m3_{m}x{n}x{k}",
+              f"fp8 8192³: torch._scaled_mm(x [{m}, {k}], w [{n}, {k}].t(), scale_a, scale_b, "
+              f"out_dtype=torch.bfloat16), float8_e4m3fn, {what}.", (m, n, k, 1),
+              {"x": {"shape": [f"n{m}", f"n{k}"], "dtype": "float8_e4m3fn"},
+               "w": {"shape": [f"n{n}", f"n{k}"], "dtype": "float8_e4m3fn"},
+               "sa": {"shape": sa, "dtype": "float32"}, "sb": {"shape": sb, "dtype": "float32"}},
+              "import torch\n\n\n@torch.no_grad()\ndef run(x, w, sa, sb):\n"
+              "    w = w.permute(1, 0)  # captured as w.t(), stored [N, K]\n"
+              "    return torch.ops.aten._scaled_mm.default(x, w, sa, sb, None, None, torch.bfloat16)\n",
+              {"kind": "aten", "aten": "aten::_scaled_mm.default", "calls": 1, "flops": 2.0 * m * n * k,
+               "args": {"args": [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}, {"tensor": 3}, None, None,
+                                 "torch.bfloat16"], "kwargs": {}},
+               "layouts": {"x": {"stored": "contiguous"}, "sa": {"stored": "contiguous"},
+                           "sb": {"stored": "contiguous"}, "out0": {"stored": "contiguous"},
+                           "w": {"stored": "memory_order", "stored_shape": [n, k], "permute": [1, 0]}}},
+              op_type="scaled_mm")
 
 
 if __name__ == "__main__":

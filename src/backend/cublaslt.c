@@ -182,10 +182,6 @@ static int lt_type(kiln_dtype t, cudaDataType_t *out) {
     }
 }
 
-static int is_fp8(kiln_dtype t) {
-    return t == KILN_F8_E4M3 || t == KILN_F8_E5M2;
-}
-
 int kiln_lt_gemm_view(const kiln_lt_gemm *g, kiln_lt_view *v, kiln_err *err) {
     memset(v, 0, sizeof *v);
     if (g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0 || g->batch > INT32_MAX)
@@ -195,16 +191,17 @@ int kiln_lt_gemm_view(const kiln_lt_gemm *g, kiln_lt_view *v, kiln_err *err) {
     if (g->epilogue < 0 || g->epilogue >= KILN_LT_EPI_COUNT)
         return kiln_errf(err, KILN_ERR_INVALID, "gemm: epilogue %d unknown", (int)g->epilogue);
     if (lt_type(g->a_type, &v->b_type) || lt_type(g->b_type, &v->a_type) ||
-        lt_type(g->d_type, &v->d_type) || is_fp8(g->d_type))
+        lt_type(g->d_type, &v->d_type) || kiln_dtype_is_fp8(g->d_type))
         return kiln_errf(
             err, KILN_ERR_UNSUPPORTED, "gemm: cuBLASLt does not multiply %s × %s into %s in kiln",
             kiln_dtype_name(g->a_type), kiln_dtype_name(g->b_type), kiln_dtype_name(g->d_type));
-    if (is_fp8(g->a_type) != is_fp8(g->b_type) || (!is_fp8(g->a_type) && g->a_type != g->b_type))
+    if (kiln_dtype_is_fp8(g->a_type) != kiln_dtype_is_fp8(g->b_type) ||
+        (!kiln_dtype_is_fp8(g->a_type) && g->a_type != g->b_type))
         return kiln_errf(err, KILN_ERR_UNSUPPORTED, "gemm: mixed inputs %s × %s",
                          kiln_dtype_name(g->a_type), kiln_dtype_name(g->b_type));
     /* fp8 kernels take only cuBLASLt's "TN" layout: kiln's B stored [N, K] (a linear weight) and
      * A stored [M, K]. */
-    if (is_fp8(g->a_type) && (g->trans_a || !g->trans_b))
+    if (kiln_dtype_is_fp8(g->a_type) && (g->trans_a || !g->trans_b))
         return kiln_errf(err, KILN_ERR_UNSUPPORTED,
                          "gemm: fp8 needs A as [M, K] and B as [N, K] (x @ wᵀ)");
     /* Each stored row must fit its leading dimension. */
@@ -832,7 +829,7 @@ int kiln_lt_run(kiln_lt_plan *p, const kiln_lt_config *c, const kiln_lt_ptrs *pt
                            "setting the bias", err)))
         return rc;
     /* kiln's A is cuBLASLt's B (kiln_lt_view). */
-    if (is_fp8(p->g.a_type) &&
+    if (kiln_dtype_is_fp8(p->g.a_type) &&
         ((rc = desc_pointer(p, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p->a_scale, ptrs->a_scale,
                             "setting A's scale", err)) ||
          (rc = desc_pointer(p, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p->b_scale, ptrs->b_scale,

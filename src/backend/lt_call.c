@@ -72,12 +72,32 @@ int kiln_lt_call_parse(const char *json, const kiln_signature *sig, kiln_lt_call
     out->arg_b = (int)b;
     out->arg_bias = (int)bias;
     out->arg_d = (int)d;
+    int64_t sa = -1, sb = -1;
+    const int n_scales = (cJSON_GetObjectItemCaseSensitive(args, "a_scale") != NULL) +
+                         (cJSON_GetObjectItemCaseSensitive(args, "b_scale") != NULL);
+    if (n_scales == 1) {
+        rc = kiln_errf(err, KILN_ERR_COMPILE,
+                       "cublaslt directive: args has one of a_scale and b_scale (both or neither)");
+        goto done;
+    }
+    if (n_scales && ((rc = json_int(args, "a_scale", 0, KILN_MAX_PARAMS - 1, &sa, err)) ||
+                     (rc = json_int(args, "b_scale", 0, KILN_MAX_PARAMS - 1, &sb, err))))
+        goto done;
+    if (n_scales && !kiln_dtype_is_fp8(out->gemm.a_type)) {
+        rc = kiln_errf(err, KILN_ERR_COMPILE,
+                       "cublaslt directive: scales apply to fp8 inputs only (A is %s)",
+                       kiln_dtype_name(out->gemm.a_type));
+        goto done;
+    }
+    out->has_scales = n_scales == 2;
+    out->arg_a_scale = (int)sa;
+    out->arg_b_scale = (int)sb;
     if ((rc = bias_matches(out, err)))
         goto done;
     if (sig) {
-        const int64_t idx[4] = {a, b, bias, d};
-        static const char *const names[4] = {"a", "b", "bias", "d"};
-        for (int i = 0; i < 4; i++)
+        const int64_t idx[6] = {a, b, bias, d, sa, sb};
+        static const char *const names[6] = {"a", "b", "bias", "d", "a_scale", "b_scale"};
+        for (int i = 0; i < 6; i++)
             if (idx[i] >= 0 && (idx[i] >= sig->n || sig->p[idx[i]].kind != KILN_PARAM_PTR)) {
                 rc = kiln_errf(err, KILN_ERR_COMPILE,
                                "cublaslt directive: args.%s = %lld is not a tensor parameter of "
@@ -107,7 +127,7 @@ int kiln_lt_call_check(const kiln_lt_call_desc *d, const kiln_problem *p, kiln_e
         int arg, output;
         kiln_dtype type;
         int64_t reach;
-    } ops[4] = {
+    } ops[6] = {
         {"a", d->arg_a, 0, g->a_type,
          g->trans_a ? operand_reach(g->k, g->m, g->lda, g->batch, g->stride_a)
                     : operand_reach(g->m, g->k, g->lda, g->batch, g->stride_a)},
@@ -116,8 +136,10 @@ int kiln_lt_call_check(const kiln_lt_call_desc *d, const kiln_problem *p, kiln_e
                     : operand_reach(g->k, g->n, g->ldb, g->batch, g->stride_b)},
         {"bias", d->arg_bias, 0, g->bias_type, g->n},
         {"d", d->arg_d, 1, g->d_type, operand_reach(g->m, g->n, g->ldd, g->batch, g->stride_d)},
+        {"a_scale", d->has_scales ? d->arg_a_scale : -1, 0, KILN_F32, 1},
+        {"b_scale", d->has_scales ? d->arg_b_scale : -1, 0, KILN_F32, 1},
     };
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         if (ops[i].arg < 0)
             continue;
         int k = ops[i].arg;
@@ -165,6 +187,10 @@ char *kiln_lt_call_json(const kiln_lt_call_desc *d) {
     cJSON_AddNumberToObject(args, "b", d->arg_b);
     cJSON_AddNumberToObject(args, "bias", d->arg_bias);
     cJSON_AddNumberToObject(args, "d", d->arg_d);
+    if (d->has_scales) {
+        cJSON_AddNumberToObject(args, "a_scale", d->arg_a_scale);
+        cJSON_AddNumberToObject(args, "b_scale", d->arg_b_scale);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     char *copy = xstrdup(s);
@@ -238,6 +264,8 @@ int kiln_lt_call_run(kiln_lt_call *c, void *const *params, uint64_t workspace, v
         .b = *(const uint64_t *)params[d->arg_b],
         .d = *(const uint64_t *)params[d->arg_d],
         .bias = d->arg_bias >= 0 ? *(const uint64_t *)params[d->arg_bias] : 0,
+        .a_scale = d->has_scales ? *(const uint64_t *)params[d->arg_a_scale] : 0,
+        .b_scale = d->has_scales ? *(const uint64_t *)params[d->arg_b_scale] : 0,
         .workspace = workspace,
         .workspace_bytes = workspace ? d->config.workspace : 0,
     };

@@ -21,17 +21,22 @@ typedef struct {
     int64_t index;         /* !has_config: its position in kiln_lt_enumerate's list */
     int64_t version; /* the cuBLASLt (cublasLtGetVersion) that enumerated config; 0: unknown */
     int arg_a, arg_b, arg_bias, arg_d; /* ABI parameter indices; arg_bias -1 without a bias */
+    /* fp8: A's and B's per-tensor float32 scales (D = sa · sb · A·B), ABI parameter indices;
+     * without them (has_scales 0) both are 1 */
+    int has_scales, arg_a_scale, arg_b_scale;
 } kiln_lt_call_desc;
 
 /* Reads a directive's JSON: {"gemm": {...kiln_lt_gemm_to_json}, "config": INDEX or {...config},
- * "version": N (optional), "args": {"a": i, "b": i, "bias": i or -1, "d": i}}. With sig (may be
- * NULL), every arg must be a pointer parameter of sig and the bias present exactly when the GEMM's
- * epilogue has one. KILN_OK, or KILN_ERR_COMPILE saying what is wrong (the candidate's fault). */
+ * "version": N (optional), "args": {"a": i, "b": i, "bias": i or -1, "d": i, and for an fp8 GEMM
+ * optionally "a_scale": i, "b_scale": i (both or neither)}}. With sig (may be NULL), every arg must
+ * be a pointer parameter of sig and the bias present exactly when the GEMM's epilogue has one.
+ * KILN_OK, or KILN_ERR_COMPILE saying what is wrong (the candidate's fault). */
 int kiln_lt_call_parse(const char *json, const kiln_signature *sig, kiln_lt_call_desc *out,
                        kiln_err *err);
 /* Checks d against the tensors of problem p (whose kiln_abi_signature d's args index) in every
- * workload: a bias argument exactly when the epilogue reads one, A, B and the bias are inputs and
- * D an output, each of the dtype the GEMM reads or writes (D's may differ from A's: a fused cast),
+ * workload: a bias argument exactly when the epilogue reads one, A, B, the bias and the scales are
+ * inputs and D an output, each of the dtype the GEMM reads or writes (D's may differ from A's: a
+ * fused cast; the scales float32, one value at least),
  * and no operand reaches past its tensor's elements (rows, leading dimension and batch
  * stride as the GEMM says). A directive that lies about its GEMM would otherwise read or write
  * outside the gate's buffers. KILN_OK, or KILN_ERR_COMPILE naming the operand and workload. */

@@ -214,7 +214,14 @@ int kiln_family_match_all(const kiln_problem *p, const kiln_family **fams, kiln_
 
 void kiln_family_emit_wgmma(kiln_strbuf *b, const char *name, int64_t n, kiln_dtype t, int a_regs,
                             int trans_b) {
-    const char *ty = t == KILN_F16 ? "f16" : "bf16";
+    const char *ty = t == KILN_F16       ? "f16"
+                     : t == KILN_F8_E4M3 ? "e4m3"
+                     : t == KILN_F8_E5M2 ? "e5m2"
+                                         : "bf16";
+    /* 32 bytes of k an instruction: k16 for 16-bit inputs, k32 for fp8, whose form takes K-major
+     * operands only (no transpose immediates; A from shared memory here) */
+    const int fp8 = kiln_dtype_is_fp8(t);
+    KILN_ASSERT(!fp8 || (!a_regs && !trans_b));
     /* operands: the accumulators %0 .. %(n/2 - 1), then A (four registers or a descriptor), the
      * B descriptor and scale_d */
     const long long acc = (long long)(n / 2), da = acc, db = acc + (a_regs ? 4 : 1), sd = db + 1;
@@ -222,14 +229,17 @@ void kiln_family_emit_wgmma(kiln_strbuf *b, const char *name, int64_t n, kiln_dt
         b,
         "__device__ __forceinline__ void %s(float *d, %s, unsigned long long db, int "
         "scale_d) {\n    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%lld, "
-        "0;\\nwgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
-        name, a_regs ? "const unsigned *a" : "unsigned long long da", sd, (long long)n, ty, ty);
+        "0;\\nwgmma.mma_async.sync.aligned.m64n%lldk%d.f32.%s.%s {",
+        name, a_regs ? "const unsigned *a" : "unsigned long long da", sd, (long long)n,
+        fp8 ? 32 : 16, ty, ty);
     for (long long i = 0; i < acc; i++)
         kiln_strbuf_printf(b, "%s%%%lld", i ? ", " : "", i);
     if (a_regs)
         kiln_strbuf_printf(
             b, "}, {%%%lld, %%%lld, %%%lld, %%%lld}, %%%lld, p, 1, 1, %d;\\n}\\n\"\n        : ", da,
             da + 1, da + 2, da + 3, db, trans_b);
+    else if (fp8)
+        kiln_strbuf_printf(b, "}, %%%lld, %%%lld, p, 1, 1;\\n}\\n\"\n        : ", da, db);
     else
         kiln_strbuf_printf(b, "}, %%%lld, %%%lld, p, 1, 1, 0, %d;\\n}\\n\"\n        : ", da, db,
                            trans_b);

@@ -155,11 +155,12 @@ char *kiln_family_prototype(const kiln_problem *p, int has_scratch, int cuda, co
 char *kiln_family_prototype_tmaps(const kiln_problem *p, const char *bounds, const char *entry,
                                   int n_tmaps, const char *const *names);
 /* A device function `NAME(float *d, A, unsigned long long db, int scale_d)` issuing one
- * wgmma.mma_async.m64nNk16 (sm_90a) with fp32 accumulators d[0 .. N/2): d = A·B when scale_d is 0,
+ * wgmma.mma_async.m64nNk16 (k32 for fp8; sm_90a) with fp32 accumulators d[0 .. N/2): d = A·B when
+ * scale_d is 0,
  * d += A·B otherwise. A is a shared-memory descriptor (`unsigned long long da`: no <stdint.h>
  * needed), or with a_regs four registers of 16-bit pairs (`const unsigned *a`: the m64k16 fragment,
  * 16 rows a warp); B is a descriptor, K-major, or MN-major with trans_b. t: bfloat16 or float16
- * inputs. */
+ * inputs, or float8_e4m3fn / float8_e5m2 (A a descriptor, both K-major). */
 void kiln_family_emit_wgmma(kiln_strbuf *b, const char *name, int64_t n, kiln_dtype t, int a_regs,
                             int trans_b);
 /* snprintf for expressions whose length the caller checks (no truncation warning). */

@@ -9,9 +9,10 @@
 #include "../backend/cublaslt.h"
 #include "family.h"
 
-/* The roles of kiln_match.input_of_role for a GEMM: A, B, the bias (-1 without) and, for a gated
- * pair, the second GEMM's B (the up projection's weight; -1 otherwise). */
-enum { KILN_GEMM_A, KILN_GEMM_B, KILN_GEMM_BIAS, KILN_GEMM_B2 };
+/* The roles of kiln_match.input_of_role for a GEMM: A, B, the bias (-1 without), for a gated
+ * pair the second GEMM's B (the up projection's weight; -1 otherwise), for torch._scaled_mm A's
+ * and B's float32 scales (-1 otherwise). */
+enum { KILN_GEMM_A, KILN_GEMM_B, KILN_GEMM_BIAS, KILN_GEMM_B2, KILN_GEMM_SA, KILN_GEMM_SB };
 
 /* Recognises one GEMM + epilogue chain in p; fills m (variant, how, roles and the facts
  * kiln_gemm_of reads back) or writes why it declined. */
@@ -29,10 +30,15 @@ int kiln_gemm_gelu_erf(const kiln_match *m);
  * describes is each of the two (N is the output's columns); only kiln's own GEMM runs it. */
 int kiln_gemm_gated(const kiln_match *m);
 
-/* The cpu candidate: fp32 accumulation in k order, the epilogue on the accumulator (a gated pair:
- * the activation of the first GEMM's times the second's), one rounding to D's dtype. exact_gelu:
- * GELU in the form captured (erf or tanh); else always tanh's (what cuBLASLt computes). The source
- * carries f's banner for the point all zeros. */
+/* torch._scaled_mm's scales: 0 none (not a _scaled_mm), 1 one value each for A and B (D = sa · sb
+ * · A·B, then the epilogue), 2 one a row of A ([M, 1]) and one a column of B ([1, N]). A and B
+ * are fp8 (e4m3 or e5m2) then, D 16-bit or float32, the bias in D's dtype. */
+int kiln_gemm_scale(const kiln_match *m);
+
+/* The cpu candidate: fp32 accumulation in k order, the scales, the epilogue on the accumulator (a
+ * gated pair: the activation of the first GEMM's times the second's), one rounding to D's dtype.
+ * exact_gelu: GELU in the form captured (erf or tanh); else always tanh's (what cuBLASLt computes).
+ * The source carries f's banner for the point all zeros. */
 char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
                          int exact_gelu);
 

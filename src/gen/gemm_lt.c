@@ -1,8 +1,8 @@
-/* gemm_lt.c: the cublaslt family: a captured GEMM (linear, mm, matmul, bmm, addmm), alone or with
- * the epilogue chain cuBLASLt fuses after it (bias add, ReLU or GELU, a final cast), run by
- * cuBLASLt with one of the configurations it accepts for that GEMM on the device; the search point
- * is the configuration's index in kiln_lt_enumerate's list, and the cpu backend gets a plain C GEMM
- * computing what cuBLASLt computes (docs/gemm.md). */
+/* gemm_lt.c: the cublaslt family: a captured GEMM (linear, mm, matmul, bmm, addmm, fp8 _scaled_mm
+ * with per-tensor scales), alone or with the epilogue chain cuBLASLt fuses after it (bias add, ReLU
+ * or GELU, a final cast), run by cuBLASLt with one of the configurations it accepts for that GEMM
+ * on the device; the search point is the configuration's index in kiln_lt_enumerate's list, and the
+ * cpu backend gets a plain C GEMM computing what cuBLASLt computes (docs/gemm.md). */
 #include <string.h>
 
 #include "../backend/lt_call.h"
@@ -22,6 +22,12 @@ static int lt_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
         kiln_family_fmt(why, why_len,
                         "a gated pair act(x·W1ᵀ)·(x·W2ᵀ) is not a cuBLASLt epilogue (one "
                         "accumulator, a bias and an auxiliary output): kiln's wgmma GEMM runs it");
+        return 0;
+    }
+    if (kiln_gemm_scale(m) == 2) {
+        kiln_family_fmt(why, why_len,
+                        "_scaled_mm with a scale a row of A and a column of B: kiln drives "
+                        "cuBLASLt's per-tensor fp8 scales only; kiln's wgmma GEMM runs it");
         return 0;
     }
     kiln_lt_gemm g = kiln_gemm_of(m);
@@ -62,7 +68,10 @@ static char *emit_cuda(const kiln_problem *p, const kiln_match *m, const int64_t
                            .arg_a = m->input_of_role[KILN_GEMM_A],
                            .arg_b = m->input_of_role[KILN_GEMM_B],
                            .arg_bias = m->input_of_role[KILN_GEMM_BIAS],
-                           .arg_d = p->n_inputs + m->output_of_role[0]};
+                           .arg_d = p->n_inputs + m->output_of_role[0],
+                           .has_scales = kiln_gemm_scale(m) != 0,
+                           .arg_a_scale = m->input_of_role[KILN_GEMM_SA],
+                           .arg_b_scale = m->input_of_role[KILN_GEMM_SB]};
     char *json = kiln_lt_call_json(&d);
     char *body = xasprintf("// kiln: library cublaslt %s\n", json);
     free(json);
@@ -88,9 +97,11 @@ static int lt_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
 const kiln_family kiln_family_cublaslt = {
     .name = "cublaslt",
     .vendor = 1,
-    .summary = "one captured GEMM (linear, mm, matmul, bmm, addmm), with the bias / ReLU / GELU / "
-               "cast epilogue cuBLASLt fuses, run by cuBLASLt with one of the configurations it "
-               "accepts on the device",
+    .summary =
+        "one captured GEMM (linear, mm, matmul, bmm, addmm, fp8 _scaled_mm), with the bias / "
+        "ReLU / GELU / "
+        "cast epilogue cuBLASLt fuses, run by cuBLASLt with one of the configurations it "
+        "accepts on the device",
     .n_params = 3,
     .params =
         {

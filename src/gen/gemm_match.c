@@ -95,23 +95,64 @@ static int bias_ok(const kiln_problem *p, int ib, int64_t n, kiln_dtype t, char 
     return 0;
 }
 
-/* Fills g and m from a captured GEMM op whose tensors are problem inputs. */
+/* Elements of input i when its sizes are fixed (else -1). */
+static int64_t fixed_numel(const kiln_problem *p, int i) {
+    const kiln_tensor_spec *t = &p->inputs[i];
+    int64_t n = 1, d0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (!fixed_dim(p, t, d, &d0))
+            return -1;
+        n *= d0;
+    }
+    return n;
+}
+
+/* _scaled_mm's scales (inputs sa and sb, float32): one value each (1, per tensor) or one a row of
+ * A ([M, 1]) and one a column of B ([1, N]) (2, per row); 0 with why written otherwise. */
+static int scale_kind(const kiln_problem *p, int sa, int sb, int64_t M, int64_t N, char *why,
+                      size_t why_len) {
+    const kiln_tensor_spec *a = &p->inputs[sa], *b = &p->inputs[sb];
+    const int64_t na = fixed_numel(p, sa), nb = fixed_numel(p, sb);
+    if (a->dtype == KILN_F32 && b->dtype == KILN_F32 && !a->layout.expanded &&
+        !b->layout.expanded) {
+        if (na == 1 && nb == 1)
+            return 1;
+        int64_t d1 = 0;
+        if (na == M && nb == N && a->ndim == 2 && b->ndim == 2 && fixed_dim(p, a, 1, &d1) &&
+            d1 == 1 && fixed_dim(p, b, 0, &d1) && d1 == 1)
+            return 2;
+    }
+    kiln_family_fmt(why, why_len,
+                    "_scaled_mm's scales '%s' and '%s' are neither one float32 each (per tensor) "
+                    "nor [M, 1] and [1, N] float32 (per row)",
+                    a->name, b->name);
+    return 0;
+}
+
+/* Fills g and m from a captured GEMM op whose tensors are problem inputs. torch._scaled_mm (fp8 A
+ * [M, K] and B [K, N] stored [N, K], one float32 scale each or one a row and a column, D in
+ * out_dtype) sets the fact "scale" (1 per tensor, 2 per row); its use_fast_accum is not read: how a
+ * candidate accumulates is the gate's proof to judge. */
 static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, kiln_match *m,
                     char *why, size_t why_len) {
     int linear = kiln_op_is(op, "aten::linear.default");
     int addmm = kiln_op_is(op, "aten::addmm.default");
     int bmm = kiln_op_is(op, "aten::bmm.default");
-    int mm = kiln_op_is(op, "aten::mm.default") || kiln_op_is(op, "aten::matmul.default");
+    int scaled = kiln_op_is(op, "aten::_scaled_mm.default");
+    int mm = kiln_op_is(op, "aten::mm.default") || kiln_op_is(op, "aten::matmul.default") || scaled;
     if (!linear && !addmm && !bmm && !mm) {
         kiln_family_fmt(why, why_len,
-                        "%s is not one GEMM (linear, mm, matmul, bmm, addmm without scaling)",
+                        "%s is not one GEMM (linear, mm, matmul, bmm, addmm without scaling, "
+                        "_scaled_mm)",
                         op->aten);
         return 0;
     }
     int ia = kiln_arg_input(kiln_op_arg(op, addmm ? 1 : 0, addmm ? "mat1" : NULL));
     int ib = kiln_arg_input(kiln_op_arg(op, addmm ? 2 : 1, NULL));
-    const kiln_arg *bias_arg =
-        linear ? kiln_op_arg(op, 2, "bias") : (addmm ? kiln_op_arg(op, 0, "self") : NULL);
+    const kiln_arg *bias_arg = linear   ? kiln_op_arg(op, 2, "bias")
+                               : addmm  ? kiln_op_arg(op, 0, "self")
+                               : scaled ? kiln_op_arg(op, 4, "bias")
+                                        : NULL;
     int ibias = bias_arg && bias_arg->kind != KILN_ARG_NONE ? kiln_arg_input(bias_arg) : -1;
     if (ia < 0 || ib < 0 || (bias_arg && bias_arg->kind != KILN_ARG_NONE && ibias < 0)) {
         kiln_family_fmt(why, why_len, "%s reads a tensor that is not a problem input", op->aten);
@@ -148,15 +189,51 @@ static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, k
                         (long long)Kb);
         return 0;
     }
-    kiln_dtype ta = p->inputs[ia].dtype;
-    if (!is_gemm_dtype(ta) || p->inputs[ib].dtype != ta) {
+    kiln_dtype ta = p->inputs[ia].dtype, tyb = p->inputs[ib].dtype, td = ta;
+    int scale = 0;
+    if (scaled) {
+        const kiln_arg *od = kiln_op_arg(op, 6, "out_dtype"),
+                       *sr = kiln_op_arg(op, 5, "scale_result");
+        int isa = kiln_arg_input(kiln_op_arg(op, 2, "scale_a"));
+        int isb = kiln_arg_input(kiln_op_arg(op, 3, "scale_b"));
+        if (!kiln_dtype_is_fp8(ta) || !kiln_dtype_is_fp8(tyb) || a_nd != 2 || b_nd != 2 ||
+            a.transposed || !b.transposed) {
+            kiln_family_fmt(why, why_len,
+                            "_scaled_mm of %s [%lld x %lld] by %s: the families take fp8 A [M, K] "
+                            "and B [K, N] stored [N, K] (x @ wᵀ)",
+                            kiln_dtype_name(ta), (long long)M, (long long)K, kiln_dtype_name(tyb));
+            return 0;
+        }
+        if (sr && sr->kind != KILN_ARG_NONE) {
+            kiln_family_fmt(why, why_len, "_scaled_mm with a scale_result: not mapped");
+            return 0;
+        }
+        td = od && od->kind == KILN_ARG_DTYPE ? od->dtype : ta;
+        if (!is_gemm_dtype(td)) {
+            kiln_family_fmt(why, why_len,
+                            "_scaled_mm writing %s: the families write bfloat16, float16 or "
+                            "float32",
+                            kiln_dtype_name(td));
+            return 0;
+        }
+        if (isa < 0 || isb < 0) {
+            kiln_family_fmt(why, why_len, "_scaled_mm's scales are not problem inputs");
+            return 0;
+        }
+        if (!(scale = scale_kind(p, isa, isb, M, N, why, why_len)))
+            return 0;
+        m->input_of_role[KILN_GEMM_SA] = isa;
+        m->input_of_role[KILN_GEMM_SB] = isb;
+    } else if (!is_gemm_dtype(ta) || tyb != ta) {
         kiln_family_fmt(why, why_len,
                         "dtypes %s @ %s: the family takes one of bfloat16, float16, float32 for "
-                        "both",
-                        kiln_dtype_name(ta), kiln_dtype_name(p->inputs[ib].dtype));
+                        "both (fp8 through _scaled_mm)",
+                        kiln_dtype_name(ta), kiln_dtype_name(tyb));
         return 0;
     }
-    if (ibias >= 0 && !bias_ok(p, ibias, N, ta, why, why_len))
+    kiln_match_set(m, "scale", scale);
+    /* the bias is in D's dtype where the inputs are fp8 (_scaled_mm's), else in theirs */
+    if (ibias >= 0 && !bias_ok(p, ibias, N, td, why, why_len))
         return 0;
     *g = (kiln_lt_gemm){.m = M,
                         .n = N,
@@ -166,23 +243,27 @@ static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, k
                         .stride_b = b.batch > 1 ? K * N : 0,
                         .stride_d = a.batch > 1 ? M * N : 0,
                         .a_type = ta,
-                        .b_type = ta,
-                        .d_type = ta,
+                        .b_type = tyb,
+                        .d_type = td,
                         .trans_a = a.transposed,
                         .trans_b = tb,
                         .lda = a.cols,
                         .ldb = b.cols,
                         .ldd = N,
                         .epilogue = ibias >= 0 ? KILN_LT_EPI_BIAS : KILN_LT_EPI_NONE,
-                        .bias_type = ta};
+                        .bias_type = td};
     m->input_of_role[KILN_GEMM_A] = ia;
     m->input_of_role[KILN_GEMM_B] = ib;
     m->input_of_role[KILN_GEMM_BIAS] = ibias;
     m->output_of_role[0] = 0;
-    kiln_family_fmt(m->how, sizeof m->how, "%s: %lld x [%lld x %lld] @ [%lld x %lld]%s%s, %s",
+    kiln_family_fmt(m->how, sizeof m->how, "%s: %lld x [%lld x %lld] @ [%lld x %lld]%s%s, %s%s%s%s",
                     op->aten, (long long)a.batch, (long long)M, (long long)K, (long long)K,
                     (long long)N, g->trans_a ? " (A transposed)" : "",
-                    g->trans_b ? " (B stored [N, K])" : "", kiln_dtype_name(ta));
+                    g->trans_b ? " (B stored [N, K])" : "", kiln_dtype_name(ta),
+                    tyb != ta ? " by " : "", tyb != ta ? kiln_dtype_name(tyb) : "",
+                    scale == 2   ? ", scaled per row of A and column of B"
+                    : scale == 1 ? ", scaled per tensor"
+                                 : "");
     return 1;
 }
 
@@ -225,7 +306,7 @@ static int match_epilogue(const kiln_problem *p, const kiln_opchain *c, kiln_lt_
                                 op->aten);
                 return 0;
             }
-            if (!bias_ok(p, ib, g->n, g->a_type, why, why_len))
+            if (!bias_ok(p, ib, g->n, g->bias_type, why, why_len))
                 return 0;
             m->input_of_role[KILN_GEMM_BIAS] = ib;
             bias = 1;
@@ -342,6 +423,8 @@ static int match_gated(const kiln_problem *p, const kiln_opchain *c, kiln_lt_gem
 kiln_lt_gemm kiln_gemm_of(const kiln_match *m) {
     kiln_dtype t = (kiln_dtype)kiln_match_get(m, "dtype", 0);
     kiln_dtype td = (kiln_dtype)kiln_match_get(m, "d_dtype", t);
+    kiln_dtype tb = (kiln_dtype)kiln_match_get(m, "b_dtype", t);
+    kiln_dtype tbias = (kiln_dtype)kiln_match_get(m, "bias_dtype", t);
     return (kiln_lt_gemm){.m = (int64_t)kiln_match_get(m, "m", 1),
                           .n = (int64_t)kiln_match_get(m, "n", 1),
                           .k = (int64_t)kiln_match_get(m, "k", 1),
@@ -350,7 +433,7 @@ kiln_lt_gemm kiln_gemm_of(const kiln_match *m) {
                           .stride_b = (int64_t)kiln_match_get(m, "stride_b", 0),
                           .stride_d = (int64_t)kiln_match_get(m, "stride_d", 0),
                           .a_type = t,
-                          .b_type = t,
+                          .b_type = tb,
                           .d_type = td,
                           .trans_a = (int)kiln_match_get(m, "trans_a", 0),
                           .trans_b = (int)kiln_match_get(m, "trans_b", 0),
@@ -358,7 +441,7 @@ kiln_lt_gemm kiln_gemm_of(const kiln_match *m) {
                           .ldb = (int64_t)kiln_match_get(m, "ldb", 0),
                           .ldd = (int64_t)kiln_match_get(m, "ldd", 0),
                           .epilogue = (kiln_lt_epilogue)kiln_match_get(m, "epilogue", 0),
-                          .bias_type = t};
+                          .bias_type = tbias};
 }
 
 int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {
@@ -414,6 +497,8 @@ int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     kiln_match_set(m, "stride_b", (double)g.stride_b);
     kiln_match_set(m, "stride_d", (double)g.stride_d);
     kiln_match_set(m, "dtype", (double)g.a_type);
+    kiln_match_set(m, "b_dtype", (double)g.b_type);
+    kiln_match_set(m, "bias_dtype", (double)g.bias_type);
     kiln_match_set(m, "trans_a", g.trans_a);
     kiln_match_set(m, "trans_b", g.trans_b);
     kiln_match_set(m, "lda", (double)g.lda);
@@ -422,7 +507,8 @@ int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     kiln_match_set(m, "d_dtype", (double)g.d_type);
     kiln_match_set(m, "epilogue", (double)g.epilogue);
     int erf = kiln_match_get(m, "gelu_erf", 0) != 0;
-    kiln_family_fmt(m->variant, sizeof m->variant, "%s%s%s%s%s", name,
+    kiln_family_fmt(m->variant, sizeof m->variant, "%s%s%s%s%s%s", name,
+                    kiln_gemm_scale(m) == 2 ? "_rowwise" : "",
                     gated                            ? "_gated"
                     : g.epilogue != KILN_LT_EPI_NONE ? "_"
                                                      : "",
@@ -436,7 +522,9 @@ int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
                     g.epilogue != KILN_LT_EPI_NONE ? ", epilogue " : "",
                     g.epilogue != KILN_LT_EPI_NONE ? kiln_lt_epilogue_name(g.epilogue) : "",
                     erf ? " (the captured GELU is erf's)" : "",
-                    g.d_type != g.a_type ? ", written as the cast's dtype" : "");
+                    g.d_type == g.a_type ? ""
+                    : kiln_gemm_scale(m) ? ", D in out_dtype"
+                                         : ", written as the cast's dtype");
     return 1;
 }
 
@@ -448,11 +536,18 @@ int kiln_gemm_gated(const kiln_match *m) {
     return (int)kiln_match_get(m, "gated", 0);
 }
 
+int kiln_gemm_scale(const kiln_match *m) {
+    return (int)kiln_match_get(m, "scale", 0);
+}
+
 char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,
                          int exact_gelu) {
     kiln_lt_gemm g = kiln_gemm_of(m);
     const kiln_kernel_type t = kiln_dtype_kernel_type(g.a_type, 0);
+    const kiln_kernel_type tb = kiln_dtype_kernel_type(g.b_type, 0);
     const kiln_kernel_type td = kiln_dtype_kernel_type(g.d_type, 0);
+    const kiln_kernel_type tbias = kiln_dtype_kernel_type(g.bias_type, 0);
+    const int scale = kiln_gemm_scale(m);
     const char *A = p->inputs[m->input_of_role[KILN_GEMM_A]].name;
     const char *B = p->inputs[m->input_of_role[KILN_GEMM_B]].name;
     const char *D = p->outputs[m->output_of_role[0]].name;
@@ -479,17 +574,21 @@ char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln
                        "                float acc = 0.0f%s;\n"
                        "                for (int64_t k = 0; k < %lldLL; k++) {\n"
                        "                    acc += %s(kiln_a[%s]) * %s(kiln_b[%s]);\n",
-                       (long long)g.batch, (long long)g.m, t.type, A, (long long)g.stride_a, t.type,
-                       B, (long long)g.stride_b, td.type, D, (long long)g.stride_d,
+                       (long long)g.batch, (long long)g.m, t.type, A, (long long)g.stride_a,
+                       tb.type, B, (long long)g.stride_b, td.type, D, (long long)g.stride_d,
                        (long long)g.ldd, (long long)g.n, gated ? ", acc2 = 0.0f" : "",
-                       (long long)g.k, t.to_float, ia, t.to_float, ib);
+                       (long long)g.k, t.to_float, ia, tb.to_float, ib);
     if (gated) /* the second weight: the same layout and batch stride as the first */
         kiln_strbuf_printf(
             &b, "                    acc2 += %s(kiln_a[%s]) * %s(%s[bt * %lldLL + %s]);\n",
             t.to_float, ia, t.to_float, B2, (long long)g.stride_b, ib);
     kiln_strbuf_printf(&b, "                }\n");
+    if (scale) /* _scaled_mm: D = sa · sb · A·B (+ bias) */
+        kiln_strbuf_printf(&b, "                acc *= %s[%s] * %s[%s];\n",
+                           p->inputs[m->input_of_role[KILN_GEMM_SA]].name, scale == 2 ? "i" : "0",
+                           p->inputs[m->input_of_role[KILN_GEMM_SB]].name, scale == 2 ? "j" : "0");
     if (has_bias)
-        kiln_strbuf_printf(&b, "                acc += %s(%s[j]);\n", t.to_float,
+        kiln_strbuf_printf(&b, "                acc += %s(%s[j]);\n", tbias.to_float,
                            p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name);
     if (g.epilogue == KILN_LT_EPI_RELU || g.epilogue == KILN_LT_EPI_BIAS_RELU)
         kiln_strbuf_printf(&b, "                acc = acc < 0.0f ? 0.0f : acc;\n");
@@ -522,15 +621,17 @@ double kiln_gemm_min_bytes(const kiln_problem *p, const kiln_match *m, const kil
     (void)p;
     (void)w;
     kiln_lt_gemm g = kiln_gemm_of(m);
-    double es = (double)kiln_dtype_size(g.a_type);
+    double ea = (double)kiln_dtype_size(g.a_type), eb = (double)kiln_dtype_size(g.b_type);
     double batch_a = g.stride_a ? (double)g.batch : 1, batch_b = g.stride_b ? (double)g.batch : 1;
-    double bytes =
-        es * ((double)g.m * (double)g.k * batch_a + (double)g.k * (double)g.n * batch_b) +
-        (double)kiln_dtype_size(g.d_type) * (double)g.m * (double)g.n * (double)g.batch;
+    double bytes = ea * (double)g.m * (double)g.k * batch_a +
+                   eb * (double)g.k * (double)g.n * batch_b +
+                   (double)kiln_dtype_size(g.d_type) * (double)g.m * (double)g.n * (double)g.batch;
     if (kiln_lt_epilogue_has_bias(g.epilogue))
-        bytes += es * (double)g.n;
+        bytes += (double)kiln_dtype_size(g.bias_type) * (double)g.n;
     if (kiln_gemm_gated(m)) /* the second weight */
-        bytes += es * (double)g.k * (double)g.n * batch_b;
+        bytes += eb * (double)g.k * (double)g.n * batch_b;
+    if (kiln_gemm_scale(m)) /* float32 scales: one each, or a row's and a column's */
+        bytes += 4.0 * (kiln_gemm_scale(m) == 2 ? (double)(g.m + g.n) : 2.0);
     return bytes;
 }
 

@@ -1,7 +1,8 @@
 /* gemm_wgmma.c: the wgmma family: kiln's own GEMM for sm_90a (templates/gemm_wgmma.cu), for the
  * captured GEMMs gemm_match.c reads whose A and B are both K-major (a linear's input and weight,
- * x [M, K] @ w [N, K]ᵀ, or a batch of them), 16-bit inputs, with the epilogue chain after the GEMM
- * (bias, ReLU or GELU in the form captured, a cast) applied to the fp32 accumulator. The points
+ * x [M, K] @ w [N, K]ᵀ, or a batch of them), 16-bit inputs or fp8 ones (torch._scaled_mm, its
+ * scales per tensor or per row), with the epilogue chain after the GEMM (bias, ReLU or GELU in the
+ * form captured, a cast) applied to the fp32 accumulator. The points
  * are tile shapes, stages and the raster order (docs/families/wgmma.md); the cpu candidate is the
  * plain C GEMM both GEMM families share. */
 #include <string.h>
@@ -34,9 +35,12 @@ static int gw_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     if (!kiln_gemm_match(p, m, why, why_len))
         return 0;
     const kiln_lt_gemm g = kiln_gemm_of(m);
-    if (g.a_type != KILN_BF16 && g.a_type != KILN_F16) {
-        kiln_family_fmt(why, why_len, "%s inputs: wgmma's kernel takes bfloat16 or float16",
-                        kiln_dtype_name(g.a_type));
+    if ((g.a_type != KILN_BF16 && g.a_type != KILN_F16 && !kiln_dtype_is_fp8(g.a_type)) ||
+        g.b_type != g.a_type) {
+        kiln_family_fmt(why, why_len,
+                        "%s by %s inputs: wgmma's kernel takes bfloat16, float16, or one fp8 "
+                        "format for both",
+                        kiln_dtype_name(g.a_type), kiln_dtype_name(g.b_type));
         return 0;
     }
     if (g.trans_a || !g.trans_b) {
@@ -46,13 +50,14 @@ static int gw_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
                         g.trans_a ? "A is stored [K, M]" : "B is stored [K, N]");
         return 0;
     }
-    if (g.k % 8 || g.lda % 8 || g.ldb % 8 || g.n % 2 || g.ldd % 2) {
+    const int64_t vec = 16 / (int64_t)kiln_dtype_size(g.a_type);
+    if (g.k % vec || g.lda % vec || g.ldb % vec || g.n % 2 || g.ldd % 2) {
         kiln_family_fmt(why, why_len,
-                        "K and the rows of A and B must be multiples of 8 elements (16-byte "
+                        "K and the rows of A and B must be multiples of %lld elements (16-byte "
                         "copies), N and D's rows even (pairs stored): K %lld, N %lld, lda %lld, "
                         "ldb %lld, ldd %lld",
-                        (long long)g.k, (long long)g.n, (long long)g.lda, (long long)g.ldb,
-                        (long long)g.ldd);
+                        (long long)vec, (long long)g.k, (long long)g.n, (long long)g.lda,
+                        (long long)g.ldb, (long long)g.ldd);
         return 0;
     }
     return 1;
@@ -71,6 +76,11 @@ static int act_of(const kiln_lt_gemm *g, const kiln_match *m) {
 }
 
 /* ---- constraints ---- */
+
+/* k a stage: one 128-byte row of A and of B a tile row (64 16-bit elements, 128 fp8). */
+static int64_t k_stage(const kiln_lt_gemm *g) {
+    return 128 / (int64_t)kiln_dtype_size(g->a_type);
+}
 
 /* Rows of a tile: every consumer warpgroup's 64 x GW_MI, or one's (ping-pong: they take turns;
  * split columns: each has all the rows). */
@@ -179,7 +189,7 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
         return "clusters share B's tile by TMA multicast: they need the warp-specialised pipeline";
     if (pt[P_CL] > 1 && tiles_m <= 1)
         return "one row tile: a cluster's second block would have no rows";
-    const int64_t k_tiles = (g.k + 63) / 64;
+    const int64_t k_tiles = (g.k + k_stage(&g) - 1) / k_stage(&g);
     if (pt[P_STAGES] > 3 && k_tiles < pt[P_STAGES] - 2)
         return "more stages than k tiles";
     return NULL;
@@ -215,7 +225,7 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     if (pt[P_BN] == 256 && wave_use(&g, bm, 256) < 0.85 &&
         wave_use(&g, bm, 192) > wave_use(&g, bm, 256) + 0.1)
         pt[P_BN] = 192;
-    const int64_t k_tiles = (g.k + 63) / 64;
+    const int64_t k_tiles = (g.k + k_stage(&g) - 1) / k_stage(&g);
     pt[P_STAGES] = pt[P_BN] >= 192 ? 4 : 6;
     if (pt[P_STAGES] > k_tiles + 2)
         pt[P_STAGES] = k_tiles + 2 > 3 ? k_tiles + 2 : 3;
@@ -240,20 +250,22 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
 /* ---- emission ---- */
 
 /* The `// kiln: tensormap` line of a K-major operand (rows x k, rows ld apart, batch matrices
- * stride apart, 0: one shared by the batch): boxes of 64 k by box_rows rows, 128-byte swizzle. */
+ * stride apart, 0: one shared by the batch): boxes of box_k (a 128-byte row) by box_rows rows,
+ * 128-byte swizzle. */
 static void emit_tmap(kiln_strbuf *b, const char *name, int64_t k, int64_t rows, int64_t ld,
-                      int64_t batch, int64_t stride, int64_t box_rows) {
+                      int64_t batch, int64_t stride, int64_t box_k, int64_t box_rows) {
     if (batch > 1 && stride)
         kiln_strbuf_printf(b,
                            "// kiln: tensormap %s dims=(%lld,%lld,%lld) strides=(%lld,%lld) "
-                           "box=(64,%lld,1) swizzle=128\n",
+                           "box=(%lld,%lld,1) swizzle=128\n",
                            name, (long long)k, (long long)rows, (long long)batch, (long long)ld,
-                           (long long)stride, (long long)box_rows);
+                           (long long)stride, (long long)box_k, (long long)box_rows);
     else
         kiln_strbuf_printf(b,
-                           "// kiln: tensormap %s dims=(%lld,%lld) strides=(%lld) box=(64,%lld) "
+                           "// kiln: tensormap %s dims=(%lld,%lld) strides=(%lld) box=(%lld,%lld) "
                            "swizzle=128\n",
-                           name, (long long)k, (long long)rows, (long long)ld, (long long)box_rows);
+                           name, (long long)k, (long long)rows, (long long)ld, (long long)box_k,
+                           (long long)box_rows);
 }
 
 static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
@@ -264,7 +276,8 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     const kiln_lt_gemm gt = tiled(g, gated);
     const kiln_kernel_type t = kiln_dtype_kernel_type(g.a_type, 1);
     const kiln_kernel_type td = kiln_dtype_kernel_type(g.d_type, 1);
-    const int bias = kiln_lt_epilogue_has_bias(g.epilogue);
+    const kiln_kernel_type tbias = kiln_dtype_kernel_type(g.bias_type, 1);
+    const int bias = kiln_lt_epilogue_has_bias(g.epilogue), scale = kiln_gemm_scale(m);
     kiln_strbuf b = {0};
     char *defs = kiln_family_defines(&kiln_family_wgmma, pt);
     kiln_strbuf_printf(&b, "%s", defs);
@@ -276,12 +289,12 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        "#define GW_SB %lldLL\n#define GW_SD %lldLL\n#define GW_BIAS %d\n"
                        "#define GW_ACT %d\n#define GW_D_F32 %d\n#define GW_D_F16 %d\n"
                        "#define GW_BATCH %lld\n#define GW_EPI_SMEM %d\n#define GW_GATED %d\n"
-                       "#define GW_MMA_SUPPLIED 1\n",
-                       t.type, td.type, t.type, (long long)g.m, (long long)g.n, (long long)g.k,
+                       "#define GW_SCALE %d\n#define GW_MMA_SUPPLIED 1\n",
+                       t.type, td.type, tbias.type, (long long)g.m, (long long)g.n, (long long)g.k,
                        (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
                        (long long)g.stride_b, (long long)g.stride_d, bias, act_of(&g, m),
                        g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch,
-                       epi_smem(&g, pt), gated);
+                       epi_smem(&g, pt), gated, scale);
     /* a block a tile; clusters of GW_CL blocks a unit (x fastest); persistent: a cluster an SM's
      * worth of blocks, or a unit, whichever is fewer */
     const int64_t threads = threads_of(pt), units = units_of(&gt, pt, pt[P_CL]), cl = pt[P_CL];
@@ -302,14 +315,15 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     const char *a_name = p->inputs[m->input_of_role[KILN_GEMM_A]].name;
     const char *b_name = p->inputs[m->input_of_role[KILN_GEMM_B]].name;
     if (pt[P_WS]) {
-        /* the TMA boxes: 64 k by the block's rows of A and its columns of B */
-        emit_tmap(&b, a_name, g.k, g.m, g.lda, g.batch, g.stride_a, a_box(pt));
+        /* the TMA boxes: a stage's k by the block's rows of A and its columns of B */
+        const int64_t bk = k_stage(&g);
+        emit_tmap(&b, a_name, g.k, g.m, g.lda, g.batch, g.stride_a, bk, a_box(pt));
         /* a gated pair: the gate's half of the tile's rows of B, and the up projection's */
-        emit_tmap(&b, b_name, g.k, g.n, g.ldb, g.batch, g.stride_b,
+        emit_tmap(&b, b_name, g.k, g.n, g.ldb, g.batch, g.stride_b, bk,
                   pt[P_BN] / (gated ? 2 : pt[P_CL]));
         if (gated)
             emit_tmap(&b, p->inputs[m->input_of_role[KILN_GEMM_B2]].name, g.k, g.n, g.ldb, g.batch,
-                      g.stride_b, pt[P_BN] / 2);
+                      g.stride_b, bk, pt[P_BN] / 2);
     }
     kiln_strbuf_printf(&b,
                        "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n%s"
@@ -324,8 +338,10 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     static const char *const maps[] = {"gw_tma_a", "gw_tma_b", "gw_tma_b2"};
     char *proto = pt[P_WS] ? kiln_family_prototype_tmaps(p, bounds, "gemm_kernel", 2 + gated, maps)
                            : kiln_family_prototype(p, 0, 1, bounds, "gemm_kernel");
-    kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s, %s);\n}\n", proto, a_name, b_name,
-                       bias ? p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name : "nullptr",
+    kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s, %s, %s, %s);\n}\n", proto, a_name,
+                       b_name, bias ? p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name : "nullptr",
+                       scale ? p->inputs[m->input_of_role[KILN_GEMM_SA]].name : "nullptr",
+                       scale ? p->inputs[m->input_of_role[KILN_GEMM_SB]].name : "nullptr",
                        p->outputs[m->output_of_role[0]].name,
                        !pt[P_WS] ? "nullptr, nullptr, nullptr"
                        : gated   ? "&gw_tma_a, &gw_tma_b, &gw_tma_b2"
@@ -344,9 +360,9 @@ const kiln_family kiln_family_wgmma = {
      * (docs/families/wgmma.md): still prepared after the others until a kiln tune run measures what
      * preparing its problems first costs the rest (the lm-head's reference data is gigabytes) */
     .behind = 1,
-    .summary = "kiln's own GEMM for sm_90a: a captured linear (x @ wᵀ, 16-bit, K-major operands) "
-               "with its bias / ReLU / GELU / cast epilogue, wgmma from swizzled shared memory "
-               "fed by TMA (a producer thread) or cp.async",
+    .summary = "kiln's own GEMM for sm_90a: a captured linear (x @ wᵀ, 16-bit or fp8 _scaled_mm, "
+               "K-major operands) with its bias / ReLU / GELU / cast epilogue, wgmma from swizzled "
+               "shared memory fed by TMA (a producer thread) or cp.async",
     .n_params = P_COUNT,
     .params =
         {
@@ -356,7 +372,7 @@ const kiln_family kiln_family_wgmma = {
             {"GW_STAGES",
              5,
              {3, 4, 5, 6, 7},
-             "shared-memory stages of 64 k (copies run two less ahead)"},
+             "shared-memory stages of 128 bytes of k (copies run two less ahead)"},
             {"GW_GROUP", 3, {1, 8, 16}, "row tiles per raster group (L2 reuse of B)"},
             {"GW_WS",
              2,

@@ -3,7 +3,8 @@
  * transposed, bmm, batched matmul, addmm, and GEMM + epilogue chains: a bias add, ReLU, GELU of
  * either form, a final cast) and on the ones it must decline, with the reason; the
  * cuda candidate's directive parsed back into the GEMM the capture describes (the emit/parse round
- * trip); flops and bytes; and the cpu candidate's plain GEMM. No GPU. */
+ * trip); flops and bytes; the cpu candidate's plain GEMM; fp8 torch._scaled_mm with its scales.
+ * No GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -216,10 +217,94 @@ static void test_declines(void **state) {
     kiln_problem_free(p);
 }
 
+/* torch._scaled_mm: fp8 with one float32 scale each is a directive with the scales' arguments
+ * (cuBLASLt's scale pointers), e4m3 by e5m2 too; the cpu candidate widens fp8 and scales the
+ * accumulator; a scale a row and a column is declined (kiln drives per-tensor scales only). The
+ * directive's scales are checked like its other operands and read back from JSON. */
+static void test_scaled_mm(void **state) {
+    (void)state;
+    const kiln_family *f = kiln_family_find("cublaslt");
+    static const struct {
+        const char *dir;
+        kiln_dtype b, d;
+    } cases[] = {{"scaled_mm_e4m3_bf16", KILN_F8_E4M3, KILN_BF16},
+                 {"scaled_mm_e4m3_e5m2_f32", KILN_F8_E5M2, KILN_F32}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_problem *p = load(cases[i].dir);
+        kiln_match m;
+        char why[512] = "";
+        if (!f->match(p, &m, why, sizeof why))
+            fail_msg("%s declined: %s", cases[i].dir, why);
+        int64_t pt[KILN_FAMILY_MAX_PARAMS];
+        assert_int_equal(f->start(p, &m, pt), 0);
+        char *src = f->emit(p, &m, pt, 1);
+        kiln_lt_call_desc d;
+        directive_of(src, p, &d);
+        free(src);
+        assert_int_equal(d.gemm.a_type, KILN_F8_E4M3);
+        assert_int_equal(d.gemm.b_type, cases[i].b);
+        assert_int_equal(d.gemm.d_type, cases[i].d);
+        assert_true(d.gemm.trans_b && !d.gemm.trans_a);
+        assert_true(d.has_scales && d.arg_a_scale == 2 && d.arg_b_scale == 3);
+        kiln_err err;
+        kiln_lt_view v;
+        assert_int_equal(kiln_lt_gemm_view(&d.gemm, &v, &err), KILN_OK);
+        if (kiln_lt_call_check(&d, p, &err) != KILN_OK)
+            fail_msg("%s: %s", cases[i].dir, err.msg);
+        kiln_lt_call_desc bad = d;
+        bad.arg_b_scale = 0; /* x: fp8, not a float32 scale */
+        assert_int_equal(kiln_lt_call_check(&bad, p, &err), KILN_ERR_COMPILE);
+        assert_non_null(strstr(err.msg, "args.b_scale"));
+        /* the JSON round trip keeps the scales; one of the two, or scales on 16-bit inputs, is
+         * the directive's error */
+        char *json = kiln_lt_call_json(&d);
+        kiln_lt_call_desc back;
+        assert_int_equal(kiln_lt_call_parse(json, NULL, &back, &err), KILN_OK);
+        assert_true(back.has_scales && back.arg_a_scale == 2 && back.arg_b_scale == 3);
+        char *cut = strstr(json, ",\"b_scale\"");
+        assert_non_null(cut);
+        strcpy(cut, "}}");
+        assert_int_equal(kiln_lt_call_parse(json, NULL, &back, &err), KILN_ERR_COMPILE);
+        assert_non_null(strstr(err.msg, "both or neither"));
+        free(json);
+        bad = d;
+        bad.gemm.a_type = bad.gemm.b_type = KILN_BF16;
+        json = kiln_lt_call_json(&bad);
+        assert_int_equal(kiln_lt_call_parse(json, NULL, &back, &err), KILN_ERR_COMPILE);
+        assert_non_null(strstr(err.msg, "fp8 inputs only"));
+        free(json);
+        char *cpu = f->emit(p, &m, pt, 0);
+        assert_non_null(strstr(cpu, "acc *= sa[0] * sb[0];"));
+        assert_non_null(strstr(cpu, "kiln_e4m3_to_float(kiln_a["));
+        assert_non_null(
+            strstr(cpu, i ? "kiln_e5m2_to_float(kiln_b[" : "kiln_e4m3_to_float(kiln_b["));
+        free(cpu);
+        /* bytes: one byte an input element, the scales, D */
+        const kiln_lt_gemm *g = &d.gemm;
+        assert_true(f->min_bytes(p, &m, &p->workloads[0]) ==
+                    (double)(g->m * g->k + g->n * g->k + 8 +
+                             (int64_t)kiln_dtype_size(g->d_type) * g->m * g->n));
+        kiln_problem_free(p);
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/data/families/wgmma/scaled_mm_rowwise_bias_e4m3_bf16",
+             KILN_SOURCE_DIR);
+    kiln_problem *p = NULL;
+    kiln_err err;
+    assert_int_equal(kiln_problem_load(dir, &p, &err), KILN_OK);
+    kiln_match m;
+    char why[512] = "";
+    assert_int_equal(f->match(p, &m, why, sizeof why), 0);
+    if (!strstr(why, "per-tensor fp8 scales only"))
+        fail_msg("rowwise declined with '%s'", why);
+    kiln_problem_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match_and_directive),
         cmocka_unit_test(test_declines),
+        cmocka_unit_test(test_scaled_mm),
     };
     return cmocka_run_group_tests_name("family_cublaslt", tests, NULL, NULL);
 }

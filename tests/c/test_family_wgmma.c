@@ -1,5 +1,6 @@
 /* test_family_wgmma.c: the wgmma family without a GPU: what it matches (16-bit linears, batched
- * and with their epilogues, and the Gemma-4 MLP projection of bench/problems) and what it declines
+ * and with their epilogues, the Gemma-4 MLP projection of bench/problems, gated pairs, fp8
+ * torch._scaled_mm with its scales) and what it declines
  * and why; the constraints; the start point; the emitted wgmma (the instruction for the point's N
  * and dtype, one accumulator operand per register); the cpu candidate (GELU in the form captured);
  * and that every start point and an even spread of the valid points compile for sm_90a with NVRTC
@@ -346,6 +347,85 @@ static void test_gated(void **state) {
     }
 }
 
+/* fp8 (torch._scaled_mm): the k32 instruction of the format, boxes of 128 k (a 128-byte row), the
+ * scales (per tensor: GW_SCALE 1; a row's and a column's: 2, with the bias in D's dtype) read by
+ * the epilogue and the cpu candidate; e4m3 by e5m2 is declined; every start point and a spread over
+ * the valid points of the 8192³ problems compile. */
+static void test_fp8(void **state) {
+    (void)state;
+    static const struct {
+        const char *base, *dir, *scale, *cpu;
+    } cases[] = {
+        {DATA, "scaled_mm_e4m3_bf16", "#define GW_SCALE 1\n", "acc *= sa[0] * sb[0];"},
+        {KILN_SOURCE_DIR "/tests/data/families/wgmma", "scaled_mm_rowwise_bias_e4m3_bf16",
+         "#define GW_SCALE 2\n", "acc *= sa[i] * sb[j];"},
+        {BENCH, "gemm_scaled_mm_e4m3_8192x8192x8192", "#define GW_SCALE 1\n", NULL},
+        {BENCH, "gemm_scaled_mm_rowwise_e4m3_8192x8192x8192", "#define GW_SCALE 2\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_match m;
+        int64_t pt[KILN_FAMILY_MAX_PARAMS];
+        kiln_problem *p = started(cases[i].base, cases[i].dir, &m, pt);
+        assert_null(fam->check(p, &m, pt));
+        char *src = fam->emit(p, &m, pt, 1);
+        char want[96];
+        snprintf(want, sizeof want, "wgmma.mma_async.sync.aligned.m64n%lldk32.f32.e4m3.e4m3",
+                 (long long)pt[0]);
+        assert_non_null(strstr(src, want));
+        assert_non_null(strstr(src, ", p, 1, 1;\\n}")); /* fp8's form: no transpose immediates */
+        assert_non_null(strstr(src, cases[i].scale));
+        assert_non_null(strstr(src, "#define GW_T uint8_t\n"));
+        assert_non_null(strstr(src, ", sa, sb, out0, &gw_tma_a, &gw_tma_b, nullptr);"));
+        if (kiln_gemm_scale(&m) == 2) /* the bias in D's dtype */
+            assert_non_null(strstr(src, "#define GW_TB __nv_bfloat16\n"));
+        kiln_abi abi;
+        kiln_err err;
+        if (kiln_abi_parse(src, 1, &abi, &err) != KILN_OK)
+            fail_msg("%s: %s", p->name, err.msg);
+        kiln_launch_plan plan;
+        if (kiln_abi_plan(&abi, p, &p->workloads[0], &plan, &err) != KILN_OK)
+            fail_msg("%s: %s", p->name, err.msg);
+        assert_int_equal(plan.tmap[0].box[0], 128); /* 128 fp8 elements: one 128-byte row */
+        assert_int_equal(plan.tmap[1].box[0], 128);
+        assert_int_equal(plan.tmap[0].dtype, KILN_F8_E4M3);
+        kiln_abi_free(&abi);
+        free(src);
+        if (cases[i].cpu) {
+            char *cpu = fam->emit(p, &m, pt, 0);
+            assert_non_null(strstr(cpu, cases[i].cpu));
+            free(cpu);
+        }
+        if (kiln_cuda_have_nvrtc()) {
+            compile_point(p, &m, pt, 1);
+            if (!cases[i].cpu) { /* the 8192³ problems: a spread over the valid points */
+                const int64_t size = kiln_family_space_size(fam);
+                int64_t n_valid = 0, step = 0;
+                for (int64_t k = 0; k < size; k++) {
+                    kiln_family_point(fam, k, pt);
+                    n_valid += kiln_family_point_ok(fam, p, &m, pt);
+                }
+                for (int64_t k = 0, seen = 0; k < size; k++) {
+                    kiln_family_point(fam, k, pt);
+                    if (!kiln_family_point_ok(fam, p, &m, pt))
+                        continue;
+                    if (seen++ == step) {
+                        compile_point(p, &m, pt, 0);
+                        step += n_valid / SPREAD + 1;
+                    }
+                }
+            }
+        }
+        kiln_problem_free(p);
+    }
+    kiln_problem *p = load(DATA, "scaled_mm_e4m3_e5m2_f32");
+    kiln_match m;
+    char why[512] = "";
+    assert_int_equal(fam->match(p, &m, why, sizeof why), 0);
+    if (!strstr(why, "one fp8 format for both"))
+        fail_msg("e4m3 by e5m2 declined with '%s'", why);
+    kiln_problem_free(p);
+}
+
 static void test_compile(void **state) {
     (void)state;
     if (!kiln_cuda_have_nvrtc()) {
@@ -399,6 +479,7 @@ int main(void) {
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_cluster_split_epilogue),
         cmocka_unit_test(test_gated),
+        cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests_name("family_wgmma", tests, NULL, NULL);

@@ -3,8 +3,10 @@
 float16 with both linears first and the product reading the up projection first), matched by the wgmma family
 only — the cublaslt family declines it with its reason, cuBLASLt's epilogues reading one accumulator — and its
 cpu candidate (both GEMMs, the activation and the product on the fp32 accumulators, one rounding) proved by the
-gate against the PyTorch reference. On the GPU the same problems run kiln's sm_90a kernel (bench/wgmma_device.sh).
-Reference data and sources go to a temporary directory."""
+gate against the PyTorch reference. Then fp8 (torch._scaled_mm): one scale each, and a scale a row of x and a
+column of w with a bias (which only this family takes: cublaslt declines it), their cpu candidates proved. On the
+GPU the same problems run kiln's sm_90a kernel (bench/wgmma_device.sh). Reference data and sources go to a
+temporary directory."""
 
 from __future__ import annotations
 
@@ -53,3 +55,27 @@ def test_gated_pair_matched_and_proved(problem, tmp_path):
         assert result["summary"]["proved"] == result["summary"]["workloads"]
         src = Path(row["file"]).read_text()
         assert "acc2 +=" in src  # both projections in the one candidate
+
+
+FP8 = {DATA / "scaled_mm_rowwise_bias_e4m3_bf16": "_scaled_mm_rowwise_bias_to_bfloat16",
+       DATA.parent / "cublaslt" / "scaled_mm_e4m3_bf16": "_scaled_mm_to_bfloat16"}
+
+
+@pytest.mark.parametrize("problem", sorted(FP8), ids=lambda p: p.name)
+def test_fp8_scaled_mm_matched_and_proved(problem, tmp_path):
+    listed = run_kiln(["sweep", problem, "--backend", "cpu", "--list"], timeout=30)
+    out = listed.stdout + listed.stderr
+    assert f"matches family wgmma ({FP8[problem]})" in out, out
+    assert ("matches family cublaslt" in out) == ("rowwise" not in problem.name), out
+    r = run_kiln(["sweep", problem, "--backend", "cpu", "--family", "wgmma", "--limit", 1, "--json",
+                  "--iters", "2", "--out", tmp_path / "src", "--ref-dir", tmp_path / "ref"])
+    assert r.returncode == 0, r.stderr[-4000:]
+    rows = json.loads(r.stdout)["rows"]
+    assert rows, r.stderr[-2000:]
+    for row in rows:
+        result = row["result"]
+        assert result["outcome"] == "ok", (row["params"], result.get("evidence"))
+        # fp32 sums of exact fp8 products: far inside the bfloat16 tolerance it is judged by (test_problem.c)
+        assert result["workloads"][0]["rel_l2_err"] < 1e-3
+        src = Path(row["file"]).read_text()
+        assert "kiln_e4m3_to_float(kiln_a[" in src and "acc *= sa[" in src

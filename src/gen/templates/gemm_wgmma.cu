@@ -1,12 +1,14 @@
 // gemm_wgmma.cu: the wgmma family's CUDA template: D = epilogue(A · Bᵀ) for sm_90a, A [M, K] and
-// B [N, K] both K-major (a linear's input and weight), 16-bit inputs, fp32 accumulation in the
-// tensor cores' asynchronous warpgroup MMA (wgmma), a batch of such products along blockIdx.z.
+// B [N, K] both K-major (a linear's input and weight), 16-bit or fp8 inputs (fp8: torch._scaled_mm,
+// D = sa · sb · A·Bᵀ with one scale each or one a row of A and a column of B), fp32 accumulation in
+// the tensor cores' asynchronous warpgroup MMA (wgmma), a batch of such products along blockIdx.z.
 //
 // The work. Block (x, 0, z) owns a GW_BM x GW_BN tile of D (x in grouped raster order: GW_GROUP
 // row tiles share each column tile in turn, so that the B tiles they read stay in L2; with
 // GW_PERSIST, tiles x, x + gridDim.x, ... of the whole batch). Its GW_WGS
 // warpgroups own GW_MI tiles of 64 rows each; every warpgroup multiplies its rows by the block's
-// whole B tile. The k axis goes by 64 elements: one 128-byte row of A and of B a tile row, copied
+// whole B tile. The k axis goes by GW_BK elements (64 16-bit, 128 fp8): one 128-byte row of A and
+// of B a tile row, copied
 // by cp.async from global memory into one of GW_STAGES shared-memory stages, 16 bytes a copy, in
 // the 128-byte swizzle the wgmma descriptors name (the 16-byte chunk c of row r goes to chunk
 // c ^ (r % 8) of its row, rows 128 bytes apart, eight-row groups 1024 bytes apart: the "SBO").
@@ -18,12 +20,13 @@
 // `// kiln: tensormap` lines ask for, which write the same 128-byte swizzle), through a full and an
 // empty mbarrier a stage, and the other warpgroups only multiply (optionally GW_PERSIST: a grid
 // of SMs looping over the tiles). Per stage a consumer warpgroup issues 4 x GW_MI
-// wgmma.m64nNk16 (N = GW_NW: GW_BN, or its half where the warpgroups split the columns), the
-// descriptor's start address advanced by 32 bytes per k16 step inside the swizzle atom.
+// wgmma.m64nNk16 (k32 for fp8; N = GW_NW: GW_BN, or its half where the warpgroups split the
+// columns), the descriptor's start address advanced by 32 bytes a step inside the swizzle atom.
 //
 // The epilogue reads the accumulators where wgmma leaves them (thread t of a warpgroup: rows
-// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next), adds the
-// bias, applies the activation in the form captured and rounds once to D's dtype; with
+// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next), multiplies
+// by the scales, adds the bias, applies the activation in the form captured and rounds once to D's
+// dtype; with
 // GW_EPI_SMEM it goes to D through shared memory in whole rows (gw_store_tile_smem). Rows past M
 // and columns past N are neither read (zero-filled copies) nor written.
 //
@@ -45,7 +48,7 @@
 #define GW_WGS 2 // warpgroups per block
 #endif
 #ifndef GW_STAGES
-#define GW_STAGES 4 // shared-memory stages of 64 k
+#define GW_STAGES 4 // shared-memory stages of GW_BK k
 #endif
 #ifndef GW_GROUP
 #define GW_GROUP 8 // row tiles per raster group
@@ -74,6 +77,9 @@
 #ifndef GW_BATCH
 #define GW_BATCH 1
 #endif
+#ifndef GW_SCALE
+#define GW_SCALE 0 // fp8 (_scaled_mm): 1 one float32 scale for A and one for B, 2 a row's and a column's
+#endif
 #ifndef GW_T
 #define GW_T __nv_bfloat16 // A's and B's element
 #define GW_TD __nv_bfloat16 // D's element
@@ -94,7 +100,8 @@
 #define GW_MMA_SUPPLIED 0
 #endif
 
-#define GW_BK 64
+#define GW_BK (128 / (int)sizeof(GW_T)) // k a stage: one 128-byte row of A and of B a tile row
+#define GW_VEC (16 / (int)sizeof(GW_T)) // elements a 16-byte copy
 #define GW_BM (64 * GW_MI * (GW_PP || GW_SPLITN ? 1 : GW_WGS)) // rows of a tile
 #define GW_NW (GW_BN / (GW_SPLITN ? GW_WGS : 1)) // a warpgroup's columns (the wgmma's N)
 #define GW_A_BOX (GW_BM > 256 ? GW_BM / 2 : GW_BM) // rows of A a TMA box (at most 256)
@@ -125,8 +132,9 @@ static_assert(GW_WS || (GW_BM * 8 % GW_COPIERS == 0 && GW_BN * 8 % GW_COPIERS ==
               "every thread makes the same number of copies");
 
 #if !GW_MMA_SUPPLIED
-// D[64 x GW_NW] += A[64 x 16] · B[GW_NW x 16]ᵀ for a bf16 tile of GW_NW 128 (the emitter writes
-// this function for the point's N and dtype; this one lets the template compile alone).
+// D[64 x GW_NW] += A[64 x 16] · B[GW_NW x 16]ᵀ for a bf16 tile of GW_NW 128 (32 k for fp8; the
+// emitter writes this function for the point's N and dtype; this one lets the template compile
+// alone).
 __device__ __forceinline__ void gw_mma(float *d, uint64_t da, uint64_t db, int scale_d);
 #endif
 
@@ -134,7 +142,7 @@ __device__ __forceinline__ uint32_t gw_smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-// The descriptor of a K-major operand at shared address addr (1024-aligned stage plus k16 steps
+// The descriptor of a K-major operand at shared address addr (1024-aligned stage plus k steps
 // of 32 bytes): start address >> 4, leading offset unused by swizzled K-major layouts (1), stride
 // offset 1024 bytes (eight 128-byte rows) >> 4, base offset 0, 128-byte swizzle (1 in bits 62-63).
 __device__ __forceinline__ uint64_t gw_desc(uint32_t addr) {
@@ -186,6 +194,33 @@ __device__ __forceinline__ void gw_store2(GW_TD *d, float v0, float v1) {
 #endif
 }
 
+// The scales of _scaled_mm (GW_SCALE) of a thread's rows row and row + 8 and of its columns col and
+// col + 1: an element's scale is its row's times its column's. Per row (2): A's row's and B's
+// column's values (0 past the ends); per tensor (1): the one product every element shares (s0, read
+// once) for the rows, 1 for the columns; without scales 1 (the multiplications fold away).
+__device__ __forceinline__ float2 gw_row_scales(const float *sa, int64_t row, float s0) {
+#if GW_SCALE == 2
+    (void)s0;
+    return make_float2(row < GW_M ? __ldg(sa + row) : 0.0f,
+                       row + 8 < GW_M ? __ldg(sa + row + 8) : 0.0f);
+#else
+    (void)sa;
+    (void)row;
+    return make_float2(s0, s0);
+#endif
+}
+
+__device__ __forceinline__ float2 gw_col_scales(const float *sb, int64_t col) {
+#if GW_SCALE == 2
+    return make_float2(col < GW_N ? __ldg(sb + col) : 0.0f,
+                       col + 1 < GW_N ? __ldg(sb + col + 1) : 0.0f);
+#else
+    (void)sb;
+    (void)col;
+    return make_float2(1.0f, 1.0f);
+#endif
+}
+
 __device__ __forceinline__ float gw_bias_at(const GW_TB *bias, int64_t col) {
 #if GW_BIAS
     return (float)bias[col];
@@ -196,7 +231,7 @@ __device__ __forceinline__ float gw_bias_at(const GW_TB *bias, int64_t col) {
 #endif
 }
 
-// The tensor maps of A and B (`// kiln: tensormap` lines: boxes of 64 k by the tile's rows, 128-byte
+// The tensor maps of A and B (`// kiln: tensormap` lines: boxes of GW_BK k by the tile's rows, 128-byte
 // swizzle; rank 3 where the batch has its own matrices) and the TMA copy of one box into shared
 // memory, completing on an mbarrier's transaction count (rows past M or N and k past K read as 0).
 #ifndef GW_TMAP_SUPPLIED
@@ -289,7 +324,7 @@ __device__ __forceinline__ void gw_mma_stage(float (&acc)[GW_MI][GW_ACC], uint32
     const uint64_t db = gw_desc(stage + GW_A_BYTES + b_part);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int kk = 0; kk < GW_BK / 16; kk++) {
+    for (int kk = 0; kk < 4; kk++) { // 32 bytes of k a step: k16 (16-bit), k32 (fp8)
 #pragma unroll
         for (int i = 0; i < GW_MI; i++)
             gw_mma(acc[i], da + (uint64_t)(i * 64 * 128 / 16 + kk * 2), db + (uint64_t)(kk * 2), 1);
@@ -321,17 +356,19 @@ __device__ __forceinline__ void gw_zero(float (&acc)[GW_MI][GW_ACC]) {
 }
 
 // D's value at accumulator j's element e (thread t's columns 8 j + 2 (t % 4) and the next, rows
-// 16 (t / 32) + (t % 32) / 4 and 8 below): the epilogue on the accumulator plus the column's bias,
-// or for a gated pair the activation of the gate's accumulator times the up projection's, which
-// holds the same column GW_NW / 2 columns further (the second half of B's tile).
-__device__ __forceinline__ float gw_val(const float *acc, int j, int e, float bias) {
+// 16 (t / 32) + (t % 32) / 4 and 8 below): the epilogue on the scaled accumulator plus the column's
+// bias, or for a gated pair the activation of the gate's accumulator times the up projection's,
+// which holds the same column GW_NW / 2 columns further (the second half of B's tile).
+__device__ __forceinline__ float gw_val(const float *acc, int j, int e, float scale, float bias) {
 #if GW_GATED
     (void)bias;
+    (void)scale;
     return gw_act(acc[4 * j + e]) * acc[4 * (j + GW_NW / 16) + e];
 #else
-    return gw_act(acc[4 * j + e] + bias);
+    return gw_act(acc[4 * j + e] * scale + bias);
 #endif
 }
+
 
 // The first row and column of D of part `part` of the tile at (m0, n0): its 64 x GW_MI rows or its
 // GW_NW columns (gw_mma_stage).
@@ -344,6 +381,7 @@ __device__ __forceinline__ void gw_part_origin(int part, int64_t &m0, int64_t &n
 
 // The epilogue of the warpgroup with part `part` of the tile at (m0, n0) of D (gw_mma_stage).
 __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
+                                              const float *sa, const float *sb, float s0,
                                               GW_TD *d, int64_t m0, int64_t n0, int part, int t) {
     const int warp = t / 32, lane = t % 32;
     gw_part_origin(part, m0, n0);
@@ -353,15 +391,17 @@ __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const
         if (col >= GW_N)
             continue;
         const float b0 = gw_bias_at(bias, col), b1 = gw_bias_at(bias, col + 1);
+        const float2 cs = gw_col_scales(sb, col);
 #pragma unroll
         for (int i = 0; i < GW_MI; i++) {
             const int64_t row = m0 + i * 64 + warp * 16 + lane / 4;
+            const float2 rs = gw_row_scales(sa, row, s0);
             if (row < GW_M)
-                gw_store2(d + row * GW_LDD + col, gw_val(acc[i], j, 0, b0),
-                          gw_val(acc[i], j, 1, b1));
+                gw_store2(d + row * GW_LDD + col, gw_val(acc[i], j, 0, rs.x * cs.x, b0),
+                          gw_val(acc[i], j, 1, rs.x * cs.y, b1));
             if (row + 8 < GW_M)
-                gw_store2(d + (row + 8) * GW_LDD + col, gw_val(acc[i], j, 2, b0),
-                          gw_val(acc[i], j, 3, b1));
+                gw_store2(d + (row + 8) * GW_LDD + col, gw_val(acc[i], j, 2, rs.y * cs.x, b0),
+                          gw_val(acc[i], j, 3, rs.y * cs.y, b1));
         }
     }
 }
@@ -379,6 +419,7 @@ __device__ __forceinline__ void gw_store_tile(float (&acc)[GW_MI][GW_ACC], const
 #define GW_EPI_PITCH (GW_CH * GW_DB + 16)
 #define GW_EPI_BYTES (64 * GW_EPI_PITCH) // a warpgroup's buffer
 __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
+                                                   const float *sa, const float *sb, float s0,
                                                    GW_TD *d, int64_t m0, int64_t n0, int part,
                                                    int t, uint8_t *buf, int bar) {
     const int warp = t / 32, lane = t % 32;
@@ -386,6 +427,7 @@ __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], 
     constexpr int vec = 16 / GW_DB, per_row = GW_CH / vec, rows_a_pass = 128 / per_row;
 #pragma unroll
     for (int i = 0; i < GW_MI; i++) {
+        const float2 rs = gw_row_scales(sa, m0 + i * 64 + warp * 16 + lane / 4, s0);
 #pragma unroll
         for (int c0 = 0; c0 < GW_NWO; c0 += GW_CH) {
             asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); // the buffer is free
@@ -395,10 +437,13 @@ __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], 
                 const int64_t col = n0 + j * 8 + (lane % 4) * 2;
                 const float b0 = col < GW_N ? gw_bias_at(bias, col) : 0.0f;
                 const float b1 = col < GW_N ? gw_bias_at(bias, col + 1) : 0.0f;
+                const float2 cs = gw_col_scales(sb, col);
                 gw_store2(reinterpret_cast<GW_TD *>(buf + r * GW_EPI_PITCH) + cl,
-                          gw_val(acc[i], j, 0, b0), gw_val(acc[i], j, 1, b1));
+                          gw_val(acc[i], j, 0, rs.x * cs.x, b0),
+                          gw_val(acc[i], j, 1, rs.x * cs.y, b1));
                 gw_store2(reinterpret_cast<GW_TD *>(buf + (r + 8) * GW_EPI_PITCH) + cl,
-                          gw_val(acc[i], j, 2, b0), gw_val(acc[i], j, 3, b1));
+                          gw_val(acc[i], j, 2, rs.y * cs.x, b0),
+                          gw_val(acc[i], j, 3, rs.y * cs.y, b1));
             }
             asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); // the chunk is written
 #pragma unroll
@@ -414,12 +459,18 @@ __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], 
 }
 
 __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *__restrict__ b,
-                                        const GW_TB *__restrict__ bias, GW_TD *__restrict__ d,
+                                        const GW_TB *__restrict__ bias, const float *sa,
+                                        const float *sb, GW_TD *__restrict__ d,
                                         const kiln_tensormap *tma, const kiln_tensormap *tmb,
                                         const kiln_tensormap *tmb2) {
     extern __shared__ uint8_t gw_buf[];
     const uint32_t base = (gw_smem_addr(gw_buf) + 1023u) & ~1023u;
     const int tid = threadIdx.x, wg = tid / 128, t = tid % 128;
+#if GW_SCALE == 1
+    const float s0 = __ldg(sa) * __ldg(sb); // one scale for every element
+#else
+    const float s0 = 1.0f;
+#endif
     float acc[GW_MI][GW_ACC];
     int64_t m0, n0;
     int z;
@@ -530,11 +581,11 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
         for (int r = 0; r < GW_MI; r++)
             gw_fence_acc(acc[r]);
 #if GW_EPI_SMEM
-        gw_store_tile_smem(acc, bias, d + (int64_t)z * GW_SD, m0, n0, part, t,
+        gw_store_tile_smem(acc, bias, sa, sb, s0, d + (int64_t)z * GW_SD, m0, n0, part, t,
                            gw_buf + (epi - gw_smem_addr(gw_buf)) + (uint32_t)cw * GW_EPI_BYTES,
                            3 + cw);
 #else
-        gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, part, t);
+        gw_store_tile(acc, bias, sa, sb, s0, d + (int64_t)z * GW_SD, m0, n0, part, t);
 #endif
     }
     gw_cluster_sync(); // the other block's last arrivals on this block's barriers are in
@@ -556,20 +607,20 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
     for (int i = 0; i < GW_A_COPIES; i++) {
         const int row = tid / 8 + i * (GW_THREADS / 8);
         a_ok |= (uint32_t)(m0 + row < GW_M) << i;
-        a_src[i] = a + (m0 + row < GW_M ? (m0 + row) * GW_LDA : 0) + ch * 8;
+        a_src[i] = a + (m0 + row < GW_M ? (m0 + row) * GW_LDA : 0) + ch * GW_VEC;
         a_dst[i] = row * 128 + ((ch ^ (row % 8)) << 4);
     }
 #pragma unroll
     for (int i = 0; i < GW_B_COPIES; i++) {
         const int row = tid / 8 + i * (GW_THREADS / 8);
         b_ok |= (uint32_t)(n0 + row < GW_N) << i;
-        b_src[i] = b + (n0 + row < GW_N ? (n0 + row) * GW_LDB : 0) + ch * 8;
+        b_src[i] = b + (n0 + row < GW_N ? (n0 + row) * GW_LDB : 0) + ch * GW_VEC;
         b_dst[i] = GW_A_BYTES + row * 128 + ((ch ^ (row % 8)) << 4);
     }
     auto load = [&](int kt) {
         const uint32_t stage = base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES;
         const int k0 = kt * GW_BK;
-        const bool k_ok = k0 + ch * 8 < GW_K;
+        const bool k_ok = k0 + ch * GW_VEC < GW_K;
 #pragma unroll
         for (int i = 0; i < GW_A_COPIES; i++) {
             const bool ok = k_ok && ((a_ok >> i) & 1);
@@ -604,6 +655,6 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
 #pragma unroll
     for (int i = 0; i < GW_MI; i++)
         gw_fence_acc(acc[i]);
-    gw_store_tile(acc, bias, d + (int64_t)z * GW_SD, m0, n0, wg, t);
+    gw_store_tile(acc, bias, sa, sb, s0, d + (int64_t)z * GW_SD, m0, n0, wg, t);
 #endif
 }

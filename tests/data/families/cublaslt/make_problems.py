@@ -1,5 +1,6 @@
 """Writes the cublaslt family's problem directories: the small test problems next to this file (the
-cpu proof and the matcher's tests), the gated pairs of ../wgmma (which only the wgmma family takes) and
+cpu proof and the matcher's tests), the gated pairs and the per-row fp8 problem of ../wgmma (which only the
+wgmma family takes), the fp8 (torch._scaled_mm) problems, and
 the GPU row bench/problems/gemm_linear_bf16_4096x9216x2304 (Gemma-4's MLP gate/up projection). Each one is what `kiln capture` writes for the op (a "kiln"
 object with the aten label, args, shapes and layouts; a transposed operand stored in memory order and
 permuted back by the reference), with random inputs instead of stored tensors.
@@ -21,8 +22,10 @@ def axis_name(v):
 
 
 def write(dirname, name, description, aten, args, inputs, out_shape, dtype, kwargs=None, declines=None,
-          prefix="cublaslt_"):
-    """inputs: {name: (stored shape, dtype, permute or None)}, in the op's argument order."""
+          prefix="cublaslt_", body=None, flops=None):
+    """inputs: {name: (stored shape, dtype, permute or None)}, in the op's argument order; body: the reference's
+    last line, where calling the op itself is not it (an op PyTorch's cpu build lacks in that form); flops: kiln's
+    "flops", as capture writes it for a contraction."""
     d = os.path.join(dirname, name)
     os.makedirs(d, exist_ok=True)
     sizes = sorted({v for s, _, _ in inputs.values() for v in s} | set(out_shape))
@@ -39,9 +42,10 @@ def write(dirname, name, description, aten, args, inputs, out_shape, dtype, kwar
     for n, (shape, _, perm) in inputs.items():
         if perm:
             lines.append(f"    {n} = {n}.permute({', '.join(map(str, perm))})  # captured as a transposed view")
-    lines += [f"    return torch.ops.{aten.replace('aten::', 'aten.')}({call_args}{kw})"]
+    lines += [f"    {body}" if body else f"    return torch.ops.{aten.replace('aten::', 'aten.')}({call_args}{kw})"]
     definition = {
-        "name": f"{prefix}{name}", "op_type": aten.split("::")[1].split(".")[0], "description": description,
+        "name": f"{prefix}{name}", "op_type": aten.split("::")[1].split(".")[0].lstrip("_"),
+        "description": description,
         "axes": axes,
         "inputs": {n: {"shape": [axis_name(v) for v in s], "dtype": t} for n, (s, t, _) in inputs.items()},
         "outputs": {"out0": {"shape": [axis_name(v) for v in out_shape], "dtype": dtype}},
@@ -49,6 +53,8 @@ def write(dirname, name, description, aten, args, inputs, out_shape, dtype, kwar
         "kiln": {"kind": "aten", "aten": aten, "calls": 1, "args": {"args": args, "kwargs": kwargs or {}},
                  "layouts": layouts},
     }
+    if flops:
+        definition["kiln"]["flops"] = flops
     _write(d, name, definition, declines, names)
 
 
@@ -221,6 +227,35 @@ def gated(w):
                 pattern="gemm_gated", prefix="gemm_")
 
 
+def scaled(c, w):
+    """torch._scaled_mm (fp8 x [M, K] @ w [N, K]ᵀ, w captured as the transposed view w.t()): per-tensor scales
+    writing bfloat16 (both GEMM families), e4m3 by e5m2 writing float32 (cuBLASLt only: kiln's wgmma GEMM takes
+    one fp8 format for both), and into ../wgmma a scale a row of x and a column of w plus a bias (kiln's wgmma
+    GEMM only: kiln drives cuBLASLt's per-tensor scales; PyTorch's cpu build scales per tensor only, so that
+    reference is the arithmetic _scaled_mm does)."""
+    e4, e5, f32, bf = "float8_e4m3fn", "float8_e5m2", "float32", "bfloat16"
+    args = T + [{"tensor": 3}, None, None, "torch.bfloat16"]
+    write(c, "scaled_mm_e4m3_bf16", "torch._scaled_mm(x, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16), "
+          "float8_e4m3fn with one float32 scale each, M = 72, N = 136, K = 160 (tails of every tile).",
+          "aten::_scaled_mm.default", args,
+          {"x": ([72, 160], e4, None), "w": ([136, 160], e4, [1, 0]), "sa": ([], f32, None), "sb": ([], f32, None)},
+          [72, 136], bf, body="return torch.ops.aten._scaled_mm.default(x, w, sa, sb, None, None, torch.bfloat16)",
+          flops=2 * 72 * 136 * 160)
+    write(c, "scaled_mm_e4m3_e5m2_f32", "torch._scaled_mm of float8_e4m3fn by float8_e5m2 writing float32.",
+          "aten::_scaled_mm.default", T + [{"tensor": 3}, None, None, "torch.float32"],
+          {"x": ([32, 64], e4, None), "w": ([48, 64], e5, [1, 0]), "sa": ([], f32, None), "sb": ([], f32, None)},
+          [32, 48], f32, body="return torch.ops.aten._scaled_mm.default(x, w, sa, sb, None, None, torch.float32)",
+          flops=2 * 32 * 48 * 64)
+    write(w, "scaled_mm_rowwise_bias_e4m3_bf16", "torch._scaled_mm(x, w.t(), scale_a [M, 1], scale_b [1, N], "
+          "bias, out_dtype=torch.bfloat16): a scale a row of x and a column of w (PyTorch's rowwise fp8), "
+          "M = 200, N = 72, K = 96.", "aten::_scaled_mm.default", T + [{"tensor": 3}, {"tensor": 4}, None,
+                                                                      "torch.bfloat16"],
+          {"x": ([200, 96], e4, None), "w": ([72, 96], e4, [1, 0]), "sa": ([200, 1], f32, None),
+           "sb": ([1, 72], f32, None), "b": ([72], bf, None)},
+          [200, 72], bf, prefix="gemm_",
+          body="return ((x.float() @ w.float()) * sa * sb + b.float()).to(torch.bfloat16)", flops=2 * 200 * 72 * 96)
+
+
 def bench():
     b = os.path.join(ROOT, "bench", "problems")
     write(b, "gemm_linear_bf16_4096x9216x2304",
@@ -233,4 +268,5 @@ if __name__ == "__main__":
     tests()
     chains(HERE)
     gated(os.path.join(HERE, "..", "wgmma"))
+    scaled(HERE, os.path.join(HERE, "..", "wgmma"))
     bench()
