@@ -79,3 +79,21 @@ def test_fp8_scaled_mm_matched_and_proved(problem, tmp_path):
         assert result["workloads"][0]["rel_l2_err"] < 1e-3
         src = Path(row["file"]).read_text()
         assert "kiln_e4m3_to_float(kiln_a[" in src and "acc *= sa[" in src
+
+
+def test_fp8_linear_captured_and_proved(tmp_path):
+    """An fp8 linear from a script (dynamic per-tensor activation scale, fp8 weight): the captured _scaled_mm
+    is one problem both GEMM families match and prove on the cpu backend."""
+    run = tmp_path / "run"
+    r = run_kiln(["capture", DATA / "fp8_linear.py", "--out", run, "--device", "cpu", "--quiet"], timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    found = [p for p in (run / "problems").iterdir() if p.name.startswith("scaled_mm_default")]
+    assert len(found) == 1, sorted(p.name for p in (run / "problems").iterdir())
+    definition = json.loads((found[0] / "definition.json").read_text())
+    assert definition["kiln"]["flops"] == 2 * 48 * 96 * 80  # a contraction: judged at bfloat16's tolerance
+    for family in ("wgmma", "cublaslt"):
+        s = run_kiln(["sweep", found[0], "--backend", "cpu", "--family", family, "--limit", 1, "--json",
+                      "--iters", "2", "--out", tmp_path / family, "--ref-dir", tmp_path / "ref"])
+        assert s.returncode == 0, s.stderr[-4000:]
+        rows = json.loads(s.stdout)["rows"]
+        assert rows and all(x["result"]["outcome"] == "ok" for x in rows), (family, s.stderr[-2000:])
