@@ -89,6 +89,10 @@ def test_fp8_linear_captured_and_proved(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     found = [p for p in (run / "problems").iterdir() if p.name.startswith("scaled_mm_default")]
     assert len(found) == 1, sorted(p.name for p in (run / "problems").iterdir())
+    # bench/gemm_problems.py (what bench/gemm_examples_device.sh sweeps) picks it, and nothing else of the run
+    picked = subprocess.run([sys.executable, ROOT / "bench" / "gemm_problems.py", run], capture_output=True,
+                            text=True, timeout=60)
+    assert picked.returncode == 0 and picked.stdout.split() == [str(found[0])], picked.stdout + picked.stderr
     definition = json.loads((found[0] / "definition.json").read_text())
     assert definition["kiln"]["flops"] == 2 * 48 * 96 * 80  # a contraction: judged at bfloat16's tolerance
     for family in ("wgmma", "cublaslt"):
