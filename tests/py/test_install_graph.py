@@ -243,6 +243,18 @@ def test_graph_mode_replaces_a_gated_pair(runs, tmp_path):
     assert dist < 0.35
 
 
+def test_gated_pair_inside_torch_compile(runs, tmp_path):
+    """The same gated pair inside torch.compile (Inductor's post-grad graph, kiln's pattern of the four calls
+    with gelu's approximate='tanh' put back as the captured string): a hit per layer, the logits within the
+    bf16 model's tolerance of eager."""
+    problems = runs["gemma4"] / "problems"
+    gated = next(p for p in problems.iterdir() if p.name.startswith("gemm_gated_"))
+    stats, notes, dist, _ = _gemma_run(optimize_alone([gated], tmp_path / "run"), compile=True)
+    hits = {t: v["hits"] for t, v in stats["targets"].items()}
+    assert hits == {"chain linear.default -> gelu.default -> linear.default -> mul.Tensor": 6}, (hits, notes)
+    assert dist < 0.35
+
+
 def test_kiln_run_graph(chain_library, tmp_path):
     """`kiln run --graph` on the unmodified script: the chain is a hit of each forward; --graph with --compile is
     refused as bad usage."""

@@ -8,8 +8,8 @@
 // GW_PERSIST, tiles x, x + gridDim.x, ... of the whole batch). Its GW_WGS
 // warpgroups own GW_MI tiles of 64 rows each; every warpgroup multiplies its rows by the block's
 // whole B tile. The k axis goes by GW_BK elements (64 16-bit, 128 fp8): one 128-byte row of A and
-// of B a tile row, copied
-// by cp.async from global memory into one of GW_STAGES shared-memory stages, 16 bytes a copy, in
+// of B a tile row, copied by cp.async from global memory into one of GW_STAGES shared-memory
+// stages, 16 bytes a copy, in
 // the 128-byte swizzle the wgmma descriptors name (the 16-byte chunk c of row r goes to chunk
 // c ^ (r % 8) of its row, rows 128 bytes apart, eight-row groups 1024 bytes apart: the "SBO").
 // Two pipelines. GW_WS 0: every thread copies, GW_STAGES - 2 tiles ahead of the one the tensor
@@ -26,9 +26,8 @@
 // The epilogue reads the accumulators where wgmma leaves them (thread t of a warpgroup: rows
 // 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next), multiplies
 // by the scales, adds the bias, applies the activation in the form captured and rounds once to D's
-// dtype; with
-// GW_EPI_SMEM it goes to D through shared memory in whole rows (gw_store_tile_smem). Rows past M
-// and columns past N are neither read (zero-filled copies) nor written.
+// dtype; with GW_EPI_SMEM it goes to D through shared memory in whole rows (gw_store_tile_smem).
+// Rows past M and columns past N are neither read (zero-filled copies) nor written.
 //
 // Two more ways to share a tile (the TMA pipeline only): GW_SPLITN 1, the two consumer warpgroups
 // split its columns, each multiplying all its rows (tiles up to 320 x 128 or 192 x 192, an A box
@@ -78,7 +77,7 @@
 #define GW_BATCH 1
 #endif
 #ifndef GW_SCALE
-#define GW_SCALE 0 // fp8 (_scaled_mm): 1 one float32 scale for A and one for B, 2 a row's and a column's
+#define GW_SCALE 0 // fp8 (_scaled_mm): 1 a float32 scale each for A and B, 2 a row's and a column's
 #endif
 #ifndef GW_T
 #define GW_T __nv_bfloat16 // A's and B's element
@@ -231,9 +230,10 @@ __device__ __forceinline__ float gw_bias_at(const GW_TB *bias, int64_t col) {
 #endif
 }
 
-// The tensor maps of A and B (`// kiln: tensormap` lines: boxes of GW_BK k by the tile's rows, 128-byte
-// swizzle; rank 3 where the batch has its own matrices) and the TMA copy of one box into shared
-// memory, completing on an mbarrier's transaction count (rows past M or N and k past K read as 0).
+// The tensor maps of A and B (`// kiln: tensormap` lines: boxes of GW_BK k by the tile's rows,
+// 128-byte swizzle; rank 3 where the batch has its own matrices) and the TMA copy of one box into
+// shared memory, completing on an mbarrier's transaction count (rows past M or N and k past K read
+// as 0).
 #ifndef GW_TMAP_SUPPLIED
 struct __align__(64) kiln_tensormap {
     unsigned long long bits[16];
@@ -368,7 +368,6 @@ __device__ __forceinline__ float gw_val(const float *acc, int j, int e, float sc
     return gw_act(acc[4 * j + e] * scale + bias);
 #endif
 }
-
 
 // The first row and column of D of part `part` of the tile at (m0, n0): its 64 x GW_MI rows or its
 // GW_NW columns (gw_mma_stage).
