@@ -511,8 +511,15 @@ def write_safetensors(path: str, tensors: dict) -> int:
 
 def random_like(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A random tensor with t's statistics: kiln.reference.random_like_stats (the gate's own draw), plus
-    one structural rule: a 1-D integer tensor that is sorted (offsets, cumulative counts) stays sorted."""
+    two structural rules: a 1-D integer tensor that is sorted (offsets, cumulative counts) stays sorted, and
+    a boolean band mask (a causal or sliding window SDPA mask: True takes part) stays that band, as an
+    additive mask keeps its masked positions (a kernel built for the band is proved on every set)."""
+    from kiln.capture_stats import summarize
     from kiln.reference import random_like_stats
+    if t.dtype == torch.bool and t.dim() >= 2:
+        structure = summarize(t).get("structure") or {}
+        if structure.get("kind") == "band":
+            return t.clone()
     drawn = random_like_stats(t, generator)
     if not t.dtype.is_floating_point and t.dtype != torch.bool and t.dim() == 1 and t.numel() > 1:
         if bool((t[1:] >= t[:-1]).all()):

@@ -190,10 +190,8 @@ def band_holds(t: torch.Tensor, lower: Optional[int], upper: Optional[int], insi
     outside that band needs of it to give eager's result (a narrower band, or any mask inside it, holds;
     a row masked whole is eager's uniform row or NaN, which skipped tiles cannot give). inside_zero: the
     mask must be exactly the band, 0 at every position inside it (what a kernel that generates the band
-    and reads no mask needs: the structure's "inside": 0)."""
+    and reads no mask needs: the structure's "inside": 0; for a boolean mask, True there)."""
     if t.dim() < 2 or t.shape[-1] < 1 or t.shape[-2] < 1:
-        return False
-    if inside_zero and t.dtype == torch.bool:
         return False
     q, k = t.shape[-2], t.shape[-1]
     slices = t.reshape(-1, q, k)
@@ -205,7 +203,7 @@ def band_holds(t: torch.Tensor, lower: Optional[int], upper: Optional[int], insi
         # one host sync a chunk (install checks a live mask before each kernel that assumes its band)
         bad = (~masked & outside).any() | masked.all(-1).any()
         if inside_zero:
-            bad |= ((chunk != 0) & ~outside).any()
+            bad |= ((masked if chunk.dtype == torch.bool else chunk != 0) & ~outside).any()
         if bool(bad):
             return False
     return True
@@ -263,18 +261,20 @@ def _band(t: torch.Tensor, stats: dict) -> Optional[dict]:
     if not torch.equal(band_mask(q, k, lower, upper, t.device), first):
         return None
     step = max(1, STATS_CHUNK_ELEMENTS // (q * k))
-    zero = t.dtype != torch.bool  # every kept value 0 (a causal or window mask as models build it)
+    # every kept value 0 (a causal or window mask as models build it); a boolean band keeps with True, which
+    # takes part as an additive 0 would: exactly the band, always
+    zero = True
     for start in range(0, slices.shape[0], step):
         chunk = slices[start:start + step]
         if not bool((_masked_of(chunk) == first).all()):
             return None  # the pattern changes along a leading dim (padding): not one band
-        zero = zero and bool(((chunk == 0) | first).all())
+        zero = zero and (t.dtype == torch.bool or bool(((chunk == 0) | first).all()))
     name = "causal" if lower is None else ("sliding_window" if upper is not None else "band")
     out: dict = {"kind": "band", "name": name, "lower": lower, "upper": upper}
     if t.dtype != torch.bool:
         out["fill"] = "-inf" if stats["neg_inf"] >= stats["masked"] else "mask_value"
-        if zero:
-            out["inside"] = 0  # the mask is exactly the band
+    if zero:
+        out["inside"] = 0  # the mask is exactly the band (a boolean one: True inside, an additive 0)
     return out
 
 

@@ -394,6 +394,11 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
         kiln_strbuf_printf(b, "#define ATT_T %s\n#define ATT_TM %s\n#define ATT_F32 %d\n%s", t.type,
                            tm.type, a->dtype == KILN_F32,
                            a->dtype == KILN_F16 ? "#define ATT_FP16 1\n" : "");
+    else if (a->mask_dtype == KILN_BOOL) /* SDPA's boolean mask: True takes part */
+        kiln_strbuf_printf(b,
+                           "#define ATT_T %s\n#define ATT_L(v) %s(v)\n#define ATT_S(f) %s(f)\n"
+                           "#define ATT_TM bool\n#define ATT_LM(v) ((v) ? 0.0f : -INFINITY)\n",
+                           t.type, t.to_float, t.from_float);
     else
         kiln_strbuf_printf(b,
                            "#define ATT_T %s\n#define ATT_L(v) %s(v)\n#define ATT_S(f) %s(f)\n"

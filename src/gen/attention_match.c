@@ -154,11 +154,8 @@ static int mask_operand(const kiln_problem *p, int i, att_operand *o, char *why,
         snprintf(why, wl, "the key dim of mask %s is not innermost in memory", t->name);
         return 0;
     }
-    if (t->dtype == KILN_BOOL) {
-        snprintf(why, wl, "mask %s is boolean (an additive float mask is supported)", t->name);
-        return 0;
-    }
-    if (!is_float(t->dtype)) {
+    /* a boolean mask (SDPA's: True takes part) reads as 0 where True and -inf where False */
+    if (t->dtype != KILN_BOOL && !is_float(t->dtype)) {
         snprintf(why, wl, "mask %s is %s", t->name, kiln_dtype_name(t->dtype));
         return 0;
     }
@@ -499,14 +496,17 @@ static int drawn_band(const kiln_problem *p, const char *name, att_band *out) {
     return 1;
 }
 
-/* Where a mask masks: -inf or at most -1e4 (capture_stats.py's MASK_THRESHOLD: finfo.min fills). */
-#define ATT_MASKED(v) ((v) <= -1e4)
+/* Where a mask masks: -inf or at most -1e4 (capture_stats.py's MASK_THRESHOLD: finfo.min fills);
+ * False where it is boolean (which is 0 where it keeps: a boolean band is always exact). */
+#define ATT_MASKED(v, is_bool) ((is_bool) ? (v) == 0 : (v) <= -1e4)
 
 /* The band of one stored mask tensor ([..., q, k], every leading slice the same), as
  * capture_stats.py finds it for a mask it summarises; 0 when it is not one (or holds NaN or +inf).
  */
 static int band_of_data(const kiln_st_tensor *t, att_band *out) {
-    if (t->ndim < 2 || (t->dtype != KILN_F32 && t->dtype != KILN_BF16 && t->dtype != KILN_F16))
+    const int is_bool = t->dtype == KILN_BOOL;
+    if (t->ndim < 2 ||
+        (t->dtype != KILN_F32 && t->dtype != KILN_BF16 && t->dtype != KILN_F16 && !is_bool))
         return 0;
     const int64_t q = t->shape[t->ndim - 2], k = t->shape[t->ndim - 1];
     if (q < 1 || k < 2 || q * k > ((int64_t)1 << 26))
@@ -519,7 +519,7 @@ static int band_of_data(const kiln_st_tensor *t, att_band *out) {
             double v = kiln_dtype_load(t->dtype, t->data, (size_t)(i * k + j));
             if (isnan(v) || v == INFINITY)
                 return 0;
-            if (!ATT_MASKED(v)) {
+            if (!ATT_MASKED(v, is_bool)) {
                 first = first < 0 ? j : first;
                 last = j;
                 kept++;
@@ -549,9 +549,9 @@ static int band_of_data(const kiln_st_tensor *t, att_band *out) {
         const int64_t i = (int64_t)(e % slice) / k, j = (int64_t)(e % slice) % k;
         const int out = (b.has_hi && j - i > b.hi) || (b.has_lo && j - i < b.lo);
         const double v = kiln_dtype_load(t->dtype, t->data, e);
-        if (out != ATT_MASKED(v))
+        if (out != ATT_MASKED(v, is_bool))
             return 0;
-        b.zero &= out || v == 0;
+        b.zero &= out || v == 0 || is_bool;
     }
     *out = b;
     return 1;

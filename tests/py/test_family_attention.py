@@ -256,3 +256,29 @@ def test_paged_wrong_kernel_fails(mistake: str, paged_sweeps, tmp_path: Path):
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["outcome"] == "mismatch"
+
+
+def test_boolean_masks_captured_and_proved(tmp_path: Path):
+    """SDPA with boolean masks (tests/data/attention/sdpa_bool_mask.py; True takes part, as Hugging Face models
+    pass them): a padding mask is read as 0 / -inf and proved; a sliding window is found as its band in every
+    input set (capture keeps a boolean band mask's band in its random sets) and is exactly it (True inside:
+    "inside": 0), so the kernel skips the tiles outside it and a 16-bit CUDA kernel generates the band."""
+    need_kiln()
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "tests" / "data" / "attention" /
+                        "sdpa_bool_mask.py"), "--out", str(run), "--device", "cpu", "--quiet"], cwd=ROOT,
+                       env=kiln_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    problems = sorted((run / "problems").iterdir())
+    assert len(problems) == 2, problems
+    variants = []
+    for p in problems:
+        assert json.loads((p / "definition.json").read_text())["inputs"]["attn_mask"]["dtype"] == "bool"
+        out, rows = sweep(p, tmp_path / p.name)
+        variants.append(re.search(r"matches family attention \(([a-z_]+)\)", out.stderr).group(1))
+        result = rows[0]["result"]
+        assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
+        assert all(w["proved_sets"] >= 3 for w in result["workloads"])
+        src = Path(rows[0]["file"]).read_text()
+        assert "#define ATT_LM(v) ((v) ? 0.0f : -INFINITY)" in src
+    assert sorted(variants) == ["attention_mask_gqa", "attention_sliding_gqa"], variants

@@ -596,7 +596,8 @@ def test_exact_band_is_recorded_drawn_and_checked():
     """A mask whose kept values are all 0 (as models build causal and window masks) is exactly its band: the
     structure says "inside": 0, a draw keeps the zeros, and band_holds(inside_zero=True) (what install checks
     for a kernel that generates the band and reads no mask) holds for it alone: not for scores masked by the
-    same band, nor for a narrower window, which band_holds without inside_zero admits."""
+    same band, nor for a narrower window, which band_holds without inside_zero admits; a boolean mask that is
+    True exactly in the band is one too."""
     from kiln.capture_stats import band_holds, band_mask
     masked = band_mask(64, 96, -15, 0, "cpu")
     exact = torch.zeros(1, 1, 64, 96).masked_fill(masked, torch.finfo(torch.bfloat16).min).to(torch.bfloat16)
@@ -608,7 +609,11 @@ def test_exact_band_is_recorded_drawn_and_checked():
     assert band_holds(scores, -15, 0) and not band_holds(scores, -15, 0, inside_zero=True)
     narrower = torch.zeros(1, 1, 64, 96).masked_fill(band_mask(64, 96, -7, 0, "cpu"), float("-inf"))
     assert band_holds(narrower, -15, 0) and not band_holds(narrower, -15, 0, inside_zero=True)
-    assert not band_holds(~masked, -15, 0, inside_zero=True)  # a bool mask is not additive
+    # a boolean mask (True takes part) is exactly its band when True is the band: it takes part as 0 would
+    assert band_holds(~masked, -15, 0, inside_zero=True)
+    keep_narrower = ~band_mask(64, 96, -7, 0, "cpu")
+    assert band_holds(keep_narrower, -15, 0) and not band_holds(keep_narrower, -15, 0, inside_zero=True)
+    assert _roundtrip(~masked)[0]["structure"]["inside"] == 0
 
 
 def test_exact_band_assumption_is_parsed_and_checked_per_tensor():
