@@ -129,6 +129,152 @@ static int scale_kind(const kiln_problem *p, int sa, int sb, int64_t M, int64_t 
     return 0;
 }
 
+/* An int-list argument of op (index i or name) whose every value is v, or absent (its default, v).
+ */
+static int ints_all(const kiln_op *op, int i, const char *name, int64_t v) {
+    const kiln_arg *a = kiln_op_arg(op, i, name);
+    if (!a || a->kind == KILN_ARG_NONE)
+        return 1;
+    if (a->kind == KILN_ARG_NUM)
+        return a->num == (double)v;
+    if (a->kind != KILN_ARG_INTS)
+        return 0;
+    for (int k = 0; k < a->n_ints; k++)
+        if (a->ints[k] != v)
+            return 0;
+    return 1;
+}
+
+/* Stored with the captured dims in the order perm (n of them). */
+static int stored_as(const kiln_tensor_spec *t, const int *perm, int n) {
+    if (t->ndim != n)
+        return 0;
+    for (int d = 0; d < n; d++)
+        if ((t->layout.permuted ? t->layout.perm[d] : d) != perm[d])
+            return 0;
+    return !t->layout.expanded;
+}
+
+/* A 1x1 convolution (conv2d or convolution: stride 1, no padding, dilation 1, one group, not
+ * transposed) of a dense input is a GEMM over its channels: channels-last ([N, H, W, Cin] in
+ * memory) it is x [N·H·W, Cin] @ w [Cout, Cin]ᵀ, a linear, D channels-last too (the fact
+ * "conv_cl"); NCHW it is, for each image, w [Cout, Cin] @ x [Cin, H·W], a batch with A shared. The
+ * bias is a column's in the first form only. 1 with g and m filled; 0 with why written (or nothing
+ * where the op is not a convolution: *is_conv 0). */
+static int match_conv1x1(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, kiln_match *m,
+                         char *why, size_t why_len, int *is_conv) {
+    const int conv2d = kiln_op_is(op, "aten::conv2d.default");
+    *is_conv = conv2d || kiln_op_is(op, "aten::convolution.default");
+    if (!*is_conv)
+        return 0;
+    const kiln_arg *tr = conv2d ? NULL : kiln_op_arg(op, 6, "transposed");
+    const int groups = (int)kiln_arg_num(kiln_op_arg(op, conv2d ? 6 : 8, "groups"), 1);
+    int ix = kiln_arg_input(kiln_op_arg(op, 0, "input")),
+        iw = kiln_arg_input(kiln_op_arg(op, 1, "weight"));
+    const kiln_arg *bias_arg = kiln_op_arg(op, 2, "bias");
+    int ibias = bias_arg && bias_arg->kind != KILN_ARG_NONE ? kiln_arg_input(bias_arg) : -1;
+    if (ix < 0 || iw < 0 || (bias_arg && bias_arg->kind != KILN_ARG_NONE && ibias < 0)) {
+        kiln_family_fmt(why, why_len, "%s reads a tensor that is not a problem input", op->aten);
+        return 0;
+    }
+    const kiln_tensor_spec *x = &p->inputs[ix], *w = &p->inputs[iw], *o = &p->outputs[0];
+    int64_t ws[4] = {0}, xs[4] = {0};
+    int fixed = x->ndim == 4 && w->ndim == 4;
+    for (int d = 0; fixed && d < 4; d++)
+        fixed = fixed_dim(p, w, d, &ws[d]) && fixed_dim(p, x, d, &xs[d]);
+    static const int ident[4] = {0, 1, 2, 3}, cl[4] = {0, 2, 3, 1};
+    if (!fixed || (tr && kiln_arg_num(tr, 0) != 0) || groups != 1 ||
+        !ints_all(op, 3, "stride", 1) || !ints_all(op, 4, "padding", 0) ||
+        !ints_all(op, 5, "dilation", 1)) {
+        kiln_family_fmt(why, why_len,
+                        "%s: only a 2-D convolution with a 1x1 kernel, stride 1, no padding, "
+                        "dilation 1 and one group is a GEMM the families map",
+                        op->aten);
+        return 0;
+    }
+    /* the weight [Cout, Cin, 1, 1] with Cin contiguous (any order of its size-1 dims) */
+    const int w_ok = stored_as(w, ident, 4) || stored_as(w, cl, 4);
+    const int channels_last = stored_as(x, cl, 4) && stored_as(o, cl, 4);
+    const int nchw = stored_as(x, ident, 4) && stored_as(o, ident, 4);
+    /* stored shapes: [N, H, W, C] channels-last, [N, C, H, W] otherwise; the weight's [Cout, Cin]
+     */
+    const int64_t cout = ws[0], cin = w->layout.permuted ? ws[3] : ws[1];
+    const int64_t kh = w->layout.permuted ? ws[1] : ws[2], kw = w->layout.permuted ? ws[2] : ws[3];
+    const int64_t n = xs[0], c = channels_last ? xs[3] : xs[1];
+    const int64_t hw = channels_last ? xs[1] * xs[2] : xs[2] * xs[3];
+    if (kh != 1 || kw != 1 || !w_ok || c != cin || !(channels_last || nchw)) {
+        kiln_family_fmt(
+            why, why_len,
+            "%s: a %lldx%lld kernel, or input and output not both channels-last or both "
+            "NCHW: not a GEMM the families map",
+            op->aten, (long long)kh, (long long)kw);
+        return 0;
+    }
+    /* float32: PyTorch runs convolutions on TF32 by default (cudnn.allow_tf32), which a float32
+     * GEMM neither matches within float32's tolerance nor beats */
+    const kiln_dtype t = x->dtype;
+    if ((t != KILN_BF16 && t != KILN_F16) || w->dtype != t || o->dtype != t) {
+        kiln_family_fmt(why, why_len,
+                        "%s in %s: the families map 16-bit convolutions (float32 ones run on TF32 "
+                        "in cuDNN by PyTorch's default)",
+                        op->aten, kiln_dtype_name(t));
+        return 0;
+    }
+    if (ibias >= 0 && (!channels_last || !bias_ok(p, ibias, cout, t, why, why_len))) {
+        if (!channels_last)
+            kiln_family_fmt(why, why_len,
+                            "%s of an NCHW input with a bias: the bias is a row's of the GEMM, "
+                            "not mapped",
+                            op->aten);
+        return 0;
+    }
+    if (channels_last) /* x [N·H·W, Cin] @ w [Cout, Cin]ᵀ */
+        *g = (kiln_lt_gemm){.m = n * hw,
+                            .n = cout,
+                            .k = cin,
+                            .batch = 1,
+                            .a_type = t,
+                            .b_type = t,
+                            .d_type = t,
+                            .trans_a = 0,
+                            .trans_b = 1,
+                            .lda = cin,
+                            .ldb = cin,
+                            .ldd = cout,
+                            .bias_type = t};
+    else /* per image: w [Cout, Cin] @ x [Cin, H·W], the weight shared by the batch */
+        *g = (kiln_lt_gemm){.m = cout,
+                            .n = hw,
+                            .k = cin,
+                            .batch = n,
+                            .stride_a = 0,
+                            .stride_b = cin * hw,
+                            .stride_d = cout * hw,
+                            .a_type = t,
+                            .b_type = t,
+                            .d_type = t,
+                            .trans_a = 0,
+                            .trans_b = 0,
+                            .lda = cin,
+                            .ldb = hw,
+                            .ldd = hw,
+                            .bias_type = t};
+    g->epilogue = ibias >= 0 ? KILN_LT_EPI_BIAS : KILN_LT_EPI_NONE;
+    m->input_of_role[KILN_GEMM_A] = channels_last ? ix : iw;
+    m->input_of_role[KILN_GEMM_B] = channels_last ? iw : ix;
+    m->input_of_role[KILN_GEMM_BIAS] = ibias;
+    m->output_of_role[0] = 0;
+    kiln_match_set(m, "conv_cl", channels_last);
+    kiln_match_set(m, "scale", 0);
+    kiln_family_fmt(
+        m->how, sizeof m->how, "%s: a 1x1 convolution of [%lld, %lld, %lld] %s as %s, %s", op->aten,
+        (long long)n, (long long)cin, (long long)hw, channels_last ? "channels-last" : "NCHW",
+        channels_last ? "x [N·H·W, Cin] @ w [Cout, Cin]ᵀ"
+                      : "w [Cout, Cin] @ x [Cin, H·W] per image",
+        kiln_dtype_name(t));
+    return 1;
+}
+
 /* Fills g and m from a captured GEMM op whose tensors are problem inputs. torch._scaled_mm (fp8 A
  * [M, K] and B [K, N] stored [N, K], one float32 scale each or one a row and a column, D in
  * out_dtype) sets the fact "scale" (1 per tensor, 2 per row); its use_fast_accum is not read: how a
@@ -461,14 +607,16 @@ int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
         kiln_family_fmt(why, why_len, "op chain: %s", err.msg);
         return 0;
     }
-    int ok = 0, gated = 0;
+    int ok = 0, gated = 0, conv = 0;
     kiln_lt_gemm g;
     if (p->n_outputs != 1 || c->n_outputs != 1)
         kiln_family_fmt(why, why_len, "%d outputs: the family writes one, the GEMM's",
                         p->n_outputs);
-    else if (!(ok = match_gated(p, c, &g, m, why, why_len, &gated)) && !gated)
-        ok = match_op(p, &c->ops[0], &g, m, why, why_len) &&
-             match_epilogue(p, c, &g, m, why, why_len);
+    else if (!(ok = match_gated(p, c, &g, m, why, why_len, &gated)) && !gated &&
+             !(ok = match_conv1x1(p, &c->ops[0], &g, m, why, why_len, &conv)) && !conv)
+        ok = match_op(p, &c->ops[0], &g, m, why, why_len);
+    if (ok && !gated)
+        ok = match_epilogue(p, c, &g, m, why, why_len);
     if (ok &&
         (c->outputs[0].input >= 0 || c->outputs[0].op != c->n_ops - 1 || c->outputs[0].slot != 0)) {
         kiln_family_fmt(why, why_len, "the output is not the last op's result");
@@ -479,7 +627,9 @@ int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
                         kiln_dtype_name(p->outputs[0].dtype), kiln_dtype_name(g.d_type));
         ok = 0;
     }
-    if (ok && (p->outputs[0].layout.permuted || p->outputs[0].layout.expanded)) {
+    /* stored permuted: only a channels-last convolution's, whose memory is D's rows */
+    if (ok && !kiln_match_get(m, "conv_cl", 0) &&
+        (p->outputs[0].layout.permuted || p->outputs[0].layout.expanded)) {
         kiln_family_fmt(why, why_len, "the output is stored permuted: not mapped");
         ok = 0;
     }

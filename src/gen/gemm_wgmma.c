@@ -38,9 +38,10 @@ static int gw_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_
     if ((g.a_type != KILN_BF16 && g.a_type != KILN_F16 && !kiln_dtype_is_fp8(g.a_type)) ||
         g.b_type != g.a_type) {
         kiln_family_fmt(why, why_len,
-                        "%s by %s inputs: wgmma's kernel takes bfloat16, float16, or one fp8 "
+                        "%s%s%s inputs: wgmma's kernel takes bfloat16, float16, or one fp8 "
                         "format for both",
-                        kiln_dtype_name(g.a_type), kiln_dtype_name(g.b_type));
+                        kiln_dtype_name(g.a_type), g.b_type != g.a_type ? " by " : "",
+                        g.b_type != g.a_type ? kiln_dtype_name(g.b_type) : "");
         return 0;
     }
     if (g.trans_a || !g.trans_b) {

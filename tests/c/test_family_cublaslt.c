@@ -50,6 +50,9 @@ static const gemm_case CASES[] = {
      KILN_LT_EPI_BIAS_GELU, KILN_F32},
     {"linear_gelu_erf_to_f32", 18, 24, 40, 1, 0, 1, 40, 40, 24, KILN_BF16, -1, 0, 1, 2,
      KILN_LT_EPI_GELU, KILN_F32},
+    /* a 1x1 convolution, channels-last: x [N·H·W, Cin] @ w [Cout, Cin]ᵀ + b, D channels-last */
+    {"conv1x1_cl_bias_bf16", 60, 40, 48, 1, 0, 1, 48, 48, 40, KILN_BF16, 2, 0, 1, 3, BIAS,
+     KILN_BF16},
 };
 
 static kiln_problem *load(const char *sub) {
@@ -192,6 +195,10 @@ static void test_declines(void **state) {
         {"declined/linear_silu", "aten::silu.default after the GEMM is not an epilogue"},
         {"declined/linear_bias_add", "adds one bias"},
         {"declined/linear_gelu_relu", "applies one activation"},
+        {"declined/conv3x3_cl_bf16", "1x1 kernel"},
+        {"declined/conv1x1_stride2_cl_bf16", "stride 1"},
+        {"declined/conv1x1_nchw_bias_bf16", "the bias is a row's"},
+        {"declined/conv1x1_cl_f32", "TF32"},
     };
     const kiln_family *f = kiln_family_find("cublaslt");
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
@@ -300,11 +307,41 @@ static void test_scaled_mm(void **state) {
     kiln_problem_free(p);
 }
 
+/* A 1x1 convolution of an NCHW input: per image w [Cout, Cin] @ x [Cin, H·W], the weight (A) shared
+ * by the batch (stride 0), read once in the bytes. */
+static void test_conv_nchw(void **state) {
+    (void)state;
+    const kiln_family *f = kiln_family_find("cublaslt");
+    kiln_problem *p = load("conv1x1_nchw_f16");
+    kiln_match m;
+    char why[512] = "";
+    if (!f->match(p, &m, why, sizeof why))
+        fail_msg("declined: %s", why);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    assert_int_equal(f->start(p, &m, pt), 0);
+    char *src = f->emit(p, &m, pt, 1);
+    kiln_lt_call_desc d;
+    directive_of(src, p, &d);
+    free(src);
+    const kiln_lt_gemm *g = &d.gemm;
+    assert_true(g->m == 24 && g->n == 28 && g->k == 32 && g->batch == 3);
+    assert_true(g->stride_a == 0 && g->stride_b == 32 * 28 && g->stride_d == 24 * 28);
+    assert_true(!g->trans_a && !g->trans_b && g->lda == 32 && g->ldb == 28 && g->ldd == 28);
+    assert_true(d.arg_a == 1 && d.arg_b == 0 && d.arg_d == 2); /* A is the weight */
+    kiln_err err;
+    if (kiln_lt_call_check(&d, p, &err) != KILN_OK)
+        fail_msg("%s", err.msg);
+    assert_true(f->min_bytes(p, &m, &p->workloads[0]) ==
+                2.0 * (24 * 32 + 3 * 32 * 28 + 3 * 24 * 28));
+    kiln_problem_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match_and_directive),
         cmocka_unit_test(test_declines),
         cmocka_unit_test(test_scaled_mm),
+        cmocka_unit_test(test_conv_nchw),
     };
     return cmocka_run_group_tests_name("family_cublaslt", tests, NULL, NULL);
 }

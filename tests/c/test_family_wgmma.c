@@ -65,6 +65,7 @@ static const struct {
     {DATA, "mm_add_relu_f16", 1, 1, "f32.f16.f16"},
     {DATA, "linear_gelu_erf_to_f32", 0, 3, "f32.bf16.bf16"},
     {DATA, "addmm_bf16_tails", 1, 0, "f32.bf16.bf16"},
+    {DATA, "conv1x1_cl_bias_bf16", 1, 0, "f32.bf16.bf16"}, /* a 1x1 convolution, channels-last */
     {BENCH, "gemm_linear_bf16_4096x9216x2304", 0, 0, "f32.bf16.bf16"},
 };
 #define N_MATCHES (sizeof MATCHES / sizeof MATCHES[0])
@@ -159,6 +160,7 @@ static void test_declines(void **state) {
         {"linear_bias_f32", "float32 inputs"},
         {"mm_f32_at", "float32 inputs"},
         {"bmm_bf16", "B is stored [K, N]"},
+        {"conv1x1_nchw_f16", "B is stored [K, N]"}, /* an NCHW 1x1 convolution: w @ x per image */
         {"declined/linear_silu", "not an epilogue"},
     };
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {

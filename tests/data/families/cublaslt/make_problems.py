@@ -21,11 +21,18 @@ def axis_name(v):
     return f"n{v}"
 
 
+def inverse(perm):
+    """The permute that takes a tensor stored in the order perm (stored dim k holds captured dim perm[k], what
+    kiln.layouts' "permute" says) back to its captured dims."""
+    return [perm.index(d) for d in range(len(perm))]
+
+
 def write(dirname, name, description, aten, args, inputs, out_shape, dtype, kwargs=None, declines=None,
-          prefix="cublaslt_", body=None, flops=None):
+          prefix="cublaslt_", body=None, flops=None, out_perm=None):
     """inputs: {name: (stored shape, dtype, permute or None)}, in the op's argument order; body: the reference's
     last line, where calling the op itself is not it (an op PyTorch's cpu build lacks in that form); flops: kiln's
-    "flops", as capture writes it for a contraction."""
+    "flops", as capture writes it for a contraction; out_perm: the output stored in that order (out_shape is
+    then its stored shape)."""
     d = os.path.join(dirname, name)
     os.makedirs(d, exist_ok=True)
     sizes = sorted({v for s, _, _ in inputs.values() for v in s} | set(out_shape))
@@ -34,15 +41,18 @@ def write(dirname, name, description, aten, args, inputs, out_shape, dtype, kwar
     for n, (shape, _, perm) in inputs.items():
         layouts[n] = {"stored": "memory_order", "stored_shape": shape, "permute": perm} if perm else \
             {"stored": "contiguous"}
-    layouts["out0"] = {"stored": "contiguous"}
+    layouts["out0"] = {"stored": "memory_order", "stored_shape": out_shape, "permute": out_perm} if out_perm else \
+        {"stored": "contiguous"}
     names = list(inputs)
     call_args = ", ".join(names[a["tensor"]] if isinstance(a, dict) else repr(a) for a in args)
     kw = "".join(f", {k}={v!r}" for k, v in (kwargs or {}).items())
     lines = ["import torch", "", "", "@torch.no_grad()", f"def run({', '.join(names)}):"]
     for n, (shape, _, perm) in inputs.items():
         if perm:
-            lines.append(f"    {n} = {n}.permute({', '.join(map(str, perm))})  # captured as a transposed view")
-    lines += [f"    {body}" if body else f"    return torch.ops.{aten.replace('aten::', 'aten.')}({call_args}{kw})"]
+            what = "a transposed view" if inverse(perm) == perm else "a view in another order"
+            lines.append(f"    {n} = {n}.permute({', '.join(map(str, inverse(perm)))})  # captured as {what}")
+    call = body[len("return "):] if body else f"torch.ops.{aten.replace('aten::', 'aten.')}({call_args}{kw})"
+    lines += [f"    return {call}.permute({', '.join(map(str, out_perm))})" if out_perm else f"    return {call}"]
     definition = {
         "name": f"{prefix}{name}", "op_type": aten.split("::")[1].split(".")[0].lstrip("_"),
         "description": description,
@@ -256,6 +266,39 @@ def scaled(c, w):
           body="return ((x.float() @ w.float()) * sa * sb + b.float()).to(torch.bfloat16)", flops=2 * 200 * 72 * 96)
 
 
+def convolutions(c):
+    """1x1 convolutions as GEMMs over the channels: channels-last bfloat16 with a bias (a linear of [N·H·W, Cin]
+    rows, D channels-last), NCHW float16 (per image, w [Cout, Cin] @ x [Cin, H·W], the weight shared by the batch;
+    wgmma declines it: B is stored [K, N]); declined: a 3x3 kernel, stride 2, NCHW with a bias (a row's bias),
+    float32 (PyTorch runs it on TF32)."""
+    bf, f16, f32 = "bfloat16", "float16", "float32"
+    cl = [0, 2, 3, 1]
+    write(c, "conv1x1_cl_bias_bf16", "conv2d(x, w, b) with a 1x1 kernel, channels-last bfloat16 (ResNet-50's "
+          "bottleneck 1x1 convolutions in the bf16 channels-last example): x [N·H·W, Cin] @ w [Cout, Cin]ᵀ + b.",
+          "aten::conv2d.default", T[:3],
+          {"x": ([2, 6, 5, 48], bf, cl), "w": ([40, 48, 1, 1], bf, None), "b": ([40], bf, None)},
+          [2, 6, 5, 40], bf, out_perm=cl, flops=2 * 2 * 6 * 5 * 40 * 48)
+    write(c, "conv1x1_nchw_f16", "conv2d(x, w) with a 1x1 kernel, NCHW float16: for each of the 3 images, "
+          "w [Cout, Cin] @ x [Cin, H·W].", "aten::conv2d.default", T[:2],
+          {"x": ([3, 32, 4, 7], f16, None), "w": ([24, 32, 1, 1], f16, None)}, [3, 24, 4, 7], f16,
+          flops=2 * 3 * 24 * 28 * 32)
+    d = os.path.join(c, "declined")
+    write(d, "conv3x3_cl_bf16", "conv2d with a 3x3 kernel and padding 1: not one GEMM.", "aten::conv2d.default",
+          T[:2] + [None, [1, 1], [1, 1]], {"x": ([1, 4, 4, 16], bf, cl), "w": ([8, 16, 3, 3], bf, None)},
+          [1, 4, 4, 8], bf, out_perm=cl, declines="only a 2-D convolution with a 1x1 kernel")
+    write(d, "conv1x1_stride2_cl_bf16", "conv2d with a 1x1 kernel and stride 2 (ResNet's downsampling shortcut): "
+          "the rows it reads are not one strided matrix.", "aten::conv2d.default", T[:2] + [None, [2, 2]],
+          {"x": ([1, 4, 4, 16], bf, cl), "w": ([8, 16, 1, 1], bf, None)}, [1, 2, 2, 8], bf, out_perm=cl,
+          declines="only a 2-D convolution with a 1x1 kernel, stride 1")
+    write(d, "conv1x1_nchw_bias_bf16", "conv2d(x, w, b) with a 1x1 kernel, NCHW (the VAE decoder's shortcut): the "
+          "bias is a row's of the GEMM.", "aten::conv2d.default", T[:3],
+          {"x": ([1, 16, 4, 4], bf, None), "w": ([8, 16, 1, 1], bf, None), "b": ([8], bf, None)}, [1, 8, 4, 4], bf,
+          declines="the bias is a row's")
+    write(d, "conv1x1_cl_f32", "conv2d with a 1x1 kernel in float32: PyTorch runs it on TF32.",
+          "aten::conv2d.default", T[:2], {"x": ([1, 4, 4, 16], f32, cl), "w": ([8, 16, 1, 1], f32, None)},
+          [1, 4, 4, 8], f32, out_perm=cl, declines="16-bit convolutions")
+
+
 def bench():
     b = os.path.join(ROOT, "bench", "problems")
     write(b, "gemm_linear_bf16_4096x9216x2304",
@@ -269,4 +312,5 @@ if __name__ == "__main__":
     chains(HERE)
     gated(os.path.join(HERE, "..", "wgmma"))
     scaled(HERE, os.path.join(HERE, "..", "wgmma"))
+    convolutions(HERE)
     bench()
