@@ -228,37 +228,14 @@ static int match_conv1x1(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm 
                             op->aten);
         return 0;
     }
-    if (channels_last) /* x [N·H·W, Cin] @ w [Cout, Cin]ᵀ */
-        *g = (kiln_lt_gemm){.m = n * hw,
-                            .n = cout,
-                            .k = cin,
-                            .batch = 1,
-                            .a_type = t,
-                            .b_type = t,
-                            .d_type = t,
-                            .trans_a = 0,
-                            .trans_b = 1,
-                            .lda = cin,
-                            .ldb = cin,
-                            .ldd = cout,
-                            .bias_type = t};
-    else /* per image: w [Cout, Cin] @ x [Cin, H·W], the weight shared by the batch */
-        *g = (kiln_lt_gemm){.m = cout,
-                            .n = hw,
-                            .k = cin,
-                            .batch = n,
-                            .stride_a = 0,
-                            .stride_b = cin * hw,
-                            .stride_d = cout * hw,
-                            .a_type = t,
-                            .b_type = t,
-                            .d_type = t,
-                            .trans_a = 0,
-                            .trans_b = 0,
-                            .lda = cin,
-                            .ldb = hw,
-                            .ldd = hw,
-                            .bias_type = t};
+    *g = (kiln_lt_gemm){
+        .k = cin, .batch = 1, .a_type = t, .b_type = t, .d_type = t, .lda = cin, .bias_type = t};
+    if (channels_last) { /* x [N·H·W, Cin] @ w [Cout, Cin]ᵀ */
+        g->m = n * hw, g->n = cout, g->trans_b = 1, g->ldb = cin, g->ldd = cout;
+    } else { /* per image: w [Cout, Cin] @ x [Cin, H·W], the weight shared by the batch */
+        g->m = cout, g->n = hw, g->batch = n, g->ldb = g->ldd = hw;
+        g->stride_b = cin * hw, g->stride_d = cout * hw;
+    }
     g->epilogue = ibias >= 0 ? KILN_LT_EPI_BIAS : KILN_LT_EPI_NONE;
     m->input_of_role[KILN_GEMM_A] = channels_last ? ix : iw;
     m->input_of_role[KILN_GEMM_B] = channels_last ? iw : ix;

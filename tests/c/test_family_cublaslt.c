@@ -79,6 +79,18 @@ static void directive_of(const char *src, const kiln_problem *p, kiln_lt_call_de
     kiln_abi_free(&abi);
 }
 
+/* p matched by f, its start point in pt and that point's directive in d. */
+static void start_directive(const kiln_family *f, const kiln_problem *p, kiln_match *m, int64_t *pt,
+                            kiln_lt_call_desc *d) {
+    char why[512] = "";
+    if (!f->match(p, m, why, sizeof why))
+        fail_msg("%s declined: %s", p->name, why);
+    assert_int_equal(f->start(p, m, pt), 0);
+    char *src = f->emit(p, m, pt, 1);
+    directive_of(src, p, d);
+    free(src);
+}
+
 static void test_match_and_directive(void **state) {
     (void)state;
     const kiln_family *f = kiln_family_find("cublaslt");
@@ -184,6 +196,24 @@ static void test_match_and_directive(void **state) {
     }
 }
 
+/* f declines p (freed) with a reason that says `what`. */
+static void declines_with(const kiln_family *f, kiln_problem *p, const char *what) {
+    kiln_match m;
+    char why[512] = "";
+    assert_int_equal(f->match(p, &m, why, sizeof why), 0);
+    if (!strstr(why, what))
+        fail_msg("%s: declined with '%s', expected '%s'", p->name, why, what);
+    kiln_problem_free(p);
+}
+
+static kiln_problem *load_abs(const char *dir) {
+    kiln_problem *p = NULL;
+    kiln_err err;
+    if (kiln_problem_load(dir, &p, &err) != KILN_OK)
+        fail_msg("%s: %s", dir, err.msg);
+    return p;
+}
+
 static void test_declines(void **state) {
     (void)state;
     static const struct {
@@ -201,27 +231,11 @@ static void test_declines(void **state) {
         {"declined/conv1x1_cl_f32", "TF32"},
     };
     const kiln_family *f = kiln_family_find("cublaslt");
-    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
-        kiln_problem *p = load(no[i].dir);
-        kiln_match m;
-        char why[512] = "";
-        assert_int_equal(f->match(p, &m, why, sizeof why), 0);
-        if (!strstr(why, no[i].why))
-            fail_msg("%s: declined with '%s', expected '%s'", no[i].dir, why, no[i].why);
-        kiln_problem_free(p);
-    }
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        declines_with(f, load(no[i].dir), no[i].why);
     /* a problem of another family: not a GEMM */
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/tests/data/families/softmax/aten_memory_order", KILN_SOURCE_DIR);
-    kiln_problem *p = NULL;
-    kiln_err err;
-    assert_int_equal(kiln_problem_load(dir, &p, &err), KILN_OK);
-    kiln_match m;
-    char why[512] = "";
-    assert_int_equal(f->match(p, &m, why, sizeof why), 0);
-    if (!strstr(why, "is not one GEMM"))
-        fail_msg("softmax declined with '%s'", why);
-    kiln_problem_free(p);
+    declines_with(f, load_abs(KILN_SOURCE_DIR "/tests/data/families/softmax/aten_memory_order"),
+                  "is not one GEMM");
 }
 
 /* torch._scaled_mm: fp8 with one float32 scale each is a directive with the scales' arguments
@@ -239,15 +253,9 @@ static void test_scaled_mm(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kiln_problem *p = load(cases[i].dir);
         kiln_match m;
-        char why[512] = "";
-        if (!f->match(p, &m, why, sizeof why))
-            fail_msg("%s declined: %s", cases[i].dir, why);
         int64_t pt[KILN_FAMILY_MAX_PARAMS];
-        assert_int_equal(f->start(p, &m, pt), 0);
-        char *src = f->emit(p, &m, pt, 1);
         kiln_lt_call_desc d;
-        directive_of(src, p, &d);
-        free(src);
+        start_directive(f, p, &m, pt, &d);
         assert_int_equal(d.gemm.a_type, KILN_F8_E4M3);
         assert_int_equal(d.gemm.b_type, cases[i].b);
         assert_int_equal(d.gemm.d_type, cases[i].d);
@@ -293,18 +301,9 @@ static void test_scaled_mm(void **state) {
                              (int64_t)kiln_dtype_size(g->d_type) * g->m * g->n));
         kiln_problem_free(p);
     }
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/tests/data/families/wgmma/scaled_mm_rowwise_bias_e4m3_bf16",
-             KILN_SOURCE_DIR);
-    kiln_problem *p = NULL;
-    kiln_err err;
-    assert_int_equal(kiln_problem_load(dir, &p, &err), KILN_OK);
-    kiln_match m;
-    char why[512] = "";
-    assert_int_equal(f->match(p, &m, why, sizeof why), 0);
-    if (!strstr(why, "per-tensor fp8 scales only"))
-        fail_msg("rowwise declined with '%s'", why);
-    kiln_problem_free(p);
+    declines_with(
+        f, load_abs(KILN_SOURCE_DIR "/tests/data/families/wgmma/scaled_mm_rowwise_bias_e4m3_bf16"),
+        "per-tensor fp8 scales only");
 }
 
 /* A 1x1 convolution of an NCHW input: per image w [Cout, Cin] @ x [Cin, H·W], the weight (A) shared
@@ -314,15 +313,9 @@ static void test_conv_nchw(void **state) {
     const kiln_family *f = kiln_family_find("cublaslt");
     kiln_problem *p = load("conv1x1_nchw_f16");
     kiln_match m;
-    char why[512] = "";
-    if (!f->match(p, &m, why, sizeof why))
-        fail_msg("declined: %s", why);
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
-    assert_int_equal(f->start(p, &m, pt), 0);
-    char *src = f->emit(p, &m, pt, 1);
     kiln_lt_call_desc d;
-    directive_of(src, p, &d);
-    free(src);
+    start_directive(f, p, &m, pt, &d);
     const kiln_lt_gemm *g = &d.gemm;
     assert_true(g->m == 24 && g->n == 28 && g->k == 32 && g->batch == 3);
     assert_true(g->stride_a == 0 && g->stride_b == 32 * 28 && g->stride_d == 24 * 28);

@@ -36,6 +36,20 @@ def run_kiln(args: list, timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+def proved(problem, family: str, tmp_path, limit: int = 1) -> list:
+    """`kiln sweep --backend cpu` of family on problem: its rows, every one "ok" on every workload."""
+    r = run_kiln(["sweep", problem, "--backend", "cpu", "--family", family, "--limit", limit, "--json",
+                  "--iters", "2", "--out", tmp_path / family / "src", "--ref-dir", tmp_path / "ref"])
+    assert r.returncode == 0, r.stderr[-4000:]
+    rows = json.loads(r.stdout)["rows"]
+    assert rows, r.stderr[-2000:]
+    for row in rows:
+        result = row["result"]
+        assert result["outcome"] == "ok", (family, row["params"], result.get("evidence"))
+        assert result["summary"]["proved"] == result["summary"]["workloads"]
+    return rows
+
+
 @pytest.mark.parametrize("problem", sorted(GATED))
 def test_gated_pair_matched_and_proved(problem, tmp_path):
     listed = run_kiln(["sweep", DATA / problem, "--backend", "cpu", "--list"], timeout=30)
@@ -44,17 +58,8 @@ def test_gated_pair_matched_and_proved(problem, tmp_path):
     assert "matches family cublaslt" not in out, out
     declined = run_kiln(["sweep", DATA / problem, "--backend", "cpu", "--family", "cublaslt", "--list"], timeout=30)
     assert "cublaslt: a gated pair" in declined.stdout + declined.stderr, declined.stdout + declined.stderr
-    r = run_kiln(["sweep", DATA / problem, "--backend", "cpu", "--family", "wgmma", "--limit", 2, "--json",
-                  "--iters", "2", "--out", tmp_path / "src", "--ref-dir", tmp_path / "ref"])
-    assert r.returncode == 0, r.stderr[-4000:]
-    rows = json.loads(r.stdout)["rows"]
-    assert rows, r.stderr[-2000:]
-    for row in rows:
-        result = row["result"]
-        assert result["outcome"] == "ok", (row["params"], result.get("evidence"))
-        assert result["summary"]["proved"] == result["summary"]["workloads"]
-        src = Path(row["file"]).read_text()
-        assert "acc2 +=" in src  # both projections in the one candidate
+    for row in proved(DATA / problem, "wgmma", tmp_path, limit=2):
+        assert "acc2 +=" in Path(row["file"]).read_text()  # both projections in the one candidate
 
 
 FP8 = {DATA / "scaled_mm_rowwise_bias_e4m3_bf16": "_scaled_mm_rowwise_bias_to_bfloat16",
@@ -67,16 +72,9 @@ def test_fp8_scaled_mm_matched_and_proved(problem, tmp_path):
     out = listed.stdout + listed.stderr
     assert f"matches family wgmma ({FP8[problem]})" in out, out
     assert ("matches family cublaslt" in out) == ("rowwise" not in problem.name), out
-    r = run_kiln(["sweep", problem, "--backend", "cpu", "--family", "wgmma", "--limit", 1, "--json",
-                  "--iters", "2", "--out", tmp_path / "src", "--ref-dir", tmp_path / "ref"])
-    assert r.returncode == 0, r.stderr[-4000:]
-    rows = json.loads(r.stdout)["rows"]
-    assert rows, r.stderr[-2000:]
-    for row in rows:
-        result = row["result"]
-        assert result["outcome"] == "ok", (row["params"], result.get("evidence"))
+    for row in proved(problem, "wgmma", tmp_path):
         # fp32 sums of exact fp8 products: far inside the bfloat16 tolerance it is judged by (test_problem.c)
-        assert result["workloads"][0]["rel_l2_err"] < 1e-3
+        assert row["result"]["workloads"][0]["rel_l2_err"] < 1e-3
         src = Path(row["file"]).read_text()
         assert "kiln_e4m3_to_float(kiln_a[" in src and "acc *= sa[" in src
 
@@ -96,8 +94,4 @@ def test_fp8_linear_captured_and_proved(tmp_path):
     definition = json.loads((found[0] / "definition.json").read_text())
     assert definition["kiln"]["flops"] == 2 * 48 * 96 * 80  # a contraction: judged at bfloat16's tolerance
     for family in ("wgmma", "cublaslt"):
-        s = run_kiln(["sweep", found[0], "--backend", "cpu", "--family", family, "--limit", 1, "--json",
-                      "--iters", "2", "--out", tmp_path / family, "--ref-dir", tmp_path / "ref"])
-        assert s.returncode == 0, s.stderr[-4000:]
-        rows = json.loads(s.stdout)["rows"]
-        assert rows and all(x["result"]["outcome"] == "ok" for x in rows), (family, s.stderr[-2000:])
+        proved(found[0], family, tmp_path)
