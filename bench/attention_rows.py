@@ -1,7 +1,7 @@
 """Writes the attention rows of issue 16 as problems under bench/attention/ (or the directory given): the
 Gemma-4 eager attention chain ([1, 8 q / 4 kv heads, 4096, 256], bf16, scale 1, a bf16 finfo.min mask) with
 a sliding window of 512 and with a full causal mask, the full-attention layers' chain at their head dim of 512
-(causal), and SDPA calls: [4, 32 q / 8 kv, 4096, 128] causal,
+(causal), the sliding window as one SDPA call with a boolean mask (what the SDPA baselines run), and SDPA calls: [4, 32 q / 8 kv, 4096, 128] causal,
 [16, 16, 1024, 64] unmasked, decode of 64 sequences over 4096 cached tokens (32 q / 8 kv heads, head dim
 128), and a causal prefill of 8 sequences of 2048 tokens over a paged KV cache (page size 16, FlashInfer's form). Each row says how the baselines of bench/attention_torch.py run it (`"kiln": {"bench"}`: the mask as SDPA takes
 it). Inputs are drawn on the device by the problem's make_inputs; tests/c/test_family_attention.c compiles
@@ -132,6 +132,41 @@ def make_inputs(axes, device):
           {"mask": "causal" if causal else "none", "causal_half": causal})
 
 
+def sdpa_window(root, name, window):
+    """Gemma-4's sliding-window layer as one SDPA call with the boolean keep-mask the SDPA baselines take (True
+    takes part), scale 1 as Gemma-4's (its q and k normed): the same attention as the eager chain's row, without
+    its intermediate roundings."""
+    b, hq, hkv, s, d = 1, 8, 4, 4096, 256
+    reference = f"""import torch
+
+
+@torch.no_grad()
+def run(q, k, v, mask):
+    return torch.ops.aten.scaled_dot_product_attention.default(q, k, v, mask, 0.0, False, scale=1.0,
+                                                               enable_gqa=True)
+
+
+def make_inputs(axes, device):
+    bf = torch.bfloat16
+    q = (torch.randn({b}, {hq}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
+    k = (torch.randn({b}, {hkv}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
+    v = torch.randn({b}, {hkv}, {s}, {d}, device=device).to(bf)
+    i = torch.arange({s}, device=device)
+    rel = i[None, :] - i[:, None]
+    return {{'q': q, 'k': k, 'v': v, 'mask': ((rel <= 0) & (rel > -{window}))[None, None]}}
+"""
+    write(root, name, f"Gemma-4's sliding window {window} as one SDPA call with a boolean mask",
+          {"q": ([b, hq, s, d], "bfloat16"), "k": ([b, hkv, s, d], "bfloat16"),
+           "v": ([b, hkv, s, d], "bfloat16"), "mask": ([1, 1, s, s], "bool")},
+          {"o": ([b, hq, s, d], "bfloat16")}, reference,
+          {"kind": "aten", "aten": "aten::scaled_dot_product_attention.default",
+           "args": {"args": [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}, {"tensor": 3}, 0.0, False],
+                    "kwargs": {"scale": 1.0, "enable_gqa": True}},
+           "mask_structure": {"kind": "band", "name": "sliding_window", "lower": -(window - 1), "upper": 0,
+                              "inside": 0}},
+          {"mask": "window", "window": window, "causal_half": True})
+
+
 def paged_prefill(root, name, seqs, tokens, hq, hkv, d, page_size):
     """A causal prefill over a paged KV cache in FlashInfer's form (SOL-ExecBench's FlashInfer category, the
     family's `gqa_paged`): every sequence `tokens` long with its queries over its own keys, its pages drawn
@@ -169,6 +204,7 @@ def main(root):
     gemma_chain(root, "attn_gemma4_sliding512_1x8x4x4096x256", 512)
     gemma_chain(root, "attn_gemma4_causal_1x8x4x4096x256", None)
     gemma_chain(root, "attn_gemma4_full512_1x8x4x4096x512", None, d=512)  # the full-attention layers' head dim
+    sdpa_window(root, "attn_sdpa_sliding512_bool_1x8x4x4096x256", 512)
     sdpa(root, "attn_causal_4x32x8x4096x128", 4, 32, 8, 4096, 4096, 128, True, "GQA prefill, causal (SDPA)")
     sdpa(root, "attn_dense_16x16x1024x64", 16, 16, 16, 1024, 1024, 64, False, "unmasked (SDPA)")
     sdpa(root, "attn_decode_64x32x8x4096x128", 64, 32, 8, 1, 4096, 128, False,

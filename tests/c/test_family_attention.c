@@ -90,6 +90,9 @@ static const expect EXPECTED[] = {
      1.0, 1},
     {ROWS, "attn_gemma4_full512_1x8x4x4096x512", "attention_causal_mask_gqa", 8, 4, 512, 1, 0, 0,
      1.0, 1},
+    /* the same window as one SDPA call with a boolean mask: exactly the band, generated */
+    {ROWS, "attn_sdpa_sliding512_bool_1x8x4x4096x256", "attention_sliding_gqa", 8, 4, 256, 1, 1,
+     -511, 1.0, 1},
     {ROWS, "attn_causal_4x32x8x4096x128", "attention_causal_gqa", 32, 8, 128, 1, 0, 0,
      0.08838834764831845, 0},
     {ROWS, "attn_dense_16x16x1024x64", "attention", 16, 16, 64, 0, 0, 0, 0.125, 0},
@@ -237,16 +240,16 @@ static void test_declines(void **state) {
     snprintf(def, sizeof def,
              "%s" QKV_F32("16", "3") "}, " OUT_F32 ", " REF ", " CHAIN(SOFTMAX) "}", head);
     decline(def, "not a multiple of 3 kv heads");
-    /* a boolean mask is masked_fill, not an addition */
+    /* an integer mask is neither an addition nor SDPA's boolean keep-mask */
     snprintf(def, sizeof def,
              "%s" QKV_F32("16", "2") ", \"mask\": {\"shape\": [\"16\", \"16\"], \"dtype\": "
-                                     "\"bool\"}}, " OUT_F32 ", " REF
+                                     "\"int64\"}}, " OUT_F32 ", " REF
                                      ", \"kiln\": {\"kind\": \"aten\", \"aten\": "
                                      "\"aten::scaled_dot_product_attention.default\", \"args\": "
                                      "{\"args\": [{\"tensor\": 0}, {\"tensor\": 1}, {\"tensor\": "
                                      "2}, {\"tensor\": 3}], \"kwargs\": {}}}}",
              head);
-    decline(def, "boolean");
+    decline(def, "is int64");
     snprintf(def, sizeof def,
              "%s" QKV_F32("16", "2") "}, " OUT_F32 ", " REF
                                      ", \"kiln\": {\"kind\": \"aten\", \"aten\": "
