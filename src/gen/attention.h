@@ -56,6 +56,8 @@ typedef struct {
     int band_exact;   /* ... and the mask is exactly the band: 0 at every position inside it (kept),
                        * masked at every one outside, so a 16-bit kernel generates it and reads no
                        * mask (what it assumes is checked on the live mask at install) */
+    int mask_strided; /* the mask's key dim is not innermost in memory (T5's position bias, stored
+                       * with its heads last): read a.mk elements apart */
     double scale;     /* the constant the scores are multiplied by */
     int round_qk;     /* eager rounds q·kᵀ to the input dtype (a bf16/f16 matmul) */
     int round_scaled; /* ... and the scaled scores */

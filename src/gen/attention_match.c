@@ -150,8 +150,8 @@ static int mask_operand(const kiln_problem *p, int i, att_operand *o, char *why,
             if (t->layout.perm[j] == logical)
                 o->pos[l] = j;
     }
-    if (o->pos[3] < 0 || !innermost(p, t, o->pos[3])) {
-        snprintf(why, wl, "the key dim of mask %s is not innermost in memory", t->name);
+    if (o->pos[3] < 0) {
+        snprintf(why, wl, "mask %s has no key dim", t->name);
         return 0;
     }
     /* a boolean mask (SDPA's: True takes part) reads as 0 where True and -inf where False */
@@ -633,6 +633,8 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
     if (!dims_of(p, o, identity, &a->out, why, wl))
         return 0;
     a->mask_dtype = a->t[ATT_MASK].input >= 0 ? p->inputs[a->t[ATT_MASK].input].dtype : a->dtype;
+    a->mask_strided = a->t[ATT_MASK].input >= 0 &&
+                      !innermost(p, &p->inputs[a->t[ATT_MASK].input], a->t[ATT_MASK].pos[3]);
     for (int wi = 0; wi < p->n_workloads; wi++) {
         const kiln_workload *w = &p->workloads[wi];
         int64_t q[4], k[4], v[4], m[4], os[KILN_MAX_DIMS];

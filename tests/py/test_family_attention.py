@@ -284,3 +284,23 @@ def test_boolean_masks_captured_and_proved(tmp_path: Path):
         src = Path(rows[0]["file"]).read_text()
         assert "#define ATT_LM(v) ((v) ? 0.0f : -INFINITY)" in src
     assert sorted(variants) == ["attention_mask_gqa", "attention_sliding_gqa"], variants
+
+
+def test_position_bias_with_heads_innermost(tmp_path: Path):
+    """An additive mask whose key dim is not innermost in memory (tests/data/attention/sdpa_position_bias.py: T5's
+    relative position bias, [q, k, heads] permuted to [1, heads, q, k] without a copy) is read a.mk elements
+    apart (ATT_MASK_KS) and proved; it was declined before ("the key dim of mask ... is not innermost")."""
+    need_kiln()
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "tests" / "data" / "attention" /
+                        "sdpa_position_bias.py"), "--out", str(run), "--device", "cpu", "--quiet"], cwd=ROOT,
+                       env=kiln_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("scaled_dot_product_attention")]
+    assert json.loads((p / "definition.json").read_text())["kiln"]["layouts"]["attn_mask"]["permute"][-1] != 3
+    out, rows = sweep(p, tmp_path / "sweep")
+    assert "matches family attention (attention_mask)" in out.stderr, out.stderr[-2000:]
+    result = rows[0]["result"]
+    assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
+    src = Path(rows[0]["file"]).read_text()
+    assert "#define ATT_MASK_KS 1" in src and "a.mk = " in src

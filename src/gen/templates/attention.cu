@@ -111,7 +111,7 @@ typedef struct {
     const ATT_TM *mask;
     ATT_T *o;
     int64_t b, hq, hkv, sq, skv;
-    int64_t qb, qh, qs, kb, kh, ks, vb, vh, vs, mb, mh, ms, ob, oh, os;
+    int64_t qb, qh, qs, kb, kh, ks, vb, vh, vs, mb, mh, ms, mk, ob, oh, os;
     float scale;
 #if ATT_TMA
     const kiln_tensormap *tk, *tv; // K's and V's tensor maps (wgmma's producer)
@@ -124,6 +124,17 @@ typedef struct {
 } att_args;
 
 #define ATT_LOG2E 1.4426950408889634f
+
+// The element of key j in a row of the mask: j, or j · a.mk where the mask's key dim is not innermost
+// (ATT_MASK_KS: T5's position bias, stored with its heads last).
+#ifndef ATT_MASK_KS
+#define ATT_MASK_KS 0
+#endif
+#if ATT_MASK_KS
+#define ATT_MJ(a, j) ((j) * (a).mk)
+#else
+#define ATT_MJ(a, j) (j)
+#endif
 
 __device__ __forceinline__ float att_lf(float v) {
     return v;
@@ -476,7 +487,7 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[ATT_NT][4], const at
 #endif
 #if ATT_HAS_MASK
             if (!EDGE || c < klim) {
-                x += att_lf(l.mrow[r][n0 + c]);
+                x += att_lf(l.mrow[r][ATT_MJ(a, n0 + c)]);
 #if ATT_ROUND_MASKED
                 x = att_rnd(x);
 #endif
@@ -1156,7 +1167,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             dot += __shfl_xor_sync(0xffffffffu, dot, o);
         float x = dot * a.scale;
 #if ATT_HAS_MASK
-        x += att_lf(a.mask[bi * a.mb + h * a.mh + i * a.ms + j]);
+        x += att_lf(a.mask[bi * a.mb + h * a.mh + i * a.ms + ATT_MJ(a, j)]);
 #endif
 #if ATT_CAUSAL_GEN
         if (j - i > (ATT_HI))

@@ -25,7 +25,8 @@ typedef struct {
     const ATT_TM *mask;
     ATT_T *o;
     int64_t b, hq, hkv, sq, skv;
-    int64_t qb, qh, qs, kb, kh, ks, vb, vh, vs, mb, mh, ms, ob, oh, os;
+    int64_t qb, qh, qs, kb, kh, ks, vb, vh, vs, mb, mh, ms, mk, ob, oh,
+        os; /* mk: the mask's keys */
     float scale;
 #if ATT_PAGED
     const int32_t *qo_indptr, *kv_indptr, *kv_indices, *last_len;
@@ -73,7 +74,7 @@ static void att_cpu_row(const att_args *a, const ATT_T *qr, const ATT_T *kh, con
             x = ATT_RND(x);
 #endif
 #if ATT_HAS_MASK
-            x += ATT_LM(mrow[n0 + j]);
+            x += ATT_LM(mrow[(n0 + j) * a->mk]);
 #if ATT_ROUND_MASKED
             x = ATT_RND(x);
 #endif
