@@ -46,6 +46,18 @@ def write(root, name, description, inputs, outputs, reference, kiln, bench, op_t
         f.write(json.dumps(w) + "\n")
 
 
+def gemma_qkv(b, hq, hkv, s, d):
+    """make_inputs' lines for Gemma-4's q, k and v (bf16) and the relative positions rel = j - i."""
+    return f"""    bf = torch.bfloat16
+    # q and k after Gemma's q/k norms: unit-scale rows, so scores of order sqrt(d)
+    q = (torch.randn({b}, {hq}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
+    k = (torch.randn({b}, {hkv}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
+    v = torch.randn({b}, {hkv}, {s}, {d}, device=device).to(bf)
+    i = torch.arange({s}, device=device)
+    rel = i[None, :] - i[:, None]
+"""
+
+
 def gemma_chain(root, name, window, d=256):
     b, hq, hkv, s = 1, 8, 4, 4096
     rep = hq // hkv
@@ -86,14 +98,7 @@ def run(q, k, v, mask):
 
 
 def make_inputs(axes, device):
-    bf = torch.bfloat16
-    # q and k after Gemma's q/k norms: unit-scale rows, so scores of order sqrt(d)
-    q = (torch.randn({b}, {hq}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
-    k = (torch.randn({b}, {hkv}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
-    v = torch.randn({b}, {hkv}, {s}, {d}, device=device).to(bf)
-    i = torch.arange({s}, device=device)
-    rel = i[None, :] - i[:, None]
-    mask = torch.full(({s}, {s}), torch.finfo(bf).min, device=device)
+{gemma_qkv(b, hq, hkv, s, d)}    mask = torch.full(({s}, {s}), torch.finfo(bf).min, device=device)
     mask[{keep}] = 0
     return {{'q': q, 'k': k, 'v': v, 'mask': mask.to(bf)[None, None]}}
 """
@@ -147,13 +152,7 @@ def run(q, k, v, mask):
 
 
 def make_inputs(axes, device):
-    bf = torch.bfloat16
-    q = (torch.randn({b}, {hq}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
-    k = (torch.randn({b}, {hkv}, {s}, {d}, device=device) / {d} ** 0.25).to(bf)
-    v = torch.randn({b}, {hkv}, {s}, {d}, device=device).to(bf)
-    i = torch.arange({s}, device=device)
-    rel = i[None, :] - i[:, None]
-    return {{'q': q, 'k': k, 'v': v, 'mask': ((rel <= 0) & (rel > -{window}))[None, None]}}
+{gemma_qkv(b, hq, hkv, s, d)}    return {{'q': q, 'k': k, 'v': v, 'mask': ((rel <= 0) & (rel > -{window}))[None, None]}}
 """
     write(root, name, f"Gemma-4's sliding window {window} as one SDPA call with a boolean mask",
           {"q": ([b, hq, s, d], "bfloat16"), "k": ([b, hkv, s, d], "bfloat16"),

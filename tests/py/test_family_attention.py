@@ -260,18 +260,23 @@ def test_paged_wrong_kernel_fails(mistake: str, paged_sweeps, tmp_path: Path):
     assert json.loads(r.stdout)["outcome"] == "mismatch"
 
 
+def captured(script: str, tmp_path: Path) -> Path:
+    """tests/data/attention/SCRIPT captured on the CPU: the run directory."""
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "tests" / "data" / "attention" / script),
+                        "--out", str(run), "--device", "cpu", "--quiet"], cwd=ROOT, env=kiln_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return run
+
+
 def test_boolean_masks_captured_and_proved(tmp_path: Path):
     """SDPA with boolean masks (tests/data/attention/sdpa_bool_mask.py; True takes part, as Hugging Face models
     pass them): a padding mask is read as 0 / -inf and proved; a sliding window is found as its band in every
     input set (capture keeps a boolean band mask's band in its random sets) and is exactly it (True inside:
     "inside": 0), so the kernel skips the tiles outside it and a 16-bit CUDA kernel generates the band."""
     need_kiln()
-    run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "tests" / "data" / "attention" /
-                        "sdpa_bool_mask.py"), "--out", str(run), "--device", "cpu", "--quiet"], cwd=ROOT,
-                       env=kiln_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    problems = sorted((run / "problems").iterdir())
+    problems = sorted((captured("sdpa_bool_mask.py", tmp_path) / "problems").iterdir())
     assert len(problems) == 2, problems
     variants = []
     for p in problems:
@@ -291,11 +296,7 @@ def test_position_bias_with_heads_innermost(tmp_path: Path):
     relative position bias, [q, k, heads] permuted to [1, heads, q, k] without a copy) is read a.mk elements
     apart (ATT_MASK_KS) and proved; it was declined before ("the key dim of mask ... is not innermost")."""
     need_kiln()
-    run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "tests" / "data" / "attention" /
-                        "sdpa_position_bias.py"), "--out", str(run), "--device", "cpu", "--quiet"], cwd=ROOT,
-                       env=kiln_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run = captured("sdpa_position_bias.py", tmp_path)
     (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("scaled_dot_product_attention")]
     assert json.loads((p / "definition.json").read_text())["kiln"]["layouts"]["attn_mask"]["permute"][-1] != 3
     out, rows = sweep(p, tmp_path / "sweep")
