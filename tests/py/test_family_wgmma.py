@@ -23,7 +23,8 @@ KILN = Path(os.environ.get("KILN_BIN", "build/kiln"))
 if not KILN.is_absolute():
     KILN = ROOT / KILN
 DATA = ROOT / "tests" / "data" / "families" / "wgmma"
-GATED = {"gated_gelu_bf16": "linear_gated_gelu", "gated_silu_f16": "linear_gated_silu"}
+GATED = {"gated_gelu_bf16": "linear_gated_gelu", "gated_silu_f16": "linear_gated_silu",
+         "gated_gelu_deep_bf16": "linear_gated_gelu"}  # deep: K = 1024, the GPU kernel's stage ring wraps
 
 pytestmark = pytest.mark.skipif(not KILN.exists(), reason=f"{KILN} is not built (make all)")
 
@@ -63,7 +64,9 @@ def test_gated_pair_matched_and_proved(problem, tmp_path):
 
 
 FP8 = {DATA / "scaled_mm_rowwise_bias_e4m3_bf16": "_scaled_mm_rowwise_bias_to_bfloat16",
-       DATA.parent / "cublaslt" / "scaled_mm_e4m3_bf16": "_scaled_mm_to_bfloat16"}
+       DATA / "scaled_mm_e4m3_deep_bf16": "_scaled_mm_to_bfloat16",
+       DATA.parent / "cublaslt" / "scaled_mm_e4m3_bf16": "_scaled_mm_to_bfloat16",
+       DATA.parent / "cublaslt" / "scaled_mm_e4m3_fast_bf16": "_scaled_mm_to_bfloat16"}
 
 
 @pytest.mark.parametrize("problem", sorted(FP8), ids=lambda p: p.name)

@@ -225,6 +225,16 @@ def gated(w):
                  "a = torch.ops.aten.gelu.default(g, approximate='tanh')", "return torch.ops.aten.mul.Tensor(a, u)"],
                 {"x": ([200, 96], bf, None), "wg": ([72, 96], bf, None), "wu": ([72, 96], bf, None)}, [200, 72], bf,
                 pattern="gemm_gated", prefix="gemm_")
+    write_chain(w, "gated_gelu_deep_bf16", "gated_gelu_bf16 with K = 1024 (16 steps of 64 k: the stage ring wraps "
+                "several times, which the small problems never do), M = 136, N = 96.",
+                [op("aten::linear.default", ["x", "wg"], "v0", bf),
+                 op("aten::gelu.default", ["v0"], "va", bf, approximate="tanh"),
+                 op("aten::linear.default", ["x", "wu"], "v1", bf),
+                 op("aten::mul.Tensor", ["va", "v1"], "v2", bf)],
+                ["g = torch.ops.aten.linear.default(x, wg)", "u = torch.ops.aten.linear.default(x, wu)",
+                 "a = torch.ops.aten.gelu.default(g, approximate='tanh')", "return torch.ops.aten.mul.Tensor(a, u)"],
+                {"x": ([136, 1024], bf, None), "wg": ([96, 1024], bf, None), "wu": ([96, 1024], bf, None)},
+                [136, 96], bf, pattern="gemm_gated", prefix="gemm_")
     write_chain(w, "gated_silu_f16", "The front of a SwiGLU MLP: (x @ wuᵀ) * silu(x @ wgᵀ), float16, both "
                 "linears before the activation and the product reading the up projection first.",
                 [op("aten::linear.default", ["x", "wg"], "v0", f16),
@@ -246,11 +256,29 @@ def scaled(c, w):
     e4, e5, f32, bf = "float8_e4m3fn", "float8_e5m2", "float32", "bfloat16"
     args = T + [{"tensor": 3}, None, None, "torch.bfloat16"]
     write(c, "scaled_mm_e4m3_bf16", "torch._scaled_mm(x, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16), "
-          "float8_e4m3fn with one float32 scale each, M = 72, N = 136, K = 160 (tails of every tile).",
+          "float8_e4m3fn with one float32 scale each, M = 72, N = 144, K = 160 (tails of every tile; torch's CUDA "
+          "_scaled_mm takes N and K multiples of 16 only).",
           "aten::_scaled_mm.default", args,
-          {"x": ([72, 160], e4, None), "w": ([136, 160], e4, [1, 0]), "sa": ([], f32, None), "sb": ([], f32, None)},
-          [72, 136], bf, body="return torch.ops.aten._scaled_mm.default(x, w, sa, sb, None, None, torch.bfloat16)",
-          flops=2 * 72 * 136 * 160)
+          {"x": ([72, 160], e4, None), "w": ([144, 160], e4, [1, 0]), "sa": ([], f32, None), "sb": ([], f32, None)},
+          [72, 144], bf, body="return torch.ops.aten._scaled_mm.default(x, w, sa, sb, None, None, torch.bfloat16)",
+          flops=2 * 72 * 144 * 160)
+    # K deep enough that the stage ring wraps several times (16 steps of 128 fp8 k): the small problems above
+    # fit in one pass of the stages, which left the wrap untested on every point.
+    write(w, "scaled_mm_e4m3_deep_bf16", "torch._scaled_mm(x, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16), "
+          "float8_e4m3fn, one float32 scale each, M = 136, N = 144, K = 2048 (the stage ring wraps).",
+          "aten::_scaled_mm.default", args,
+          {"x": ([136, 2048], e4, None), "w": ([144, 2048], e4, [1, 0]), "sa": ([], f32, None),
+           "sb": ([], f32, None)},
+          [136, 144], bf, prefix="gemm_",
+          body="return torch.ops.aten._scaled_mm.default(x, w, sa, sb, None, None, torch.bfloat16)",
+          flops=2 * 136 * 144 * 2048)
+    write(c, "scaled_mm_e4m3_fast_bf16", "torch._scaled_mm(x, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16, "
+          "use_fast_accum=True): the products may be summed in the tensor cores' own precision.",
+          "aten::_scaled_mm.default", args + [True],
+          {"x": ([64, 256], e4, None), "w": ([128, 256], e4, [1, 0]), "sa": ([], f32, None), "sb": ([], f32, None)},
+          [64, 128], bf,
+          body="return torch.ops.aten._scaled_mm.default(x, w, sa, sb, None, None, torch.bfloat16, True)",
+          flops=2 * 64 * 128 * 256)
     write(c, "scaled_mm_e4m3_e5m2_f32", "torch._scaled_mm of float8_e4m3fn by float8_e5m2 writing float32.",
           "aten::_scaled_mm.default", T + [{"tensor": 3}, None, None, "torch.float32"],
           {"x": ([32, 64], e4, None), "w": ([48, 64], e5, [1, 0]), "sa": ([], f32, None), "sb": ([], f32, None)},
