@@ -35,6 +35,11 @@ int kiln_gemm_gated(const kiln_match *m);
  * are fp8 (e4m3 or e5m2) then, D 16-bit or float32, the bias in D's dtype. */
 int kiln_gemm_scale(const kiln_match *m);
 
+/* torch._scaled_mm's use_fast_accum (False, its default, when absent): 1 lets the fp8 products be
+ * summed in the tensor cores' own precision; 0 asks for fp32 sums (kiln's wgmma GEMM then adds each
+ * stage's products to its accumulators in fp32, GW_PROMOTE). */
+int kiln_gemm_fast_accum(const kiln_match *m);
+
 /* The cpu candidate: fp32 accumulation in k order, the scales, the epilogue on the accumulator (a
  * gated pair: the activation of the first GEMM's times the second's), one rounding to D's dtype.
  * exact_gelu: GELU in the form captured (erf or tanh); else always tanh's (what cuBLASLt computes).

@@ -254,8 +254,8 @@ static int match_conv1x1(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm 
 
 /* Fills g and m from a captured GEMM op whose tensors are problem inputs. torch._scaled_mm (fp8 A
  * [M, K] and B [K, N] stored [N, K], one float32 scale each or one a row and a column, D in
- * out_dtype) sets the fact "scale" (1 per tensor, 2 per row); its use_fast_accum is not read: how a
- * candidate accumulates is the gate's proof to judge. */
+ * out_dtype) sets the fact "scale" (1 per tensor, 2 per row) and "fast_accum" (its use_fast_accum:
+ * whether the products may be summed in the tensor cores' own precision, as cuBLAS then does). */
 static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, kiln_match *m,
                     char *why, size_t why_len) {
     int linear = kiln_op_is(op, "aten::linear.default");
@@ -347,6 +347,7 @@ static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, k
             return 0;
         m->input_of_role[KILN_GEMM_SA] = isa;
         m->input_of_role[KILN_GEMM_SB] = isb;
+        kiln_match_set(m, "fast_accum", kiln_arg_num(kiln_op_arg(op, 7, "use_fast_accum"), 0) != 0);
     } else if (!is_gemm_dtype(ta) || tyb != ta) {
         kiln_family_fmt(why, why_len,
                         "dtypes %s @ %s: the family takes one of bfloat16, float16, float32 for "
@@ -665,6 +666,10 @@ int kiln_gemm_gated(const kiln_match *m) {
 
 int kiln_gemm_scale(const kiln_match *m) {
     return (int)kiln_match_get(m, "scale", 0);
+}
+
+int kiln_gemm_fast_accum(const kiln_match *m) {
+    return kiln_match_get(m, "fast_accum", 0) != 0;
 }
 
 char *kiln_gemm_emit_cpu(const kiln_family *f, const kiln_problem *p, const kiln_match *m,

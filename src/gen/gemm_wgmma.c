@@ -27,6 +27,9 @@ enum {
 };
 
 #define GW_MAX_SMEM (227 * 1024)
+/* fp32 accumulators a thread of both sets together where fp8 products are promoted (GW_PROMOTE) */
+#define GW_PROMOTE_ACCS 192
+#define GW_PROMOTE_ACCS_S "192"
 #define GW_SM_SMEM (228 * 1024) /* an SM's shared memory, all its blocks together */
 
 /* ---- the match ---- */
@@ -94,9 +97,15 @@ static int64_t n_wg(const int64_t *pt) {
     return pt[P_BN] / (pt[P_SPLITN] ? pt[P_WGS] : 1);
 }
 
-/* fp32 accumulators a consumer thread holds. */
+/* fp32 accumulators a consumer thread holds (one set; GW_PROMOTE holds two). */
 static int64_t accs(const int64_t *pt) {
     return pt[P_MI] * n_wg(pt) / 2;
+}
+
+/* Whether each stage's products are summed apart and added in fp32 (GW_PROMOTE): fp8 inputs unless
+ * the capture allowed fast accumulation. */
+static int promotes(const kiln_match *m) {
+    return kiln_dtype_is_fp8(kiln_gemm_of(m).a_type) && !kiln_gemm_fast_accum(m);
 }
 
 /* Rows of A a TMA box copies (a box has at most 256; a taller tile takes two). */
@@ -167,6 +176,9 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
                "columns (a tile's rows at most 320)";
     if (accs(pt) > 160)
         return "more than 160 fp32 accumulators a thread (GW_MI x the wgmma's N / 2)";
+    if (promotes(m) && 2 * accs(pt) > GW_PROMOTE_ACCS)
+        return "fp8 sums each stage apart (two sets of accumulators): more than " GW_PROMOTE_ACCS_S
+               " a thread";
     if (smem_bytes(&gd, gated, pt) > GW_MAX_SMEM)
         return "the stages exceed 227 KiB of shared memory";
     if (block_m(pt) > 64 && g.m <= block_m(pt) / 2)
@@ -178,7 +190,7 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
         return "one row tile: the raster group changes nothing";
     if (pt[P_MINB] > 1 && pt[P_MINB] * smem_bytes(&gd, gated, pt) > GW_SM_SMEM)
         return "two blocks an SM need their stages within 228 KiB together";
-    if (pt[P_MINB] > 1 && (threads_of(pt) > 256 || accs(pt) > 64))
+    if (pt[P_MINB] > 1 && (threads_of(pt) > 256 || accs(pt) * (promotes(m) ? 2 : 1) > 64))
         return "two blocks an SM: at most 256 threads of 128 registers, 64 accumulators";
     if (pt[P_PERSIST] && !pt[P_WS])
         return "a persistent grid needs the warp-specialised pipeline (GW_WS 1)";
@@ -245,6 +257,11 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
             pt[P_BN] = 128;
         }
     }
+    if (promotes(m) && 2 * accs(pt) > GW_PROMOTE_ACCS) { /* two sets: 128 x 192 tiles shared */
+        pt[P_PP] = 0;
+        pt[P_MI] = 1;
+        pt[P_BN] = 192;
+    }
     return gw_check(p, m, pt) ? -1 : 0;
 }
 
@@ -290,12 +307,12 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        "#define GW_SB %lldLL\n#define GW_SD %lldLL\n#define GW_BIAS %d\n"
                        "#define GW_ACT %d\n#define GW_D_F32 %d\n#define GW_D_F16 %d\n"
                        "#define GW_BATCH %lld\n#define GW_EPI_SMEM %d\n#define GW_GATED %d\n"
-                       "#define GW_SCALE %d\n#define GW_MMA_SUPPLIED 1\n",
+                       "#define GW_SCALE %d\n#define GW_PROMOTE %d\n#define GW_MMA_SUPPLIED 1\n",
                        t.type, td.type, tbias.type, (long long)g.m, (long long)g.n, (long long)g.k,
                        (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
                        (long long)g.stride_b, (long long)g.stride_d, bias, act_of(&g, m),
                        g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch,
-                       epi_smem(&g, pt), gated, scale);
+                       epi_smem(&g, pt), gated, scale, promotes(m));
     /* a block a tile; clusters of GW_CL blocks a unit (x fastest); persistent: a cluster an SM's
      * worth of blocks, or a unit, whichever is fewer */
     const int64_t threads = threads_of(pt), units = units_of(&gt, pt, pt[P_CL]), cl = pt[P_CL];

@@ -303,7 +303,8 @@ static void test_gated(void **state) {
     static const struct {
         const char *dir, *act;
     } gated[] = {{"gated_gelu_bf16", "#define GW_ACT 2\n"},
-                 {"gated_silu_f16", "#define GW_ACT 4\n"}};
+                 {"gated_silu_f16", "#define GW_ACT 4\n"},
+                 {"gated_gelu_deep_bf16", "#define GW_ACT 2\n"}};
     for (size_t i = 0; i < sizeof gated / sizeof gated[0]; i++) {
         kiln_match m;
         int64_t pt[KILN_FAMILY_MAX_PARAMS];
@@ -351,14 +352,18 @@ static void test_gated(void **state) {
 
 /* fp8 (torch._scaled_mm): the k32 instruction of the format, boxes of 128 k (a 128-byte row), the
  * scales (per tensor: GW_SCALE 1; a row's and a column's: 2, with the bias in D's dtype) read by
- * the epilogue and the cpu candidate; e4m3 by e5m2 is declined; every start point and a spread over
- * the valid points of the 8192³ problems compile. */
+ * the epilogue and the cpu candidate; each stage's products added in fp32 (GW_PROMOTE) unless the
+ * capture said use_fast_accum, the tiles then held to two sets of accumulators; e4m3 by e5m2 is
+ * declined; every start point and a spread over the valid points of the 8192³ problems compile. */
 static void test_fp8(void **state) {
     (void)state;
     static const struct {
         const char *base, *dir, *scale, *cpu;
     } cases[] = {
         {DATA, "scaled_mm_e4m3_bf16", "#define GW_SCALE 1\n", "acc *= sa[0] * sb[0];"},
+        {DATA, "scaled_mm_e4m3_fast_bf16", "#define GW_SCALE 1\n", "acc *= sa[0] * sb[0];"},
+        {KILN_SOURCE_DIR "/tests/data/families/wgmma", "scaled_mm_e4m3_deep_bf16",
+         "#define GW_SCALE 1\n", "acc *= sa[0] * sb[0];"},
         {KILN_SOURCE_DIR "/tests/data/families/wgmma", "scaled_mm_rowwise_bias_e4m3_bf16",
          "#define GW_SCALE 2\n", "acc *= sa[i] * sb[j];"},
         {BENCH, "gemm_scaled_mm_e4m3_8192x8192x8192", "#define GW_SCALE 1\n", NULL},
@@ -377,6 +382,17 @@ static void test_fp8(void **state) {
         assert_non_null(strstr(src, ", p, 1, 1;\\n}")); /* fp8's form: no transpose immediates */
         assert_non_null(strstr(src, cases[i].scale));
         assert_non_null(strstr(src, "#define GW_T uint8_t\n"));
+        const int fast = strstr(cases[i].dir, "_fast") != NULL;
+        assert_int_equal(kiln_gemm_fast_accum(&m), fast);
+        assert_non_null(strstr(src, fast ? "#define GW_PROMOTE 0\n" : "#define GW_PROMOTE 1\n"));
+        if (!fast) { /* two sets of accumulators: 128 x 256 shared tiles are too many */
+            int64_t wide[KILN_FAMILY_MAX_PARAMS];
+            memcpy(wide, pt, sizeof wide);
+            wide[0] = 256, wide[1] = 1, wide[2] = 2, wide[8] = 0, wide[10] = 0;
+            const char *why = fam->check(p, &m, wide);
+            assert_non_null(why);
+            assert_non_null(strstr(why, "two sets of accumulators"));
+        }
         assert_non_null(strstr(src, ", sa, sb, out0, &gw_tma_a, &gw_tma_b, nullptr);"));
         if (kiln_gemm_scale(&m) == 2) /* the bias in D's dtype */
             assert_non_null(strstr(src, "#define GW_TB __nv_bfloat16\n"));

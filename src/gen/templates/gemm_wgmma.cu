@@ -76,6 +76,9 @@
 #ifndef GW_BATCH
 #define GW_BATCH 1
 #endif
+#ifndef GW_PROMOTE
+#define GW_PROMOTE 0 // fp8: each stage's products summed apart, then added in fp32 (gw_retire)
+#endif
 #ifndef GW_SCALE
 #define GW_SCALE 0 // fp8 (_scaled_mm): 1 a float32 scale each for A and B, 2 a row's and a column's
 #endif
@@ -317,8 +320,9 @@ __device__ __forceinline__ void gw_release(uint32_t bar, int lane) {
 
 // The 4 x GW_MI MMAs of the stage at shared address stage for the warpgroup with part `part` of
 // the tile: its 64 x GW_MI rows (GW_SPLITN 0) or its GW_NW columns (GW_SPLITN 1).
-__device__ __forceinline__ void gw_mma_stage(float (&acc)[GW_MI][GW_ACC], uint32_t stage,
-                                             int part) {
+// keep 0: the stage's first MMA overwrites the accumulators (scale-d 0) instead of adding to them.
+__device__ __forceinline__ void gw_mma_stage(float (&acc)[GW_MI][GW_ACC], uint32_t stage, int part,
+                                             int keep) {
     const uint64_t da = gw_desc(stage + (GW_SPLITN ? 0u : (uint32_t)part * GW_MI * 64 * 128));
     const uint32_t b_part = GW_SPLITN ? (uint32_t)part * GW_NW * 128 : 0u;
     const uint64_t db = gw_desc(stage + GW_A_BYTES + b_part);
@@ -327,9 +331,47 @@ __device__ __forceinline__ void gw_mma_stage(float (&acc)[GW_MI][GW_ACC], uint32
     for (int kk = 0; kk < 4; kk++) { // 32 bytes of k a step: k16 (16-bit), k32 (fp8)
 #pragma unroll
         for (int i = 0; i < GW_MI; i++)
-            gw_mma(acc[i], da + (uint64_t)(i * 64 * 128 / 16 + kk * 2), db + (uint64_t)(kk * 2), 1);
+            gw_mma(acc[i], da + (uint64_t)(i * 64 * 128 / 16 + kk * 2), db + (uint64_t)(kk * 2),
+                   kk > 0 || keep);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// A stage's MMAs are issued (gw_issue), then retired (gw_retire): the wait after which the stage
+// before it may be refilled (wait_group 1: this stage's MMAs may still run). GW_PROMOTE (fp8
+// without fast accumulation, torch._scaled_mm's default): the tensor cores add fp8 products to the
+// accumulator in fewer bits than fp32 (about 14, DeepSeek-V3's measurement), an error that grows
+// with K; so each stage's products (128 k) go into a second set of accumulators, started from
+// zero, and are added to the first in fp32 once those MMAs are done (wait_group 0).
+#define GW_ACC2 (GW_PROMOTE ? GW_ACC : 1)
+__device__ __forceinline__ void gw_issue(float (&acc)[GW_MI][GW_ACC],
+                                         float (&part_acc)[GW_MI][GW_ACC2], uint32_t stage,
+                                         int part) {
+#if GW_PROMOTE
+    (void)acc;
+    gw_mma_stage(part_acc, stage, part, 0);
+#else
+    (void)part_acc;
+    gw_mma_stage(acc, stage, part, 1);
+#endif
+}
+
+__device__ __forceinline__ void gw_retire(float (&acc)[GW_MI][GW_ACC],
+                                          float (&part_acc)[GW_MI][GW_ACC2]) {
+#if GW_PROMOTE
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < GW_MI; i++) {
+        gw_fence_acc(part_acc[i]);
+#pragma unroll
+        for (int j = 0; j < GW_ACC; j++)
+            acc[i][j] += part_acc[i][j];
+    }
+#else
+    (void)acc;
+    (void)part_acc;
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+#endif
 }
 
 // Unit idx of the batch's units (grouped raster within one matrix of the batch; a unit is a
@@ -470,7 +512,7 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
 #else
     const float s0 = 1.0f;
 #endif
-    float acc[GW_MI][GW_ACC];
+    float acc[GW_MI][GW_ACC], part_acc[GW_MI][GW_ACC2];
     int64_t m0, n0;
     int z;
 #if GW_WS
@@ -565,8 +607,8 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
         for (int kt = 0; kt < GW_KT; kt++, it++) {
             const int s = it % GW_STAGES;
             kiln_mbar_wait(full + 8 * s, (it / GW_STAGES) & 1);
-            gw_mma_stage(acc, base + (uint32_t)s * GW_STAGE_BYTES, part);
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            gw_issue(acc, part_acc, base + (uint32_t)s * GW_STAGE_BYTES, part);
+            gw_retire(acc, part_acc);
             if (kt > 0)
                 gw_release(empty + 8 * ((it - 1) % GW_STAGES), t % 32);
         }
@@ -644,11 +686,11 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
         asm volatile("cp.async.wait_group %0;\n" ::"n"(GW_STAGES - 3) : "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        gw_mma_stage(acc, base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES, wg);
+        gw_issue(acc, part_acc, base + (uint32_t)(kt % GW_STAGES) * GW_STAGE_BYTES, wg);
         if (kt + GW_STAGES - 2 < GW_KT)
             load(kt + GW_STAGES - 2);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        gw_retire(acc, part_acc);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
