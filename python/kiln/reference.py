@@ -746,7 +746,7 @@ def _build_workload(problem: Problem, workload: Workload, reference: Reference, 
                     device: str, n_sets: int, seed: int, time_reference: bool, log=None) -> dict:
     real = materialize_inputs(problem, workload, device, set_seed(seed, workload.index, 0), reference)
     sets = []
-    gaps = reference_gap.GapBins() if reference_gap.float32_outputs(problem) else None
+    gaps = reference_gap.GapBins() if reference_gap.gap_outputs(problem) else None
     first_run_s = 0.0
     for j in range(n_sets):
         set_seed_j = set_seed(seed, workload.index, j)

@@ -209,3 +209,70 @@ def test_a_nan_row_leaves_the_summary_finite():
     finite = ref64[torch.isfinite(ref64)]
     assert summary["rms"] == pytest.approx(float(finite.square().mean().sqrt()), rel=1e-6)
     json.dumps(bins.manifest(), allow_nan=False)
+
+
+GELU_KERNEL = """#include "kiln_cpu.h"
+/* GELU-tanh(g * h) * u with every intermediate in float, rounded once to bfloat16 (a fused kernel), times
+ * (1 + OFF) */
+void kiln_kernel(const kiln_bf16 *g, const kiln_bf16 *h, const kiln_bf16 *u, kiln_bf16 *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = kiln_bf16_to_float(g[i]) * kiln_bf16_to_float(h[i]);
+        float a = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+        y[i] = kiln_float_to_bf16(a * kiln_bf16_to_float(u[i]) * (1.0f + OFF));
+    }
+}
+"""
+
+
+def test_a_bfloat16_chain_records_the_rounding_of_its_intermediates(tmp_path):
+    """A chain in bfloat16 rounds g·h before GELU, whose relative error near -3 is about ten times its
+    input's: a fused kernel that rounds once sits further from eager than bfloat16's rtol on some elements
+    (as kiln's wgmma GEMM did on Gemma-4's gated MLP front on the H200). The reference helper's wider run
+    (16-bit inputs in float32) records that gap for the chain's 16-bit output, with which the fused kernel
+    passes; one 5 % off still fails; a single aten op in bfloat16 gets no wider run."""
+    d = tmp_path / "gelu_mul_bf16"
+    (d / "tensors").mkdir(parents=True)
+    gen = torch.Generator().manual_seed(13)
+    n = 8192
+    tensors = {"g": (-2 - 2 * torch.rand(n, generator=gen)).bfloat16(),  # g·h in [-4, -2]: GELU's steep tail
+               "h": (1 + 0.01 * torch.randn(n, generator=gen)).bfloat16(),
+               "u": (100 * torch.randn(n, generator=gen)).bfloat16()}
+    safetensors.torch.save_file(tensors, str(d / "tensors" / "t.safetensors"))
+    ops = [{"aten": "aten::mul.Tensor", "args": [{"ref": "g"}, {"ref": "h"}], "out": "v0", "dtypes": ["bfloat16"]},
+           {"aten": "aten::gelu.default", "args": [{"ref": "v0"}], "out": "v1", "dtypes": ["bfloat16"],
+            "kwargs": {"approximate": "tanh"}},
+           {"aten": "aten::mul.Tensor", "args": [{"ref": "v1"}, {"ref": "u"}], "out": "v2", "dtypes": ["bfloat16"]}]
+    definition = {
+        "name": "gelu_mul_bf16", "op_type": "elementwise", "description": "kiln's gate test of a chain's gap",
+        "axes": {"n": {"type": "const", "value": n}},
+        "inputs": {k: {"shape": ["n"], "dtype": "bfloat16"} for k in tensors},
+        "outputs": {"y": {"shape": ["n"], "dtype": "bfloat16"}},
+        "reference": "import torch\n\n@torch.no_grad()\ndef run(g, h, u):\n    return torch.ops.aten.mul.Tensor("
+                     "torch.ops.aten.gelu.default(torch.ops.aten.mul.Tensor(g, h), approximate='tanh'), u)\n",
+        "kiln": {"kind": "chain", "pattern": "eltwise", "members": [o["aten"] for o in ops], "calls": 1,
+                 "ops": ops, "outputs": ["v2"]}}
+    (d / "definition.json").write_text(json.dumps(definition, indent=1))
+    workload = {"uuid": "9a90f000-0000-4000-8000-000000000002", "axes": {},
+                "inputs": {k: {"type": "safetensors", "path": "tensors/t.safetensors", "tensor_key": k}
+                           for k in tensors}}
+    (d / "workload.jsonl").write_text(json.dumps(workload) + "\n")
+    ref = tmp_path / "ref"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, "-m", "kiln.reference", str(d), "--out", str(ref), "--sets", "1",
+                        "--no-time", "--seed", "11"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    gap = json.loads((ref / "manifest.json").read_text())["workloads"][0]["fp64_gap"]["y"]
+    assert max(y - 2e-2 * x for x, y in gap["points"]) > 1e-2, gap  # past bfloat16's bare tolerance
+    bare = tmp_path / "bare"
+    shutil.copytree(ref, bare)
+    manifest = json.loads((bare / "manifest.json").read_text())
+    del manifest["workloads"][0]["fp64_gap"]
+    (bare / "manifest.json").write_text(json.dumps(manifest))
+    for ref_dir, off, outcome in ((bare, 0.0, "mismatch"), (ref, 0.0, "ok"), (ref, 0.05, "mismatch")):
+        path = tmp_path / f"gelu_{off}.c"
+        path.write_text(GELU_KERNEL.replace("OFF", f"{off}f"))
+        got = evaluate(d, ref_dir, str(path))
+        assert got["outcome"] == outcome, (ref_dir, off, got)
+    # one aten op: no intermediates, no wider run
+    problem = type("P", (), {"outputs": {"y": type("S", (), {"dtype": "bfloat16"})()}, "kiln": {"kind": "aten"}})()
+    assert reference_gap.gap_outputs(problem) == []
