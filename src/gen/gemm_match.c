@@ -37,7 +37,7 @@ static int read_operand(const kiln_problem *p, int in, int fold, operand *o, cha
                 t->name);
             return 0;
         }
-    if (t->ndim < 2 || (!fold && t->ndim > 3)) {
+    if (t->ndim < 2) {
         kiln_family_fmt(why, why_len, "input '%s' is %d-D, not a matrix or a batch of them",
                         t->name, t->ndim);
         return 0;
@@ -297,6 +297,20 @@ static int match_op(const kiln_problem *p, const kiln_op *op, kiln_lt_gemm *g, k
         kiln_family_fmt(why, why_len, "%s of %d-D by %d-D: not a layout the GEMM families map",
                         op->aten, a_nd, b_nd);
         return 0;
+    }
+    /* matmul of N-D by N-D: its leading dims are one batch, stored in order (read_operand), when
+     * they are the same dims (not broadcast against each other) */
+    for (int d = 0; mm && !fold && d < a_nd - 2; d++) {
+        int64_t da = 0, db = 0;
+        fixed_dim(p, &p->inputs[ia], d, &da);
+        fixed_dim(p, &p->inputs[ib], d, &db);
+        if (da != db) {
+            kiln_family_fmt(why, why_len,
+                            "%s's batch dims differ (dim %d: %lld, %lld): broadcasting is not "
+                            "mapped",
+                            op->aten, d, (long long)da, (long long)db);
+            return 0;
+        }
     }
     if (a.batch != b.batch) {
         kiln_family_fmt(why, why_len, "batches differ (%lld, %lld): broadcasting is not mapped",

@@ -40,6 +40,7 @@ static const gemm_case CASES[] = {
     {"mm_f32_at", 10, 14, 24, 1, 1, 0, 10, 14, 14, KILN_F32, -1, 0, 1, 2, NONE, KILN_F32},
     {"bmm_bf16", 16, 24, 32, 3, 0, 0, 32, 24, 24, KILN_BF16, -1, 0, 1, 2, NONE, KILN_BF16},
     {"matmul_f32_batched", 8, 12, 16, 2, 0, 1, 16, 16, 12, KILN_F32, -1, 0, 1, 2, NONE, KILN_F32},
+    {"matmul_bf16_4d", 24, 40, 32, 2, 0, 1, 32, 32, 40, KILN_BF16, -1, 0, 1, 2, NONE, KILN_BF16},
     {"addmm_bf16", 16, 24, 64, 1, 0, 1, 64, 64, 24, KILN_BF16, 0, 1, 2, 3, BIAS, KILN_BF16},
     /* gemm_epilogue chains: the epilogue and a final cast fused into the one call */
     {"linear_bias_gelu_bf16", 16, 24, 40, 1, 0, 1, 40, 40, 24, KILN_BF16, 2, 0, 1, 3,
@@ -222,6 +223,7 @@ static void test_declines(void **state) {
         {"declined/addmm_beta", "beta or alpha other than 1"},
         {"declined/mm_f64", "float64"},
         {"declined/bmm_broadcast_batch", "permuted across its batch dims"},
+        {"declined/matmul_broadcast_4d", "batch dims differ"},
         {"declined/linear_silu", "aten::silu.default after the GEMM is not an epilogue"},
         {"declined/linear_bias_add", "adds one bias"},
         {"declined/linear_gelu_relu", "applies one activation"},

@@ -188,6 +188,11 @@ def tests():
     write(t, "matmul_f32_batched", "matmul of [2, 8, 16] by [2, 16, 12] float32, the second stored transposed.",
           "aten::matmul.default", T[:2],
           {"a": ([2, 8, 16], "float32", None), "b": ([2, 12, 16], "float32", [0, 2, 1])}, [2, 8, 12], "float32")
+    write(t, "matmul_bf16_4d", "matmul of [1, 2, 24, 32] by [1, 2, 32, 40] bfloat16, the second a transposed view "
+          "(eager attention's q @ k.transpose(-2, -1)): the leading dims are one batch of 2.",
+          "aten::matmul.default", T[:2],
+          {"a": ([1, 2, 24, 32], "bfloat16", None), "b": ([1, 2, 40, 32], "bfloat16", [0, 1, 3, 2])},
+          [1, 2, 24, 40], "bfloat16")
     write(t, "addmm_bf16", "addmm(b, x, w.t()) in bfloat16: nn.Linear's decomposition, bias in the epilogue.",
           "aten::addmm.default", T[:3],
           {"b": ([24], "bfloat16", None), "x": ([16, 64], "bfloat16", None), "w": ([24, 64], "bfloat16", [1, 0])},
@@ -204,6 +209,10 @@ def tests():
     write(decl, "mm_f64", "mm in float64.", "aten::mm.default", T[:2],
           {"a": ([4, 8], "float64", None), "b": ([8, 6], "float64", None)}, [4, 6], "float64",
           declines="float64 is not a cuBLASLt dtype of the family")
+    write(decl, "matmul_broadcast_4d", "matmul of [1, 2, 8, 16] by [2, 1, 16, 12]: batch dims broadcast against "
+          "each other (4 products from 2 matrices each).", "aten::matmul.default", T[:2],
+          {"a": ([1, 2, 8, 16], "float32", None), "b": ([2, 1, 16, 12], "float32", None)}, [2, 2, 8, 12], "float32",
+          declines="batch dims differ")
     write(decl, "bmm_broadcast_batch", "bmm whose B is permuted across its batch dims.", "aten::bmm.default",
           T[:2], {"a": ([2, 4, 8], "float32", None), "b": ([8, 2, 6], "float32", [1, 0, 2])}, [2, 4, 6], "float32",
           declines="permuted across its batch dims")
