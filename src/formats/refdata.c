@@ -166,21 +166,50 @@ static int parse_gap(const kiln_problem *p, const cJSON *js, int wi, const src *
     return KILN_OK;
 }
 
+/* The atol a kernel as close to the exact answer as the reference needs beyond t's once rtol is
+ * widened by r. */
+static double gap_atol(const kiln_fp64_gap *g, kiln_tolerance t, double r) {
+    double a = 0;
+    for (int k = 0; k < g->n; k++)
+        a = fmax(a, g->y[k] - (t.rtol + r) * g->x[k] - t.atol);
+    return a;
+}
+
 kiln_tolerance kiln_refworkload_tolerance(const kiln_refworkload *rw, int o, kiln_tolerance t,
                                           kiln_rounding *what) {
     kiln_rounding r = {0};
     if (o >= 0 && o < rw->n_gap && !t.sol && (rw->gap[o].n || rw->gap[o].rel_l2 > 0)) {
         const kiln_fp64_gap *g = &rw->gap[o];
+        /* The widening (atol a, rtol rr) with the least allowance at a typical element, a + rr
+         * rms: f(rr) = gap_atol(rr) + rr rms is convex (a maximum of lines plus a line), so a
+         * ternary search over [0, hi] finds its minimum; at hi every point with x > 0 is inside
+         * the widened rtol. A gap that grows with |ref| (a chain's rounding) widens rtol, one
+         * near zero (a cancelling sum) atol. */
+        double hi = 0;
         for (int k = 0; k < g->n; k++)
-            r.need = fmax(r.need, g->y[k] - t.rtol * g->x[k]);
-        r.need = r.need > t.atol ? r.need - t.atol : 0;
+            if (g->x[k] > 0)
+                hi = fmax(hi, (g->y[k] - t.rtol * g->x[k] - t.atol) / g->x[k]);
+        double lo = 0;
+        for (int i = 0; i < 100 && hi - lo > 1e-12 * (1 + hi); i++) {
+            const double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+            if (gap_atol(g, t, m1) + m1 * g->rms <= gap_atol(g, t, m2) + m2 * g->rms)
+                hi = m2;
+            else
+                lo = m1;
+        }
+        double rr = hi > 0 ? hi : 0, a = gap_atol(g, t, rr);
+        if (gap_atol(g, t, 0) <= a + rr * g->rms) /* atol alone is no worse */
+            rr = 0, a = gap_atol(g, t, 0);
+        r.need = a + rr * g->rms;
         r.cap = 10 * t.rtol * g->rms;
         if (r.need > r.cap || g->rel_l2 > 10 * t.rtol) {
             r.refused = 1;
         } else {
-            r.atol = r.need;
+            r.atol = a;
+            r.rtol = rr;
             r.rel_l2 = g->rel_l2;
             t.atol += r.atol;
+            t.rtol += r.rtol;
             t.rel_l2 += r.rel_l2;
         }
     }

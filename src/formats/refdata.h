@@ -41,10 +41,11 @@ typedef struct {
     double rel_l2, rms;
 } kiln_fp64_gap;
 
-/* What kiln_refworkload_tolerance did: the atol and rel_l2 it added; refused 1 when the gap was
- * recorded but is no rounding (need, the atol it would have added, over cap). */
+/* What kiln_refworkload_tolerance did: the atol, rtol and rel_l2 it added; refused 1 when the gap
+ * was recorded but is no rounding (need, what it would have added at an element of the output's
+ * RMS, over cap). */
 typedef struct {
-    double atol, rel_l2;
+    double atol, rtol, rel_l2;
     int refused;
     double need, cap;
 } kiln_rounding;
@@ -59,10 +60,12 @@ typedef struct {
 } kiln_refworkload;
 
 /* Tolerance t of output o widened so that a kernel whose error is no larger than the reference's
- * own (its distance to the float64 result) passes: atol + max(0, max_k (y_k - rtol x_k) - atol),
- * rel_l2 + R. Unchanged without a recorded gap, for SOL-ExecBench's rules (applied as published),
- * and when the gap is no rounding: the atol it needs over 10 rtol S, or R over 10 rtol (a
- * comparison or a floor that went the other way in float64). *what (may be NULL) says which. */
+ * own (its distance to the wider run's result) passes: atol + a and rtol + r with every point
+ * y_k <= atol + a + (rtol + r) x_k, choosing the (a, r) with the least a + r S (the allowance
+ * added at a typical element), and rel_l2 + R. Unchanged without a recorded gap, for
+ * SOL-ExecBench's rules (applied as published), and when the gap is no rounding: a + r S over
+ * 10 rtol S, or R over 10 rtol (a comparison or a floor that went the other way in float64).
+ * *what (may be NULL) says which. */
 kiln_tolerance kiln_refworkload_tolerance(const kiln_refworkload *rw, int o, kiln_tolerance t,
                                           kiln_rounding *what);
 

@@ -298,12 +298,15 @@ static kiln_outcome judge_output(ctx *c, int o, int s, int run, const kiln_check
         cJSON_AddNumberToObject(tj, "atol", tol.atol);
         if (rounding.atol > 0) /* included in atol */
             cJSON_AddNumberToObject(tj, "atol_of_reference_rounding", rounding.atol);
+        if (rounding.rtol > 0) /* included in rtol */
+            cJSON_AddNumberToObject(tj, "rtol_of_reference_rounding", rounding.rtol);
         if (rounding.rel_l2 > 0) /* included in rel_l2 */
             cJSON_AddNumberToObject(tj, "rel_l2_of_reference_rounding", rounding.rel_l2);
         if (rounding.refused) {
-            char *why = xasprintf("not widened: the reference's float64 run is off by more than "
-                                  "rounding (it needs %.3g more atol, over 10 x rtol x the "
-                                  "output's RMS = %.3g: a jump such as a comparison, not rounding)",
+            char *why = xasprintf("not widened: the reference's wider run is off by more than "
+                                  "rounding (it needs %.3g more at an element of the output's RMS, "
+                                  "over 10 x rtol x that RMS = %.3g: a jump such as a comparison, "
+                                  "not rounding)",
                                   rounding.need, rounding.cap);
             cJSON_AddStringToObject(tj, "reference_rounding", why);
             free(why);
@@ -665,11 +668,12 @@ static cJSON *workload_json(ctx *c) {
     for (int o = 0; o < p->n_outputs; o++) {
         kiln_rounding r;
         output_tolerance(c, o, &r);
-        if (r.atol > 0 || r.rel_l2 > 0) {
+        if (r.atol > 0 || r.rtol > 0 || r.rel_l2 > 0) {
             if (!ej)
                 ej = cJSON_AddObjectToObject(wj, "reference_rounding");
             cJSON *oj = cJSON_AddObjectToObject(ej, p->outputs[o].name);
             cJSON_AddNumberToObject(oj, "atol", r.atol);
+            cJSON_AddNumberToObject(oj, "rtol", r.rtol);
             cJSON_AddNumberToObject(oj, "rel_l2", r.rel_l2);
         }
     }

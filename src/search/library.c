@@ -352,7 +352,7 @@ static double result_max(const cJSON *res, const char *key) {
     return best;
 }
 
-/* What the gate added to output's tolerance field ("atol", "rel_l2") on workload wi for the
+/* What the gate added to output's tolerance field ("atol", "rtol", "rel_l2") on workload wi for the
  * reference's own rounding (the result's "reference_rounding"), or 0. */
 static double rounding_extra(const cJSON *res, int wi, const char *output, const char *field) {
     const cJSON *w;
@@ -370,7 +370,7 @@ static double rounding_extra(const cJSON *res, int wi, const char *output, const
 }
 
 /* The tolerance every output met: the loosest the gate applied (workload, then problem, then the
- * dtype's default, as the gate chooses it, with the atol it added for the reference's rounding). */
+ * dtype's default, as the gate chooses it, with what it added for the reference's rounding). */
 static kiln_tolerance loosest_tolerance(const kiln_problem *p, const cJSON *res) {
     kiln_tolerance t = {.atol = 0};
     for (int o = 0; o < p->n_outputs; o++) {
@@ -378,6 +378,7 @@ static kiln_tolerance loosest_tolerance(const kiln_problem *p, const cJSON *res)
             kiln_tolerance x = kiln_problem_output_tolerance(p, p->n_workloads ? wi : -1, o);
             x.atol += rounding_extra(res, wi, p->outputs[o].name, "atol");
             x.rel_l2 += rounding_extra(res, wi, p->outputs[o].name, "rel_l2");
+            x.rtol += rounding_extra(res, wi, p->outputs[o].name, "rtol");
             t.atol = fmax(t.atol, x.atol);
             t.rtol = fmax(t.rtol, x.rtol);
             t.rel_l2 = fmax(t.rel_l2, x.rel_l2);

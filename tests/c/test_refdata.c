@@ -421,17 +421,22 @@ static void test_fp64_gap_widens_the_tolerance(void **state) {
     kiln_tolerance t = {.atol = 1e-5, .rtol = 1e-4, .rel_l2 = 1e-5}, w;
     kiln_rounding how;
     w = kiln_refworkload_tolerance(&r->workloads[0], z, t, &how);
-    /* needs max(1e-5 - 0, 3e-4 - 1e-4 * 2) = 1e-4 of atol: 9e-5 more, under 10 rtol rms = 5e-4 */
-    assert_true(fabs(how.atol - 9e-5) < 1e-12 && fabs(w.atol - 1e-4) < 1e-12 && !how.refused);
-    assert_true(fabs(w.rel_l2 - 1.1e-5) < 1e-12 && how.rel_l2 == 1e-6 && w.rtol == t.rtol);
-    t.atol = 1e-3; /* already enough: atol unchanged, rel_l2 still widened */
+    /* the point at x = 2 is 3e-4 - 1e-4 * 2 - 1e-5 = 9e-5 outside: 9e-5 more atol, or 4.5e-5 more
+     * rtol, which adds 4.5e-5 x rms = 2.25e-5 at a typical element: rtol (under 10 rtol rms) */
+    assert_true(fabs(how.rtol - 4.5e-5) < 1e-9 && how.atol < 1e-9 && !how.refused);
+    assert_true(fabs(w.rtol - 1.45e-4) < 1e-9 && fabs(w.atol - 1e-5) < 1e-9);
+    assert_true(fabs(w.rel_l2 - 1.1e-5) < 1e-12 && how.rel_l2 == 1e-6);
+    assert_true(3e-4 <= w.atol + w.rtol * 2 + 1e-12 && 1e-5 <= w.atol); /* both points inside */
+    t.atol = 1e-3; /* already enough: atol and rtol unchanged, rel_l2 still widened */
     w = kiln_refworkload_tolerance(&r->workloads[0], z, t, &how);
-    assert_true(how.atol == 0 && w.atol == 1e-3 && fabs(w.rel_l2 - 1.1e-5) < 1e-12);
+    assert_true(how.atol == 0 && how.rtol == 0 && w.atol == 1e-3 && w.rtol == t.rtol);
+    assert_true(fabs(w.rel_l2 - 1.1e-5) < 1e-12);
     t.atol = 1e-5;
-    t.rtol = 1e-5; /* needs 3e-4 - 2e-5 - 1e-5 = 2.7e-4, over 10 rtol rms = 5e-5: no rounding */
+    t.rtol = 1e-5; /* needs 2.7e-4 at x = 2: 1.35e-4 rtol, 6.75e-5 at rms 0.5, over 10 rtol rms =
+                      5e-5: no rounding */
     w = kiln_refworkload_tolerance(&r->workloads[0], z, t, &how);
     assert_true(how.refused && how.atol == 0 && w.atol == t.atol && w.rel_l2 == t.rel_l2);
-    assert_true(fabs(how.need - 2.7e-4) < 1e-12 && fabs(how.cap - 5e-5) < 1e-12);
+    assert_true(fabs(how.need - 6.75e-5) < 1e-9 && fabs(how.cap - 5e-5) < 1e-12);
     t.rtol = 1e-4;
     t.sol = 1;
     w = kiln_refworkload_tolerance(&r->workloads[0], z, t, &how);

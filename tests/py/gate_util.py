@@ -45,6 +45,7 @@ def problem_tolerance(evidence_tolerance: dict) -> dict:
     manifest's fp64_gap): the problem's tolerance, to compare with DEFAULT_TOLERANCE."""
     tol = dict(evidence_tolerance)
     tol["atol"] -= tol.pop("atol_of_reference_rounding", 0.0)
+    tol["rtol"] -= tol.pop("rtol_of_reference_rounding", 0.0)
     tol["rel_l2"] -= tol.pop("rel_l2_of_reference_rounding", 0.0)
     return tol
 
