@@ -223,25 +223,19 @@ def gated(w):
     between the two linears in bfloat16, and SiLU after both in float16 with the product reading the up
     projection first."""
     bf, f16 = "bfloat16", "float16"
+    geglu = ([op("aten::linear.default", ["x", "wg"], "v0", bf),
+              op("aten::gelu.default", ["v0"], "va", bf, approximate="tanh"),
+              op("aten::linear.default", ["x", "wu"], "v1", bf),
+              op("aten::mul.Tensor", ["va", "v1"], "v2", bf)],
+             ["g = torch.ops.aten.linear.default(x, wg)", "u = torch.ops.aten.linear.default(x, wu)",
+              "a = torch.ops.aten.gelu.default(g, approximate='tanh')", "return torch.ops.aten.mul.Tensor(a, u)"])
     write_chain(w, "gated_gelu_bf16", "The front of a GeGLU MLP (Gemma-4's): gelu_tanh(x @ wgᵀ) * (x @ wuᵀ), "
                 "bfloat16, no bias. Not a cuBLASLt epilogue (the cublaslt family declines it); kiln's wgmma GEMM "
-                "computes both projections in one tile and the product in its epilogue.",
-                [op("aten::linear.default", ["x", "wg"], "v0", bf),
-                 op("aten::gelu.default", ["v0"], "va", bf, approximate="tanh"),
-                 op("aten::linear.default", ["x", "wu"], "v1", bf),
-                 op("aten::mul.Tensor", ["va", "v1"], "v2", bf)],
-                ["g = torch.ops.aten.linear.default(x, wg)", "u = torch.ops.aten.linear.default(x, wu)",
-                 "a = torch.ops.aten.gelu.default(g, approximate='tanh')", "return torch.ops.aten.mul.Tensor(a, u)"],
+                "computes both projections in one tile and the product in its epilogue.", *geglu,
                 {"x": ([200, 96], bf, None), "wg": ([72, 96], bf, None), "wu": ([72, 96], bf, None)}, [200, 72], bf,
                 pattern="gemm_gated", prefix="gemm_")
     write_chain(w, "gated_gelu_deep_bf16", "gated_gelu_bf16 with K = 1024 (16 steps of 64 k: the stage ring wraps "
-                "several times, which the small problems never do), M = 136, N = 96.",
-                [op("aten::linear.default", ["x", "wg"], "v0", bf),
-                 op("aten::gelu.default", ["v0"], "va", bf, approximate="tanh"),
-                 op("aten::linear.default", ["x", "wu"], "v1", bf),
-                 op("aten::mul.Tensor", ["va", "v1"], "v2", bf)],
-                ["g = torch.ops.aten.linear.default(x, wg)", "u = torch.ops.aten.linear.default(x, wu)",
-                 "a = torch.ops.aten.gelu.default(g, approximate='tanh')", "return torch.ops.aten.mul.Tensor(a, u)"],
+                "several times, which the small problems never do), M = 136, N = 96.", *geglu,
                 {"x": ([136, 1024], bf, None), "wg": ([96, 1024], bf, None), "wu": ([96, 1024], bf, None)},
                 [136, 96], bf, pattern="gemm_gated", prefix="gemm_")
     write_chain(w, "gated_silu_f16", "The front of a SwiGLU MLP: (x @ wuᵀ) * silu(x @ wgᵀ), float16, both "
