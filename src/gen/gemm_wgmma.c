@@ -29,7 +29,8 @@ enum {
 #define GW_MAX_SMEM (227 * 1024)
 /* fp32 accumulators a thread of both sets together where fp8 products are promoted (GW_PROMOTE) */
 #define GW_PROMOTE_ACCS 192
-#define GW_PROMOTE_ACCS_S "192"
+#define GW_STR(x) #x
+#define GW_XSTR(x) GW_STR(x)    /* a macro's value as a string literal */
 #define GW_SM_SMEM (228 * 1024) /* an SM's shared memory, all its blocks together */
 
 /* ---- the match ---- */
@@ -177,8 +178,8 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
     if (accs(pt) > 160)
         return "more than 160 fp32 accumulators a thread (GW_MI x the wgmma's N / 2)";
     if (promotes(m) && 2 * accs(pt) > GW_PROMOTE_ACCS)
-        return "fp8 sums each stage apart (two sets of accumulators): more than " GW_PROMOTE_ACCS_S
-               " a thread";
+        return "fp8 sums each stage apart (two sets of accumulators): more than " GW_XSTR(
+            GW_PROMOTE_ACCS) " a thread";
     if (smem_bytes(&gd, gated, pt) > GW_MAX_SMEM)
         return "the stages exceed 227 KiB of shared memory";
     if (block_m(pt) > 64 && g.m <= block_m(pt) / 2)

@@ -78,12 +78,25 @@ def make_problem(d, name, reference, x, out_shape):
                 "inputs": {"x": {"type": "safetensors", "path": "tensors/x.safetensors",
                                  "tensor_key": "x"}}}
     (d / "workload.jsonl").write_text(json.dumps(workload) + "\n")
-    ref = d.parent / f"ref-{name}"
+    return d, build_reference(d, d.parent / f"ref-{name}")
+
+
+def build_reference(d, ref):
+    """The problem's reference data, one set (the real one), into ref."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
     r = subprocess.run([sys.executable, "-m", "kiln.reference", str(d), "--out", str(ref), "--sets", "1",
                         "--no-time", "--seed", "11"], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    return d, ref
+    return ref
+
+
+def without_gap(ref, bare):
+    """A copy of reference data ref at bare without its recorded gap: the bare tolerance."""
+    shutil.copytree(ref, bare)
+    manifest = json.loads((bare / "manifest.json").read_text())
+    del manifest["workloads"][0]["fp64_gap"]
+    (bare / "manifest.json").write_text(json.dumps(manifest))
+    return bare
 
 
 @pytest.fixture(scope="module")
@@ -120,12 +133,7 @@ def test_the_manifest_records_the_gap(problem):
 
 def test_an_exactly_rounded_sum_fails_the_bare_tolerance(problem, tmp_path):
     d, ref = problem
-    bare = tmp_path / "bare"
-    shutil.copytree(ref, bare)
-    manifest = json.loads((bare / "manifest.json").read_text())
-    del manifest["workloads"][0]["fp64_gap"]
-    (bare / "manifest.json").write_text(json.dumps(manifest))
-    r = evaluate(d, bare, kernel(tmp_path, 0))
+    r = evaluate(d, without_gap(ref, tmp_path / "bare"), kernel(tmp_path, 0))
     assert r["outcome"] == "mismatch", r
     tol = r["evidence"]["tolerance"]
     assert "atol_of_reference_rounding" not in tol and tol["atol"] == 1e-5, r["evidence"]
@@ -257,18 +265,10 @@ def test_a_bfloat16_chain_records_the_rounding_of_its_intermediates(tmp_path):
                 "inputs": {k: {"type": "safetensors", "path": "tensors/t.safetensors", "tensor_key": k}
                            for k in tensors}}
     (d / "workload.jsonl").write_text(json.dumps(workload) + "\n")
-    ref = tmp_path / "ref"
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    r = subprocess.run([sys.executable, "-m", "kiln.reference", str(d), "--out", str(ref), "--sets", "1",
-                        "--no-time", "--seed", "11"], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    ref = build_reference(d, tmp_path / "ref")
     gap = json.loads((ref / "manifest.json").read_text())["workloads"][0]["fp64_gap"]["y"]
     assert max(y - 2e-2 * x for x, y in gap["points"]) > 1e-2, gap  # past bfloat16's bare tolerance
-    bare = tmp_path / "bare"
-    shutil.copytree(ref, bare)
-    manifest = json.loads((bare / "manifest.json").read_text())
-    del manifest["workloads"][0]["fp64_gap"]
-    (bare / "manifest.json").write_text(json.dumps(manifest))
+    bare = without_gap(ref, tmp_path / "bare")
     for ref_dir, off, outcome in ((bare, 0.0, "mismatch"), (ref, 0.0, "ok"), (ref, 0.05, "mismatch")):
         path = tmp_path / f"gelu_{off}.c"
         path.write_text(GELU_KERNEL.replace("OFF", f"{off}f"))
