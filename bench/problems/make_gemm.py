@@ -58,7 +58,7 @@ def main():
           "import torch\n\n\n@torch.no_grad()\ndef run(x, w, b):\n    return torch.ops.aten.gelu.default("
           "torch.ops.aten.linear.default(x, w, b), approximate='tanh')\n",
           {"kind": "chain", "pattern": "gemm_epilogue", "members": ["aten::linear.default", "aten::gelu.default"],
-           "calls": 1,
+           "calls": 1, "flops": 2.0 * m * n * k,
            "ops": [{"aten": "aten::linear.default", "args": [{"ref": "x"}, {"ref": "w"}, {"ref": "b"}], "out": "v0",
                     "dtypes": ["bfloat16"]},
                    {"aten": "aten::gelu.default", "args": [{"ref": "v0"}], "out": "v1", "dtypes": ["bfloat16"],
@@ -81,7 +81,8 @@ def main():
           "import torch\n\n\n@torch.no_grad()\ndef run(x, wg, wu):\n    g = torch.ops.aten.linear.default(x, wg)\n"
           "    return torch.ops.aten.mul.Tensor(torch.ops.aten.gelu.default(g, approximate='tanh'), "
           "torch.ops.aten.linear.default(x, wu))\n",
-          {"kind": "chain", "pattern": "gemm_gated", "members": [o["aten"] for o in ops], "calls": 1, "ops": ops,
+          {"kind": "chain", "pattern": "gemm_gated", "members": [o["aten"] for o in ops], "calls": 1,
+           "flops": 4.0 * m * n * k, "ops": ops,
            "outputs": ["v3"], "layouts": {t: {"stored": "contiguous"} for t in ("x", "wg", "wu", "out0")}})
 
     m = n = k = 8192

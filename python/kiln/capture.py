@@ -637,6 +637,21 @@ class Capture:
         c.release = lambda: self.names.discard(name)
         return c
 
+    GEMM_PATTERNS = ("gemm_epilogue", "gemm_gated")
+
+    def gemm_chain_flops(self, pattern: Optional[str], calls: list) -> Optional[float]:
+        """A GEMM chain's useful flops (kiln.flops: its GEMMs', every one needed), for the speed of light's
+        compute side; None for other chains: an eager attention chain's matmuls count the masked scores a
+        fused kernel skips, which would put a correct kernel under its speed of light."""
+        from kiln.capture_problem import contraction_flops
+        if pattern not in self.GEMM_PATTERNS:
+            return None
+        flops = [contraction_flops(self.ops[i].func._opname, [(n, meta) for n, _, meta in self.ops[i].inputs],
+                                   [(None, meta) for _, meta in self.ops[i].outputs], self.ops[i].args_json)
+                 for i in calls]
+        known = [f for f in flops if f is not None]
+        return sum(known) if known else None
+
     def chain_candidate(self, m: dict) -> Optional["Candidate"]:
         """A chain group's problem: the chain's calls as straight-line code over the exact overloads (the
         reference) and as kiln's op chain, its inputs the tensors its calls read from outside it."""
@@ -666,6 +681,9 @@ class Capture:
         }
         if m["pattern"]:
             kiln["pattern"] = m["pattern"]
+        flops = self.gemm_chain_flops(m["pattern"], first)
+        if flops is not None:
+            kiln["flops"] = flops
         if not the_models:
             kiln["inputs_from"] = "the first calls of the members' signatures, not one run of the chain"
         kiln.update(module_ops(tr, kept))

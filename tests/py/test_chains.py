@@ -294,6 +294,8 @@ def test_gemm_epilogue_blocks(tmp_path):
                 assert torch.equal(inputs["weight"], fc.weight)
                 want = (model.act1 if members == tanh else model.act2)(fc(x))
         assert torch.equal(run_reference(d, inputs), want)
+        # the GEMM's flops, for the speed of light's compute side (2 x D's elements x K)
+        assert d["kiln"]["flops"] == 2 * want.numel() * x.shape[-1], d["kiln"].get("flops")
         listed = run_kiln(["sweep", problem, "--backend", "cpu", "--list"])
         variant = {tanh: "linear_bias_gelu", relu: "linear_bias_relu", erf: "matmul_bias_gelu"}[members]
         assert f"matches family cublaslt ({variant})" in listed.stdout + listed.stderr, listed.stdout
@@ -374,6 +376,11 @@ def test_example_gated_pairs(runs, tmp_path):
         assert short(k["members"]) == ["linear.default", act, "linear.default", "mul.Tensor"]
         assert k["calls"] == len(k["module_paths"]) > 1
         assert all(m.endswith(path) for m in k["module_paths"]), k["module_paths"]
+        inputs = real_inputs(problem)
+        assert len({v.shape[-1] for v in inputs.values()}) == 1  # x, wg and wu: K last
+        out = run_reference(d, inputs)
+        # both projections' flops, the speed of light's compute side: 2 GEMMs x 2 x D's elements x K
+        assert k["flops"] == 4 * out.numel() * next(iter(inputs.values())).shape[-1], (k.get("flops"), out.shape)
         listed = run_kiln(["sweep", problem, "--backend", "cpu", "--list"])
         assert f"matches family wgmma ({variant})" in listed.stdout + listed.stderr, listed.stdout
         assert "matches family cublaslt" not in listed.stdout + listed.stderr
