@@ -60,6 +60,7 @@
 
 #include "../backend/cuda_driver.h"
 #include "../formats/content_hash.h"
+#include "../formats/opchain.h"
 #include "../util/version.h"
 #include "library.h"
 #include "optimize_impl.h"
@@ -861,12 +862,20 @@ static char *match_problem(kiln_opt_ctx *c, kiln_opt_problem *pr) {
 }
 
 /* Whether every family that matches pr calls a vendor library eager calls too, or is known to be
- * slower than one (kiln_family.vendor, .behind). */
+ * slower than one (kiln_family.vendor, .behind), and pr is one op. A chain of several ops is not:
+ * eager runs them apart, and the fused kernel skips their intermediates whatever the family (the
+ * GEMM chains of Gemma-4 and Qwen-3.5-MoE: 1.12-2.73x eager on the H200, bench/RESULTS.md). */
 static int vendor_only(const kiln_opt_problem *pr) {
     for (int k = 0; k < pr->n_fams; k++)
         if (!pr->fams[k]->vendor && !pr->fams[k]->behind)
             return 0;
-    return pr->n_fams > 0;
+    if (pr->n_fams == 0)
+        return 0;
+    kiln_opchain *chain = NULL;
+    kiln_err err;
+    int several = kiln_opchain_read(pr->p, &chain, &err) == KILN_OK && chain->n_ops > 1;
+    kiln_opchain_free(chain);
+    return !several;
 }
 
 /* Hashes pr's files, ensures its reference data where it fits in preparing's share of --time, and

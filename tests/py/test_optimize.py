@@ -660,21 +660,24 @@ def test_a_problem_is_its_content(template, tmp_path):
 def test_a_problem_only_vendor_families_match_is_prepared_last(tmp_path):
     """A GEMM that only the cublaslt family matches (a configuration of the library eager calls itself: a few
     per cent to win) is prepared after a cooler softmax, so its reference data (at real size, gigabytes) does
-    not take preparing's share of --time from it; both are still searched."""
+    not take preparing's share of --time from it; a chain only cublaslt matches is not deferred (eager runs its
+    ops apart); all are still searched."""
     run = tmp_path / "vendor"
     for src, share in ((ROOT / "tests" / "data" / "families" / "cublaslt" / "linear_bias_f32", 0.6),
+                       (ROOT / "tests" / "data" / "families" / "cublaslt" / "matmul_badd_gelu_f32", 0.5),
                        (ROOT / "tests" / "data" / "families" / "softmax" / "f32_many_rows", 0.3)):
         dst = run / "problems" / src.name
         shutil.copytree(src, dst, ignore=shutil.ignore_patterns("ref-*"))
         d = json.loads((dst / "definition.json").read_text())
         d.setdefault("kiln", {})["share"] = share
         (dst / "definition.json").write_text(json.dumps(d, indent=1))
-    gemm, softmax = (json.loads((run / "problems" / n / "definition.json").read_text())["name"]
-                     for n in ("linear_bias_f32", "f32_many_rows"))
+    gemm, chain, softmax = (json.loads((run / "problems" / n / "definition.json").read_text())["name"]
+                            for n in ("linear_bias_f32", "matmul_badd_gelu_f32", "f32_many_rows"))
     r = run_optimize(run, "--budget", 1, "--json")
     assert r.returncode == 0, r.stderr
     order = [line.split(": ")[1] for line in r.stderr.splitlines() if line.endswith("reference data on cpu")]
-    assert order == [softmax, gemm], r.stderr
+    # the chain (matmul + add + GELU: eager runs three ops, the fused epilogue one) is not deferred
+    assert order == [chain, softmax, gemm], r.stderr
     table = json.loads(r.stdout)
-    assert [p["problem"] for p in table["problems"]] == [gemm, softmax]  # the table: hottest first
+    assert [p["problem"] for p in table["problems"]] == [gemm, chain, softmax]  # the table: hottest first
     assert all(p.get("candidates", 0) >= 1 for p in table["problems"]), table
