@@ -7,6 +7,7 @@
 
 #include "../backend/cuda_driver.h"
 #include "../gate/gate.h"
+#include "../gen/family.h"
 #include "cli.h"
 #include "options.h"
 
@@ -171,6 +172,7 @@ int kiln_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "kiln eval: %s\n", err.msg);
         return 2;
     }
+    kiln_family_sol_fill(p);
     int status = 2;
     kiln_refdata *ref = NULL;
     pid_t compiling = 0;

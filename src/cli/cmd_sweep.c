@@ -315,6 +315,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
     kiln_match matches[16];
     char why[4096];
     int n_match = kiln_family_match_all(p, fams, matches, 16, why, sizeof why);
+    kiln_family_sol_fill_matched(p, fams, matches, n_match); /* before --family narrows them */
     if (family) {
         int k = 0;
         for (int i = 0; i < n_match; i++)

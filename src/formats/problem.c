@@ -839,6 +839,7 @@ static int parse_workload(const kiln_problem *p, const cJSON *line, const src *s
         return fail(s, KILN_ERR_FORMAT, "uuid: not a non-empty string");
     w->uuid = xstrdup(uuid->valuestring);
     w->axis_values = xcalloc((size_t)p->n_axes + 1, sizeof *w->axis_values);
+    w->sol_bytes = w->sol_flops = -1;
     w->inputs = xcalloc((size_t)p->n_inputs + 1, sizeof *w->inputs);
     if ((rc = parse_workload_axes(p, get(wl, "axes"), s, w)) != KILN_OK ||
         (rc = parse_workload_inputs(p, get(wl, "inputs"), s, w)) != KILN_OK ||
@@ -1073,6 +1074,8 @@ double kiln_problem_kiln_num(const kiln_problem *p, const char *key, double dflt
 double kiln_problem_min_bytes(const kiln_problem *p, const kiln_workload *w) {
     if (p->min_bytes >= 0)
         return p->min_bytes;
+    if (w->sol_bytes > 0)
+        return w->sol_bytes;
     double bytes = 0;
     int64_t shape[KILN_MAX_DIMS];
     for (int g = 0; g < 2; g++) {
@@ -1086,6 +1089,10 @@ double kiln_problem_min_bytes(const kiln_problem *p, const kiln_workload *w) {
     return bytes;
 }
 
+double kiln_problem_flops(const kiln_problem *p, const kiln_workload *w) {
+    return p->flops >= 0 ? p->flops : w->sol_flops;
+}
+
 kiln_tolerance kiln_problem_output_tolerance(const kiln_problem *p, int w, int o) {
     if (w >= 0 && w < p->n_workloads && p->workloads[w].has_tolerance)
         return p->workloads[w].tolerance;
@@ -1096,7 +1103,8 @@ kiln_tolerance kiln_problem_output_tolerance(const kiln_problem *p, int w, int o
         return t; /* integers and bool stay exact */
     /* a float output computed from narrower float inputs holds their precision
      * (softmax(bf16).float() carries bf16 values): it is judged by the loosest of their defaults.
-     * Not by 8- or 4-bit inputs of a contraction (kiln.flops: a GEMM or a convolution), which
+     * Not by 8- or 4-bit inputs of a contraction (kiln.flops declared: a GEMM or a convolution;
+     * not a family's figure, so that no verdict depends on the families linked), which
      * multiplies their exact values and sums in fp32 (torch._scaled_mm writing bfloat16 is as
      * precise as bfloat16: fp8's own tolerance would let a tenth of the result be wrong). */
     for (int i = 0; i < p->n_inputs; i++) {

@@ -72,6 +72,11 @@ typedef struct {
     kiln_input_desc *inputs; /* problem->n_inputs descriptors, in definition order */
     int has_tolerance;       /* the workload line carries "tolerance" */
     kiln_tolerance tolerance;
+    /* The speed of light's figures a kernel family computes for this workload where the problem
+     * declares none (kiln.min_bytes, kiln.flops): a paged cache's keys read, not its whole pool; an
+     * attention's pairs its mask keeps; a GEMM's contraction. < 0: none (kiln_family_sol_fill, in
+     * src/gen, fills them after matching). */
+    double sol_bytes, sol_flops;
 } kiln_workload;
 
 typedef struct {
@@ -104,7 +109,7 @@ typedef struct {
 
 /* The tolerance output o is judged by on workload w: the workload's, else the problem's ("kiln":
  * {"tolerance"}), else the loosest default of the output's dtype and the float inputs' dtypes (but
- * a contraction's 8- and 4-bit ones: kiln.flops known; an integer or bool output stays exact).
+ * a contraction's 8- and 4-bit ones: kiln.flops declared; an integer or bool output stays exact).
  * w = -1: no workload's own. */
 kiln_tolerance kiln_problem_output_tolerance(const kiln_problem *p, int w, int o);
 
@@ -140,8 +145,10 @@ int kiln_tensor_same_shape(const kiln_problem *p, const kiln_tensor_spec *a,
 void kiln_tensor_dim_expr(const kiln_problem *p, const kiln_tensor_spec *t, int d, char *out,
                           size_t n);
 
-/* Minimum bytes a kernel must move for workload w: p->min_bytes when given, else every input tensor
- * read once plus every output written once. */
+/* Minimum bytes a kernel must move for workload w: p->min_bytes when given, else a kernel family's
+ * figure (w->sol_bytes), else every input tensor read once plus every output written once. */
 double kiln_problem_min_bytes(const kiln_problem *p, const kiln_workload *w);
-
+/* Useful flops of workload w: p->flops when given, else a kernel family's figure (w->sol_flops);
+ * < 0: unknown (the problem is treated as memory-bound). */
+double kiln_problem_flops(const kiln_problem *p, const kiln_workload *w);
 #endif

@@ -598,11 +598,11 @@ static kiln_outcome finish_workload(ctx *c, cJSON *wj, double med) {
     const kiln_problem *p = c->p;
     const kiln_workload *w = &p->workloads[c->w];
     const kiln_ceilings *ceil = &c->g->ceil;
-    double min_bytes = kiln_problem_min_bytes(p, w);
+    double min_bytes = kiln_problem_min_bytes(p, w), flops = kiln_problem_flops(p, w);
     double ref_us = c->rp->ref->workloads[c->w].ref_time_us;
     cJSON_AddNumberToObject(wj, "min_bytes", min_bytes);
-    if (p->flops >= 0)
-        cJSON_AddNumberToObject(wj, "flops", p->flops);
+    if (flops >= 0)
+        cJSON_AddNumberToObject(wj, "flops", flops);
     if (ref_us >= 0)
         cJSON_AddNumberToObject(wj, "ref_time_us", ref_us);
     else
@@ -610,15 +610,15 @@ static kiln_outcome finish_workload(ctx *c, cJSON *wj, double med) {
     double ref_spread = c->rp->ref->workloads[c->w].ref_spread_pct;
     if (ref_spread >= 0)
         cJSON_AddNumberToObject(wj, "ref_spread_pct", ref_spread);
-    double sol_us = kiln_sol_time_us(ceil, p, min_bytes);
+    double sol_us = kiln_sol_time_us(ceil, p, min_bytes, flops);
     cJSON_AddNumberToObject(wj, "sol_time_us", sol_us);
     if (med <= 0) {
         cJSON_AddNullToObject(wj, "time_us");
         return KILN_OUTCOME_OK;
     }
     cJSON_AddNumberToObject(wj, "gbps", min_bytes / (med * 1e3));
-    if (p->flops > 0)
-        cJSON_AddNumberToObject(wj, "gflops", p->flops / (med * 1e3));
+    if (flops > 0)
+        cJSON_AddNumberToObject(wj, "gflops", flops / (med * 1e3));
     double pct = 100.0 * sol_us / med;
     cJSON_AddNumberToObject(wj, "sol_pct", pct > 100 ? 100 : pct);
     /* cuda's copy ceiling is steady to a few percent; a cpu's is measured once on a machine that
@@ -631,9 +631,9 @@ static kiln_outcome finish_workload(ctx *c, cJSON *wj, double med) {
         cJSON_AddNumberToObject(ev, "sol_time_us", sol_us);
         cJSON_AddNumberToObject(ev, "min_bytes", min_bytes);
         cJSON_AddNumberToObject(ev, "ceiling_gbps", ceil->copy_gbps);
-        if (p->flops > 0) {
+        if (flops > 0) {
             const char *kind = NULL;
-            cJSON_AddNumberToObject(ev, "flops", p->flops);
+            cJSON_AddNumberToObject(ev, "flops", flops);
             cJSON_AddNumberToObject(ev, "ceiling_gflops", kiln_sol_gflops(ceil, p, &kind));
             cJSON_AddStringToObject(ev, "ceiling_gflops_of", kind);
         }

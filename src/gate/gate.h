@@ -145,10 +145,12 @@ int kiln_sol_tensor_type(const kiln_problem *p);
  * prompts ("bfloat16 tensor cores (arch table)", "fp32 FMA (measured)"). */
 double kiln_sol_gflops(const kiln_ceilings *c, const kiln_problem *p, const char **kind);
 
-/* The speed of light of a workload of p that moves min_bytes, in microseconds: max(min_bytes / copy
- * bandwidth, p->flops / kiln_sol_gflops) (the flops term only where p declares flops > 0 and the
- * flops ceiling is known, > 0). */
-double kiln_sol_time_us(const kiln_ceilings *c, const kiln_problem *p, double min_bytes);
+/* The speed of light of a workload of p that moves min_bytes and does flops
+ * (kiln_problem_min_bytes, kiln_problem_flops), in microseconds: max(min_bytes / copy bandwidth,
+ * flops / kiln_sol_gflops) (the flops term only where flops > 0 and the flops ceiling is known, >
+ * 0). */
+double kiln_sol_time_us(const kiln_ceilings *c, const kiln_problem *p, double min_bytes,
+                        double flops);
 
 /* The SOL score of docs/gate.md, clamped to (0, 1]; -1 when t_base is unknown (< 0). */
 double kiln_sol_score(double t_us, double t_sol_us, double t_base_us);

@@ -396,11 +396,12 @@ double kiln_sol_gflops(const kiln_ceilings *c, const kiln_problem *p, const char
     return c->fma_gflops;
 }
 
-double kiln_sol_time_us(const kiln_ceilings *c, const kiln_problem *p, double min_bytes) {
+double kiln_sol_time_us(const kiln_ceilings *c, const kiln_problem *p, double min_bytes,
+                        double flops) {
     double sol_us = min_bytes / (c->copy_gbps * 1e3);
-    double gflops = p->flops > 0 ? kiln_sol_gflops(c, p, NULL) : 0;
+    double gflops = flops > 0 ? kiln_sol_gflops(c, p, NULL) : 0;
     if (gflops > 0) { /* an unknown ceiling (0) bounds nothing */
-        double flops_us = p->flops / (gflops * 1e3);
+        double flops_us = flops / (gflops * 1e3);
         if (flops_us > sol_us)
             sol_us = flops_us;
     }

@@ -410,11 +410,6 @@ static char *bn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     return chn_with_banner(f, m, pt, 1, &b);
 }
 
-static double bn_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    return chn_flops_per_element(p, m, w,
-                                 2 + (m->input_of_role[BN_R] >= 0) + kiln_match_get(m, "relu", 0));
-}
-
 const kiln_family kiln_family_batchnorm = {
     .name = "batchnorm",
     .summary = "inference batch norm, NCHW or channels-last, fused residual add and ReLU",
@@ -437,6 +432,5 @@ const kiln_family kiln_family_batchnorm = {
     .check = bn_check,
     .emit = bn_emit,
     .min_bytes = chn_min_bytes,
-    .flops = bn_flops,
     .tolerance = chn_tolerance,
 };

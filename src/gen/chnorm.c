@@ -253,13 +253,6 @@ char *chn_with_banner(const kiln_family *f, const kiln_match *m, const int64_t *
     return kiln_family_source(&bare, m, pt, body->s);
 }
 
-double chn_flops_per_element(const kiln_problem *p, const kiln_match *m, const kiln_workload *w,
-                             double per) {
-    int x = m->input_of_role[0];
-    int64_t shape[KILN_MAX_DIMS];
-    return per * (double)kiln_tensor_shape(p, &p->inputs[x], w, shape);
-}
-
 double chn_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
     (void)m;
     return kiln_problem_min_bytes(p, w);

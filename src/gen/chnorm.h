@@ -79,8 +79,6 @@ char *chn_with_banner(const kiln_family *f, const kiln_match *m, const int64_t *
                       kiln_strbuf *body);
 
 /* ---- the family interface's shared parts ---- */
-double chn_flops_per_element(const kiln_problem *p, const kiln_match *m, const kiln_workload *w,
-                             double per);
 double chn_min_bytes(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
 kiln_tolerance chn_tolerance(kiln_dtype t);
 

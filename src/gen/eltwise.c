@@ -166,12 +166,6 @@ static double elt_min_bytes(const kiln_problem *p, const kiln_match *m, const ki
     return bytes;
 }
 
-/* One flop per op and output element (a transcendental counts as one). */
-static double elt_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    int64_t shape[KILN_MAX_DIMS];
-    return kiln_match_get(m, "n_ops", 1) * (double)kiln_tensor_shape(p, &p->outputs[0], w, shape);
-}
-
 static kiln_tolerance elt_tolerance(kiln_dtype t) {
     return kiln_tolerance_default(t);
 }
@@ -209,6 +203,5 @@ const kiln_family kiln_family_eltwise = {
     .check = elt_check,
     .emit = elt_emit,
     .min_bytes = elt_min_bytes,
-    .flops = elt_flops,
     .tolerance = elt_tolerance,
 };

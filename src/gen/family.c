@@ -212,6 +212,33 @@ int kiln_family_match_all(const kiln_problem *p, const kiln_family **fams, kiln_
     return n;
 }
 
+void kiln_family_sol_fill_matched(kiln_problem *p, const kiln_family *const *fams,
+                                  const kiln_match *matches, int n) {
+    for (int i = 0; i < p->n_workloads; i++) {
+        kiln_workload *w = &p->workloads[i];
+        const double all = kiln_problem_min_bytes(p, w); /* declared, or every tensor once */
+        for (int k = 0; k < n; k++) {
+            if (p->min_bytes < 0 && w->sol_bytes < 0 && fams[k]->min_bytes) {
+                const double b = fams[k]->min_bytes(p, &matches[k], w);
+                if (b > 0)
+                    w->sol_bytes = b < all ? b : all;
+            }
+            if (p->flops < 0 && w->sol_flops < 0 && fams[k]->flops) {
+                const double f = fams[k]->flops(p, &matches[k], w);
+                if (f > 0)
+                    w->sol_flops = f;
+            }
+        }
+    }
+}
+
+void kiln_family_sol_fill(kiln_problem *p) {
+    const kiln_family *fams[16];
+    kiln_match matches[16];
+    const int n = kiln_family_match_all(p, fams, matches, 16, NULL, 0);
+    kiln_family_sol_fill_matched(p, fams, matches, n);
+}
+
 void kiln_family_emit_wgmma(kiln_strbuf *b, const char *name, int64_t n, kiln_dtype t, int a_regs,
                             int trans_b) {
     const char *ty = t == KILN_F16       ? "f16"

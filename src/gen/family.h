@@ -73,8 +73,10 @@ typedef struct kiln_family {
      * there). */
     char *(*emit)(const kiln_problem *p, const kiln_match *m, const int64_t *point, int cuda);
 
-    /* Minimum bytes and useful flops of workload w (speed of light). */
+    /* Minimum bytes of workload w (speed of light; NULL: every tensor once). */
     double (*min_bytes)(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
+    /* Useful flops of workload w (NULL: none counted; a memory-bound op's bytes bind its speed of
+     * light). Both reach the gate through kiln_family_sol_fill where the problem declares none. */
     double (*flops)(const kiln_problem *p, const kiln_match *m, const kiln_workload *w);
 
     /* The tolerance the family promises for an output of dtype t (never looser than the default).
@@ -178,5 +180,16 @@ double kiln_match_get(const kiln_match *m, const char *key, double dflt);
  * collects one line per family that declined. */
 int kiln_family_match_all(const kiln_problem *p, const kiln_family **fams, kiln_match *matches,
                           int max, char *why, size_t why_len);
+
+/* The speed of light's figures of each workload of p that p does not declare (kiln.min_bytes,
+ * kiln.flops), from the first of the n matched families that has them: w->sol_bytes (never more
+ * than every tensor once) and w->sol_flops. A problem SOL-ExecBench publishes declares neither: a
+ * paged attention's bytes are then its sequences' pages, not the whole pool (which would make a
+ * kernel that reads only those `impossible`), and a GEMM's speed of light its flops at the tensor
+ * cores' rate. Call after loading p, before the gate times it (tolerances do not read them). */
+void kiln_family_sol_fill_matched(kiln_problem *p, const kiln_family *const *fams,
+                                  const kiln_match *matches, int n);
+/* The same, matching every family first. */
+void kiln_family_sol_fill(kiln_problem *p);
 
 #endif

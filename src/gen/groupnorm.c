@@ -498,11 +498,6 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     return chn_with_banner(f, m, pt, 1, &b);
 }
 
-static double gn_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    /* statistics 3, normalisation 2, the tile's second pass 3; SiLU ~6 more */
-    return chn_flops_per_element(p, m, w, kiln_match_get(m, "silu", 0) ? 14 : 8);
-}
-
 const kiln_family kiln_family_groupnorm = {
     .name = "groupnorm",
     .summary = "group norm over [N, C, *] (native_group_norm), fused SiLU; rows split for batch 1",
@@ -522,6 +517,5 @@ const kiln_family kiln_family_groupnorm = {
     .check = gn_check,
     .emit = gn_emit,
     .min_bytes = chn_min_bytes,
-    .flops = gn_flops,
     .tolerance = chn_tolerance,
 };

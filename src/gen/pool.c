@@ -545,12 +545,6 @@ static double pool_min_bytes(const kiln_problem *p, const kiln_match *m, const k
     return kiln_problem_min_bytes(p, w);
 }
 
-/* One add per input value (and one divide per output, not counted). */
-static double pool_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    int64_t shape[KILN_MAX_DIMS];
-    return (double)kiln_tensor_shape(p, &p->inputs[m->input_of_role[0]], w, shape);
-}
-
 static kiln_tolerance pool_tolerance(kiln_dtype t) {
     return kiln_tolerance_default(t);
 }
@@ -590,6 +584,5 @@ const kiln_family kiln_family_pool = {
     .check = pool_check,
     .emit = pool_emit,
     .min_bytes = pool_min_bytes,
-    .flops = pool_flops,
     .tolerance = pool_tolerance,
 };

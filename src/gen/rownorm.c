@@ -367,19 +367,6 @@ static double rn_min_bytes(const kiln_problem *p, const kiln_match *m, const kil
     return kiln_problem_min_bytes(p, w);
 }
 
-/* Per element: the statistics (rms: a square-add; layer: an add, a subtract and a square-add) and
- * the output (a scale, plus a multiply and an add per weight, bias or gate step). */
-static double rn_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    int64_t rows, cols;
-    if (!rn_geometry(p, m->input_of_role[ROLE_X], (int)kiln_match_get(m, "norm_dims", 1), w, &rows,
-                     &cols))
-        return 0;
-    rn_prog y;
-    rn_prog_unpack(kiln_match_get(m, "prog_y", 0), &y);
-    double per = kiln_match_get(m, "kind", 0) ? 6 : 3;
-    return (double)rows * (double)cols * (per + y.n);
-}
-
 /* The default tolerance: fp32 statistics and the model's own rounding order stay well inside it. */
 static kiln_tolerance rn_tolerance(kiln_dtype t) {
     return kiln_tolerance_default(t);
@@ -405,7 +392,6 @@ const kiln_family kiln_family_rmsnorm = {
     .check = rn_check,
     .emit = rms_emit,
     .min_bytes = rn_min_bytes,
-    .flops = rn_flops,
     .tolerance = rn_tolerance,
 };
 
@@ -419,6 +405,5 @@ const kiln_family kiln_family_layernorm = {
     .check = rn_check,
     .emit = ln_emit,
     .min_bytes = rn_min_bytes,
-    .flops = rn_flops,
     .tolerance = rn_tolerance,
 };

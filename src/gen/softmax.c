@@ -1020,15 +1020,6 @@ static double smx_min_bytes(const kiln_problem *p, const kiln_match *m, const ki
     return kiln_problem_min_bytes(p, w);
 }
 
-/* Per element: max, subtract, exp, add, multiply (the kernel's log2(e) factor for ex2 is not
- * counted); one more each for the scale and the mask. */
-static double smx_flops(const kiln_problem *p, const kiln_match *m, const kiln_workload *w) {
-    int64_t rows, cols;
-    rows_cols(p, m, w, &rows, &cols);
-    return (double)rows * (double)cols *
-           (5.0 + kiln_match_get(m, "has_scale", 0) + kiln_match_get(m, "has_mask", 0));
-}
-
 /* fp32 math with one rounding at the end (plus eager's own roundings, reproduced exactly): the
  * default tolerance holds. */
 static kiln_tolerance smx_tolerance(kiln_dtype t) {
@@ -1074,7 +1065,6 @@ const kiln_family kiln_family_softmax = {
     .check = smx_check,
     .emit = smx_emit,
     .min_bytes = smx_min_bytes,
-    .flops = smx_flops,
     .tolerance = smx_tolerance,
     .start = smx_start,
 };

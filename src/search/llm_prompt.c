@@ -389,14 +389,15 @@ char *kiln_llm_prompt(const kiln_llm_context *ctx) {
             llm_buf_printf(&b, " %s=%lld", p->axes[i].name,
                            (long long)p->workloads[w].axis_values[i]);
         double bytes = kiln_problem_min_bytes(p, &p->workloads[w]);
+        double flops = kiln_problem_flops(p, &p->workloads[w]);
         if (bytes > 0 && ctx->ceiling_gbps > 0) {
             /* the gate's T_sol, with the ceilings the gate reported for this problem (its
              * ceiling_gflops is already the one p's flops take) */
             kiln_ceilings c = {.copy_gbps = ctx->ceiling_gbps, .fma_gflops = ctx->ceiling_gflops};
-            double sol_us = kiln_sol_time_us(&c, p, bytes);
+            double sol_us = kiln_sol_time_us(&c, p, bytes, flops);
             llm_buf_printf(&b, ": %.0f bytes", bytes);
-            if (p->flops > 0)
-                llm_buf_printf(&b, ", %.0f flops", p->flops);
+            if (flops > 0)
+                llm_buf_printf(&b, ", %.0f flops", flops);
             llm_buf_printf(&b, ", speed of light %.3g us", sol_us);
         }
         llm_buf_puts(&b, "\n");

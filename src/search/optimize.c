@@ -841,6 +841,7 @@ static char *match_problem(kiln_opt_ctx *c, kiln_opt_problem *pr) {
         char why[4096];
         pr->n_fams = kiln_family_match_all(pr->p, pr->fams, pr->matches, KILN_OPT_MAX_FAMILIES, why,
                                            sizeof why);
+        kiln_family_sol_fill_matched(pr->p, pr->fams, pr->matches, pr->n_fams);
         if (pr->n_fams == 0) {
             size_t l = strlen(why);
             while (l && why[l - 1] == '\n')

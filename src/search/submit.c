@@ -13,6 +13,7 @@
 #include "../backend/cuda_driver.h"
 #include "../backend/nvrtc.h"
 #include "../formats/content_hash.h"
+#include "../gen/family.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Opening a run for one problem.
@@ -139,6 +140,7 @@ int kiln_submit_open(const char *run_dir, const char *problem, const char *backe
 
     if (kiln_problem_load(dir, &r->p, err) != KILN_OK)
         goto fail;
+    kiln_family_sol_fill(r->p);
     /* an upsert even when the row exists: the store refuses a result for another content */
     char *sdir = NULL;
     store_problem(r->store, r->p->name, &sdir);

@@ -856,6 +856,53 @@ static void test_emulated(void **state) {
     kiln_backend_close(be);
 }
 
+/* A published SOL-ExecBench problem declares neither kiln.min_bytes nor kiln.flops: the gate's
+ * speed of light of a paged problem takes the family's figures (kiln_family_sol_fill) — its
+ * sequences' pages, not the whole pool, which would make a kernel that reads only those pages
+ * `impossible` — and its flops, at the tensor cores' rate. A problem that declares them keeps them.
+ */
+static void test_sol_figures(void **state) {
+    (void)state;
+    static const char *const paged[] = {PAGED_PREFILL, PAGED_DECODE};
+    for (int i = 0; i < 2; i++) {
+        kiln_problem *p = load(SOLBENCH, paged[i]);
+        assert_true(p->min_bytes < 0 && p->flops < 0);
+        double every[16];
+        for (int w = 0; w < p->n_workloads && w < 16; w++) {
+            every[w] = kiln_problem_min_bytes(p, &p->workloads[w]);
+            assert_true(kiln_problem_flops(p, &p->workloads[w]) < 0);
+        }
+        kiln_family_sol_fill(p);
+        kiln_match m;
+        match_ok(p, &m);
+        int fewer = 0;
+        for (int w = 0; w < p->n_workloads && w < 16; w++) {
+            const kiln_workload *wl = &p->workloads[w];
+            const double bytes = kiln_problem_min_bytes(p, wl);
+            assert_true(bytes > 0 && bytes <= every[w]);
+            fewer += bytes < every[w];
+            assert_float_equal(
+                bytes, att->min_bytes(p, &m, wl) < every[w] ? att->min_bytes(p, &m, wl) : every[w],
+                1e-6);
+            assert_float_equal(kiln_problem_flops(p, wl), att->flops(p, &m, wl), 1e-6);
+            assert_true(kiln_problem_flops(p, wl) > 0);
+        }
+        assert_true(fewer > 0); /* the pool holds pages no sequence reads */
+        kiln_problem_free(p);
+    }
+    kiln_problem *p =
+        parse("{\"name\": \"d\", \"op_type\": \"x\", \"axes\": {\"n\": {\"type\": \"const\", "
+              "\"value\": 4}}, "
+              "\"inputs\": {\"a\": {\"shape\": [\"n\"], \"dtype\": \"float32\"}}, "
+              "\"outputs\": {\"b\": {\"shape\": [\"n\"], \"dtype\": \"float32\"}}, "
+              "\"reference\": \"x\", \"kiln\": {\"min_bytes\": 7, \"flops\": 9}}",
+              "{\"uuid\": \"u\", \"axes\": {}, \"inputs\": {\"a\": {\"type\": \"random\"}}}\n");
+    kiln_family_sol_fill(p);
+    assert_float_equal(kiln_problem_min_bytes(p, &p->workloads[0]), 7, 0);
+    assert_float_equal(kiln_problem_flops(p, &p->workloads[0]), 9, 0);
+    kiln_problem_free(p);
+}
+
 int main(void) {
     att = kiln_family_find("attention");
     if (!att) {
@@ -863,10 +910,11 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_match),    cmocka_unit_test(test_roundings),
-        cmocka_unit_test(test_declines), cmocka_unit_test(test_check),
-        cmocka_unit_test(test_flops),    cmocka_unit_test(test_compile),
-        cmocka_unit_test(test_emulated), cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_match),       cmocka_unit_test(test_roundings),
+        cmocka_unit_test(test_declines),    cmocka_unit_test(test_check),
+        cmocka_unit_test(test_flops),       cmocka_unit_test(test_compile),
+        cmocka_unit_test(test_emulated),    cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_sol_figures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,6 +106,14 @@ static void test_match_and_directive(void **state) {
         int64_t pt[KILN_FAMILY_MAX_PARAMS];
         assert_int_equal(f->start(p, &m, pt), 0);
         assert_int_equal(kiln_family_point_index(f, pt), 0);
+        /* the gate's speed of light: the GEMM's flops where the problem declares none */
+        if (p->flops < 0) {
+            assert_true(kiln_problem_flops(p, &p->workloads[0]) < 0);
+            kiln_family_sol_fill(p);
+            assert_float_equal(kiln_problem_flops(p, &p->workloads[0]),
+                               2.0 * (double)c->m * (double)c->n * (double)c->k * (double)c->batch,
+                               1e-6);
+        }
         /* index 0 and the last index the space reaches */
         for (int64_t idx = 0; idx < kiln_family_space_size(f);
              idx += kiln_family_space_size(f) - 1) {

@@ -332,7 +332,7 @@ static void test_a_bf16_gemm_is_bounded_by_tensor_cores_an_fp32_one_by_fma(void 
     double bf_bytes = 3 * n * n * 2;
     assert_float_equal(kiln_sol_gflops(&c, &bf.p, &kind), c.tensor_gflops[KILN_TENSOR_BF16], 0);
     assert_string_equal(kind, "bfloat16 tensor cores (arch table)");
-    double sol = kiln_sol_time_us(&c, &bf.p, bf_bytes);
+    double sol = kiln_sol_time_us(&c, &bf.p, bf_bytes, bf.p.flops);
     assert_float_equal(sol, flops / (c.tensor_gflops[KILN_TENSOR_BF16] * 1e3), 1e-9);
     /* the issue: cuBLASLt at 700 TFLOP/s must not be under 0.9 x T_sol (`impossible`); it was
      * against the FMA ceiling */
@@ -348,7 +348,7 @@ static void test_a_bf16_gemm_is_bounded_by_tensor_cores_an_fp32_one_by_fma(void 
     assert_float_equal(c.fp32_gflops, 256.0 * 132 * 1.98e9 / 1e9, 1e-6);
     assert_float_equal(kiln_sol_gflops(&c, &f32.p, &kind), c.fp32_gflops, 0);
     assert_string_equal(kind, "fp32 FMA (arch table)");
-    double sol32 = kiln_sol_time_us(&c, &f32.p, 3 * n * n * 4);
+    double sol32 = kiln_sol_time_us(&c, &f32.p, 3 * n * n * 4, f32.p.flops);
     assert_float_equal(sol32, flops / (c.fp32_gflops * 1e3), 1e-9);
     assert_true(flops / 60e12 * 1e6 >= 0.9 * sol32);
     c.fma_gflops = 70000; /* a measurement above the table wins */
@@ -358,9 +358,9 @@ static void test_a_bf16_gemm_is_bounded_by_tensor_cores_an_fp32_one_by_fma(void 
 
     /* without flops (or a tiny count) the bytes bind, whatever the dtype */
     bf.p.flops = -1;
-    assert_float_equal(kiln_sol_time_us(&c, &bf.p, bf_bytes), bf_bytes / 4.8e6, 1e-12);
+    assert_float_equal(kiln_sol_time_us(&c, &bf.p, bf_bytes, bf.p.flops), bf_bytes / 4.8e6, 1e-12);
     bf.p.flops = 1000;
-    assert_float_equal(kiln_sol_time_us(&c, &bf.p, bf_bytes), bf_bytes / 4.8e6, 1e-12);
+    assert_float_equal(kiln_sol_time_us(&c, &bf.p, bf_bytes, bf.p.flops), bf_bytes / 4.8e6, 1e-12);
 }
 
 static void test_no_tensor_rate_falls_back(void **state) {
@@ -379,10 +379,10 @@ static void test_no_tensor_rate_falls_back(void **state) {
     kiln_ceilings_tensor(&blackwell, &c);
     assert_float_equal(kiln_sol_gflops(&c, &bf.p, &kind), 80000, 0);
     assert_string_equal(kind, "fp32 FMA (measured)");
-    assert_float_equal(kiln_sol_time_us(&c, &bf.p, 0), flops / 80e6, 1e-9);
+    assert_float_equal(kiln_sol_time_us(&c, &bf.p, 0, flops), flops / 80e6, 1e-9);
     /* no flops ceiling known at all (an LLM prompt before any gate result): the bytes alone */
     kiln_ceilings none = {.copy_gbps = 8000};
-    assert_float_equal(kiln_sol_time_us(&none, &bf.p, 8e6), 1.0, 1e-12);
+    assert_float_equal(kiln_sol_time_us(&none, &bf.p, 8e6, flops), 1.0, 1e-12);
 
     /* float8 on an A100, which has no float8 tensor cores: the float16 rate */
     kiln_device_info a100 = {.cc_major = 8, .cc_minor = 0, .n_sms = 108, .clock_khz = 1410000};
