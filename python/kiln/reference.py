@@ -58,6 +58,7 @@ import sys
 import time
 import traceback
 import types
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 # Big CPU tensors on transparent huge pages: without this, page faults on fresh allocations take most
@@ -742,35 +743,100 @@ def _progress_line(index: int, count: int, workload: Workload, n_sets: int,
     return f"[{index + 1}/{count}] workload {workload.uuid[:4]}\u2026 {axes}: {n_sets} sets, {timing}"
 
 
+def _set_bytes(problem: Problem, workload: Workload) -> int:
+    """Bytes of one set's tensors (inputs and outputs) on the host."""
+    total = 0
+    for spec in (*problem.inputs.values(), *problem.outputs.values()):
+        shape = problem.shape(spec, workload)
+        if shape is not None and spec.dtype != "float4_e2m1fn_x2":
+            total += math.prod(shape) * _torch_dtype(spec.dtype).itemsize
+    return total
+
+
+def _memory_available() -> int:
+    """MemAvailable of /proc/meminfo in bytes, 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+# A set of this many bytes or more overlaps with its neighbours (below it the threads cost more than
+# they save).
+OVERLAP_MIN_BYTES = 64 << 20
+
+
+def _overlaps(problem: Problem, workload: Workload, n_sets: int) -> bool:
+    """Whether the sets of workload are built overlapped (_build_workload): big sets, three of which
+    fit in half the memory available, every input drawn from a generator of its own (a custom
+    entrypoint reseeds the global RNG: its sets are built one after another)."""
+    if n_sets < 2 or any(d.kind == "custom" for d in workload.inputs.values()):
+        return False
+    size = _set_bytes(problem, workload)
+    return size >= OVERLAP_MIN_BYTES and 3 * size < _memory_available() / 2
+
+
 def _build_workload(problem: Problem, workload: Workload, reference: Reference, out_dir: str,
                     device: str, n_sets: int, seed: int, time_reference: bool, log=None) -> dict:
+    """Writes the n_sets sets of workload and returns its manifest entry. At real size most of the
+    time is the host's: drawing a random set (torch.randn on one core), and writing and hashing a set's
+    file. Where _overlaps says so, set j + 1 is drawn and set j - 1 written and hashed (two threads;
+    torch's draws, safetensors' writes and BLAKE2b release the GIL) while set j runs: each set has its
+    own generator, so the files are the same byte for byte either way, and at most three sets are in
+    memory."""
     real = materialize_inputs(problem, workload, device, set_seed(seed, workload.index, 0), reference)
     sets = []
     gaps = reference_gap.GapBins() if reference_gap.gap_outputs(problem) else None
     first_run_s = 0.0
-    for j in range(n_sets):
-        set_seed_j = set_seed(seed, workload.index, j)
-        inputs = real if j == 0 else random_set_inputs(problem, workload, real, device, set_seed_j,
-                                                       reference)
-        args = _clone_args(inputs)
-        start = time.perf_counter()
-        result = _call(reference, workload, args, j, sync_device=device)
-        if j == 0:
-            first_run_s = time.perf_counter() - start
-        outputs = _normalize_outputs(problem, workload, result, j)
-        del args, result
-        kind = "real" if j == 0 else "random"
+    overlap = _overlaps(problem, workload, n_sets)
+    pool = ThreadPoolExecutor(max_workers=2) if overlap else None
+
+    def draw(j: int):
+        return random_set_inputs(problem, workload, real, device, set_seed(seed, workload.index, j),
+                                 reference)
+
+    def write(j: int, inputs: dict[str, Any], outputs: dict[str, torch.Tensor]) -> dict:
         file_name = f"w{workload.index}_s{j}.safetensors"
-        _write_set(os.path.join(out_dir, file_name), problem, workload, kind, set_seed_j, inputs, outputs)
-        sets.append({"file": file_name, "kind": kind, "seed": set_seed_j,
-                     "blake2b": content_hash(os.path.join(out_dir, file_name)),
-                     "scalars": _scalars(problem, workload, inputs)})
-        if gaps is not None and not reference_gap.add_set(
-                gaps, problem, inputs, outputs,
-                run=lambda args, j=j: _call(reference, workload, args, j, sync_device=device),
-                values=lambda result, j=j: _output_values(problem, workload, result, j), log=log):
-            gaps = None  # not possible on this workload: the other sets would fail the same way
-        del outputs
+        _write_set(os.path.join(out_dir, file_name), problem, workload, "real" if j == 0 else "random",
+                   set_seed(seed, workload.index, j), inputs, outputs)
+        return {"file": file_name, "kind": "real" if j == 0 else "random",
+                "seed": set_seed(seed, workload.index, j),
+                "blake2b": content_hash(os.path.join(out_dir, file_name)),
+                "scalars": _scalars(problem, workload, inputs)}
+
+    drawing = writing = None
+    try:
+        for j in range(n_sets):
+            inputs = real if j == 0 else drawing.result() if drawing is not None else draw(j)
+            drawing = pool.submit(draw, j + 1) if pool is not None and j + 1 < n_sets else None
+            args = _clone_args(inputs)
+            start = time.perf_counter()
+            result = _call(reference, workload, args, j, sync_device=device)
+            if j == 0:
+                first_run_s = time.perf_counter() - start
+            outputs = _normalize_outputs(problem, workload, result, j)
+            del args, result
+            if writing is not None:
+                sets.append(writing.result())
+            if pool is not None:
+                writing = pool.submit(write, j, inputs, outputs)
+            else:
+                sets.append(write(j, inputs, outputs))
+            if gaps is not None and not reference_gap.add_set(
+                    gaps, problem, inputs, outputs,
+                    run=lambda args, j=j: _call(reference, workload, args, j, sync_device=device),
+                    values=lambda result, j=j: _output_values(problem, workload, result, j), log=log):
+                gaps = None  # not possible on this workload: the other sets would fail the same way
+            del inputs, outputs
+        if writing is not None:
+            sets.append(writing.result())
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     ref_time_us = ref_spread_pct = None
     if time_reference:
         median, spread = measure_reference(reference, workload, real, device, first_run_s)

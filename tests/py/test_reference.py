@@ -139,6 +139,28 @@ def test_same_seed_same_files_other_seed_other_random_sets(softmax_problem, tmp_
     assert runs["a"]["w0_s1.safetensors"] != runs["c"]["w0_s1.safetensors"]
 
 
+def test_overlapped_sets_are_the_same_files(softmax_problem, tmp_path, monkeypatch):
+    """Big sets are built overlapped (the next one drawn, the last one written and hashed, while one
+    runs): the files and the manifest are byte for byte those of one set after another."""
+    problem_dir, _ = softmax_problem
+    problem = kref.load_problem(str(problem_dir))
+    assert not kref._overlaps(problem, problem.workloads[0], 3)  # kilobytes: one after another
+    kref.build_reference(str(problem_dir), str(tmp_path / "one"), seed=11, time_reference=False)
+    calls = []
+    real_overlaps = kref._overlaps
+    monkeypatch.setattr(kref, "OVERLAP_MIN_BYTES", 0)
+    monkeypatch.setattr(kref, "_memory_available", lambda: 1 << 50)
+    monkeypatch.setattr(kref, "_overlaps", lambda *a: calls.append(real_overlaps(*a)) or calls[-1])
+    kref.build_reference(str(problem_dir), str(tmp_path / "overlapped"), seed=11, time_reference=False)
+    assert calls and all(calls)
+    monkeypatch.setattr(kref, "_memory_available", lambda: 0)  # three sets would not fit
+    assert not real_overlaps(problem, problem.workloads[0], 3)
+    files = sorted(os.listdir(tmp_path / "one"))
+    assert files == sorted(os.listdir(tmp_path / "overlapped")) and len(files) == 7
+    for f in files:
+        assert (tmp_path / "one" / f).read_bytes() == (tmp_path / "overlapped" / f).read_bytes(), f
+
+
 def test_default_seed_is_drawn_from_the_os_and_recorded(softmax_problem, tmp_path):
     """Without --seed no one knows the random sets before they are drawn; the manifest records the
     seed, and the same seed draws them again byte for byte. Every set file carries its content
