@@ -345,6 +345,8 @@ cJSON *kiln_lt_gemm_to_json(const kiln_lt_gemm *g) {
     cJSON_AddStringToObject(o, "d_type", kiln_dtype_name(g->d_type));
     cJSON_AddStringToObject(o, "epilogue", kiln_lt_epilogue_name(g->epilogue));
     cJSON_AddStringToObject(o, "bias_type", kiln_dtype_name(g->bias_type));
+    if (g->fast_accum) /* absent: 0, as every library written before it */
+        cJSON_AddNumberToObject(o, "fast_accum", 1);
     return o;
 }
 
@@ -395,6 +397,13 @@ int kiln_lt_gemm_from_json(const cJSON *o, kiln_lt_gemm *out, kiln_err *err) {
         return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt GEMM: 'epilogue' %s",
                          e ? "is not one of none, bias, relu, gelu, bias_relu, bias_gelu"
                            : "is missing");
+    if (cJSON_HasObjectItem(o, "fast_accum")) {
+        if ((rc = gemm_int(o, "fast_accum", 0, &v, err)))
+            return rc;
+        if (v > 1)
+            return kiln_errf(err, KILN_ERR_FORMAT, "cuBLASLt GEMM: 'fast_accum' must be 0 or 1");
+        g.fast_accum = (int)v;
+    }
     *out = g;
     return KILN_OK;
 }
@@ -460,6 +469,12 @@ int kiln_lt_plan_create(const kiln_lt_gemm *g, kiln_lt_plan **out, kiln_err *err
            "setting TRANSB");
     LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
            "setting the epilogue");
+    if (g->fast_accum && kiln_dtype_is_fp8(g->a_type)) {
+        int8_t fast = 1;
+        LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                              sizeof fast),
+               "setting fast accumulation");
+    }
     if (kiln_lt_epilogue_has_bias(g->epilogue)) {
         int32_t bt = v.bias_type;
         LT_TRY(kiln_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,

@@ -116,6 +116,10 @@ typedef struct {
     int64_t lda, ldb, ldd;
     kiln_lt_epilogue epilogue;
     kiln_dtype bias_type; /* when the epilogue has a bias */
+    /* fp8 only: torch._scaled_mm's use_fast_accum=True, cuBLASLt's FAST_ACCUM (the tensor cores'
+     * own fp8 accumulation, not promoted to fp32 every few k): what eager ran. 0 (promoted) when
+     * absent from JSON. */
+    int fast_accum;
 } kiln_lt_gemm;
 
 /* g as a JSON object (sizes, strides and leading dimensions as integers, dtypes by kiln's names,

@@ -579,7 +579,8 @@ kiln_lt_gemm kiln_gemm_of(const kiln_match *m) {
                           .ldb = (int64_t)kiln_match_get(m, "ldb", 0),
                           .ldd = (int64_t)kiln_match_get(m, "ldd", 0),
                           .epilogue = (kiln_lt_epilogue)kiln_match_get(m, "epilogue", 0),
-                          .bias_type = tbias};
+                          .bias_type = tbias,
+                          .fast_accum = kiln_gemm_fast_accum(m)};
 }
 
 int kiln_gemm_match(const kiln_problem *p, kiln_match *m, char *why, size_t why_len) {

@@ -358,7 +358,7 @@ static int gemm_same(const kiln_lt_gemm *a, const kiln_lt_gemm *b) {
            a->a_type == b->a_type && a->b_type == b->b_type && a->d_type == b->d_type &&
            a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->lda == b->lda &&
            a->ldb == b->ldb && a->ldd == b->ldd && a->epilogue == b->epilogue &&
-           a->bias_type == b->bias_type;
+           a->bias_type == b->bias_type && a->fast_accum == b->fast_accum;
 }
 
 /* kiln_lt_gemm to JSON and back, and what the reader refuses. */
@@ -387,6 +387,19 @@ static void test_gemm_json(void **state) {
     assert_non_null(strstr(err.msg, "'a_type'"));
     cJSON_DeleteItemFromObjectCaseSensitive(j, "ldd");
     assert_int_equal(kiln_lt_gemm_from_json(j, &back, &err), KILN_ERR_FORMAT);
+    cJSON_Delete(j);
+    /* fp8 with use_fast_accum: written only when set, read back; absent reads as 0 */
+    g = kiln_lt_gemm_linear(64, 48, 32, KILN_F8_E4M3);
+    g.d_type = KILN_BF16;
+    assert_null(cJSON_GetObjectItemCaseSensitive(j = kiln_lt_gemm_to_json(&g), "fast_accum"));
+    cJSON_Delete(j);
+    g.fast_accum = 1;
+    j = kiln_lt_gemm_to_json(&g);
+    assert_int_equal(kiln_lt_gemm_from_json(j, &back, &err), KILN_OK);
+    assert_true(gemm_same(&g, &back) && back.fast_accum == 1);
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "fast_accum", cJSON_CreateNumber(2));
+    assert_int_equal(kiln_lt_gemm_from_json(j, &back, &err), KILN_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "'fast_accum'"));
     cJSON_Delete(j);
 }
 

@@ -258,8 +258,10 @@ static void test_scaled_mm(void **state) {
     static const struct {
         const char *dir;
         kiln_dtype b, d;
-    } cases[] = {{"scaled_mm_e4m3_bf16", KILN_F8_E4M3, KILN_BF16},
-                 {"scaled_mm_e4m3_e5m2_f32", KILN_F8_E5M2, KILN_F32}};
+        int fast; /* use_fast_accum=True captured: cuBLASLt's FAST_ACCUM, as eager ran */
+    } cases[] = {{"scaled_mm_e4m3_bf16", KILN_F8_E4M3, KILN_BF16, 0},
+                 {"scaled_mm_e4m3_e5m2_f32", KILN_F8_E5M2, KILN_F32, 0},
+                 {"scaled_mm_e4m3_fast_bf16", KILN_F8_E4M3, KILN_BF16, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kiln_problem *p = load(cases[i].dir);
         kiln_match m;
@@ -269,6 +271,7 @@ static void test_scaled_mm(void **state) {
         assert_int_equal(d.gemm.a_type, KILN_F8_E4M3);
         assert_int_equal(d.gemm.b_type, cases[i].b);
         assert_int_equal(d.gemm.d_type, cases[i].d);
+        assert_int_equal(d.gemm.fast_accum, cases[i].fast);
         assert_true(d.gemm.trans_b && !d.gemm.trans_a);
         assert_true(d.has_scales && d.arg_a_scale == 2 && d.arg_b_scale == 3);
         kiln_err err;
@@ -286,6 +289,7 @@ static void test_scaled_mm(void **state) {
         kiln_lt_call_desc back;
         assert_int_equal(kiln_lt_call_parse(json, NULL, &back, &err), KILN_OK);
         assert_true(back.has_scales && back.arg_a_scale == 2 && back.arg_b_scale == 3);
+        assert_int_equal(back.gemm.fast_accum, cases[i].fast);
         char *cut = strstr(json, ",\"b_scale\"");
         assert_non_null(cut);
         strcpy(cut, "}}");
@@ -302,7 +306,7 @@ static void test_scaled_mm(void **state) {
         assert_non_null(strstr(cpu, "acc *= sa[0] * sb[0];"));
         assert_non_null(strstr(cpu, "kiln_e4m3_to_float(kiln_a["));
         assert_non_null(
-            strstr(cpu, i ? "kiln_e5m2_to_float(kiln_b[" : "kiln_e4m3_to_float(kiln_b["));
+            strstr(cpu, i == 1 ? "kiln_e5m2_to_float(kiln_b[" : "kiln_e4m3_to_float(kiln_b["));
         free(cpu);
         /* bytes: one byte an input element, the scales, D */
         const kiln_lt_gemm *g = &d.gemm;
