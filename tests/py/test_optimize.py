@@ -536,6 +536,13 @@ def test_incumbent_challenge_on_resume(template, tmp_path):
     (root,), = con.execute("SELECT id FROM node WHERE parent_id IS NULL AND draft = 0").fetchall()
     (inc,), = con.execute("SELECT id FROM candidate").fetchall()
     con.execute("UPDATE result SET time_us = 1e9 WHERE candidate_id = ?", (inc,))
+    # the race reads the incumbent's per-workload medians: slow there too, so that a busy machine's
+    # timing cannot stop the challenger as `slower` before the interleaved re-timing judges it
+    (rj,), = con.execute("SELECT result_json FROM result WHERE candidate_id = ?", (inc,)).fetchall()
+    rj = json.loads(rj)
+    for w in rj["workloads"]:
+        w["time_us"]["median"] = 1e9
+    con.execute("UPDATE result SET result_json = ? WHERE candidate_id = ?", (json.dumps(rj), inc))
     now = time.time()
     # as `kiln submit` records a hand-written kernel: no family, no params
     cur = con.execute("INSERT INTO node (problem_id, parent_id, draft, family, params, status, "
