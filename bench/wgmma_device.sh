@@ -15,6 +15,8 @@
 # LIMIT (points per big problem, default 12), SMALL_LIMIT (default 3), SMALL (the small problems' names; empty:
 # none), ONLY (an extended regex on the big problems' names), SWEEP_TIMEOUT (s per big problem, default 150),
 # WHERE and SMALL_WHERE (`kiln sweep --where`: only points with these parameter values, e.g. 'GW_WS=1').
+# TWIN (e.g. 'GW_EPI_TMA=0,1'): each big problem's start point and its twins that differ only there, first the
+# start, one sweep (overrides WHERE and LIMIT for the big problems) — a change measured in one call.
 # Logs: $OUT/logs.tar.gz; the table last.
 set -u
 cd "$(dirname "$0")/.."
@@ -44,9 +46,21 @@ for s in $SMALL; do
 done
 BIG=$(ls -d bench/problems/gemm_* | grep -E "${ONLY:-.}")
 first=$(echo "$BIG" | grep 4096x9216x2304 | head -1)
+# TWIN: the where of the start point's values, those TWIN names taken from TWIN
+twin_where() { # problem-dir
+    build/kiln sweep "$1" --family wgmma --list --json 2>/dev/null | "$PY" -c '
+import json, sys
+start = dict(kv.split("=") for kv in json.load(sys.stdin)["families"][0]["start"].split())
+start.update(kv.split("=") for kv in sys.argv[1].split())
+print(" ".join(f"{k}={v}" for k, v in start.items()))' "$TWIN"
+}
 for p in $BIG; do
     tag=$(basename "$p")
-    sweep "$p" "${LIMIT:-12}" "${SWEEP_TIMEOUT:-150}" "$tag" "${WHERE:-}"
+    if [ -n "${TWIN:-}" ]; then
+        sweep "$p" 8 "${SWEEP_TIMEOUT:-150}" "$tag" "$(twin_where "$p")"
+    else
+        sweep "$p" "${LIMIT:-12}" "${SWEEP_TIMEOUT:-150}" "$tag" "${WHERE:-}"
+    fi
     if [ "$p" = "$first" ]; then
         src=$(ls "$LOGS/src_$tag"/*.cu 2>/dev/null | head -1)
         [ -n "$src" ] && timeout 120 "$PY" bench/gen_kernel.py "$p" "$src" --diag --reps 20 2>&1 | tail -8

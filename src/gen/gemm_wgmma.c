@@ -23,6 +23,7 @@ enum {
     P_PP,
     P_CL,
     P_SPLITN,
+    P_EPI_TMA,
     P_COUNT
 };
 
@@ -119,11 +120,20 @@ static int64_t d_bytes(const kiln_lt_gemm *g) {
     return g->d_type == KILN_F32 ? 4 : 2;
 }
 
+/* Whether the TMA unit can store D from the epilogue's chunks (GW_EPI_TMA): 16-bit D whose rows and
+ * batch stride are whole 16 bytes (a tensor map's strides), a warpgroup's columns of D (half its
+ * wgmma's N for a gated pair) whole 128-byte chunks. */
+static int epi_tma_fits(const kiln_lt_gemm *g, int gated, const int64_t *pt) {
+    return d_bytes(g) == 2 && g->ldd % 8 == 0 && g->stride_d % 8 == 0 &&
+           n_wg(pt) / (gated ? 2 : 1) * 2 % 128 == 0;
+}
+
 /* Whether the epilogue goes through shared memory (GW_EPI_SMEM: the warp-specialised pipeline, and
- * D's rows, N and batch stride in whole 16-byte stores). */
+ * D's rows, N and batch stride in whole 16-byte stores), stored by the threads (not GW_EPI_TMA). */
 static int epi_smem(const kiln_lt_gemm *g, const int64_t *pt) {
     const int64_t vec = 16 / d_bytes(g);
-    return pt[P_WS] && g->n % vec == 0 && g->ldd % vec == 0 && g->stride_d % vec == 0;
+    return pt[P_WS] && !pt[P_EPI_TMA] && g->n % vec == 0 && g->ldd % vec == 0 &&
+           g->stride_d % vec == 0;
 }
 
 /* A consumer warpgroup's buffer for the staged epilogue: 64 rows of a 128-byte chunk (64 where the
@@ -135,12 +145,13 @@ static int64_t epi_bytes(const kiln_lt_gemm *g, int gated, const int64_t *pt) {
 }
 
 /* The stages, 128 bytes a tile row of A and of B, 1024 bytes to align the first stage, the
- * warp-specialised pipeline's two mbarriers a stage and the staged epilogue's buffers (g: D as
- * written). */
+ * warp-specialised pipeline's two mbarriers a stage and the epilogue's buffers: the staged one's,
+ * or the TMA-stored one's two of 8 KiB a consumer warpgroup, 1024-aligned (g: D as written). */
 static int64_t smem_bytes(const kiln_lt_gemm *g, int gated, const int64_t *pt) {
     return pt[P_STAGES] * (block_m(pt) + pt[P_BN]) * 128 + 1024 +
            (pt[P_WS] ? 16 * pt[P_STAGES] : 0) +
-           (epi_smem(g, pt) ? pt[P_WGS] * epi_bytes(g, gated, pt) : 0);
+           (epi_smem(g, pt) ? pt[P_WGS] * epi_bytes(g, gated, pt) : 0) +
+           (pt[P_EPI_TMA] ? 1024 + pt[P_WGS] * 2 * 8192 : 0);
 }
 
 /* Units of work over the whole batch: `cl` row tiles of one column tile (a cluster's; 1: a tile).
@@ -170,6 +181,9 @@ static const char *gw_check(const kiln_problem *p, const kiln_match *m, const in
     if (gated && (!pt[P_WS] || pt[P_SPLITN] || pt[P_CL] > 1))
         return "a gated pair needs the TMA pipeline, rows split and no clusters (its B tile is the "
                "two weights' rows, each thread holding a column of both)";
+    if (pt[P_EPI_TMA] && (!pt[P_WS] || !epi_tma_fits(&gd, gated, pt)))
+        return "the TMA-stored epilogue needs the TMA pipeline, 16-bit D with rows of whole 16 "
+               "bytes and a warpgroup's columns of D in whole 128-byte chunks";
     if (pt[P_SPLITN] && (pt[P_WGS] < 2 || pt[P_PP]))
         return "split columns need two consumer warpgroups sharing each tile (not ping-pong)";
     if (pt[P_MI] > 2 && !pt[P_SPLITN])
@@ -250,6 +264,7 @@ static int gw_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_PP] = 0;
     pt[P_CL] = 1;
     pt[P_SPLITN] = 0;
+    pt[P_EPI_TMA] = 0;
     if (pt[P_BN] >= 192 && tiles > KILN_FAMILY_SMS) {
         pt[P_PERSIST] = 1;
         if (act_of(&g, m)) {
@@ -308,12 +323,13 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        "#define GW_SB %lldLL\n#define GW_SD %lldLL\n#define GW_BIAS %d\n"
                        "#define GW_ACT %d\n#define GW_D_F32 %d\n#define GW_D_F16 %d\n"
                        "#define GW_BATCH %lld\n#define GW_EPI_SMEM %d\n#define GW_GATED %d\n"
-                       "#define GW_SCALE %d\n#define GW_PROMOTE %d\n#define GW_MMA_SUPPLIED 1\n",
+                       "#define GW_SCALE %d\n#define GW_PROMOTE %d\n#define GW_MMA_SUPPLIED 1\n"
+                       "#define GW_EPI_TMA %d\n",
                        t.type, td.type, tbias.type, (long long)g.m, (long long)g.n, (long long)g.k,
                        (long long)g.lda, (long long)g.ldb, (long long)g.ldd, (long long)g.stride_a,
                        (long long)g.stride_b, (long long)g.stride_d, bias, act_of(&g, m),
                        g.d_type == KILN_F32, g.d_type == KILN_F16, (long long)g.batch,
-                       epi_smem(&g, pt), gated, scale, promotes(m));
+                       epi_smem(&g, pt), gated, scale, promotes(m), (int)pt[P_EPI_TMA]);
     /* a block a tile; clusters of GW_CL blocks a unit (x fastest); persistent: a cluster an SM's
      * worth of blocks, or a unit, whichever is fewer */
     const int64_t threads = threads_of(pt), units = units_of(&gt, pt, pt[P_CL]), cl = pt[P_CL];
@@ -343,6 +359,10 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
         if (gated)
             emit_tmap(&b, p->inputs[m->input_of_role[KILN_GEMM_B2]].name, g.k, g.n, g.ldb, g.batch,
                       g.stride_b, bk, pt[P_BN] / 2);
+        /* D (GW_EPI_TMA): boxes of a 128-byte chunk of a row by 64 rows, stored */
+        if (pt[P_EPI_TMA])
+            emit_tmap(&b, p->outputs[m->output_of_role[0]].name, g.n, g.m, g.ldd, g.batch,
+                      g.stride_d, 128 / d_bytes(&g), 64);
     }
     kiln_strbuf_printf(&b,
                        "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n%s"
@@ -354,17 +374,21 @@ static char *gw_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                        kiln_family_template("gemm_wgmma.cu"));
     char bounds[32];
     kiln_family_fmt(bounds, sizeof bounds, "%lld, %lld", (long long)threads, (long long)pt[P_MINB]);
-    static const char *const maps[] = {"gw_tma_a", "gw_tma_b", "gw_tma_b2"};
-    char *proto = pt[P_WS] ? kiln_family_prototype_tmaps(p, bounds, "gemm_kernel", 2 + gated, maps)
+    /* the maps in the order of their lines */
+    const char *maps[4] = {"gw_tma_a", "gw_tma_b", gated ? "gw_tma_b2" : "gw_tma_d", "gw_tma_d"};
+    const int n_maps = 2 + gated + (int)pt[P_EPI_TMA];
+    char *proto = pt[P_WS] ? kiln_family_prototype_tmaps(p, bounds, "gemm_kernel", n_maps, maps)
                            : kiln_family_prototype(p, 0, 1, bounds, "gemm_kernel");
-    kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s, %s, %s, %s);\n}\n", proto, a_name,
-                       b_name, bias ? p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name : "nullptr",
+    kiln_strbuf_printf(&b, "\n%s {\n    gw_gemm(%s, %s, %s, %s, %s, %s, %s, %s);\n}\n", proto,
+                       a_name, b_name,
+                       bias ? p->inputs[m->input_of_role[KILN_GEMM_BIAS]].name : "nullptr",
                        scale ? p->inputs[m->input_of_role[KILN_GEMM_SA]].name : "nullptr",
                        scale ? p->inputs[m->input_of_role[KILN_GEMM_SB]].name : "nullptr",
                        p->outputs[m->output_of_role[0]].name,
                        !pt[P_WS] ? "nullptr, nullptr, nullptr"
                        : gated   ? "&gw_tma_a, &gw_tma_b, &gw_tma_b2"
-                                 : "&gw_tma_a, &gw_tma_b, nullptr");
+                                 : "&gw_tma_a, &gw_tma_b, nullptr",
+                       pt[P_EPI_TMA] ? "&gw_tma_d" : "nullptr");
     free(proto);
     return kiln_family_source(&kiln_family_wgmma, m, pt, b.s);
 }
@@ -423,6 +447,11 @@ const kiln_family kiln_family_wgmma = {
              {0, 1},
              "1: the two consumer warpgroups split a tile's columns, each multiplying all its "
              "rows (tiles of up to 320 rows: 192 x 192, 320 x 128); 0: they split its rows"},
+            {"GW_EPI_TMA",
+             2,
+             {0, 1},
+             "1: the epilogue's chunks are stored by the TMA unit (D's tensor map), the "
+             "warpgroup going on to its next tile meanwhile; 0: by its threads"},
         },
     .match = gw_match,
     .check = gw_check,

@@ -183,7 +183,7 @@ static void test_check(void **state) {
     char *s = kiln_family_point_str(fam, pt);
     /* 128 x 256 tiles shared by the two warpgroups, a persistent grid */
     assert_string_equal(s, "GW_BN=256 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
-                           "GW_PERSIST=1 GW_MINB=1 GW_PP=0 GW_CL=1 GW_SPLITN=0");
+                           "GW_PERSIST=1 GW_MINB=1 GW_PP=0 GW_CL=1 GW_SPLITN=0 GW_EPI_TMA=0");
     free(s);
     int64_t bad[KILN_FAMILY_MAX_PARAMS];
     memcpy(bad, pt, sizeof bad);
@@ -201,7 +201,7 @@ static void test_check(void **state) {
     p = started(BENCH, "gemm_linear_bf16_4096x2304x9216", &m, pt);
     s = kiln_family_point_str(fam, pt);
     assert_string_equal(s, "GW_BN=192 GW_MI=1 GW_WGS=2 GW_STAGES=4 GW_GROUP=16 GW_WS=1 "
-                           "GW_PERSIST=1 GW_MINB=1 GW_PP=0 GW_CL=1 GW_SPLITN=0");
+                           "GW_PERSIST=1 GW_MINB=1 GW_PP=0 GW_CL=1 GW_SPLITN=0 GW_EPI_TMA=0");
     free(s);
     kiln_problem_free(p);
     p = started(DATA, "linear_bf16_3d", &m, pt); /* 18 x 24 x 40 */
@@ -209,7 +209,7 @@ static void test_check(void **state) {
     assert_string_equal(
         s,
         "GW_BN=64 GW_MI=1 GW_WGS=1 GW_STAGES=3 GW_GROUP=1 GW_WS=1 GW_PERSIST=0 GW_MINB=1 GW_PP=0 "
-        "GW_CL=1 GW_SPLITN=0");
+        "GW_CL=1 GW_SPLITN=0 GW_EPI_TMA=0");
     free(s);
     memcpy(bad, pt, sizeof bad);
     bad[2] = 2;
@@ -295,6 +295,72 @@ static void test_cluster_split_epilogue(void **state) {
     kiln_problem_free(p);
 }
 
+/* The TMA-stored epilogue (GW_EPI_TMA, the last parameter): D's tensor map, boxes of 64 columns
+ * (128 bytes) by 64 rows in the 128-byte swizzle, the last map (after a gated pair's two weights),
+ * rank 3 for a batch; declined where D is float32, the pipeline copies by every thread, or a
+ * warpgroup's columns are not whole 128-byte chunks; every such point compiles without spills. */
+static void test_tma_epilogue(void **state) {
+    (void)state;
+    static const struct {
+        const char *base, *dir;
+        int maps, rank;
+    } cases[] = {{BENCH, "gemm_linear_bf16_4096x9216x2304", 3, 2},
+                 {BENCH, "gemm_linear_bias_gelu_bf16_4096x9216x2304", 3, 2}, /* ping-pong */
+                 {BENCH, "gemm_gated_gelu_bf16_4096x9216x2304", 4, 2},
+                 {DATA, "matmul_bf16_4d", 3, 3},
+                 {KILN_SOURCE_DIR "/tests/data/families/wgmma", "scaled_mm_e4m3_deep_bf16", 3, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_match m;
+        int64_t pt[KILN_FAMILY_MAX_PARAMS];
+        kiln_problem *p = started(cases[i].base, cases[i].dir, &m, pt);
+        assert_int_equal(pt[11], 0); /* not a start point until the H200 has timed it */
+        pt[11] = 1;
+        const char *why = fam->check(p, &m, pt);
+        if (why)
+            fail_msg("%s: %s", cases[i].dir, why);
+        char *src = fam->emit(p, &m, pt, 1);
+        assert_non_null(strstr(src, "#define GW_EPI_TMA 1"));
+        assert_non_null(strstr(src, "#define GW_EPI_SMEM 0"));
+        assert_non_null(strstr(src, "const __grid_constant__ kiln_tensormap gw_tma_d)"));
+        assert_non_null(strstr(src, ", &gw_tma_d);"));
+        kiln_abi abi;
+        kiln_err err;
+        if (kiln_abi_parse(src, 1, &abi, &err) != KILN_OK)
+            fail_msg("%s: %s", p->name, err.msg);
+        assert_int_equal(abi.n_tmaps, cases[i].maps);
+        kiln_launch_plan plan;
+        if (kiln_abi_plan(&abi, p, &p->workloads[0], &plan, &err) != KILN_OK)
+            fail_msg("%s: %s", p->name, err.msg);
+        const kiln_lt_gemm g = kiln_gemm_of(&m);
+        const kiln_tmap *d = &plan.tmap[cases[i].maps - 1];
+        assert_int_equal(d->param, p->n_inputs + m.output_of_role[0]);
+        assert_int_equal(d->rank, cases[i].rank);
+        assert_int_equal(d->dims[0], g.n);
+        assert_int_equal(d->dims[1], g.m);
+        assert_int_equal(d->box[0], 64);
+        assert_int_equal(d->box[1], 64);
+        assert_int_equal(d->swizzle, 128);
+        kiln_abi_free(&abi);
+        free(src);
+        if (kiln_cuda_have_nvrtc())
+            compile_point(p, &m, pt, 0);
+        kiln_problem_free(p);
+    }
+    kiln_match m;
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    kiln_problem *p = started(DATA, "linear_gelu_erf_to_f32", &m, pt); /* float32 D */
+    pt[11] = 1;
+    assert_non_null(strstr(fam->check(p, &m, pt), "TMA-stored epilogue"));
+    kiln_problem_free(p);
+    p = started(BENCH, "gemm_linear_bf16_8192x8192x8192", &m, pt);
+    pt[11] = 1;
+    pt[0] = 192, pt[1] = 3, pt[10] = 1; /* split columns: 96 of a warpgroup, 192 bytes */
+    assert_non_null(strstr(fam->check(p, &m, pt), "TMA-stored epilogue"));
+    pt[0] = 256, pt[1] = 1, pt[10] = 0, pt[5] = 0, pt[6] = 0; /* every thread copies */
+    assert_non_null(fam->check(p, &m, pt));
+    kiln_problem_free(p);
+}
+
 /* Gated pairs (the front of a GeGLU/SwiGLU MLP): one tile multiplies the gate's and the up
  * projection's rows of B, D = act(gate) * up in the epilogue; three tensor maps, the two weights'
  * boxes half the tile's rows each; what the pair needs (TMA, rows split, no clusters) said. */
@@ -314,7 +380,7 @@ static void test_gated(void **state) {
         char *src = fam->emit(p, &m, pt, 1);
         assert_non_null(strstr(src, "#define GW_GATED 1\n"));
         assert_non_null(strstr(src, gated[i].act));
-        assert_non_null(strstr(src, "&gw_tma_a, &gw_tma_b, &gw_tma_b2);"));
+        assert_non_null(strstr(src, "&gw_tma_a, &gw_tma_b, &gw_tma_b2, nullptr);"));
         kiln_abi abi;
         kiln_err err;
         if (kiln_abi_parse(src, 1, &abi, &err) != KILN_OK)
@@ -393,7 +459,7 @@ static void test_fp8(void **state) {
             assert_non_null(why);
             assert_non_null(strstr(why, "two sets of accumulators"));
         }
-        assert_non_null(strstr(src, ", sa, sb, out0, &gw_tma_a, &gw_tma_b, nullptr);"));
+        assert_non_null(strstr(src, ", sa, sb, out0, &gw_tma_a, &gw_tma_b, nullptr, nullptr);"));
         if (kiln_gemm_scale(&m) == 2) /* the bias in D's dtype */
             assert_non_null(strstr(src, "#define GW_TB __nv_bfloat16\n"));
         kiln_abi abi;
@@ -497,6 +563,7 @@ int main(void) {
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_cluster_split_epilogue),
         cmocka_unit_test(test_gated),
+        cmocka_unit_test(test_tma_epilogue),
         cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_compile),
     };

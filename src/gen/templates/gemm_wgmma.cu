@@ -26,7 +26,8 @@
 // The epilogue reads the accumulators where wgmma leaves them (thread t of a warpgroup: rows
 // 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next), multiplies
 // by the scales, adds the bias, applies the activation in the form captured and rounds once to D's
-// dtype; with GW_EPI_SMEM it goes to D through shared memory in whole rows (gw_store_tile_smem).
+// dtype; with GW_EPI_SMEM it goes to D through shared memory in whole rows (gw_store_tile_smem),
+// with GW_EPI_TMA through shared memory and D's tensor map by the TMA unit (gw_store_tile_tma).
 // Rows past M and columns past N are neither read (zero-filled copies) nor written.
 //
 // Two more ways to share a tile (the TMA pipeline only): GW_SPLITN 1, the two consumer warpgroups
@@ -66,6 +67,9 @@
 #endif
 #ifndef GW_EPI_SMEM
 #define GW_EPI_SMEM 0 // 1: the epilogue goes through shared memory, stored in whole rows
+#endif
+#ifndef GW_EPI_TMA
+#define GW_EPI_TMA 0 // 1: the epilogue's chunks go to D by the TMA unit, not waited for
 #endif
 #ifndef GW_GATED
 #define GW_GATED 0 // 1: a gated pair: B's tile is the gate's rows, then the up projection's
@@ -113,6 +117,8 @@ static_assert(!GW_PP || (GW_WS && GW_PERSIST), "ping-pong consumers take turns i
 static_assert(GW_CL == 1 || (GW_CL == 2 && GW_WS), "clusters share B through the TMA pipeline");
 static_assert(!GW_SPLITN || (GW_WGS == 2 && !GW_PP), "two warpgroups split a tile's columns");
 static_assert(!GW_EPI_SMEM || GW_WS, "the staged epilogue's buffers follow the TMA pipeline's");
+static_assert(!GW_EPI_TMA || (GW_WS && !GW_EPI_SMEM && !GW_D_F32),
+              "the TMA-stored epilogue: the TMA pipeline, 16-bit D, instead of GW_EPI_SMEM");
 static_assert(!GW_GATED || (GW_WS && !GW_SPLITN && GW_CL == 1),
               "a gated pair: B's two parts by TMA, every column of a row in one thread");
 #define GW_THREADS (128 * (GW_WGS + GW_WS))
@@ -499,11 +505,81 @@ __device__ __forceinline__ void gw_store_tile_smem(float (&acc)[GW_MI][GW_ACC], 
     }
 }
 
+// The TMA-stored epilogue (GW_EPI_TMA): as the staged one, 64 rows by 64 columns (128 bytes) at a
+// time through shared memory, but each chunk is written in the 128-byte swizzle D's tensor map
+// names (the 16-byte piece c of row r at piece c ^ (r % 8), rows 128 bytes apart: a warp's pairs
+// fall on 32 distinct banks, no padding) and stored by one thread's cp.async.bulk.tensor, which the
+// warpgroup does not wait for: it fills its other buffer meanwhile, and after the tile's last chunk
+// goes on to its next tile's MMAs while the copy engine writes D (the staged epilogue's stores held
+// the warpgroup: 13-16 us of the gate/up projection's 227 on the H200, bench/RESULTS.md). A buffer
+// is refilled once the store from it has read it (wait_group.read 1: the other buffer's store may
+// still run); *chunks counts the warpgroup's chunks (its buffer parity). The copy engine clips rows
+// past M and columns past N.
+#define GW_EPI_CHUNK 8192 // a buffer: 64 rows of 128 bytes
+#if GW_EPI_TMA
+__device__ __forceinline__ void gw_tma_store(const kiln_tensormap *map, uint32_t src, int col,
+                                             int row, int z) {
+    if (GW_BATCH > 1 && GW_SD != 0)
+        asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], "
+                     "[%4];\n" ::"l"(map),
+                     "r"(col), "r"(row), "r"(z), "r"(src)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], "
+                     "[%3];\n" ::"l"(map),
+                     "r"(col), "r"(row), "r"(src)
+                     : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void gw_store_tile_tma(float (&acc)[GW_MI][GW_ACC], const GW_TB *bias,
+                                                  const float *sa, const float *sb, float s0,
+                                                  const kiln_tensormap *map, int64_t m0,
+                                                  int64_t n0, int z, int part, int t,
+                                                  uint8_t *buf, int bar, int &chunks) {
+    const int warp = t / 32, lane = t % 32, r = warp * 16 + lane / 4;
+    static_assert((GW_NWO * GW_DB) % 128 == 0, "whole 128-byte chunks of D's columns");
+    constexpr int cols = 128 / GW_DB; // a chunk's columns
+    gw_part_origin(part, m0, n0);
+#pragma unroll
+    for (int i = 0; i < GW_MI; i++) {
+        const float2 rs = gw_row_scales(sa, m0 + i * 64 + r, s0);
+#pragma unroll
+        for (int c0 = 0; c0 < GW_NWO; c0 += cols, chunks++) {
+            uint8_t *cb = buf + (chunks & 1) * GW_EPI_CHUNK;
+            if (t == 0) // the store that last read this buffer is done reading it
+                asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+            asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+#pragma unroll
+            for (int j = c0 / 8; j < (c0 + cols) / 8; j++) {
+                const int64_t col = n0 + j * 8 + (lane % 4) * 2;
+                const float b0 = col < GW_N ? gw_bias_at(bias, col) : 0.0f;
+                const float b1 = col < GW_N ? gw_bias_at(bias, col + 1) : 0.0f;
+                const float2 cs = gw_col_scales(sb, col);
+                // 16-byte piece j - c0 / 8 of rows r and r + 8 (the same r % 8), its pair's 4 bytes
+                const int off = (((j - c0 / 8) ^ (r % 8)) << 4) + (lane % 4) * 4;
+                gw_store2(reinterpret_cast<GW_TD *>(cb + r * 128 + off),
+                          gw_val(acc[i], j, 0, rs.x * cs.x, b0),
+                          gw_val(acc[i], j, 1, rs.x * cs.y, b1));
+                gw_store2(reinterpret_cast<GW_TD *>(cb + (r + 8) * 128 + off),
+                          gw_val(acc[i], j, 2, rs.y * cs.x, b0),
+                          gw_val(acc[i], j, 3, rs.y * cs.y, b1));
+            }
+            // the writes, made by the generic proxy, are seen by the copy engine's (async proxy)
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+            if (t == 0)
+                gw_tma_store(map, gw_smem_addr(cb), (int)(n0 + c0), (int)(m0 + i * 64), z);
+        }
+    }
+}
+#endif
+
 __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *__restrict__ b,
                                         const GW_TB *__restrict__ bias, const float *sa,
                                         const float *sb, GW_TD *__restrict__ d,
                                         const kiln_tensormap *tma, const kiln_tensormap *tmb,
-                                        const kiln_tensormap *tmb2) {
+                                        const kiln_tensormap *tmb2, const kiln_tensormap *tmd) {
     extern __shared__ uint8_t gw_buf[];
     const uint32_t base = (gw_smem_addr(gw_buf) + 1023u) & ~1023u;
     const int tid = threadIdx.x, wg = tid / 128, t = tid % 128;
@@ -594,6 +670,14 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
     // take turns, warpgroup cw the tiles i = cw, cw + GW_WGS, ..., so that one's epilogue runs under
     // the other's MMAs.
     const int cw = wg - 1, di = GW_PP ? GW_WGS : 1, part = GW_PP ? 0 : cw;
+#if GW_EPI_TMA
+    // the TMA-stored epilogue's two buffers a consumer warpgroup, 1024-aligned (the swizzle's span)
+    uint8_t *const epi_buf =
+        gw_buf + (((epi + 1023u) & ~1023u) - gw_smem_addr(gw_buf)) + cw * 2 * GW_EPI_CHUNK;
+    int chunks = 0;
+#else
+    (void)tmd;
+#endif
     for (int i = GW_PP ? cw : 0, tile = first + i * step; tile < tiles; i += di, tile += di * step) {
         int it = i * GW_KT;
         gw_tile(tile, rank, m0, n0, z);
@@ -621,7 +705,10 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
 #pragma unroll
         for (int r = 0; r < GW_MI; r++)
             gw_fence_acc(acc[r]);
-#if GW_EPI_SMEM
+#if GW_EPI_TMA
+        (void)d;
+        gw_store_tile_tma(acc, bias, sa, sb, s0, tmd, m0, n0, z, part, t, epi_buf, 3 + cw, chunks);
+#elif GW_EPI_SMEM
         gw_store_tile_smem(acc, bias, sa, sb, s0, d + (int64_t)z * GW_SD, m0, n0, part, t,
                            gw_buf + (epi - gw_smem_addr(gw_buf)) + (uint32_t)cw * GW_EPI_BYTES,
                            3 + cw);
@@ -629,6 +716,10 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
         gw_store_tile(acc, bias, sa, sb, s0, d + (int64_t)z * GW_SD, m0, n0, part, t);
 #endif
     }
+#if GW_EPI_TMA
+    if (t == 0) // the block's shared memory stays until the last store has read it
+        asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
     gw_cluster_sync(); // the other block's last arrivals on this block's barriers are in
 #else
     // Every thread copies, GW_STAGES - 2 tiles ahead (see the top of the file). The rows a thread
@@ -637,6 +728,7 @@ __device__ __forceinline__ void gw_gemm(const GW_T *__restrict__ a, const GW_T *
     (void)tma;
     (void)tmb;
     (void)tmb2;
+    (void)tmd;
     gw_tile(blockIdx.x + blockIdx.z * GW_TILES_M * GW_TILES_N, 0, m0, n0, z);
     a += (int64_t)z * GW_SA;
     b += (int64_t)z * GW_SB;
