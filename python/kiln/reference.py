@@ -794,6 +794,7 @@ def _build_workload(problem: Problem, workload: Workload, reference: Reference, 
     first_run_s = 0.0
     overlap = _overlaps(problem, workload, n_sets)
     pool = ThreadPoolExecutor(max_workers=2) if overlap else None
+    size, started = _set_bytes(problem, workload), time.perf_counter()
 
     def draw(j: int):
         return random_set_inputs(problem, workload, real, device, set_seed(seed, workload.index, j),
@@ -803,10 +804,14 @@ def _build_workload(problem: Problem, workload: Workload, reference: Reference, 
         file_name = f"w{workload.index}_s{j}.safetensors"
         _write_set(os.path.join(out_dir, file_name), problem, workload, "real" if j == 0 else "random",
                    set_seed(seed, workload.index, j), inputs, outputs)
-        return {"file": file_name, "kind": "real" if j == 0 else "random",
-                "seed": set_seed(seed, workload.index, j),
-                "blake2b": content_hash(os.path.join(out_dir, file_name)),
-                "scalars": _scalars(problem, workload, inputs)}
+        entry = {"file": file_name, "kind": "real" if j == 0 else "random",
+                 "seed": set_seed(seed, workload.index, j),
+                 "blake2b": content_hash(os.path.join(out_dir, file_name)),
+                 "scalars": _scalars(problem, workload, inputs)}
+        if log is not None and size >= OVERLAP_MIN_BYTES:  # progress where a set takes seconds
+            log(f"  workload {workload.uuid[:4]}\u2026 set {j + 1}/{n_sets}: {size / 2**30:.2f} GiB written "
+                f"and hashed ({time.perf_counter() - started:.1f} s)")
+        return entry
 
     drawing = writing = None
     try:
