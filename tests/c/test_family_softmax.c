@@ -1146,7 +1146,7 @@ static void test_speed_of_light(void **state) {
     const kiln_workload *w = &pr.p->workloads[0];
     /* x 2*4*6*40 bf16 + mask 6*40 f32 + y 2*4*6*40 f32: each tensor once */
     assert_true(fam->min_bytes(pr.p, &pr.m, w) == 1920 * 2 + 240 * 4 + 1920 * 4);
-    assert_true(fam->flops(pr.p, &pr.m, w) == 1920 * 7);
+    assert_null(fam->flops); /* memory-bound: its bytes bind its speed of light */
     kiln_tolerance t = fam->tolerance(KILN_BF16), d = kiln_tolerance_default(KILN_BF16);
     assert_true(t.atol == d.atol && t.rtol == d.rtol && t.rel_l2 == d.rel_l2);
     unload(&pr);
