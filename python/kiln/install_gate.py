@@ -66,6 +66,10 @@ def _same_constant(live, expected) -> bool:
             all(_same_constant(a, b) for a, b in zip(live, expected))
     if hasattr(live, "__int__") and type(live).__name__ == "SymInt":
         return int(live) == expected
+    if type(live).__name__ in ("Tensor", "Parameter"):
+        # a tensor where a constant was captured (x + t where x + 1.0 was): a miss. str() would print it,
+        # which costs as much as the op or more (a device sync and a copy on CUDA), on every such miss
+        return False
     return str(live) == expected
 
 
@@ -132,7 +136,19 @@ class _Gate:
         # one hit word per entry, which the C++ paths count into too (install_cpp: a ctypes array, never replaced,
         # or a hit through the entry's kiln:: op, counted here, would be lost to stats())
         self.counts = inst._entry_counts.setdefault(entry.name, (ctypes.c_int64 * 1)())
+        self.inst = inst
         self.source, self.hit = self._generate(lib, entry, copies, torch)
+
+    def _dense(self, t):
+        """t's dense copy, made with kiln stepped aside: Tensor.contiguous() dispatches aten::clone, which an
+        installed clone entry overrides, and whose gate would admit this very tensor again (a clone entry of an
+        input captured with gaps recursed ~330 deep, to Python's recursion limit, and launched at every level)."""
+        inst = self.inst
+        active, inst.active = inst.active, False
+        try:
+            return t.contiguous()
+        finally:
+            inst.active = active
 
     def _generate(self, lib: Library, entry: Entry, copies: list, torch):
         n_in, n_out = len(self.inputs), len(self.outputs)
@@ -145,7 +161,7 @@ class _Gate:
             "is_grad_enabled": torch.is_grad_enabled, "GRAD": _GRAD, "counts": self.counts,
             "SCRATCH": max(entry.scratch_bytes, 1), "fail": self._fail,
             "current_stream": torch._C._cuda_getCurrentRawStream if cuda else None,
-            "streams": {}, "c_void_p": ctypes.c_void_p,
+            "streams": {}, "c_void_p": ctypes.c_void_p, "dense": self._dense,
         }
         args = [f"t{i}" for i in range(n_in)]
         on_device = "t{i}.get_device() != IDX" if cuda else "not t{i}.is_cpu"
@@ -161,7 +177,7 @@ class _Gate:
                     "        return GRAD"]
         for i, copy in enumerate(copies):
             if copy:
-                src.append(f"    t{i} = t{i}.contiguous()")
+                src.append(f"    t{i} = dense(t{i})")
         ptrs = [f"{a}.data_ptr()" for a in args]
         for j, (shape, stride, dtype) in enumerate(self.outputs):
             ns[f"OS{j}"], ns[f"OT{j}"], ns[f"OD{j}"] = shape, stride, dtype

@@ -320,6 +320,21 @@ def test_wrapped_numbers_fall_back_exactly():
     assert not fails, fails
 
 
+def test_a_tensor_where_a_constant_was_captured_misses_without_printing_it(monkeypatch):
+    """An entry captured as `x + 1.0` (a constant at position 1) and a live `x + y` (a tensor there): the gate
+    misses, and does not compare str(y) with the constant (torch's repr of the tensor: milliseconds a call on
+    the CPU, a device sync and a copy on CUDA, on every residual add that misses)."""
+    from kiln.install_gate import _bind_template, _same_constant
+    y = torch.randn(64, 512)
+    printed = []
+    monkeypatch.setattr(torch.Tensor, "__repr__", lambda self, *a, **k: printed.append(1) or "tensor")
+    monkeypatch.setattr(torch.Tensor, "__str__", lambda self, *a, **k: printed.append(1) or "tensor")
+    assert not _same_constant(y, 1.0) and not _same_constant(y, "tensor") and not _same_constant(y, None)
+    assert not _same_constant([y], [1.0]) and not _bind_template([1.0, 2.0], (y, 2.0), [])
+    assert _same_constant(torch.float32, "torch.float32")  # torch types are still compared as captured
+    assert not printed
+
+
 def test_number_arguments_miss_exactly_through_the_installation(opened):
     """The same through kiln's registered kernel: aten::add.Tensor and aten::mul.Tensor are overridden by
     the library, and calls with Python numbers on other shapes and dtypes miss and stay bitwise eager."""
@@ -805,6 +820,45 @@ def test_tune_times_an_entry_through_the_binding_a_model_calls(tmp_path):
             b2.inputs = b2.miss_inputs  # misaligned: never a hit, so never shown to reach the entry
             prefer_bindings(lib, {e.name: b2})
             assert b2.call_form == "torch.ops"
+    finally:
+        lib.close()
+
+
+CLONE_OF_A_SLICE = """
+import torch
+qkv = torch.randn(2, 64, 3 * 128)
+with torch.no_grad():
+    for _ in range(2):
+        qkv.split(128, dim=2)[1].view(2, 64, 4, 32).permute(0, 2, 1, 3).contiguous()
+"""
+CLONE_C = ("// kiln: launch copy_rows\n"
+           "void copy_rows(const float *self, float *out0, int64_t n2, int64_t n4, int64_t n64, int64_t n32) {\n"
+           "    for (int64_t i = 0; i < n2 * n4 * n64 * n32; i++) out0[i] = self[i];\n"
+           "}\n")
+
+
+def test_a_clone_entry_of_a_slice_launches_once_a_call(tmp_path):
+    """An aten::clone entry whose input was captured with gaps (GPT-2's split heads made contiguous: stored
+    "contiguous_copy"): its gate makes the dense copy with kiln stepped aside. Tensor.contiguous() is itself an
+    aten::clone, which the entry's gate admitted again: every call recursed to Python's recursion limit (~330
+    launches, milliseconds a call) before it returned the right values."""
+    from hand_library import hand_library
+    lib = Library(hand_library(tmp_path, CLONE_OF_A_SLICE, "clone", CLONE_C, "copy_rows"))
+    try:
+        (e,) = lib.entries
+        assert e.inputs[0]["layout"]["stored"] == "contiguous_copy"
+        qkv = torch.randn(2, 64, 3 * 128)
+        x = qkv.split(128, dim=2)[1].view(2, 64, 4, 32).permute(0, 2, 1, 3)
+        ref = x.contiguous()
+        inst = kiln.install(lib, entries="all")
+        try:
+            with torch.no_grad():
+                for _ in range(3):
+                    got = x.contiguous()
+                    assert torch.equal(got, ref) and got.is_contiguous()
+            assert inst.stats()["entries"][e.name]["hits"] == 3, inst.stats()
+        finally:
+            kiln.uninstall()
     finally:
         lib.close()
 
