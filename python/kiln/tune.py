@@ -584,6 +584,7 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
                 del benches[n], samples[n]
         if not benches:
             return results
+        kiln_counts = {}
         for r in range(opts.rounds):
             if r and _past_deadline(opts):
                 break
@@ -595,12 +596,18 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
             paths.update({n: inst.dispatch.get(targets[n], "python") for n in benches})
             try:
                 for n, b in benches.items():
+                    if n not in kiln_counts:  # kiln's loops sized by kiln's own call, as eager's by eager's: a
+                        # kernel 100x slower than eager ran eager's count of calls (seconds an entry a round)
+                        kiln_counts[n] = (timer.iterations(lambda b=b: b.call(b.inputs), 0.01),
+                                          timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01),
+                                          timer.iterations(b.raw(lib), 0.01))
                     before = inst.stats()["entries"].get(n, {}).get("hits", 0)
-                    samples[n]["kiln"].append(timer.per_call_us(lambda b=b: b.call(b.inputs), counts[n][0]))
+                    samples[n]["kiln"].append(
+                        timer.per_call_us(lambda b=b: b.call(b.inputs), kiln_counts[n][0]))
                     samples[n]["hits"] += inst.stats()["entries"].get(n, {}).get("hits", 0) - before
                     samples[n]["kiln_miss"].append(
-                        timer.per_call_us(lambda b=b: b.call(b.miss_inputs), counts[n][1]))
-                    samples[n]["raw"].append(timer.per_call_us(b.raw(lib), counts[n][0]))
+                        timer.per_call_us(lambda b=b: b.call(b.miss_inputs), kiln_counts[n][1]))
+                    samples[n]["raw"].append(timer.per_call_us(b.raw(lib), kiln_counts[n][2]))
                 skipped = dict(inst.skipped)
             finally:
                 kiln.uninstall()
@@ -635,8 +642,10 @@ def decide(entry, bench: Optional[dict], margin: float) -> tuple:
         # eager never sees a chain whole (docs/install.md): the entry serves kiln + torch.compile and kiln's graph
         # mode, where the model's timings say whether it paid
         s = entry.speedup
-        if not s or s <= 1 + margin:
-            return False, f"the gate's kernel is not faster than the eager chain ({s or 0:.2f}x)"
+        if not s:  # None: the gate's timings could not support a speedup either way (it was not 0.00x)
+            return False, "the gate's timings show no speedup over the eager chain (too noisy to give one)"
+        if s <= 1 + margin:
+            return False, f"the gate's kernel is not faster than the eager chain ({s:.2f}x)"
         return True, (f"{s:.2f}x the eager chain in the gate; a chain is replaced in a graph only (the kiln + "
                       "torch.compile column and kiln graph mode)")
     if bench is None:
@@ -733,7 +742,11 @@ def time_model(root: RootCall, lib, opts, timer: Timer, compile_too: bool) -> di
                 if r == 0:
                     kiln_out, stats = result, inst.stats()
                     out["kiln_entries_installed"] = list(inst.installed)
-                with_kiln.append(timer.per_call_us(forward, n))
+                    # kiln's loop sized by kiln's own forward (eager's n of a forward several times slower
+                    # ran the install check past --time)
+                    n_kiln = timer.iterations(forward, _round_target_s(
+                        opts, FORWARD_LOOP_S.get(getattr(opts, "backend", None), 0.3)))
+                with_kiln.append(timer.per_call_us(forward, n_kiln))
             finally:
                 kiln.uninstall()
         out["rounds"] = len(eager)
@@ -1111,6 +1124,12 @@ def tune(opts) -> tuple:
         print(f"kiln tune: {report['out_of_time']}", file=sys.stderr)
         import kiln
         kiln.uninstall()
+        if "torch" not in report:  # install_check sets these last: the report's header said "cpu (?), torch ?"
+            import torch
+            report["torch"] = torch.__version__
+            captured = _load_json(os.path.join(report["run_dir"], "capture.json")) or {}
+            report["device_name"] = (((report.get("library") or {}).get("device") or {}).get("name")
+                                     or captured.get("device_name"))
     except Exception as e:  # noqa: BLE001 - the report says what was done before the failure
         report["error"] = f"{type(e).__name__}: {e}"
         traceback.print_exc()

@@ -226,6 +226,10 @@ def _entries_section(report: dict) -> list:
     rows = report.get("entries") or []
     lines = ["## Entries", ""]
     if not rows:
+        n = (report.get("library") or {}).get("n_entries")
+        if n and report.get("out_of_time"):  # a library the install check did not get to judge is not empty
+            return lines + [f"not judged: {report['out_of_time']} before the library's {n} entries were decided "
+                            "(none installed)", ""]
         return lines + ["none (no library, or an empty one)", ""]
     lines.append("| entry | replaces | share | kernel speedup | per call eager us | per call kiln us | "
                  "hit overhead us | miss overhead us | installed | hits per forward | why |")
