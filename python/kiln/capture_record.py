@@ -81,6 +81,11 @@ CONTAINER_REASON = "a fused fast path: its inner calls are captured one by one"
 COMPOSITE_FUNCTIONS = {
     (torch.nn.functional, "scaled_dot_product_attention"): torch.ops.aten.scaled_dot_product_attention.default,
 }
+# Composite ops whose output shape is data-dependent but that carry no such tag (they decompose into nonzero,
+# which does; in inference_mode they arrive whole): torch.where(cond) (Mixtral's MoE dispatch), and
+# repeat_interleave with a tensor of repeats.
+DATA_DEPENDENT_UNTAGGED = frozenset({("where", "default"), ("nonzero_numpy", "default"),
+                                     ("repeat_interleave", "Tensor"), ("repeat_interleave", "self_Tensor")})
 # Ops that create or fill a tensor from constants only: real device work, but not an optimisation problem.
 CREATION_OP_NAMES = frozenset({
     "zeros", "ones", "full", "arange", "linspace", "logspace", "scalar_tensor", "eye", "zeros_like",
@@ -784,7 +789,8 @@ class Recorder:
             return "creates or fills a tensor from constants"
         if torch.Tag.nondeterministic_seeded in func.tags and not _dropout_off(func, args, kwargs or {}):
             return "random op"
-        if torch.Tag.dynamic_output_shape in func.tags or torch.Tag.data_dependent_output in func.tags:
+        if torch.Tag.dynamic_output_shape in func.tags or torch.Tag.data_dependent_output in func.tags or \
+                (name, func._overloadname) in DATA_DEPENDENT_UNTAGGED:
             # integer indexing is a gather with a fixed output shape; boolean masks are not
             gather = name in ("index", "_unsafe_index") and all(
                 not (f.tensor.dtype in (torch.bool, torch.uint8)) for f in flat)

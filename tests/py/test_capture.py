@@ -555,6 +555,28 @@ def test_functional_script_without_modules(tmp_path, capsys):
         _check_edges(json.load(f))
 
 
+def test_torch_where_of_a_condition_is_data_dependent(tmp_path, capsys):
+    """torch.where(cond) (Mixtral's MoE dispatch: `idx, top_x = torch.where(expert_mask[i])`) arrives whole in
+    inference_mode as aten::where.default, which has no dynamic-shape tag: it is no problem (its output shape
+    is data-dependent), as nonzero is, rather than a problem no family can take ("operand 1 is None")."""
+    script = tmp_path / "where.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        m = torch.randn(8, 128) > 0
+        r = torch.tensor([1, 2, 3])
+        with torch.inference_mode():
+            for _ in range(2):
+                torch.where(m)
+                torch.repeat_interleave(r)
+    """))
+    out = tmp_path / "run"
+    rc = capture_main([str(script), "--out", str(out), "--device", "cpu", "--no-reference"])
+    assert rc == 0, capsys.readouterr().err
+    names = {os.path.basename(p) for p in _problems(out)}
+    assert not any(n.startswith(("where", "repeat_interleave")) for n in names), names
+    assert "data-dependent" in capsys.readouterr().out
+
+
 def test_a_zero_dim_tensor_of_two_bytes_is_written(tmp_path):
     """A 0-dim bfloat16 tensor (a scalar argument kept as a tensor) is written with its two bytes: viewing it
     as bytes failed ("self.dim() cannot be 0 to view BFloat16 as Byte"), which ended a capture of Qwen-3.5-MoE
