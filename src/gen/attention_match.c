@@ -594,10 +594,14 @@ static void classify_mask(const kiln_problem *p, att_info *a) {
                          stored_band(p, a->t[ATT_MASK].input, &b);
     if (!found || !b.has_hi) /* a band without an upper bound skips nothing worth having */
         return;
-    /* every query row i must keep a key: [i + lo, i + hi] meets [0, skv) in every workload */
+    /* every query row i must keep a key: [i + lo, i + hi] meets [0, skv) in every workload; a mask
+     * broadcast over the queries ([b, 1, 1, skv], a padding mask) is the same row for every query,
+     * never a band relative to the query (its row 0 may look like one) */
     for (int w = 0; w < p->n_workloads; w++) {
         int64_t sq = kiln_attention_dim(p, &a->t[ATT_Q], 2, &p->workloads[w]),
                 skv = kiln_attention_dim(p, &a->t[ATT_K], 2, &p->workloads[w]);
+        if (kiln_attention_dim(p, &a->t[ATT_MASK], 2, &p->workloads[w]) != sq)
+            return;
         if (b.hi < 0 || (b.has_lo && (b.lo > b.hi || sq - 1 + b.lo > skv - 1)))
             return;
     }
@@ -614,7 +618,8 @@ int64_t kiln_attention_dim(const kiln_problem *p, const att_operand *o, int l,
 }
 
 /* The shapes: q [b, hq, sq, d], k and v [b, hkv, skv, d] with hkv dividing hq, the mask
- * broadcasting to [b, hq, sq, skv], the output [b, hq, sq, d] stored with d innermost. */
+ * broadcasting to [b, hq, sq, skv] (size 1 or the full size in b, hq and sq), the output [b, hq,
+ * sq, d] stored with d innermost. */
 static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl) {
     if (p->n_outputs != 1) {
         snprintf(why, wl, "attention has one output, the problem %d", p->n_outputs);
@@ -665,8 +670,8 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
             return 0;
         }
         if (a->t[ATT_MASK].input >= 0 &&
-            ((m[0] != 1 && m[0] != q[0]) || (m[1] != 1 && m[1] != q[1]) || m[2] != q[2] ||
-             m[3] != k[2])) {
+            ((m[0] != 1 && m[0] != q[0]) || (m[1] != 1 && m[1] != q[1]) ||
+             (m[2] != 1 && m[2] != q[2]) || m[3] != k[2])) {
             snprintf(why, wl, "workload %d: the mask does not broadcast to [b, hq, sq, skv]", wi);
             return 0;
         }

@@ -305,3 +305,17 @@ def test_position_bias_with_heads_innermost(tmp_path: Path):
     assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
     src = Path(rows[0]["file"]).read_text()
     assert "#define ATT_MASK_KS 1" in src and "a.mk = " in src
+
+
+def test_padding_mask_broadcast_over_queries(tmp_path: Path):
+    """An additive padding mask of shape [b, 1, 1, skv] (tests/data/attention/eager_padding_mask.py: BERT's
+    extended attention mask) broadcasts over the queries: the eager chain is matched and proved (it was declined:
+    "the mask does not broadcast to [b, hq, sq, skv]"), and it is no band (one row for every query)."""
+    need_kiln()
+    run = captured("eager_padding_mask.py", tmp_path)
+    (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("attention_")]
+    assert json.loads((p / "definition.json").read_text())["kiln"]["shapes"]
+    out, rows = sweep(p, tmp_path / "sweep")
+    assert "matches family attention (attention_mask)" in out.stderr, out.stderr[-2000:]
+    result = rows[0]["result"]
+    assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
