@@ -84,7 +84,7 @@ static const match_case CASES[] = {
      "{'uuid': 'u', 'axes': {}, 'inputs': {'input': {'type': 'random'}, 'weight': {'type': "
      "'random'}, 'bias': {'type': 'random'}, 'running_mean': {'type': 'random'}, 'running_var': "
      "{'type': 'random'}}}",
-     "batchnorm"},
+     "batchnorm gen"},
     {"captured mean over H and W, channels-last",
      "{'name': 'p', 'axes': {'n2': {'type': 'const', 'value': 2}, 'n16': {'type': 'const', "
      "'value': 16}, 'n7': {'type': 'const', 'value': 7}}, 'inputs': {'self': {'shape': ['n2', "

@@ -203,3 +203,15 @@ def test_examples_unmatched_are_compute_bound(tmp_path):
     assert only_gen, "the generator should be the only family for some example problems"
     failed = {p.name: why for p in only_gen if (why := prove(p, tmp_path / "src" / p.name, tmp_path / "ref" / p.name))}
     assert not failed, json.dumps(failed, indent=1)
+
+
+# Inference batch norms the generator lowers (y = x * a + s per channel, as PyTorch's cpu kernel): a captured
+# aten::batch_norm, a bf16 channels-last BN -> ReLU chain and BN -> add -> ReLU; the generator takes them where
+# the BN ends in what the batchnorm family does not fuse (MobileNet's hard-swish, x * relu6(x + 3) / 6).
+BATCH_NORMS = ("bn_f32_nchw", "bn_relu_bf16_cl", "bn_add_relu_f32")
+
+
+@pytest.mark.parametrize("name", BATCH_NORMS)
+def test_generator_proves_inference_batch_norm(name, tmp_path):
+    problem = ROOT / "tests" / "data" / "families" / "chnorm" / name
+    assert prove(problem, tmp_path / "src", tmp_path / "ref") == ""

@@ -653,6 +653,58 @@ static int group_norm(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval
            view_squeeze(L, rstd, dims, nd, &rstd) && lower_cast(L, rstd, ts, &out[2]);
 }
 
+/* Inference batch norm: batch_norm(input, weight, bias, running_mean, running_var, training,
+ * momentum, eps, cudnn_enabled), native_batch_norm(..., training, momentum, eps) and
+ * _native_batch_norm_legit_no_training(..., momentum, eps) with training false. As PyTorch's cpu
+ * kernel: per channel (dim 1) a = w * rsqrt(var + eps) and s = b - mean * a in fp32, y = x * a + s
+ * rounded once to the input's dtype. Only y is lowered (the saved statistics are empty on the cpu
+ * and capture drops them; a problem that keeps them is left to the batchnorm family). */
+static int batch_norm(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    lval x, xf, w, b, rm, rv, eps, a, s, y;
+    const int legit = !strcmp(op->name, "_native_batch_norm_legit_no_training");
+    double training = 0, e = 1e-5;
+    if (!self_arg(L, op, &x) || !lower_arg(L, op, 1, "weight", &w) ||
+        !lower_arg(L, op, 2, "bias", &b) || !lower_arg(L, op, 3, "running_mean", &rm) ||
+        !lower_arg(L, op, 4, "running_var", &rv) ||
+        (!legit && !num(L, op, 5, "training", 0, &training)) ||
+        !num(L, op, legit ? 6 : 7, "eps", e, &e))
+        return 0;
+    if (training != 0)
+        return lower_fail(L, "a batch norm in training mode (batch statistics)");
+    if (rm.node < 0 || rv.node < 0)
+        return lower_fail(L, "a batch norm without running statistics");
+    kiln_dtype t = lv_dtype(L, x);
+    if (kir_dtype_is_int(t) || x.ndim < 2)
+        return lower_fail(L, "a batch_norm of integers, or of fewer than 2 dims");
+    lval *per_channel[4] = {&w, &b, &rm, &rv};
+    for (int i = 0; i < 4; i++) { /* [C] against [N, C, spatial...]: C's dim lined up */
+        lval *v = per_channel[i];
+        if (v->node < 0)
+            continue;
+        if (v->ndim != 1)
+            return lower_fail(L, "a batch norm's per-channel tensor of %d dims", v->ndim);
+        for (int d = 2; d < x.ndim; d++)
+            if (!view_unsqueeze(L, *v, -1, v))
+                return 0;
+        if (!lower_cast(L, *v, KILN_F32, v))
+            return 0;
+    }
+    if (!lower_cast(L, x, KILN_F32, &xf) || !lv_const(L, e, &eps) ||
+        !lower_binary(L, KO_ADD, rv, eps, &a) ||
+        !lower_pointwise(L, KO_RSQRT, &a, 1, 0, 0, KILN_DTYPE_COUNT, &a) ||
+        (w.node >= 0 && !lower_binary(L, KO_MUL, a, w, &a)) || !lower_binary(L, KO_MUL, rm, a, &s))
+        return 0;
+    if (b.node >= 0) {
+        if (!lower_binary(L, KO_SUB, b, s, &s))
+            return 0;
+    } else if (!lower_pointwise(L, KO_NEG, &s, 1, 0, 0, KILN_DTYPE_COUNT, &s)) {
+        return 0;
+    }
+    return lower_binary(L, KO_MUL, xf, a, &y) && lower_binary(L, KO_ADD, y, s, &y) &&
+           lower_cast(L, y, t, &out[0]);
+}
+
 /* ---- windows and gathers ---- */
 
 /* A list argument of n numbers (one number repeats), or dflt. */
@@ -1045,6 +1097,7 @@ static const lower_rule RULES[] = {
     {"layer_norm native_layer_norm", norm, 0},
     {"rms_norm _fused_rms_norm", norm, 1},
     {"group_norm native_group_norm", group_norm, 0},
+    {"batch_norm native_batch_norm _native_batch_norm_legit_no_training", batch_norm, 0},
     /* windows and gathers */
     {"avg_pool1d avg_pool2d avg_pool3d", pool, KR_AVG},
     {"max_pool1d max_pool2d max_pool3d max_pool2d_with_indices max_pool3d_with_indices", pool,
