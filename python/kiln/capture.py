@@ -586,7 +586,12 @@ class Capture:
             kiln["flops"] = flops
         dropped = [k for k in range(len(sample.outputs)) if k not in kept]
         if dropped:
-            kiln["dropped_outputs"] = {"indices": dropped, "why": "empty (0 elements)"}
+            from kiln.capture_problem import DTYPE_NAMES
+            # what each empty result looked like, so that an installed entry can return it as the op does
+            kiln["dropped_outputs"] = {"indices": dropped, "why": "empty (0 elements)", "tensors": [
+                {"shape": list(sample.outputs[k].shape), "strides": list(sample.outputs[k].stride),
+                 "dtype": DTYPE_NAMES.get(sample.outputs[k].dtype, str(sample.outputs[k].dtype)[6:])}
+                for k in dropped]}
         description = (f"{label} captured from {os.path.basename(self.opts.script)}: {g.calls} call(s), "
                        f"{100 * share:.1f}% of {self.time_source} time; first at {g.paths[0] or '<root>'}. "
                        f"Tensors are stored in memory order (kiln.layouts).")

@@ -214,7 +214,8 @@ class _AtenOverride:
         self.op = op
         self.key = key
         self.entries = entries  # [_AtenEntry]
-        self.mode = _schema_mode(op, len(entries[0].gate.outputs))
+        self.dropped = _dropped_outputs(entries, len(entries[0].gate.outputs))
+        self.mode = _schema_mode(op, len(entries[0].gate.outputs) + len(self.dropped or ()))
         self.original = torch.library.get_kernel(op, key)
         self.autograd_key = "Autograd" + key
         self.composite = torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
@@ -231,7 +232,8 @@ class _AtenOverride:
         import torch
         counts, original, inplace = self.counts, self.original, self.mode == "inplace"
         gates = [(ae.bind, ae.gate.hit) for ae in self.entries]
-        single = len(self.entries[0].gate.outputs) == 1
+        single = len(self.entries[0].gate.outputs) == 1 and not self.dropped
+        dropped = self.dropped
         inst, GRAD = self.inst, _GRAD
         keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, self.key))
         numbers = self.number_positions if (self.number_positions[0] or self.number_positions[1]) else None
@@ -255,6 +257,8 @@ class _AtenOverride:
                     if inplace:
                         tensors[0].copy_(outs[0])
                         return tensors[0]
+                    if dropped is not None:
+                        return _with_dropped(outs, dropped)
                     return outs[0] if single else outs
             counts[1] += 1
             if numbers is not None and _has_number(args, kwargs):
@@ -286,6 +290,46 @@ class _AtenOverride:
             return kiln_kernel(*args, **kwargs)
 
         return kiln_autograd_kernel
+
+
+def _dropped_outputs(entries: list, n_written: int):
+    """[(result index, shape, strides, dtype), ...] of the empty results capture dropped (the same for every
+    entry of an overload, else _Unsupported), or None when the entries write every result."""
+    from kiln.install_gate import _torch_dtype
+    specs = set()
+    for ae in entries:
+        d = ae.gate.entry.dropped
+        if not d:
+            specs.add(None)
+            continue
+        idx, ts = list(d.get("indices") or []), d.get("tensors")
+        if not isinstance(ts, list) or len(ts) != len(idx):
+            raise _Unsupported("the op returns empty results capture dropped without recording them "
+                               "(an older capture; capture again)")
+        specs.add(tuple((int(i), tuple(t["shape"]), tuple(t["strides"]), t["dtype"]) for i, t in zip(idx, ts)))
+    if len(specs) != 1:
+        raise _Unsupported("the entries of this overload return different results (some dropped as empty)")
+    spec = specs.pop()
+    if spec is None:
+        return None
+    n = n_written + len(spec)
+    if sorted(i for i, *_ in spec) != sorted(set(i for i, *_ in spec)) or any(not 0 <= i < n for i, *_ in spec):
+        raise _Unsupported("the empty results capture dropped do not fit the op's results")
+    return [(i, shape, strides, _torch_dtype(dt)) for i, shape, strides, dt in sorted(spec)]
+
+
+def _with_dropped(outs, dropped) -> tuple:
+    """The op's results: kiln's outputs in order, with the empty ones capture dropped at their places (made
+    on the outputs' device)."""
+    import torch
+    device = outs[0].device
+    result, it = [], iter(outs)
+    for i, shape, strides, dt in dropped:
+        while len(result) < i:
+            result.append(next(it))
+        result.append(torch.empty_strided(shape, strides, dtype=dt, device=device))
+    result.extend(it)
+    return tuple(result)
 
 
 def _has_number(args, kwargs) -> bool:

@@ -180,6 +180,8 @@ def _cpp_entry_spec(ae: "_AtenEntry", op) -> dict:
     e = ae.gate.entry
     if not ae.simple:
         raise _Unsupported("tensors inside a structure (a tensor list)")
+    if e.dropped:
+        raise _Unsupported("the op returns empty results besides the entry's outputs (the Python path makes them)")
     args = [_template(a) for a in e.args.get("args", [])]
     kwargs = {k: _template(v) for k, v in (e.args.get("kwargs") or {}).items()}
     schema = op._schema.arguments

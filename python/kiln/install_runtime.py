@@ -149,6 +149,9 @@ class Entry:
         self.inputs: list = gate.get("inputs") or []
         self.outputs: list = gate.get("outputs") or []
         self.args: Optional[dict] = gate.get("args")
+        # results the op returns that capture dropped as empty: {"indices": [...], "tensors": [{shape, strides,
+        # dtype}, ...]} (docs/capture.md); an aten entry returns them as empty tensors of that kind
+        self.dropped: Optional[dict] = gate.get("dropped_outputs")
         runtime = data.get("runtime") or {}
         self.disabled: Optional[str] = runtime.get("disabled_reason")
         self.has_scratch: bool = bool(runtime.get("has_scratch"))

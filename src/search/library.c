@@ -591,6 +591,10 @@ static int build_entry(const build_ctx *b, const winner *w, cJSON **entry, char 
     const cJSON *grad_mode = cJSON_GetObjectItemCaseSensitive(kiln, "grad_mode");
     if (grad_mode)
         cJSON_AddItemToObject(gate, "grad_mode", cJSON_Duplicate(grad_mode, 1));
+    /* the empty results capture dropped: an aten entry returns them beside its outputs */
+    const cJSON *dropped = cJSON_GetObjectItemCaseSensitive(kiln, "dropped_outputs");
+    if (dropped && strcmp(kind_s, "aten") == 0)
+        cJSON_AddItemToObject(gate, "dropped_outputs", cJSON_Duplicate(dropped, 1));
     cJSON_AddStringToObject(gate, "device_capability", b->cc);
 
     /* The cubin first (a winner that no longer compiles is skipped before any file is written),
