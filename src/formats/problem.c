@@ -1103,13 +1103,12 @@ kiln_tolerance kiln_problem_output_tolerance(const kiln_problem *p, int w, int o
         return t; /* integers and bool stay exact */
     /* a float output computed from narrower float inputs holds their precision
      * (softmax(bf16).float() carries bf16 values): it is judged by the loosest of their defaults.
-     * Not by 8- or 4-bit inputs of a contraction (kiln.flops declared: a GEMM or a convolution;
-     * not a family's figure, so that no verdict depends on the families linked), which
-     * multiplies their exact values and sums in fp32 (torch._scaled_mm writing bfloat16 is as
-     * precise as bfloat16: fp8's own tolerance would let a tenth of the result be wrong). */
+     * Not by 8- or 4-bit float inputs: PyTorch computes nothing in those formats (a GEMM multiplies
+     * their exact values and sums in fp32, a pointwise op upcasts them first), so an output wider
+     * than them is as precise as its own dtype; torch._scaled_mm writing bfloat16 judged at fp8's
+     * tolerance would let a tenth of the result be wrong, with or without kiln.flops declared. */
     for (int i = 0; i < p->n_inputs; i++) {
-        if (p->flops > 0 && kiln_dtype_size(p->inputs[i].dtype) == 1 &&
-            kiln_dtype_is_float(p->inputs[i].dtype))
+        if (kiln_dtype_size(p->inputs[i].dtype) == 1 && kiln_dtype_is_float(p->inputs[i].dtype))
             continue;
         kiln_tolerance d = kiln_tolerance_default(p->inputs[i].dtype);
         t.atol = d.atol > t.atol ? d.atol : t.atol;
