@@ -78,8 +78,14 @@ CONTAINER_REASON = "a fused fast path: its inner calls are captured one by one"
 # function is seen by replacing the module attribute for the run (not by a torch function mode: with one
 # active, nn.MultiheadAttention and nn.TransformerEncoderLayer leave their fast paths, so the script
 # would run other code than it does).
+# torch.matmul (and `@`, Tensor.matmul) likewise: below autograd it is a bmm of 3-D views (the batch dims
+# merged, the result viewed back), which hides an eager attention block's [b, h, s, d] form (HF GPT-2's eager
+# attention under no_grad); in inference_mode it arrives whole anyway.
 COMPOSITE_FUNCTIONS = {
     (torch.nn.functional, "scaled_dot_product_attention"): torch.ops.aten.scaled_dot_product_attention.default,
+    (torch, "matmul"): torch.ops.aten.matmul.default,
+    (torch.Tensor, "matmul"): torch.ops.aten.matmul.default,
+    (torch.Tensor, "__matmul__"): torch.ops.aten.matmul.default,
 }
 # Composite ops whose output shape is data-dependent but that carry no such tag (they decompose into nonzero,
 # which does; in inference_mode they arrive whole): torch.where(cond) (Mixtral's MoE dispatch), and
