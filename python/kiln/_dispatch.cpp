@@ -21,7 +21,7 @@
 //     a data pointer aligned to ALIGN bytes (16; docs/abi.md), not a wrapped Python number;
 //   - grad mode on and a gate tensor that requires grad: a grad fallback (counted as such and as a
 //   miss);
-//   - on a hit: contiguous copies for inputs captured with gaps, outputs with at::empty_strided at
+//   - on a hit: dense copies (copy_strides) for inputs captured with gaps, outputs with at::empty_strided at
 //   the
 //     captured sizes/strides/dtype, zeroed scratch, then libkiln_rt's kiln_rt_launch through the
 //     function pointer Python took from ctypes, on PyTorch's current stream (cuda builds; nullptr
@@ -93,7 +93,9 @@ struct ArgSpec {
 struct TensorGate {
     std::vector<int64_t> sizes, strides;
     c10::ScalarType dtype;
-    bool copy = false; // captured as a slice with gaps: proved on its dense copy
+    // captured as a slice with gaps: proved on its dense copy with these strides (install_gate.copy_strides:
+    // dense in the captured memory order); empty for any other input
+    std::vector<int64_t> copy_strides;
 };
 
 struct Entry {
@@ -283,8 +285,9 @@ struct Launcher {
         std::vector<at::Tensor> keep; // contiguous copies and scratch
         size_t n = 0;
         for (size_t k = 0; k < n_in; k++) {
-            if (e.inputs[k].copy) {
-                keep.push_back(tensors[k]->contiguous());
+            if (!e.inputs[k].copy_strides.empty()) {
+                const at::Tensor &t = *tensors[k];
+                keep.push_back(at::empty_strided(t.sizes(), e.inputs[k].copy_strides, t.options()).copy_(t));
                 ptrs[n++] = const_cast<void *>(keep.back().const_data_ptr());
             } else {
                 ptrs[n++] = const_cast<void *>(tensors[k]->const_data_ptr());
@@ -800,7 +803,10 @@ TensorGate parse_tensor(const py::handle &h) {
     if (g.sizes.size() != g.strides.size())
         throw std::invalid_argument("sizes and strides differ in length");
     g.dtype = dtype_from_name(py::cast<std::string>(t[2]));
-    g.copy = py::len(t) > 3 && py::cast<bool>(t[3]);
+    if (py::len(t) > 3 && !t[3].is_none())
+        g.copy_strides = int_vector(t[3]);
+    if (!g.copy_strides.empty() && g.copy_strides.size() != g.sizes.size())
+        throw std::invalid_argument("copy strides and sizes differ in length");
     return g;
 }
 
@@ -846,7 +852,7 @@ Entry parse_entry(const py::dict &d) {
 //                   last_error_addr, counts_addr, entries) -> Registration
 // entries: [{"name", "index", "args": [(kind, ...) per schema argument], "inputs": [(sizes,
 // strides, dtype,
-//            copy)], "outputs": [(sizes, strides, dtype)], "scratch_bytes", "hits_addr"}]
+//            copy strides or None)], "outputs": [(sizes, strides, dtype)], "scratch_bytes", "hits_addr"}]
 std::unique_ptr<Registration>
 register_override(const std::string &name, const std::string &overload, const std::string &key_name,
                   bool inplace, bool composite, bool cuda, int device_index, uintptr_t rt,

@@ -135,8 +135,11 @@ def layout_of(t: torch.Tensor) -> tuple:
         if base.permute(order).is_contiguous():
             perm = order
             base = base.permute(order)
-        else:
+        else:  # gaps (a slice of a fused q/k/v projection): a dense copy that keeps the memory order
+            order = sorted(range(t.dim()), key=lambda d: (-stride[d], d))
             base, exact, expand = t, False, False
+            if order != sorted(order):
+                perm, base = order, t.permute(order)
     stored = Stored(shape, stride, int(t.storage_offset()), t.dtype, tuple(int(s) for s in base.shape),
                     perm, expand, exact)
     return stored, base
@@ -258,7 +261,9 @@ def restore_lines(name: str, stored: Stored) -> list:
     lines = []
     if not stored.exact:
         lines.append(f"# {name}: captured with strides {list(stored.stride)} at storage offset "
-                     f"{stored.offset}; received contiguous")
+                     f"{stored.offset}; received as a dense copy in that memory order")
+        if stored.perm is not None:
+            lines.append(f"{name} = {name}.permute({', '.join(str(i) for i in inverse_perm(stored.perm))})")
         return lines
     expr = name
     notes = []
@@ -275,11 +280,9 @@ def restore_lines(name: str, stored: Stored) -> list:
 
 def output_expr(expr: str, stored: Stored) -> str:
     """The returned expression of an output, in the memory order it is stored in."""
-    if not stored.exact:
-        return f"{expr}.contiguous()"
     if stored.perm is not None:
-        return f"{expr}.permute({', '.join(str(i) for i in stored.perm)})"
-    return expr
+        expr = f"{expr}.permute({', '.join(str(i) for i in stored.perm)})"
+    return expr if stored.exact else f"{expr}.contiguous()"
 
 
 def _accessors(struct, base: str) -> list:

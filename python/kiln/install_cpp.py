@@ -12,7 +12,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Optional
 
-from kiln.install_gate import _DTYPES, _Slot, _Unsupported, _template
+from kiln.install_gate import _DTYPES, _Slot, _Unsupported, _template, copy_strides
 from kiln.install_runtime import KilnError, _rt
 
 if TYPE_CHECKING:
@@ -212,10 +212,11 @@ def _tensor_spec(e, hits) -> dict:
     """An entry's gate tensors, scratch and hit counter (its gate's ctypes word, install_gate._Gate.counts, which
     the Python paths count into too) as _dispatch.cpp's parse_entry takes them."""
     import ctypes as c
-    copies = [(g.get("layout") or {}).get("stored") == "contiguous_copy" for g in e.inputs]
+    copies = [copy_strides(g) for g in e.inputs]
     return {
         "name": e.name, "index": e.index,
-        "inputs": [(list(g["shape"]), list(g["strides"]), g["dtype"], cp) for g, cp in zip(e.inputs, copies)],
+        "inputs": [(list(g["shape"]), list(g["strides"]), g["dtype"], list(cp) if cp else None)
+                   for g, cp in zip(e.inputs, copies)],
         "outputs": [(list(g["shape"]), list(g["strides"]), g["dtype"]) for g in e.outputs],
         "scratch_bytes": max(e.scratch_bytes, 1) if e.has_scratch else 0,
         "hits_addr": c.addressof(hits), "_hits": hits,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from kiln.install_runtime import Entry, KilnError, Library, _last_error
 
@@ -99,6 +99,22 @@ def _tensor_gates(specs: list) -> tuple:
                   _torch_dtype(g["dtype"])) for g in specs)
 
 
+def copy_strides(g: dict) -> Optional[tuple]:
+    """The strides of the dense copy a gate input captured with gaps (layout "contiguous_copy": a slice of a
+    fused projection) is proved on and must be handed to its kernel as: dense in the captured memory order
+    (the layout's "permute", capture_problem.layout_of), row-major without one. None for any other input."""
+    layout = g.get("layout") or {}
+    if layout.get("stored") != "contiguous_copy":
+        return None
+    shape = [int(s) for s in g["shape"]]
+    perm = layout.get("permute") or list(range(len(shape)))
+    strides, step = [0] * len(shape), 1
+    for d in reversed(perm):
+        strides[d] = step
+        step *= max(shape[d], 1)
+    return tuple(strides)
+
+
 def same_layout(shape: tuple, a: tuple, b: tuple) -> bool:
     """Whether strides a and b address a tensor of shape alike: equal in every dim of size over 1 (a size-1
     dim's stride is never multiplied by anything but 0; traced graphs and captures disagree on it)."""
@@ -132,21 +148,23 @@ class _Gate:
             if stored not in (None, "contiguous", "memory_order") or (g.get("layout") or {}).get("expand"):
                 raise _Unsupported(f"output '{g['name']}' is stored as {stored} (not dense)")
         # an input captured with gaps (a slice) was proved on its dense copy: copy it the same way
-        copies = [(g.get("layout") or {}).get("stored") == "contiguous_copy" for g in entry.inputs]
+        copies = [copy_strides(g) for g in entry.inputs]
         # one hit word per entry, which the C++ paths count into too (install_cpp: a ctypes array, never replaced,
         # or a hit through the entry's kiln:: op, counted here, would be lost to stats())
         self.counts = inst._entry_counts.setdefault(entry.name, (ctypes.c_int64 * 1)())
         self.inst = inst
         self.source, self.hit = self._generate(lib, entry, copies, torch)
 
-    def _dense(self, t):
-        """t's dense copy, made with kiln stepped aside: Tensor.contiguous() dispatches aten::clone, which an
-        installed clone entry overrides, and whose gate would admit this very tensor again (a clone entry of an
-        input captured with gaps recursed ~330 deep, to Python's recursion limit, and launched at every level)."""
+    def _dense(self, t, strides):
+        """t's dense copy with these strides (copy_strides), made with kiln stepped aside: the copy dispatches
+        aten ops an installed entry may override, and whose gate would admit this very tensor again (a clone
+        entry of an input captured with gaps recursed ~330 deep, to Python's recursion limit, and launched at
+        every level)."""
+        import torch
         inst = self.inst
         active, inst.active = inst.active, False
         try:
-            return t.contiguous()
+            return torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device).copy_(t)
         finally:
             inst.active = active
 
@@ -176,8 +194,9 @@ class _Gate:
             src += [f"    if is_grad_enabled() and ({' or '.join(f'{a}.requires_grad' for a in args)}):",
                     "        return GRAD"]
         for i, copy in enumerate(copies):
-            if copy:
-                src.append(f"    t{i} = dense(t{i})")
+            if copy is not None:
+                ns[f"C{i}"] = copy
+                src.append(f"    t{i} = dense(t{i}, C{i})")
         ptrs = [f"{a}.data_ptr()" for a in args]
         for j, (shape, stride, dtype) in enumerate(self.outputs):
             ns[f"OS{j}"], ns[f"OT{j}"], ns[f"OD{j}"] = shape, stride, dtype

@@ -826,23 +826,31 @@ def test_the_largest_pattern_is_replaced_first(nested_library):
             assert torch.allclose(g.float(), w.float(), atol=tol["atol"], rtol=tol["rtol"])
 
 
-def test_no_grad_matmul_attention_is_one_block(tmp_path):
+def test_eager_attention_blocks_under_no_grad(tmp_path):
     """Under torch.no_grad torch.matmul reaches a dispatch mode as a bmm of 3-D views, which hid HF GPT-2's
-    eager attention block (the attention family saw an as_strided of the scores). Capture records torch.matmul,
-    `@` and Tensor.matmul whole there, as inference_mode does: GPT-2's block and a hand-written one are
-    attention problems of 4-D matmuls that the attention family matches and proves on the cpu backend."""
+    eager attention block (the attention family saw an as_strided of the scores); capture records
+    torch.matmul, `@` and Tensor.matmul whole there, as inference_mode does. Swin's window attention slices q,
+    k and v from one projection: k's contiguous copy had its head dim outermost (k.transpose(-2, -1) of a
+    slice), which the attention family refused; its dense copy now keeps the memory order. GPT-2's block, a
+    hand-written one and Swin's are attention problems of 4-D matmuls that the attention family matches and
+    proves on the cpu backend."""
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "tests/data/chains/gpt2_eager.py"), "--out",
-                        str(run), "--device", "cpu", "--quiet", "--no-reference"], cwd=ROOT, env=kiln_env(),
+    r = subprocess.run([sys.executable, "-m", "kiln.capture", str(ROOT / "tests/data/chains/eager_attention.py"),
+                        "--out", str(run), "--device", "cpu", "--quiet", "--no-reference"], cwd=ROOT, env=kiln_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     blocks = {p: short(d["kiln"]["members"]) for p, d in chains(run) if d["kiln"].get("pattern") == "attention"}
-    assert len(blocks) == 2, blocks  # GPT-2's (both layers: one signature) and the hand-written one
-    for members in blocks.values():
-        assert members == ["matmul.default", "mul.Tensor", "add.Tensor", "_softmax.default", "matmul.default"], blocks
+    scaled = ["matmul.default", "mul.Tensor", "add.Tensor", "_softmax.default", "matmul.default"]
+    biased = ["matmul.default", "add.Tensor", "_softmax.default", "matmul.default"]  # Swin scales q before
+    # GPT-2's (both layers: one signature) and the hand-written one; Swin's
+    assert sorted(map(len, blocks.values())) == [4, 5, 5] and all(m in (scaled, biased) for m in blocks.values()), \
+        blocks
     ops = json.loads((run / "model.json").read_text())["ops"]
     names = {o["aten"].split("::")[-1] for o in ops}
     assert "matmul.default" in names and "bmm.default" not in names, sorted(names)
+    swin = next(p for p, m in blocks.items() if m == biased)
+    layouts = json.loads((swin / "definition.json").read_text())["kiln"]["layouts"]
+    assert any(v["stored"] == "contiguous_copy" and v.get("permute") for v in layouts.values()), layouts
     for problem in blocks:
         listed = run_kiln(["sweep", problem, "--backend", "cpu", "--family", "attention", "--list"])
         assert "matches family attention" in listed.stdout + listed.stderr, listed.stderr[-2000:]

@@ -23,6 +23,7 @@ replay inside a captured CUDA graph; elsewhere they skip and say so. KILN_TEST_C
 run that `kiln tune --backend cuda` already made of tiny_model.py with --rows 256 --hidden 4096 (as
 bench/install_device.sh does, to fit its time) instead of tuning one here."""
 
+import importlib
 import glob
 import json
 import os
@@ -831,26 +832,42 @@ with torch.no_grad():
     for _ in range(2):
         qkv.split(128, dim=2)[1].view(2, 64, 4, 32).permute(0, 2, 1, 3).contiguous()
 """
+# the input is stored as its dense copy in the captured memory order, [2, 64, 4, 32] (layout "permute" [0, 2, 1, 3]):
+# the clone is a transpose of the middle dims
 CLONE_C = ("// kiln: launch copy_rows\n"
-           "void copy_rows(const float *self, float *out0, int64_t n2, int64_t n4, int64_t n64, int64_t n32) {\n"
-           "    for (int64_t i = 0; i < n2 * n4 * n64 * n32; i++) out0[i] = self[i];\n"
+           "void copy_rows(const float *self, float *out0, int64_t n2, int64_t n64, int64_t n4, int64_t n32) {\n"
+           "    for (int64_t b = 0; b < n2; b++)\n"
+           "        for (int64_t h = 0; h < n4; h++)\n"
+           "            for (int64_t t = 0; t < n64; t++)\n"
+           "                for (int64_t d = 0; d < n32; d++)\n"
+           "                    out0[((b * n4 + h) * n64 + t) * n32 + d] = self[((b * n64 + t) * n4 + h) * n32 + d];\n"
            "}\n")
 
 
-def test_a_clone_entry_of_a_slice_launches_once_a_call(tmp_path):
+@pytest.mark.parametrize("dispatch", ["python", "cpp"])
+def test_a_clone_entry_of_a_slice_launches_once_a_call(tmp_path, dispatch):
     """An aten::clone entry whose input was captured with gaps (GPT-2's split heads made contiguous: stored
-    "contiguous_copy"): its gate makes the dense copy with kiln stepped aside. Tensor.contiguous() is itself an
-    aten::clone, which the entry's gate admitted again: every call recursed to Python's recursion limit (~330
-    launches, milliseconds a call) before it returned the right values."""
+    "contiguous_copy", dense in its memory order): its gate makes that dense copy (strides in the captured
+    order, on both dispatch paths) with kiln stepped aside. Tensor.contiguous() is itself an aten::clone, which
+    the entry's gate admitted again: every call recursed to Python's recursion limit (~330 launches,
+    milliseconds a call) before it returned the right values."""
     from hand_library import hand_library
+    from kiln.install_gate import copy_strides
     lib = Library(hand_library(tmp_path, CLONE_OF_A_SLICE, "clone", CLONE_C, "copy_rows"))
     try:
         (e,) = lib.entries
         assert e.inputs[0]["layout"]["stored"] == "contiguous_copy"
+        assert e.inputs[0]["layout"]["permute"] == [0, 2, 1, 3]
+        assert copy_strides(e.inputs[0]) == (8192, 32, 128, 1)
         qkv = torch.randn(2, 64, 3 * 128)
         x = qkv.split(128, dim=2)[1].view(2, 64, 4, 32).permute(0, 2, 1, 3)
         ref = x.contiguous()
-        inst = kiln.install(lib, entries="all")
+        if dispatch == "cpp":
+            try:
+                importlib.import_module("kiln.install").dispatch_extension(False)
+            except KilnError as why:
+                pytest.skip(f"kiln's C++ dispatch extension cannot be built here: {why}")
+        inst = kiln.install(lib, entries="all", dispatch=dispatch)
         try:
             with torch.no_grad():
                 for _ in range(3):
