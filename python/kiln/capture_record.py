@@ -677,13 +677,17 @@ class Recorder:
         try:
             for (module, name), op in COMPOSITE_FUNCTIONS.items():
                 original = getattr(module, name)
-                saved.append((module, name, original))
+                # Tensor.matmul and __matmul__ are inherited from the C base: restored by deleting the wrapper
+                saved.append((module, name, original, name in vars(module)))
                 setattr(module, name, self._composite_wrapper(original, op))
             with _CaptureMode(self):
                 yield
         finally:
-            for module, name, original in saved:
-                setattr(module, name, original)
+            for module, name, original, own in saved:
+                if own:
+                    setattr(module, name, original)
+                else:
+                    delattr(module, name)
 
     def _composite_wrapper(self, func, op):
         @functools.wraps(func)
@@ -704,6 +708,9 @@ class Recorder:
             return func(*args, **kwargs)
         try:
             args, kwargs = dispatch_form(op, args, kwargs)
+            if any(a.type.kind() == "TensorType" and not isinstance(v, torch.Tensor)
+                   for a, v in zip(op._schema.arguments, args)):
+                raise TypeError  # `tensor @ array`: func's answer (NotImplemented, then the array's __rmatmul__)
         except Exception:  # arguments the op does not take: the script's own error, from func
             return func(*args, **kwargs)
         # as in __torch_dispatch__: kiln's own work (and the calls the composite decomposes into) is not

@@ -220,3 +220,24 @@ def test_cuda_sdpa_is_captured_whole_searched_and_hit(tmp_path):
                 kiln.uninstall()
         assert hits == 2, f"{dispatch}: one hit per layer"
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_composite_wrappers_are_removed_and_leave_other_operands_alone(tmp_path):
+    """The recorder's mode wraps torch.matmul, Tensor.matmul and `@` (COMPOSITE_FUNCTIONS): a call of them
+    is recorded as one aten::matmul where no gradient is needed; an operand that is not a tensor gets eager's
+    own answer (`tensor @ list` a TypeError, not an aten error); and afterwards Tensor has no attribute of its
+    own where it had none (the C base's methods are inherited again), torch.matmul is the builtin again."""
+    from kiln.capture_problem import Spool
+    from kiln.capture_record import Recorder
+    before = (torch.matmul, torch.nn.functional.scaled_dot_product_attention)
+    rec = Recorder("cpu", Spool(str(tmp_path / "spool")), 1 << 20, 1 << 20, 1 << 20, 1 << 16)
+    x = torch.randn(4, 4)
+    with rec.mode():
+        assert "__matmul__" in vars(torch.Tensor) and torch.matmul is not before[0]
+        with torch.no_grad():
+            y = x @ x
+        with pytest.raises(TypeError, match="unsupported operand"):
+            x @ [1.0, 2.0, 3.0, 4.0]
+    assert torch.equal(y, torch.mm(x, x))
+    assert "__matmul__" not in vars(torch.Tensor) and "matmul" not in vars(torch.Tensor)
+    assert (torch.matmul, torch.nn.functional.scaled_dot_product_attention) == before
