@@ -23,8 +23,8 @@ replay inside a captured CUDA graph; elsewhere they skip and say so. KILN_TEST_C
 run that `kiln tune --backend cuda` already made of tiny_model.py with --rows 256 --hidden 4096 (as
 bench/install_device.sh does, to fit its time) instead of tuning one here."""
 
-import importlib
 import glob
+import importlib
 import json
 import os
 import re
