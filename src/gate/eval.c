@@ -852,6 +852,8 @@ kiln_outcome kiln_gate_eval_candidate(kiln_gate_proc *g, const kiln_problem *p,
         if (opt->max_sets > 0 && n > opt->max_sets)
             n = opt->max_sets;
         cJSON_AddNumberToObject(wj, "proved_sets", n);
+        if (rp->w[w].n_sets < rp->w[w].n_sets_ref) /* the rest did not fit (resident.c) */
+            cJSON_AddNumberToObject(wj, "sets_in_reference", rp->w[w].n_sets_ref);
         cJSON_AddNumberToObject(wj, "max_abs_err", c.max_abs_err[w]);
         cJSON_AddNumberToObject(wj, "rel_l2_err", c.rel_l2_err[w]);
         double med = 0;

@@ -82,13 +82,14 @@ uint64_t kiln_gate_keystream(uint64_t key, uint64_t i);
 typedef struct {
     int n_inputs, n_outputs; /* the problem's */
     int n_sets, n_slots;     /* n_slots = n_sets + 1: every slot sees every set in turn */
-    kiln_devptr **pool;      /* [set][input]: the set's inputs (0 for scalars) */
-    kiln_devptr **ref;       /* [set][output]: the reference, masked with the gate's key */
-    double **scalars;        /* [set][input] */
-    int *is_real;            /* [set] */
-    kiln_devptr **slot;      /* [slot][input]: what the candidate reads */
-    int *slot_holds;         /* [slot]: the set in it, -1 none */
-    kiln_devptr *out;        /* [output]: what the candidate writes */
+    int n_sets_ref;     /* the reference's sets; n_sets fewer where not all fit (the real first) */
+    kiln_devptr **pool; /* [set][input]: the set's inputs (0 for scalars) */
+    kiln_devptr **ref;  /* [set][output]: the reference, masked with the gate's key */
+    double **scalars;   /* [set][input] */
+    int *is_real;       /* [set] */
+    kiln_devptr **slot; /* [slot][input]: what the candidate reads */
+    int *slot_holds;    /* [slot]: the set in it, -1 none */
+    kiln_devptr *out;   /* [output]: what the candidate writes */
     size_t *in_bytes, *out_bytes;
     size_t *out_elems;
 } kiln_res_workload;
@@ -107,6 +108,7 @@ kiln_resident *kiln_resident_new(kiln_backend *be, kiln_gate_dev *dev, uint64_t 
 void kiln_resident_free(kiln_resident *r);
 /* The resident data of (p, ref), loaded now if it is not resident (the sets are read, their
  * content checked against the hashes in the reference manifest, uploaded, the references masked).
+ * Where all the sets do not fit in the budget, as many as fit (two at least; the real sets first).
  * KILN_ERR_FORMAT when a set file changed on disk; KILN_ERR_RESOURCE when it does not fit. */
 int kiln_resident_get(kiln_resident *r, const kiln_problem *p, const kiln_refdata *ref,
                       kiln_res_problem **out, kiln_err *err);

@@ -254,6 +254,31 @@ def test_one_session_evaluates_several_kernels_and_survives_crashes_and_hangs(re
 
 # ---- reference data ----------------------------------------------------------------------------
 
+def test_sets_that_do_not_fit_the_gates_memory_budget(refs, monkeypatch):
+    """Where a problem's input sets and references exceed the gate's device-memory budget
+    (KILN_GATE_MEMORY_GB), the gate holds as many sets as fit, two at least, proves and times on
+    them and says how many the reference has; below two sets it refuses with the sizes."""
+    problem = "softmax_f32"
+    full = cpu_eval(problem, "good_softmax.c", refs, *FAST)
+    check_ok(full, problem, ITERS)
+    n_sets = full["workloads"][0]["proved_sets"]
+    assert n_sets >= 3 and "sets_in_reference" not in full["workloads"][0]
+    x = sum(4 * w["all_axes"]["rows"] * w["all_axes"]["cols"] for w in workloads(problem))
+    # resident.c: s sets take s * (in + out) + (s + 1) * in + out bytes (in = out = x here)
+    def need(s):
+        return (3 * s + 2) * x
+    monkeypatch.setenv("KILN_GATE_MEMORY_GB", repr((need(2) + need(3)) / 2 / 2**30))
+    r = cpu_eval(problem, "good_softmax.c", refs, *FAST)
+    expect(r, "ok")
+    for w in r["workloads"]:
+        assert w["proved_sets"] == 2 and w["sets_in_reference"] == n_sets, w
+        assert w["time_us"]["median"] > 0, w
+    monkeypatch.setenv("KILN_GATE_MEMORY_GB", repr((need(1) + need(2)) / 2 / 2**30))
+    p = run_kiln(["eval", f"{PROBLEMS}/{problem}", f"{K}/good_softmax.c", "--backend", "cpu", "--json",
+                  "--ref-dir", refs / f"{problem}-cpu", *FAST])
+    assert "with two sets), more than the gate's budget" in p.stdout + p.stderr, (p.stdout, p.stderr)
+
+
 def test_reference_data_is_built_in_the_problem_dir_and_rebuilt_when_stale(tmp_path):
     """Without --ref-dir, kiln writes PROBLEM_DIR/kiln/ref-cpu/ (the directory is writable), reuses
     it while the problem files are unchanged, and rebuilds it when workload.jsonl changes."""
