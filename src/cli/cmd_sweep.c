@@ -209,6 +209,44 @@ static int where_ok(const kiln_family *f, const int64_t *point,
     return 1;
 }
 
+/* Puts into point, for each parameter whose value --where does not allow, the first value it
+ * allows. */
+static void twin_into_where(const kiln_family *f, int64_t *point,
+                            char allowed[KILN_FAMILY_MAX_PARAMS][KILN_FAMILY_MAX_VALUES]) {
+    for (int k = 0; k < f->n_params; k++) {
+        int here = 0, first = -1;
+        for (int j = 0; j < f->params[k].n_values; j++) {
+            here |= f->params[k].values[j] == point[k] && allowed[k][j];
+            if (first < 0 && allowed[k][j])
+                first = j;
+        }
+        if (!here && first >= 0)
+            point[k] = f->params[k].values[first];
+    }
+}
+
+/* Orders the indexes v[0..n) by how many parameters differ from point (fewest first), then by
+ * their order in v (a counting sort on the distance). */
+static void nearest_first(const kiln_family *f, const int64_t *point, int64_t *v, int64_t n) {
+    int *d = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    int64_t *out = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *out);
+    int64_t at[KILN_FAMILY_MAX_PARAMS + 2] = {0}, q[KILN_FAMILY_MAX_PARAMS];
+    for (int64_t i = 0; i < n; i++) {
+        kiln_family_point(f, v[i], q);
+        d[i] = 0;
+        for (int k = 0; k < f->n_params; k++)
+            d[i] += q[k] != point[k];
+        at[d[i] + 1]++;
+    }
+    for (int k = 1; k <= f->n_params + 1; k++)
+        at[k] += at[k - 1];
+    for (int64_t i = 0; i < n; i++)
+        out[at[d[i]]++] = v[i];
+    memcpy(v, out, (size_t)n * sizeof *v);
+    free(out);
+    free(d);
+}
+
 static void list_families(const kiln_problem *p, const kiln_family **fams,
                           const kiln_match *matches, int n_match, int json, const char *where) {
     cJSON *all = cJSON_CreateObject();
@@ -434,10 +472,26 @@ int kiln_cmd_sweep(int argc, char **argv) {
         int64_t first = random_sample && n_points < n_valid
                             ? -1
                             : kiln_family_start_index(f, p, &matches[fi], space, &from_rule);
-        if (first >= 0 && a.cli.where) { /* the start point goes first only where it passes */
-            kiln_family_point(f, first, point);
-            if (none || !where_ok(f, point, allowed))
-                first = -1, from_rule = 0;
+        if (first >= 0 && a.cli.where && !none) {
+            /* --where: the start point with the filtered values put in (its twin: the change the
+             * filter asks for, measured against the rest of the rule's point), and under --limit
+             * the valid points nearest it rather than a spread of the whole space */
+            int64_t start[KILN_FAMILY_MAX_PARAMS];
+            kiln_family_point(f, first, start);
+            if (!where_ok(f, start, allowed))
+                twin_into_where(f, start, allowed);
+            first = kiln_family_point_index(f, start);
+            if (first >= 0 && !kiln_family_point_ok(f, p, &matches[fi], start))
+                first = -1;
+            if (first < 0)
+                from_rule = 0;
+            if (n_points < n_valid && !random_sample) {
+                nearest_first(f, start, valid, n_valid);
+                for (int64_t k = 0; k < n_points; k++)
+                    pick[k] = valid[k];
+            }
+        } else if (a.cli.where) {
+            first = -1, from_rule = 0;
         }
         if (first >= 0 && n_points > 0) {
             int64_t at = n_points - 1; /* dropped from an even spread when it is not in it */

@@ -139,8 +139,8 @@ static const row table[KILN_OPT_COUNT] = {
                                  "space, or drawn uniformly at random"},
     [KILN_OPT_WHERE] = {"where", KIND_TEXT, "'NAME=V[,V..] ...'", CLI(where),
                         .help = "only the points whose parameters have these values (e.g. "
-                                "'GW_WS=1 GW_BN=192,256'); --limit and the start point apply "
-                                "among them"},
+                                "'GW_WS=1 GW_BN=192,256'); the start point with these values "
+                                "runs first and --limit takes the points nearest it"},
     [KILN_OPT_OUT] = {"out", KIND_TEXT, "DIR", CLI(out),
                       .dflt = "PROBLEM_DIR/kiln/sweep, or a temporary directory when that is not "
                               "writable",

@@ -237,6 +237,21 @@ def test_sweep_list_json():
     assert 0 < picked["selected"] < f["valid"]
 
 
+def test_sweep_where_runs_the_start_points_twin_first(tmp_path):
+    """--where that the start point fails runs its twin first: the start point with the filtered value
+    put in (the change measured against the rule's point), not whatever an even spread lands on."""
+    problem = "tests/data/problems/softmax_f32"
+    listed = json.loads(kiln("sweep", problem, "--backend", "cpu", "--list", "--json").stdout)
+    start = dict(kv.split("=") for kv in listed["families"][0]["start"].split())
+    assert start["SMX_THREADS"] != "512", start
+    r = kiln("sweep", problem, "--backend", "cpu", "--family", "softmax", "--where", "SMX_THREADS=512",
+             "--limit", "2", "--iters", "2", "--json", "--ref-dir", tmp_path / "ref", "--out", tmp_path / "src")
+    assert r.returncode == 0, r.stderr
+    assert "the family's start point first" in r.stderr, r.stderr
+    first = dict(kv.split("=") for kv in json.loads(r.stdout)["rows"][0]["params"].split())
+    assert first == {**start, "SMX_THREADS": "512"}, (first, start)
+
+
 @pytest.mark.parametrize("args,message", [
     (["eval"], "expected PROBLEM_DIR and KERNEL_FILE"),
     (["eval", "tests/data/problems/softmax_f32", "no/such/kernel.c"], "cannot read the kernel file"),
