@@ -395,14 +395,17 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
     kiln_kernel_type t = kiln_dtype_kernel_type(a->dtype, cuda),
                      tm = kiln_dtype_kernel_type(a->mask_dtype, cuda);
     if (cuda)
-        kiln_strbuf_printf(b, "#define ATT_T %s\n#define ATT_TM %s\n#define ATT_F32 %d\n%s", t.type,
-                           tm.type, a->dtype == KILN_F32,
+        kiln_strbuf_printf(b,
+                           "#define ATT_T %s\n#define ATT_TM %s\n#define ATT_F32 %d\n"
+                           "#define ATT_MASK_INV %d\n%s",
+                           t.type, tm.type, a->dtype == KILN_F32, a->mask_inverted,
                            a->dtype == KILN_F16 ? "#define ATT_FP16 1\n" : "");
-    else if (a->mask_dtype == KILN_BOOL) /* SDPA's boolean mask: True takes part */
+    else if (a->mask_dtype == KILN_BOOL) /* SDPA's boolean mask: True takes part (masked_fill's:
+                                          * True is masked) */
         kiln_strbuf_printf(b,
                            "#define ATT_T %s\n#define ATT_L(v) %s(v)\n#define ATT_S(f) %s(f)\n"
-                           "#define ATT_TM bool\n#define ATT_LM(v) ((v) ? 0.0f : -INFINITY)\n",
-                           t.type, t.to_float, t.from_float);
+                           "#define ATT_TM bool\n#define ATT_LM(v) ((v) %s ? 0.0f : -INFINITY)\n",
+                           t.type, t.to_float, t.from_float, a->mask_inverted ? "== 0" : "!= 0");
     else
         kiln_strbuf_printf(b,
                            "#define ATT_T %s\n#define ATT_L(v) %s(v)\n#define ATT_S(f) %s(f)\n"

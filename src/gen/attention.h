@@ -49,19 +49,21 @@ typedef struct {
     att_paged paged;
     att_operand out;
     kiln_dtype dtype, mask_dtype;
-    int mask;         /* ATT_MASK_* */
-    int band;         /* the mask is a band: key j of query i kept iff lo <= j - i <= hi */
-    int has_lo;       /* a lower bound exists (sliding window) */
-    int64_t lo, hi;   /* the band's bounds (hi only when band) */
-    int band_exact;   /* ... and the mask is exactly the band: 0 at every position inside it (kept),
-                       * masked at every one outside, so a 16-bit kernel generates it and reads no
-                       * mask (what it assumes is checked on the live mask at install) */
-    int mask_strided; /* the mask's key dim is not innermost in memory (T5's position bias, stored
-                       * with its heads last): read a.mk elements apart */
-    double scale;     /* the constant the scores are multiplied by */
-    int round_qk;     /* eager rounds q·kᵀ to the input dtype (a bf16/f16 matmul) */
-    int round_scaled; /* ... and the scaled scores */
-    int round_masked; /* ... and the masked scores */
+    int mask;       /* ATT_MASK_* */
+    int band;       /* the mask is a band: key j of query i kept iff lo <= j - i <= hi */
+    int has_lo;     /* a lower bound exists (sliding window) */
+    int64_t lo, hi; /* the band's bounds (hi only when band) */
+    int band_exact; /* ... and the mask is exactly the band: 0 at every position inside it (kept),
+                     * masked at every one outside, so a 16-bit kernel generates it and reads no
+                     * mask (what it assumes is checked on the live mask at install) */
+    int mask_inverted; /* a boolean mask that says where to mask (masked_fill's: True takes no part;
+                        * SDPA's: True takes part); read as a general mask, never a band */
+    int mask_strided;  /* the mask's key dim is not innermost in memory (T5's position bias, stored
+                        * with its heads last): read a.mk elements apart */
+    double scale;      /* the constant the scores are multiplied by */
+    int round_qk;      /* eager rounds q·kᵀ to the input dtype (a bf16/f16 matmul) */
+    int round_scaled;  /* ... and the scaled scores */
+    int round_masked;  /* ... and the masked scores */
     char how[200];
 } att_info;
 

@@ -241,6 +241,24 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
                                   : (sd != KILN_F32 && sd != KILN_DTYPE_COUNT && md != KILN_F32);
             r.role = R_S, r.input = -1;
             saw_mask = 1;
+        } else if (kiln_op_is(op, "aten::masked_fill.Scalar")) {
+            /* scores.masked_fill(mask, -inf) (minGPT's, with mask = bias == 0): a boolean mask,
+             * True where masked. A fill of -1e4 or below is -inf to the softmax (exp underflows to
+             * 0) but for a row masked everywhere, which eager makes uniform: the gate decides. */
+            att_val y = val_of(kiln_op_arg(op, 1, "mask"), vals);
+            double fill = kiln_arg_num(kiln_op_arg(op, 2, "value"), NAN);
+            if (x.role != R_S || saw_mask || saw_softmax || y.input < 0 || y.role != R_NONE ||
+                y.swap || p->inputs[y.input].dtype != KILN_BOOL || !(fill <= -1e4)) {
+                snprintf(why, wl,
+                         "aten::masked_fill.Scalar is not one boolean mask filling the scores "
+                         "with -inf");
+                return 0;
+            }
+            mask = y.input;
+            a->mask_inverted = 1;
+            a->round_masked = 0; /* the kept scores are copied, not rounded again */
+            r.role = R_S, r.input = -1;
+            saw_mask = 1;
         } else if (is_any(op, CASTS)) {
             if (x.role != R_S && x.role != R_P) {
                 snprintf(why, wl, "%s of something other than the scores or the weights", op->aten);
@@ -297,7 +315,10 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
         return 0;
     }
     snprintf(a->how, sizeof a->how, "%s: matmul q·kᵀ%s%s, softmax, matmul v", c->kind,
-             saw_scale ? ", scale" : "", saw_mask ? ", additive mask" : "");
+             saw_scale ? ", scale" : "",
+             !saw_mask          ? ""
+             : a->mask_inverted ? ", masked_fill with -inf"
+                                : ", additive mask");
     return 1;
 }
 
@@ -585,7 +606,7 @@ static int stored_band(const kiln_problem *p, int input, att_band *out) {
 }
 
 static void classify_mask(const kiln_problem *p, att_info *a) {
-    if (a->mask != ATT_MASK_TENSOR)
+    if (a->mask != ATT_MASK_TENSOR || a->mask_inverted) /* bands are read with True kept */
         return;
     att_band b = {0};
     const cJSON *ms = p->kiln ? cJSON_GetObjectItemCaseSensitive(p->kiln, "mask_structure") : NULL;

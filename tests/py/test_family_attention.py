@@ -287,8 +287,35 @@ def test_boolean_masks_captured_and_proved(tmp_path: Path):
         assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
         assert all(w["proved_sets"] >= 3 for w in result["workloads"])
         src = Path(rows[0]["file"]).read_text()
-        assert "#define ATT_LM(v) ((v) ? 0.0f : -INFINITY)" in src
+        assert "#define ATT_LM(v) ((v) != 0 ? 0.0f : -INFINITY)" in src
     assert sorted(variants) == ["attention_mask_gqa", "attention_sliding_gqa"], variants
+
+
+def test_masked_fill_with_minus_inf_is_an_inverted_boolean_mask(tmp_path: Path):
+    """minGPT's `att.masked_fill(bias[:, :, :T, :T] == 0, -inf)` (tests/data/attention/eager_masked_fill.py): the
+    eager block with a boolean mask that is True where masked, declined before ("op aten::masked_fill.Scalar is
+    not part of an attention pattern"), is matched, read inverted (ATT_LM, ATT_MASK_INV on cuda) and proved; the
+    same kernel reading the mask as SDPA's (True kept) is a mismatch."""
+    need_kiln()
+    run = captured("eager_masked_fill.py", tmp_path)
+    (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("attention_")]
+    d = json.loads((p / "definition.json").read_text())
+    assert "aten::masked_fill.Scalar" in [op["aten"] for op in d["kiln"]["ops"]]
+    assert [i["dtype"] for i in d["inputs"].values()].count("bool") == 1
+    out, rows = sweep(p, tmp_path / "sweep")
+    assert "matches family attention (attention_mask)" in out.stderr, out.stderr[-2000:]
+    result = rows[0]["result"]
+    assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
+    src = Path(rows[0]["file"]).read_text()
+    inverted = "#define ATT_LM(v) ((v) == 0 ? 0.0f : -INFINITY)"
+    assert inverted in src
+    wrong = tmp_path / "sdpa_sense.c"
+    wrong.write_text(src.replace(inverted, "#define ATT_LM(v) ((v) != 0 ? 0.0f : -INFINITY)"))
+    r = subprocess.run([str(KILN), "eval", str(p), str(wrong), "--backend", "cpu", "--json", "--no-time",
+                        "--ref-dir", str(tmp_path / "sweep" / "ref")], cwd=ROOT, env=kiln_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["outcome"] in ("mismatch", "nan"), r.stdout[:2000]
 
 
 def test_position_bias_with_heads_innermost(tmp_path: Path):

@@ -145,9 +145,13 @@ __device__ __forceinline__ float att_lf(__nv_bfloat16 v) {
 __device__ __forceinline__ float att_lf(__half v) {
     return __half2float(v);
 }
-// a boolean mask (SDPA's): True takes part (adds 0), False is masked (-inf)
+// a boolean mask (SDPA's): True takes part (adds 0), False is masked (-inf); ATT_MASK_INV 1
+// (masked_fill's): True is masked
+#ifndef ATT_MASK_INV
+#define ATT_MASK_INV 0
+#endif
 __device__ __forceinline__ float att_lf(bool v) {
-    return v ? 0.0f : -INFINITY;
+    return v != (ATT_MASK_INV != 0) ? 0.0f : -INFINITY;
 }
 __device__ __forceinline__ void att_sf(float x, float *out) {
     *out = x;
