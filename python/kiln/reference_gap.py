@@ -30,7 +30,9 @@ GELU, whose relative error near g = -3 is about ten times its input's, so a kern
 2.5 % from eager on 17 of 37.7 million elements of Gemma-4's gated MLP front (the H200, its bfloat16
 tolerance rtol 2e-2). Their 16-bit outputs get the same treatment: the wider run has the 16-bit float
 inputs in float32, and the gap is the 16-bit reference's from that run's float32 output (a gap of plain
-output rounding is under any 16-bit tolerance's rtol and widens nothing).
+output rounding is under any 16-bit tolerance's rtol and widens nothing). A cast to a 16-bit float inside
+the chain (an eager attention block's softmax back to bfloat16 before its second matmul) stays float32 in the
+wider run, and an op whose float operands then differ gets them in the widest (_WidenCasts).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import math
 from typing import Any, Callable, Optional
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 MANTISSA_BITS_KEPT = 4  # a bin: one float32 exponent and the top 4 mantissa bits of |ref|
 _SHIFT = 23 - MANTISSA_BITS_KEPT
@@ -122,6 +125,8 @@ class GapBins:
 
 HALF = ("float16", "bfloat16")
 _WIDER = {torch.float32: torch.float64, torch.float16: torch.float32, torch.bfloat16: torch.float32}
+_SIXTEEN = (torch.float16, torch.bfloat16)
+_MIXED_OK = (torch.ops.aten.copy_.default,)  # a copy into a buffer of its own dtype
 
 
 def several_ops(problem) -> bool:
@@ -135,6 +140,44 @@ def gap_outputs(problem) -> list[str]:
     reference has several ops."""
     return [n for n, spec in problem.outputs.items()
             if spec.dtype == "float32" or (spec.dtype in HALF and several_ops(problem))]
+
+
+class _WidenCasts(TorchDispatchMode):
+    """The wider run's casts: a chain that casts to a 16-bit float (softmax's result back to bfloat16 before
+    the second matmul of an attention block) casts to float32 instead, and an op whose float tensors
+    then differ in dtype (that float32 result against a value input widened to float32 is fine; a 16-bit
+    constant made inside the chain is not) gets them all in the widest. Without it the wider run of
+    every eager attention block failed on its second matmul, and those blocks were gated without the
+    reference's own rounding."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = {k: _widen_dtype(v) for k, v in (kwargs or {}).items()}
+        args = tuple(_widen_dtype(a) for a in args)
+        floats = [t.dtype for t in _tensors(args) if t.is_floating_point()]
+        if len(set(floats)) > 1 and func not in _MIXED_OK:
+            widest = max(floats, key=lambda d: torch.finfo(d).bits)
+            args = tuple(_cast_float(a, widest) for a in args)
+        return func(*args, **kwargs)
+
+
+def _widen_dtype(v):
+    return torch.float32 if isinstance(v, torch.dtype) and v in _SIXTEEN else v
+
+
+def _tensors(args):
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (t for t in a if isinstance(t, torch.Tensor))
+
+
+def _cast_float(a, dtype):
+    if isinstance(a, torch.Tensor):
+        return a.to(dtype) if a.is_floating_point() and a.dtype != dtype else a
+    if isinstance(a, (list, tuple)):
+        return type(a)(_cast_float(t, dtype) for t in a)
+    return a
 
 
 def add_set(bins: GapBins, problem, inputs: dict[str, Any], outputs: dict[str, torch.Tensor],
@@ -159,7 +202,8 @@ def add_set(bins: GapBins, problem, inputs: dict[str, Any], outputs: dict[str, t
     args = [v.to(_WIDER[v.dtype]) if isinstance(v, torch.Tensor) and v.dtype in _WIDER else
             (v.clone() if isinstance(v, torch.Tensor) else v) for v in inputs.values()]
     try:
-        result = values(run(args))
+        with _WidenCasts():
+            result = values(run(args))
     except Exception as e:  # an op without float64, a mixed-dtype refusal, out of memory
         if log:
             log(f"note: the wider run of the reference failed ({' '.join(str(e).split())[:200]});"

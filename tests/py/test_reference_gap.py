@@ -280,3 +280,31 @@ def test_a_bfloat16_chain_records_the_rounding_of_its_intermediates(tmp_path):
     # one aten op: no intermediates, no wider run
     problem = type("P", (), {"outputs": {"y": type("S", (), {"dtype": "bfloat16"})()}, "kiln": {"kind": "aten"}})()
     assert reference_gap.gap_outputs(problem) == []
+
+
+def test_a_chain_that_casts_back_to_bfloat16_gets_its_wider_run():
+    """An eager attention block casts softmax's float32 result to bfloat16 before its second matmul: in
+    the wider run (16-bit inputs in float32) that cast made the matmul's operands differ and the run
+    failed, so the block was gated without the reference's own rounding (bfloat16 scores before an
+    exponential: 0.1 off on a 64-wide head). The wider run keeps such casts in float32 and records
+    the gap."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 64, 64, generator=gen).bfloat16() for _ in range(3))
+
+    def run(args):
+        q, k, v = args
+        s = torch.ops.aten.matmul.default(q, k.transpose(-1, -2))
+        p = torch.ops.aten.softmax.int(s, -1, torch.float32)
+        return torch.ops.aten.matmul.default(torch.ops.aten.to.dtype(p, torch.bfloat16), v)
+
+    out = run([q, k, v])
+    problem = type("P", (), {"outputs": {"out0": type("S", (), {"dtype": "bfloat16"})()},
+                             "kiln": {"kind": "chain", "members": ["aten::matmul.default"] * 3}})()
+    assert reference_gap.gap_outputs(problem) == ["out0"]
+    bins, notes = reference_gap.GapBins(), []
+    assert reference_gap.add_set(bins, problem, {"q": q, "k": k, "v": v}, {"out0": out}, run,
+                                 lambda r: [r], notes.append), notes
+    exact = torch.matmul(torch.softmax(torch.matmul(q.float(), k.float().transpose(-1, -2)), -1), v.float())
+    points = bins.points()["out0"]
+    gap = 2 * (out.float() - exact).abs().max().item()
+    assert gap > 0.05 and max(y for _, y in points) == pytest.approx(gap, rel=0.01), (points, gap)
