@@ -2,6 +2,7 @@
 buffer is 0 (`att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))`), softmax, dropout (eval), then
 `att @ v`; bfloat16, two layers, run under torch.no_grad, for kiln capture (tests/py/test_family_attention.py):
 each call is an attention problem whose boolean mask is True where masked (SDPA's is True where kept)."""
+import argparse
 import math
 
 import torch
@@ -34,9 +35,12 @@ class CausalSelfAttention(nn.Module):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    device = parser.parse_args().device
     torch.manual_seed(0)
-    model = nn.Sequential(CausalSelfAttention(), CausalSelfAttention()).to(torch.bfloat16).eval()
-    x = torch.randn(B, T, C, dtype=torch.bfloat16)
+    model = nn.Sequential(CausalSelfAttention(), CausalSelfAttention()).to(device, torch.bfloat16).eval()
+    x = torch.randn(B, T, C, dtype=torch.bfloat16, device=device)
     with torch.no_grad():
         y = model(x)
     print(tuple(y.shape), float(y.float().sum()))
