@@ -928,7 +928,7 @@ def _parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         prog="python -m kiln.reference",
         description="Run a problem's PyTorch reference and write the reference data kiln's gate "
                     "proves kernels against.")
-    parser.add_argument("problem_dir", metavar="PROBLEM_DIR",
+    parser.add_argument("problem_dir", metavar="PROBLEM_DIR", nargs="?",
                         help="directory with definition.json and workload.jsonl")
     parser.add_argument("--out", metavar="DIR", help="output directory (default PROBLEM_DIR/kiln/ref-DEVICE)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
@@ -939,24 +939,66 @@ def _parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                         help="base seed (default: drawn from the OS, recorded in the manifest)")
     parser.add_argument("--no-time", action="store_true", help="do not time the reference")
     parser.add_argument("--quiet", action="store_true", help="print errors only")
-    return parser.parse_args(argv)
+    parser.add_argument("--serve", action="store_true",
+                        help="build one problem's reference data per JSON line on stdin ({\"dir\", \"out\", "
+                             "\"device\", \"key\"}), answering {\"status\": 0|1|2} (the exit status a "
+                             "single run would have had) on stdout, progress on stderr, until stdin ends "
+                             "(kiln optimize: one interpreter, torch imported once, for every problem)")
+    args = parser.parse_args(argv)
+    if not args.serve and not args.problem_dir:
+        parser.error("PROBLEM_DIR is required (or --serve)")
+    return args
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = _parse_args(argv)
+def _build_one(problem_dir: str, out: Optional[str], device: str, key: Optional[str], n_sets: int,
+               seed: Optional[int], time_reference: bool, quiet: bool) -> int:
+    """build_reference with main's messages; the exit status a single run has."""
     try:
-        build_reference(args.problem_dir, args.out, device=args.device, key=args.key, n_sets=args.sets,
-                        seed=args.seed, time_reference=not args.no_time, quiet=args.quiet)
+        build_reference(problem_dir, out, device=device, key=key, n_sets=n_sets, seed=seed,
+                        time_reference=time_reference, quiet=quiet)
     except ProblemError as e:
         print(f"kiln.reference: error: {e}", file=sys.stderr)
         return 2
     except ReferenceFailure as e:
         print(f"kiln.reference: reference failed: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    """--serve: requests on stdin, answers on stdout, everything else printed goes to stderr."""
+    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            status = _build_one(req["dir"], req.get("out"), req.get("device", args.device), req.get("key"),
+                                args.sets, args.seed, not args.no_time, args.quiet)
+        except KeyboardInterrupt:
+            raise
+        except Exception:  # what a single run would have died of, with its traceback; the next request goes on
+            traceback.print_exc()
+            status = 1
+        finally:
+            if torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+        reply.write(json.dumps({"status": status}) + "\n")
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = _parse_args(argv)
+    try:
+        if args.serve:
+            return serve(args)
+        return _build_one(args.problem_dir, args.out, args.device, args.key, args.sets, args.seed,
+                          not args.no_time, args.quiet)
     except KeyboardInterrupt:
         print("kiln.reference: interrupted", file=sys.stderr)
         return 130
-    return 0
 
 
 if __name__ == "__main__":

@@ -212,6 +212,12 @@ void kiln_gate_precompile_wait(pid_t pid);
 int kiln_refs_ensure(const kiln_problem *p, const char *device, const char *ref_dir,
                      int quiet_stdout, kiln_refdata **out, kiln_err *err);
 
+/* Between these, kiln_refs_ensure builds reference data in one helper process that serves every
+ * problem (`python -m kiln.reference --serve`: torch imported and the device opened once, not per
+ * problem); _end stops it. Without them each build runs a helper of its own. */
+void kiln_refs_serve_begin(void);
+void kiln_refs_serve_end(void);
+
 /* The Python interpreter kiln uses: $KILN_PYTHON, else <kiln_home>/.venv/bin/python, else python3.
  */
 const char *kiln_python(void);

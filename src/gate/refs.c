@@ -3,7 +3,9 @@
 #include "gate.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,44 +26,162 @@ const char *kiln_python(void) {
     return path;
 }
 
-static int run_helper(const kiln_problem *p, const char *device, const char *out_dir,
-                      int quiet_stdout, kiln_err *err) {
-    char key[17];
-    snprintf(key, sizeof key, "%016llx", (unsigned long long)p->source_key);
+/* Forks the helper: `python -m kiln.reference` with args (NULL-terminated, after the module); its
+ * stdin and stdout on fd io when io >= 0, else stdout on stderr where quiet_stdout. -1 (err set)
+ * when it cannot fork. */
+static pid_t spawn_helper(const char *const *args, int io, int quiet_stdout, kiln_err *err) {
     const char *py = kiln_python();
     char *pythonpath = getenv("PYTHONPATH") && *getenv("PYTHONPATH")
                            ? xasprintf("%s/python:%s", kiln_home(), getenv("PYTHONPATH"))
                            : xasprintf("%s/python", kiln_home());
+    const char *argv[16] = {py, "-m", "kiln.reference"};
+    int n = 3;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
         free(pythonpath);
-        return kiln_errf(err, KILN_ERR_IO, "fork failed: %s", strerror(errno));
+        kiln_errf(err, KILN_ERR_IO, "fork failed: %s", strerror(errno));
+        return -1;
     }
     if (pid == 0) {
         setenv("PYTHONPATH", pythonpath, 1);
-        if (quiet_stdout)
+        if (io >= 0) {
+            dup2(io, 0);
+            dup2(io, 1);
+        } else if (quiet_stdout) {
             dup2(2, 1);
-        execlp(py, py, "-m", "kiln.reference", p->dir, "--out", out_dir, "--device", device,
-               "--key", key, (char *)NULL);
+        }
+        execvp(py, (char *const *)argv);
         fprintf(stderr, "kiln: cannot run %s: %s (set KILN_PYTHON to a Python with torch)\n", py,
                 strerror(errno));
         _exit(127);
     }
     free(pythonpath);
+    return pid;
+}
+
+/* The error of a helper that ended with status (waitpid's). */
+static int helper_failed(const char *dir, int status, kiln_err *err) {
+    if (WIFEXITED(status))
+        return kiln_errf(err, KILN_ERR_INVALID,
+                         "%s: the reference helper (%s -m kiln.reference) failed with exit status "
+                         "%d; its message is above",
+                         dir, kiln_python(), WEXITSTATUS(status));
+    return kiln_errf(err, KILN_ERR_INVALID, "%s: the reference helper died of signal %d", dir,
+                     WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* The serving helper (kiln_refs_serve_begin): one interpreter for many problems, requests and
+ * answers as JSON lines over a socket (sent with MSG_NOSIGNAL: a helper that died is an error, not
+ * a SIGPIPE). */
+static struct {
+    int on;    /* between kiln_refs_serve_begin and _end */
+    pid_t pid; /* 0: not running */
+    int fd;
+    FILE *from;
+} serving;
+
+void kiln_refs_serve_begin(void) {
+    serving.on = 1;
+}
+
+static void serve_stop(int *status) {
+    if (serving.from)
+        fclose(serving.from); /* closes fd: the helper's stdin ends and it exits */
+    serving.from = NULL;
+    serving.fd = -1;
+    int st = 0;
+    if (serving.pid > 0)
+        while (waitpid(serving.pid, &st, 0) < 0 && errno == EINTR) {
+        }
+    serving.pid = 0;
+    if (status)
+        *status = st;
+}
+
+void kiln_refs_serve_end(void) {
+    serve_stop(NULL);
+    serving.on = 0;
+}
+
+static int serve_request(const kiln_problem *p, const char *device, const char *out_dir,
+                         const char *key, kiln_err *err) {
+    if (!serving.pid) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+            return kiln_errf(err, KILN_ERR_IO, "socketpair failed: %s", strerror(errno));
+        const char *args[] = {"--serve", "--device", device, NULL};
+        pid_t pid = spawn_helper(args, sv[1], 1, err);
+        close(sv[1]);
+        if (pid < 0) {
+            close(sv[0]);
+            return KILN_ERR_IO;
+        }
+        serving.pid = pid;
+        serving.fd = sv[0];
+        serving.from = fdopen(sv[0], "r");
+    }
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "dir", p->dir);
+    cJSON_AddStringToObject(req, "out", out_dir);
+    cJSON_AddStringToObject(req, "device", device);
+    cJSON_AddStringToObject(req, "key", key);
+    char *line = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    size_t len = strlen(line), sent = 0;
+    line[len] = '\n'; /* cJSON's buffer ends in a NUL: one byte to spare */
+    while (sent <= len) {
+        ssize_t k = send(serving.fd, line + sent, len + 1 - sent, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        sent += (size_t)k;
+    }
+    free(line);
+    char *answer = NULL;
+    size_t cap = 0;
+    int status = -1;
+    if (sent == len + 1 && getline(&answer, &cap, serving.from) > 0) {
+        cJSON *a = cJSON_Parse(answer);
+        const cJSON *st = a ? cJSON_GetObjectItemCaseSensitive(a, "status") : NULL;
+        if (cJSON_IsNumber(st))
+            status = st->valueint;
+        cJSON_Delete(a);
+    }
+    free(answer);
+    if (status == 0)
+        return KILN_OK;
+    if (status > 0)
+        return kiln_errf(err, KILN_ERR_INVALID,
+                         "%s: the reference helper (%s -m kiln.reference --serve) failed with "
+                         "status %d; its message is above",
+                         p->dir, kiln_python(), status);
+    int ended = 0; /* it died: the next request starts another */
+    serve_stop(&ended);
+    return helper_failed(p->dir, ended, err);
+}
+
+static int run_helper(const kiln_problem *p, const char *device, const char *out_dir,
+                      int quiet_stdout, kiln_err *err) {
+    char key[17];
+    snprintf(key, sizeof key, "%016llx", (unsigned long long)p->source_key);
+    if (serving.on)
+        return serve_request(p, device, out_dir, key, err);
+    const char *args[] = {p->dir, "--out", out_dir, "--device", device, "--key", key, NULL};
+    pid_t pid = spawn_helper(args, -1, quiet_stdout, err);
+    if (pid < 0)
+        return KILN_ERR_IO;
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return KILN_OK;
-    if (WIFEXITED(status))
-        return kiln_errf(err, KILN_ERR_INVALID,
-                         "%s: the reference helper (%s -m kiln.reference) failed with exit status "
-                         "%d; its message is above",
-                         p->dir, py, WEXITSTATUS(status));
-    return kiln_errf(err, KILN_ERR_INVALID, "%s: the reference helper died of signal %d", p->dir,
-                     WTERMSIG(status));
+    return helper_failed(p->dir, status, err);
 }
 
 static char *cache_dir_for(const kiln_problem *p, const char *device) {

@@ -72,10 +72,12 @@
 static volatile sig_atomic_t coord_signals;
 
 /* A rough, deliberately high guess of the seconds a problem's reference data takes to build when it
- * is not on disk yet: a helper's start-up, then three sets of every workload's tensors written and
- * hashed at 0.5 GB/s. Only the order of magnitude matters: a GEMM with gigabytes of output is not
- * started when its sets would eat the search's time, and the smaller problems after it still are.
- * Sets already built are only read and checked (a quarter of that).
+ * is not on disk yet: half a second to load and run the reference in the one helper that serves
+ * every problem (kiln_refs_serve_begin; its own start-up is paid by the first problem, which is
+ * always prepared), then three sets of every workload's tensors written and hashed at 0.5 GB/s.
+ * Only the order of magnitude matters: a GEMM with gigabytes of output is not started when its sets
+ * would eat the search's time, and the smaller problems after it still are. Sets already built are
+ * only read and checked (a quarter of that).
  */
 static double prepare_estimate_s(const kiln_problem *p, int cuda) {
     double bytes = 0;
@@ -84,7 +86,7 @@ static double prepare_estimate_s(const kiln_problem *p, int cuda) {
     char *manifest = xasprintf("%s/kiln/ref-%s/manifest.json", p->dir, cuda ? "cuda" : "cpu");
     int built = access(manifest, R_OK) == 0; /* then only read and checked */
     free(manifest);
-    return built ? 3.0 * bytes / 2e9 : 2.0 + 3.0 * bytes / 0.5e9;
+    return built ? 3.0 * bytes / 2e9 : 0.5 + 3.0 * bytes / 0.5e9;
 }
 
 static void on_signal(int sig) {
@@ -975,6 +977,7 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
     free(prep);
     char *deferred = xcalloc((size_t)(c->n_problems > 0 ? c->n_problems : 1), 1);
     int rc = 0;
+    kiln_refs_serve_begin(); /* one helper for every problem's reference data */
     for (int pass = 0; pass < 2 && rc == 0; pass++)
         for (int i = 0; i < c->n_problems && rc == 0; i++) {
             kiln_opt_problem *pr = &c->problems[i];
@@ -990,6 +993,7 @@ static int prepare_problems(kiln_opt_ctx *c, kiln_store *s, int *n_active, kiln_
             }
             rc = finish_problem(c, s, pr, no_family, n_active, err);
         }
+    kiln_refs_serve_end();
     free(deferred);
     return rc;
 }

@@ -443,15 +443,27 @@ def test_sigint_while_preparing_prepares_nothing_more(template, tmp_path):
 
 def test_preparing_leaves_the_time_limit_to_candidates(template, tmp_path):
     """Reference data is built before a problem is searched, and at real size it takes tens of seconds: with
-    --time 6, once the first problem's sets are written (a helper start-up here) the others would not fit in
-    preparing's share (40 %) and are skipped with that reason, and the first gets its candidates."""
+    --time 6, a problem whose sets would take longer than what is left of preparing's share (40 %) — a 2 GiB
+    workload added to a copy of the hottest problem — is skipped with that reason, the small problems after it
+    are still prepared, and the hottest gets its candidates."""
     run = new_run(template, tmp_path, "share")
     for ref in run.glob("problems/*/kiln/ref-*"):
         shutil.rmtree(ref)
+    first = run / "problems" / Path(CANDIDATES[0]).name
+    big = run / "problems" / "softmax_big"
+    shutil.copytree(first, big)
+    d = json.loads((big / "definition.json").read_text())
+    d["name"] = "softmax_big"
+    d["kiln"]["share"] = json.loads((first / "definition.json").read_text())["kiln"]["share"] / 1.5
+    (big / "definition.json").write_text(json.dumps(d, indent=2))
+    with open(big / "workload.jsonl", "a") as f:
+        f.write(json.dumps({"uuid": "0b16b16b-0000-4000-8000-000000000001", "axes": {"rows": 8192, "cols": 65536},
+                            "inputs": {"x": {"type": "random"}}}) + "\n")
     r = run_optimize(run, "--budget", 2, "--time", 6, "--json")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.count("writing reference data for") == 1, r.stderr
-    assert "not prepared: its reference data would not fit in preparing's share" in r.stderr
+    assert "softmax_big: skipped: not prepared: its reference data would not fit in preparing's share" in r.stderr
+    assert "writing reference data for softmax_big" not in r.stderr, r.stderr
+    assert r.stderr.count("writing reference data for") == len(template["names"]), r.stderr
     assert query(run, "SELECT COUNT(*) FROM result")[0][0] >= 1
 
 
@@ -688,3 +700,31 @@ def test_a_problem_only_vendor_families_match_is_prepared_last(tmp_path):
     table = json.loads(r.stdout)
     assert [p["problem"] for p in table["problems"]] == [gemm, chain, softmax]  # the table: hottest first
     assert all(p.get("candidates", 0) >= 1 for p in table["problems"]), table
+
+
+def test_one_helper_prepares_every_problem_and_survives_failures(template, tmp_path):
+    """Preparing runs one reference helper for every problem (`python -m kiln.reference --serve`: torch
+    imported once, not per problem; Gemma-4's 48 problems took 96.5 s here with a helper each, 3.5 s with one).
+    A reference that raises is that problem's error and the next request goes on in the same helper; a
+    reference that kills its interpreter is that problem's error too, and the next problem gets a new one."""
+    run = new_run(template, tmp_path, "serve")
+    for ref in run.glob("problems/*/kiln/ref-*"):
+        shutil.rmtree(ref)
+    hottest = json.loads((run / "problems" / Path(CANDIDATES[0]).name / "definition.json").read_text())
+    for name, body in (("raises", "raise RuntimeError('kiln test: this reference fails')"),
+                       ("dies", "import os; os._exit(3)")):
+        dst = run / "problems" / f"softmax_{name}"
+        shutil.copytree(run / "problems" / Path(CANDIDATES[0]).name, dst)
+        d = json.loads((dst / "definition.json").read_text())
+        d["name"] = f"softmax_{name}"
+        d["kiln"]["share"] = hottest["kiln"]["share"] * (2 if name == "raises" else 1.5)  # prepared first
+        d["reference"] = f"import torch\n\n@torch.no_grad()\ndef run(x):\n    {body}\n"
+        (dst / "definition.json").write_text(json.dumps(d, indent=2))
+    r = run_optimize(run, "--budget", 1)
+    assert r.returncode == 0, r.stderr
+    assert "kiln test: this reference fails" in r.stderr, r.stderr
+    assert re.search(r"softmax_raises: skipped: no reference data: .*--serve\) failed with status 1", r.stderr), r.stderr
+    assert re.search(r"softmax_dies: skipped: no reference data: .*failed with exit status 3", r.stderr), r.stderr
+    for name in template["names"]:  # prepared after both, the second by a new helper
+        assert f"{name}: skipped" not in r.stderr, r.stderr
+    assert query(run, "SELECT COUNT(*) FROM result")[0][0] >= len(template["names"])
