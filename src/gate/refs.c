@@ -3,7 +3,6 @@
 #include "gate.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>

@@ -150,7 +150,7 @@ static int load_workload(kiln_resident *r, const kiln_problem *p, const kiln_ref
     w->n_sets = sets_held(ref, wi, most);
     int *pick = xcalloc((size_t)w->n_sets, sizeof *pick);
     pick_sets(rw, w->n_sets, pick);
-    w->n_slots = rw->n_sets + 1;
+    w->n_slots = w->n_sets + 1;
     w->pool = xcalloc((size_t)w->n_sets, sizeof *w->pool);
     w->ref = xcalloc((size_t)w->n_sets, sizeof *w->ref);
     w->scalars = xcalloc((size_t)w->n_sets, sizeof *w->scalars);

@@ -273,6 +273,9 @@ def test_sets_that_do_not_fit_the_gates_memory_budget(refs, monkeypatch):
     for w in r["workloads"]:
         assert w["proved_sets"] == 2 and w["sets_in_reference"] == n_sets, w
         assert w["time_us"]["median"] > 0, w
+    # with two sets every slot still sees both in turn: a kernel that replays its answer by pointer fails
+    cheat = cpu_eval(problem, "../hostile/cpu/pointer_cache.c", refs, "--iters", 8, "--warmup", 1)
+    assert cheat["outcome"] == "mismatch", (cheat["outcome"], cheat["evidence"])
     monkeypatch.setenv("KILN_GATE_MEMORY_GB", repr((need(1) + need(2)) / 2 / 2**30))
     p = run_kiln(["eval", f"{PROBLEMS}/{problem}", f"{K}/good_softmax.c", "--backend", "cpu", "--json",
                   "--ref-dir", refs / f"{problem}-cpu", *FAST])
