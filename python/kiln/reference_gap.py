@@ -125,8 +125,7 @@ class GapBins:
 
 HALF = ("float16", "bfloat16")
 _WIDER = {torch.float32: torch.float64, torch.float16: torch.float32, torch.bfloat16: torch.float32}
-_SIXTEEN = (torch.float16, torch.bfloat16)
-_MIXED_OK = (torch.ops.aten.copy_.default,)  # a copy into a buffer of its own dtype
+_SIXTEEN = tuple(getattr(torch, name) for name in HALF)
 
 
 def several_ops(problem) -> bool:
@@ -154,7 +153,8 @@ class _WidenCasts(TorchDispatchMode):
         kwargs = {k: _widen_dtype(v) for k, v in (kwargs or {}).items()}
         args = tuple(_widen_dtype(a) for a in args)
         floats = [t.dtype for t in _tensors(args) if t.is_floating_point()]
-        if len(set(floats)) > 1 and func not in _MIXED_OK:
+        # not an op that writes into an argument (copy_, add_): a cast copy would take the write
+        if len(set(floats)) > 1 and not func._schema.is_mutable:
             widest = max(floats, key=lambda d: torch.finfo(d).bits)
             args = tuple(_cast_float(a, widest) for a in args)
         return func(*args, **kwargs)

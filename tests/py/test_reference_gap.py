@@ -308,3 +308,12 @@ def test_a_chain_that_casts_back_to_bfloat16_gets_its_wider_run():
     points = bins.points()["out0"]
     gap = 2 * (out.float() - exact).abs().max().item()
     assert gap > 0.05 and max(y for _, y in points) == pytest.approx(gap, rel=0.01), (points, gap)
+
+
+def test_the_wider_runs_casts_leave_writes_into_an_argument_alone():
+    """An op that writes into its argument keeps it (a cast copy would take the write and lose it): a bfloat16
+    buffer that a chain adds float32 into in place is that buffer afterwards, in the wider run as without it."""
+    buf = torch.zeros(4, dtype=torch.bfloat16)
+    with reference_gap._WidenCasts():
+        out = torch.ops.aten.add_.Tensor(buf, torch.ones(4, dtype=torch.float32))
+    assert out.data_ptr() == buf.data_ptr() and buf.tolist() == [1.0] * 4
