@@ -207,6 +207,15 @@ void kiln_gate_precompile_wait(pid_t pid);
 
 /* ---- reference data (refs.c) ---- */
 
+/* Input sets per workload kiln asks the helper for: the workload's own and two random ones. */
+#define KILN_REF_SETS 3
+
+/* Refuses to build reference data of p into dir when its sets would leave less than
+ * $KILN_DISK_RESERVE_GB (default 1) free on dir's disk: the store and the logs write there too, and
+ * a full disk fails every write of a search, not only this problem's. 0, or KILN_ERR_IO naming both
+ * sizes. */
+int kiln_refs_disk_check(const kiln_problem *p, const char *dir, kiln_err *err);
+
 /* Finds the reference data for p on device ("cpu"/"cuda") or builds it with the Python helper.
  * ref_dir (optional) overrides the location. quiet_stdout sends the helper's progress to stderr. */
 int kiln_refs_ensure(const kiln_problem *p, const char *device, const char *ref_dir,

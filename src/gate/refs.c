@@ -5,7 +5,10 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <dirent.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,6 +77,58 @@ static int helper_failed(const char *dir, int status, kiln_err *err) {
                      WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+/* KILN_REF_SETS as the helper's --sets argument. */
+static const char *sets_arg(void) {
+    static char arg[16];
+    snprintf(arg, sizeof arg, "%d", KILN_REF_SETS);
+    return arg;
+}
+
+/* The bytes of the regular files in dir (a stale build the helper writes over); 0 if none. */
+static double dir_file_bytes(const char *dir) {
+    double total = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *path = kiln_path_join(dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            total += (double)st.st_size;
+        free(path);
+    }
+    closedir(d);
+    return total;
+}
+
+int kiln_refs_disk_check(const kiln_problem *p, const char *dir, kiln_err *err) {
+    double reserve_gb = 1.0;
+    const char *env = getenv("KILN_DISK_RESERVE_GB");
+    if (env && *env) {
+        char *end = NULL;
+        double v = strtod(env, &end);
+        if (end && *end == 0 && v >= 0)
+            reserve_gb = v;
+    }
+    double need = 0;
+    for (int w = 0; w < p->n_workloads; w++)
+        need += KILN_REF_SETS * kiln_problem_min_bytes(p, &p->workloads[w]);
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0)
+        return KILN_OK; /* not known: the helper finds out */
+    double avail = (double)sv.f_bavail * (double)sv.f_frsize + dir_file_bytes(dir);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (need + reserve_gb * gib <= avail)
+        return KILN_OK;
+    return kiln_errf(err, KILN_ERR_IO,
+                     "%s: its reference data (%d sets, about %.2f GiB) would leave less than "
+                     "%.1f GiB free on the disk of %s (%.2f GiB free; KILN_DISK_RESERVE_GB): free "
+                     "space there, or delete the reference data of problems done with (their "
+                     "kiln/ref-* folders)",
+                     p->name, KILN_REF_SETS, need / gib, reserve_gb, dir, avail / gib);
+}
+
 /* The serving helper (kiln_refs_serve_begin): one interpreter for many problems, requests and
  * answers as JSON lines over a socket (sent with MSG_NOSIGNAL: a helper that died is an error, not
  * a SIGPIPE). */
@@ -113,7 +168,7 @@ static int serve_request(const kiln_problem *p, const char *device, const char *
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
             return kiln_errf(err, KILN_ERR_IO, "socketpair failed: %s", strerror(errno));
-        const char *args[] = {"--serve", "--device", device, NULL};
+        const char *args[] = {"--serve", "--device", device, "--sets", sets_arg(), NULL};
         pid_t pid = spawn_helper(args, sv[1], 1, err);
         close(sv[1]);
         if (pid < 0) {
@@ -171,7 +226,8 @@ static int run_helper(const kiln_problem *p, const char *device, const char *out
     snprintf(key, sizeof key, "%016llx", (unsigned long long)p->source_key);
     if (serving.on)
         return serve_request(p, device, out_dir, key, err);
-    const char *args[] = {p->dir, "--out", out_dir, "--device", device, "--key", key, NULL};
+    const char *args[] = {p->dir,  "--out", out_dir,  "--device", device,
+                          "--key", key,     "--sets", sets_arg(), NULL};
     pid_t pid = spawn_helper(args, -1, quiet_stdout, err);
     if (pid < 0)
         return KILN_ERR_IO;
@@ -230,6 +286,8 @@ int kiln_refs_ensure(const kiln_problem *p, const char *device, const char *ref_
     /* Missing, stale or changed: (re)build it. */
     fprintf(stderr, "kiln: writing reference data for %s into %s\n", p->name, dir);
     if ((rc = kiln_mkdirs(dir, err)))
+        goto done;
+    if ((rc = kiln_refs_disk_check(p, dir, err)))
         goto done;
     if ((rc = run_helper(p, device, dir, quiet_stdout, err)))
         goto done;

@@ -469,6 +469,38 @@ def test_preparing_leaves_the_time_limit_to_candidates(template, tmp_path):
     assert query(run, "SELECT COUNT(*) FROM result")[0][0] >= 1
 
 
+def test_reference_data_that_would_fill_the_disk_is_not_written(template, tmp_path):
+    """A problem whose reference sets would leave less than $KILN_DISK_RESERVE_GB free is skipped with both
+    sizes, before the helper writes a byte: on the device a full disk (sets of every Gemma-4 problem) failed
+    the store's every write, and the search with it. Here the reserve leaves 1 GiB to write: the small problems
+    are prepared and searched, the 12 GiB of a big workload's three sets are refused."""
+    run = new_run(template, tmp_path, "disk")
+    for ref in run.glob("problems/*/kiln/ref-*"):
+        shutil.rmtree(ref)
+    first = run / "problems" / Path(CANDIDATES[0]).name
+    big = run / "problems" / "softmax_big"
+    shutil.copytree(first, big)
+    d = json.loads((big / "definition.json").read_text())
+    d["name"] = "softmax_big"
+    (big / "definition.json").write_text(json.dumps(d, indent=2))
+    with open(big / "workload.jsonl", "a") as f:
+        f.write(json.dumps({"uuid": "0b16b16b-0000-4000-8000-000000000002", "axes": {"rows": 8192, "cols": 65536},
+                            "inputs": {"x": {"type": "random"}}}) + "\n")
+    free_gib = shutil.disk_usage(run).free / 2**30
+    if free_gib < 2:
+        pytest.skip(f"{free_gib:.1f} GiB free here: too little to leave 1 GiB to the test")
+    env = kiln_env()
+    env["KILN_DISK_RESERVE_GB"] = f"{free_gib - 1:.3f}"
+    r = subprocess.run(optimize_cmd(run, "--budget", 1), cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=RUN_TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"softmax_big: skipped: no reference data: softmax_big: its reference data \(3 sets, "
+                     r"about 12\.00 GiB\) would leave less than [0-9.]+ GiB free on the disk of ", r.stderr), r.stderr
+    assert not list(big.glob("kiln/ref-*/*.safetensors")), "no set of the big problem is written"
+    assert r.stderr.count("writing reference data for") == len(template["names"]) + 1, r.stderr
+    assert query(run, "SELECT COUNT(*) FROM result")[0][0] >= len(template["names"])
+
+
 def test_time_limit_and_named_problems(template, tmp_path):
     # problem directories named on the command line instead of RUN/problems
     run = tmp_path / "named"
