@@ -284,11 +284,11 @@ int kiln_refs_ensure(const kiln_problem *p, const char *device, const char *ref_
         *out = NULL;
     }
     /* Missing, stale or changed: (re)build it. */
-    fprintf(stderr, "kiln: writing reference data for %s into %s\n", p->name, dir);
     if ((rc = kiln_mkdirs(dir, err)))
         goto done;
     if ((rc = kiln_refs_disk_check(p, dir, err)))
         goto done;
+    fprintf(stderr, "kiln: writing reference data for %s into %s\n", p->name, dir);
     if ((rc = run_helper(p, device, dir, quiet_stdout, err)))
         goto done;
     rc = kiln_refdata_load(dir, p, out, err);
