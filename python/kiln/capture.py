@@ -663,7 +663,7 @@ class Capture:
         from kiln.capture_chain import build_trace, held_instance
         from kiln.capture_problem import module_ops, problem_name
         first, the_models = held_instance(self.graph, m["calls"], self.recorder.samples)
-        tr, why = build_trace(self.graph, first, self.recorder.samples, self.recorder.tid_names)
+        tr, why = build_trace(self.graph, first, self.recorder.samples, self.recorder.tid_names, m["calls"])
         if tr is None:
             m["skipped"] = f"tensors not held: {why}"
             return None

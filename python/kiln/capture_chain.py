@@ -363,10 +363,49 @@ def _held_value(g: Graph, samples: dict, tid, meta):
     return out if out is not None and out.held else None
 
 
-def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict) -> tuple:
+CONSTANT_MAKERS = frozenset({"full", "scalar_tensor"})
+
+
+def _constant_of(g: Graph, chain: list, calls: list, at: int, k: int, stored):
+    """The number a chain member reads as its input k where that is a 0-dim tensor made from constants
+    outside the chain (`torch.full([], finfo.min)`, `torch.full([], head_dim ** 0.5)`: older GPT-2's mask
+    fill and scale, GPT-Neo's, Falcon's) by a call of the same signature — so of the same value — in every
+    instance of the chain, else None. Such a tensor is the program's constant, not data: as an input, its
+    random sets would be draws, and the attention family could not read it as a scale or a mask's fill."""
+    _, tid, meta = g.ops[chain[at]].inputs[k]
+    p = g.producer.get(tid)
+    if list(meta.shape) != [] or p is None or not meta.dtype.is_floating_point or stored is None or \
+            not stored.held or g.ops[p[0]].func._opname not in CONSTANT_MAKERS or g.ops[p[0]].inputs:
+        return None
+    for ids in calls or [chain]:
+        if len(ids) != len(chain):
+            return None
+        q = g.producer.get(g.ops[ids[at]].inputs[k][1]) if k < len(g.ops[ids[at]].inputs) else None
+        if q is None or g.ops[q[0]].key != g.ops[p[0]].key:
+            return None
+    return float(stored.load().item())
+
+
+def _scalar_overload(func, positions: set):
+    """The overload of func's op that takes a Scalar at the schema positions `positions` and the same
+    types elsewhere (div.Tensor -> div.Scalar, where.self -> where.ScalarOther), or None."""
+    packet = getattr(torch.ops.aten, func._opname, None)
+    want = [("number" if i in positions else str(a.type)) for i, a in enumerate(func._schema.arguments)]
+    for name in packet.overloads() if packet is not None else []:
+        other = getattr(packet, name)
+        if [str(a.type) for a in other._schema.arguments] == want and \
+                [str(r.type) for r in other._schema.returns] == [str(r.type) for r in func._schema.returns]:
+            return other
+    return None
+
+
+def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict, calls: Optional[list] = None,
+                constants: bool = True) -> tuple:
     """(ChainTrace, None) for a chain whose members' first calls were held, else (None, why). The inputs
     are the tensors the members' held first calls read (each signature's first call: the same shapes,
-    dtypes and strides as this chain's calls; the same values when held_instance chose the chain)."""
+    dtypes and strides as this chain's calls; the same values when held_instance chose the chain), but a
+    0-dim tensor every instance (calls: the chain group's op ids) makes from constants is written as its
+    number, through the op's Scalar overload (_constant_of)."""
     from kiln.capture_problem import DTYPE_NAMES
     from kiln.capture_record import _Var, Slot, safe_name
     tr = ChainTrace()
@@ -375,14 +414,19 @@ def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict) -> tuple:
     produced = {}  # tid -> (var, TensorMeta as returned)
     n_views = 0
     members = set(chain)
-    for i in chain:
+    for at, i in enumerate(chain):
         op = g.ops[i]
         sample = samples.get(op.key)
         if sample is None or len(sample.inputs) != len(op.inputs) or any(sample.flat_is_out):
             return None, f"the first call of {op.func._opname} ({op.module_path}) was not held"
         tr.grad_mode = sample.grad_mode
-        slots = {}
+        slots, numbers = {}, {}
+        call = op.func  # the member's overload (its Scalar one where numbers replace tensors)
         for k, (_, tid, meta) in enumerate(op.inputs):
+            number = _constant_of(g, chain, calls, at, k, sample.inputs[k]) if constants else None
+            if number is not None:
+                numbers[k] = number
+                continue
             if (tid, meta) in values:
                 slots[k] = values[(tid, meta)]
                 continue
@@ -416,8 +460,19 @@ def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict) -> tuple:
                 tr.origins[name] = pname or "activation"
             slots[k] = names[(tid, meta)]
 
+        if numbers:  # the flat inputs are the schema's tensor arguments in order
+            tensor_args = [j for j, a in enumerate(call._schema.arguments) if str(a.type) == "Tensor"]
+            scalar = None
+            if len(tensor_args) == len(op.inputs):
+                scalar = _scalar_overload(call, {tensor_args[k] for k in numbers})
+            if scalar is None:  # no Scalar overload: the tensors stay inputs
+                return build_trace(g, chain, samples, tid_names, calls, constants=False)
+            call = scalar
+
         def bind(v):
             if isinstance(v, Slot):
+                if v.index in numbers:
+                    return numbers[v.index]
                 return _Var(slots[v.index])
             if isinstance(v, (list, tuple)):
                 items = [bind(x) for x in v]
@@ -427,7 +482,7 @@ def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict) -> tuple:
         outs = [f"v{i}_{j}" for j in range(len(op.outputs))]
         dtypes = [DTYPE_NAMES.get(m.dtype) for _, m in op.outputs]
         single = len(op.func._schema.returns) == 1 and str(op.func._schema.returns[0].type) == "Tensor"
-        tr.lines.append((op.func, bind(sample.struct_args), bind(sample.struct_kwargs),
+        tr.lines.append((call, bind(sample.struct_args), bind(sample.struct_kwargs),
                          outs[0] if single else outs, dtypes[0] if single else dtypes))
         if len(sample.outputs) != len(op.outputs):
             return None, f"the results of {op.func._opname} were not held"
@@ -437,3 +492,4 @@ def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict) -> tuple:
         var, meta, stored = produced[tid]
         tr.outputs.append((var, copy.copy(stored), meta))
     return tr, None
+

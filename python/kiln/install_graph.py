@@ -37,6 +37,42 @@ def graph_notes(inst: "Installation") -> list:
     return [n for n in inst.notes if n.startswith(GRAPH_NOTE)]
 
 
+def scalar_constants(graph) -> int:
+    """Rewrites the 0-dim tensors a graph makes from constants (`full.default([], c)`, dynamo's form of
+    `torch.full([], finfo.min)`) where an op reads them as capture writes them (kiln.capture_chain,
+    _constant_of): `div.Tensor(x, full)` as `div.Scalar(x, c)`, and `where.self`'s fill as the
+    `scalar_tensor` its Scalar overload traces to. The values are the same (c in the tensor's dtype, and a
+    0-dim operand promotes as a scalar does), so the graph computes what it did; an entry captured from
+    older GPT-2's `torch.where(mask, scores, full([], finfo.min))` then matches its pattern. The rewrites."""
+    import torch
+    aten = torch.ops.aten
+    n = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        for k, arg in enumerate(node.args):
+            if not (isinstance(arg, torch.fx.Node) and arg.op == "call_function" and arg.target is aten.full.default
+                    and list(arg.args[0]) == [] and isinstance(arg.args[1], (int, float))):
+                continue
+            dtype = arg.kwargs.get("dtype")
+            if dtype is None or not dtype.is_floating_point:
+                continue
+            value = float(torch.tensor(arg.args[1], dtype=dtype))
+            if node.target is aten.where.self and k in (1, 2):
+                with graph.inserting_before(node):
+                    const = graph.call_function(aten.scalar_tensor.default, (value,), {
+                        "dtype": dtype, "layout": torch.strided, "device": arg.kwargs.get("device")})
+                const.meta = dict(arg.meta)
+                node.replace_input_with(arg, const)
+                n += 1
+            elif k == 1 and node.target._overloadname == "Tensor" and \
+                    node.target._opname in ("div", "mul") and len(node.args) == 2 and not node.kwargs:
+                node.target = getattr(getattr(aten, node.target._opname), "Scalar")
+                node.args = (node.args[0], value)
+                n += 1
+    return n
+
+
 def graph_backend(inst: "Installation"):
     """The torch.compile backend of graph mode for this installation (torch.compile(model, backend=...))."""
     from functorch.compile import make_boxed_func
@@ -54,6 +90,7 @@ def graph_backend(inst: "Installation"):
         kept = copy.deepcopy(gm.graph)  # the nodes copied, their meta shared: cheap
         try:
             remove_noop_ops(gm.graph)  # what the patterns' traces had removed (a dropout of p=0's clone)
+            scalar_constants(gm.graph)  # 0-dim constants as the entries' traces have them
             if patterns.apply(gm.graph, "aten"):
                 # a chain with two outputs goes in before the first, and its later calls may read a node
                 # defined after that one (Qwen-3.5's add -> mul): ordered again, as Inductor's post-grad does

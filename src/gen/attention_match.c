@@ -168,7 +168,7 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
                       size_t wl) {
     att_val vals[ATT_MAX_VALS];
     int q = -1, k = -1, v = -1, mask = -1, qs = 0, ks = 0, vs = 0, o_swap = 0;
-    int saw_scale = 0, saw_mask = 0, saw_softmax = 0, o_op = -1;
+    int saw_scale = 0, saw_mask = 0, saw_softmax = 0, saw_where = 0, o_op = -1;
     kiln_dtype s_dtype = KILN_DTYPE_COUNT;
     a->scale = 1.0;
     for (int n = 0; n < c->n_ops; n++) {
@@ -259,6 +259,23 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
             a->round_masked = 0; /* the kept scores are copied, not rounded again */
             r.role = R_S, r.input = -1;
             saw_mask = 1;
+        } else if (kiln_op_is(op, "aten::where.ScalarOther")) {
+            /* torch.where(mask, scores, finfo.min) (older GPT-2, GPT-Neo; capture writes the 0-dim
+             * fill tensor they make as its number): a boolean mask in SDPA's sense, True kept; a
+             * fill of -1e4 or below is -inf to the softmax, as for masked_fill */
+            att_val y = val_of(kiln_op_arg(op, 1, "self"), vals);
+            double fill = kiln_arg_num(kiln_op_arg(op, 2, "other"), NAN);
+            if (y.role != R_S || saw_mask || saw_softmax || x.input < 0 || x.role != R_NONE ||
+                x.swap || p->inputs[x.input].dtype != KILN_BOOL || !(fill <= -1e4)) {
+                snprintf(why, wl,
+                         "aten::where.ScalarOther is not one boolean mask keeping the scores, -inf "
+                         "elsewhere");
+                return 0;
+            }
+            mask = x.input;
+            a->round_masked = 0; /* the kept scores are copied, not rounded again */
+            r.role = R_S, r.input = -1, r.swap = 0;
+            saw_mask = saw_where = 1;
         } else if (is_any(op, CASTS)) {
             if (x.role != R_S && x.role != R_P) {
                 snprintf(why, wl, "%s of something other than the scores or the weights", op->aten);
@@ -318,6 +335,7 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
              saw_scale ? ", scale" : "",
              !saw_mask          ? ""
              : a->mask_inverted ? ", masked_fill with -inf"
+             : saw_where        ? ", where(mask, scores, -inf)"
                                 : ", additive mask");
     return 1;
 }

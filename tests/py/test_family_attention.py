@@ -318,6 +318,35 @@ def test_masked_fill_with_minus_inf_is_an_inverted_boolean_mask(tmp_path: Path):
     assert json.loads(r.stdout)["outcome"] in ("mismatch", "nan"), r.stdout[:2000]
 
 
+def test_where_with_a_0_dim_fill_is_a_boolean_mask(tmp_path: Path):
+    """Older GPT-2's `torch.where(causal_mask, scores / torch.full([], d ** 0.5), torch.full([], finfo.min))`
+    (tests/data/attention/eager_where.py): capture writes the two 0-dim tensors made from constants as their
+    numbers (div.Scalar, where.ScalarOther; as inputs their random sets were draws and the family declined the
+    block), the block is matched as a boolean mask in SDPA's sense and proved, and graph mode, which sees
+    `full` nodes (kiln.install_graph.scalar_constants), replaces both layers' blocks."""
+    need_kiln()
+    run = captured("eager_where.py", tmp_path)
+    (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("attention_")]
+    d = json.loads((p / "definition.json").read_text())
+    atens = [op["aten"] for op in d["kiln"]["ops"]]
+    assert "aten::where.ScalarOther" in atens and "aten::div.Scalar" in atens, atens
+    assert all(i["shape"] for i in d["inputs"].values()), "no 0-dim input is left"
+    out, rows = sweep(p, tmp_path / "sweep")
+    assert "matches family attention (attention_causal_mask)" in out.stderr, out.stderr[-2000:]  # the band
+    result = rows[0]["result"]
+    assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
+    src = Path(rows[0]["file"]).read_text()
+    assert "#define ATT_LM(v) ((v) != 0 ? 0.0f : -INFINITY)" in src and "a.scale = (float)0.25" in src, src[:3000]
+    r = subprocess.run([str(KILN), "optimize", str(run), str(p), "--backend", "cpu", "--budget", "1"], cwd=ROOT,
+                       env=kiln_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run([str(KILN), "run", "--library", str(run), "--graph", "--entries", "all", "--stats",
+                        str(ROOT / "tests" / "data" / "attention" / "eager_where.py")], cwd=ROOT, env=kiln_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(r"where\.ScalarOther .* hits +2 +misses +0", r.stdout + r.stderr), (r.stdout + r.stderr)[-2000:]
+
+
 def test_position_bias_with_heads_innermost(tmp_path: Path):
     """An additive mask whose key dim is not innermost in memory (tests/data/attention/sdpa_position_bias.py: T5's
     relative position bias, [q, k, heads] permuted to [1, heads, q, k] without a copy) is read a.mk elements
