@@ -377,6 +377,10 @@ def _constant_of(g: Graph, chain: list, calls: list, at: int, k: int, stored):
     if list(meta.shape) != [] or p is None or not meta.dtype.is_floating_point or stored is None or \
             not stored.held or g.ops[p[0]].func._opname not in CONSTANT_MAKERS or g.ops[p[0]].inputs:
         return None
+    # a 0-dim float promotes an integer tensor to its own dtype, a number to the default one: floats only
+    if any(not m.dtype.is_floating_point for j, (_, _, m) in enumerate(g.ops[chain[at]].inputs)
+           if j != k and m.dtype != torch.bool):
+        return None
     for ids in calls or [chain]:
         if len(ids) != len(chain):
             return None

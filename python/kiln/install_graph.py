@@ -57,6 +57,10 @@ def scalar_constants(graph) -> int:
             dtype = arg.kwargs.get("dtype")
             if dtype is None or not dtype.is_floating_point:
                 continue
+            others = [a.meta.get("val") for j, a in enumerate(node.args) if j != k and isinstance(a, torch.fx.Node)]
+            if not all(isinstance(v, torch.Tensor) and (v.dtype.is_floating_point or v.dtype == torch.bool)
+                       for v in others):
+                continue  # a 0-dim float promotes an integer tensor to its dtype, a number to the default one
             value = float(torch.tensor(arg.args[1], dtype=dtype))
             if node.target is aten.where.self and k in (1, 2):
                 with graph.inserting_before(node):
