@@ -241,41 +241,29 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
                                   : (sd != KILN_F32 && sd != KILN_DTYPE_COUNT && md != KILN_F32);
             r.role = R_S, r.input = -1;
             saw_mask = 1;
-        } else if (kiln_op_is(op, "aten::masked_fill.Scalar")) {
-            /* scores.masked_fill(mask, -inf) (minGPT's, with mask = bias == 0): a boolean mask,
-             * True where masked. A fill of -1e4 or below is -inf to the softmax (exp underflows to
-             * 0) but for a row masked everywhere, which eager makes uniform: the gate decides. */
-            att_val y = val_of(kiln_op_arg(op, 1, "mask"), vals);
-            double fill = kiln_arg_num(kiln_op_arg(op, 2, "value"), NAN);
-            if (x.role != R_S || saw_mask || saw_softmax || y.input < 0 || y.role != R_NONE ||
-                y.swap || p->inputs[y.input].dtype != KILN_BOOL || !(fill <= -1e4)) {
-                snprintf(why, wl,
-                         "aten::masked_fill.Scalar is not one boolean mask filling the scores "
-                         "with -inf");
+        } else if (kiln_op_is(op, "aten::masked_fill.Scalar") ||
+                   kiln_op_is(op, "aten::where.ScalarOther")) {
+            /* scores.masked_fill(mask, -inf) (minGPT's, with mask = bias == 0: True where masked)
+             * and torch.where(mask, scores, finfo.min) (older GPT-2, GPT-Neo, whose 0-dim fill
+             * tensor capture writes as its number: True kept, SDPA's sense): one boolean mask. A
+             * fill of -1e4 or below is -inf to the softmax (exp underflows to 0) but for a row
+             * masked everywhere, which eager makes uniform: the gate decides. */
+            const int fill_op = kiln_op_is(op, "aten::masked_fill.Scalar");
+            att_val s = fill_op ? x : val_of(kiln_op_arg(op, 1, "self"), vals);
+            att_val m = fill_op ? val_of(kiln_op_arg(op, 1, "mask"), vals) : x;
+            double fill = kiln_arg_num(kiln_op_arg(op, 2, fill_op ? "value" : "other"), NAN);
+            if (s.role != R_S || saw_mask || saw_softmax || m.input < 0 || m.role != R_NONE ||
+                m.swap || p->inputs[m.input].dtype != KILN_BOOL || !(fill <= -1e4)) {
+                snprintf(why, wl, "%s is not one boolean mask putting -inf in the scores",
+                         op->aten);
                 return 0;
             }
-            mask = y.input;
-            a->mask_inverted = 1;
+            mask = m.input;
+            a->mask_inverted = fill_op;
+            saw_where = !fill_op;
             a->round_masked = 0; /* the kept scores are copied, not rounded again */
-            r.role = R_S, r.input = -1;
+            r = s, r.input = -1;
             saw_mask = 1;
-        } else if (kiln_op_is(op, "aten::where.ScalarOther")) {
-            /* torch.where(mask, scores, finfo.min) (older GPT-2, GPT-Neo; capture writes the 0-dim
-             * fill tensor they make as its number): a boolean mask in SDPA's sense, True kept; a
-             * fill of -1e4 or below is -inf to the softmax, as for masked_fill */
-            att_val y = val_of(kiln_op_arg(op, 1, "self"), vals);
-            double fill = kiln_arg_num(kiln_op_arg(op, 2, "other"), NAN);
-            if (y.role != R_S || saw_mask || saw_softmax || x.input < 0 || x.role != R_NONE ||
-                x.swap || p->inputs[x.input].dtype != KILN_BOOL || !(fill <= -1e4)) {
-                snprintf(why, wl,
-                         "aten::where.ScalarOther is not one boolean mask keeping the scores, -inf "
-                         "elsewhere");
-                return 0;
-            }
-            mask = x.input;
-            a->round_masked = 0; /* the kept scores are copied, not rounded again */
-            r.role = R_S, r.input = -1, r.swap = 0;
-            saw_mask = saw_where = 1;
         } else if (is_any(op, CASTS)) {
             if (x.role != R_S && x.role != R_P) {
                 snprintf(why, wl, "%s of something other than the scores or the weights", op->aten);
