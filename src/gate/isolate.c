@@ -420,15 +420,7 @@ static cJSON *session_eval_once(kiln_gate_session *s, int pi, const char *kernel
     cJSON_Delete(cj);
     char *cmd = xasprintf("%s\n", body);
     free(body);
-    size_t len = strlen(cmd), off = 0;
-    while (off < len) {
-        ssize_t w = send(s->sock, cmd + off, len - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        off += (size_t)w;
-    }
+    size_t len = strlen(cmd), off = kiln_send_all(s->sock, cmd, len);
     free(cmd);
     int timed_out = off == len ? watch(&st, s->sock, s->pid, opt, 1) : 0;
     int status = 0;

@@ -186,16 +186,9 @@ static int serve_request(const kiln_problem *p, const char *device, const char *
     cJSON_AddStringToObject(req, "key", key);
     char *line = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
-    size_t len = strlen(line), sent = 0;
+    size_t len = strlen(line);
     line[len] = '\n'; /* cJSON's buffer ends in a NUL: one byte to spare */
-    while (sent <= len) {
-        ssize_t k = send(serving.fd, line + sent, len + 1 - sent, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        sent += (size_t)k;
-    }
+    size_t sent = kiln_send_all(serving.fd, line, len + 1);
     free(line);
     char *answer = NULL;
     size_t cap = 0;

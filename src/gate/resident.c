@@ -127,17 +127,13 @@ static size_t workload_bytes(const kiln_problem *p, const kiln_refdata *ref, int
 /* Which of rw's sets to hold when only n fit: the real ones first, then the random ones, each in
  * their order; pick[] ascending. */
 static void pick_sets(const kiln_refworkload *rw, int n, int *pick) {
-    int k = 0;
-    for (int pass = 1; pass >= 0 && k < n; pass--)
-        for (int s = 0; s < rw->n_sets && k < n; s++)
-            if (rw->sets[s].is_real == pass)
-                pick[k++] = s;
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && pick[j - 1] > pick[j]; j--) {
-            int t = pick[j];
-            pick[j] = pick[j - 1];
-            pick[j - 1] = t;
-        }
+    int real = 0;
+    for (int s = 0; s < rw->n_sets; s++)
+        real += rw->sets[s].is_real;
+    int keep_real = real < n ? real : n, keep_random = n - keep_real, k = 0;
+    for (int s = 0; s < rw->n_sets && k < n; s++)
+        if (rw->sets[s].is_real ? keep_real-- > 0 : keep_random-- > 0)
+            pick[k++] = s;
 }
 
 static int load_workload(kiln_resident *r, const kiln_problem *p, const kiln_refdata *ref, int wi,

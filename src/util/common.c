@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -235,6 +236,19 @@ int kiln_mkdirs(const char *path, kiln_err *err) {
 int kiln_dir_writable(const char *dir) {
     struct stat st;
     return access(dir, W_OK) == 0 && stat(dir, &st) == 0 && (st.st_mode & 0222) != 0;
+}
+
+size_t kiln_send_all(int fd, const void *buf, size_t len) {
+    size_t sent = 0;
+    while (sent < len) {
+        ssize_t k = send(fd, (const char *)buf + sent, len - sent, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        sent += (size_t)k;
+    }
+    return sent;
 }
 
 char *kiln_path_join(const char *dir, const char *name) {

@@ -117,6 +117,9 @@ int kiln_mkdirs(const char *path, kiln_err *err);
 /* 1 when kiln may write into dir: access() allows it AND the directory has a write bit (root passes
  * access() on anything, but a directory published without write bits is not ours to fill). */
 int kiln_dir_writable(const char *dir);
+/* Sends len bytes of buf on socket fd (MSG_NOSIGNAL: a peer that is gone is a short count, not a
+ * SIGPIPE), again after EINTR; returns the bytes sent (len unless the peer went away). */
+size_t kiln_send_all(int fd, const void *buf, size_t len);
 /* path joined with name; caller frees. */
 char *kiln_path_join(const char *dir, const char *name);
 
