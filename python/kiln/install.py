@@ -97,6 +97,7 @@ class Installation:
         self._roots: Optional[RootCompiler] = None  # install(compile=True) without a model
         self._compiled_model = None  # install(compile=..., model=model): compiled in place until uninstall
         self.dispatch_mode = "python"  # install(dispatch=...): "python", "cpp" or "auto"
+        self.run_mode: dict = {"mode": "eager", "auto": False}  # install(compile=...): RUN_MODES key, "reason"
         self.dispatch: dict = {}  # "aten::x.y" -> "cpp" or "python" (set when dispatch_mode is not "python")
         self._swapped_classes: dict = {}  # module class -> kiln's subclass of it (install_cpp.swap_module_class)
         self._cpp_regs: list = []  # (_dispatch.cpp Registration or None, counters, spec) per C++ override or gate
@@ -196,9 +197,9 @@ class Installation:
                 f"{len(self.skipped)} skipped, {'active' if self.active else 'uninstalled'}>")
 
 
-def read_decisions(lib: Library) -> Optional[dict]:
-    """The install.json that `kiln tune` wrote beside the manifest: {entry: {"install": bool, "reason"}},
-    or None when there is none or it belongs to another manifest."""
+def _install_json(lib: Library) -> Optional[dict]:
+    """The install.json that `kiln tune` wrote beside the manifest, or None when there is none or it belongs to
+    another manifest."""
     path = os.path.join(lib.path, INSTALL_DECISIONS)
     try:
         with open(path) as f:
@@ -207,11 +208,27 @@ def read_decisions(lib: Library) -> Optional[dict]:
         return None
     if not isinstance(data, dict) or data.get("manifest_sha256") != lib.manifest_digest():
         return None
-    entries = data.get("entries")
+    return data
+
+
+def read_decisions(lib: Library) -> Optional[dict]:
+    """install.json's decisions: {entry: {"install": bool, "reason", "compile": bool}}, or None."""
+    entries = (_install_json(lib) or {}).get("entries")
     return entries if isinstance(entries, dict) else None
 
 
-COMPILE_MODES = (False, True, "inductor", "graph")  # install(compile=...)
+# kiln run's modes: install(compile=...) for each. "auto" follows install.json's "run_mode".
+RUN_MODES = {"eager": False, "graph": "graph", "compile": True}
+
+
+def read_run_mode(lib: Library) -> Optional[dict]:
+    """install.json's "run_mode": {"mode": one of RUN_MODES, "reason"}, the way `kiln tune` timed fastest on
+    this model; None when tune wrote none (or a mode this kiln does not know)."""
+    m = (_install_json(lib) or {}).get("run_mode")
+    return m if isinstance(m, dict) and m.get("mode") in RUN_MODES else None
+
+
+COMPILE_MODES = (False, True, "inductor", "graph", "auto")  # install(compile=...)
 
 
 def install(library, model=None, *, entries=None, device: Optional[int] = None, verbose: Optional[bool] = None,
@@ -228,7 +245,8 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
              entry names.
     compile_friendly: module entries also become custom ops (kiln::<entry>) that torch.compile traces into
              its graph without a break; the eager path is the same either way (docs/install.md).
-    compile: True (or "inductor"): also torch.compile what runs, with kiln's entries inside the graphs
+    compile: "auto": what `kiln tune` timed fastest on this model (install.json's "run_mode"; `kiln run`'s
+             default), else False. True (or "inductor"): also torch.compile what runs, with kiln's entries inside the graphs
              (implies compile_friendly): `model` in place (Module.compile()), or without a model every root
              module at its first call (kiln.install_inductor.RootCompiler), until uninstall. "graph": the same
              with kiln's graph mode as the backend (kiln.install_graph: dynamo's graphs with kiln's chains
@@ -244,8 +262,7 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
     import torch
     _dispatch_mode(dispatch)  # a bad value is refused before anything is opened
     if not (compile is None or isinstance(compile, bool) or compile in COMPILE_MODES):
-        raise ValueError(f"kiln.install: compile={compile!r}: one of False, True, 'inductor', 'graph'")
-    inductor = compile is True or compile == "inductor"
+        raise ValueError(f"kiln.install: compile={compile!r}: one of False, True, 'inductor', 'graph', 'auto'")
     if _ACTIVE:
         raise KilnError(f"kiln: a library is installed already ({_ACTIVE[-1].library.path}); "
                         "kiln.uninstall() first")
@@ -257,6 +274,14 @@ def install(library, model=None, *, entries=None, device: Optional[int] = None, 
         raise KilnError("kiln: the library is closed")
     inst = Installation(lib, owns)
     inst.dispatch_mode = _dispatch_mode(dispatch, lib.is_cuda)
+    if compile == "auto":
+        chosen = read_run_mode(lib)
+        inst.run_mode = dict(chosen or {"mode": "eager", "reason": "no mode timed by kiln tune for this library"},
+                             auto=True)
+        compile = RUN_MODES[inst.run_mode["mode"]]
+    else:
+        inst.run_mode = {"mode": "graph" if compile == "graph" else "compile" if compile else "eager", "auto": False}
+    inductor = compile is True or compile == "inductor"
     try:
         _install_into(inst, lib, model, entries, compile_friendly or bool(compile), for_compile=inductor,
                       graph_mode=compile == "graph")

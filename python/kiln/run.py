@@ -22,14 +22,20 @@ OPTIONS = [  # (flag, value name or None, help): the options come before the scr
     ("--entries", "all|NAME,...", "the entries to install (default: those worth it: what kiln tune decided, else "
      "those whose kernel beat eager in the gate by more than kiln's dispatch cost; all: every usable one)"),
     ("--strict", None, "exit 1 instead of running eagerly when libkiln_rt refuses the library"),
-    ("--compile", None, "torch.compile the script's model (each root module at its first call) with kiln's "
-     "kernels inside the compiled graphs, as if the script compiled it itself"),
-    ("--graph", None, "kiln's graph mode: each root module is captured by dynamo at its first call and its graphs "
-     "run with PyTorch's own kernels, kiln's chains (an attention block, a norm + activation + residual) replaced "
-     "in them; no Inductor (python/kiln/install_graph.py)"),
+    ("--mode", "auto|eager|graph|compile", "how the model runs: eager (kiln's kernels through PyTorch's "
+     "dispatcher, no graph), graph (--graph), compile (--compile); auto (the default): the way kiln tune timed "
+     "fastest on this model (the library's install.json), else eager"),
+    ("--compile", None, "--mode compile: torch.compile the script's model (each root module at its first call) "
+     "with kiln's kernels inside the compiled graphs, as if the script compiled it itself"),
+    ("--graph", None, "--mode graph, kiln's graph mode: each root module is captured by dynamo at its first call "
+     "and its graphs run with PyTorch's own kernels, kiln's chains (an attention block, a norm + activation + "
+     "residual) replaced in them; no Inductor (python/kiln/install_graph.py)"),
     ("--stats", None, "print the installation and its hits and misses on stderr when the script ends"),
     ("--stats-json", "PATH", "write the installation and its hits and misses to PATH as JSON"),
 ]
+
+
+MODES = ("auto", "eager", "graph", "compile")  # --mode; auto: kiln.install(compile="auto")
 
 
 def help_text() -> str:
@@ -48,8 +54,9 @@ def help_text() -> str:
 
 def parse_args(argv: list) -> dict:
     """kiln's options come before the script; everything after the script is the script's."""
-    opts = {"library": os.environ.get("KILN_LIBRARY") or None, "entries": None, "strict": False, "compile": False,
-            "graph": False, "stats": False, "stats_json": None, "script": None, "script_args": [], "help": False}
+    opts = {"library": os.environ.get("KILN_LIBRARY") or None, "entries": None, "strict": False, "mode": None,
+            "compile": False, "graph": False, "stats": False, "stats_json": None, "script": None, "script_args": [],
+            "help": False}
     valued = {flag for flag, value, _ in OPTIONS if value}
     flags = {flag for flag, value, _ in OPTIONS if not value}
     i = 0
@@ -79,6 +86,12 @@ def parse_args(argv: list) -> dict:
         i += 1
     if opts["compile"] and opts["graph"]:
         raise UsageError("--compile and --graph exclude each other (Inductor's code, or PyTorch's own kernels)")
+    flag = "compile" if opts["compile"] else "graph" if opts["graph"] else None
+    if opts["mode"] is not None and opts["mode"] not in MODES:
+        raise UsageError(f"--mode {opts['mode']}: one of {', '.join(MODES)}")
+    if flag and opts["mode"] not in (None, flag):
+        raise UsageError(f"--{flag} and --mode {opts['mode']} exclude each other")
+    opts["mode"] = flag or opts["mode"] or "auto"
     if i >= len(argv):
         raise UsageError("no script given")
     opts["script"], opts["script_args"] = argv[i], argv[i + 1:]
@@ -132,7 +145,9 @@ def main(argv: Optional[list] = None) -> int:
     from kiln.install import KilnError, install, uninstall
     inst = None
     try:
-        inst = install(opts["library"], entries=opts["entries"], compile="graph" if opts["graph"] else opts["compile"])
+        mode = opts["mode"]
+        inst = install(opts["library"], entries=opts["entries"],
+                       compile=mode if mode in ("auto", "graph") else mode == "compile")
     except KilnError as e:
         print(f"kiln run: {e}", file=sys.stderr)
         if opts["strict"]:
@@ -141,10 +156,14 @@ def main(argv: Optional[list] = None) -> int:
     if inst is not None:
         more = " (--stats lists them)" if inst.skipped and not opts["stats"] else ""
         print(f"kiln run: {inst.line()}{more}", file=sys.stderr, flush=True)
-        if opts["compile"]:
+        mode = inst.run_mode
+        if mode.get("auto") and mode.get("reason") and mode["mode"] != "eager":
+            print(f"kiln run: --mode {mode['mode']}, as {mode['reason']} (--mode eager runs it without a graph)",
+                  file=sys.stderr, flush=True)
+        if mode["mode"] == "compile":
             print("kiln run: --compile: each root module is compiled (torch.compile) at its first call, kiln's "
                   "kernels inside", file=sys.stderr, flush=True)
-        elif opts["graph"]:
+        elif mode["mode"] == "graph":
             print("kiln run: --graph: each root module is captured (dynamo) at its first call and run with kiln's "
                   "chains replaced, PyTorch's kernels for the rest", file=sys.stderr, flush=True)
     if inst is not None and opts["stats"]:
@@ -164,7 +183,8 @@ def main(argv: Optional[list] = None) -> int:
                     print(f"  {target:40s} hits {c['hits']:>8}  misses {c['misses']:>8}  "
                           f"grad fallbacks {c['grad_fallbacks']:>6}", file=sys.stderr)
             if opts["stats_json"]:
-                record = {"library": inst.library.path, "installed": inst.installed, "skipped": inst.skipped,
+                record = {"library": inst.library.path, "mode": inst.run_mode, "installed": inst.installed,
+                          "skipped": inst.skipped,
                           "compiled": inst._roots.compiled if inst._roots is not None else None,
                           "left_out": inst.left_out, "dispatch_cost_us": inst.dispatch_cost_us,
                           "notes": inst.notes, "stats": stats}

@@ -63,7 +63,7 @@ from kiln import default_backend, split_script_args
 from kiln.cli import Parser, UsageError, stdout_to_stderr
 from kiln.install_cost import (EntryBench, Timer, _gate_tensor, prefer_bindings,  # noqa: F401 - its API
                                speedup_judge, spread_pct)
-from kiln.tune_report import render_markdown, write_report  # noqa: F401 - render_markdown: its API
+from kiln.tune_report import recommend, render_markdown, write_report  # noqa: F401 - render_markdown: its API
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TIME_S = {"cuda": 600.0, "cpu": 120.0}
@@ -668,16 +668,32 @@ def decide(entry, bench: Optional[dict], margin: float) -> tuple:
     return True, f"{e / k:.2f}x per call with dispatch ({e:.1f} -> {k:.1f} us)"
 
 
-def write_decisions(lib, decisions: dict) -> str:
+def write_decisions(lib, decisions: dict, run_mode: Optional[dict] = None) -> str:
+    """RUN/library/install.json: per entry whether to install it (and inside torch.compile), and with run_mode
+    ({"mode", "reason"}) how a plain `kiln run` runs the model: the fastest way the forward's timings support."""
     path = os.path.join(lib.path, "install.json")
     data = {"kiln_install": 1, "written_by": "kiln tune", "manifest_sha256": lib.manifest_digest(),
             "written_unix_s": int(time.time()), "entries": decisions}
+    if run_mode:
+        data["run_mode"] = run_mode
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1)
         f.write("\n")
     os.replace(tmp, path)
     return path
+
+
+def run_mode_of(report: dict) -> Optional[dict]:
+    """How a plain `kiln run` should run this model (install.json's "run_mode"): the mode of the way the report
+    recommends (tune_report.recommend), with the figures that chose it. None when the forward was not timed."""
+    rec = recommend(report)
+    if rec is None:
+        return None
+    eager = report["model"]["eager_ms"]
+    return {"mode": rec["mode"], "way": rec["way"],
+            "reason": f"kiln tune timed {rec['way']} the fastest way the spreads support: {rec['ms']:.3f} ms a "
+                      f"forward against eager's {eager:.3f} ms"}
 
 
 def _out_of_time(what: str) -> str:
@@ -1035,6 +1051,8 @@ def install_check(opts, library_dir: Optional[str], report: dict) -> None:
         hits = report["model"].get("entry_hits_per_forward") or {}
         for row in entries_out:
             row["hits_per_forward"] = hits.get(row["name"], 0) if row["installed"] else None
+        if lib is not None:
+            report["install_json"] = write_decisions(lib, decisions, run_mode_of(report))
     if lib is not None:
         lib.close()
     report["torch"] = torch.__version__

@@ -71,12 +71,13 @@ def _time_section(report: dict) -> list:
     return lines + [""]
 
 
-# The ways to run the model, simplest first: (report key, name, how to run it; {lib} and {script} filled in).
-_WAYS = (("eager_ms", "eager", "run the script as it is"),
-         ("compile_ms", "torch.compile", "compile the model with torch.compile, without kiln"),
-         ("kiln_ms", "kiln", "`kiln run --library {lib} {script}`"),
-         ("kiln_graph_ms", "kiln graph mode", "`kiln run --graph --library {lib} {script}`"),
-         ("kiln_compile_ms", "kiln + torch.compile", "`kiln run --compile --library {lib} {script}`"))
+# The ways to run the model, simplest first: (report key, name, `kiln run --mode` that runs it, how to run it;
+# {lib} and {script} filled in). The mode goes to install.json ("run_mode"), which a plain `kiln run` follows.
+_WAYS = (("eager_ms", "eager", "eager", "run the script as it is"),
+         ("compile_ms", "torch.compile", "compile", "compile the model with torch.compile, without kiln"),
+         ("kiln_ms", "kiln", "eager", "`kiln run --library {lib} {script}`"),
+         ("kiln_graph_ms", "kiln graph mode", "graph", "`kiln run --graph --library {lib} {script}`"),
+         ("kiln_compile_ms", "kiln + torch.compile", "compile", "`kiln run --compile --library {lib} {script}`"))
 
 
 def recommend(report: dict) -> Optional[dict]:
@@ -88,7 +89,7 @@ def recommend(report: dict) -> Optional[dict]:
         return None
     installed = bool(m.get("kiln_entries_installed"))
     best = None
-    for key, name, how in _WAYS:
+    for key, name, mode, how in _WAYS:
         ms = m.get(key)
         if not isinstance(ms, (int, float)) or (key.startswith("kiln") and not installed):
             continue
@@ -97,7 +98,7 @@ def recommend(report: dict) -> Optional[dict]:
             verdict, value, _ = speedup_judge(best["ms"], best["spread_pct"], ms, spread)
             if verdict not in ("supported", "noisy") or value <= 1:  # a supported difference can be a slowdown
                 continue
-        best = {"way": name, "ms": ms, "spread_pct": spread, "how": how}
+        best = {"way": name, "mode": mode, "ms": ms, "spread_pct": spread, "how": how}
     lib = (report.get("library") or {}).get("path") or os.path.join(report.get("run_dir", "RUN"), "library")
     best["how"] = best["how"].format(lib=lib, script=" ".join([report.get("script", "SCRIPT"),
                                                                 *report.get("script_args", [])]))
@@ -196,7 +197,9 @@ def _model_section(report: dict) -> list:
             lines.append("**Fastest here: eager** — no other way was faster beyond the timing spreads.")
         else:
             lines.append(f"**Fastest here: {rec['way']}** ({rec['speedup']:.2f}x eager, faster than each simpler "
-                         f"way beyond the timing spreads): {rec['how']}.")
+                         f"way beyond the timing spreads): {rec['how']}."
+                         + (f" A plain `kiln run --library` follows it (--mode {rec['mode']}, kept in install.json)."
+                            if report.get("install_json") else ""))
     return lines + [""]
 
 

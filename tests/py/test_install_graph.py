@@ -273,6 +273,50 @@ def test_kiln_run_graph(chain_library, tmp_path):
     assert r.returncode == 2 and "exclude each other" in r.stderr, r.stderr
 
 
+def test_plain_kiln_run_follows_the_mode_tune_timed_fastest(chain_library, tmp_path):
+    """install.json's "run_mode" (the way tune's report recommends) is what a plain `kiln run` does: here graph
+    mode, where the chain is a hit of each forward; `--mode eager` runs without a graph (no chain can hit), a
+    library tune never timed runs eagerly, and a bad --mode is bad usage."""
+    import shutil
+
+    from kiln import tune
+    from kiln.install import Library
+    shutil.copytree(chain_library, tmp_path / "library")
+    lib = Library(str(tmp_path / "library"))
+    model = {"root": "Net", "grad_mode": "inference", "rounds": 5, "eager_ms": 10.0, "eager_spread_pct": 1.0,
+             "kiln_ms": 9.9, "kiln_spread_pct": 1.0, "kiln_graph_ms": 5.0, "kiln_graph_spread_pct": 1.0,
+             "kiln_entries_installed": ["chain_mul_add_softmax_16x64_f32"]}
+    mode = tune.run_mode_of({"script": "s.py", "script_args": [], "run_dir": str(tmp_path), "model": model})
+    assert mode["mode"] == "graph" and mode["way"] == "kiln graph mode" and "5.000 ms" in mode["reason"], mode
+    try:
+        tune.write_decisions(lib, {e.name: {"install": True, "reason": "test"} for e in lib.entries}, mode)
+    finally:
+        lib.close()
+    script = str(ROOT / "tests" / "data" / "chains" / "softmax_chain.py")
+
+    def run(*flags, library=tmp_path / "library"):
+        stats = tmp_path / "stats.json"
+        r = subprocess.run([str(ROOT / "build" / "kiln"), "run", "--library", str(library), *flags,
+                            "--stats-json", str(stats), script], cwd=ROOT, env=kiln_env(), capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stderr, json.loads(stats.read_text())
+    err, record = run()
+    assert "kiln run: --mode graph, as kiln tune timed kiln graph mode the fastest" in err, err[-2000:]
+    assert record["mode"]["mode"] == "graph" and record["mode"]["auto"], record
+    assert record["stats"]["hits"] == 2 and record["compiled"] == ["Net"], record
+    err, record = run("--mode", "eager")
+    assert record["mode"] == {"mode": "eager", "auto": False} and record["stats"]["hits"] == 0, record
+    assert "--graph" not in err
+    err, record = run("--entries", "all", library=chain_library)  # no install.json: eager, as before
+    assert record["mode"]["mode"] == "eager" and record["mode"]["auto"] and record["compiled"] is None, record
+    for bad, says in ((["--mode", "fast"], "--mode fast: one of auto, eager, graph, compile"),
+                      (["--mode", "eager", "--graph"], "--graph and --mode eager exclude each other")):
+        r = subprocess.run([str(ROOT / "build" / "kiln"), "run", "--library", str(chain_library), *bad, script],
+                           cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
 def test_tune_times_graph_mode(chain_library, tmp_path):
     """tune's "kiln graph mode" timing (the entries install.json keeps, chains included): the chain is a hit of
     each forward, the output eager's; the report says so and recommends `kiln run --graph` where it is the
