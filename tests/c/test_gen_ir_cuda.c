@@ -116,6 +116,15 @@ static const small_case CASES[] = {
      "{'aten': 'aten::group_norm.default', 'args': [{'ref': 's'}, 4, {'ref': 'weight'}, "
      "{'ref': 'bias'}, 1e-06, true], 'out': 'g'}, "
      "{'aten': 'aten::silu.default', 'args': [{'ref': 'g'}], 'out': 'y'}], 'outputs': ['s', 'y']}}"},
+    {"group_norm_silu_chain_v", "x r weight bias",
+     "{'name': 'x', " AXES4(2, 12, 4, 8) ", 'inputs': {'x': " T("['a', 'b', 'c', 'd']", "float32")
+     ", 'r': " T("['a', 'b', 'c', 'd']", "float32") ", 'weight': " T("['b']", "float32") ", 'bias': "
+     T("['b']", "float32") "}, 'outputs': {'s': " T("['a', 'b', 'c', 'd']", "float32") ", 'y': "
+     T("['a', 'b', 'c', 'd']", "float32") "}, 'kiln': {'kind': 'chain', 'ops': ["
+     "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'x'}, {'ref': 'r'}], 'out': 's'}, "
+     "{'aten': 'aten::group_norm.default', 'args': [{'ref': 's'}, 4, {'ref': 'weight'}, "
+     "{'ref': 'bias'}, 1e-06, true], 'out': 'g'}, "
+     "{'aten': 'aten::silu.default', 'args': [{'ref': 'g'}], 'out': 'y'}], 'outputs': ['s', 'y']}}"},
     {"native_group_norm_bf16", "input weight bias",
      "{'name': 'x', " AXES4(2, 8, 6, 6) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "bfloat16")
      ", 'weight': " T("['b']", "bfloat16") ", 'bias': " T("['b']", "bfloat16") "}, 'outputs': {'out0': "
@@ -549,6 +558,13 @@ static void test_emulated(void **state) {
         {"group_norm_silu_chain", "KG_THREADS=128 KG_VBYTES=4 KG_TEAM=128 KG_ONLINE=0 KG_CACHE=0",
          0},
         {"group_norm_silu_chain", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=16 KG_SPLIT=2", 0},
+        /* streaming: the sum stored in the first pass and read back by the last (plan_early), in
+         * vectors and one element at a time, across a cluster's blocks */
+        {"group_norm_silu_chain_v", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=32 KG_CACHE=0 KG_UNROLL=4",
+         1},
+        {"group_norm_silu_chain_v", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=8 KG_SPLIT=2 KG_CACHE=0",
+         0},
+        {"group_norm_silu_chain", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=16 KG_SPLIT=2 KG_CACHE=0", 0},
         {"native_group_norm_bf16", "KG_THREADS=64 KG_VBYTES=8 KG_TEAM=8", 0},
         {"native_group_norm_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_TEAM=32 KG_ONLINE=0", 1},
         /* a causal mask computed from int64 positions: the key positions (along the row alone) in

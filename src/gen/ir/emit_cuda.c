@@ -27,6 +27,8 @@ typedef struct {
     int64_t vec, rv, vo, items;
     int ids;
     int cached;
+    uint32_t early;            /* plan->early_out where this point streams its slice, else 0 */
+    int reading;               /* emitting the last pass, which reads the early outputs back */
     int vload[KIR_MAX_ACCESS]; /* access c is read in vectors */
     int iload[KIR_MAX_ACCESS]; /* and is the same for every outer point: loaded where it is used */
     int64_t team_bytes;        /* shared memory: the team exchange, */
@@ -106,25 +108,54 @@ static void lane_scope(cu_ctx *C, kg_scope *lane, const kg_scope *base, const ch
                      elem_type(ir->p->inputs[ir->acc[x->acc].tensor].dtype), x->acc, u);
         kg_load_expr(x->dtype, 1, elem, lane->name[v], sizeof lane->name[v]);
     }
+    for (int o = 0; C->reading && o < ir->n_out; o++) { /* the early outputs' values, read back */
+        if (!(C->early >> o & 1))
+            continue;
+        const kiln_dtype t = ir->p->outputs[o].dtype;
+        char elem[600];
+        if (C->vec > 1) {
+            snprintf(elem, sizeof elem, "kg_lane<%s>(kg_o%d[%s], kg_e)", elem_type(t), o, u);
+        } else {
+            char off[512];
+            kg_offset(lane, ir->out[o].acc, off, sizeof off);
+            snprintf(elem, sizeof elem, "%s[%s]", ir->p->outputs[o].name, off);
+        }
+        kg_load_expr(t, 1, elem, lane->name[ir->out[o].node], sizeof lane->name[0]);
+    }
 }
 
 /* Declares the raw registers of the vector loads: n per access. */
 static void raw_decls(cu_ctx *C, const char *n, const char *in) {
     const kir *ir = C->plan->ir;
-    for (int c = 0; c < ir->n_acc; c++)
+    for (int c = 0; c < ir->n_acc && !C->reading; c++)
         if (C->vload[c] && !C->iload[c])
             kiln_strbuf_printf(C->b, "%skg_raw<%lld>::t kg_r%d[%s];\n", in,
                                (long long)(C->vec * (int64_t)kiln_dtype_size(
                                                         ir->p->inputs[ir->acc[c].tensor].dtype)),
                                c, n);
+    for (int o = 0; o < ir->n_out && C->reading && C->vec > 1; o++)
+        if (C->early >> o & 1)
+            kiln_strbuf_printf(
+                C->b, "%skg_raw<%lld>::t kg_o%d[%s];\n", in,
+                (long long)(C->vec * (int64_t)kiln_dtype_size(ir->p->outputs[o].dtype)), o, n);
 }
 
 /* The vector loads at base's coordinates into slot u (index: the loads of what every outer point
  * shares instead, into kg_q<access> where they are used). */
 static void raw_loads(cu_ctx *C, const kg_scope *base, const char *u, const char *in, int index) {
     const kir *ir = C->plan->ir;
+    for (int o = 0; o < ir->n_out && C->reading && C->vec > 1 && !index; o++) {
+        if (!(C->early >> o & 1))
+            continue;
+        char off[512];
+        kg_offset(base, ir->out[o].acc, off, sizeof off);
+        const long long bytes =
+            (long long)(C->vec * (int64_t)kiln_dtype_size(ir->p->outputs[o].dtype));
+        kiln_strbuf_printf(C->b, "%skg_o%d[%s] = kg_ld<%lld>(%s + %s);\n", in, o, u, bytes,
+                           ir->p->outputs[o].name, off);
+    }
     for (int c = 0; c < ir->n_acc; c++) {
-        if (!C->vload[c] || C->iload[c] != index)
+        if (!C->vload[c] || C->iload[c] != index || (C->reading && !index))
             continue;
         char off[512];
         kg_offset(base, c, off, sizeof off);
@@ -146,14 +177,14 @@ static int vstore(cu_ctx *C, int o) {
 
 /* The outputs the filter accepts (as kg_store_outputs), for the VEC lanes of a vector at base's
  * coordinates: lanes gathered into a raw vector and stored at once where the output allows. */
-static void store_lanes(cu_ctx *C, const kg_scope *base, int along_red, const char *u,
-                        const char *in) {
+static void store_lanes(cu_ctx *C, const kg_scope *base, int along_red, uint32_t outs,
+                        const char *u, const char *in) {
     const kg_plan *plan = C->plan;
     const kir *ir = plan->ir;
     char in2[64];
     kiln_family_fmt(in2, sizeof in2, "%s    ", in);
     for (int o = 0; o < ir->n_out; o++) {
-        if (along_red >= 0 && kg_output_full(ir, o) != along_red)
+        if ((along_red >= 0 && kg_output_full(ir, o) != along_red) || !(outs >> o & 1))
             continue;
         kiln_dtype t = ir->p->outputs[o].dtype;
         const int v = vstore(C, o);
@@ -209,7 +240,7 @@ static void emit_pointwise(cu_ctx *C) {
                           "threadIdx.x) * KG_VEC;\n            if (kg_i < kg_total) {\n");
     kg_scope_init(&base, b, plan, 1, "                ", &C->ids);
     coords(C, &base, plan->kept, plan->n_kept, "kg_i", "                ");
-    store_lanes(C, &base, -1, "kg_u", "                ");
+    store_lanes(C, &base, -1, ~0u, "kg_u", "                ");
     kiln_strbuf_printf(b, "            }\n        }\n    }\n");
 }
 
@@ -454,7 +485,7 @@ static int state_bytes(const kg_plan *plan) {
 static void payload(cu_ctx *C, const kg_scope *base, int phase, const char *u, const char *in) {
     const kg_plan *plan = C->plan;
     if (phase < 0) {
-        store_lanes(C, base, 1, u, in);
+        store_lanes(C, base, 1, ~C->early, u, in); /* the early ones went out in the first pass */
         return;
     }
     char in2[64];
@@ -511,6 +542,8 @@ static void red_loop(cu_ctx *C, const kg_scope *group, int phase, int load_only)
         } else {
             raw_loads(C, &base, "kg_u", in3, 1);
             payload(C, &base, phase, "kg_u", in3);
+            if (phase == 0 && C->early)
+                store_lanes(C, &base, 1, C->early, "kg_u", in3);
         }
         kiln_strbuf_printf(b, "%s    }\n%s}\n", in, in);
     }
@@ -710,9 +743,12 @@ static void emit_reduction(cu_ctx *C) {
                  group.coord[plan->vec_axis]);
     kg_store_outputs(&lane, 0, -1);
     kiln_strbuf_printf(b, "            }\n        }\n");
-    if (plan->full_out) {
-        kiln_strbuf_printf(b, "        /* the outputs along the reduced axes */\n");
+    if (plan->full_out && !(C->early && plan->early_reread == 2)) {
+        kiln_strbuf_printf(b, "        /* the outputs along the reduced axes%s */\n",
+                           C->early ? ", the early ones read back" : "");
+        C->reading = C->early != 0;
         red_loop(C, &group, -1, 0);
+        C->reading = 0;
     }
     kiln_strbuf_printf(b, "    }\n");
     if (split > 1 && mode == 0)
@@ -779,6 +815,12 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
                 C.vec > 1 ? vectorizable(plan, x->acc, plan->vec_axis, C.vec)
                           : C.cached && plan->vec_axis >= 0 && (x->axes >> plan->vec_axis & 1);
     }
+    /* outputs that read no reduction go out in the first pass and are read back in the last
+     * (plan_early); in vectors where the inputs stream in vectors */
+    C.early = red && !C.cached ? plan->early_out : 0;
+    for (int o = 0; o < ir->n_out; o++)
+        if ((C.early >> o & 1) && C.vec > 1 && !vstore(&C, o))
+            C.early = 0;
     /* a causal mask's key positions beside the scores: loaded where they are used, not held */
     for (int v = 0; v < ir->n_nodes; v++)
         if (ir->nodes[v].kind == KIR_LOAD && C.vload[ir->nodes[v].acc] && kg_index_load(plan, v))

@@ -100,6 +100,8 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     kiln_match_set(m, "steps1", plan.n_steps);
     kiln_match_set(m, "steps2", two.n_steps);
     kiln_match_set(m, "full_out", plan.full_out);
+    kiln_match_set(m, "early_reread", plan.early_reread);
+    kiln_match_set(m, "early_bytes", plan.early_bytes);
     kiln_match_set(m, "pairs", plan.pairs);
     kiln_match_set(m, "state_bytes", state);
     kiln_match_set(m, "idx64", biggest >= ((int64_t)1 << 31));
@@ -284,10 +286,16 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
     if (fact(m, "windows") && q.vec > 2)
         bw *= 0.65;
     double moved = bytes;
+    /* a streaming plan with early outputs (plan_early) stores them in its first pass: its last pass
+     * reads them back instead of the inputs (1), or is not needed (2) */
+    const int64_t early = q.cache ? 0 : fact(m, "early_reread");
+    const double full_pass = early == 2 ? 0 : (double)fact(m, "full_out");
     if (kind != KG_POINTWISE && !q.cache) { /* the reduced inputs are read once per pass */
-        const double passes = (double)(q.phases + fact(m, "full_out"));
-        moved += (passes - 1) * (double)fact(m, "red_max") * (double)fact(m, "outer_max") *
-                 (double)fact(m, "in_bytes");
+        const double passes = (double)q.phases + full_pass;
+        const double slice = (double)fact(m, "red_max") * (double)fact(m, "outer_max");
+        moved += (passes - 1) * slice * (double)fact(m, "in_bytes");
+        if (early == 1)
+            moved -= slice * (double)(fact(m, "in_bytes") - fact(m, "early_bytes"));
     }
     const double elements = kind == KG_POINTWISE
                                 ? (double)fact(m, "total_max")
@@ -297,7 +305,7 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
      * that reads it; the loads and the math do not overlap perfectly, so a quarter of the smaller
      * roof adds to the larger. At VEC 1 this is what makes a bf16 stream instruction-bound: it was
      * a tie with 16-byte vectors, and the start took 2-byte loads (RMSNorm over channels). */
-    const double out_passes = kind == KG_POINTWISE ? 1 : (double)(q.phases + fact(m, "full_out"));
+    const double out_passes = kind == KG_POINTWISE ? 1 : (double)q.phases + full_pass;
     const double load_passes = kind == KG_POINTWISE || q.cache ? 1 : out_passes;
     const double accesses = (double)fact(m, "streams") * load_passes;
     const double issue =

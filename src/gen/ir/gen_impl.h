@@ -54,7 +54,14 @@ typedef struct {
     kg_step steps[KIR_MAX_NODES];
     int n_phases;
     int full_out; /* an output moves along the reduced axes */
-    int pairs;    /* a softmax pair or a Welford reduction (ONLINE matters) */
+    /* Outputs along the reduced axes that read no reduction (a residual sum beside the norm of it):
+     * a plan that streams its slice stores them in its first pass and its last pass reads them back
+     * (early_reread 1: that pass then needs no streamed input) or has nothing left to do (2).
+     * early_bytes: their element bytes, read back once. 0 / 0 when it would not save a read. */
+    uint32_t early_out;
+    int early_reread;
+    int early_bytes;
+    int pairs; /* a softmax pair or a Welford reduction (ONLINE matters) */
     int live[KIR_MAX_NODES];
     char outer[KIR_EXPR], red_len[KIR_EXPR], total[KIR_EXPR]; /* sizes as expressions */
 } kg_plan;

@@ -220,6 +220,69 @@ void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes, int *in
     }
 }
 
+/* plan->early_out and the rest (gen_impl.h). An output qualifies when its value is computed from
+ * loads, scalars and constants alone, rounded to its own dtype (so what is read back is the value),
+ * and it moves along every axis of the plan (one writer per element). */
+static void plan_early(kg_plan *plan) {
+    const kir *ir = plan->ir;
+    unsigned char plain[KIR_MAX_NODES] = {0}, need[KIR_MAX_NODES] = {0};
+    for (int v = 0; v < ir->n_nodes; v++) {
+        const kir_node *x = &ir->nodes[v];
+        plain[v] = x->kind == KIR_LOAD || x->kind == KIR_SCALAR || x->kind == KIR_CONST ||
+                   x->kind == KIR_OP || x->kind == KIR_POS;
+        for (int i = 0; plain[v] && i < x->n_a; i++)
+            plain[v] = plain[x->a[i]];
+    }
+    uint32_t early = 0, late = 0;
+    for (int o = 0; o < ir->n_out; o++) {
+        if (!kg_output_full(ir, o))
+            continue;
+        const int v = ir->out[o].node;
+        int every = plain[v] && ir->nodes[v].dtype == ir->p->outputs[o].dtype;
+        for (int i = 0; every && i < plan->n_kept + plan->n_red; i++) {
+            const int a = i < plan->n_kept ? plan->kept[i] : plan->red[i - plan->n_kept];
+            every = strcmp(ir->acc[ir->out[o].acc].stride[a], "0") != 0;
+        }
+        if (every)
+            early |= 1u << o;
+        else
+            late |= 1u << o;
+    }
+    if (!early)
+        return;
+    /* what the last pass still computes from the inputs once the early outputs' values are read */
+    for (int o = 0; o < ir->n_out; o++)
+        if (late >> o & 1)
+            need[ir->out[o].node] = 1;
+    for (int o = 0; o < ir->n_out; o++)
+        if (early >> o & 1)
+            need[ir->out[o].node] = 0;
+    int streams = 0;
+    for (int v = ir->n_nodes - 1; v >= 0; v--) {
+        const kir_node *x = &ir->nodes[v];
+        if (!need[v])
+            continue;
+        if (x->kind == KIR_LOAD && (x->axes & ir->red) && !kg_index_load(plan, v) &&
+            (plan->vec_axis < 0 || (x->axes >> plan->vec_axis & 1)))
+            streams = 1; /* as kg_stream_sizes: GroupNorm's weight is read from cache */
+        const int leaf = x->kind == KIR_REDUCE || x->kind == KIR_PART; /* named results */
+        for (int i = 0; !leaf && i < x->n_a; i++) {
+            int is_early = 0;
+            for (int o = 0; o < ir->n_out; o++)
+                is_early |= (early >> o & 1) && ir->out[o].node == x->a[i];
+            if (!is_early)
+                need[x->a[i]] = 1;
+        }
+    }
+    if (late && streams)
+        return; /* the last pass reads the inputs anyway: reading the outputs back adds bytes */
+    plan->early_out = early;
+    plan->early_reread = late ? 1 : 2;
+    for (int o = 0; late && o < ir->n_out; o++)
+        if (early >> o & 1)
+            plan->early_bytes += kiln_dtype_size(ir->p->outputs[o].dtype);
+}
+
 int kg_plan_make(const kiln_problem *p, int online, kg_plan *plan, char *why, size_t n) {
     memset(plan, 0, sizeof *plan);
     plan->online = online;
@@ -264,6 +327,8 @@ int kg_plan_make(const kiln_problem *p, int online, kg_plan *plan, char *why, si
         plan->kind = (sr == 1 || sk != 1) ? KG_ROWS : KG_COLUMNS;
         plan->vec_axis = plan->kind == KG_ROWS ? r_in : k_in;
     }
+    if (plan->kind == KG_ROWS && plan->full_out) /* columns: not emulated yet (test_gen_ir_cuda) */
+        plan_early(plan);
     uint32_t kept = 0;
     for (int i = 0; i < plan->n_kept; i++)
         kept |= 1u << plan->kept[i];
