@@ -929,10 +929,14 @@ static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) 
         in[i] = v->input >= 0 ? L->in[v->input] : L->res[v->op][v->slot];
         if (in[i].ndim == 1 && kir_same(L->p, lv_size(L, in[i], 0), "0"))
             continue;
-        n++;
         int d = lv_dim((int)dim, in[i].ndim);
         if (d < 0 || in[i].ndim != in[0].ndim)
             return lower_fail(L, "a dim out of range");
+        /* an empty part adds nothing: the pass-through half of a rotary embedding that covers the
+         * whole head (Phi-3's `cat([q_embed, q_pass], -1)` with q_pass [.., 0]) */
+        if (kir_same(L->p, lv_size(L, in[i], d), "0"))
+            continue;
+        n++;
         size[i] = kir_eval(L->p, lv_size(L, in[i], d), 0);
         char s[32];
         snprintf(s, sizeof s, "%lld", (long long)size[i]);

@@ -105,6 +105,16 @@ class Rope(nn.Module):
         return q * cos + rotated * sin
 
 
+class RopeWholeHead(nn.Module):
+    """Phi-3's partial rotary embedding with a factor of 1: the rotated head joined to an empty pass-through."""
+
+    def forward(self, q, cos, sin):
+        rot, passed = q[..., : q.shape[-1]], q[..., q.shape[-1]:]
+        half = rot.shape[-1] // 2
+        rotated = torch.cat((-rot[..., half:], rot[..., :half]), -1)
+        return torch.cat((rot * cos + rotated * sin, passed), -1)
+
+
 class ResidualRMSNorm(nn.Module):
     """Post-norm with a residual: h = x + residual, then RMSNorm of h; both h and the norm are outputs."""
 
@@ -131,6 +141,7 @@ class Ops(nn.Module):
         self.gated = GatedChain()
         self.swiglu = SwiGLU()
         self.rope = Rope()
+        self.rope_whole = RopeWholeHead()
         self.split_rot = SplitRotate()
         self.res_rms = ResidualRMSNorm(33)
 
@@ -165,6 +176,7 @@ class Ops(nn.Module):
             F.embedding(torch.tensor([[1, 0], [6, 2]]), y),
             # SOL-ExecBench's forms: SwiGLU, RoPE, post-norm with a residual
             self.swiglu(y[:, :32]), self.split_rot(y), self.rope(x, x[0, 0], x[1, 0]), self.res_rms(yb, zb),
+            self.rope_whole(x, x[0, 0], x[1, 0]),
         ]
         with torch.inference_mode():  # composite ops arrive whole here: softmax.int, log_softmax.int
             out += [F.softmax(x.clone(), 2), F.log_softmax(y.clone(), 0)]
