@@ -176,6 +176,20 @@ static const small_case CASES[] = {
      "{'name': 'x', " AXES2(6, 8) ", 'inputs': {'x': " T("['a', 'b']", "float32") ", 'y': "
      T("['a', '5']", "float32") "}, 'outputs': {'out0': " T("['a', '13']", "float32") "}, "
      ATEN("aten::cat.default", "[[{'tensor': 0}, {'tensor': 1}], 1]") "}"},
+    /* GPT-NeoX's partial rotary embedding: rotate_half's cat inside the cat with the pass-through */
+    {"rope_partial", "q0 cs q2 q3 sn q5",
+     "{'name': 'x', " AXES2(3, 5) ", 'inputs': {'q0': " T("['a', 'b', '4']", "float32") ", 'cs': "
+     T("['b', '4']", "float32") ", 'q2': " T("['a', 'b', '2']", "float32") ", 'q3': "
+     T("['a', 'b', '2']", "float32") ", 'sn': " T("['b', '4']", "float32") ", 'q5': "
+     T("['a', 'b', '4']", "float32") "}, 'outputs': {'out': " T("['a', 'b', '8']", "float32") "}, "
+     "'kiln': {'kind': 'chain', 'ops': ["
+     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'q0'}, {'ref': 'cs'}], 'out': 'v0'}, "
+     "{'aten': 'aten::neg.default', 'args': [{'ref': 'q2'}], 'out': 'v1'}, "
+     "{'aten': 'aten::cat.default', 'args': [[{'ref': 'v1'}, {'ref': 'q3'}], -1], 'out': 'v2'}, "
+     "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v2'}, {'ref': 'sn'}], 'out': 'v3'}, "
+     "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'v0'}, {'ref': 'v3'}], 'out': 'v4'}, "
+     "{'aten': 'aten::cat.default', 'args': [[{'ref': 'v4'}, {'ref': 'q5'}], -1], 'out': 'out'}], "
+     "'outputs': ['out']}}"},
     /* tests/data/gen/chains/gen_rope_kv_repeat_bf16_2x4x2x8 */
     {"rope_kv_repeat_bf16", "input0 input1 input2 input3 input4",
      "{'name': 'x', 'axes': {'n2': {'type': 'const', 'value': 2}, 'n4': {'type': 'const', 'val"
@@ -600,6 +614,8 @@ static void test_emulated(void **state) {
         {"upsample", "KG_THREADS=64 KG_VBYTES=8 KG_UNROLL=1", 0},
         {"index_rows", "KG_THREADS=64 KG_VBYTES=8", 0},
         {"cat_dim1", "KG_THREADS=64 KG_VBYTES=4", 1},
+        {"rope_partial", "KG_THREADS=64 KG_VBYTES=4", 1},
+        {"rope_partial", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 0},
         /* Gemma-4's k and v joined to an empty KV cache's cat and repeat_kv: the output's head axis
          * the composite of the kv head and the repeat */
         {"rope_kv_repeat_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 0},

@@ -49,7 +49,7 @@ REQUIRED_ATEN = {
     "aten::constant_pad_nd.default", "aten::index.Tensor",
 }
 REQUIRED_MODULES = {"RMSNormChannels", "RMSNormLast", "LayerNormChannels", "LayerNormLast", "SoftmaxAxis",
-                    "GatedChain", "SwiGLU", "Rope", "RopeWholeHead", "ResidualRMSNorm", "SplitRotate"}
+                    "GatedChain", "SwiGLU", "Rope", "RopeWholeHead", "RopePartial", "ResidualRMSNorm", "SplitRotate"}
 # What only other generators (GEMM, convolution, attention, solvers) can take.
 COMPUTE_BOUND = ("conv1d", "conv2d", "linear", "matmul", "mm", "bmm", "_grouped_mm", "linalg_solve_triangular")
 # Memory-bound ops of the examples the IR does not have yet (docs/generator.md, "Not done yet"): every one a

@@ -350,15 +350,20 @@ static int check_context(const kir *ir, int v, uint32_t allowed, int in_map, cha
         return snprintf(why, n, "a reduction inside a window or a gather"), 0;
     uint32_t inner = allowed;
     if (x->kind == KIR_WINDOW || x->kind == KIR_REMAP) {
-        if (in_map)
-            return snprintf(why, n, "a window or gather inside another"), 0;
         const kir_map *m = &ir->maps[x->map];
+        /* a remap at coordinates computed from the result's (a cat's part, padding, upsampling)
+         * nests: GPT-NeoX's partial rotary joins rotate_half's cat to the pass-through part */
+        int affine = x->kind == KIR_REMAP && in_map != 2;
+        for (int i = 0; i < m->n; i++)
+            affine &= m->index[i] < 0;
+        if (in_map && !affine)
+            return snprintf(why, n, "a window or gather inside another"), 0;
         for (int i = 0; i < m->n; i++)
             inner = (inner & ~(m->index[i] >= 0 ? 0 : 1u << m->dst[i])) | 1u << m->src[i];
         /* a gather's indices are read at the result's coordinates */
         if (x->n_a > 1 && !check_context(ir, x->a[1], allowed, in_map, why, n))
             return 0;
-        return check_context(ir, x->a[0], inner, 1, why, n);
+        return check_context(ir, x->a[0], inner, affine ? 1 : 2, why, n);
     }
     if (x->kind == KIR_REDUCE)
         inner |= x->red;

@@ -115,6 +115,17 @@ class RopeWholeHead(nn.Module):
         return torch.cat((rot * cos + rotated * sin, passed), -1)
 
 
+class RopePartial(nn.Module):
+    """GPT-NeoX's partial rotary embedding: half of the head rotated, joined to the half passed through."""
+
+    def forward(self, q, cos, sin):
+        r = q.shape[-1] // 2
+        rot, passed = q[..., :r], q[..., r:]
+        half = r // 2
+        rotated = torch.cat((-rot[..., half:], rot[..., :half]), -1)
+        return torch.cat((rot * cos + rotated * sin, passed), -1)
+
+
 class ResidualRMSNorm(nn.Module):
     """Post-norm with a residual: h = x + residual, then RMSNorm of h; both h and the norm are outputs."""
 
@@ -142,6 +153,7 @@ class Ops(nn.Module):
         self.swiglu = SwiGLU()
         self.rope = Rope()
         self.rope_whole = RopeWholeHead()
+        self.rope_part = RopePartial()
         self.split_rot = SplitRotate()
         self.res_rms = ResidualRMSNorm(33)
 
@@ -176,7 +188,7 @@ class Ops(nn.Module):
             F.embedding(torch.tensor([[1, 0], [6, 2]]), y),
             # SOL-ExecBench's forms: SwiGLU, RoPE, post-norm with a residual
             self.swiglu(y[:, :32]), self.split_rot(y), self.rope(x, x[0, 0], x[1, 0]), self.res_rms(yb, zb),
-            self.rope_whole(x, x[0, 0], x[1, 0]),
+            self.rope_whole(x, x[0, 0], x[1, 0]), self.rope_part(x, x[0, 0, :, :5], x[1, 0, :, :5]),
         ]
         with torch.inference_mode():  # composite ops arrive whole here: softmax.int, log_softmax.int
             out += [F.softmax(x.clone(), 2), F.log_softmax(y.clone(), 0)]
