@@ -122,7 +122,10 @@ def _chain_search_fn(entry, n_in: int):
             return env[a.name] if isinstance(a, _Ref) else [val(x) for x in a] if isinstance(a, list) else a
 
         for overload, args, kwargs, out in steps:
-            r = overload(*[val(a) for a in args], **{k: val(v) for k, v in kwargs.items()})
+            a, kw = [val(x) for x in args], {k: val(v) for k, v in kwargs.items()}
+            if "device" in kw and a and hasattr(a[0], "device"):  # softmax(x, dtype=...)'s _to_copy names the
+                kw["device"] = a[0].device  # capture's device: traced on meta, the copy stays where x is
+            r = overload(*a, **kw)
             for name, v in ([(out, r)] if isinstance(out, str) else zip(out or [], r)):
                 if name:
                     env[name] = v

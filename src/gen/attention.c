@@ -100,6 +100,9 @@ static int att_match(const kiln_problem *p, kiln_match *m, char *why, size_t why
     kiln_match_set(m, "skv", (double)kiln_attention_dim(p, &a.t[ATT_K], 2, w0));
     kiln_match_set(m, "d", (double)d);
     kiln_match_set(m, "scale", a.scale);
+    kiln_match_set(m, "tanh", a.tanh);
+    kiln_match_set(m, "pre", a.pre);
+    kiln_match_set(m, "post", a.post);
     kiln_match_set(m, "mask", a.mask);
     kiln_match_set(m, "band", a.band);
     kiln_match_set(m, "has_lo", a.has_lo);
@@ -430,7 +433,9 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
     const att_paged *pg = &a->paged;
     /* the scale folded into the exponent: no mask tensor or rounding between the scores and the
      * softmax, and a scale known to be positive (max(x)·scale = max(x·scale)) */
-    const int fold = narrow && (a->mask != ATT_MASK_TENSOR || gen) && !a->round_qk &&
+    kiln_strbuf_printf(b, "#define ATT_TANH %d\n#define ATT_PRE ((float)%.17g)\n#define ATT_POST ((float)%.17g)\n",
+                       a->tanh, a->pre, a->post);
+    const int fold = narrow && !a->tanh && (a->mask != ATT_MASK_TENSOR || gen) && !a->round_qk &&
                      !a->round_scaled && !a->round_masked && !(pg->on && pg->sm_scale >= 0) &&
                      a->scale > 0;
     kiln_strbuf_printf(b, "#define ATT_FOLD %d\n", fold);

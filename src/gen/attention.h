@@ -61,6 +61,9 @@ typedef struct {
     int mask_strided;  /* the mask's key dim is not innermost in memory (T5's position bias, stored
                         * with its heads last): read a.mk elements apart */
     double scale;      /* the constant the scores are multiplied by */
+    int tanh;          /* then a soft cap: tanh of the scaled scores times pre (Gemma-2's logit
+                        * soft-capping: 1 / cap; each a rounding of its own in eager) ... */
+    double pre, post;  /* ... times post (the cap); 1 and 1 without tanh */
     int round_qk;      /* eager rounds q·kᵀ to the input dtype (a bf16/f16 matmul) */
     int round_scaled;  /* ... and the scaled scores */
     int round_masked;  /* ... and the masked scores */

@@ -170,7 +170,7 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
     int q = -1, k = -1, v = -1, mask = -1, qs = 0, ks = 0, vs = 0, o_swap = 0;
     int saw_scale = 0, saw_mask = 0, saw_softmax = 0, saw_where = 0, o_op = -1;
     kiln_dtype s_dtype = KILN_DTYPE_COUNT;
-    a->scale = 1.0;
+    a->scale = a->pre = a->post = 1.0;
     for (int n = 0; n < c->n_ops; n++) {
         const kiln_op *op = &c->ops[n];
         att_val x = val_of(kiln_op_arg(op, 0, NULL), vals), r = x;
@@ -217,13 +217,23 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
                          op->aten);
                 return 0;
             }
-            a->scale *= kiln_op_is(op, "aten::div.Tensor") || kiln_op_is(op, "aten::div.Scalar")
-                            ? 1.0 / f
-                            : f;
+            /* a second factor goes to pre (a soft cap's 1 / cap, if a tanh follows) and one after
+             * the tanh to post (the cap) */
+            *(a->tanh ? &a->post : saw_scale ? &a->pre : &a->scale) *=
+                kiln_op_is(op, "aten::div.Tensor") || kiln_op_is(op, "aten::div.Scalar") ? 1.0 / f
+                                                                                          : f;
             a->round_scaled = rd != KILN_F32 && rd != KILN_DTYPE_COUNT
                                   ? 1
                                   : rd == KILN_DTYPE_COUNT && s_dtype != KILN_F32;
             saw_scale = 1;
+        } else if (kiln_op_is(op, "aten::tanh.default")) {
+            /* Gemma-2's soft cap: cap · tanh(scores · scale / cap), before the mask */
+            if (x.role != R_S || saw_mask || saw_softmax || a->tanh) {
+                snprintf(why, wl, "aten::tanh.default is not one soft cap of the scores before the "
+                                  "mask");
+                return 0;
+            }
+            a->tanh = 1;
         } else if (kiln_op_is(op, "aten::add.Tensor")) {
             att_val y = val_of(kiln_op_arg(op, 1, NULL), vals);
             if (x.role == R_NONE && x.input >= 0 && y.role == R_S) /* mask + scores */
@@ -299,6 +309,8 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
         snprintf(why, wl, "no matmul q·kᵀ → softmax → matmul with v in the chain");
         return 0;
     }
+    if (!a->tanh) /* without a soft cap every factor is one scale */
+        a->scale *= a->pre, a->pre = 1.0;
     if (c->n_outputs != 1 || c->outputs[0].input >= 0 || c->outputs[0].slot != 0 ||
         vals[c->outputs[0].op].role != R_O) {
         snprintf(why, wl, "the chain's one output is not the attention output");
@@ -319,8 +331,8 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
         snprintf(why, wl, "an output transposed after the matmul with v (not yet supported)");
         return 0;
     }
-    snprintf(a->how, sizeof a->how, "%s: matmul q·kᵀ%s%s, softmax, matmul v", c->kind,
-             saw_scale ? ", scale" : "",
+    snprintf(a->how, sizeof a->how, "%s: matmul q·kᵀ%s%s%s, softmax, matmul v", c->kind,
+             saw_scale ? ", scale" : "", a->tanh ? ", tanh soft cap" : "",
              !saw_mask          ? ""
              : a->mask_inverted ? ", masked_fill with -inf"
              : saw_where        ? ", where(mask, scores, -inf)"

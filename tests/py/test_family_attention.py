@@ -375,3 +375,29 @@ def test_padding_mask_broadcast_over_queries(tmp_path: Path):
     assert "matches family attention (attention_mask)" in out.stderr, out.stderr[-2000:]
     result = rows[0]["result"]
     assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
+
+
+def test_gemma2_soft_cap(tmp_path: Path):
+    """Gemma-2's logit soft cap between the scale and the mask (tests/data/attention/eager_softcap.py: scores
+    · scale / cap, tanh, · cap, + mask; it was "op aten::tanh.default is not part of an attention pattern"):
+    the block is matched with the tanh in the kernel (ATT_TANH, the cap as ATT_POST), proved against eager, and
+    graph mode replaces both layers' blocks."""
+    need_kiln()
+    run = captured("eager_softcap.py", tmp_path)
+    (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("attention_")]
+    out, rows = sweep(p, tmp_path / "sweep")
+    assert "matches family attention" in out.stderr, out.stderr[-2000:]
+    result = rows[0]["result"]
+    assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
+    src = Path(rows[0]["file"]).read_text()
+    assert "tanh soft cap" in src and "#define ATT_TANH 1\n#define ATT_PRE ((float)0.02)\n" in src, src[:3000]
+    assert "#define ATT_POST ((float)50)" in src and "a.scale = (float)0.25" in src, src[:3000]
+    r = subprocess.run([str(KILN), "optimize", str(run), str(p), "--backend", "cpu", "--budget", "1"], cwd=ROOT,
+                       env=kiln_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run([str(KILN), "run", "--library", str(run), "--graph", "--entries", "all", "--stats",
+                        str(ROOT / "tests" / "data" / "attention" / "eager_softcap.py")], cwd=ROOT, env=kiln_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(r"attention of \d+ calls? .* hits +2 +misses +0|hits +2 +misses +0", r.stdout + r.stderr), \
+        (r.stdout + r.stderr)[-2000:]

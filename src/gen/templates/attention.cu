@@ -98,6 +98,11 @@
 #define ATT_ROUND_MASKED 0
 #define ATT_ROUND_P 1
 #endif
+#ifndef ATT_TANH
+#define ATT_TANH 0 // a soft cap: tanh of the scaled scores times ATT_PRE, times ATT_POST
+#define ATT_PRE 1.f
+#define ATT_POST 1.f
+#endif
 #ifndef ATT_PAGED
 #define ATT_PAGED 0
 #define ATT_PAGED_DECODE 0
@@ -167,6 +172,23 @@ __device__ __forceinline__ float att_rnd(float x) {
     ATT_T t;
     att_sf(x, &t);
     return att_lf(t);
+}
+
+// Gemma-2's logit soft cap on the scaled scores: cap · tanh(x / cap), each step rounded as eager rounds it
+__device__ __forceinline__ float att_softcap(float x) {
+    x *= ATT_PRE;
+#if ATT_ROUND_SCALED
+    x = att_rnd(x);
+#endif
+    x = tanhf(x);
+#if ATT_ROUND_SCALED
+    x = att_rnd(x);
+#endif
+    x *= ATT_POST;
+#if ATT_ROUND_SCALED
+    x = att_rnd(x);
+#endif
+    return x;
 }
 
 // the band's key range [first, last) of query rows [r0, r1] (the whole sequence without a band)
@@ -488,6 +510,9 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[ATT_NT][4], const at
 #endif
 #if ATT_ROUND_SCALED
             x = att_rnd(x);
+#endif
+#if ATT_TANH
+            x = att_softcap(x);
 #endif
 #if ATT_HAS_MASK
             if (!EDGE || c < klim) {
@@ -1170,6 +1195,9 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         for (int o = 16; o; o >>= 1)
             dot += __shfl_xor_sync(0xffffffffu, dot, o);
         float x = dot * a.scale;
+#if ATT_TANH
+        x = att_softcap(x);
+#endif
 #if ATT_HAS_MASK
         x += att_lf(a.mask[bi * a.mb + h * a.mh + i * a.ms + ATT_MJ(a, j)]);
 #endif

@@ -73,6 +73,20 @@ static void att_cpu_row(const att_args *a, const ATT_T *qr, const ATT_T *kh, con
 #if ATT_ROUND_SCALED
             x = ATT_RND(x);
 #endif
+#if ATT_TANH /* a soft cap: / cap, tanh, then · cap, each rounded as eager rounds it */
+            x *= ATT_PRE;
+#if ATT_ROUND_SCALED
+            x = ATT_RND(x);
+#endif
+            x = tanhf(x);
+#if ATT_ROUND_SCALED
+            x = ATT_RND(x);
+#endif
+            x *= ATT_POST;
+#if ATT_ROUND_SCALED
+            x = ATT_RND(x);
+#endif
+#endif
 #if ATT_HAS_MASK
             x += ATT_LM(mrow[(n0 + j) * a->mk]);
 #if ATT_ROUND_MASKED
