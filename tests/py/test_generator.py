@@ -46,10 +46,10 @@ REQUIRED_ATEN = {
     "aten::where.self", "aten::clamp.default", "aten::_to_copy.default", "aten::min.dim",
     "aten::triu.default", "aten::tril.default", "aten::bitwise_and.Scalar", "aten::bitwise_or.Tensor",
     "aten::bitwise_xor.Scalar", "aten::floor_divide.default", "aten::embedding.default", "aten::cat.default",
-    "aten::constant_pad_nd.default", "aten::index.Tensor",
+    "aten::constant_pad_nd.default", "aten::index.Tensor", "aten::stack.default",
 }
 REQUIRED_MODULES = {"RMSNormChannels", "RMSNormLast", "LayerNormChannels", "LayerNormLast", "SoftmaxAxis",
-                    "GatedChain", "SwiGLU", "Rope", "RopeWholeHead", "RopePartial", "ResidualRMSNorm", "SplitRotate"}
+                    "GatedChain", "SwiGLU", "Rope", "RopeWholeHead", "RopePartial", "RopeInterleaved", "ResidualRMSNorm", "SplitRotate"}
 # What only other generators (GEMM, convolution, attention, solvers) can take.
 COMPUTE_BOUND = ("conv1d", "conv2d", "linear", "matmul", "mm", "bmm", "_grouped_mm", "linalg_solve_triangular")
 # Memory-bound ops of the examples the IR does not have yet (docs/generator.md, "Not done yet"): every one a

@@ -911,9 +911,10 @@ static int embedding(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval 
 /* cat(tensors, dim): each input read at dst - its offset along dim (0 outside it), the reads added:
  * exactly one is inside at every point, and x + 0 is x. As in PyTorch, 1-d empty tensors are
  * left out; the cat of one tensor is that tensor, read where it is (no remap: a reduction may feed
- * it, as the RMSNorm of a value joined to an empty KV cache). */
+ * it, as the RMSNorm of a value joined to an empty KV cache). stack(tensors, dim) is the cat of
+ * the tensors each unsqueezed at dim (GPT-J's rotate_every_two). */
 static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
-    (void)r;
+    const int stack = r->code; /* stack: each tensor unsqueezed at dim, then their cat */
     const kiln_arg *a = kiln_op_arg(op, 0, "tensors");
     double dim = 0;
     if (!a || a->kind != KILN_ARG_OTHER || a->n_values < 1 || !num(L, op, 1, "dim", 0, &dim))
@@ -927,7 +928,9 @@ static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) 
             return lower_fail(L, "a None among the tensors");
         const int i = n;
         in[i] = v->input >= 0 ? L->in[v->input] : L->res[v->op][v->slot];
-        if (in[i].ndim == 1 && kir_same(L->p, lv_size(L, in[i], 0), "0"))
+        if (stack && !view_unsqueeze(L, in[i], (int)dim, &in[i]))
+            return 0;
+        if (!stack && in[i].ndim == 1 && kir_same(L->p, lv_size(L, in[i], 0), "0"))
             continue;
         int d = lv_dim((int)dim, in[i].ndim);
         if (d < 0 || in[i].ndim != in[0].ndim)
@@ -1114,6 +1117,7 @@ static const lower_rule RULES[] = {
     {"index", gather, 0},
     {"embedding", embedding, 0},
     {"cat concat concatenate", cat, 0},
+    {"stack", cat, 1},
 };
 static const int N_RULES = sizeof RULES / sizeof RULES[0];
 

@@ -126,6 +126,14 @@ class RopePartial(nn.Module):
         return torch.cat((rot * cos + rotated * sin, passed), -1)
 
 
+class RopeInterleaved(nn.Module):
+    """GPT-J's rotary embedding: rotate_every_two stacks (-odd, even) pairs and flattens them."""
+
+    def forward(self, q, cos, sin):
+        rotated = torch.stack((-q[..., 1::2], q[..., ::2]), dim=-1).flatten(-2)
+        return q * cos + rotated * sin
+
+
 class ResidualRMSNorm(nn.Module):
     """Post-norm with a residual: h = x + residual, then RMSNorm of h; both h and the norm are outputs."""
 
@@ -154,6 +162,7 @@ class Ops(nn.Module):
         self.rope = Rope()
         self.rope_whole = RopeWholeHead()
         self.rope_part = RopePartial()
+        self.rope_pairs = RopeInterleaved()
         self.split_rot = SplitRotate()
         self.res_rms = ResidualRMSNorm(33)
 
@@ -189,6 +198,7 @@ class Ops(nn.Module):
             # SOL-ExecBench's forms: SwiGLU, RoPE, post-norm with a residual
             self.swiglu(y[:, :32]), self.split_rot(y), self.rope(x, x[0, 0], x[1, 0]), self.res_rms(yb, zb),
             self.rope_whole(x, x[0, 0], x[1, 0]), self.rope_part(x, x[0, 0, :, :5], x[1, 0, :, :5]),
+            self.rope_pairs(x[..., :10], x[0, 0, :, :10], x[1, 0, :, :10]),
         ]
         with torch.inference_mode():  # composite ops arrive whole here: softmax.int, log_softmax.int
             out += [F.softmax(x.clone(), 2), F.log_softmax(y.clone(), 0)]
