@@ -433,8 +433,9 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
     const att_paged *pg = &a->paged;
     /* the scale folded into the exponent: no mask tensor or rounding between the scores and the
      * softmax, and a scale known to be positive (max(x)·scale = max(x·scale)) */
-    kiln_strbuf_printf(b, "#define ATT_TANH %d\n#define ATT_PRE ((float)%.17g)\n#define ATT_POST ((float)%.17g)\n",
-                       a->tanh, a->pre, a->post);
+    kiln_strbuf_printf(
+        b, "#define ATT_TANH %d\n#define ATT_PRE ((float)%.17g)\n#define ATT_POST ((float)%.17g)\n",
+        a->tanh, a->pre, a->post);
     const int fold = narrow && !a->tanh && (a->mask != ATT_MASK_TENSOR || gen) && !a->round_qk &&
                      !a->round_scaled && !a->round_masked && !(pg->on && pg->sm_scale >= 0) &&
                      a->scale > 0;

@@ -219,9 +219,11 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
             }
             /* a second factor goes to pre (a soft cap's 1 / cap, if a tanh follows) and one after
              * the tanh to post (the cap) */
-            *(a->tanh ? &a->post : saw_scale ? &a->pre : &a->scale) *=
+            *(a->tanh     ? &a->post
+              : saw_scale ? &a->pre
+                          : &a->scale) *=
                 kiln_op_is(op, "aten::div.Tensor") || kiln_op_is(op, "aten::div.Scalar") ? 1.0 / f
-                                                                                          : f;
+                                                                                         : f;
             a->round_scaled = rd != KILN_F32 && rd != KILN_DTYPE_COUNT
                                   ? 1
                                   : rd == KILN_DTYPE_COUNT && s_dtype != KILN_F32;
@@ -229,8 +231,9 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
         } else if (kiln_op_is(op, "aten::tanh.default")) {
             /* Gemma-2's soft cap: cap · tanh(scores · scale / cap), before the mask */
             if (x.role != R_S || saw_mask || saw_softmax || a->tanh) {
-                snprintf(why, wl, "aten::tanh.default is not one soft cap of the scores before the "
-                                  "mask");
+                snprintf(why, wl,
+                         "aten::tanh.default is not one soft cap of the scores before the "
+                         "mask");
                 return 0;
             }
             a->tanh = 1;
