@@ -181,6 +181,10 @@ static const small_case CASES[] = {
      "{'name': 'x', " AXES2(40, 16) ", 'inputs': {'self': " T("['b', 'b']", "bfloat16") ", 'idx': "
      T("['a']", "int64") "}, 'outputs': {'out0': " T("['a', 'b']", "bfloat16") "}, "
      ATEN("aten::index.Tensor", "[{'tensor': 0}, [{'tensor': 1}]]") "}"},
+    {"repeat_tile", "self",
+     "{'name': 'x', " AXES2(3, 8) ", 'inputs': {'self': " T("['a', 'b']", "float32") "}, "
+     "'outputs': {'out0': " T("['2', '6', '24']", "float32") "}, "
+     ATEN("aten::repeat.default", "[{'tensor': 0}, [2, 2, 3]]") "}"},
     {"cat_dim1", "x y",
      "{'name': 'x', " AXES2(6, 8) ", 'inputs': {'x': " T("['a', 'b']", "float32") ", 'y': "
      T("['a', '5']", "float32") "}, 'outputs': {'out0': " T("['a', '13']", "float32") "}, "
@@ -623,6 +627,8 @@ static void test_emulated(void **state) {
         {"upsample", "KG_THREADS=64 KG_VBYTES=8 KG_UNROLL=1", 0},
         {"index_rows", "KG_THREADS=64 KG_VBYTES=8", 0},
         {"cat_dim1", "KG_THREADS=64 KG_VBYTES=4", 1},
+        {"repeat_tile", "KG_THREADS=64 KG_VBYTES=4", 0},
+        {"repeat_tile", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 1},
         {"rope_partial", "KG_THREADS=64 KG_VBYTES=4", 1},
         {"rope_partial", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 0},
         /* Gemma-4's k and v joined to an empty KV cache's cat and repeat_kv: the output's head axis

@@ -47,6 +47,7 @@ REQUIRED_ATEN = {
     "aten::triu.default", "aten::tril.default", "aten::bitwise_and.Scalar", "aten::bitwise_or.Tensor",
     "aten::bitwise_xor.Scalar", "aten::floor_divide.default", "aten::embedding.default", "aten::cat.default",
     "aten::constant_pad_nd.default", "aten::index.Tensor", "aten::stack.default",
+    "aten::repeat.default",
 }
 REQUIRED_MODULES = {"RMSNormChannels", "RMSNormLast", "LayerNormChannels", "LayerNormLast", "SoftmaxAxis",
                     "GatedChain", "SwiGLU", "Rope", "RopeWholeHead", "RopePartial", "RopeInterleaved", "ResidualRMSNorm", "SplitRotate"}

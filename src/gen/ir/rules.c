@@ -297,6 +297,25 @@ static int view(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out)
             return lower_fail(L, "unreadable sizes");
         return view_expand(L, x, v, n, out);
     }
+    if (!strcmp(name, "repeat")) { /* tiled: each dim d the merge of (repeats[d], its size) */
+        if (arg_ints(op, 1, "repeats", v, &n) <= 0 || n < x.ndim)
+            return lower_fail(L, "unreadable repeats");
+        while (x.ndim < n) /* more repeats than dims: new leading dims */
+            if (!view_unsqueeze(L, x, 0, &x))
+                return 0;
+        for (int d = 0; d < n; d++) {
+            if (v[d] == 1)
+                continue;
+            int64_t sizes[KILN_MAX_DIMS];
+            for (int e = 0; e <= n; e++)
+                sizes[e] = e == d ? v[d] : -1;
+            if (v[d] < 1 || !view_unsqueeze(L, x, d, &x) || !view_expand(L, x, sizes, n + 1, &x) ||
+                !view_merge(L, x, d, 2, &x))
+                return v[d] < 1 ? lower_fail(L, "a repeat of %lld", (long long)v[d]) : 0;
+        }
+        *out = x;
+        return 1;
+    }
     if (!strcmp(name, "flatten")) {
         if (!num(L, op, 1, "start_dim", 0, &d0) || !num(L, op, 2, "end_dim", -1, &d1))
             return 0;
@@ -1083,7 +1102,7 @@ static const lower_rule RULES[] = {
     {"copy", copy, 0},
     {"to _to_copy type_as contiguous clone alias detach lift_fresh_copy", cast, 0},
     /* views */
-    {"view _unsafe_view reshape unsqueeze squeeze permute transpose t expand flatten slice "
+    {"view _unsafe_view reshape unsqueeze squeeze permute transpose t expand repeat flatten slice "
      "narrow select view_as expand_as",
      view, 0},
     {"split split_with_sizes chunk unbind", split, 0},

@@ -189,6 +189,7 @@ class Ops(nn.Module):
             torch.clamp(y, -0.5, 0.5), y.to(torch.bfloat16), yb.float(),
             # data movement: concatenation, padding, a gather by indices
             torch.cat([y, z[:, :5]], 1), F.pad(x, (1, 2, 0, 1), value=0.5), y[torch.tensor([3, 0, -1, 2])],
+            x.repeat(1, 2, 1, 3), (y + 1).repeat(2, 1, 2),
             # the chains of leaf modules
             self.rms_c(x), self.rms_c16(xb), self.rms_last(yb), self.ln_c(x), self.ln_last(y), self.smx(x),
             self.gated(y, z, z[0]),
