@@ -54,7 +54,8 @@ from kiln.install_gate import _Gate, _Slot, _template, _torch_dtype, _Unsupporte
 from kiln.install_graph import graph_backend
 from kiln.install_inductor import InductorPatterns, RootCompiler
 from kiln.install_module import _is_activation, _ModuleBinder, _ModuleEntry
-from kiln.install_runtime import Entry, KilnError, Library, LibraryRefused, resolve_library_dir, runtime_path
+from kiln.install_runtime import (RUN_MODES, Entry, KilnError, Library, LibraryRefused, resolve_library_dir,
+                                  runtime_path)
 
 __all__ = [  # the API; the underscored names are the parts kiln.tune, the tests and bench/ reach for
     "install", "uninstall", "installed", "Installation", "read_decisions", "Library", "Entry", "KilnError",
@@ -217,10 +218,6 @@ def read_decisions(lib: Library) -> Optional[dict]:
     return entries if isinstance(entries, dict) else None
 
 
-# kiln run's modes: install(compile=...) for each. "auto" follows install.json's "run_mode".
-RUN_MODES = {"eager": False, "graph": "graph", "compile": True}
-
-
 def read_run_mode(lib: Library) -> Optional[dict]:
     """install.json's "run_mode": {"mode": one of RUN_MODES, "reason"}, the way `kiln tune` timed fastest on
     this model; None when tune wrote none (or a mode this kiln does not know)."""
@@ -228,7 +225,7 @@ def read_run_mode(lib: Library) -> Optional[dict]:
     return m if isinstance(m, dict) and m.get("mode") in RUN_MODES else None
 
 
-COMPILE_MODES = (False, True, "inductor", "graph", "auto")  # install(compile=...)
+COMPILE_MODES = (False, True, "inductor", "graph", "auto")  # install(compile=...); "auto": install.json's run_mode
 
 
 def install(library, model=None, *, entries=None, device: Optional[int] = None, verbose: Optional[bool] = None,

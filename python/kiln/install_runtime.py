@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from kiln.install import Installation
 
 RT_ABI_VERSION = 2  # the libkiln_rt interface this module speaks (src/runtime/kiln_rt.h)
+# How a model runs with a library (install.json's "run_mode", `kiln run --mode`): install(compile=...) for each
+RUN_MODES = {"eager": False, "graph": "graph", "compile": True}
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -16,6 +16,7 @@ import sys
 from typing import Optional
 
 from kiln.cli import UsageError, format_help
+from kiln.install_runtime import RUN_MODES
 
 OPTIONS = [  # (flag, value name or None, help): the options come before the script
     ("--library", "DIR", "the library: RUN/library or RUN (default: $KILN_LIBRARY)"),
@@ -35,7 +36,7 @@ OPTIONS = [  # (flag, value name or None, help): the options come before the scr
 ]
 
 
-MODES = ("auto", "eager", "graph", "compile")  # --mode; auto: kiln.install(compile="auto")
+MODES = ("auto", *RUN_MODES)  # --mode; auto: kiln.install(compile="auto")
 
 
 def help_text() -> str:

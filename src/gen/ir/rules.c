@@ -304,14 +304,16 @@ static int view(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out)
             if (!view_unsqueeze(L, x, 0, &x))
                 return 0;
         for (int d = 0; d < n; d++) {
+            if (v[d] < 1)
+                return lower_fail(L, "a repeat of %lld", (long long)v[d]);
             if (v[d] == 1)
                 continue;
             int64_t sizes[KILN_MAX_DIMS];
             for (int e = 0; e <= n; e++)
                 sizes[e] = e == d ? v[d] : -1;
-            if (v[d] < 1 || !view_unsqueeze(L, x, d, &x) || !view_expand(L, x, sizes, n + 1, &x) ||
+            if (!view_unsqueeze(L, x, d, &x) || !view_expand(L, x, sizes, n + 1, &x) ||
                 !view_merge(L, x, d, 2, &x))
-                return v[d] < 1 ? lower_fail(L, "a repeat of %lld", (long long)v[d]) : 0;
+                return 0;
         }
         *out = x;
         return 1;
