@@ -157,6 +157,19 @@ static const small_case CASES[] = {
      "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") ", 'out1': "
      T("['a', 'b', '5', '6']", "int64") "}, "
      ATEN("aten::max_pool2d_with_indices.default", "[{'tensor': 0}, [3, 3], [2, 2], [1, 1]]") "}"},
+    /* depthwise convolutions: strided with a bias, and a 7 x 7 dilated one in bf16 (49 taps) */
+    {"dwconv", "input weight bias",
+     "{'name': 'x', " AXES4(2, 8, 9, 11) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "float32")
+     ", 'weight': " T("['b', '1', '3', '3']", "float32") ", 'bias': " T("['b']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") "}, "
+     ATEN("aten::convolution.default", "[{'tensor': 0}, {'tensor': 1}, {'tensor': 2}, [2, 2], [1, 1], "
+          "[1, 1], false, [0, 0], 8]") "}"},
+    {"dwconv7_bf16", "input weight",
+     "{'name': 'x', " AXES4(2, 16, 9, 12) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "bfloat16")
+     ", 'weight': " T("['b', '1', '7', '7']", "bfloat16") "}, 'outputs': {'out0': "
+     T("['a', 'b', '3', '6']", "bfloat16") "}, "
+     ATEN("aten::convolution.default", "[{'tensor': 0}, {'tensor': 1}, null, [1, 1], [3, 3], "
+          "[2, 2], false, [0, 0], 16]") "}"},
     {"avg_pool_ceil", "self",
      "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
      "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") "}, "
@@ -621,6 +634,10 @@ static void test_emulated(void **state) {
         {"gelu_gate_bf16", "KG_THREADS=64 KG_VBYTES=2 KG_UNROLL=1", 0},
         {"max_pool", "KG_THREADS=64 KG_VBYTES=8", 1},
         {"max_pool", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 1},
+        {"dwconv", "KG_THREADS=64 KG_VBYTES=4", 1},
+        {"dwconv", "KG_THREADS=64 KG_VBYTES=8 KG_UNROLL=2", 0},
+        {"dwconv7_bf16", "KG_THREADS=64 KG_VBYTES=2", 1},
+        {"dwconv7_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=2", 0},
         {"avg_pool_ceil", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=4", 0},
         {"avg_pool_ceil", "KG_THREADS=64 KG_VBYTES=8", 1},
         {"pad", "KG_THREADS=64 KG_VBYTES=16", 0},

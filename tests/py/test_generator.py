@@ -3,7 +3,7 @@
 tests/data/gen/capture_ops.py is a real PyTorch script: `kiln capture --device cpu` writes a problem for
 every op it calls (softmax, log_softmax and logsumexp over the last and other axes, sum/mean/amax/amin/
 argmax/argmin and max/min over a dim with keepdim both ways, var/std/var_mean, pooling windows, adaptive
-pooling, pointwise ops, casts, masks (triu, tril), integer and bitwise ops, cat, pad, an index gather and an
+pooling, depthwise convolutions, pointwise ops, casts, masks (triu, tril), integer and bitwise ops, cat, pad, an index gather and an
 embedding) and for its leaf modules (RMSNorm and LayerNorm written as chains of ops over the last axis and
 over the channels of NCHW, fp32 and bf16; softmax written by hand over a non-last axis; a gated pointwise
 chain; SOL-ExecBench's forms: SwiGLU, RoPE, post-norm RMSNorm with a residual; split and unbind). Every problem must be matched by the generator ("gen") and proven by `kiln sweep --backend
@@ -47,7 +47,7 @@ REQUIRED_ATEN = {
     "aten::triu.default", "aten::tril.default", "aten::bitwise_and.Scalar", "aten::bitwise_or.Tensor",
     "aten::bitwise_xor.Scalar", "aten::floor_divide.default", "aten::embedding.default", "aten::cat.default",
     "aten::constant_pad_nd.default", "aten::index.Tensor", "aten::stack.default",
-    "aten::repeat.default",
+    "aten::repeat.default", "aten::convolution.default",
 }
 REQUIRED_MODULES = {"RMSNormChannels", "RMSNormLast", "LayerNormChannels", "LayerNormLast", "SoftmaxAxis",
                     "GatedChain", "SwiGLU", "Rope", "RopeWholeHead", "RopePartial", "RopeInterleaved", "ResidualRMSNorm", "SplitRotate"}

@@ -219,15 +219,19 @@ static void temp_name(kg_scope *s, int v) {
         set_name(s, v, "kv%d_%d", v, s->id);
 }
 
-/* The nested scope of a window or remap: the operand's source axes get new coordinates; what
- * moves along them is computed again. */
+/* The nested scope of a window or remap: the operand's source axes get new coordinates (and a
+ * convolution's taps, tap != NULL, theirs); what moves along them is computed again. */
 static void map_scope(kg_scope *child, const kg_scope *s, const kir_map *m, const char *indent,
-                      char coord[][32]) {
+                      char coord[][32], char tap[][32]) {
     kg_scope_child(child, s, indent);
     uint32_t src = 0;
     for (int i = 0; i < m->n; i++) {
         src |= 1u << m->src[i];
         snprintf(child->coord[m->src[i]], sizeof child->coord[0], "%s", coord[i]);
+        if (tap && m->tap[i] >= 0) {
+            src |= 1u << m->tap[i];
+            snprintf(child->coord[m->tap[i]], sizeof child->coord[0], "%s", tap[i]);
+        }
     }
     const kir *ir = s->plan->ir;
     for (int v = 0; v < ir->n_nodes; v++)
@@ -247,22 +251,24 @@ static void plane_index(kiln_strbuf *b, const kir *ir, const kir_map *m, const c
 }
 
 /* Average or max pooling of x's operand over its window, as PyTorch's avg_pool / max_pool
- * kernels: windows start at dst * stride - pad; the average divides by the override, by the
- * window clipped to the padded input (count_include_pad), or by the elements inside the input;
- * max keeps the first of equal values, a NaN replaces anything, and the index starts at the
- * first position inside the input. */
+ * kernels, or a depthwise convolution: windows start at dst * stride - pad; the average divides
+ * by the override, by the window clipped to the padded input (count_include_pad), or by the
+ * elements inside the input; max keeps the first of equal values, a NaN replaces anything, and
+ * the index starts at the first position inside the input; a convolution sums the taps inside
+ * the input (zero padding), each times the weight at the tap, in fp32 (double on the CPU). */
 static void emit_window(kg_scope *s, int v) {
     const kir *ir = s->plan->ir;
     const kir_node *x = &ir->nodes[v];
     const kir_map *m = &ir->maps[x->map];
-    const int avg = x->op == KR_AVG, id = (*s->next_id)++;
+    const int avg = x->op == KR_AVG, conv = x->op == KR_CONV, id = (*s->next_id)++;
     const char *in = s->indent;
-    char ind[96], coord[3][32];
+    char ind[96], coord[3][32], tap[3][32];
     temp_name(s, v);
     kiln_strbuf_printf(s->b, "%sfloat %s;\n", in, s->name[v]);
-    if (!avg)
+    if (!avg && !conv)
         kiln_strbuf_printf(s->b, "%sint64_t %s_i;\n", in, s->name[v]);
-    kiln_strbuf_printf(s->b, "%s{ /* %s window */\n", in, avg ? "average" : "max");
+    kiln_strbuf_printf(s->b, "%s{ /* %s window */\n", in,
+                       avg ? "average" : conv ? "convolution" : "max");
     /* a fixed window's positions along one axis in 32 bits where every size involved fits: the
      * bounds checks of each tap are then single compares (the addresses stay 64-bit) */
     int narrow = !m->adaptive;
@@ -314,7 +320,7 @@ static void emit_window(kg_scope *s, int v) {
                                in, pt, id, i, id, i, in, id, i, in, id, i, d);
         }
     }
-    if (avg) {
+    if (avg || conv) {
         kiln_strbuf_printf(s->b, "%s    %s kg_sum%d = 0;\n", in, s->cuda ? "float" : "double", id);
     } else {
         kiln_strbuf_printf(
@@ -346,14 +352,20 @@ static void emit_window(kg_scope *s, int v) {
                                id, i, pt, id, i, step, ind, id, i, id, i, id, i, id, i, ind);
         }
         snprintf(coord[i], sizeof coord[i], "kg_s%d_%d", id, i);
+        snprintf(tap[i], sizeof tap[i], "kg_j%d_%d", id, i);
         size_t l = strlen(ind);
         snprintf(ind + l, sizeof ind - l, "    ");
     }
     kg_scope child;
-    map_scope(&child, s, m, ind, coord);
+    map_scope(&child, s, m, ind, coord, conv ? tap : NULL);
     const char *val = kg_value(&child, x->a[0]);
     if (avg) {
         kiln_strbuf_printf(s->b, "%skg_sum%d += %s;\n", ind, id, val);
+    } else if (conv) {
+        char xv[96];
+        snprintf(xv, sizeof xv, "%s", val);
+        const char *wv = kg_value(&child, x->a[1]), *acc = s->cuda ? "float" : "double";
+        kiln_strbuf_printf(s->b, "%skg_sum%d += (%s)%s * (%s)%s;\n", ind, id, acc, xv, acc, wv);
     } else {
         kiln_strbuf_printf(s->b, "%sconst float kg_x%d = %s;\n", ind, id, val);
         kiln_strbuf_printf(s->b, "%sif (kg_x%d > kg_best%d || kg_x%d != kg_x%d) {\n", ind, id, id,
@@ -380,12 +392,14 @@ static void emit_window(kg_scope *s, int v) {
         }
         kiln_strbuf_printf(s->b, ";\n");
         snprintf(e, sizeof e, "(float)(kg_sum%d / kg_div%d)", id, id);
+    } else if (conv) {
+        snprintf(e, sizeof e, "(float)kg_sum%d", id);
     } else {
         snprintf(e, sizeof e, "kg_best%d", id);
     }
     rounded(x->dtype, e, r, sizeof r);
     kiln_strbuf_printf(s->b, "%s    %s = %s;\n", in, s->name[v], r);
-    if (!avg)
+    if (!avg && !conv)
         kiln_strbuf_printf(s->b, "%s    %s_i = kg_arg%d;\n", in, s->name[v], id);
     kiln_strbuf_printf(s->b, "%s}\n", in);
 }
@@ -426,7 +440,7 @@ static void emit_remap(kg_scope *s, int v) {
     kiln_strbuf_printf(s->b, ") {\n");
     snprintf(ind, sizeof ind, "%s        ", in);
     kg_scope child;
-    map_scope(&child, s, m, ind, coord);
+    map_scope(&child, s, m, ind, coord, NULL);
     const char *val = kg_value(&child, x->a[0]);
     kiln_strbuf_printf(s->b, "%s%s = %s;\n%s    }\n%s}\n", ind, s->name[v], val, in, in);
 }

@@ -230,6 +230,9 @@ int kir_add(kir *ir, kir_node node) {
     case KIR_REMAP: {
         const kir_map *m = &ir->maps[node.map];
         node.axes = kir_axes_expand(ir, x->axes);
+        if (node.kind == KIR_WINDOW && node.op == KR_CONV) /* the weight, less its taps */
+            node.axes |= kir_axes_expand(ir, ir->nodes[node.a[1]].axes) &
+                         ~kir_axes_expand(ir, kir_taps(ir, &node));
         for (int i = 0; i < m->n; i++)
             node.axes = (node.axes & ~(1u << m->src[i])) |
                         (m->index[i] >= 0 ? ir->nodes[m->index[i]].axes : 1u << m->dst[i]);
@@ -240,6 +243,16 @@ int kir_add(kir *ir, kir_node node) {
     }
     ir->nodes[ir->n_nodes] = node;
     return ir->n_nodes++;
+}
+
+uint32_t kir_taps(const kir *ir, const kir_node *x) {
+    uint32_t t = 0;
+    if (x->kind != KIR_WINDOW || x->op != KR_CONV)
+        return 0;
+    for (int i = 0; i < ir->maps[x->map].n; i++)
+        if (ir->maps[x->map].tap[i] >= 0)
+            t |= 1u << ir->maps[x->map].tap[i];
+    return t;
 }
 
 int kir_const(kir *ir, double value) {
@@ -360,8 +373,11 @@ static int check_context(const kir *ir, int v, uint32_t allowed, int in_map, cha
             return snprintf(why, n, "a window or gather inside another"), 0;
         for (int i = 0; i < m->n; i++)
             inner = (inner & ~(m->index[i] >= 0 ? 0 : 1u << m->dst[i])) | 1u << m->src[i];
-        /* a gather's indices are read at the result's coordinates */
-        if (x->n_a > 1 && !check_context(ir, x->a[1], allowed, in_map, why, n))
+        inner |= kir_taps(ir, x);
+        /* a gather's indices are read at the result's coordinates, a convolution's weight at the
+         * tap's */
+        if (x->n_a > 1 && !check_context(ir, x->a[1], x->kind == KIR_WINDOW ? inner : allowed,
+                                         x->kind == KIR_WINDOW ? 2 : in_map, why, n))
             return 0;
         return check_context(ir, x->a[0], inner, affine ? 1 : 2, why, n);
     }
@@ -440,6 +456,13 @@ int kir_finish(kir *ir, char *why, size_t n) {
             if (ir->maps[k].index[i] < 0)
                 ir->maps[k].dst[i] = id[dst];
         }
+    for (int v = 0; v < ir->n_nodes; v++) /* a convolution's taps */
+        for (int i = 0; kir_taps(ir, &ir->nodes[v]) && i < ir->maps[ir->nodes[v].map].n; i++) {
+            int *tap = &ir->maps[ir->nodes[v].map].tap[i];
+            if (*tap >= 0 && ir->axes[kir_axis_find(ir, *tap)].n_parts)
+                return snprintf(why, n, "a convolution's kernel dim a reshape split"), 0;
+            *tap = *tap >= 0 ? id[*tap] : -1;
+        }
     uint32_t domain = 0;
     for (int k = 0; k < ir->n_acc; k++) {
         kir_access *c = &ir->acc[k];
@@ -489,6 +512,7 @@ int kir_finish(kir *ir, char *why, size_t n) {
         if (x->kind == KIR_WINDOW || x->kind == KIR_REMAP)
             for (int i = 0; i < ir->maps[x->map].n; i++)
                 ir->remapped |= 1u << ir->maps[x->map].src[i];
+        ir->remapped |= kir_taps(ir, x);
     }
     ir->domain |= ir->red;
     if (ir->remapped & ir->domain)
@@ -556,7 +580,7 @@ double kir_flops(const kir *ir, int w) {
             double k = 1;
             for (int i = 0; i < ir->maps[x->map].n; i++)
                 k *= (double)(ir->maps[x->map].adaptive ? 1 : ir->maps[x->map].kernel[i]);
-            flops += axes_count(ir, x->axes, w) * k;
+            flops += axes_count(ir, x->axes, w) * k * (x->op == KR_CONV ? 2 : 1);
         }
     }
     return flops;
@@ -631,6 +655,8 @@ void kir_print(const kir *ir, kiln_strbuf *b) {
             break;
         case KIR_WINDOW:
             kiln_strbuf_printf(b, "%s window of v%d", KIR_RED_INFO[x->op].name, x->a[0]);
+            if (x->op == KR_CONV)
+                kiln_strbuf_printf(b, " by v%d", x->a[1]);
             break;
         case KIR_REMAP:
             if (x->n_a > 1)

@@ -137,7 +137,8 @@ extern const kir_op_info KIR_OP_INFO[KO_COUNT];
     X(KR_SOFTMAX, "softmax", 2) /* max m, sum of exp(x - m) */                                     \
     X(KR_WELFORD, "welford", 2) /* mean, sum of squared deviations from it */                      \
     X(KR_AVG, "avg", 1)         /* windows only: average pooling's sum over the divisor */         \
-    X(KR_MAXPOOL, "maxpool", 2) /* windows only: max and its index in the input plane */
+    X(KR_MAXPOOL, "maxpool", 2) /* windows only: max and its index in the input plane */         \
+    X(KR_CONV, "conv", 1)       /* windows only: the sum of operand x weight (a depthwise conv) */
 
 #define KIR_RED_CODE(code, name, parts) code,
 typedef enum { KIR_REDS(KIR_RED_CODE) KR_COUNT } kir_red;
@@ -156,7 +157,8 @@ typedef enum {
     KIR_OP,     /* pointwise .op over .a[0 .. n_a), constants .k */
     KIR_REDUCE, /* .op (a kir_red) of .a[0] over the axes .red; argmax's index: access .acc */
     KIR_PART,   /* result .op (1 ..) of the reduction or window .a[0] */
-    KIR_WINDOW, /* .op (KR_AVG, KR_MAXPOOL) of .a[0] over the pooling window .map */
+    KIR_WINDOW, /* .op (KR_AVG, KR_MAXPOOL, KR_CONV) of .a[0] over the window .map; KR_CONV
+                 * multiplies each tap by .a[1], read at the tap (the map's tap axes) */
     KIR_REMAP,  /* .a[0] at other coordinates (.map; a gather reads them from .a[1]), .k[0] outside
                  */
     KIR_POS, /* the point's position (int64): the offset of access .acc (triu's row and column) */
@@ -194,7 +196,8 @@ typedef struct {
 
 /* A pooling window (KIR_WINDOW) or a coordinate map (KIR_REMAP) over n spatial axes: src[i] is the
  * operand's axis, dst[i] the result's. Window i reads src = dst * stride - pad + j * dilation for
- * j < kernel (adaptive: dst * in / out to ceil((dst + 1) * in / out)); a remap reads src = (dst *
+ * j < kernel (adaptive: dst * in / out to ceil((dst + 1) * in / out)); a convolution's weight
+ * moves along tap[i] (its kernel dims; -1 where the kernel is 1) and is read at j; a remap reads src = (dst *
  * mul + add) / den (floor), or (index[i] >= 0, a gather) the value of node index[i] (negative
  * values count from the end; the node is the remap's second operand and brings its own axes,
  * dst[i] is then unused), and gives the fill value where that is outside [0, size of src). */
@@ -206,6 +209,7 @@ typedef struct {
     int64_t divisor; /* avg: divisor_override, 0 for none */
     int64_t mul[3], add[3], den[3];
     int index[3];
+    int tap[3];
 } kir_map;
 
 /* An axis is a leaf, or (n_parts > 1) the row-major composite of its parts: a reshape split its dim
@@ -263,6 +267,8 @@ uint32_t kir_axes_expand(kir *ir, uint32_t set);
 /* Appends a node (axes computed from its operands unless it is a load or a reduction); -1 when
  * full. */
 int kir_add(kir *ir, kir_node node);
+/* The axes a convolution window (KR_CONV) reads its weight along at the tap; 0 for other nodes. */
+uint32_t kir_taps(const kir *ir, const kir_node *x);
 /* A constant node (dtype float32, Python-number priority). */
 int kir_const(kir *ir, double value);
 /* Finishes a lowered IR: canonical axes, strides per axis, the domain, the two-result rewrites

@@ -354,8 +354,11 @@ static int spatial(lower_ctx *L, lval x, int d0, kir_map m, char out_size[][KIR_
     if (L->ir->n_maps == KIR_MAX_MAPS)
         return full(L);
     *out = x;
-    for (int i = 0; i < 3; i++)
+    const int conv = node.kind == KIR_WINDOW && node.op == KR_CONV;
+    for (int i = 0; i < 3; i++) {
         m.index[i] = -1;
+        m.tap[i] = conv && i < m.n ? m.tap[i] : -1;
+    }
     for (int i = 0; i < m.n; i++) {
         int d = d0 + i;
         m.src[i] = x.axis[d] >= 0 ? kir_axis_find(L->ir, x.axis[d]) : kir_axis_new(L->ir, "1");
@@ -366,7 +369,7 @@ static int spatial(lower_ctx *L, lval x, int d0, kir_map m, char out_size[][KIR_
     }
     L->ir->maps[L->ir->n_maps] = m;
     node.map = L->ir->n_maps++;
-    node.n_a = 1;
+    node.n_a = conv ? 2 : 1; /* a convolution's weight is set */
     node.a[0] = x.node;
     node.acc = -1;
     if ((out->node = kir_add(L->ir, node)) < 0)
@@ -386,6 +389,21 @@ int lower_window(lower_ctx *L, lval x, kir_map m, int kind, char out_size[][KIR_
         return 0;
     *node = out->node;
     return 1;
+}
+
+int lower_conv(lower_ctx *L, lval x, lval w, kir_map m, char out_size[][KIR_EXPR], lval *out) {
+    const int cd = x.ndim - m.n - 1;
+    char why[160];
+    if (w.ndim != m.n + 2 || cd < 0 || (x.axis[cd] < 0) != (w.axis[0] < 0) || w.axis[1] >= 0)
+        return lower_fail(L, "a depthwise weight of %d dims for %d spatial dims", w.ndim, m.n);
+    if (x.axis[cd] >= 0 &&
+        !kir_axis_unify(L->ir, kir_axis_find(L->ir, x.axis[cd]), kir_axis_find(L->ir, w.axis[0]),
+                        why, sizeof why))
+        return lower_fail(L, "%s", why);
+    for (int i = 0; i < m.n; i++)
+        m.tap[i] = w.axis[2 + i] >= 0 ? kir_axis_find(L->ir, w.axis[2 + i]) : -1;
+    kir_node node = {.kind = KIR_WINDOW, .dtype = KILN_F32, .op = KR_CONV, .a = {0, w.node}};
+    return spatial(L, x, x.ndim - m.n, m, out_size, node, out);
 }
 
 int lower_remap(lower_ctx *L, lval x, int d0, kir_map m, char out_size[][KIR_EXPR], double fill,

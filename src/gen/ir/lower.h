@@ -89,6 +89,9 @@ int lower_count(lower_ctx *L, lval x, const int64_t *dims, int n, double minus, 
  * KR_AVG or KR_MAXPOOL; out_size the pooled sizes (expressions); *node gets the window node. */
 int lower_window(lower_ctx *L, lval x, kir_map m, int kind, char out_size[][KIR_EXPR], kiln_dtype t,
                  lval *out, int *node);
+/* The depthwise convolution of x ([.., C, spatial...]) by w ([C, 1, kernel...]) over window m
+ * (stride, pad, dilation; the kernel from w), unrounded float32; out_size the result's sizes. */
+int lower_conv(lower_ctx *L, lval x, lval w, kir_map m, char out_size[][KIR_EXPR], lval *out);
 /* x read at src = (dst * mul + add) / den along its dims d0 .. d0 + m.n, new sizes out_size, fill
  * where outside. */
 int lower_remap(lower_ctx *L, lval x, int d0, kir_map m, char out_size[][KIR_EXPR], double fill,

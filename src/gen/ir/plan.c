@@ -37,7 +37,8 @@ static double access_elements(const kg_plan *plan, int c) {
 }
 
 /* Orders the domain's axes outermost first: by the stride in the largest access, ties by the
- * next largest, and so on. */
+ * next largest, and so on. An access that does not walk both axes (stride 0 along one: a
+ * window's input along the pooled axes, a broadcast operand) says nothing of their order. */
 static void order_axes(kg_plan *plan, int *order, int *n) {
     const kir *ir = plan->ir;
     int acc[KIR_MAX_ACCESS], na = 0;
@@ -60,7 +61,8 @@ static void order_axes(kg_plan *plan, int *order, int *n) {
             int x = order[j - 1], y = order[j], cmp = 0;
             for (int k = 0; k < na && !cmp; k++) {
                 int64_t sx = kg_stride(plan, acc[k], x, 0), sy = kg_stride(plan, acc[k], y, 0);
-                cmp = sx < sy ? 1 : sx > sy ? -1 : 0; /* 1: y belongs outside x */
+                if (sx && sy)
+                    cmp = sx < sy ? 1 : sx > sy ? -1 : 0; /* 1: y belongs outside x */
             }
             if (cmp <= 0)
                 break;

@@ -743,6 +743,30 @@ static int spatial_ints(lower_ctx *L, const kiln_op *op, int pos, const char *na
     return 1;
 }
 
+/* The sizes of a window's result along the last m->n dims of x, by PyTorch's formula (ceil_mode: the
+ * last window starts inside the input or its left padding); numbers, the same in every workload. */
+static int window_sizes(lower_ctx *L, lval x, const kir_map *m, int ceil_mode,
+                        char size[][KIR_EXPR]) {
+    for (int i = 0; i < m->n; i++) {
+        if (m->kernel[i] < 1 || m->stride[i] < 1 || m->dilation[i] < 1 || m->pad[i] < 0)
+            return lower_fail(L, "a window PyTorch refuses");
+        const char *in = lv_size(L, x, x.ndim - m->n + i);
+        int64_t span = m->dilation[i] * (m->kernel[i] - 1) + 1;
+        int64_t o0 = -1;
+        for (int w = 0; w < L->p->n_workloads; w++) {
+            int64_t h = kir_eval(L->p, in, w), num_ = h + 2 * m->pad[i] - span;
+            int64_t o = (num_ + (ceil_mode ? m->stride[i] - 1 : 0)) / m->stride[i] + 1;
+            if (ceil_mode && (o - 1) * m->stride[i] >= h + m->pad[i])
+                o--;
+            if (num_ < 0 || (o0 >= 0 && o != o0))
+                return lower_fail(L, "window sizes that differ between workloads");
+            o0 = o;
+        }
+        snprintf(size[i], KIR_EXPR, "%lld", (long long)o0);
+    }
+    return 1;
+}
+
 /* avg_pool{1,2,3}d, max_pool{1,2,3}d[_with_indices]: the window reads dst * stride - pad + j *
  * dilation; output sizes by PyTorch's formula (ceil_mode: the last window starts inside the input
  * or its left padding). */
@@ -773,29 +797,83 @@ static int pool(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out)
     if (kir_dtype_is_int(lv_dtype(L, x)) || x.ndim < m.n + 1)
         return lower_fail(L, "pooling of integers or of fewer than %d dims", m.n + 1);
     char size[3][KIR_EXPR];
-    for (int i = 0; i < m.n; i++) {
-        if (m.kernel[i] < 1 || m.stride[i] < 1 || m.dilation[i] < 1 || m.pad[i] < 0 ||
-            2 * m.pad[i] > m.kernel[i])
+    for (int i = 0; i < m.n; i++)
+        if (2 * m.pad[i] > m.kernel[i])
             return lower_fail(L, "a window PyTorch refuses");
-        const char *in = lv_size(L, x, x.ndim - m.n + i);
-        int64_t span = m.dilation[i] * (m.kernel[i] - 1) + 1;
-        int64_t o0 = -1;
-        for (int w = 0; w < L->p->n_workloads; w++) {
-            int64_t h = kir_eval(L->p, in, w), num_ = h + 2 * m.pad[i] - span;
-            int64_t o = (num_ + (ceil_mode ? m.stride[i] - 1 : 0)) / m.stride[i] + 1;
-            if (ceil_mode && (o - 1) * m.stride[i] >= h + m.pad[i])
-                o--;
-            if (num_ < 0 || (o0 >= 0 && o != o0))
-                return lower_fail(L, "pooled sizes that differ between workloads");
-            o0 = o;
-        }
-        snprintf(size[i], KIR_EXPR, "%lld", (long long)o0);
-    }
+    if (!window_sizes(L, x, &m, ceil_mode != 0, size))
+        return 0;
     int node;
     if (!lower_window(L, x, m, r->code, size, lv_dtype(L, x), &out[0], &node))
         return 0;
     return avg || !strstr(op->name, "with_indices") ||
            lower_part(L, node, out[0], KILN_I64, &out[1]);
+}
+
+/* convolution / _convolution / conv{1,2,3}d, depthwise only (groups = channels, weight [C, 1, k...]):
+ * a window that sums the input at dst * stride - pad + j * dilation (zero outside) times the weight
+ * at tap j, in fp32, plus the bias, rounded once. Other convolutions are GEMM-shaped (compute-bound:
+ * no IR form). */
+static int conv(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
+    (void)r;
+    lval x, w, bias;
+    const int aten = strstr(op->name, "convolution") != NULL;
+    if (!lower_arg(L, op, 0, "input", &x) || !lower_arg(L, op, 1, "weight", &w) ||
+        !lower_arg(L, op, 2, "bias", &bias))
+        return 0;
+    if (x.node < 0 || w.node < 0 || w.ndim < 3 || w.ndim > 5 || x.ndim < w.ndim - 1)
+        return lower_fail(L, "a convolution without input or weight, or of %d dims", w.ndim);
+    kir_map m = {.n = w.ndim - 2};
+    double transposed = 0, groups = 1;
+    const int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
+    if (aten && !num(L, op, 6, "transposed", 0, &transposed))
+        return 0;
+    if (!num(L, op, aten ? 8 : 6, "groups", 1, &groups))
+        return 0;
+    const int cd = x.ndim - m.n - 1; /* the channel dim */
+    const char *c = lv_size(L, x, cd);
+    int depthwise = !transposed && kir_same(L->p, lv_size(L, w, 0), c) &&
+                    kir_same(L->p, lv_size(L, w, 1), "1");
+    for (int k = 0; k < L->p->n_workloads; k++) {
+        depthwise &= groups == (double)kir_eval(L->p, c, k);
+        for (int i = 0; i < m.n; i++) {
+            const int64_t kernel = kir_eval(L->p, lv_size(L, w, 2 + i), k);
+            if (k && kernel != m.kernel[i])
+                return lower_fail(L, "kernel sizes that differ between workloads");
+            m.kernel[i] = kernel;
+        }
+    }
+    if (!depthwise)
+        return lower_fail(L, "not a depthwise convolution (groups %g, weight [%s, %s, ...], %s "
+                             "channels; dense and grouped ones are GEMM-shaped)",
+                          groups, lv_size(L, w, 0), lv_size(L, w, 1), c);
+    const char *padding = arg_text(op, 4, "padding");
+    if (!spatial_ints(L, op, 3, "stride", m.n, one, m.stride) ||
+        !spatial_ints(L, op, 5, "dilation", m.n, one, m.dilation) ||
+        (!padding && !spatial_ints(L, op, 4, "padding", m.n, zero, m.pad)))
+        return 0;
+    for (int i = 0; padding && i < m.n; i++) { /* conv{n}d's 'valid' and 'same' */
+        const int64_t span = m.dilation[i] * (m.kernel[i] - 1);
+        if (strcmp(padding, "valid") && (strcmp(padding, "same") || span % 2))
+            return lower_fail(L, "padding '%s'", padding);
+        m.pad[i] = strcmp(padding, "same") ? 0 : span / 2;
+    }
+    if (kir_dtype_is_int(lv_dtype(L, x)) || lv_dtype(L, w) != lv_dtype(L, x))
+        return lower_fail(L, "a convolution of %s by %s", kiln_dtype_name(lv_dtype(L, x)),
+                          kiln_dtype_name(lv_dtype(L, w)));
+    char size[3][KIR_EXPR];
+    if (!window_sizes(L, x, &m, 0, size) || !lower_conv(L, x, w, m, size, out))
+        return 0;
+    if (bias.node >= 0) { /* [C] along the channel dim */
+        if (bias.ndim != 1)
+            return lower_fail(L, "a bias of %d dims", bias.ndim);
+        lval b = bias;
+        b.ndim = m.n + 1;
+        for (int i = 1; i <= m.n; i++)
+            b.axis[i] = -1;
+        if (!lower_binary(L, KO_ADD, *out, b, out))
+            return 0;
+    }
+    return lower_cast(L, *out, lv_dtype(L, x), out);
 }
 
 /* adaptive_avg_pool{1,2,3}d(x, output_size): to 1 it is a mean over the spatial dims (keepdim),
@@ -1133,6 +1211,7 @@ static const lower_rule RULES[] = {
     {"adaptive_avg_pool1d adaptive_avg_pool2d _adaptive_avg_pool2d adaptive_avg_pool3d "
      "_adaptive_avg_pool3d",
      adaptive_pool, 0},
+    {"convolution _convolution conv1d conv2d conv3d", conv, 0},
     {"constant_pad_nd pad", pad, 0},
     {"upsample_nearest1d upsample_nearest2d upsample_nearest3d", upsample, 0},
     {"index", gather, 0},

@@ -1,7 +1,7 @@
 """A PyTorch script whose forward calls, on small odd shapes, every memory-bound op the tensor-expression
 generator (src/gen/ir) lowers: softmax, log_softmax and logsumexp over the last and other axes,
 sum/mean/amax/amin/argmax/argmin with keepdim both ways, var/std, pooling windows, adaptive pooling,
-pointwise ops, casts, masks, integer and bitwise ops, data movement, and leaf modules that write RMSNorm,
+depthwise convolutions, pointwise ops, casts, masks, integer and bitwise ops, data movement, and leaf modules that write RMSNorm,
 LayerNorm and softmax as chains of ops (over the last axis and over the channels of NCHW, fp32 and bf16)
 and SOL-ExecBench's forms (SwiGLU, RoPE, post-norm RMSNorm with a residual). tests/py/test_generator.py captures it
 with `kiln capture --device cpu` and proves every problem the capture writes on the cpu backend.
@@ -165,6 +165,11 @@ class Ops(nn.Module):
         self.rope_pairs = RopeInterleaved()
         self.split_rot = SplitRotate()
         self.res_rms = ResidualRMSNorm(33)
+        # depthwise convolution weights (groups = channels): 7 x 7 with a bias, 3 x 3, and 1-d
+        self.register_buffer("dw7", torch.randn(6, 1, 7, 7) * 0.2)
+        self.register_buffer("dw7_bias", torch.randn(6))
+        self.register_buffer("dw3", torch.randn(6, 1, 3, 3) * 0.3)
+        self.register_buffer("dw1d", torch.randn(7, 1, 5) * 0.3)
 
     def forward(self, x, y, z):
         xb, yb, zb = x.to(torch.bfloat16), y.to(torch.bfloat16), z.to(torch.bfloat16)
@@ -182,6 +187,10 @@ class Ops(nn.Module):
             F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 2, 2, 1, ceil_mode=True, count_include_pad=False),
             F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 2, ceil_mode=True), F.max_pool2d(x, 3, 1, 1, dilation=2),
             F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x, (4, 5)),
+            # depthwise convolutions: NCHW with a bias, channels-last strided, dilated 1-d
+            F.conv2d(x, self.dw7, self.dw7_bias, padding=3, groups=6),
+            F.conv2d(xcl, self.dw3, None, stride=2, padding=1, groups=6),
+            F.conv1d(y[None], self.dw1d, None, padding=4, dilation=2, groups=7),
             # pointwise ops and casts
             y + z, y * z, y - z, y / (z.abs() + 1), -y, torch.exp(y), torch.log(y.abs() + 1), torch.tanh(y),
             torch.sigmoid(y), F.silu(y), F.gelu(y), F.gelu(y, approximate="tanh"), F.relu(y), y.pow(3),
