@@ -170,6 +170,15 @@ static const small_case CASES[] = {
      T("['a', 'b', '3', '6']", "bfloat16") "}, "
      ATEN("aten::convolution.default", "[{'tensor': 0}, {'tensor': 1}, null, [1, 1], [3, 3], "
           "[2, 2], false, [0, 0], 16]") "}"},
+    /* channels-last (stored [N, H, W, C]): the weight is read from a copy in shared memory */
+    {"dwconv_cl_bf16", "input weight bias",
+     "{'name': 'x', " AXES4(2, 24, 9, 10) ", 'inputs': {'input': " T("['a', 'c', 'd', 'b']", "bfloat16")
+     ", 'weight': " T("['b', '1', '5', '5']", "bfloat16") ", 'bias': " T("['b']", "bfloat16")
+     "}, 'outputs': {'out0': " T("['a', 'c', 'd', 'b']", "bfloat16") "}, 'kiln': {'kind': 'aten', "
+     "'aten': 'aten::convolution.default', 'args': {'args': [{'tensor': 0}, {'tensor': 1}, {'tensor': 2}, "
+     "[1, 1], [2, 2], [1, 1], false, [0, 0], 24], 'kwargs': {}}, 'layouts': {'input': {'stored': "
+     "'memory_order', 'permute': [0, 2, 3, 1]}, 'out0': {'stored': 'memory_order', 'permute': [0, 2, 3, "
+     "1]}}}}"},
     {"avg_pool_ceil", "self",
      "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
      "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") "}, "
@@ -559,6 +568,25 @@ static void test_emitted_text(void **state) {
     assert_int_equal(count_of(kernel, "kg_round_bf16("), 2 + 1 /* the output's cast */);
     free(cuda);
     kiln_problem_free(p);
+
+    /* a depthwise weight read across a channels-last vector axis comes from shared memory; read
+     * along an NCHW row (the same weight for the whole warp) it does not need to */
+    p = load_case(case_named("dwconv_cl_bf16"), &m);
+    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=4", pt);
+    cuda = gen->emit(p, &m, pt, 1);
+    kernel = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
+    assert_non_null(strstr(kernel, "kg_sh1[kg_k] = weight[kg_k];"));
+    assert_non_null(strstr(kernel, "__bfloat162float(kg_sh1["));
+    assert_null(strstr(kernel, "__bfloat162float(weight["));
+    assert_non_null(strstr(cuda, "#define KG_SHARED_BYTES 1200\n"));
+    free(cuda);
+    kiln_problem_free(p);
+    p = load_case(case_named("dwconv"), &m);
+    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=4", pt);
+    cuda = gen->emit(p, &m, pt, 1);
+    assert_null(strstr(cuda, "kg_sh1"));
+    free(cuda);
+    kiln_problem_free(p);
 }
 
 static void test_emulated(void **state) {
@@ -637,6 +665,8 @@ static void test_emulated(void **state) {
         {"dwconv", "KG_THREADS=64 KG_VBYTES=4", 1},
         {"dwconv", "KG_THREADS=64 KG_VBYTES=8 KG_UNROLL=2", 0},
         {"dwconv7_bf16", "KG_THREADS=64 KG_VBYTES=2", 1},
+        {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=2", 1},
+        {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=2", 0},
         {"dwconv7_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=2", 0},
         {"avg_pool_ceil", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=4", 0},
         {"avg_pool_ceil", "KG_THREADS=64 KG_VBYTES=8", 1},

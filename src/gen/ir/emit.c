@@ -469,7 +469,11 @@ const char *kg_value(kg_scope *s, int v) {
     case KIR_LOAD: {
         char off[512], elem[600];
         kg_offset(s, x->acc, off, sizeof off);
-        snprintf(elem, sizeof elem, "%s[%s]", kg_tensor_name(ir->p, ir->acc[x->acc].tensor), off);
+        if (s->staged >> x->acc & 1)
+            snprintf(elem, sizeof elem, "kg_sh%d[%s]", x->acc, off);
+        else
+            snprintf(elem, sizeof elem, "%s[%s]", kg_tensor_name(ir->p, ir->acc[x->acc].tensor),
+                     off);
         kg_load_expr(x->dtype, s->cuda, elem, rhs, sizeof rhs);
         break;
     }

@@ -34,6 +34,7 @@ typedef struct {
     int64_t team_bytes;        /* shared memory: the team exchange, */
     int64_t xch_bytes;         /* one of the two cluster exchange buffers, */
     int64_t shared_bytes;      /* and all of it (KG_SHARED_BYTES) */
+    uint64_t staged;           /* accesses copied into shared memory first (stage_small) */
 } cu_ctx;
 
 /* Access c can move as one vector of vec elements along axis a: unit stride there and every other
@@ -54,6 +55,87 @@ static int vectorizable(const kg_plan *plan, int c, int a, int64_t vec) {
 
 static const char *elem_type(kiln_dtype t) {
     return kiln_dtype_kernel_type(t, 1).type;
+}
+
+/* Largest shared memory the copies of stage_small take: a third of the 227 KiB an SM has, so that
+ * three blocks still fit; and below the 48 KiB of a static array. */
+#define KG_STAGE_BYTES (40 * 1024)
+
+/* The elements of input tensor i as stored, as an expression, and their most in any workload. */
+static int64_t stored_elements(const kiln_problem *p, int i, char *expr, size_t n) {
+    snprintf(expr, n, "1");
+    for (int d = 0; d < p->inputs[i].ndim; d++) {
+        char dim[KIR_EXPR];
+        kiln_tensor_dim_expr(p, &p->inputs[i], d, dim, sizeof dim);
+        kir_mul(expr, n, expr, dim);
+    }
+    int64_t most = 0, shape[KILN_MAX_DIMS];
+    for (int w = 0; w < p->n_workloads; w++) {
+        int64_t e = kiln_tensor_shape(p, &p->inputs[i], &p->workloads[w], shape);
+        most = e > most ? e : most;
+    }
+    return most;
+}
+
+/* A convolution's weight read at each tap is [C, 1, k, k] in memory: along a channels-last
+ * activation's vector axis (the channels) lanes read it k * k elements apart, a cache line each,
+ * ~25 times the L1 wavefronts of a coalesced load. Small tensors read at the taps that way are
+ * copied into shared memory once a block (their whole storage, so offsets stay as they are) and
+ * read there: 49 apart is conflict-free across the 32 banks. Pointwise plans only. */
+static void stage_small(cu_ctx *C) {
+    const kg_plan *plan = C->plan;
+    const kir *ir = plan->ir;
+    uint32_t taps = 0;
+    for (int v = 0; v < ir->n_nodes; v++)
+        if (plan->live[v])
+            taps |= kir_taps(ir, &ir->nodes[v]);
+    int64_t bytes = 0;
+    for (int v = 0; v < ir->n_nodes && taps && plan->vec_axis >= 0; v++) {
+        const kir_node *x = &ir->nodes[v];
+        if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & taps) ||
+            (C->staged >> x->acc & 1))
+            continue;
+        int strided = 0;
+        for (int w = 0; w < ir->p->n_workloads; w++) {
+            const int64_t st = kg_stride(plan, x->acc, plan->vec_axis, w);
+            strided |= st != 0 && st != 1;
+        }
+        const int t = ir->acc[x->acc].tensor;
+        char expr[KIR_EXPR];
+        const int64_t size = stored_elements(ir->p, t, expr, sizeof expr) *
+                             (int64_t)kiln_dtype_size(ir->p->inputs[t].dtype);
+        if (!strided || bytes + (size + 15) / 16 * 16 > KG_STAGE_BYTES)
+            continue;
+        C->staged |= 1ull << x->acc;
+        bytes += (size + 15) / 16 * 16;
+    }
+    C->shared_bytes = bytes;
+}
+
+/* The copies of stage_small, at the kernel's start. */
+static void emit_staging(cu_ctx *C, kg_scope *base) {
+    const kir *ir = C->plan->ir;
+    base->staged = C->staged;
+    if (!C->staged)
+        return;
+    kiln_strbuf_printf(C->b, "    KG_SHARED_ARRAY(kg_shared);\n");
+    int64_t off = 0;
+    for (int c = 0; c < ir->n_acc; c++) {
+        if (!(C->staged >> c & 1))
+            continue;
+        const int t = ir->acc[c].tensor;
+        const kiln_dtype dt = ir->p->inputs[t].dtype;
+        char n[KIR_EXPR];
+        const int64_t size = stored_elements(ir->p, t, n, sizeof n) * (int64_t)kiln_dtype_size(dt);
+        kiln_strbuf_printf(C->b,
+                           "    %s *const kg_sh%d = (%s *)(kg_shared + %lld); /* %s */\n"
+                           "    for (int64_t kg_k = threadIdx.x; kg_k < (%s); kg_k += KG_THREADS)\n"
+                           "        kg_sh%d[kg_k] = %s[kg_k];\n",
+                           elem_type(dt), c, elem_type(dt), (long long)off, ir->p->inputs[t].name,
+                           n, c, ir->p->inputs[t].name);
+        off += (size + 15) / 16 * 16;
+    }
+    kiln_strbuf_printf(C->b, "    __syncthreads();\n");
 }
 
 /* ---- coordinates and lanes ---- */
@@ -220,6 +302,9 @@ static void emit_pointwise(cu_ctx *C) {
     const kg_plan *plan = C->plan;
     kiln_strbuf *b = C->b;
     const char *in = "        ";
+    kg_scope base;
+    kg_scope_init(&base, b, plan, 1, "                ", &C->ids);
+    emit_staging(C, &base);
     kiln_strbuf_printf(b,
                        "    const int64_t kg_total = %s;\n"
                        "    const int64_t kg_chunk = (int64_t)KG_THREADS * KG_UNROLL * KG_VEC;\n"
@@ -230,8 +315,8 @@ static void emit_pointwise(cu_ctx *C) {
     kiln_strbuf_printf(b, "#pragma unroll\n        for (int kg_u = 0; kg_u < KG_UNROLL; kg_u++) {\n"
                           "            const int64_t kg_i = kg_b + ((int64_t)kg_u * KG_THREADS + "
                           "threadIdx.x) * KG_VEC;\n            if (kg_i < kg_total) {\n");
-    kg_scope base;
     kg_scope_init(&base, b, plan, 1, "                ", &C->ids);
+    base.staged = C->staged;
     coords(C, &base, plan->kept, plan->n_kept, "kg_i", "                ");
     raw_loads(C, &base, "kg_u", "                ", 0);
     kiln_strbuf_printf(b, "            }\n        }\n");
@@ -239,6 +324,7 @@ static void emit_pointwise(cu_ctx *C) {
                           "            const int64_t kg_i = kg_b + ((int64_t)kg_u * KG_THREADS + "
                           "threadIdx.x) * KG_VEC;\n            if (kg_i < kg_total) {\n");
     kg_scope_init(&base, b, plan, 1, "                ", &C->ids);
+    base.staged = C->staged;
     coords(C, &base, plan->kept, plan->n_kept, "kg_i", "                ");
     store_lanes(C, &base, -1, ~0u, "kg_u", "                ");
     kiln_strbuf_printf(b, "            }\n        }\n    }\n");
@@ -801,6 +887,8 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
         C.team_bytes = (slots * sb + 15) / 16 * 16;
         C.xch_bytes = (opb * C.vo * sb + 15) / 16 * 16;
         C.shared_bytes = C.team_bytes + (split > 1 ? (pt[P_SPLITMODE] ? 16 : 2 * C.xch_bytes) : 0);
+    } else {
+        stage_small(&C);
     }
     const kir *ir = plan->ir;
     uint32_t streamed = red ? ir->red : ir->domain;

@@ -95,6 +95,7 @@ typedef struct kg_scope {
     const char *indent;
     char coord[KIR_MAX_AXES][64]; /* "" = 0 */
     char name[KIR_MAX_NODES][96]; /* "" = not yet computed here */
+    uint64_t staged;              /* accesses read from a shared-memory copy kg_sh<access> */
     int id;                       /* suffix of the scope's temporaries */
     int *next_id;                 /* shared counter for nested scopes */
 } kg_scope;
