@@ -21,13 +21,36 @@ EPILOGUE_ACTIVATIONS = frozenset({"relu", "gelu"})
 GATE_ACTIVATIONS = frozenset({"gelu", "silu"})
 
 
+CONV_NAMES = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d"})
+
+
+def is_depthwise(op) -> bool:
+    """A convolution with one input channel per group and as many groups as channels (weight [C, 1, k...]):
+    memory-bound, a window in the generator's IR (src/gen/ir/rules.c conv), so it may join a chain with the
+    norm and activation after it."""
+    from kiln.capture_record import op_short
+    metas = {name: meta for name, _, meta in op.inputs}
+    args = op.args_json.get("args", []) if isinstance(op.args_json, dict) else []
+    if op_short(op.func) not in CONV_NAMES or "input" not in metas or "weight" not in metas:
+        return False
+    x, w = metas["input"], metas["weight"]
+    at = 8 if op_short(op.func).endswith("convolution") else 6
+    groups = args[at] if len(args) > at else 1
+    if at == 8 and (len(args) < 7 or args[6] is not False):
+        return False  # transposed
+    channels = x.shape[-len(w.shape) + 1] if len(x.shape) >= len(w.shape) - 1 else None
+    return (len(w.shape) >= 3 and w.shape[1] == 1 and w.shape[0] == channels and groups == channels)
+
+
 def is_member(op) -> bool:
     """Whether a call can be part of a chain: one that can be a problem (not a constant fill), memory-bound
-    (the module-problem rule of capture_record), reading at least one tensor, writing none of its
-    arguments."""
+    (the module-problem rule of capture_record, or a depthwise convolution), reading at least one tensor,
+    writing none of its arguments."""
     from kiln.capture_record import _not_fusible
     func = op.func
-    if op.no_problem is not None or _not_fusible(func) is not None or not op.inputs or not op.outputs:
+    if op.no_problem is not None or not op.inputs or not op.outputs:
+        return False
+    if _not_fusible(func) is not None and not is_depthwise(op):
         return False
     if any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments):
         return False

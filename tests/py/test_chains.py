@@ -596,6 +596,35 @@ def test_two_output_chain_replaced_inside_torch_compile(tmp_path_factory):
         kiln.uninstall(inst)
 
 
+DW_CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "dwconv_chain.py"
+
+
+def test_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factory):
+    """A MobileNet-v2 block's BatchNorm + ReLU6 -> depthwise 3x3 convolution -> BatchNorm + ReLU6 is one chain
+    problem, which `gen` proves (optimize_alone) and whose entry is one op of the compiled block (a hit), with
+    eager's output; in eager nothing replaces it."""
+    import kiln
+    chain = "chain_batch_norm_relu6_conv2d_2x32x12x12_f32"  # inference mode: the composite ops whole
+    library = _chain_library(tmp_path_factory, DW_CHAIN_SCRIPT, chain, ("chain_batch_norm_add_2x8x12x12_f32",))
+    manifest = json.loads((library / "manifest.json").read_text())
+    entry = next(e for e in manifest["entries"] if e["problem"] == chain)
+    assert entry["candidate"]["family"] == "gen", entry["candidate"]
+    dc = _script_module(DW_CHAIN_SCRIPT)
+    x = torch.randn(dc.BATCH, dc.CHANNELS, dc.SIDE, dc.SIDE)
+    model = dc.build()
+    with torch.no_grad():
+        want = model(x)
+    inst = kiln.install(str(library), model, entries=[chain], compile=True)
+    try:
+        assert inst.installed == [chain], inst.summary()
+        with torch.no_grad():
+            got = model(x)
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+        assert inst.stats()["hits"] == 1, (inst.stats(), inst.notes)
+    finally:
+        kiln.uninstall(inst)
+
+
 def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
     """Every VAE add + GroupNorm + SiLU chain (one output, and the sum kept as a second), optimized on the cpu
     backend, replaces its calls in the example's compiled decoder: one hit per captured call, the image

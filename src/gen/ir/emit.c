@@ -268,7 +268,9 @@ static void emit_window(kg_scope *s, int v) {
     if (!avg && !conv)
         kiln_strbuf_printf(s->b, "%sint64_t %s_i;\n", in, s->name[v]);
     kiln_strbuf_printf(s->b, "%s{ /* %s window */\n", in,
-                       avg ? "average" : conv ? "convolution" : "max");
+                       avg    ? "average"
+                       : conv ? "convolution"
+                              : "max");
     /* a fixed window's positions along one axis in 32 bits where every size involved fits: the
      * bounds checks of each tap are then single compares (the addresses stay 64-bit) */
     int narrow = !m->adaptive;

@@ -92,8 +92,7 @@ static void stage_small(cu_ctx *C) {
     int64_t bytes = 0;
     for (int v = 0; v < ir->n_nodes && taps && plan->vec_axis >= 0; v++) {
         const kir_node *x = &ir->nodes[v];
-        if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & taps) ||
-            (C->staged >> x->acc & 1))
+        if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & taps) || (C->staged >> x->acc & 1))
             continue;
         int strided = 0;
         for (int w = 0; w < ir->p->n_workloads; w++) {

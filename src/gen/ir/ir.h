@@ -137,7 +137,7 @@ extern const kir_op_info KIR_OP_INFO[KO_COUNT];
     X(KR_SOFTMAX, "softmax", 2) /* max m, sum of exp(x - m) */                                     \
     X(KR_WELFORD, "welford", 2) /* mean, sum of squared deviations from it */                      \
     X(KR_AVG, "avg", 1)         /* windows only: average pooling's sum over the divisor */         \
-    X(KR_MAXPOOL, "maxpool", 2) /* windows only: max and its index in the input plane */         \
+    X(KR_MAXPOOL, "maxpool", 2) /* windows only: max and its index in the input plane */           \
     X(KR_CONV, "conv", 1)       /* windows only: the sum of operand x weight (a depthwise conv) */
 
 #define KIR_RED_CODE(code, name, parts) code,
@@ -197,10 +197,10 @@ typedef struct {
 /* A pooling window (KIR_WINDOW) or a coordinate map (KIR_REMAP) over n spatial axes: src[i] is the
  * operand's axis, dst[i] the result's. Window i reads src = dst * stride - pad + j * dilation for
  * j < kernel (adaptive: dst * in / out to ceil((dst + 1) * in / out)); a convolution's weight
- * moves along tap[i] (its kernel dims; -1 where the kernel is 1) and is read at j; a remap reads src = (dst *
- * mul + add) / den (floor), or (index[i] >= 0, a gather) the value of node index[i] (negative
- * values count from the end; the node is the remap's second operand and brings its own axes,
- * dst[i] is then unused), and gives the fill value where that is outside [0, size of src). */
+ * moves along tap[i] (its kernel dims; -1 where the kernel is 1) and is read at j; a remap reads
+ * src = (dst * mul + add) / den (floor), or (index[i] >= 0, a gather) the value of node index[i]
+ * (negative values count from the end; the node is the remap's second operand and brings its own
+ * axes, dst[i] is then unused), and gives the fill value where that is outside [0, size of src). */
 typedef struct {
     int n;
     int src[3], dst[3];

@@ -396,9 +396,8 @@ int lower_conv(lower_ctx *L, lval x, lval w, kir_map m, char out_size[][KIR_EXPR
     char why[160];
     if (w.ndim != m.n + 2 || cd < 0 || (x.axis[cd] < 0) != (w.axis[0] < 0) || w.axis[1] >= 0)
         return lower_fail(L, "a depthwise weight of %d dims for %d spatial dims", w.ndim, m.n);
-    if (x.axis[cd] >= 0 &&
-        !kir_axis_unify(L->ir, kir_axis_find(L->ir, x.axis[cd]), kir_axis_find(L->ir, w.axis[0]),
-                        why, sizeof why))
+    if (x.axis[cd] >= 0 && !kir_axis_unify(L->ir, kir_axis_find(L->ir, x.axis[cd]),
+                                           kir_axis_find(L->ir, w.axis[0]), why, sizeof why))
         return lower_fail(L, "%s", why);
     for (int i = 0; i < m.n; i++)
         m.tap[i] = w.axis[2 + i] >= 0 ? kir_axis_find(L->ir, w.axis[2 + i]) : -1;

@@ -743,8 +743,9 @@ static int spatial_ints(lower_ctx *L, const kiln_op *op, int pos, const char *na
     return 1;
 }
 
-/* The sizes of a window's result along the last m->n dims of x, by PyTorch's formula (ceil_mode: the
- * last window starts inside the input or its left padding); numbers, the same in every workload. */
+/* The sizes of a window's result along the last m->n dims of x, by PyTorch's formula (ceil_mode:
+ * the last window starts inside the input or its left padding); numbers, the same in every
+ * workload. */
 static int window_sizes(lower_ctx *L, lval x, const kir_map *m, int ceil_mode,
                         char size[][KIR_EXPR]) {
     for (int i = 0; i < m->n; i++) {
@@ -809,10 +810,10 @@ static int pool(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out)
            lower_part(L, node, out[0], KILN_I64, &out[1]);
 }
 
-/* convolution / _convolution / conv{1,2,3}d, depthwise only (groups = channels, weight [C, 1, k...]):
- * a window that sums the input at dst * stride - pad + j * dilation (zero outside) times the weight
- * at tap j, in fp32, plus the bias, rounded once. Other convolutions are GEMM-shaped (compute-bound:
- * no IR form). */
+/* convolution / _convolution / conv{1,2,3}d, depthwise only (groups = channels, weight [C, 1,
+ * k...]): a window that sums the input at dst * stride - pad + j * dilation (zero outside) times
+ * the weight at tap j, in fp32, plus the bias, rounded once. Other convolutions are GEMM-shaped
+ * (compute-bound: no IR form). */
 static int conv(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) {
     (void)r;
     lval x, w, bias;
@@ -831,8 +832,8 @@ static int conv(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out)
         return 0;
     const int cd = x.ndim - m.n - 1; /* the channel dim */
     const char *c = lv_size(L, x, cd);
-    int depthwise = !transposed && kir_same(L->p, lv_size(L, w, 0), c) &&
-                    kir_same(L->p, lv_size(L, w, 1), "1");
+    int depthwise =
+        !transposed && kir_same(L->p, lv_size(L, w, 0), c) && kir_same(L->p, lv_size(L, w, 1), "1");
     for (int k = 0; k < L->p->n_workloads; k++) {
         depthwise &= groups == (double)kir_eval(L->p, c, k);
         for (int i = 0; i < m.n; i++) {
@@ -843,8 +844,9 @@ static int conv(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out)
         }
     }
     if (!depthwise)
-        return lower_fail(L, "not a depthwise convolution (groups %g, weight [%s, %s, ...], %s "
-                             "channels; dense and grouped ones are GEMM-shaped)",
+        return lower_fail(L,
+                          "not a depthwise convolution (groups %g, weight [%s, %s, ...], %s "
+                          "channels; dense and grouped ones are GEMM-shaped)",
                           groups, lv_size(L, w, 0), lv_size(L, w, 1), c);
     const char *padding = arg_text(op, 4, "padding");
     if (!spatial_ints(L, op, 3, "stride", m.n, one, m.stride) ||
