@@ -5,7 +5,9 @@
 # mode (`kiln run --graph`) is a fifth where a chain entry was kept.
 #
 #   OUT=/tmp/out bash bench/tune_device.sh [EXAMPLE...]
-#   examples: resnet50_fp32 resnet50_bf16_cl vae_fp32 vae_bf16 gemma4 qwen_moe (default: all six)
+#   examples: resnet50_fp32 resnet50_bf16_cl vae_fp32 vae_bf16 gemma4 qwen_moe (default: these six),
+#   and torchvision's depthwise CNNs through examples/resnet50.py --model: mobilenet_v2_bf16
+#   convnext_tiny_bf16 efficientnet_b0_bf16
 #
 # Each example is one `kiln tune examples/X.py --out $WORK/runs/NAME -- ARGS` under `timeout -s INT` at its
 # budget + 60 s (tune must never need it); the table ($OUT/summary.md, printed last) has per example the wall
@@ -31,6 +33,9 @@ mkdir -p "$OUT" "$WORK/runs" "$WORK/logs"
 declare -A ARGS=(
   [resnet50_fp32]="examples/resnet50.py"
   [resnet50_bf16_cl]="examples/resnet50.py --dtype bf16 --channels-last"
+  [mobilenet_v2_bf16]="examples/resnet50.py --model mobilenet_v2 --dtype bf16"
+  [convnext_tiny_bf16]="examples/resnet50.py --model convnext_tiny --dtype bf16"
+  [efficientnet_b0_bf16]="examples/resnet50.py --model efficientnet_b0 --dtype bf16"
   [vae_fp32]="examples/vae_decoder.py"
   [vae_bf16]="examples/vae_decoder.py --dtype bf16"
   [gemma4]="examples/gemma4.py"
