@@ -7,6 +7,11 @@ OUT holds optimize.json (kiln optimize --json), random/NAME.jsonl and exhaustive
 one row per line). A time is the geomean over the problem's workloads of the median (the gate's
 summary.time_us_geomean). An exhaustive sweep that did not measure every distinct valid point is marked
 "cut" (its best is the best of what it reached).
+
+With OUT/kiln.db (the optimize run's store) a second table puts every method on one clock: the exhaustive
+sweep's time of the point each method found best (MCTS's best candidate by its own timing; random's best row), as a
+share of the exhaustive best. Times measured minutes apart differ by a few per cent on their own; this view
+compares the points found, not the moments they were timed.
 """
 
 from __future__ import annotations
@@ -15,25 +20,46 @@ import json
 import math
 import pathlib
 import re
+import sqlite3
 import sys
 
 
-def best_of_jsonl(path: pathlib.Path):
-    best, n, ok = None, 0, 0
+def rows_of_jsonl(path: pathlib.Path):
+    """{point: time µs or None} of a sweep's rows, and how many rows ran. A point is its source's hash (the
+    store's candidate.source_hash: points that emit the same source are one), else its params."""
+    times, n = {}, 0
     if not path.exists():
-        return None, 0, 0
+        return times, 0
     for line in path.read_text().splitlines():
         if not line.startswith("{"):
             continue
         n += 1
-        r = json.loads(line)["result"]
-        if r.get("outcome") != "ok":
-            continue
-        ok += 1
-        t = (r.get("summary") or {}).get("time_us_geomean")
-        if isinstance(t, (int, float)) and (best is None or t < best):
-            best = t
-    return best, n, ok
+        row = json.loads(line)
+        r = row["result"]
+        t = (r.get("summary") or {}).get("time_us_geomean") if r.get("outcome") == "ok" else None
+        times[row.get("source_hash") or row.get("params", "")] = t if isinstance(t, (int, float)) else None
+    return times, n
+
+
+def best_of(times):
+    ok = {p: t for p, t in times.items() if t}
+    return (min(ok.items(), key=lambda kv: kv[1]) if ok else (None, None)), len(ok)
+
+
+def mcts_best_point(db: pathlib.Path, problem: str):
+    """The point (source hash) of the optimize run's fastest ok candidate of problem, or None."""
+    if not db.exists():
+        return None
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute(
+            "SELECT c.source_hash FROM candidate c JOIN latest_result r ON r.candidate_id = c.id "
+            "JOIN problem p ON p.id = c.problem_id WHERE p.name = ? AND r.outcome = 'ok' "
+            "AND r.time_us IS NOT NULL ORDER BY r.time_us LIMIT 1", (problem,)).fetchone()
+    except sqlite3.Error:
+        row = None
+    con.close()
+    return row[0] if row else None
 
 
 def valid_points(log: pathlib.Path):
@@ -52,9 +78,16 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def definition(path: str):
+    d = pathlib.Path(path.rstrip("/"))
+    for cand in (d, pathlib.Path("bench/problems") / d.name):
+        if (cand / "definition.json").exists():
+            return d.name, json.loads((cand / "definition.json").read_text())
+    return d.name, {"name": d.name}
+
+
 def main() -> int:
     out = pathlib.Path(sys.argv[1])
-    names = [pathlib.Path(p.rstrip("/")).name for p in sys.argv[2:]]
     opt = {}
     try:
         data = json.loads((out / "optimize.json").read_text() or "{}")
@@ -65,22 +98,25 @@ def main() -> int:
     print("| problem | valid points | MCTS best µs (cands) | random best µs (ok/run) | exhaustive best µs (run/valid) "
           "| MCTS vs random | MCTS / exhaustive |")
     print("|---|---|---|---|---|---|---|")
-    rows = []
-    for name in names:
-        d = json.loads((pathlib.Path("bench/problems") / name / "definition.json").read_text()) \
-            if (pathlib.Path("bench/problems") / name).exists() else {"name": name}
+    fmt = lambda v: f"{v:.2f}" if v else "—"  # noqa: E731
+    rows, clock = [], []
+    for path in sys.argv[2:]:
+        name, d = definition(path)
         o = opt.get(d.get("name", name), {})
         m = o.get("best_us")
-        r, rn, rok = best_of_jsonl(out / "random" / f"{name}.jsonl")
-        e, en, eok = best_of_jsonl(out / "exhaustive" / f"{name}.jsonl")
+        rand, rn = rows_of_jsonl(out / "random" / f"{name}.jsonl")
+        exh, en = rows_of_jsonl(out / "exhaustive" / f"{name}.jsonl")
+        (rp, r), rok = best_of(rand)
+        (_, e), _ = best_of(exh)
         valid = valid_points(out / "exhaustive" / f"{name}.log")
         cut = "" if valid is not None and en >= valid else " (cut)"
         vs_r = f"{r / m:.3f}×" if m and r else "—"
         vs_e = f"{100 * e / m:.1f} %" if m and e else "—"
-        fmt = lambda v: f"{v:.2f}" if v else "—"  # noqa: E731
         print(f"| {name} | {valid if valid is not None else '?'} | {fmt(m)} ({o.get('candidates', '?')}) | "
               f"{fmt(r)} ({rok}/{rn}) | {fmt(e)} ({en}/{valid if valid is not None else '?'}){cut} | {vs_r} | {vs_e} |")
         rows.append((m, r, e))
+        mp = mcts_best_point(out / "kiln.db", d.get("name", name))
+        clock.append((name, e, exh.get(mp) if mp else None, exh.get(rp) if rp else None, cut))
     both = [(m, r) for m, r, _ in rows if m and r]
     alle = [(m, e) for m, _, e in rows if m and e]
     if both:
@@ -91,6 +127,18 @@ def main() -> int:
         gm, ge = geomean([m for m, _ in alle]), geomean([e for _, e in alle])
         print(f"geomean over {len(alle)} problems: exhaustive {ge:.2f} µs: MCTS reaches {100 * ge / gm:.1f} % of "
               f"exhaustive (goal ≥ 95 %)")
+    if any(c[2] or c[3] for c in clock):
+        print("\nOn the exhaustive sweep's clock (its time of each method's best point):\n")
+        print("| problem | exhaustive best µs | MCTS's point µs | random's point µs | MCTS vs random | MCTS / exhaustive |")
+        print("|---|---|---|---|---|---|")
+        for name, e, mt, rt, cut in clock:
+            print(f"| {name}{cut} | {fmt(e)} | {fmt(mt)} | {fmt(rt)} | "
+                  f"{f'{rt / mt:.3f}×' if mt and rt else '—'} | {f'{100 * e / mt:.1f} %' if mt and e else '—'} |")
+        full = [c for c in clock if c[1] and c[2] and c[3]]
+        if full:
+            ge, gm, gr = (geomean([c[k] for c in full]) for k in (1, 2, 3))
+            print(f"\ngeomean over {len(full)} problems: MCTS {100 * (gr / gm - 1):+.1f} % vs random, "
+                  f"{100 * ge / gm:.1f} % of exhaustive")
     return 0
 
 

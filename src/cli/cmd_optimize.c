@@ -17,6 +17,8 @@ static const kiln_cli_use optimize_options[] = {
     {KILN_OPT_BACKEND, NULL, "cuda when a GPU is visible, else cpu"},
     {KILN_OPT_GATES, NULL, NULL},
     {KILN_OPT_TOP, NULL, NULL},
+    {KILN_OPT_FAMILY, "only this family's candidates: a problem it does not match is skipped",
+     NULL},
     {KILN_OPT_PLATEAU, NULL, NULL},
     {KILN_OPT_RETIME_ROUNDS, NULL, NULL},
     {KILN_OPT_ITERS, NULL, NULL},
@@ -79,6 +81,7 @@ int kiln_cmd_optimize(int argc, char **argv) {
     o.backend = a.cli.backend;
     o.json = a.cli.json;
     o.quiet = a.cli.quiet;
+    o.family = a.cli.family;
     if (argc - first < 1)
         return kiln_cli_usage_error(&optimize_command, "expected RUN");
     /* the llm agent's options want an endpoint */

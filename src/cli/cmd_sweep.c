@@ -3,6 +3,7 @@
  * and prints the table best last: how a family is measured on its own (kiln optimize searches the
  * same families). */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -335,13 +336,6 @@ int kiln_cmd_sweep(int argc, char **argv) {
         backend = kiln_backend_default();
     int cuda = strcmp(backend, "cuda") == 0;
     opt.backend = backend;
-    if (family && !kiln_family_find(family)) {
-        fprintf(stderr, "kiln sweep: unknown family '%s'; families:", family);
-        for (int i = 0; i < kiln_family_count(); i++)
-            fprintf(stderr, " %s", kiln_family_at(i)->name);
-        fprintf(stderr, "\n");
-        return 2;
-    }
 
     kiln_err err;
     kiln_problem *p = NULL;
@@ -354,15 +348,7 @@ int kiln_cmd_sweep(int argc, char **argv) {
     char why[4096];
     int n_match = kiln_family_match_all(p, fams, matches, 16, why, sizeof why);
     kiln_family_sol_fill_matched(p, fams, matches, n_match); /* before --family narrows them */
-    if (family) {
-        int k = 0;
-        for (int i = 0; i < n_match; i++)
-            if (strcmp(fams[i]->name, family) == 0) {
-                fams[k] = fams[i];
-                matches[k++] = matches[i];
-            }
-        n_match = k;
-    }
+    n_match = kiln_family_keep_only(family, fams, matches, n_match);
     if (n_match == 0) {
         fprintf(stderr, "kiln sweep: no kernel family matches %s%s%s:\n%s", p->name,
                 family ? " in family " : "", family ? family : "", why);
@@ -586,6 +572,9 @@ int kiln_cmd_sweep(int argc, char **argv) {
         cJSON_AddStringToObject(jr, "family", jb->family->name);
         cJSON_AddStringToObject(jr, "params", jb->params);
         cJSON_AddStringToObject(jr, "file", jb->file);
+        char hash[17]; /* as the store's candidate.source_hash: the same source is the same point */
+        snprintf(hash, sizeof hash, "%016" PRIx64, jb->hash);
+        cJSON_AddStringToObject(jr, "source_hash", hash);
         cJSON_AddItemToObject(jr, "result", r);
         if (jsonl && !jb->kept) {
             /* one line per row as soon as it is known: a sweep cut short keeps what it measured */

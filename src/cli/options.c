@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gen/family.h"
 #include "options.h"
 
 /* What an option's value is, as parsed and checked. */
@@ -63,6 +64,15 @@ static int check_backend(const char *value, char *why, size_t cap) {
     if (kiln_backend_find(value))
         return 0;
     snprintf(why, cap, "unknown backend '%s' (use cuda or cpu)", value);
+    return 1;
+}
+
+static int check_family(const char *value, char *why, size_t cap) {
+    if (kiln_family_find(value))
+        return 0;
+    size_t off = (size_t)snprintf(why, cap, "unknown family '%.100s'; families:", value);
+    for (int i = 0; i < kiln_family_count() && off < cap; i++)
+        off += (size_t)snprintf(why + off, cap - off, " %s", kiln_family_at(i)->name);
     return 1;
 }
 
@@ -130,7 +140,8 @@ static const row table[KILN_OPT_COUNT] = {
                        .help = "print the result as one JSON object on stdout"},
     [KILN_OPT_QUIET] = {"quiet", KIND_FLAG, NULL, CLI(quiet), .help = "no progress lines"},
     [KILN_OPT_FAMILY] = {"family", KIND_TEXT, "NAME", CLI(family),
-                         .dflt = "every family that matches", .help = "only this family"},
+                         .dflt = "every family that matches", .help = "only this family",
+                         .check = check_family},
     [KILN_OPT_LIMIT] = {"limit", KIND_INT, "N", 1, BIG, CLI(limit), .dflt = "all of them",
                         .help = "at most N points per family"},
     [KILN_OPT_SAMPLE] = {"sample", KIND_TEXT, "even|random", .choices = "even|random", CLI(sample),

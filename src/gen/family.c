@@ -212,6 +212,18 @@ int kiln_family_match_all(const kiln_problem *p, const kiln_family **fams, kiln_
     return n;
 }
 
+int kiln_family_keep_only(const char *only, const kiln_family **fams, kiln_match *matches, int n) {
+    if (!only)
+        return n;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(fams[i]->name, only) == 0) {
+            fams[k] = fams[i];
+            matches[k++] = matches[i];
+        }
+    return k;
+}
+
 void kiln_family_sol_fill_matched(kiln_problem *p, const kiln_family *const *fams,
                                   const kiln_match *matches, int n) {
     for (int i = 0; i < p->n_workloads; i++) {

@@ -180,6 +180,8 @@ double kiln_match_get(const kiln_match *m, const char *key, double dflt);
  * collects one line per family that declined. */
 int kiln_family_match_all(const kiln_problem *p, const kiln_family **fams, kiln_match *matches,
                           int max, char *why, size_t why_len);
+/* Keeps, of n matches, those of the family named only (NULL: all), in order. Returns how many. */
+int kiln_family_keep_only(const char *only, const kiln_family **fams, kiln_match *matches, int n);
 
 /* The speed of light's figures of each workload of p that p does not declare (kiln.min_bytes,
  * kiln.flops), from the first of the n matched families that has them: w->sol_bytes (never more

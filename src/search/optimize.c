@@ -808,9 +808,10 @@ static int load_problems(kiln_opt_ctx *c, kiln_err *err) {
                 const kiln_family *fams[KILN_OPT_MAX_FAMILIES];
                 kiln_match matches[KILN_OPT_MAX_FAMILIES];
                 char why[512];
+                int n = kiln_family_match_all(pr->p, fams, matches, KILN_OPT_MAX_FAMILIES, why,
+                                              sizeof why);
                 can = c->n_llm_agents > 0 ||
-                      kiln_family_match_all(pr->p, fams, matches, KILN_OPT_MAX_FAMILIES, why,
-                                            sizeof why) > 0;
+                      kiln_family_keep_only(c->opt.family, fams, matches, n) > 0;
             }
             if (searchable < o->top) {
                 searchable += can;
@@ -844,6 +845,17 @@ static char *match_problem(kiln_opt_ctx *c, kiln_opt_problem *pr) {
         pr->n_fams = kiln_family_match_all(pr->p, pr->fams, pr->matches, KILN_OPT_MAX_FAMILIES, why,
                                            sizeof why);
         kiln_family_sol_fill_matched(pr->p, pr->fams, pr->matches, pr->n_fams);
+        if (c->opt.family && pr->n_fams > 0) { /* --family: the others' candidates are not made */
+            pr->n_fams = kiln_family_keep_only(c->opt.family, pr->fams, pr->matches, pr->n_fams);
+            if (pr->n_fams == 0) { /* why keeps the named family's own reason only */
+                char mine[512] = "";
+                const size_t l = strlen(c->opt.family);
+                for (const char *q = why; q && *q; q = strchr(q, '\n') ? strchr(q, '\n') + 1 : NULL)
+                    if (strncmp(q, c->opt.family, l) == 0 && q[l] == ':')
+                        snprintf(mine, sizeof mine, "%.*s", (int)strcspn(q, "\n"), q);
+                snprintf(why, sizeof why, "(--family) %s", mine);
+            }
+        }
         if (pr->n_fams == 0) {
             size_t l = strlen(why);
             while (l && why[l - 1] == '\n')

@@ -18,6 +18,7 @@ typedef struct {
     const char *specialists; /* comma list of agent kinds, cycled over the agents; NULL: default */
     const char *backend;     /* "cuda" or "cpu"; NULL: kiln_backend_default() */
     int top;                 /* keep the hottest P problems; <= 0: all */
+    const char *family;      /* only this family's candidates (kiln_family_find); NULL: all */
     int plateau;             /* P of the draft rule; default 8; 0 disables drafts */
     int iters;               /* gate timing runs; <= 0: the backend's default */
     int sets;                /* input sets proved per workload; <= 0: all */

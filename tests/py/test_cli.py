@@ -157,6 +157,8 @@ def valid_value(block: str):
         return "cpu"
     if label[0] == "--parent":
         return "root"
+    if label[0] == "--family":
+        return "gen"
     if label[0] == "--llm-url":
         return "http://127.0.0.1:1/v1"
     return "x" if len(label) > 1 and not label[1].startswith("(") and label[1].isupper() else None

@@ -518,6 +518,19 @@ def test_time_limit_and_named_problems(template, tmp_path):
     assert (run2 / "library" / "manifest.json").exists()
 
 
+def test_family_keeps_the_search_to_one_family(template, tmp_path):
+    """--family NAME: every candidate is that family's, and a problem it does not match is skipped with its
+    own reason (how bench/search_device.sh compares MCTS with sweeps of one family's space)."""
+    run = new_run(template, tmp_path, "one-family")
+    r = run_optimize(run, "--family", "softmax", "--budget", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["problem"]: row for row in json.loads(r.stdout)["problems"]}
+    assert "skipped" not in rows["softmax_f32"], rows["softmax_f32"]
+    others = [row for name, row in rows.items() if name != "softmax_f32" and "skipped" in row]
+    assert any("(--family) softmax: " in row["skipped"] for row in others), rows
+    assert {f for (f,) in query(run, "SELECT DISTINCT family FROM candidate")} == {"softmax"}
+
+
 def test_time_limit_cuts_a_long_evaluation_short(template, tmp_path):
     """The limit is the caller's budget (kiln tune plans its install check after it): an evaluation that
     would run on (here: up to 100000 timed runs) is stopped 2 s after it, and its candidate is queued again
@@ -662,6 +675,7 @@ def test_bad_invocations(tmp_path):
         ([str(tmp_path / "r"), "--budget", "0"], "--budget wants an integer"),
         ([str(tmp_path / "r"), "--backend", "tpu"], "unknown backend 'tpu'"),
         ([str(tmp_path / "r"), "--specialists", "geometry,poetry"], "unknown specialist 'poetry'"),
+        ([str(tmp_path / "r"), "--family", "nonesuch"], "unknown family 'nonesuch'; families: "),
         ([str(tmp_path / "empty"), "--backend", "cpu"], "holds no problem directory"),
         ([str(tmp_path / "missing"), "--backend", "cpu"], "is not a directory: kiln capture"),
     ]:
