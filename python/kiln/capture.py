@@ -660,7 +660,7 @@ class Capture:
     def chain_candidate(self, m: dict) -> Optional["Candidate"]:
         """A chain group's problem: the chain's calls as straight-line code over the exact overloads (the
         reference) and as kiln's op chain, its inputs the tensors its calls read from outside it."""
-        from kiln.capture_chain import build_trace, held_instance
+        from kiln.capture_chain import build_trace, held_instance, member_func
         from kiln.capture_problem import module_ops, problem_name
         first, the_models = held_instance(self.graph, m["calls"], self.recorder.samples)
         tr, why = build_trace(self.graph, first, self.recorder.samples, self.recorder.tid_names, m["calls"])
@@ -672,9 +672,9 @@ class Capture:
         if got is None:
             return None
         kept, outputs, source = got
-        labels = [op_label_of(self.ops[i].func) for i in first]
-        stem = m["pattern"] or "chain_" + "_".join(dict.fromkeys(self.ops[i].func._opname.strip("_")
-                                                                  for i in first))
+        funcs = [member_func(self.ops[i]) for i in first]  # an in-place member as the chain computes it
+        labels = [op_label_of(f) for f in funcs]
+        stem = m["pattern"] or "chain_" + "_".join(dict.fromkeys(f._opname.strip("_") for f in funcs))
         acts = [s for (_, _, s, origin) in tr.inputs if origin == "activation"] or [inputs[0][1]]
         name = self.unique_name(problem_name(stem[:48], [acts[0].shape], acts[0].dtype))
         share = self.share(m["time_us"])

@@ -42,12 +42,44 @@ def is_depthwise(op) -> bool:
     return (len(w.shape) >= 3 and w.shape[1] == 1 and w.shape[0] == channels and groups == channels)
 
 
+# In-place calls whose point is the storage they write (a cache slot, a buffer reset), not a value: never a
+# chain's functional member.
+WRITES_INTO = frozenset({"copy", "fill", "zero", "index_put", "index_add", "scatter", "scatter_add", "set"})
+
+
+def functional_of(func):
+    """The functional overload of an in-place aten call that writes its first argument alone and returns it
+    (relu6_ -> relu6, hardtanh_ -> hardtanh, add_.Tensor -> add.Tensor), else None. Inside a chain such a
+    call is its functional overload: the graph capture recorded gives the value it wrote a new id (readers
+    after it read that id, readers before it the old one), so computing it apart is what the program did,
+    and a torch.compile graph (functionalised) holds the functional call: torchvision's ReLU(inplace=True)
+    after a BatchNorm joins the chain it ends."""
+    args, rets = func._schema.arguments, func._schema.returns
+    written = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
+    if not func._opname.endswith("_") or func._opname[:-1] in WRITES_INTO or len(written) != 1 or written[0] is not args[0] or len(rets) != 1 \
+            or rets[0].alias_info is None or not rets[0].alias_info.is_write:
+        return None
+    packet = getattr(torch.ops.aten, func._opname[:-1], None)
+    other = getattr(packet, func._overloadname, None) if packet is not None else None
+    if other is None or [(a.name, str(a.type)) for a in other._schema.arguments] != \
+            [(a.name, str(a.type)) for a in args] or len(other._schema.returns) != 1 or \
+            any(a.alias_info is not None for a in other._schema.arguments):
+        return None
+    return other
+
+
+def member_func(op):
+    """The overload a chain computes for call op: its functional one where op writes its input
+    (functional_of), else its own."""
+    return functional_of(op.func) or op.func
+
+
 def is_member(op) -> bool:
     """Whether a call can be part of a chain: one that can be a problem (not a constant fill), memory-bound
     (the module-problem rule of capture_record, or a depthwise convolution), reading at least one tensor,
-    writing none of its arguments."""
+    writing none of its arguments but an in-place one that has a functional overload (functional_of)."""
     from kiln.capture_record import _not_fusible
-    func = op.func
+    func = member_func(op)
     if op.no_problem is not None or not op.inputs or not op.outputs:
         return False
     if _not_fusible(func) is not None and not is_depthwise(op):
@@ -221,7 +253,8 @@ def _epilogue_step(g: Graph, c: int, tid: int, meta, n: int, state: dict) -> boo
     epilogue that cuBLASLt fuses: one bias add (an [n] tensor, alpha 1; only when the GEMM has no bias and
     before the activation), one ReLU or GELU, and a final cast. Updates state."""
     op = g.ops[c]
-    name, overload = op.func._opname, op.func._overloadname
+    func = member_func(op)  # nn.ReLU(inplace=True) too
+    name, overload = func._opname, func._overloadname
     if not g.member[c] or len(op.outputs) != 1 or state["cast"]:
         return False
     reads = [m for _, t, m in op.inputs if t == tid]
@@ -448,7 +481,7 @@ def build_trace(g: Graph, chain: list, samples: dict, tid_names: dict, calls: Op
             return None, f"the first call of {op.func._opname} ({op.module_path}) was not held"
         tr.grad_mode = sample.grad_mode
         slots, numbers = {}, {}
-        call = op.func  # the member's overload (its Scalar one where numbers replace tensors)
+        call = member_func(op)  # the member's overload (its Scalar one where numbers replace tensors)
         for k, (_, tid, meta) in enumerate(op.inputs):
             number = _constant_of(g, chain, calls, at, k, sample.inputs[k]) if constants else None
             if number is not None:

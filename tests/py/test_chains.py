@@ -604,7 +604,7 @@ def test_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factory):
     problem, which `gen` proves (optimize_alone) and whose entry is one op of the compiled block (a hit), with
     eager's output; in eager nothing replaces it."""
     import kiln
-    chain = "chain_batch_norm_relu6_conv2d_2x32x12x12_f32"  # inference mode: the composite ops whole
+    chain = "chain_batch_norm_hardtanh_conv2d_2x32x12x12_f32"  # inference mode: the composite ops whole
     library = _chain_library(tmp_path_factory, DW_CHAIN_SCRIPT, chain, ("chain_batch_norm_add_2x8x12x12_f32",))
     manifest = json.loads((library / "manifest.json").read_text())
     entry = next(e for e in manifest["entries"] if e["problem"] == chain)

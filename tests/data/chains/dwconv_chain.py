@@ -2,10 +2,10 @@
 (groups = channels), BatchNorm + ReLU6, a 1x1 projection, BatchNorm and the residual add. Capture joins the
 expansion's BatchNorm + ReLU6, the depthwise convolution and its BatchNorm + ReLU6 into one chain of five
 calls (a depthwise convolution is memory-bound: a window in the generator's IR), which tests/py/test_chains.py
-optimizes on the cpu backend and installs inside torch.compile: five eager kernels become one."""
+optimizes on the cpu backend and installs inside torch.compile: five eager kernels become one. The ReLU6 is
+torchvision's, nn.ReLU6(inplace=True) (aten::hardtanh_): inside a chain each call is its functional overload."""
 
 import torch
-import torch.nn.functional as F
 
 BATCH, CHANNELS, EXPAND, SIDE = 2, 8, 4, 12
 
@@ -19,11 +19,12 @@ class Net(torch.nn.Module):
         self.dw = torch.nn.Conv2d(wide, wide, 3, padding=1, groups=wide, bias=False)
         self.bn2 = torch.nn.BatchNorm2d(wide)
         self.project = torch.nn.Conv2d(wide, CHANNELS, 1, bias=False)
+        self.act = torch.nn.ReLU6(inplace=True)
         self.bn3 = torch.nn.BatchNorm2d(CHANNELS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.relu6(self.bn1(self.expand(x)))
-        y = F.relu6(self.bn2(self.dw(y)))
+        y = self.act(self.bn1(self.expand(x)))
+        y = self.act(self.bn2(self.dw(y)))
         return x + self.bn3(self.project(y))
 
 

@@ -1,6 +1,7 @@
-"""GEMMs followed by the pointwise epilogue cuBLASLt fuses: nn.Linear + GELU (tanh), nn.Linear + ReLU, and
-x @ w + b then GELU (erf), whose fused form (cuBLASLt's tanh GELU) the gate refuses in float32
-(tests/py/test_chains.py captures it and proves each block with the cublaslt family on the cpu backend)."""
+"""GEMMs followed by the pointwise epilogue cuBLASLt fuses: nn.Linear + GELU (tanh), nn.Linear + ReLU (in
+place, as torchvision's), and x @ w + b then GELU (erf), whose fused form (cuBLASLt's tanh GELU) the gate
+refuses in float32 (tests/py/test_chains.py captures it and proves each block with the cublaslt family on the
+cpu backend)."""
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,7 @@ class Net(torch.nn.Module):
         self.fc1 = torch.nn.Linear(IN, HIDDEN)
         self.act1 = torch.nn.GELU(approximate="tanh")
         self.fc2 = torch.nn.Linear(HIDDEN, HIDDEN)
-        self.act2 = torch.nn.ReLU()
+        self.act2 = torch.nn.ReLU(inplace=True)
         self.w3 = torch.nn.Parameter(torch.randn(HIDDEN, OUT) / HIDDEN ** 0.5)
         self.b3 = torch.nn.Parameter(torch.randn(OUT))
 
