@@ -149,6 +149,16 @@ static void test_proposals_valid_and_in_class(void **state) {
         memcpy(prev, pr.point, sizeof prev);
     }
     assert_true(distinct >= 25);
+    /* a specialist's third try at one selection is a uniform draw, credited to the random agent */
+    for (int t = 0; t < 10; t++) {
+        kiln_proposal p1, p2;
+        assert_int_equal(kiln_agent_propose(KILN_AGENT_VECTOR, &fx->ap, 0, start, 1, &rng, &p1), 0);
+        assert_int_equal(p1.used, KILN_AGENT_VECTOR);
+        assert_int_equal(kiln_agent_propose(KILN_AGENT_VECTOR, &fx->ap, 0, start, 2, &rng, &p2), 0);
+        assert_int_equal(p2.used, KILN_AGENT_RANDOM);
+        assert_true(valid(fx, p2.slot, p2.point));
+        assert_non_null(strstr(p2.note, "random point of"));
+    }
     /* at the root: the starting point first, random ones on retries */
     kiln_proposal r0, r1;
     assert_int_equal(kiln_agent_propose(KILN_AGENT_GEOMETRY, &fx->ap, -1, NULL, 0, &rng, &r0), 0);
