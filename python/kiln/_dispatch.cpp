@@ -392,11 +392,19 @@ struct Override {
             original_autograd->callBoxed(op, c10::DispatchKeySet(autograd_key()), stack);
             return;
         }
-        // on below autograd through the dispatcher, not straight into call(): a Python key comes
-        // first there (torch.compile's fake tensors, a functionalization or meta mode), and the
-        // backend key, this override's call(), for real tensors. Called straight, dynamo's fake
-        // tensors reached the gate and a launch on no data (a segfault, tracing a composite entry
-        // with dispatch "cpp").
+        // A trace (dynamo's fake tensors, AOTAutograd's functionalization: a Python or Functionalize
+        // key) gets the composite's decomposition, as it does without kiln and on the Python path,
+        // whose miss calls the composite: redispatched below autograd, the trace recorded the
+        // composite whole (aten.conv2d in kiln's graph mode), and no pattern traced from its
+        // decomposition (a chain's convolution) matched anything in that graph.
+        if (ks.has(c10::DispatchKey::Python) || ks.has(c10::DispatchKey::Functionalize)) {
+            original_autograd->callBoxed(op, c10::DispatchKeySet(autograd_key()), stack);
+            return;
+        }
+        // Else on below autograd through the dispatcher, not straight into call(): the backend
+        // key, this override's call(), for real tensors, and whatever mode sits between. Called
+        // straight, dynamo's fake tensors reached the gate and a launch on no data (a segfault,
+        // tracing a composite entry with dispatch "cpp").
         op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
     }
 

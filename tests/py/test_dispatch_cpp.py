@@ -454,3 +454,35 @@ def test_graph_mode_counts_each_entry_on_cpp(ext, opened):
     _same_counts(out["python"], out["cpp"])
     stats = out["cpp"]
     assert stats["hits"] > 0 and sum(e["hits"] for e in stats["entries"].values()) == stats["hits"], stats
+
+
+def test_graph_mode_sees_the_same_aten_graph_on_cpp(ext, opened, monkeypatch):
+    """A composite entry (softmax.int decomposes to _softmax) must not change the graph kiln's graph mode
+    patterns are matched in: the C++ path's autograd-key kernel once sent a trace below autograd, so the trace
+    recorded the composite whole (MobileNet-v2 on the H200: aten.conv2d where its chain's pattern, traced from the
+    decomposition, says aten.convolution; no chain hit while a conv2d entry was installed). The graph's calls,
+    before kiln replaces anything, are the same with either path."""
+    import collections
+
+    patterns = importlib.import_module("kiln.install_inductor").InductorPatterns
+    seen = {}
+    apply = patterns.apply
+
+    def recording(self, graph, flavor="inductor"):
+        seen.setdefault(mode, collections.Counter()).update(
+            str(n.target) for n in graph.nodes if n.op == "call_function")
+        return apply(self, graph, flavor)
+
+    monkeypatch.setattr(patterns, "apply", recording)
+    model, x = _model(), torch.randn(ROWS, HIDDEN)
+    for mode in ("python", "cpp"):
+        torch._dynamo.reset()
+        inst = kiln.install(opened, model=model, entries="all", dispatch=mode, compile="graph")
+        try:
+            assert mode == "python" or set(inst.dispatch.values()) == {"cpp"}, inst.notes
+            with torch.inference_mode():
+                model(x)
+        finally:
+            kiln.uninstall()
+            torch._dynamo.reset()
+    assert seen["python"] and seen["python"] == seen["cpp"], seen
