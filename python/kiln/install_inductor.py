@@ -139,11 +139,17 @@ def _chain_search_fn(entry, n_in: int):
 
 
 def _trace_pattern(fn, args):
-    """Inductor's trace of a pattern (fwd_only), with its views turned into reshapes as compile_fx turns the
-    graph's before any post-grad pass sees it (a GroupNorm's view(N, G, -1) among them)."""
+    """Inductor's trace of a pattern (fwd_only), then what compile_fx does to the model's graph before any
+    post-grad pass sees it: Inductor's joint-graph passes (pointless_convert among them: a bfloat16
+    BatchNorm's rounding to bfloat16 and the ReLU6's upcast after it become one fp32 convert there, so a
+    bfloat16 MobileNet-v2 chain traced without them matched nothing) and its views turned into reshapes (a
+    GroupNorm's view(N, G, -1) among them)."""
     from torch._inductor import pattern_matcher as pm
+    from torch._inductor.fx_passes.joint_graph import joint_graph_passes
     from torch._inductor.fx_passes.post_grad import view_to_reshape
     gm = pm.fwd_only(fn, args)
+    devices = {a.device for a in args if hasattr(a, "device")}
+    joint_graph_passes(gm, input_device=next(iter(devices)) if len(devices) == 1 else None)
     view_to_reshape(gm)
     gm.recompile()
     return gm

@@ -625,6 +625,35 @@ def test_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factory):
         kiln.uninstall(inst)
 
 
+DW_CHAIN_BF16_SCRIPT = ROOT / "tests" / "data" / "chains" / "dwconv_chain_bf16.py"
+
+
+def test_bf16_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factory):
+    """The same block in bfloat16 (torchvision's MobileNet-v2 in bf16): Inductor's joint-graph passes fold the
+    BatchNorm's bf16 rounding and the ReLU6's upcast into one convert, and the chain's pattern, traced through
+    the same passes, still matches: one hit, eager's output within bfloat16's rounding."""
+    import kiln
+    chain = "chain_batch_norm_hardtanh_conv2d_2x32x12x12_bf16"
+    library = _chain_library(tmp_path_factory, DW_CHAIN_BF16_SCRIPT, chain,
+                             ("chain_batch_norm_add_2x8x12x12_bf16",))
+    dc = _script_module(DW_CHAIN_BF16_SCRIPT)
+    x = torch.randn(dc.BATCH, dc.CHANNELS, dc.SIDE, dc.SIDE, dtype=torch.bfloat16)
+    model = dc.build()
+    with torch.no_grad():
+        want = model(x)
+    torch._dynamo.reset()
+    inst = kiln.install(str(library), model, entries=[chain], compile=True)
+    try:
+        assert inst.installed == [chain], inst.summary()
+        with torch.no_grad():
+            got = model(x)
+        assert inst.stats()["hits"] == 1, (inst.stats(), inst.notes)
+        torch.testing.assert_close(got.float(), want.float(), atol=0.1, rtol=0.05)
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+
+
 def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
     """Every VAE add + GroupNorm + SiLU chain (one output, and the sum kept as a second), optimized on the cpu
     backend, replaces its calls in the example's compiled decoder: one hit per captured call, the image
