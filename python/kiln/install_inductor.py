@@ -407,8 +407,13 @@ class InductorPatterns:
 
     def _trace(self, flavor: str) -> list:
         """Traces every entry's pattern for one flavor (once, at the first graph of that flavor)."""
+        import torch
         kept: list = []
-        with _stepped_aside(self.inst):
+        # not in inference mode, whatever mode the caller is in: AOTAutograd traces the model's graph outside it,
+        # and a composite decomposes otherwise there (batch_norm reaches native_batch_norm, where the graph
+        # holds _native_batch_norm_legit_no_training: kiln tune installs under the model's inference mode, and
+        # no MobileNet-v2 chain matched in its graph mode)
+        with _stepped_aside(self.inst), torch.inference_mode(False):
             self._trace_each(kept, flavor)
         # the larger pattern first: a chain's ops include a smaller entry's (the attention block holds the mask
         # chain, which holds the softmax), and a smaller one replaced first leaves nothing for the chain to match
