@@ -606,7 +606,6 @@ def test_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factory):
     kiln tune installs (the model's grad mode): the patterns are traced as AOTAutograd traces the graph
     (batch_norm decomposes to native_batch_norm under inference mode, where the graph holds
     _native_batch_norm_legit_no_training; traced there, no MobileNet-v2 chain matched in tune)."""
-    import kiln
     chain = "chain_batch_norm_hardtanh_conv2d_2x32x12x12_f32"  # inference mode: the composite ops whole
     library = _chain_library(tmp_path_factory, DW_CHAIN_SCRIPT, chain, ("chain_batch_norm_add_2x8x12x12_f32",))
     manifest = json.loads((library / "manifest.json").read_text())
@@ -617,24 +616,22 @@ def test_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factory):
     model = dc.build()
     with torch.no_grad():
         want = model(x)
+    _one_hit(library, model, x, want, chain, True)
+    _one_hit(library, dc.build(), x, want, chain, "graph")
+
+
+def _one_hit(library, model, x, want, chain: str, compile, atol=1e-5, rtol=1e-5):
+    """The chain entry alone installed with `compile` under inference mode, as kiln tune installs it (the
+    model's grad mode), and model(x) run once there: one hit, eager's output within atol/rtol."""
+    import kiln
+    torch._dynamo.reset()
     with torch.inference_mode():
-        inst = kiln.install(str(library), model, entries=[chain], compile=True)
-    try:
-        assert inst.installed == [chain], inst.summary()
-        with torch.inference_mode():
-            got = model(x)
-        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
-        assert inst.stats()["hits"] == 1, (inst.stats(), inst.notes)
-    finally:
-        kiln.uninstall(inst)
-        torch._dynamo.reset()
-    model = dc.build()
-    with torch.inference_mode():
-        inst = kiln.install(str(library), model, entries=[chain], compile="graph")
+        inst = kiln.install(str(library), model, entries=[chain], compile=compile)
         try:
+            assert inst.installed == [chain], inst.summary()
             got = model(x)
-            assert inst.stats()["hits"] == 1, (inst.stats(), inst.notes)
-            assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+            assert inst.stats()["hits"] == 1, (compile, inst.stats(), inst.notes)
+            torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
         finally:
             kiln.uninstall(inst)
             torch._dynamo.reset()
@@ -647,7 +644,6 @@ def test_bf16_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factor
     """The same block in bfloat16 (torchvision's MobileNet-v2 in bf16): Inductor's joint-graph passes fold the
     BatchNorm's bf16 rounding and the ReLU6's upcast into one convert, and the chain's pattern, traced through
     the same passes, still matches: one hit, eager's output within bfloat16's rounding."""
-    import kiln
     chain = "chain_batch_norm_hardtanh_conv2d_2x32x12x12_bf16"
     library = _chain_library(tmp_path_factory, DW_CHAIN_BF16_SCRIPT, chain,
                              ("chain_batch_norm_add_2x8x12x12_bf16",))
@@ -656,17 +652,7 @@ def test_bf16_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factor
     model = dc.build()
     with torch.no_grad():
         want = model(x)
-    torch._dynamo.reset()
-    inst = kiln.install(str(library), model, entries=[chain], compile=True)
-    try:
-        assert inst.installed == [chain], inst.summary()
-        with torch.no_grad():
-            got = model(x)
-        assert inst.stats()["hits"] == 1, (inst.stats(), inst.notes)
-        torch.testing.assert_close(got.float(), want.float(), atol=0.1, rtol=0.05)
-    finally:
-        kiln.uninstall(inst)
-        torch._dynamo.reset()
+    _one_hit(library, model, x, want, chain, True, atol=0.1, rtol=0.05)
 
 
 def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
