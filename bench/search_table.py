@@ -129,7 +129,8 @@ def main() -> int:
               f"exhaustive (goal ≥ 95 %)")
     if any(c[2] or c[3] for c in clock):
         print("\nOn the exhaustive sweep's clock (its time of each method's best point):\n")
-        print("| problem | exhaustive best µs | MCTS's point µs | random's point µs | MCTS vs random | MCTS / exhaustive |")
+        print("| problem | exhaustive best µs | MCTS's point µs | random's point µs | MCTS vs random "
+              "| MCTS / exhaustive |")
         print("|---|---|---|---|---|---|")
         for name, e, mt, rt, cut in clock:
             print(f"| {name}{cut} | {fmt(e)} | {fmt(mt)} | {fmt(rt)} | "

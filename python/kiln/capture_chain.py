@@ -56,8 +56,9 @@ def functional_of(func):
     after a BatchNorm joins the chain it ends."""
     args, rets = func._schema.arguments, func._schema.returns
     written = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
-    if not func._opname.endswith("_") or func._opname[:-1] in WRITES_INTO or len(written) != 1 or written[0] is not args[0] or len(rets) != 1 \
-            or rets[0].alias_info is None or not rets[0].alias_info.is_write:
+    if not func._opname.endswith("_") or func._opname[:-1] in WRITES_INTO or len(written) != 1 \
+            or written[0] is not args[0] or len(rets) != 1 or rets[0].alias_info is None \
+            or not rets[0].alias_info.is_write:
         return None
     packet = getattr(torch.ops.aten, func._opname[:-1], None)
     other = getattr(packet, func._overloadname, None) if packet is not None else None
