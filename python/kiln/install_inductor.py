@@ -179,11 +179,20 @@ _TRACERS = {"inductor": _trace_pattern, "aten": _trace_aten_pattern}
 
 
 def _examples(specs, device) -> list:
-    """Tensors of the gate's inputs to trace a pattern with: meta ones for a GPU, CPU ones for the CPU, where
-    some decompositions differ (native_group_norm's CPU form folds the weight into a scale and a shift)."""
+    """Tensors of the gate's inputs to trace a pattern with, on the model's device: CPU ones for the CPU
+    (allocated, not written), fake ones for a GPU (no memory: a gate's inputs at real size may not fit beside
+    the model), or meta ones where device is meta (kiln's graph mode). Not meta for a GPU's Inductor
+    pattern: Inductor's joint-graph passes, which the pattern goes through as the model's graph does, neither
+    rewrite nodes on meta (pointless_convert skips an unsupported device) nor leave them (constant folding
+    took a whole depthwise-conv chain on meta for one empty tensor): no chain matched inside torch.compile on
+    the GPU. Some decompositions differ by device too (native_group_norm's CPU form folds the weight into a
+    scale and a shift)."""
     import torch
-    where = device if device.type == "cpu" else "meta"
-    return [torch.empty_strided(s, st, dtype=d, device=where) for s, st, d in specs]
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    if device.type in ("cpu", "meta"):
+        return [torch.empty_strided(s, st, dtype=d, device=device) for s, st, d in specs]
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return [torch.empty_strided(s, st, dtype=d, device=device) for s, st, d in specs]
 
 
 @contextlib.contextmanager
@@ -228,6 +237,32 @@ def _node_keys(nodes) -> list:
     one call's argument may be a node where another's is a number)."""
     return sorted(((str(n.target), _key(n.args), _key(sorted(n.kwargs.items())))
                    for n in nodes if n.op == "call_function"), key=repr)
+
+
+def _tracing(examples):
+    """Where a pattern on these examples is traced and registered: fake ones in their fake mode (a
+    decomposition's new tensors, cudnn_batch_norm's empty saved statistics among them, are fake there too)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    # the examples' own mode, not the ambient one (Inductor's, whose compile this pass runs in, would take a CPU
+    # pattern's real tensors for foreign ones)
+    modes = [t.fake_mode for t in examples if isinstance(t, FakeTensor)]
+    return modes[0] if modes else contextlib.nullcontext()
+
+
+def _reads_inputs(graph) -> bool:
+    """Whether the traced pattern's output depends on at least one of its placeholders (a pattern folded to a
+    constant, as Inductor's constant folding did to a chain traced on meta tensors, would match nothing)."""
+    out = next(n for n in graph.nodes if n.op == "output")
+    seen, todo = set(), [out]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            return True
+        todo.extend(n.all_input_nodes)
+    return False
 
 
 def _same_tensor(val, shape, stride, dtype, device) -> bool:
@@ -437,14 +472,17 @@ class InductorPatterns:
                 search = _search_fn(p.aten_op, p.entry, len(gate.inputs)) if p.aten_op is not None \
                     else _chain_search_fn(p.entry, len(gate.inputs))
                 examples = _examples(gate.inputs, self.device if flavor == "inductor" else torch.device("meta"))
-                traced = tracer(search, examples)
-                p.traced_keys[flavor] = _node_keys(traced.graph.nodes)
-                if not p.traced_keys[flavor]:
-                    raise _NotMatchable("its op traces to no computation")
-                # a pass of its own: entries of one op and pattern (other shapes) are not duplicates there
-                p.matchers[flavor] = pm.PatternMatcherPass()
-                pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, tracer,
-                                        [p.matchers[flavor]], extra_check=functools.partial(p.check, flavor))
+                with _tracing(examples):
+                    traced = tracer(search, examples)
+                    p.traced_keys[flavor] = _node_keys(traced.graph.nodes)
+                    if not p.traced_keys[flavor]:
+                        raise _NotMatchable("its op traces to no computation")
+                    if not _reads_inputs(traced.graph):
+                        raise _NotMatchable("its pattern's trace reads none of its inputs")
+                    # a pass of its own: entries of one op and pattern (other shapes) are not duplicates there
+                    p.matchers[flavor] = pm.PatternMatcherPass()
+                    pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, tracer,
+                                            [p.matchers[flavor]], extra_check=functools.partial(p.check, flavor))
                 kept.append(p)
             except (_NotMatchable, RuntimeError, TypeError, ValueError, NotImplementedError) as why:
                 where = "torch.compile" if flavor == "inductor" else "kiln's graph mode"

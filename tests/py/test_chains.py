@@ -394,13 +394,14 @@ GEMM_SCRIPT = ROOT / "tests" / "data" / "chains" / "gemm_epilogue.py"
 GN_CHAIN_SCRIPT = ROOT / "tests" / "data" / "chains" / "groupnorm_chain.py"
 
 
-def _chain_library(tmp_path_factory, script: Path, chain: str, others: tuple = ()) -> Path:
+def _chain_library(tmp_path_factory, script: Path, chain: str, others: tuple = (), backend: str = "cpu") -> Path:
     """script captured on the CPU, its chain problem named chain (its only one besides those named in others)
-    alone optimized on the cpu backend: the library directory."""
+    alone optimized on backend: the library directory."""
     run = capture_cpu(script, tmp_path_factory.mktemp(script.stem))
     names = [p.name for p, _ in chains(run)]
     assert names == sorted([chain, *others]), names
-    return optimize_alone([run / "problems" / chain], tmp_path_factory.mktemp(f"{script.stem}_only"))
+    return optimize_alone([run / "problems" / chain], tmp_path_factory.mktemp(f"{script.stem}_only"),
+                          backend=backend)
 
 
 def capture_cpu(script: Path, run: Path) -> Path:
@@ -411,13 +412,13 @@ def capture_cpu(script: Path, run: Path) -> Path:
     return run
 
 
-def optimize_alone(problems: list, out: Path, budget: int = 2) -> Path:
-    """The problem directories copied into a new run at out and optimized there on the cpu backend, with
-    nothing else beside them: its library directory."""
+def optimize_alone(problems: list, out: Path, budget: int = 2, backend: str = "cpu") -> Path:
+    """The problem directories copied into a new run at out and optimized there on backend, with nothing else
+    beside them: its library directory."""
     (out / "problems").mkdir(parents=True, exist_ok=True)
     for p in problems:
         shutil.copytree(p, out / "problems" / p.name)
-    r = run_kiln(["optimize", out, "--backend", "cpu", "--budget", budget, "--time", 300], timeout=600)
+    r = run_kiln(["optimize", out, "--backend", backend, "--budget", budget, "--time", 300], timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out / "library"
 
@@ -653,6 +654,51 @@ def test_bf16_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factor
     with torch.no_grad():
         want = model(x)
     _one_hit(library, model, x, want, chain, True, atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_pattern_traced_as_the_cpu_one(dtype):
+    """A chain's pattern for a GPU's torch.compile is traced on fake tensors of that device (no GPU here) and
+    goes through Inductor's joint-graph passes as on the CPU: the same nodes, reading its inputs. On meta
+    tensors constant folding took the fp32 MobileNet-v2 block for one empty tensor and pointless_convert left
+    the bf16 one's double convert, so no chain matched inside torch.compile on the H100."""
+    from kiln.install_inductor import _examples, _node_keys, _reads_inputs, _trace_pattern, _tracing
+    aten = torch.ops.aten
+
+    def block(x, w, m, v, g, b, m2, v2, g2, b2):  # MobileNet-v2's BN -> ReLU6 -> depthwise conv -> BN -> ReLU6
+        y = aten.hardtanh.default(aten.batch_norm.default(x, g, b, m, v, False, 0.1, 1e-5, True), 0.0, 6.0)
+        y = aten.conv2d.default(y, w, None, [1, 1], [1, 1], [1, 1], 8)
+        return aten.hardtanh.default(aten.batch_norm.default(y, g2, b2, m2, v2, False, 0.1, 1e-5, True), 0.0, 6.0)
+
+    dt = getattr(torch, dtype)
+    specs = [((2, 8, 6, 6), (288, 36, 6, 1), dt), ((8, 1, 3, 3), (9, 9, 3, 1), dt)] + [((8,), (1,), dt)] * 8
+    keys = {}
+    for device in ("cpu", "cuda"):
+        examples = _examples(specs, torch.device(device))
+        with _tracing(examples), torch.inference_mode(False):
+            traced = _trace_pattern(block, examples)
+        assert _reads_inputs(traced.graph), (device, traced.graph)
+        keys[device] = _node_keys(traced.graph.nodes)
+    assert keys["cuda"] == keys["cpu"] and len(keys["cpu"]) > 20, keys
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: the cuda chain is installed on the GPU machine")
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_cuda_depthwise_conv_chain_replaced_in_graphs(tmp_path_factory, dtype):
+    """The MobileNet-v2 block's chain optimized on the cuda backend and installed in the block on the GPU: one
+    hit inside torch.compile and one in kiln's graph mode, eager's output (the patterns traced on fake cuda
+    tensors: on meta ones no MobileNet-v2 chain was replaced inside torch.compile on the H100)."""
+    script = DW_CHAIN_SCRIPT if dtype == "f32" else DW_CHAIN_BF16_SCRIPT
+    chain = f"chain_batch_norm_hardtanh_conv2d_2x32x12x12_{dtype}"
+    library = _chain_library(tmp_path_factory, script, chain, (f"chain_batch_norm_add_2x8x12x12_{dtype}",), "cuda")
+    dc = _script_module(script)
+    dt = torch.float32 if dtype == "f32" else torch.bfloat16
+    x = torch.randn(dc.BATCH, dc.CHANNELS, dc.SIDE, dc.SIDE, dtype=dt, device="cuda")
+    with torch.no_grad():
+        want = dc.build().cuda()(x)
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == "f32" else {"atol": 0.1, "rtol": 0.05}
+    _one_hit(library, dc.build().cuda(), x, want, chain, True, **tol)
+    _one_hit(library, dc.build().cuda(), x, want, chain, "graph", **tol)
 
 
 def test_vae_chains_installed_inside_torch_compile(runs, tmp_path):
