@@ -8,7 +8,10 @@
 # DEADLINE_S bounds the whole script: each step's time limit is cut to what is left of it. FAMILY=NAME keeps every
 # method to that family's space (`--family`; e.g. gen, the generator). The run's store is kept as $OUT/kiln.db, so
 # the table can also look up, on the exhaustive sweep's clock, the point MCTS found best. A second call can finish
-# cut exhaustive sweeps: the first call's $OUT in place, SKIP_OPTIMIZE=1 SKIP_RANDOM=1 RESUME=1.
+# cut exhaustive sweeps: the first call's $OUT in place, SKIP_OPTIMIZE=1 SKIP_RANDOM=1 RESUME=1. Where a space is too
+# large to sweep (the reductions' 3k-23k valid points), SAMPLE_N=N measures a uniform random sample of N points in
+# place of the exhaustive sweep (seed 11, $OUT/sample/): the table then puts MCTS against random's expected best of
+# $BUDGET draws from that sample (less noisy than the one random run) and against the sample's best.
 #   OUT=/tmp/x BUDGET=50 EXHAUSTIVE_S=90 DEADLINE_S=480 FAMILY=gen bash bench/search_device.sh DIR...
 set -u
 cd "$(dirname "$0")/.."
@@ -38,7 +41,8 @@ if [ "${SKIP_OPTIMIZE:-0}" = 1 ]; then
 else
 echo "== kiln optimize, budget $BUDGET per problem ($(( $(date +%s) - t0 )) s)"
 rm -rf /tmp/kiln-search-run
-timeout -k 30 "$(limit "$OPT_S")" build/kiln optimize /tmp/kiln-search-run "${problems[@]}" --backend "$BACKEND" --budget "$BUDGET" --time "$(limit $((OPT_S - 30)))" \
+timeout -k 30 "$(limit "$OPT_S")" build/kiln optimize /tmp/kiln-search-run "${problems[@]}" --backend "$BACKEND" \
+    --budget "$BUDGET" --time "$(limit $((OPT_S - 30)))" \
     $GATE_OPTS $FAMILY_OPT --json --quiet >"$OUT/optimize.json" 2>"$OUT/optimize.log"
 echo "optimize exit $?"
 cp /tmp/kiln-search-run/kiln.db* "$OUT/" 2>/dev/null
@@ -48,13 +52,24 @@ for p in "${problems[@]}"; do
     name=$(basename "$p")
     echo "== $name: random $BUDGET ($(( $(date +%s) - t0 )) s)"
     rm -f "$OUT/random/$name.jsonl"
-    timeout "$(limit "${RANDOM_S:-120}")" build/kiln sweep "$p" --backend "$BACKEND" --limit "$BUDGET" --sample random --seed 7 $GATE_OPTS $FAMILY_OPT \
+    timeout "$(limit "${RANDOM_S:-120}")" build/kiln sweep "$p" --backend "$BACKEND" --limit "$BUDGET" --sample random \
+        --seed 7 $GATE_OPTS $FAMILY_OPT \
         --out "/tmp/kiln-search-sweep/random-$name" --jsonl "$OUT/random/$name.jsonl" \
         >/dev/null 2>"$OUT/random/$name.log"
     echo "random exit $?"
 done
 for p in "${problems[@]}"; do
     name=$(basename "$p")
+    if [ -n "${SAMPLE_N:-}" ]; then  # spaces too large to sweep: a large uniform sample stands in for every point
+        echo "== $name: random sample of $SAMPLE_N ($(( $(date +%s) - t0 )) s)"
+        mkdir -p "$OUT/sample"
+        rm -f "$OUT/sample/$name.jsonl"
+        timeout "$(limit "$EXHAUSTIVE_S")" build/kiln sweep "$p" --backend "$BACKEND" --limit "$SAMPLE_N" \
+            --sample random --seed 11 $GATE_OPTS $FAMILY_OPT --out "/tmp/kiln-search-sweep/sample-$name" \
+            --jsonl "$OUT/sample/$name.jsonl" >/dev/null 2>"$OUT/sample/$name.log"
+        echo "sample exit $?"
+        continue
+    fi
     echo "== $name: exhaustive ($(( $(date +%s) - t0 )) s)"
     # RESUME=1 with the previous call's $OUT/exhaustive/*.jsonl in place continues cut sweeps
     [ "${RESUME:-0}" = 1 ] || rm -f "$OUT/exhaustive/$name.jsonl"

@@ -12,12 +12,18 @@ With OUT/kiln.db (the optimize run's store) a second table puts every method on 
 sweep's time of the point each method found best (MCTS's best candidate by its own timing; random's best row), as a
 share of the exhaustive best. Times measured minutes apart differ by a few per cent on their own; this view
 compares the points found, not the moments they were timed.
+
+Where OUT/sample/NAME.jsonl exists (SAMPLE_N=N of search_device.sh: a uniform random sample of a space too large to
+sweep), a third table puts MCTS against the best it is expected of random at the same count of draws, K (the random
+run's rows, else $BUDGET, else 50): the mean over every K-point draw from the sample, exactly, not one draw's luck
+and against the sample's best.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 import re
 import sqlite3
@@ -62,15 +68,30 @@ def mcts_best_point(db: pathlib.Path, problem: str):
     return row[0] if row else None
 
 
-def valid_points(log: pathlib.Path):
+def valid_points(log: pathlib.Path, sample: bool = False):
+    """The distinct valid points of a space, from its exhaustive sweep's log (its jobs), or from a sample's log
+    (the points that satisfy the constraints, duplicates among them)."""
     if not log.exists():
         return None
     text = log.read_text()
     m = re.search(r"(\d+) of \d+ points satisfy the constraints", text)
-    jobs = re.search(r"\[\d+/(\d+)\]", text)  # distinct sources, after duplicates are dropped
+    jobs = None if sample else re.search(r"\[\d+/(\d+)\]", text)  # distinct sources, after duplicates are dropped
     if jobs:
         return int(jobs.group(1))
     return int(m.group(1)) if m else None
+
+
+def expected_best(times: dict, k: int):
+    """The expected best time of k points drawn uniformly without replacement from a sample's rows (a failed
+    point has no time), given one of the k is ok; None without an ok row or with fewer than k rows."""
+    n, ok = len(times), sorted(t for t in times.values() if t)
+    if not ok or not 0 < k <= n:
+        return None
+    num = den = 0.0
+    for i, t in enumerate(ok):  # ok[i] is the draw's best: none of ok[:i] drawn, ok[i] drawn
+        p = (math.comb(n - i, k) - math.comb(n - i - 1, k)) / math.comb(n, k)
+        num, den = num + p * t, den + p
+    return num / den
 
 
 def geomean(xs):
@@ -108,8 +129,8 @@ def main() -> int:
         exh, en = rows_of_jsonl(out / "exhaustive" / f"{name}.jsonl")
         (rp, r), rok = best_of(rand)
         (_, e), _ = best_of(exh)
-        valid = valid_points(out / "exhaustive" / f"{name}.log")
-        cut = "" if valid is not None and en >= valid else " (cut)"
+        valid = valid_points(out / "exhaustive" / f"{name}.log") or valid_points(out / "sample" / f"{name}.log", True)
+        cut = "" if en == 0 or (valid is not None and en >= valid) else " (cut)"
         vs_r = f"{r / m:.3f}×" if m and r else "—"
         vs_e = f"{100 * e / m:.1f} %" if m and e else "—"
         print(f"| {name} | {valid if valid is not None else '?'} | {fmt(m)} ({o.get('candidates', '?')}) | "
@@ -140,7 +161,38 @@ def main() -> int:
             ge, gm, gr = (geomean([c[k] for c in full]) for k in (1, 2, 3))
             print(f"\ngeomean over {len(full)} problems: MCTS {100 * (gr / gm - 1):+.1f} % vs random, "
                   f"{100 * ge / gm:.1f} % of exhaustive")
+    sample_table(out, opt)
     return 0
+
+
+def sample_table(out: pathlib.Path, opt: dict) -> None:
+    """MCTS against random's expected best of K draws from each problem's sample, and against its best."""
+    rows = []
+    for path in sys.argv[2:]:
+        name, d = definition(path)
+        samp, sn = rows_of_jsonl(out / "sample" / f"{name}.jsonl")
+        if not sn:
+            continue
+        _, rn = rows_of_jsonl(out / "random" / f"{name}.jsonl")
+        k = rn or int(os.environ.get("BUDGET", "50"))
+        (_, best), sok = best_of(samp)
+        rows.append((name, sok, sn, best, k, expected_best(samp, k), opt.get(d.get("name", name), {}).get("best_us")))
+    if not rows:
+        return
+    fmt = lambda v: f"{v:.2f}" if v else "—"  # noqa: E731
+    print("\nAgainst a uniform random sample of each space (its best; random's expected best of K draws from it):\n")
+    print("| problem | sample ok/run | sample best µs | random, expected best of K µs | MCTS best µs | MCTS vs random "
+          "| MCTS / sample best |")
+    print("|---|---|---|---|---|---|---|")
+    for name, sok, sn, best, k, exp, m in rows:
+        print(f"| {name} | {sok}/{sn} | {fmt(best)} | {fmt(exp)} (K = {k}) | {fmt(m)} | "
+              f"{f'{exp / m:.3f}×' if m and exp else '—'} | {f'{100 * best / m:.1f} %' if m and best else '—'} |")
+    full = [r for r in rows if r[3] and r[5] and r[6]]
+    if full:
+        gb, ge, gm = (geomean([r[j] for r in full]) for j in (3, 5, 6))
+        print(f"\ngeomean over {len(full)} problems: MCTS {gm:.2f} µs, random's expected best {ge:.2f}, sample best "
+              f"{gb:.2f}: MCTS {100 * (ge / gm - 1):+.1f} % vs random (goal ≥ +10 %), {100 * gb / gm:.1f} % of the "
+              f"sample's best")
 
 
 if __name__ == "__main__":
