@@ -261,6 +261,7 @@ static void emit_window(kg_scope *s, int v) {
     const kir_node *x = &ir->nodes[v];
     const kir_map *m = &ir->maps[x->map];
     const int avg = x->op == KR_AVG, conv = x->op == KR_CONV, id = (*s->next_id)++;
+    const int clamp = !m->adaptive && (avg || conv); /* taps read clamped, counted by a flag */
     const char *in = s->indent;
     char ind[96], coord[3][32], tap[3][32];
     temp_name(s, v);
@@ -310,7 +311,7 @@ static void emit_window(kg_scope *s, int v) {
                                "%s    const %s kg_hi%d_%d = kg_en%d_%d < (%s) ? kg_en%d_%d : "
                                "(%s)(%s);\n",
                                in, pt, id, i, id, i, size, id, i, pt, size);
-        } else {
+        } else if (!conv) { /* max: taps in [lo, hi); the index starts at lo */
             kiln_strbuf_printf(s->b,
                                "%s    const %s kg_hi%d_%d = kg_st%d_%d + %lld < (%s) ? "
                                "kg_st%d_%d + %lld : (%s)(%s);\n",
@@ -340,20 +341,41 @@ static void emit_window(kg_scope *s, int v) {
                                ind, id, i, id, i, id, i, id, i, id, i, step);
         } else {
             /* A fixed window: a constant trip count that the compiler unrolls, so that all of the
-             * window's loads are in flight at once, and each tap outside [lo, hi) skipped; the
-             * taps are visited in the same ascending order as a loop from lo to hi. */
+             * window's loads are in flight at once, in the same ascending order as a loop from lo
+             * to hi. Max skips each tap outside [lo, hi). A sum counts a tap where it is inside
+             * the input (0 <= s < size: on the window's grid that is [lo, hi)) and reads its
+             * operand at the position clamped into the input whether it counts or not: no branch
+             * around the loads, so the compiler merges the taps that neighbouring outputs of a
+             * thread share (a 3x3 window over 8 outputs of a row reads 10 columns a row, not 24)
+             * and the accumulation is a select. (Max keeps its branches: with every tap of a
+             * vector's lanes and their indices in flight at once, its kernels spilled.) */
+            const char *size = ir->axes[m->src[i]].size;
             if (s->cuda)
                 kiln_strbuf_printf(s->b, "%s#pragma unroll\n", ind);
             kiln_strbuf_printf(s->b,
                                "%sfor (int kg_j%d_%d = 0; kg_j%d_%d < %lld; kg_j%d_%d++) {\n"
                                "%s    const %s kg_s%d_%d = kg_st%d_%d + (%s)kg_j%d_%d * "
-                               "%lld;\n"
-                               "%s    if (kg_s%d_%d < kg_lo%d_%d || kg_s%d_%d >= kg_hi%d_%d)\n"
-                               "%s        continue;\n",
+                               "%lld;\n",
                                ind, id, i, id, i, (long long)m->kernel[i], id, i, ind, pt, id, i,
-                               id, i, pt, id, i, step, ind, id, i, id, i, id, i, id, i, ind);
+                               id, i, pt, id, i, step);
+            if (!clamp) {
+                kiln_strbuf_printf(s->b,
+                                   "%s    if (kg_s%d_%d < kg_lo%d_%d || kg_s%d_%d >= kg_hi%d_%d)\n"
+                                   "%s        continue;\n",
+                                   ind, id, i, id, i, id, i, id, i, ind);
+            } else {
+                kiln_strbuf_printf(s->b, "%s    const int kg_in%d_%d = ", ind, id, i);
+                if (i)
+                    kiln_strbuf_printf(s->b, "kg_in%d_%d && ", id, i - 1);
+                kiln_strbuf_printf(
+                    s->b,
+                    "kg_s%d_%d >= 0 && kg_s%d_%d < (%s);\n"
+                    "%s    const %s kg_k%d_%d = kg_s%d_%d < 0 ? 0 : kg_s%d_%d < (%s) ? "
+                    "kg_s%d_%d : (%s)(%s) - 1;\n",
+                    id, i, id, i, size, ind, pt, id, i, id, i, id, i, size, id, i, pt, size);
+            }
         }
-        snprintf(coord[i], sizeof coord[i], "kg_s%d_%d", id, i);
+        snprintf(coord[i], sizeof coord[i], clamp ? "kg_k%d_%d" : "kg_s%d_%d", id, i);
         snprintf(tap[i], sizeof tap[i], "kg_j%d_%d", id, i);
         size_t l = strlen(ind);
         snprintf(ind + l, sizeof ind - l, "    ");
@@ -361,12 +383,19 @@ static void emit_window(kg_scope *s, int v) {
     kg_scope child;
     map_scope(&child, s, m, ind, coord, conv ? tap : NULL);
     const char *val = kg_value(&child, x->a[0]);
+    char counts[48] = "";
+    if (clamp)
+        snprintf(counts, sizeof counts, "kg_in%d_%d", id, m->n - 1);
     if (avg) {
+        if (counts[0])
+            kiln_strbuf_printf(s->b, "%sif (%s)\n    ", ind, counts);
         kiln_strbuf_printf(s->b, "%skg_sum%d += %s;\n", ind, id, val);
     } else if (conv) {
         char xv[96];
         snprintf(xv, sizeof xv, "%s", val);
         const char *wv = kg_value(&child, x->a[1]), *acc = s->cuda ? "float" : "double";
+        if (counts[0])
+            kiln_strbuf_printf(s->b, "%sif (%s)\n    ", ind, counts);
         kiln_strbuf_printf(s->b, "%skg_sum%d += (%s)%s * (%s)%s;\n", ind, id, acc, xv, acc, wv);
     } else {
         kiln_strbuf_printf(s->b, "%sconst float kg_x%d = %s;\n", ind, id, val);

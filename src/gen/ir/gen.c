@@ -64,6 +64,10 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
         }
     }
     int state = 4, windows = 0, remaps = 0, reds = 0, streams = 0;
+    int64_t taps = 0; /* the most taps of a fixed window (an adaptive one is a loop) */
+    /* a window whose taps are behind their own checks (max, adaptive: emit.c), or whose adjacent
+     * outputs along the vector axis share no taps (a channels-last depthwise conv's lanes) */
+    int branchy = 0;
     const uint32_t streamed = plan.kind == KG_POINTWISE ? ir->domain : ir->red;
     for (int o = 0; o < ir->n_out; o++)
         streams += plan.kind == KG_POINTWISE || kg_output_full(ir, o);
@@ -73,6 +77,19 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
             continue;
         streams += x->kind == KIR_LOAD && (x->axes & streamed);
         windows |= x->kind == KIR_WINDOW;
+        if (x->kind == KIR_WINDOW) {
+            const kir_map *wm = &ir->maps[x->map];
+            int shares = 0;
+            for (int i = 0; i < wm->n; i++)
+                shares |= wm->dst[i] == plan.vec_axis;
+            branchy |= wm->adaptive || (x->op != KR_AVG && x->op != KR_CONV) || !shares;
+        }
+        if (x->kind == KIR_WINDOW && !ir->maps[x->map].adaptive) {
+            int64_t t = 1;
+            for (int i = 0; i < ir->maps[x->map].n; i++)
+                t *= ir->maps[x->map].kernel[i];
+            taps = t > taps ? t : taps;
+        }
         remaps |= x->kind == KIR_REMAP;
         if (x->kind != KIR_REDUCE)
             continue;
@@ -106,6 +123,8 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     kiln_match_set(m, "state_bytes", state);
     kiln_match_set(m, "idx64", biggest >= ((int64_t)1 << 31));
     kiln_match_set(m, "windows", windows);
+    kiln_match_set(m, "window_taps", (double)taps);
+    kiln_match_set(m, "window_branches", branchy);
     for (int i = 0; i < 8; i++)
         m->input_of_role[i] = i < p->n_inputs ? i : -1;
     for (int o = 0; o < 4; o++)
@@ -164,11 +183,13 @@ static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
 }
 
 /* The registers a thread of point pt needs: its held vectors (each load's rounded up to whole
- * registers), ~48 of indices and temporaries, its states; the CUDA driver draws KG_MINB from it. */
+ * registers), ~48 of indices and temporaries, its states, and a fixed window's taps for each of its
+ * UNROLL vectors (a sum's taps are all loaded before its first add: emit.c); the CUDA driver draws
+ * KG_MINB from it. Without the taps a 7x7 depthwise convolution at 128 threads spilled. */
 static int64_t point_registers(const kiln_match *m, const int64_t *pt) {
     point_info q;
     info_of(m, pt, &q);
-    return q.reg_words + 48 + 8 * q.vo * q.steps;
+    return q.reg_words + 48 + 8 * q.vo * q.steps + q.unroll * fact(m, "window_taps");
 }
 
 static const char *gen_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
@@ -282,8 +303,11 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
         bw *= 0.92;
     /* a thread's VEC adjacent windows are VEC times the gathers behind their own checks: on the
      * H200 max_pool2d 3x3/2 fp32 took 49-53 us at VEC 2, 55-58 at VEC 1 and 78-85 at VEC 4
-     * (18 points, 2026-12-04) */
-    if (fact(m, "windows") && q.vec > 2)
+     * (18 points, 2026-12-04). A sum's taps are read clamped, without checks, and adjacent
+     * windows along the vector axis share them: on the H100 a 3x3 depthwise conv bf16
+     * [32,144,56,56] was best at VEC 4 (41.3 us), 44.5 at VEC 8 and 56.4 at VEC 2 (385 points,
+     * 2026-12-06) */
+    if (fact(m, "window_branches") && q.vec > 2)
         bw *= 0.65;
     double moved = bytes;
     /* a streaming plan with early outputs (plan_early) stores them in its first pass: its last pass
