@@ -94,6 +94,20 @@ def expected_best(times: dict, k: int):
     return num / den
 
 
+def fmt(v) -> str:
+    return f"{v:.2f}" if v else "—"
+
+
+def times(a, b) -> str:
+    """a / b as a factor, or — without both."""
+    return f"{a / b:.3f}×" if a and b else "—"
+
+
+def share(a, b) -> str:
+    """a / b as a percentage, or — without both."""
+    return f"{100 * a / b:.1f} %" if a and b else "—"
+
+
 def geomean(xs):
     xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -119,7 +133,6 @@ def main() -> int:
     print("| problem | valid points | MCTS best µs (cands) | random best µs (ok/run) | exhaustive best µs (run/valid) "
           "| MCTS vs random | MCTS / exhaustive |")
     print("|---|---|---|---|---|---|---|")
-    fmt = lambda v: f"{v:.2f}" if v else "—"  # noqa: E731
     rows, clock = [], []
     for path in sys.argv[2:]:
         name, d = definition(path)
@@ -131,10 +144,9 @@ def main() -> int:
         (_, e), _ = best_of(exh)
         valid = valid_points(out / "exhaustive" / f"{name}.log") or valid_points(out / "sample" / f"{name}.log", True)
         cut = "" if en == 0 or (valid is not None and en >= valid) else " (cut)"
-        vs_r = f"{r / m:.3f}×" if m and r else "—"
-        vs_e = f"{100 * e / m:.1f} %" if m and e else "—"
         print(f"| {name} | {valid if valid is not None else '?'} | {fmt(m)} ({o.get('candidates', '?')}) | "
-              f"{fmt(r)} ({rok}/{rn}) | {fmt(e)} ({en}/{valid if valid is not None else '?'}){cut} | {vs_r} | {vs_e} |")
+              f"{fmt(r)} ({rok}/{rn}) | {fmt(e)} ({en}/{valid if valid is not None else '?'}){cut} | {times(r, m)} | "
+              f"{share(e, m)} |")
         rows.append((m, r, e))
         mp = mcts_best_point(out / "kiln.db", d.get("name", name))
         clock.append((name, e, exh.get(mp) if mp else None, exh.get(rp) if rp else None, cut))
@@ -154,8 +166,7 @@ def main() -> int:
               "| MCTS / exhaustive |")
         print("|---|---|---|---|---|---|")
         for name, e, mt, rt, cut in clock:
-            print(f"| {name}{cut} | {fmt(e)} | {fmt(mt)} | {fmt(rt)} | "
-                  f"{f'{rt / mt:.3f}×' if mt and rt else '—'} | {f'{100 * e / mt:.1f} %' if mt and e else '—'} |")
+            print(f"| {name}{cut} | {fmt(e)} | {fmt(mt)} | {fmt(rt)} | {times(rt, mt)} | {share(e, mt)} |")
         full = [c for c in clock if c[1] and c[2] and c[3]]
         if full:
             ge, gm, gr = (geomean([c[k] for c in full]) for k in (1, 2, 3))
@@ -179,14 +190,13 @@ def sample_table(out: pathlib.Path, opt: dict) -> None:
         rows.append((name, sok, sn, best, k, expected_best(samp, k), opt.get(d.get("name", name), {}).get("best_us")))
     if not rows:
         return
-    fmt = lambda v: f"{v:.2f}" if v else "—"  # noqa: E731
     print("\nAgainst a uniform random sample of each space (its best; random's expected best of K draws from it):\n")
     print("| problem | sample ok/run | sample best µs | random, expected best of K µs | MCTS best µs | MCTS vs random "
           "| MCTS / sample best |")
     print("|---|---|---|---|---|---|---|")
     for name, sok, sn, best, k, exp, m in rows:
-        print(f"| {name} | {sok}/{sn} | {fmt(best)} | {fmt(exp)} (K = {k}) | {fmt(m)} | "
-              f"{f'{exp / m:.3f}×' if m and exp else '—'} | {f'{100 * best / m:.1f} %' if m and best else '—'} |")
+        print(f"| {name} | {sok}/{sn} | {fmt(best)} | {fmt(exp)} (K = {k}) | {fmt(m)} | {times(exp, m)} | "
+              f"{share(best, m)} |")
     full = [r for r in rows if r[3] and r[5] and r[6]]
     if full:
         gb, ge, gm = (geomean([r[j] for r in full]) for j in (3, 5, 6))

@@ -539,26 +539,30 @@ static int count_of(const char *s, const char *what) {
  * element; the key positions of a causal mask loaded where they are used, not held in registers; no
  * rounding of values that already are bf16; a vector at a time into the online softmax pair; the
  * register cap that keeps two blocks on an SM. */
-static void test_emitted_text(void **state) {
-    (void)state;
+/* gen's CUDA for small case `name` at point `settings` (the caller frees it); *kernel: its entry
+ * point's text (the templates' definitions come before it). */
+static char *emitted(const char *name, const char *settings, const char **kernel) {
     kiln_match m;
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
-    kiln_problem *p = load_case(case_named("rmsnorm_channels_bf16"), &m);
-    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=8", pt);
+    kiln_problem *p = load_case(case_named(name), &m);
+    point_of(p, &m, settings, pt);
     char *cuda = gen->emit(p, &m, pt, 1);
-    const char *body = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
-    assert_non_null(body); /* the templates' definitions come before it */
-    assert_int_equal(count_of(body, "kg_rsqrt("), 1); /* once, into kh<node>[] */
-    assert_non_null(strstr(body, "kh10[kg_e] = "));
+    kiln_problem_free(p);
+    *kernel = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
+    assert_non_null(*kernel);
+    return cuda;
+}
+
+static void test_emitted_text(void **state) {
+    (void)state;
+    const char *kernel;
+    char *cuda = emitted("rmsnorm_channels_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=8", &kernel);
+    assert_int_equal(count_of(kernel, "kg_rsqrt("), 1); /* once, into kh<node>[] */
+    assert_non_null(strstr(kernel, "kh10[kg_e] = "));
     assert_non_null(strstr(cuda, "#define KG_MINB 8 "));
     free(cuda);
-    kiln_problem_free(p);
 
-    p = load_case(case_named("causal_softmax_bf16"), &m);
-    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", pt);
-    cuda = gen->emit(p, &m, pt, 1);
-    const char *kernel = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
-    assert_non_null(kernel);
+    cuda = emitted("causal_softmax_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=4", &kernel);
     assert_non_null(strstr(kernel, "kg_q1 = kg_ld<64>(input1 + kg_kk)")); /* where it is used */
     assert_null(strstr(kernel, "kg_raw<64>::t kg_r1[")); /* not held across passes */
     assert_non_null(strstr(kernel, "kg_smx_addv("));
@@ -567,40 +571,27 @@ static void test_emitted_text(void **state) {
      * add, in the first pass and in the output pass */
     assert_int_equal(count_of(kernel, "kg_round_bf16("), 2 + 1 /* the output's cast */);
     free(cuda);
-    kiln_problem_free(p);
 
     /* a depthwise weight read across a channels-last vector axis comes from shared memory; read
      * along an NCHW row (the same weight for the whole warp) it does not need to */
-    p = load_case(case_named("dwconv_cl_bf16"), &m);
-    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=4", pt);
-    cuda = gen->emit(p, &m, pt, 1);
-    kernel = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
+    cuda = emitted("dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=4", &kernel);
     assert_non_null(strstr(kernel, "kg_sh1[kg_k] = weight[kg_k];"));
     assert_non_null(strstr(kernel, "__bfloat162float(kg_sh1["));
     assert_null(strstr(kernel, "__bfloat162float(weight["));
     assert_non_null(strstr(cuda, "#define KG_SHARED_BYTES 1200\n"));
     free(cuda);
-    kiln_problem_free(p);
-    p = load_case(case_named("dwconv"), &m);
-    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=4", pt);
-    cuda = gen->emit(p, &m, pt, 1);
+    cuda = emitted("dwconv", "KG_THREADS=64 KG_VBYTES=4", &kernel);
     assert_null(strstr(cuda, "kg_sh1"));
     /* its taps are read at positions clamped into the input, counted by a flag, with no branch
      * around the loads (the compiler then merges the taps adjacent lanes share: 288 loads became
      * 78 in a 3x3 bf16 kernel's PTX); max pooling keeps a check per tap */
-    kernel = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
     assert_null(strstr(kernel, "continue;"));
     assert_non_null(strstr(kernel, "if (kg_in"));
     free(cuda);
-    kiln_problem_free(p);
-    p = load_case(case_named("max_pool"), &m);
-    point_of(p, &m, "KG_THREADS=64 KG_VBYTES=8", pt);
-    cuda = gen->emit(p, &m, pt, 1);
-    kernel = strstr(cuda, "__launch_bounds__(KG_THREADS, KG_MINB) kg_kernel(");
+    cuda = emitted("max_pool", "KG_THREADS=64 KG_VBYTES=8", &kernel);
     assert_non_null(strstr(kernel, "continue;"));
     assert_null(strstr(kernel, "if (kg_in"));
     free(cuda);
-    kiln_problem_free(p);
 }
 
 static void test_emulated(void **state) {
