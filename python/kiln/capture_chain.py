@@ -3,6 +3,7 @@ problems of kind "chain" (docs/capture.md "Chain problems"), and the blocks that
 attention around a softmax chain, and a GEMM with the epilogue cuBLASLt fuses after it."""
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -47,6 +48,7 @@ def is_depthwise(op) -> bool:
 WRITES_INTO = frozenset({"copy", "fill", "zero", "index_put", "index_add", "scatter", "scatter_add", "set"})
 
 
+@functools.lru_cache(maxsize=None)  # asked for every member of every chain; the answer is the schema's
 def functional_of(func):
     """The functional overload of an in-place aten call that writes its first argument alone and returns it
     (relu6_ -> relu6, hardtanh_ -> hardtanh, add_.Tensor -> add.Tensor), else None. Inside a chain such a

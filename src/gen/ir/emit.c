@@ -383,20 +383,19 @@ static void emit_window(kg_scope *s, int v) {
     kg_scope child;
     map_scope(&child, s, m, ind, coord, conv ? tap : NULL);
     const char *val = kg_value(&child, x->a[0]);
-    char counts[48] = "";
-    if (clamp)
-        snprintf(counts, sizeof counts, "kg_in%d_%d", id, m->n - 1);
-    if (avg) {
-        if (counts[0])
-            kiln_strbuf_printf(s->b, "%sif (%s)\n    ", ind, counts);
-        kiln_strbuf_printf(s->b, "%skg_sum%d += %s;\n", ind, id, val);
-    } else if (conv) {
-        char xv[96];
-        snprintf(xv, sizeof xv, "%s", val);
-        const char *wv = kg_value(&child, x->a[1]), *acc = s->cuda ? "float" : "double";
-        if (counts[0])
-            kiln_strbuf_printf(s->b, "%sif (%s)\n    ", ind, counts);
-        kiln_strbuf_printf(s->b, "%skg_sum%d += (%s)%s * (%s)%s;\n", ind, id, acc, xv, acc, wv);
+    if (avg || conv) {
+        char term[256];
+        if (conv) { /* the weight's value is emitted before the sum's statement */
+            char xv[96];
+            snprintf(xv, sizeof xv, "%s", val);
+            const char *wv = kg_value(&child, x->a[1]), *acc = s->cuda ? "float" : "double";
+            snprintf(term, sizeof term, "(%s)%s * (%s)%s", acc, xv, acc, wv);
+        } else {
+            snprintf(term, sizeof term, "%s", val);
+        }
+        if (clamp) /* the tap counts where it is inside the input along every axis */
+            kiln_strbuf_printf(s->b, "%sif (kg_in%d_%d)\n    ", ind, id, m->n - 1);
+        kiln_strbuf_printf(s->b, "%skg_sum%d += %s;\n", ind, id, term);
     } else {
         kiln_strbuf_printf(s->b, "%sconst float kg_x%d = %s;\n", ind, id, val);
         kiln_strbuf_printf(s->b, "%sif (kg_x%d > kg_best%d || kg_x%d != kg_x%d) {\n", ind, id, id,

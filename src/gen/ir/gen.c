@@ -80,15 +80,14 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
         if (x->kind == KIR_WINDOW) {
             const kir_map *wm = &ir->maps[x->map];
             int shares = 0;
-            for (int i = 0; i < wm->n; i++)
-                shares |= wm->dst[i] == plan.vec_axis;
-            branchy |= wm->adaptive || (x->op != KR_AVG && x->op != KR_CONV) || !shares;
-        }
-        if (x->kind == KIR_WINDOW && !ir->maps[x->map].adaptive) {
             int64_t t = 1;
-            for (int i = 0; i < ir->maps[x->map].n; i++)
-                t *= ir->maps[x->map].kernel[i];
-            taps = t > taps ? t : taps;
+            for (int i = 0; i < wm->n; i++) {
+                shares |= wm->dst[i] == plan.vec_axis;
+                t *= wm->kernel[i];
+            }
+            branchy |= wm->adaptive || (x->op != KR_AVG && x->op != KR_CONV) || !shares;
+            if (!wm->adaptive)
+                taps = t > taps ? t : taps;
         }
         remaps |= x->kind == KIR_REMAP;
         if (x->kind != KIR_REDUCE)
