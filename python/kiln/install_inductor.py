@@ -176,6 +176,7 @@ def _trace_aten_pattern(fn, args, device=None):
 # How a pattern is traced for each kind of graph it is matched in: "inductor", the post-grad graph of
 # torch.compile's default backend; "aten", kiln's graph mode (kiln.install_graph).
 _TRACERS = {"inductor": _trace_pattern, "aten": _trace_aten_pattern}
+_WHERE = {"inductor": "torch.compile", "aten": "kiln's graph mode"}
 
 
 def _examples(specs, device) -> list:
@@ -263,6 +264,13 @@ def _reads_inputs(graph) -> bool:
             return True
         todo.extend(n.all_input_nodes)
     return False
+
+
+def _unread_inputs(graph) -> list:
+    """The traced pattern's placeholders nothing reads (an empty tensor that Inductor's cat decomposition drops:
+    a KV cache's first cat, Llama's keys at prefill). Inductor's matcher wants every argument of a pattern in a
+    match and fails the compile where one is missing."""
+    return [n.target for n in graph.nodes if n.op == "placeholder" and not n.users]
 
 
 def _same_tensor(val, shape, stride, dtype, device) -> bool:
@@ -479,14 +487,17 @@ class InductorPatterns:
                         raise _NotMatchable("its op traces to no computation")
                     if not _reads_inputs(traced.graph):
                         raise _NotMatchable("its pattern's trace reads none of its inputs")
+                    unread = _unread_inputs(traced.graph)
+                    if unread:
+                        raise _NotMatchable(f"its pattern's trace reads no value of {', '.join(unread)} (an "
+                                            "empty tensor a cat drops?), and a match must bind every input")
                     # a pass of its own: entries of one op and pattern (other shapes) are not duplicates there
                     p.matchers[flavor] = pm.PatternMatcherPass()
                     pm.register_replacement(search, _replace_fn(p.op, len(gate.inputs)), examples, tracer,
                                             [p.matchers[flavor]], extra_check=functools.partial(p.check, flavor))
                 kept.append(p)
             except (_NotMatchable, RuntimeError, TypeError, ValueError, NotImplementedError) as why:
-                where = "torch.compile" if flavor == "inductor" else "kiln's graph mode"
-                self.inst.notes.append(f"{p.entry.name}: not matched inside {where}: {why}")
+                self.inst.notes.append(f"{p.entry.name}: not matched inside {_WHERE[flavor]}: {why}")
 
     def apply(self, graph, flavor: str = "inductor") -> int:
         """Replaces every admitted match in graph by its entry's op: Inductor's post-grad pass ("inductor"), or
@@ -496,7 +507,13 @@ class InductorPatterns:
         patterns = self.traced.get(flavor)
         if patterns is None:
             patterns = self._trace(flavor)
-        n = sum(p.matchers[flavor].apply(graph) for p in patterns)
+        n = 0
+        for p in list(patterns):
+            try:
+                n += p.matchers[flavor].apply(graph)
+            except RuntimeError as why:  # Inductor's matcher refused a match of it: the graph compiles without it
+                patterns.remove(p)
+                self.inst.notes.append(f"{p.entry.name}: not matched inside {_WHERE[flavor]}: {why}")
         if n and self.guarded and flavor == "inductor":
             self._uncache_computed_masks(graph)
         return n

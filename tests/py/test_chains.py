@@ -623,14 +623,15 @@ def test_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factory):
 
 def _one_hit(library, model, x, want, chain: str, compile, atol=1e-5, rtol=1e-5):
     """The chain entry alone installed with `compile` under inference mode, as kiln tune installs it (the
-    model's grad mode), and model(x) run once there: one hit, eager's output within atol/rtol."""
+    model's grad mode), and model(x) (model(*x) for a tuple) run once there: one hit, eager's output within
+    atol/rtol."""
     import kiln
     torch._dynamo.reset()
     with torch.inference_mode():
         inst = kiln.install(str(library), model, entries=[chain], compile=compile)
         try:
             assert inst.installed == [chain], inst.summary()
-            got = model(x)
+            got = model(*x) if isinstance(x, tuple) else model(x)
             assert inst.stats()["hits"] == 1, (compile, inst.stats(), inst.notes)
             torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
         finally:
@@ -654,6 +655,46 @@ def test_bf16_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factor
     with torch.no_grad():
         want = model(x)
     _one_hit(library, model, x, want, chain, True, atol=0.1, rtol=0.05)
+
+
+EMPTY_CAT_SCRIPT = ROOT / "tests" / "data" / "chains" / "empty_cat_chain.py"
+
+
+@pytest.fixture(scope="module")
+def empty_cat_library(tmp_path_factory):
+    return _chain_library(tmp_path_factory, EMPTY_CAT_SCRIPT, "chain_mul_neg_cat_add_1x2x16x8_f32")
+
+
+@pytest.mark.parametrize("at", ["trace", "match"])
+def test_chain_reading_an_empty_tensor_inside_torch_compile(empty_cat_library, at, monkeypatch):
+    """Llama's keys at prefill: the rotary embedding and the KV cache's first cat, onto an empty tensor, are one
+    chain whose last input is that empty tensor. Traced through Inductor's decompositions the chain's pattern
+    reads nothing of it (cat drops empty inputs), and Inductor's matcher failed the whole compile on the first
+    match ("Not all inputs to pattern found in match.kwargs": kiln tune of a Llama-3.2-1B on the H100). The
+    entry is left out of compiled graphs with a note, and the compiled model gives eager's output: refused
+    where the pattern is traced, and (at="match", that check off) where Inductor's matcher refuses a match."""
+    import kiln
+    import kiln.install_inductor as ii
+    chain = "chain_mul_neg_cat_add_1x2x16x8_f32"
+    if at == "match":
+        monkeypatch.setattr(ii, "_unread_inputs", lambda graph: [])
+    ec = _script_module(EMPTY_CAT_SCRIPT)
+    x = ec.inputs()
+    model = ec.build()
+    with torch.no_grad():
+        want = model(*x)
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        inst = kiln.install(str(empty_cat_library), model, entries=[chain], compile=True)
+        try:
+            got = model(*x)
+            assert inst.stats()["hits"] == 0, inst.stats()
+            why = "reads no value of t5" if at == "trace" else "Not all inputs to pattern found"
+            assert any(n.startswith(chain) and why in n for n in inst.notes), inst.notes
+            torch.testing.assert_close(got, want)
+        finally:
+            kiln.uninstall(inst)
+            torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
