@@ -573,12 +573,27 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
             prefer_bindings(lib, benches, model)
         except Exception:  # noqa: BLE001 - torch.ops then, as before
             pass
+        if _gpu_failed(lib):  # its calls of kiln's kernels run on the gate's inputs, unchecked
+            raise GpuFault("the check of which Python binding reaches each entry (kiln's kernels on the gate's "
+                           "inputs)", RuntimeError("a synchronize after it failed"))
+
+        def timed(doing: str, fn, count: int, per_call: bool = True) -> float:
+            try:
+                return timer.per_call_us(fn, count) if per_call else timer.iterations(fn, count)
+            except Exception as why:  # noqa: BLE001
+                if _gpu_failed(lib):
+                    raise GpuFault(doing, why) from why
+                raise
         counts = {}
         for n, b in list(benches.items()):  # one entry's failing call is its own verdict, not the check's
+            doing = f"{n}'s eager call on the gate's inputs"
             try:
-                counts[n] = (timer.iterations(lambda b=b: b.call(b.inputs), 0.01),
-                             timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01))
+                aligned = timer.iterations(lambda b=b: b.call(b.inputs), 0.01)
+                doing = f"{n}'s eager call on inputs off a 16-byte boundary (a gate miss)"
+                counts[n] = (aligned, timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01))
             except Exception as why:  # noqa: BLE001
+                if _gpu_failed(lib):  # the context is lost: no later call can run
+                    raise GpuFault(doing, why) from why
                 results[n] = {"error": f"cannot benchmark: its eager call fails ({type(why).__name__}: "
                                        f"{' '.join(str(why).split())[:200]})"}
                 del benches[n], samples[n]
@@ -589,25 +604,27 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
             if r and _past_deadline(opts):
                 break
             for n, b in benches.items():
-                samples[n]["eager"].append(timer.per_call_us(lambda b=b: b.call(b.inputs), counts[n][0]))
+                samples[n]["eager"].append(timed(f"{n}'s eager calls", lambda b=b: b.call(b.inputs), counts[n][0]))
                 samples[n]["eager_miss"].append(
-                    timer.per_call_us(lambda b=b: b.call(b.miss_inputs), counts[n][1]))
+                    timed(f"{n}'s eager calls off a 16-byte boundary", lambda b=b: b.call(b.miss_inputs),
+                          counts[n][1]))
             inst = kiln.install(lib, model=model, entries=list(benches))
             paths.update({n: inst.dispatch.get(targets[n], "python") for n in benches})
             try:
                 for n, b in benches.items():
+                    hit, miss, raw = (f"{n}'s calls with kiln installed", f"{n}'s calls off a 16-byte boundary "
+                                      "with kiln installed (gate misses)", f"{n}'s bare launches of its kernel")
                     if n not in kiln_counts:  # kiln's loops sized by kiln's own call, as eager's by eager's: a
                         # kernel 100x slower than eager ran eager's count of calls (seconds an entry a round)
-                        kiln_counts[n] = (timer.iterations(lambda b=b: b.call(b.inputs), 0.01),
-                                          timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01),
-                                          timer.iterations(b.raw(lib), 0.01))
+                        kiln_counts[n] = (timed(hit, lambda b=b: b.call(b.inputs), 0.01, False),
+                                          timed(miss, lambda b=b: b.call(b.miss_inputs), 0.01, False),
+                                          timed(raw, b.raw(lib), 0.01, False))
                     before = inst.stats()["entries"].get(n, {}).get("hits", 0)
-                    samples[n]["kiln"].append(
-                        timer.per_call_us(lambda b=b: b.call(b.inputs), kiln_counts[n][0]))
+                    samples[n]["kiln"].append(timed(hit, lambda b=b: b.call(b.inputs), kiln_counts[n][0]))
                     samples[n]["hits"] += inst.stats()["entries"].get(n, {}).get("hits", 0) - before
                     samples[n]["kiln_miss"].append(
-                        timer.per_call_us(lambda b=b: b.call(b.miss_inputs), kiln_counts[n][1]))
-                    samples[n]["raw"].append(timer.per_call_us(b.raw(lib), kiln_counts[n][2]))
+                        timed(miss, lambda b=b: b.call(b.miss_inputs), kiln_counts[n][1]))
+                    samples[n]["raw"].append(timed(raw, b.raw(lib), kiln_counts[n][2]))
                 skipped = dict(inst.skipped)
             finally:
                 kiln.uninstall()
@@ -625,6 +642,27 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
                       "hits": s["hits"], "rounds": len(s["eager"]), "dispatch": paths.get(n),
                       "call": benches[n].call_form}
     return results
+
+
+class GpuFault(RuntimeError):
+    """The GPU failed during a call of the install check (a kernel's fault is sticky: the process's CUDA context
+    is lost, so the check stops); says which call reported it, which is the faulting call or the first one
+    after it."""
+
+    def __init__(self, doing: str, why: BaseException):
+        super().__init__(f"the GPU failed in {doing}: {type(why).__name__}: {' '.join(str(why).split())[:240]}")
+
+
+def _gpu_failed(lib) -> bool:
+    """Whether lib's device is a GPU whose CUDA context has failed (a synchronize raises)."""
+    import torch
+    if not lib.is_cuda:
+        return False
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:  # noqa: BLE001 - any failure of the context's own sync
+        return True
 
 
 def _past_deadline(opts, needed_s: float = 0.0) -> bool:

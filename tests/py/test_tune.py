@@ -239,6 +239,45 @@ def test_a_timed_loop_collects_only_the_young_generations(monkeypatch):
     assert gens and max(gens) < 2 and gc.isenabled()
 
 
+@pytest.mark.parametrize("fails", ["miss", "kiln"])
+def test_a_gpu_fault_in_the_install_check_names_the_call(monkeypatch, tmp_path, fails):
+    """A kernel's fault on the GPU is sticky: every later call of the process fails, so the per-call benchmark
+    stops where it sees one and names the call that reported it (ConvNeXt-T bf16 on the H100 ended with a bare
+    "misaligned address" from the first timed eager call, after an earlier call's failure had been taken for
+    that entry's own verdict). Here the faulting call is the eager call off a 16-byte boundary, or the first
+    call with kiln installed; without a GPU the same failure stays that entry's verdict."""
+    from hand_library import softmax_library
+
+    from kiln.install import Library, installed, uninstall
+    lib = Library(softmax_library(tmp_path))
+    calls, failed = [], []
+
+    def iterations(self, fn, target_s):
+        calls.append(fn)
+        if len(calls) == (2 if fails == "miss" else 3):
+            failed.append(fn)
+            raise RuntimeError("CUDA error: misaligned address")
+        return 2
+    monkeypatch.setattr(tune.Timer, "iterations", iterations)
+    opts = types.SimpleNamespace(rounds=1, deadline=None)
+    try:
+        with pytest.MonkeyPatch.context() as gpu:
+            gpu.setattr(tune, "_gpu_failed", lambda lib: bool(failed))
+            with pytest.raises(tune.GpuFault) as err:
+                tune.bench_entries(lib, lib.entries, None, "inference", opts, tune.Timer(cuda=False))
+        want = "off a 16-byte boundary (a gate miss)" if fails == "miss" else "with kiln installed"
+        assert want in str(err.value) and "misaligned address" in str(err.value), err.value
+        calls.clear()
+        if fails == "miss":  # no GPU: the entry's own verdict, the check goes on
+            (e,) = lib.entries
+            got = tune.bench_entries(lib, lib.entries, None, "inference", opts, tune.Timer(cuda=False))
+            assert "its eager call fails" in got[e.name]["error"], got
+    finally:
+        if installed():
+            uninstall()
+        lib.close()
+
+
 def test_interrupted_compile_keeps_eager_and_reports_it(monkeypatch):
     """A SIGINT while torch.compile runs: the forward's eager time is kept, the compile column says
     'interrupted', and nothing is raised."""
