@@ -650,7 +650,9 @@ class GpuFault(RuntimeError):
     after it."""
 
     def __init__(self, doing: str, why: BaseException):
-        super().__init__(f"the GPU failed in {doing}: {type(why).__name__}: {' '.join(str(why).split())[:240]}")
+        super().__init__(f"the GPU failed in {doing}: {type(why).__name__}: {' '.join(str(why).split())[:240]} "
+                         "(the faulting call or the first after it; run again with CUDA_LAUNCH_BLOCKING=1 to "
+                         "stop at the faulting one)")
 
 
 def _gpu_failed(lib) -> bool:
