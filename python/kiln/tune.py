@@ -589,7 +589,7 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
             doing = f"{n}'s eager call on the gate's inputs"
             try:
                 aligned = timer.iterations(lambda b=b: b.call(b.inputs), 0.01)
-                doing = f"{n}'s eager call on inputs off a 16-byte boundary (a gate miss)"
+                doing = f"{n}'s eager call on inputs the gate misses"
                 counts[n] = (aligned, timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01))
             except Exception as why:  # noqa: BLE001
                 if _gpu_failed(lib):  # the context is lost: no later call can run
@@ -606,14 +606,14 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
             for n, b in benches.items():
                 samples[n]["eager"].append(timed(f"{n}'s eager calls", lambda b=b: b.call(b.inputs), counts[n][0]))
                 samples[n]["eager_miss"].append(
-                    timed(f"{n}'s eager calls off a 16-byte boundary", lambda b=b: b.call(b.miss_inputs),
+                    timed(f"{n}'s eager calls on inputs the gate misses", lambda b=b: b.call(b.miss_inputs),
                           counts[n][1]))
             inst = kiln.install(lib, model=model, entries=list(benches))
             paths.update({n: inst.dispatch.get(targets[n], "python") for n in benches})
             try:
                 for n, b in benches.items():
-                    hit, miss, raw = (f"{n}'s calls with kiln installed", f"{n}'s calls off a 16-byte boundary "
-                                      "with kiln installed (gate misses)", f"{n}'s bare launches of its kernel")
+                    hit, miss, raw = (f"{n}'s calls with kiln installed", f"{n}'s calls on inputs the gate misses, "
+                                      "kiln installed", f"{n}'s bare launches of its kernel")
                     if n not in kiln_counts:  # kiln's loops sized by kiln's own call, as eager's by eager's: a
                         # kernel 100x slower than eager ran eager's count of calls (seconds an entry a round)
                         kiln_counts[n] = (timed(hit, lambda b=b: b.call(b.inputs), 0.01, False),

@@ -818,7 +818,13 @@ def test_tune_times_an_entry_through_the_binding_a_model_calls(tmp_path):
             assert b.call_form == "binding"
             torch.testing.assert_close(b.call(b.inputs), torch.softmax(b.inputs[0], -1))
             b2 = EntryBench(e, lib, {})
-            b2.inputs = b2.miss_inputs  # misaligned: never a hit, so never shown to reach the entry
+            # the miss: the gate's tensor laid out in another order, aligned (no PyTorch kernel is handed a
+            # start off a 16-byte boundary unless install_overhead.py asks for that worst case)
+            (miss,) = b2.miss_inputs
+            assert miss.data_ptr() % 16 == 0 and miss.stride() != b2.inputs[0].stride(), miss.stride()
+            torch.testing.assert_close(b2.call([miss.contiguous()]), b2.call([miss]))
+            assert [t.data_ptr() % 16 for t in b2.misaligned_inputs()] == [4]
+            b2.inputs = b2.miss_inputs  # another layout: never a hit, so never shown to reach the entry
             prefer_bindings(lib, {e.name: b2})
             assert b2.call_form == "torch.ops"
     finally:

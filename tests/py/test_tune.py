@@ -244,8 +244,8 @@ def test_a_gpu_fault_in_the_install_check_names_the_call(monkeypatch, tmp_path, 
     """A kernel's fault on the GPU is sticky: every later call of the process fails, so the per-call benchmark
     stops where it sees one and names the call that reported it (ConvNeXt-T bf16 on the H100 ended with a bare
     "misaligned address" from the first timed eager call, after an earlier call's failure had been taken for
-    that entry's own verdict). Here the faulting call is the eager call off a 16-byte boundary, or the first
-    call with kiln installed; without a GPU the same failure stays that entry's verdict."""
+    that entry's own verdict). Here the faulting call is the eager call on inputs the gate misses, or the
+    first call with kiln installed; without a GPU the same failure stays that entry's verdict."""
     from hand_library import softmax_library
 
     from kiln.install import Library, installed, uninstall
@@ -265,7 +265,7 @@ def test_a_gpu_fault_in_the_install_check_names_the_call(monkeypatch, tmp_path, 
             gpu.setattr(tune, "_gpu_failed", lambda lib: bool(failed))
             with pytest.raises(tune.GpuFault) as err:
                 tune.bench_entries(lib, lib.entries, None, "inference", opts, tune.Timer(cuda=False))
-        want = "off a 16-byte boundary (a gate miss)" if fails == "miss" else "with kiln installed"
+        want = "eager call on inputs the gate misses" if fails == "miss" else "with kiln installed"
         assert want in str(err.value) and "misaligned address" in str(err.value), err.value
         calls.clear()
         if fails == "miss":  # no GPU: the entry's own verdict, the check goes on
