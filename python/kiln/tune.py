@@ -577,23 +577,25 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
             raise GpuFault("the check of which Python binding reaches each entry (kiln's kernels on the gate's "
                            "inputs)", RuntimeError("a synchronize after it failed"))
 
-        def timed(doing: str, fn, count: int, per_call: bool = True) -> float:
+        def timed(doing: str, measure, fn, arg):
+            """measure(fn, arg) (timer.iterations or timer.per_call_us); a failure that took the GPU's context
+            with it stops the check as a GpuFault naming `doing`: no later call can run."""
             try:
-                return timer.per_call_us(fn, count) if per_call else timer.iterations(fn, count)
+                return measure(fn, arg)
             except Exception as why:  # noqa: BLE001
                 if _gpu_failed(lib):
                     raise GpuFault(doing, why) from why
                 raise
         counts = {}
         for n, b in list(benches.items()):  # one entry's failing call is its own verdict, not the check's
-            doing = f"{n}'s eager call on the gate's inputs"
             try:
-                aligned = timer.iterations(lambda b=b: b.call(b.inputs), 0.01)
-                doing = f"{n}'s eager call on inputs the gate misses"
-                counts[n] = (aligned, timer.iterations(lambda b=b: b.call(b.miss_inputs), 0.01))
+                counts[n] = (timed(f"{n}'s eager call on the gate's inputs", timer.iterations,
+                                   lambda b=b: b.call(b.inputs), 0.01),
+                             timed(f"{n}'s eager call on inputs the gate misses", timer.iterations,
+                                   lambda b=b: b.call(b.miss_inputs), 0.01))
+            except GpuFault:
+                raise
             except Exception as why:  # noqa: BLE001
-                if _gpu_failed(lib):  # the context is lost: no later call can run
-                    raise GpuFault(doing, why) from why
                 results[n] = {"error": f"cannot benchmark: its eager call fails ({type(why).__name__}: "
                                        f"{' '.join(str(why).split())[:200]})"}
                 del benches[n], samples[n]
@@ -604,10 +606,11 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
             if r and _past_deadline(opts):
                 break
             for n, b in benches.items():
-                samples[n]["eager"].append(timed(f"{n}'s eager calls", lambda b=b: b.call(b.inputs), counts[n][0]))
-                samples[n]["eager_miss"].append(
-                    timed(f"{n}'s eager calls on inputs the gate misses", lambda b=b: b.call(b.miss_inputs),
-                          counts[n][1]))
+                samples[n]["eager"].append(timed(f"{n}'s eager calls", timer.per_call_us,
+                                                 lambda b=b: b.call(b.inputs), counts[n][0]))
+                samples[n]["eager_miss"].append(timed(f"{n}'s eager calls on inputs the gate misses",
+                                                      timer.per_call_us, lambda b=b: b.call(b.miss_inputs),
+                                                      counts[n][1]))
             inst = kiln.install(lib, model=model, entries=list(benches))
             paths.update({n: inst.dispatch.get(targets[n], "python") for n in benches})
             try:
@@ -616,15 +619,16 @@ def bench_entries(lib, entries: list, model, grad_mode: str, opts, timer: Timer)
                                       "kiln installed", f"{n}'s bare launches of its kernel")
                     if n not in kiln_counts:  # kiln's loops sized by kiln's own call, as eager's by eager's: a
                         # kernel 100x slower than eager ran eager's count of calls (seconds an entry a round)
-                        kiln_counts[n] = (timed(hit, lambda b=b: b.call(b.inputs), 0.01, False),
-                                          timed(miss, lambda b=b: b.call(b.miss_inputs), 0.01, False),
-                                          timed(raw, b.raw(lib), 0.01, False))
+                        kiln_counts[n] = (timed(hit, timer.iterations, lambda b=b: b.call(b.inputs), 0.01),
+                                          timed(miss, timer.iterations, lambda b=b: b.call(b.miss_inputs), 0.01),
+                                          timed(raw, timer.iterations, b.raw(lib), 0.01))
                     before = inst.stats()["entries"].get(n, {}).get("hits", 0)
-                    samples[n]["kiln"].append(timed(hit, lambda b=b: b.call(b.inputs), kiln_counts[n][0]))
+                    samples[n]["kiln"].append(
+                        timed(hit, timer.per_call_us, lambda b=b: b.call(b.inputs), kiln_counts[n][0]))
                     samples[n]["hits"] += inst.stats()["entries"].get(n, {}).get("hits", 0) - before
                     samples[n]["kiln_miss"].append(
-                        timed(miss, lambda b=b: b.call(b.miss_inputs), kiln_counts[n][1]))
-                    samples[n]["raw"].append(timed(raw, b.raw(lib), kiln_counts[n][2]))
+                        timed(miss, timer.per_call_us, lambda b=b: b.call(b.miss_inputs), kiln_counts[n][1]))
+                    samples[n]["raw"].append(timed(raw, timer.per_call_us, b.raw(lib), kiln_counts[n][2]))
                 skipped = dict(inst.skipped)
             finally:
                 kiln.uninstall()
