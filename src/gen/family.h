@@ -20,7 +20,7 @@
 
 #define KILN_FAMILY_MAX_PARAMS 12
 #define KILN_FAMILY_MAX_VALUES 16
-#define KILN_MATCH_MAX_FACTS 24
+#define KILN_MATCH_MAX_FACTS 32
 /* SMs of the device persistent grids are sized for (the H200's 132): a launch line is a fixed
  * expression over the problem's axes, so a family that loops over work items sizes its grid by this
  * (a device with fewer SMs runs the grid in waves, still correct). */

@@ -179,6 +179,21 @@ static const small_case CASES[] = {
      "[1, 1], [2, 2], [1, 1], false, [0, 0], 24], 'kwargs': {}}, 'layouts': {'input': {'stored': "
      "'memory_order', 'permute': [0, 2, 3, 1]}, 'out0': {'stored': 'memory_order', 'permute': [0, 2, 3, "
      "1]}}}}"},
+    /* channels-last, strided, fp32, no bias: TILE positions 2 apart along W */
+    {"dwconv_cl_s2_f32", "input weight",
+     "{'name': 'x', " AXES4(2, 8, 15, 16) ", 'inputs': {'input': " T("['a', 'c', 'd', 'b']", "float32")
+     ", 'weight': " T("['b', '1', '3', '3']", "float32") "}, 'outputs': {'out0': " T("['a', '8', '8', 'b']",
+     "float32") "}, 'kiln': {'kind': 'aten', 'aten': 'aten::convolution.default', 'args': {'args': "
+     "[{'tensor': 0}, {'tensor': 1}, null, [2, 2], [1, 1], [1, 1], false, [0, 0], 8], 'kwargs': {}}, "
+     "'layouts': {'input': {'stored': 'memory_order', 'permute': [0, 2, 3, 1]}, 'out0': {'stored': "
+     "'memory_order', 'permute': [0, 2, 3, 1]}}}}"},
+    /* channels-last average pooling over a 3 x 3 window that clips at the edges */
+    {"avg_pool_cl_bf16", "self",
+     "{'name': 'x', " AXES4(2, 16, 7, 5) ", 'inputs': {'self': " T("['a', 'c', 'd', 'b']", "bfloat16")
+     "}, 'outputs': {'out0': " T("['a', 'c', 'd', 'b']", "bfloat16") "}, 'kiln': {'kind': 'aten', "
+     "'aten': 'aten::avg_pool2d.default', 'args': {'args': [{'tensor': 0}, [3, 3], [1, 1], [1, 1], false, "
+     "false], 'kwargs': {}}, 'layouts': {'self': {'stored': 'memory_order', 'permute': [0, 2, 3, 1]}, "
+     "'out0': {'stored': 'memory_order', 'permute': [0, 2, 3, 1]}}}}"},
     {"avg_pool_ceil", "self",
      "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
      "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") "}, "
@@ -572,13 +587,30 @@ static void test_emitted_text(void **state) {
     assert_int_equal(count_of(kernel, "kg_round_bf16("), 2 + 1 /* the output's cast */);
     free(cuda);
 
-    /* a depthwise weight read across a channels-last vector axis comes from shared memory; read
-     * along an NCHW row (the same weight for the whole warp) it does not need to */
+    /* a depthwise weight read across a channels-last vector axis comes from shared memory, copied
+     * with the channels innermost ([24, 1, 5, 5] as [25, 24]); read along an NCHW row (the same
+     * weight for the whole warp) it does not need to */
     cuda = emitted("dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=4", &kernel);
-    assert_non_null(strstr(kernel, "kg_sh1[kg_k] = weight[kg_k];"));
-    assert_non_null(strstr(kernel, "__bfloat162float(kg_sh1["));
+    assert_non_null(
+        strstr(kernel,
+               "kg_sh1[kg_k] = weight[kg_k % (int)(b) * (int)((b*5*5) / (b)) + kg_k / (int)(b)];"));
     assert_null(strstr(kernel, "__bfloat162float(weight["));
     assert_non_null(strstr(cuda, "#define KG_SHARED_BYTES 1200\n"));
+    /* its lanes' windows are summed at once: a tap is one vector load of the input and one of the
+     * weight's copy (VEC 2 here) */
+    assert_non_null(strstr(kernel, "float kg_sum6[2] = {};"));
+    assert_non_null(strstr(kernel, "= kg_ld<4>(input + "));
+    assert_non_null(strstr(kernel, "= kg_ld<4>(&kg_sh1["));
+    assert_null(strstr(kernel, "__bfloat162float(input["));
+    free(cuda);
+    /* one lane at a time (VEC 1), the copy is read where each lane's channel puts it */
+    cuda = emitted("dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=2", &kernel);
+    assert_non_null(strstr(kernel, "__bfloat162float(kg_sh1[("));
+    assert_null(strstr(kernel, "kg_sum6[1]"));
+    free(cuda);
+    cuda = emitted("avg_pool_cl_bf16", "KG_THREADS=64 KG_VBYTES=16", &kernel);
+    assert_non_null(strstr(kernel, "= kg_ld<16>(self + "));
+    assert_null(strstr(kernel, "__bfloat162float(self["));
     free(cuda);
     cuda = emitted("dwconv", "KG_THREADS=64 KG_VBYTES=4", &kernel);
     assert_null(strstr(cuda, "kg_sh1"));
@@ -672,6 +704,17 @@ static void test_emulated(void **state) {
         {"dwconv7_bf16", "KG_THREADS=64 KG_VBYTES=2", 1},
         {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=2", 1},
         {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=2", 0},
+        {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 1},
+        {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TILE=2", 1},
+        {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=2 KG_TILE=2", 0},
+        {"dwconv_cl_s2_f32", "KG_THREADS=64 KG_VBYTES=16 KG_TILE=4", 1},
+        {"dwconv_cl_s2_f32", "KG_THREADS=64 KG_VBYTES=8 KG_TILE=8", 0},
+        /* a row's last unit ragged: W = 10 in units of 4 and 8 */
+        {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TILE=4 KG_UNROLL=1", 1},
+        {"dwconv_cl_bf16", "KG_THREADS=64 KG_VBYTES=8 KG_TILE=8 KG_UNROLL=1", 0},
+        {"dwconv_cl_s2_f32", "KG_THREADS=64 KG_VBYTES=8 KG_TILE=2 KG_UNROLL=4", 0},
+        {"avg_pool_cl_bf16", "KG_THREADS=64 KG_VBYTES=16", 1},
+        {"avg_pool_cl_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=4", 0},
         {"dwconv7_bf16", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=2", 0},
         {"avg_pool_ceil", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=4", 0},
         {"avg_pool_ceil", "KG_THREADS=64 KG_VBYTES=8", 1},

@@ -55,14 +55,15 @@ void kg_store_expr(kiln_dtype t, int cuda, const char *value, char *out, size_t 
         snprintf(out, n, "%s(%s)", kiln_dtype_kernel_type(t, cuda).from_float, value);
 }
 
-void kg_offset(const kg_scope *s, int c, char *out, size_t n) {
+/* kg_offset without axis `skip`'s term (-1: none). */
+static void offset_but(const kg_scope *s, int c, int skip, char *out, size_t n) {
     const kir *ir = s->plan->ir;
     const kir_access *a = &ir->acc[c];
     size_t off = 0;
     if (strcmp(a->offset, "0"))
         off = (size_t)snprintf(out, n, "%s", a->offset);
     for (int x = 0; x < ir->n_axes && off < n; x++) {
-        if (!strcmp(a->stride[x], "0") || !s->coord[x][0])
+        if (x == skip || !strcmp(a->stride[x], "0") || !s->coord[x][0])
             continue;
         const char *plus = off ? " + " : "";
         if (!strcmp(a->stride[x], "1"))
@@ -74,6 +75,27 @@ void kg_offset(const kg_scope *s, int c, char *out, size_t n) {
     if (!off)
         off = (size_t)snprintf(out, n, "0");
     KILN_ASSERT(off < n);
+}
+
+void kg_offset(const kg_scope *s, int c, char *out, size_t n) {
+    offset_but(s, c, -1, out, n);
+}
+
+void kg_load_at(const kg_scope *s, int c, char *out, size_t n) {
+    const kir *ir = s->plan->ir;
+    char off[512];
+    if (s->staged_t >> c & 1) { /* element (r, v) of the copy is at r * V + v */
+        const int a = s->plan->vec_axis;
+        offset_but(s, c, a, off, sizeof off);
+        snprintf(out, n, "kg_sh%d[(%s) * (%s) + %s]", c, off, ir->axes[a].size,
+                 s->coord[a][0] ? s->coord[a] : "0");
+    } else if (s->staged >> c & 1) {
+        kg_offset(s, c, off, sizeof off);
+        snprintf(out, n, "kg_sh%d[%s]", c, off);
+    } else {
+        kg_offset(s, c, off, sizeof off);
+        snprintf(out, n, "%s[%s]", kg_tensor_name(ir->p, ir->acc[c].tensor), off);
+    }
 }
 
 /* A constant in the node's compute type. */
@@ -250,13 +272,71 @@ static void plane_index(kiln_strbuf *b, const kir *ir, const kir_map *m, const c
     }
 }
 
+/* The innermost statement of window v's lanes form (window_code) in scope t, at its taps: one
+ * vector load of the operand at lane 0's position, then for each lane the term (the operand's lane,
+ * a convolution's weight at that lane's channel: read in the lane's own scope) added to
+ * <sum>[lane] where the tap counts (flag kg_in<id>_<last>, last >= 0). */
+static void lane_terms(kg_scope *t, int v, int id, int64_t lanes, int last, const char *sum) {
+    const kir *ir = t->plan->ir;
+    const kir_node *x = &ir->nodes[v], *in = &ir->nodes[x->a[0]];
+    const int a = t->plan->vec_axis, tensor = ir->acc[in->acc].tensor;
+    const kiln_dtype dt = ir->p->inputs[tensor].dtype;
+    const char *type = kiln_dtype_kernel_type(dt, 1).type;
+    const long long bytes = (long long)(lanes * (int64_t)kiln_dtype_size(dt));
+    char off[512], ind[96], elem[128];
+    kg_offset(t, in->acc, off, sizeof off);
+    kiln_strbuf_printf(t->b, "%sconst kg_raw<%lld>::t kg_v%d = kg_ld<%lld>(%s + %s);\n", t->indent,
+                       bytes, id, bytes, kg_tensor_name(ir->p, tensor), off);
+    /* a convolution's weight from a copy with the channels innermost: one vector load too */
+    const kir_node *w = x->op == KR_CONV ? &ir->nodes[x->a[1]] : NULL;
+    const kiln_dtype wt =
+        w && w->kind == KIR_LOAD ? ir->p->inputs[ir->acc[w->acc].tensor].dtype : KILN_F32;
+    const long long wbytes = (long long)(lanes * (int64_t)kiln_dtype_size(wt));
+    const int wvec = w && w->kind == KIR_LOAD && (t->staged_t >> w->acc & 1) && wbytes <= 16;
+    if (wvec) {
+        char at[640];
+        kg_load_at(t, w->acc, at, sizeof at);
+        kiln_strbuf_printf(t->b, "%sconst kg_raw<%lld>::t kg_y%d = kg_ld<%lld>(&%s);\n", t->indent,
+                           wbytes, id, wbytes, at);
+    }
+    kiln_strbuf_printf(t->b, "%s#pragma unroll\n%sfor (int kg_e = 0; kg_e < %lld; kg_e++) {\n",
+                       t->indent, t->indent, (long long)lanes);
+    snprintf(ind, sizeof ind, "%s    ", t->indent);
+    kg_scope lane;
+    kg_scope_child(&lane, t, ind);
+    snprintf(lane.coord[a], sizeof lane.coord[a], "(%s + kg_e)", t->coord[a]);
+    for (int u = 0; u < ir->n_nodes; u++) /* what moves along the lanes is the lane's own */
+        if (ir->nodes[u].axes >> a & 1)
+            lane.name[u][0] = 0;
+    snprintf(elem, sizeof elem, "kg_lane<%s>(kg_v%d, kg_e)", type, id);
+    kg_load_expr(in->dtype, 1, elem, lane.name[x->a[0]], sizeof lane.name[0]);
+    if (wvec) {
+        snprintf(elem, sizeof elem, "kg_lane<%s>(kg_y%d, kg_e)", kiln_dtype_kernel_type(wt, 1).type,
+                 id);
+        kg_load_expr(w->dtype, 1, elem, lane.name[x->a[1]], sizeof lane.name[0]);
+    }
+    char term[256];
+    if (x->op == KR_CONV) { /* the weight's value is emitted before the sum's statement */
+        const char *wv = kg_value(&lane, x->a[1]);
+        snprintf(term, sizeof term, "(float)%s * (float)%s", lane.name[x->a[0]], wv);
+    } else {
+        snprintf(term, sizeof term, "%s", lane.name[x->a[0]]);
+    }
+    if (last >= 0)
+        kiln_strbuf_printf(t->b, "%sif (kg_in%d_%d)\n    ", ind, id, last);
+    kiln_strbuf_printf(t->b, "%s%s[kg_e] += %s;\n%s}\n", ind, sum, term, t->indent);
+}
+
 /* Average or max pooling of x's operand over its window, as PyTorch's avg_pool / max_pool
  * kernels, or a depthwise convolution: windows start at dst * stride - pad; the average divides
  * by the override, by the window clipped to the padded input (count_include_pad), or by the
  * elements inside the input; max keeps the first of equal values, a NaN replaces anything, and
  * the index starts at the first position inside the input; a convolution sums the taps inside
- * the input (zero padding), each times the weight at the tap, in fp32 (double on the CPU). */
-static void emit_window(kg_scope *s, int v) {
+ * the input (zero padding), each times the weight at the tap, in fp32 (double on the CPU). With
+ * lanes > 1 (kg_window_lanes) the sum is computed for that many lanes along the plan's vector
+ * axis at once: the result is the array <name>[lanes], each tap one vector load of the operand at
+ * lane 0's position, its lanes' terms added in the same order as the scalar form's. */
+static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
     const kir *ir = s->plan->ir;
     const kir_node *x = &ir->nodes[v];
     const kir_map *m = &ir->maps[x->map];
@@ -264,8 +344,17 @@ static void emit_window(kg_scope *s, int v) {
     const int clamp = !m->adaptive && (avg || conv); /* taps read clamped, counted by a flag */
     const char *in = s->indent;
     char ind[96], coord[3][32], tap[3][32];
+    KILN_ASSERT(lanes <= 1 || (s->cuda && clamp)); /* kg_lane_window's sums */
+    KILN_ASSERT(tile == 1 || (lanes > 1 && conv)); /* kg_tile_axis's */
+    const int last = m->n - 1; /* with a tile, its positions along the last dim share taps */
+    char tdim[16] = "";        /* the sums' position index: "[kg_t<id>]" with a tile */
+    if (tile > 1)
+        snprintf(tdim, sizeof tdim, "[%d]", tile);
     temp_name(s, v);
-    kiln_strbuf_printf(s->b, "%sfloat %s;\n", in, s->name[v]);
+    if (lanes > 1)
+        kiln_strbuf_printf(s->b, "%sfloat %s%s[%lld];\n", in, s->name[v], tdim, (long long)lanes);
+    else
+        kiln_strbuf_printf(s->b, "%sfloat %s;\n", in, s->name[v]);
     if (!avg && !conv)
         kiln_strbuf_printf(s->b, "%sint64_t %s_i;\n", in, s->name[v]);
     kiln_strbuf_printf(s->b, "%s{ /* %s window */\n", in,
@@ -323,7 +412,10 @@ static void emit_window(kg_scope *s, int v) {
                                in, pt, id, i, id, i, in, id, i, in, id, i, d);
         }
     }
-    if (avg || conv) {
+    if (lanes > 1) {
+        kiln_strbuf_printf(s->b, "%s    float kg_sum%d%s[%lld] = {};\n", in, id, tdim,
+                           (long long)lanes);
+    } else if (avg || conv) {
         kiln_strbuf_printf(s->b, "%s    %s kg_sum%d = 0;\n", in, s->cuda ? "float" : "double", id);
     } else {
         kiln_strbuf_printf(
@@ -349,15 +441,28 @@ static void emit_window(kg_scope *s, int v) {
              * thread share (a 3x3 window over 8 outputs of a row reads 10 columns a row, not 24)
              * and the accumulation is a select. (Max keeps its branches: with every tap of a
              * vector's lanes and their indices in flight at once, its kernels spilled.) */
+            /* With a tile, the outer dims are loops (the taps of a row in flight, not the whole
+             * window's for every position) and the positions a loop around the last dim's taps,
+             * both unrolled: position t's tap j reads where t + j does. */
             const char *size = ir->axes[m->src[i]].size;
+            char moved[48] = "";
             if (s->cuda)
-                kiln_strbuf_printf(s->b, "%s#pragma unroll\n", ind);
+                kiln_strbuf_printf(s->b, "%s#pragma unroll%s\n", ind,
+                                   tile > 1 && i < last ? " 1" : "");
+            if (tile > 1 && i == last) {
+                kiln_strbuf_printf(s->b,
+                                   "%sfor (int kg_t%d = 0; kg_t%d < %d; kg_t%d++) {\n%s#pragma "
+                                   "unroll\n",
+                                   ind, id, id, tile, id, ind);
+                snprintf(moved, sizeof moved, " + (%s)kg_t%d * %lld", pt, id,
+                         (long long)m->stride[i]);
+            }
             kiln_strbuf_printf(s->b,
                                "%sfor (int kg_j%d_%d = 0; kg_j%d_%d < %lld; kg_j%d_%d++) {\n"
-                               "%s    const %s kg_s%d_%d = kg_st%d_%d + (%s)kg_j%d_%d * "
+                               "%s    const %s kg_s%d_%d = kg_st%d_%d%s + (%s)kg_j%d_%d * "
                                "%lld;\n",
                                ind, id, i, id, i, (long long)m->kernel[i], id, i, ind, pt, id, i,
-                               id, i, pt, id, i, step);
+                               id, i, moved, pt, id, i, step);
             if (!clamp) {
                 kiln_strbuf_printf(s->b,
                                    "%s    if (kg_s%d_%d < kg_lo%d_%d || kg_s%d_%d >= kg_hi%d_%d)\n"
@@ -382,8 +487,12 @@ static void emit_window(kg_scope *s, int v) {
     }
     kg_scope child;
     map_scope(&child, s, m, ind, coord, conv ? tap : NULL);
-    const char *val = kg_value(&child, x->a[0]);
-    if (avg || conv) {
+    if (lanes > 1) {
+        char sum[48];
+        snprintf(sum, sizeof sum, tile > 1 ? "kg_sum%d[kg_t%d]" : "kg_sum%d", id, id);
+        lane_terms(&child, v, id, lanes, clamp ? m->n - 1 : -1, sum);
+    } else if (avg || conv) {
+        const char *val = kg_value(&child, x->a[0]);
         char term[256];
         if (conv) { /* the weight's value is emitted before the sum's statement */
             char xv[96];
@@ -397,6 +506,7 @@ static void emit_window(kg_scope *s, int v) {
             kiln_strbuf_printf(s->b, "%sif (kg_in%d_%d)\n    ", ind, id, m->n - 1);
         kiln_strbuf_printf(s->b, "%skg_sum%d += %s;\n", ind, id, term);
     } else {
+        const char *val = kg_value(&child, x->a[0]);
         kiln_strbuf_printf(s->b, "%sconst float kg_x%d = %s;\n", ind, id, val);
         kiln_strbuf_printf(s->b, "%sif (kg_x%d > kg_best%d || kg_x%d != kg_x%d) {\n", ind, id, id,
                            id, id);
@@ -408,8 +518,12 @@ static void emit_window(kg_scope *s, int v) {
     for (int i = m->n - 1; i >= 0; i--) {
         ind[strlen(ind) - 4] = 0;
         kiln_strbuf_printf(s->b, "%s}\n", ind);
+        if (tile > 1 && i == last) /* the positions' loop */
+            kiln_strbuf_printf(s->b, "%s}\n", ind);
     }
-    char r[128], e[64];
+    char r[160], e[96], at[32] = "";
+    if (lanes > 1)
+        snprintf(at, sizeof at, tile > 1 ? "[kg_t%d][kg_e]" : "[kg_e]", id);
     if (avg) {
         kiln_strbuf_printf(s->b, "%s    const int64_t kg_div%d = ", in, id);
         if (m->divisor)
@@ -421,14 +535,24 @@ static void emit_window(kg_scope *s, int v) {
                                i);
         }
         kiln_strbuf_printf(s->b, ";\n");
-        snprintf(e, sizeof e, "(float)(kg_sum%d / kg_div%d)", id, id);
+        snprintf(e, sizeof e, "(float)(kg_sum%d%s / kg_div%d)", id, at, id);
     } else if (conv) {
-        snprintf(e, sizeof e, "(float)kg_sum%d", id);
+        snprintf(e, sizeof e, "(float)kg_sum%d%s", id, at);
     } else {
         snprintf(e, sizeof e, "kg_best%d", id);
     }
     rounded(x->dtype, e, r, sizeof r);
-    kiln_strbuf_printf(s->b, "%s    %s = %s;\n", in, s->name[v], r);
+    if (tile > 1)
+        kiln_strbuf_printf(
+            s->b, "%s    #pragma unroll\n%s    for (int kg_t%d = 0; kg_t%d < %d; kg_t%d++)\n", in,
+            in, id, id, tile, id);
+    if (lanes > 1)
+        kiln_strbuf_printf(s->b,
+                           "%s    #pragma unroll\n%s    for (int kg_e = 0; kg_e < %lld; kg_e++)\n"
+                           "%s        %s%s = %s;\n",
+                           in, in, (long long)lanes, in, s->name[v], at, r);
+    else
+        kiln_strbuf_printf(s->b, "%s    %s = %s;\n", in, s->name[v], r);
     if (!avg && !conv)
         kiln_strbuf_printf(s->b, "%s    %s_i = kg_arg%d;\n", in, s->name[v], id);
     kiln_strbuf_printf(s->b, "%s}\n", in);
@@ -497,13 +621,8 @@ const char *kg_value(kg_scope *s, int v) {
                  ir->p->inputs[x->input].name);
         return s->name[v];
     case KIR_LOAD: {
-        char off[512], elem[600];
-        kg_offset(s, x->acc, off, sizeof off);
-        if (s->staged >> x->acc & 1)
-            snprintf(elem, sizeof elem, "kg_sh%d[%s]", x->acc, off);
-        else
-            snprintf(elem, sizeof elem, "%s[%s]", kg_tensor_name(ir->p, ir->acc[x->acc].tensor),
-                     off);
+        char elem[600];
+        kg_load_at(s, x->acc, elem, sizeof elem);
         kg_load_expr(x->dtype, s->cuda, elem, rhs, sizeof rhs);
         break;
     }
@@ -532,7 +651,7 @@ const char *kg_value(kg_scope *s, int v) {
         KILN_ASSERT(!"a reduction the driver did not name");
         return "";
     case KIR_WINDOW:
-        emit_window(s, v);
+        window_code(s, v, 1, 1);
         return s->name[v];
     case KIR_REMAP:
         emit_remap(s, v);
@@ -607,4 +726,9 @@ void kg_name_results(kg_scope *s, int node, const char *index) {
     for (int v = node + 1; v < ir->n_nodes; v++)
         if (ir->nodes[v].kind == KIR_PART && ir->nodes[v].a[0] == node)
             snprintf(s->name[v], sizeof s->name[v], "kr%d_1%s", node, index);
+}
+
+void kg_window_lanes(kg_scope *s, int v, int64_t lanes, int tile) {
+    KILN_ASSERT(kg_lane_window(s->plan, v, lanes));
+    window_code(s, v, lanes, tile);
 }

@@ -2,7 +2,9 @@
  * for NVRTC (sm_90) over gen_math.h and gen.cuh, with the element code of emit.c inside.
  *
  * Pointwise plans stream the domain: a chunk is THREADS x UNROLL vectors of VEC elements along the
- * innermost axis, every vector load of a chunk issued before any math, vector stores.
+ * innermost axis, every vector load of a chunk issued before any math, vector stores. With TILE > 1
+ * (a channels-last depthwise convolution) a vector is taken at TILE consecutive positions along W,
+ * whose windows share their taps (emit_tiled).
  *
  * Reduction plans give each kept ("outer") point a team of TEAM threads; OPB = THREADS / TEAM outer
  * points share a block. Rows (the reduced axes are contiguous): a team is TEAM consecutive threads
@@ -16,6 +18,7 @@
  * passes and the outputs along the reduced axes read registers. */
 #include "gen_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -34,30 +37,15 @@ typedef struct {
     int64_t team_bytes;        /* shared memory: the team exchange, */
     int64_t xch_bytes;         /* one of the two cluster exchange buffers, */
     int64_t shared_bytes;      /* and all of it (KG_SHARED_BYTES) */
-    uint64_t staged;           /* accesses copied into shared memory first (stage_small) */
+    uint64_t staged;           /* accesses copied into shared memory first (kg_stage_plan), */
+    uint64_t staged_t;         /* of those, the copies with the vector axis innermost */
 } cu_ctx;
-
-/* Access c can move as one vector of vec elements along axis a: unit stride there and every other
- * stride and the offset multiples of vec, in every workload (buffers are 256-byte aligned). */
-static int vectorizable(const kg_plan *plan, int c, int a, int64_t vec) {
-    const kir *ir = plan->ir;
-    if (a < 0)
-        return 0;
-    for (int w = 0; w < ir->p->n_workloads; w++) {
-        if (kg_stride(plan, c, a, w) != 1 || kir_eval(ir->p, ir->acc[c].offset, w) % vec)
-            return 0;
-        for (int x = 0; x < ir->n_axes; x++)
-            if (x != a && kg_stride(plan, c, x, w) % vec)
-                return 0;
-    }
-    return 1;
-}
 
 static const char *elem_type(kiln_dtype t) {
     return kiln_dtype_kernel_type(t, 1).type;
 }
 
-/* Largest shared memory the copies of stage_small take: a third of the 227 KiB an SM has, so that
+/* Largest shared memory the copies of kg_stage_plan take: a third of the 227 KiB an SM has, so that
  * three blocks still fit; and below the 48 KiB of a static array. */
 #define KG_STAGE_BYTES (40 * 1024)
 
@@ -80,11 +68,13 @@ static int64_t stored_elements(const kiln_problem *p, int i, char *expr, size_t 
 /* A convolution's weight read at each tap is [C, 1, k, k] in memory: along a channels-last
  * activation's vector axis (the channels) lanes read it k * k elements apart, a cache line each,
  * ~25 times the L1 wavefronts of a coalesced load. Small tensors read at the taps that way are
- * copied into shared memory once a block (their whole storage, so offsets stay as they are) and
- * read there: 49 apart is conflict-free across the 32 banks. Pointwise plans only. */
-static void stage_small(cu_ctx *C) {
-    const kg_plan *plan = C->plan;
+ * copied into shared memory once a block (their whole storage) and read there; a [C, R] one with
+ * the channels innermost (kg_staged_t), so that a vector's lanes read one vector. Pointwise plans
+ * only. */
+uint64_t kg_stage_plan(const kg_plan *plan, uint64_t *transposed, int64_t *bytes_out) {
     const kir *ir = plan->ir;
+    uint64_t staged = 0;
+    *transposed = 0;
     uint32_t taps = 0;
     for (int v = 0; v < ir->n_nodes; v++)
         if (plan->live[v])
@@ -92,7 +82,7 @@ static void stage_small(cu_ctx *C) {
     int64_t bytes = 0;
     for (int v = 0; v < ir->n_nodes && taps && plan->vec_axis >= 0; v++) {
         const kir_node *x = &ir->nodes[v];
-        if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & taps) || (C->staged >> x->acc & 1))
+        if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & taps) || (staged >> x->acc & 1))
             continue;
         int strided = 0;
         for (int w = 0; w < ir->p->n_workloads; w++) {
@@ -105,16 +95,19 @@ static void stage_small(cu_ctx *C) {
                              (int64_t)kiln_dtype_size(ir->p->inputs[t].dtype);
         if (!strided || bytes + (size + 15) / 16 * 16 > KG_STAGE_BYTES)
             continue;
-        C->staged |= 1ull << x->acc;
+        staged |= 1ull << x->acc;
+        *transposed |= (uint64_t)kg_staged_t(plan, x->acc) << x->acc;
         bytes += (size + 15) / 16 * 16;
     }
-    C->shared_bytes = bytes;
+    *bytes_out = bytes;
+    return staged;
 }
 
-/* The copies of stage_small, at the kernel's start. */
+/* The copies of kg_stage_plan, at the kernel's start. */
 static void emit_staging(cu_ctx *C, kg_scope *base) {
     const kir *ir = C->plan->ir;
     base->staged = C->staged;
+    base->staged_t = C->staged_t;
     if (!C->staged)
         return;
     kiln_strbuf_printf(C->b, "    KG_SHARED_ARRAY(kg_shared);\n");
@@ -126,12 +119,23 @@ static void emit_staging(cu_ctx *C, kg_scope *base) {
         const kiln_dtype dt = ir->p->inputs[t].dtype;
         char n[KIR_EXPR];
         const int64_t size = stored_elements(ir->p, t, n, sizeof n) * (int64_t)kiln_dtype_size(dt);
-        kiln_strbuf_printf(C->b,
-                           "    %s *const kg_sh%d = (%s *)(kg_shared + %lld); /* %s */\n"
-                           "    for (int64_t kg_k = threadIdx.x; kg_k < (%s); kg_k += KG_THREADS)\n"
-                           "        kg_sh%d[kg_k] = %s[kg_k];\n",
-                           elem_type(dt), c, elem_type(dt), (long long)off, ir->p->inputs[t].name,
-                           n, c, ir->p->inputs[t].name);
+        /* 32-bit indices: the copy is under KG_STAGE_BYTES */
+        kiln_strbuf_printf(
+            C->b,
+            "    %s *const kg_sh%d = (%s *)(kg_shared + %lld); /* %s */\n"
+            "    for (int kg_k = threadIdx.x; kg_k < (int)(%s); kg_k += KG_THREADS)\n",
+            elem_type(dt), c, elem_type(dt), (long long)off, ir->p->inputs[t].name, n);
+        if (C->staged_t >> c & 1) { /* element (v, r) at r * V + v, written in that order */
+            const char *v = ir->axes[C->plan->vec_axis].size;
+            kiln_strbuf_printf(
+                C->b,
+                "        kg_sh%d[kg_k] = %s[kg_k %% (int)(%s) * (int)((%s) / (%s)) + "
+                "kg_k / (int)(%s)];\n",
+                c, ir->p->inputs[t].name, v, n, v, v);
+        } else {
+            kiln_strbuf_printf(C->b, "        kg_sh%d[kg_k] = %s[kg_k];\n", c,
+                               ir->p->inputs[t].name);
+        }
         off += (size + 15) / 16 * 16;
     }
     kiln_strbuf_printf(C->b, "    __syncthreads();\n");
@@ -139,9 +143,10 @@ static void emit_staging(cu_ctx *C, kg_scope *base) {
 
 /* ---- coordinates and lanes ---- */
 
-/* Coordinates of the axes in list from flat index `flat` (its lane-0 element). */
-static void coords(cu_ctx *C, kg_scope *s, const int *list, int n, const char *flat,
-                   const char *in) {
+/* Coordinates of the axes in list from flat index `flat` (its lane-0 element); along axis `tiled`
+ * (-1: none) the flat index counts units of `tile` positions, the coordinate is the unit's. */
+static void coords_tiled(cu_ctx *C, kg_scope *s, const int *list, int n, const char *flat,
+                         const char *in, int tiled, int64_t tile) {
     const kir *ir = C->plan->ir;
     if (n == 0)
         return;
@@ -154,14 +159,25 @@ static void coords(cu_ctx *C, kg_scope *s, const int *list, int n, const char *f
     for (int i = n - 1; i >= 0; i--) {
         int a = list[i];
         snprintf(s->coord[a], sizeof s->coord[a], "kg_c%d_%d", a, id);
+        char size[KIR_EXPR + 32];
+        if (a == tiled)
+            snprintf(size, sizeof size, "((%s) + %lld) / %lld", ir->axes[a].size,
+                     (long long)tile - 1, (long long)tile);
+        else
+            snprintf(size, sizeof size, "%s", ir->axes[a].size);
         if (i > 0)
             kiln_strbuf_printf(C->b,
                                "%sconst int64_t kg_c%d_%d = kg_t%d %% (%s);\n%skg_t%d /= (%s);\n",
-                               in, a, id, id, ir->axes[a].size, in, id, ir->axes[a].size);
+                               in, a, id, id, size, in, id, size);
         else
             kiln_strbuf_printf(C->b, "%sconst int64_t kg_c%d_%d = kg_t%d;\n", in, a, id, id);
     }
     kiln_strbuf_printf(C->b, "%s(void)kg_t%d;\n", in, id);
+}
+
+static void coords(cu_ctx *C, kg_scope *s, const int *list, int n, const char *flat,
+                   const char *in) {
+    coords_tiled(C, s, list, n, flat, in, -1, 1);
 }
 
 /* The lane scope of element kg_e of a vector: the vector axis's coordinate moves by kg_e, loads
@@ -253,17 +269,45 @@ static void raw_loads(cu_ctx *C, const kg_scope *base, const char *u, const char
 
 /* Output o can be stored in vectors here. */
 static int vstore(cu_ctx *C, int o) {
-    return C->vec > 1 && vectorizable(C->plan, C->plan->ir->out[o].acc, C->plan->vec_axis, C->vec);
+    return C->vec > 1 &&
+           kg_vectorizable(C->plan, C->plan->ir->out[o].acc, C->plan->vec_axis, C->vec);
+}
+
+/* Window v is summed for all lanes at once at this VEC (kg_lane_window). */
+static int lane_at(const cu_ctx *C, int v) {
+    return C->vec > 1 && kg_lane_window(C->plan, v, C->vec);
+}
+
+/* The windows lane_at allows, each for all lanes at once, named in s: those that tile along axis
+ * `tiled` (kg_window_tiles; -1: none do) for TILE positions at once where `tiles`, else the others.
+ */
+static void lane_windows(cu_ctx *C, kg_scope *s, int tiled, int tiles) {
+    for (int v = 0; v < C->plan->ir->n_nodes; v++) {
+        if (!lane_at(C, v))
+            continue;
+        const int t = kg_window_tiles(C->plan, v, tiled);
+        if (t == tiles)
+            kg_window_lanes(s, v, C->vec, t ? (int)C->pt[P_TILE] : 1);
+    }
 }
 
 /* The outputs the filter accepts (as kg_store_outputs), for the VEC lanes of a vector at base's
- * coordinates: lanes gathered into a raw vector and stored at once where the output allows. */
+ * coordinates: lanes gathered into a raw vector and stored at once where the output allows. The
+ * windows that kg_lane_window allows are computed first (lane_windows), unless base has them
+ * (windows_done). */
 static void store_lanes(cu_ctx *C, const kg_scope *base, int along_red, uint32_t outs,
-                        const char *u, const char *in) {
+                        const char *u, const char *in, int windows_done) {
     const kg_plan *plan = C->plan;
     const kir *ir = plan->ir;
     char in2[64];
     kiln_family_fmt(in2, sizeof in2, "%s    ", in);
+    kg_scope vb;
+    kg_scope_child(&vb, base, in);
+    if (!windows_done)
+        lane_windows(C, &vb, -1, 0);
+    uint8_t lanes[KIR_MAX_NODES] = {0};
+    for (int v = 0; v < ir->n_nodes; v++)
+        lanes[v] = (uint8_t)lane_at(C, v);
     for (int o = 0; o < ir->n_out; o++) {
         if ((along_red >= 0 && kg_output_full(ir, o) != along_red) || !(outs >> o & 1))
             continue;
@@ -276,6 +320,9 @@ static void store_lanes(cu_ctx *C, const kg_scope *base, int along_red, uint32_t
                            in, in, (long long)C->vec);
         kg_scope lane;
         lane_scope(C, &lane, base, u, in2);
+        for (int w = 0; w < ir->n_nodes; w++)
+            if (lanes[w])
+                kiln_family_fmt(lane.name[w], sizeof lane.name[w], "%s[kg_e]", vb.name[w]);
         if (v) {
             char st[512];
             kg_store_expr(t, 1, kg_value(&lane, ir->out[o].node), st, sizeof st);
@@ -297,10 +344,95 @@ static void store_lanes(cu_ctx *C, const kg_scope *base, int along_red, uint32_t
 
 /* ---- pointwise ---- */
 
+/* The units of a tiled plan: vectors at TILE positions along the tile axis (W), the last unit of
+ * a row ragged where TILE does not divide W. */
+static void tile_units(const kg_plan *plan, int tile, char *out, size_t n) {
+    const char *w = plan->ir->axes[kg_tile_axis(plan)].size;
+    kiln_family_fmt(out, n, "(%s)/(%s)*(((%s)+%d)/%d)", plan->total, w, w, tile - 1,
+                    tile); /* no spaces: the launch line */
+}
+
+/* TILE > 1: a thread's unit is a vector at TILE consecutive positions along the tile axis
+ * (kg_tile_axis): the windows that tile there for all positions at once (their taps in one
+ * unrolled loop, where the compiler merges the loads of one address), the inputs and other windows
+ * of each position, then the outputs (a store may alias the inputs as far as the compiler knows:
+ * no load is merged across one). */
+static void emit_tiled(cu_ctx *C) {
+    const kg_plan *plan = C->plan;
+    kiln_strbuf *b = C->b;
+    const int ta = kg_tile_axis(plan);
+    const int tile = (int)C->pt[P_TILE];
+    KILN_ASSERT(ta >= 0 && tile <= 8); /* check() accepted the point */
+    const char *in = "                ";
+    kg_scope *at = calloc((size_t)tile + 1, sizeof *at), *unit = &at[tile];
+    KILN_ASSERT(at);
+    const char *w = plan->ir->axes[ta].size;
+    int ragged = 0; /* positions past W in a row's last unit: read clamped, not stored */
+    for (int k = 0; k < plan->ir->p->n_workloads; k++)
+        ragged |= kir_eval(plan->ir->p, w, k) % tile != 0;
+    char units[3 * KIR_EXPR];
+    tile_units(plan, tile, units, sizeof units);
+    kg_scope_init(unit, b, plan, 1, in, &C->ids);
+    emit_staging(C, unit);
+    kiln_strbuf_printf(b,
+                       "    const int64_t kg_total = %s; /* units of KG_TILE positions */\n"
+                       "    const int64_t kg_chunk = (int64_t)KG_THREADS * KG_UNROLL * KG_VEC;\n"
+                       "    for (int64_t kg_b = (int64_t)blockIdx.x * kg_chunk; kg_b < kg_total;\n"
+                       "         kg_b += (int64_t)gridDim.x * kg_chunk) {\n"
+                       "#pragma unroll\n        for (int kg_u = 0; kg_u < KG_UNROLL; kg_u++) {\n"
+                       "            const int64_t kg_i = kg_b + ((int64_t)kg_u * KG_THREADS + "
+                       "threadIdx.x) * KG_VEC;\n            if (kg_i < kg_total) {\n",
+                       units);
+    kg_scope_init(unit, b, plan, 1, in, &C->ids);
+    unit->staged = C->staged;
+    unit->staged_t = C->staged_t;
+    coords_tiled(C, unit, plan->kept, plan->n_kept, "kg_i", in, ta, tile);
+    char first[40];
+    kiln_family_fmt(first, sizeof first, "%s", unit->coord[ta]);
+    snprintf(unit->coord[ta], sizeof unit->coord[ta], "(%s * %d)", first, tile);
+    lane_windows(C, unit, ta, 1);
+    raw_decls(C, "KG_TILE", in);
+    for (int t = 0; t < tile; t++) {
+        char slot[8];
+        kg_scope_child(&at[t], unit, in);
+        if (ragged)
+            snprintf(at[t].coord[ta], sizeof at[t].coord[ta], "kg_p%d_%d", t, at[t].id);
+        else
+            snprintf(at[t].coord[ta], sizeof at[t].coord[ta], "(%s * %d + %d)", first, tile, t);
+        if (ragged)
+            kiln_strbuf_printf(
+                b, "%sconst int64_t %s = %s * %d + %d < (%s) ? %s * %d + %d : (%s) - 1;\n", in,
+                at[t].coord[ta], first, tile, t, w, first, tile, t, w);
+        for (int v = 0; v < plan->ir->n_nodes; v++)
+            if (lane_at(C, v) && kg_window_tiles(plan, v, ta))
+                kiln_family_fmt(at[t].name[v], sizeof at[t].name[v], "%s[%d]", unit->name[v], t);
+        snprintf(slot, sizeof slot, "%d", t);
+        raw_loads(C, &at[t], slot, in, 0);
+        lane_windows(C, &at[t], ta, 0);
+    }
+    for (int t = 0; t < tile; t++) {
+        char slot[8];
+        snprintf(slot, sizeof slot, "%d", t);
+        if (ragged)
+            kiln_strbuf_printf(b, "%sif (%s * %d + %d < (%s)) { /* position %d of the tile */\n",
+                               in, first, tile, t, w, t);
+        else
+            kiln_strbuf_printf(b, "%s{ /* position %d of the tile */\n", in, t);
+        store_lanes(C, &at[t], -1, ~0u, slot, in, 1);
+        kiln_strbuf_printf(b, "%s}\n", in);
+    }
+    kiln_strbuf_printf(b, "            }\n        }\n    }\n");
+    free(at);
+}
+
 static void emit_pointwise(cu_ctx *C) {
     const kg_plan *plan = C->plan;
     kiln_strbuf *b = C->b;
     const char *in = "        ";
+    if (C->pt[P_TILE] > 1) {
+        emit_tiled(C);
+        return;
+    }
     kg_scope base;
     kg_scope_init(&base, b, plan, 1, "                ", &C->ids);
     emit_staging(C, &base);
@@ -316,6 +448,7 @@ static void emit_pointwise(cu_ctx *C) {
                           "threadIdx.x) * KG_VEC;\n            if (kg_i < kg_total) {\n");
     kg_scope_init(&base, b, plan, 1, "                ", &C->ids);
     base.staged = C->staged;
+    base.staged_t = C->staged_t;
     coords(C, &base, plan->kept, plan->n_kept, "kg_i", "                ");
     raw_loads(C, &base, "kg_u", "                ", 0);
     kiln_strbuf_printf(b, "            }\n        }\n");
@@ -324,8 +457,9 @@ static void emit_pointwise(cu_ctx *C) {
                           "threadIdx.x) * KG_VEC;\n            if (kg_i < kg_total) {\n");
     kg_scope_init(&base, b, plan, 1, "                ", &C->ids);
     base.staged = C->staged;
+    base.staged_t = C->staged_t;
     coords(C, &base, plan->kept, plan->n_kept, "kg_i", "                ");
-    store_lanes(C, &base, -1, ~0u, "kg_u", "                ");
+    store_lanes(C, &base, -1, ~0u, "kg_u", "                ", 0);
     kiln_strbuf_printf(b, "            }\n        }\n    }\n");
 }
 
@@ -570,7 +704,8 @@ static int state_bytes(const kg_plan *plan) {
 static void payload(cu_ctx *C, const kg_scope *base, int phase, const char *u, const char *in) {
     const kg_plan *plan = C->plan;
     if (phase < 0) {
-        store_lanes(C, base, 1, ~C->early, u, in); /* the early ones went out in the first pass */
+        /* the early ones went out in the first pass */
+        store_lanes(C, base, 1, ~C->early, u, in, 0);
         return;
     }
     char in2[64];
@@ -628,7 +763,7 @@ static void red_loop(cu_ctx *C, const kg_scope *group, int phase, int load_only)
             raw_loads(C, &base, "kg_u", in3, 1);
             payload(C, &base, phase, "kg_u", in3);
             if (phase == 0 && C->early)
-                store_lanes(C, &base, 1, C->early, "kg_u", in3);
+                store_lanes(C, &base, 1, C->early, "kg_u", in3, 0);
         }
         kiln_strbuf_printf(b, "%s    }\n%s}\n", in, in);
     }
@@ -887,7 +1022,7 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
         C.xch_bytes = (opb * C.vo * sb + 15) / 16 * 16;
         C.shared_bytes = C.team_bytes + (split > 1 ? (pt[P_SPLITMODE] ? 16 : 2 * C.xch_bytes) : 0);
     } else {
-        stage_small(&C);
+        C.staged = kg_stage_plan(plan, &C.staged_t, &C.shared_bytes);
     }
     const kir *ir = plan->ir;
     uint32_t streamed = red ? ir->red : ir->domain;
@@ -899,7 +1034,7 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
         if (plan->live[v] && x->kind == KIR_LOAD && (x->axes & streamed) &&
             C.vec * (int64_t)kiln_dtype_size(p->inputs[ir->acc[x->acc].tensor].dtype) <= 64)
             C.vload[x->acc] =
-                C.vec > 1 ? vectorizable(plan, x->acc, plan->vec_axis, C.vec)
+                C.vec > 1 ? kg_vectorizable(plan, x->acc, plan->vec_axis, C.vec)
                           : C.cached && plan->vec_axis >= 0 && (x->axes >> plan->vec_axis & 1);
     }
     /* outputs that read no reduction go out in the first pass and are read back in the last
@@ -947,8 +1082,13 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
                        (long long)minb);
     const int64_t cap = pt[P_PERSIST] * KG_SMS / split * split;
     char grid[700];
+    char units[3 * KIR_EXPR];
+    if (pt[P_TILE] > 1)
+        tile_units(plan, (int)pt[P_TILE], units, sizeof units);
+    else
+        kiln_family_fmt(units, sizeof units, "%s", plan->total);
     if (!red)
-        snprintf(grid, sizeof grid, "ceil_div(%s,%lld)", plan->total,
+        snprintf(grid, sizeof grid, "ceil_div(%s,%lld)", units,
                  (long long)(threads * pt[P_UNROLL] * C.vec));
     else
         snprintf(grid, sizeof grid, "ceil_div(%s,%lld)*%lld", plan->outer, (long long)(opb * C.vo),

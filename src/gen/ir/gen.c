@@ -44,10 +44,14 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     const kir *ir = plan.ir;
     int esize, in_bytes, in_loads;
     kg_stream_sizes(&plan, &esize, &in_bytes, &in_loads);
-    int64_t vgcd = 0, total = 0, outer = 0, red = 0, biggest = 0;
+    int64_t vgcd = 0, tmin = 0, total = 0, outer = 0, red = 0, biggest = 0;
     for (int w = 0; w < p->n_workloads; w++) {
         if (plan.vec_axis >= 0)
             vgcd = kiln_family_gcd(vgcd, kir_eval(p, ir->axes[plan.vec_axis].size, w));
+        if (kg_tile_axis(&plan) >= 0) {
+            const int64_t t = kir_eval(p, ir->axes[kg_tile_axis(&plan)].size, w);
+            tmin = tmin && tmin < t ? tmin : t;
+        }
         int64_t t = kir_eval(p, plan.total, w), o = kir_eval(p, plan.outer, w),
                 r = kir_eval(p, plan.red_len, w);
         total = t > total ? t : total;
@@ -65,8 +69,13 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     }
     int state = 4, windows = 0, remaps = 0, reds = 0, streams = 0;
     int64_t taps = 0; /* the most taps of a fixed window (an adaptive one is a loop) */
+    /* the windows summed a vector a tap (kg_lane_window), their most taps and their kernel along
+     * the tile axis (the taps TILE neighbours share) */
+    int64_t lane_taps = 0, tile_kernel = 1;
+    const int tile_axis = kg_tile_axis(&plan);
     /* a window whose taps are behind their own checks (max, adaptive: emit.c), or whose adjacent
-     * outputs along the vector axis share no taps (a channels-last depthwise conv's lanes) */
+     * outputs along the vector axis share no taps and are not read as one vector a tap
+     * (kg_lane_window: a channels-last depthwise conv's lanes are) */
     int branchy = 0;
     const uint32_t streamed = plan.kind == KG_POINTWISE ? ir->domain : ir->red;
     for (int o = 0; o < ir->n_out; o++)
@@ -85,9 +94,16 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
                 shares |= wm->dst[i] == plan.vec_axis;
                 t *= wm->kernel[i];
             }
-            branchy |= wm->adaptive || (x->op != KR_AVG && x->op != KR_CONV) || !shares;
+            branchy |= wm->adaptive || (x->op != KR_AVG && x->op != KR_CONV) ||
+                       (!shares && !kg_lane_window(&plan, v, 1));
             if (!wm->adaptive)
                 taps = t > taps ? t : taps;
+            if (kg_lane_window(&plan, v, 1)) {
+                lane_taps = t > lane_taps ? t : lane_taps;
+                for (int i = 0; i < wm->n; i++)
+                    if (wm->dst[i] == tile_axis && wm->kernel[i] > tile_kernel)
+                        tile_kernel = wm->kernel[i];
+            }
         }
         remaps |= x->kind == KIR_REMAP;
         if (x->kind != KIR_REDUCE)
@@ -124,6 +140,14 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     kiln_match_set(m, "windows", windows);
     kiln_match_set(m, "window_taps", (double)taps);
     kiln_match_set(m, "window_branches", branchy);
+    kiln_match_set(m, "lane_taps", (double)lane_taps);
+    kiln_match_set(m, "tile_min", (double)tmin);
+    kiln_match_set(m, "tile_kernel", (double)tile_kernel);
+    uint64_t transposed;
+    int64_t stage_bytes = 0;
+    if (plan.kind == KG_POINTWISE)
+        kg_stage_plan(&plan, &transposed, &stage_bytes);
+    kiln_match_set(m, "stage_bytes", (double)stage_bytes);
     for (int i = 0; i < 8; i++)
         m->input_of_role[i] = i < p->n_inputs ? i : -1;
     for (int o = 0; o < 4; o++)
@@ -141,7 +165,7 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
 
 /* What a point means for the plan: derived quantities shared by check and the model. */
 typedef struct {
-    int64_t threads, vec, unroll, team, split, mode, online, cache, persist;
+    int64_t threads, vec, unroll, team, split, mode, online, cache, persist, tile;
     int64_t opb, vo, items, blocks, phases, steps;
     int64_t words;     /* the bytes of loads a thread holds, in words (the budget of gen_check) */
     int64_t reg_words; /* the registers they take: a load's vector rounded up (bf16 at VEC 1: 1) */
@@ -158,12 +182,13 @@ static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
     q->online = pt[P_ONLINE];
     q->cache = pt[P_CACHE];
     q->persist = pt[P_PERSIST];
+    q->tile = pt[P_TILE];
     q->phases = q->online ? fact(m, "phases1") : fact(m, "phases2");
     q->steps = q->online ? fact(m, "steps1") : fact(m, "steps2");
     const int64_t vec = q->vec > 0 ? q->vec : 1;
     if (kind == KG_POINTWISE) {
         q->opb = q->vo = 1;
-        const int64_t chunk = q->threads * q->unroll * vec;
+        const int64_t chunk = q->threads * q->unroll * vec * q->tile;
         q->items = q->unroll;
         q->blocks = (fact(m, "total_max") + chunk - 1) / chunk;
     } else {
@@ -173,7 +198,7 @@ static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
         q->items = (fact(m, "red_max") + per - 1) / per;
         q->blocks = (fact(m, "outer_max") + q->opb * q->vo - 1) / (q->opb * q->vo) * q->split;
     }
-    const int64_t held = q->cache && kind != KG_POINTWISE ? q->items : q->unroll;
+    const int64_t held = q->cache && kind != KG_POINTWISE ? q->items : q->unroll * q->tile;
     const int64_t vec_words = (vec * fact(m, "in_bytes") + 3) / 4, loads = fact(m, "in_loads");
     q->words = (held * vec * fact(m, "in_bytes") + 3) / 4;
     q->reg_words = held * (vec_words > loads ? vec_words : loads);
@@ -188,7 +213,8 @@ static void info_of(const kiln_match *m, const int64_t *pt, point_info *q) {
 static int64_t point_registers(const kiln_match *m, const int64_t *pt) {
     point_info q;
     info_of(m, pt, &q);
-    return q.reg_words + 48 + 8 * q.vo * q.steps + q.unroll * fact(m, "window_taps");
+    return q.reg_words + 48 + 8 * q.vo * q.steps + q.unroll * fact(m, "window_taps") +
+           (q.tile > 1 ? q.unroll * q.tile * q.vec : 0); /* the tile's sums */
 }
 
 static const char *gen_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
@@ -204,10 +230,13 @@ static const char *gen_check(const kiln_problem *p, const kiln_match *m, const i
     if (q.words > KG_MAX_WORDS || q.words + 48 + 8 * q.vo * q.steps > 65536 / q.threads)
         return "the loads a thread holds exceed the register budget (64 words, and room for its "
                "states and indices in the block's share)";
+    if (q.tile > 1 && (kind != KG_POINTWISE || q.vec < 2 || fact(m, "tile_min") < q.tile))
+        return "TILE > 1 needs vectors (VEC > 1) and a channels-last convolution's output axis of "
+               "at least TILE";
     if (kind == KG_POINTWISE) {
         if (q.team != 1 || q.split != 1 || q.mode != 0 || !q.online || !q.cache)
             return "pointwise: the reduction parameters are at their first values";
-        const int64_t chunk = q.threads * q.unroll * q.vec;
+        const int64_t chunk = q.threads * q.unroll * q.vec * q.tile;
         if (chunk > fact(m, "total_max") && q.threads > 64)
             return "one block covers the whole output: THREADS beyond 64 only idle";
         if (q.persist && q.persist * KG_SMS >= (fact(m, "total_max") + chunk - 1) / chunk)
@@ -331,8 +360,19 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
     const double out_passes = kind == KG_POINTWISE ? 1 : (double)q.phases + full_pass;
     const double load_passes = kind == KG_POINTWISE || q.cache ? 1 : out_passes;
     const double accesses = (double)fact(m, "streams") * load_passes;
-    const double issue =
+    double issue =
         elements * (4 * out_passes + 12 * accesses / (double)q.vec) / (KG_SMS * 128 * 1.98e9);
+    /* a window summed a vector a tap: per element and tap an FMA and a select, the lane's convert,
+     * and a vector's ~7 instructions of address, clamp and loads over VEC lanes; the last two
+     * once for the taps that TILE neighbours share */
+    if (fact(m, "lane_taps")) {
+        const double k = (double)fact(m, "tile_kernel"),
+                     share = (k + (double)q.tile - 1) / (k * (double)q.tile);
+        const double w = (double)fact(m, "tile_min"), /* positions past the axis, computed too */
+            ragged = q.tile > 1 ? ceil(w / (double)q.tile) * (double)q.tile / w : 1;
+        issue += elements * ragged * (double)fact(m, "lane_taps") *
+                 (2 + (1 + 7 / (double)q.vec) * share) / (KG_SMS * 128 * 1.98e9);
+    }
     const double mem = moved / bw;
     double t = fmax(mem, issue) + 0.25 * fmin(mem, issue) + KG_LAUNCH_S;
     if (kind != KG_POINTWISE) {
@@ -347,6 +387,14 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
     }
     if (!q.persist) /* block scheduling, per wave */
         t += ceil((double)q.blocks / (KG_SMS * blocks_per_sm)) * 50e-9;
+    /* every block first copies the staged tensors (kg_stage_plan), the transposed copy reading an
+     * element a line: ~0.5 SM cycles an element. (A [192, 1, 7, 7] weight copied by each of 37632
+     * blocks of 64 threads took 2.7 ms on the H100 when the copy's shared-memory writes were the
+     * scattered side, 2026-12-06; the reads are now, not timed alone. Persistent grids and large
+     * blocks were the fastest points of that sweep either way.) */
+    if (fact(m, "stage_bytes"))
+        t += (double)q.blocks * (double)fact(m, "stage_bytes") / (double)fact(m, "esize") * 0.5 /
+             (KG_SMS * 1.98e9);
     return t;
 }
 
@@ -450,6 +498,11 @@ const kiln_family kiln_family_gen = {
                            5,
                            {0, 1, 2, 4, 8},
                            "0: a block per work item; k: at most k x 132 blocks, looping"},
+            [P_TILE] = {"KG_TILE",
+                        4,
+                        {1, 2, 4, 8},
+                        "channels-last windows: consecutive outputs a thread computes along the "
+                        "axis outside the channels, sharing their taps"},
         },
     .match = gen_match,
     .check = gen_check,

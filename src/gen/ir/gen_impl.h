@@ -20,6 +20,8 @@ enum {
     P_ONLINE,    /* pair reductions (softmax, Welford) in one pass (1) or two (0) */
     P_CACHE,     /* 1: a thread keeps its slice of the reduced inputs in registers across passes */
     P_PERSIST,   /* 0: a block per work item; k: at most k x 132 blocks, looping */
+    P_TILE,      /* pointwise windows: consecutive positions a thread computes along the axis
+                    outside the vector axis (kg_tile_axis), their shared taps loaded once */
     P_COUNT
 };
 
@@ -77,6 +79,27 @@ int64_t kg_stride(const kg_plan *plan, int c, int a, int w);
  * for every outer point, read from cache where it is used (emit_cuda.c) — it neither sets the
  * vector width nor counts among the bytes a thread holds. */
 int kg_index_load(const kg_plan *plan, int v);
+/* Access c can move as one vector of vec elements along axis a: unit stride there and every other
+ * stride and the offset multiples of vec, in every workload (buffers are 256-byte aligned). */
+int kg_vectorizable(const kg_plan *plan, int c, int a, int64_t vec);
+/* 1 when window node v of a pointwise plan is computed for the vec lanes of a vector at once
+ * (emit.c's kg_window_lanes): a sum (average pooling, a depthwise convolution) over a fixed window
+ * that leaves the vector axis alone, of a load that moves along it in vectors of vec — a
+ * channels-last depthwise convolution's taps, one vector load each instead of vec scalar ones. */
+int kg_lane_window(const kg_plan *plan, int v, int64_t vec);
+/* 1 when access c's tensor is [V, R...] along the plan's vector axis (size V, stride S: every other
+ * axis it walks stays below S and it has V x S elements, in every workload): a shared-memory copy
+ * of it can then be laid out with the vector axis innermost, element (r, v) at r * V + v, so that a
+ * vector's lanes read consecutive elements — a [C, 1, k, k] depthwise weight under channels-last
+ * lanes, a tap one vector load instead of VEC loads k * k elements apart. */
+int kg_staged_t(const kg_plan *plan, int c);
+/* The kept axis just outside the vector axis of a pointwise plan where it is the output axis of a
+ * window that kg_window_tiles allows (a channels-last convolution's W): a thread's TILE consecutive
+ * outputs along it read overlapping taps; else -1. */
+int kg_tile_axis(const kg_plan *plan);
+/* 1 when window v is a convolution kg_lane_window allows whose last dim's output axis is `axis`:
+ * TILE positions along it share its taps (kg_window_lanes with a tile). */
+int kg_window_tiles(const kg_plan *plan, int v, int axis);
 /* The largest element size (bytes) of what streams along the vector axis (the loads that move
  * along the reduced axes and the outputs along them; everything in a pointwise plan), the bytes per
  * element of the streamed loads along the vector axis and how many such loads there are (index
@@ -96,8 +119,9 @@ typedef struct kg_scope {
     char coord[KIR_MAX_AXES][64]; /* "" = 0 */
     char name[KIR_MAX_NODES][96]; /* "" = not yet computed here */
     uint64_t staged;              /* accesses read from a shared-memory copy kg_sh<access> */
-    int id;                       /* suffix of the scope's temporaries */
-    int *next_id;                 /* shared counter for nested scopes */
+    uint64_t staged_t; /* of those, copies with the vector axis innermost (kg_staged_t) */
+    int id;            /* suffix of the scope's temporaries */
+    int *next_id;      /* shared counter for nested scopes */
 } kg_scope;
 
 void kg_scope_init(kg_scope *s, kiln_strbuf *b, const kg_plan *plan, int cuda, const char *indent,
@@ -108,6 +132,9 @@ void kg_scope_child(kg_scope *child, const kg_scope *parent, const char *indent)
 const char *kg_value(kg_scope *s, int v);
 /* The offset of access c at s's coordinates ("0 + c1 * n64 + ..."). */
 void kg_offset(const kg_scope *s, int c, char *out, size_t n);
+/* Where access c reads: tensor[offset], or its shared-memory copy kg_sh<c>[offset] (laid out as
+ * kg_staged_t says where s->staged_t has it). */
+void kg_load_at(const kg_scope *s, int c, char *out, size_t n);
 /* The C type a node computes in: "float", or "int64_t" for integers and bool. */
 const char *kg_ctype(kiln_dtype t);
 /* An element of dtype t at `ptr[off]` widened to its compute type, and a value rounded to t for
@@ -128,11 +155,20 @@ int kg_output_full(const kir *ir, int o);
  * it reads is named. */
 int kg_ready(const kg_scope *s, int v);
 void kg_hoist(kg_scope *s, int v);
+/* Window v for `lanes` lanes along the plan's vector axis at once (kg_lane_window(plan, v, lanes)
+ * holds): emits the array s->name[v][lanes] (the lanes' scopes name the value <that>[kg_e]); with
+ * tile > 1 (a convolution, kg_tile_axis: s's coordinate there is the tile's first position) for
+ * that many positions along its last dim, s->name[v][tile][lanes]. */
+void kg_window_lanes(kg_scope *s, int v, int64_t lanes, int tile);
 /* Names a finished reduction's results in s: the node as `kr<node><index>` and its second result
  * (the PART nodes that read it) as `kr<node>_1<index>` (index "" or "[kg_e]"). */
 void kg_name_results(kg_scope *s, int node, const char *index);
 
 /* ---- the drivers ---- */
+/* The accesses a pointwise CUDA kernel of plan copies into shared memory at its start (a mask of
+ * accesses), of those the ones laid out with the vector axis innermost (*transposed), and the
+ * bytes the copies take (*bytes). */
+uint64_t kg_stage_plan(const kg_plan *plan, uint64_t *transposed, int64_t *bytes);
 /* The source of the plan for the cpu backend / for CUDA at point pt, with family f's banner and
  * defines (f is gen.c's family, and registers gen.c's estimate of the registers a thread of pt
  * needs: passed in so that the drivers do not call back into gen.c). */

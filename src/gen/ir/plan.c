@@ -11,6 +11,77 @@ int64_t kg_stride(const kg_plan *plan, int c, int a, int w) {
     return kir_eval(plan->ir->p, plan->ir->acc[c].stride[a], w);
 }
 
+int kg_vectorizable(const kg_plan *plan, int c, int a, int64_t vec) {
+    const kir *ir = plan->ir;
+    if (a < 0)
+        return 0;
+    for (int w = 0; w < ir->p->n_workloads; w++) {
+        if (kg_stride(plan, c, a, w) != 1 || kir_eval(ir->p, ir->acc[c].offset, w) % vec)
+            return 0;
+        for (int x = 0; x < ir->n_axes; x++)
+            if (x != a && kg_stride(plan, c, x, w) % vec)
+                return 0;
+    }
+    return 1;
+}
+
+int kg_lane_window(const kg_plan *plan, int v, int64_t vec) {
+    const kir *ir = plan->ir;
+    const kir_node *x = &ir->nodes[v];
+    const int a = plan->vec_axis;
+    if (plan->kind != KG_POINTWISE || a < 0 || !plan->live[v] || x->kind != KIR_WINDOW ||
+        (x->op != KR_AVG && x->op != KR_CONV))
+        return 0;
+    const kir_map *m = &ir->maps[x->map];
+    if (m->adaptive)
+        return 0;
+    for (int i = 0; i < m->n; i++)
+        if (m->src[i] == a || m->dst[i] == a || m->tap[i] == a)
+            return 0;
+    const kir_node *in = &ir->nodes[x->a[0]];
+    return in->kind == KIR_LOAD && (in->axes >> a & 1) && kg_vectorizable(plan, in->acc, a, vec);
+}
+
+int kg_staged_t(const kg_plan *plan, int c) {
+    const kir *ir = plan->ir;
+    const kiln_problem *p = ir->p;
+    const int a = plan->vec_axis, t = ir->acc[c].tensor;
+    if (a < 0 || t < 0)
+        return 0;
+    for (int w = 0; w < p->n_workloads; w++) {
+        const int64_t s = kg_stride(plan, c, a, w), v = kir_eval(p, ir->axes[a].size, w);
+        int64_t shape[KILN_MAX_DIMS], reach = kir_eval(p, ir->acc[c].offset, w);
+        if (s <= 1 || kiln_tensor_shape(p, &p->inputs[t], &p->workloads[w], shape) != v * s)
+            return 0;
+        for (int x = 0; x < ir->n_axes; x++)
+            if (x != a)
+                reach += kg_stride(plan, c, x, w) * (kir_eval(p, ir->axes[x].size, w) - 1);
+        if (reach >= s)
+            return 0;
+    }
+    return 1;
+}
+
+int kg_tile_axis(const kg_plan *plan) {
+    const kir *ir = plan->ir;
+    if (plan->kind != KG_POINTWISE || plan->n_kept < 2 ||
+        plan->kept[plan->n_kept - 1] != plan->vec_axis)
+        return -1;
+    const int t = plan->kept[plan->n_kept - 2];
+    for (int v = 0; v < ir->n_nodes; v++)
+        if (kg_window_tiles(plan, v, t))
+            return t;
+    return -1;
+}
+
+int kg_window_tiles(const kg_plan *plan, int v, int axis) {
+    const kir *ir = plan->ir;
+    if (axis < 0 || !kg_lane_window(plan, v, 1) || ir->nodes[v].op != KR_CONV)
+        return 0;
+    const kir_map *m = &ir->maps[ir->nodes[v].map];
+    return m->dst[m->n - 1] == axis;
+}
+
 /* Accesses that are used: live loads (and argmax indices) and every output. */
 static int access_used(const kg_plan *plan, int c) {
     const kir *ir = plan->ir;
