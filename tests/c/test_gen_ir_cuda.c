@@ -608,6 +608,23 @@ static void test_emitted_text(void **state) {
     assert_non_null(strstr(kernel, "__bfloat162float(kg_sh1[("));
     assert_null(strstr(kernel, "kg_sum6[1]"));
     free(cuda);
+    /* TILE 4 along W (stride 2): the rows a loop, the four positions' taps one unrolled nest, and
+     * every store after the last load of the input (a store would stop the compiler merging them)
+     */
+    cuda = emitted("dwconv_cl_s2_f32", "KG_THREADS=64 KG_VBYTES=16 KG_TILE=4", &kernel);
+    assert_non_null(strstr(kernel, "float kg_sum3[4][4] = {};"));
+    assert_non_null(strstr(kernel, "#pragma unroll 1\n"));
+    assert_non_null(strstr(kernel, " + (int)kg_t3 * 2 + (int)kg_j3_1 * 1;"));
+    const char *last_load = strstr(kernel, "kg_ld<16>(input + "),
+               *first_store = strstr(kernel, "kg_st<");
+    assert_non_null(last_load);
+    assert_non_null(first_store);
+    for (const char *q = last_load; (q = strstr(q + 1, "kg_ld<16>(input + "));)
+        last_load = q;
+    assert_true(last_load < first_store);
+    /* the window's alone: a window's input is never read at the domain's points */
+    assert_int_equal(count_of(kernel, "kg_ld<16>(input + "), 1);
+    free(cuda);
     cuda = emitted("avg_pool_cl_bf16", "KG_THREADS=64 KG_VBYTES=16", &kernel);
     assert_non_null(strstr(kernel, "= kg_ld<16>(self + "));
     assert_null(strstr(kernel, "__bfloat162float(self["));

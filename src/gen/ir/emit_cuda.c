@@ -1030,8 +1030,11 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
         const kir_node *x = &ir->nodes[v];
         /* at VEC 1 a kept slice is still loaded into registers (one element a register): without
          * them CACHE 1 read the slice again in every pass, which the model counts as free; as at
-         * any VEC, only the loads along the vector axis (kg_stream_sizes counts those) */
+         * any VEC, only the loads along the vector axis (kg_stream_sizes counts those). A load
+         * along a window's own axes (its input, read at the taps) is never read at the domain's
+         * points: no vector there. */
         if (plan->live[v] && x->kind == KIR_LOAD && (x->axes & streamed) &&
+            !(x->axes & ~ir->domain) &&
             C.vec * (int64_t)kiln_dtype_size(p->inputs[ir->acc[x->acc].tensor].dtype) <= 64)
             C.vload[x->acc] =
                 C.vec > 1 ? kg_vectorizable(plan, x->acc, plan->vec_axis, C.vec)
