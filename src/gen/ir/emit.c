@@ -663,13 +663,6 @@ const char *kg_value(kg_scope *s, int v) {
     return s->name[v];
 }
 
-int kg_output_full(const kir *ir, int o) {
-    for (int a = 0; a < ir->n_axes; a++)
-        if ((ir->red >> a & 1) && strcmp(ir->acc[ir->out[o].acc].stride[a], "0"))
-            return 1;
-    return 0;
-}
-
 void kg_store_outputs(kg_scope *s, int along_red, int only) {
     const kir *ir = s->plan->ir;
     const kiln_problem *p = ir->p;

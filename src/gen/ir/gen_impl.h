@@ -79,6 +79,8 @@ int64_t kg_stride(const kg_plan *plan, int c, int a, int w);
  * for every outer point, read from cache where it is used (emit_cuda.c) — it neither sets the
  * vector width nor counts among the bytes a thread holds. */
 int kg_index_load(const kg_plan *plan, int v);
+/* 1 when output o moves along the reduced axes (it is written from inside the passes' loops). */
+int kg_output_full(const kir *ir, int o);
 /* Access c can move as one vector of vec elements along axis a: unit stride there and every other
  * stride and the offset multiples of vec, in every workload (buffers are 256-byte aligned). */
 int kg_vectorizable(const kg_plan *plan, int c, int a, int64_t vec);
@@ -147,8 +149,6 @@ const char *kg_tensor_name(const kiln_problem *p, int tensor);
  * others, -1: all; only: that output, -1: all) at s's coordinates; guarded so that an output
  * written from several domain points is written from the first. */
 void kg_store_outputs(kg_scope *s, int along_red, int only);
-/* 1 when output o moves along the reduced axes (it is written from inside the passes' loops). */
-int kg_output_full(const kir *ir, int o);
 /* Values that can be computed in s before a loop over the reduced axes: v itself when it does not
  * move along them and every reduction it needs is named in s, else the same for its operands. */
 /* 1 when v can be computed in s now: it does not move along the reduced axes and every reduction

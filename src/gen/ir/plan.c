@@ -11,6 +11,13 @@ int64_t kg_stride(const kg_plan *plan, int c, int a, int w) {
     return kir_eval(plan->ir->p, plan->ir->acc[c].stride[a], w);
 }
 
+int kg_output_full(const kir *ir, int o) {
+    for (int a = 0; a < ir->n_axes; a++)
+        if ((ir->red >> a & 1) && strcmp(ir->acc[ir->out[o].acc].stride[a], "0"))
+            return 1;
+    return 0;
+}
+
 int kg_vectorizable(const kg_plan *plan, int c, int a, int64_t vec) {
     const kir *ir = plan->ir;
     if (a < 0)
