@@ -45,11 +45,12 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     int esize, in_bytes, in_loads;
     kg_stream_sizes(&plan, &esize, &in_bytes, &in_loads);
     int64_t vgcd = 0, tmin = 0, total = 0, outer = 0, red = 0, biggest = 0;
+    const int tile_axis = kg_tile_axis(&plan); /* -1: no TILE here */
     for (int w = 0; w < p->n_workloads; w++) {
         if (plan.vec_axis >= 0)
             vgcd = kiln_family_gcd(vgcd, kir_eval(p, ir->axes[plan.vec_axis].size, w));
-        if (kg_tile_axis(&plan) >= 0) {
-            const int64_t t = kir_eval(p, ir->axes[kg_tile_axis(&plan)].size, w);
+        if (tile_axis >= 0) {
+            const int64_t t = kir_eval(p, ir->axes[tile_axis].size, w);
             tmin = tmin && tmin < t ? tmin : t;
         }
         int64_t t = kir_eval(p, plan.total, w), o = kir_eval(p, plan.outer, w),
@@ -72,7 +73,6 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     /* the windows summed a vector a tap (kg_lane_window), their most taps and their kernel along
      * the tile axis (the taps TILE neighbours share) */
     int64_t lane_taps = 0, tile_kernel = 1;
-    const int tile_axis = kg_tile_axis(&plan);
     /* a window whose taps are behind their own checks (max, adaptive: emit.c), or whose adjacent
      * outputs along the vector axis share no taps and are not read as one vector a tap
      * (kg_lane_window: a channels-last depthwise conv's lanes are) */
