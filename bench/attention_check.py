@@ -128,6 +128,8 @@ def baselines(definition, ns, inputs, iters):
         i = torch.arange(q.shape[2], device=q.device)
         rel = i[None, :] - i[:, None]
         kw["attn_mask"] = ((rel <= 0) & (rel > -bench["window"]))[None, None]
+    elif bench["mask"] == "tensor":  # the row's own mask input, as its reference passes it
+        kw["attn_mask"] = inputs["mask"]
     if definition["kiln"].get("kind") == "chain":
         kw["scale"] = definition["kiln"]["ops"][[o["aten"] for o in definition["kiln"]["ops"]].index("aten::mul.Tensor")]["args"][1]
     out = {"eager": time_us(lambda: ns["run"](**inputs), iters)}

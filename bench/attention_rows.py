@@ -137,6 +137,36 @@ def make_inputs(axes, device):
           {"mask": "causal" if causal else "none", "causal_half": causal})
 
 
+def sdpa_padding(root, name, b, h, s, d):
+    """A BERT-style encoder's SDPA call (transformers 5, fp16): every sequence padded to s tokens, a boolean
+    keep-mask [b, 1, s, s] that masks each sequence's padding keys (lengths drawn between s / 2 and s), the
+    default scale. The mask is a tensor with no band: the kernel reads it."""
+    reference = f"""import torch
+
+
+@torch.no_grad()
+def run(q, k, v, mask):
+    return torch.ops.aten.scaled_dot_product_attention.default(q, k, v, mask)
+
+
+def make_inputs(axes, device):
+    f16 = torch.float16
+    lengths = torch.randint({s // 2}, {s + 1}, ({b},), device=device)
+    keep = torch.arange({s}, device=device)[None, :] < lengths[:, None]
+    return {{'q': torch.randn({b}, {h}, {s}, {d}, device=device).to(f16),
+            'k': torch.randn({b}, {h}, {s}, {d}, device=device).to(f16),
+            'v': torch.randn({b}, {h}, {s}, {d}, device=device).to(f16),
+            'mask': keep[:, None, None, :].expand({b}, 1, {s}, {s}).contiguous()}}
+"""
+    write(root, name, f"BERT-style padding mask: {b} sequences of up to {s} tokens, {h} heads (SDPA, fp16)",
+          {"q": ([b, h, s, d], "float16"), "k": ([b, h, s, d], "float16"), "v": ([b, h, s, d], "float16"),
+           "mask": ([b, 1, s, s], "bool")},
+          {"o": ([b, h, s, d], "float16")}, reference,
+          {"kind": "aten", "aten": "aten::scaled_dot_product_attention.default",
+           "args": {"args": [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}, {"tensor": 3}]}},
+          {"mask": "tensor"})
+
+
 def sdpa_window(root, name, window):
     """Gemma-4's sliding-window layer as one SDPA call with the boolean keep-mask the SDPA baselines take (True
     takes part), scale 1 as Gemma-4's (its q and k normed): the same attention as the eager chain's row, without
@@ -206,6 +236,7 @@ def main(root):
     sdpa_window(root, "attn_sdpa_sliding512_bool_1x8x4x4096x256", 512)
     sdpa(root, "attn_causal_4x32x8x4096x128", 4, 32, 8, 4096, 4096, 128, True, "GQA prefill, causal (SDPA)")
     sdpa(root, "attn_dense_16x16x1024x64", 16, 16, 16, 1024, 1024, 64, False, "unmasked (SDPA)")
+    sdpa_padding(root, "attn_bert_padding_32x12x512x64", 32, 12, 512, 64)
     sdpa(root, "attn_decode_64x32x8x4096x128", 64, 32, 8, 1, 4096, 128, False,
          "decode: one query per sequence over 4096 cached tokens (SDPA)")
     paged_prefill(root, "attn_paged_prefill_causal_8x2048_h32_kv8_d128_ps16", 8, 2048, 32, 8, 128, 16)
