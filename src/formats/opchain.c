@@ -170,7 +170,7 @@ static int json_arg(reader *r, const cJSON *v, int aten_args, kiln_arg *a) {
                 ints = 0;
         }
         a->kind = ints ? KILN_ARG_INTS : KILN_ARG_OTHER;
-        if (!ints && cJSON_GetArraySize(v) <= KILN_MAX_DIMS &&
+        if (!ints && cJSON_GetArraySize(v) <= KILN_OP_MAX_LIST &&
             (rc = tensor_list(r, v, aten_args, a)))
             return rc < 0 ? KILN_ERR_FORMAT : KILN_OK;
         char *text = cJSON_PrintUnformatted(v);

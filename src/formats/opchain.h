@@ -26,6 +26,7 @@
 #define KILN_OP_MAX_KWARGS 8
 #define KILN_OP_MAX_RESULTS 4
 #define KILN_OPCHAIN_MAX_OUTPUTS 8
+#define KILN_OP_MAX_LIST 64 /* tensors in a list argument (a cat of DenseNet's feature maps) */
 
 /* A tensor the chain reads: a problem input, or result `slot` of op `op`. */
 typedef struct {
@@ -42,7 +43,8 @@ typedef enum {
     KILN_ARG_DTYPE,  /* a torch dtype kiln has: .dtype */
     KILN_ARG_INTS,   /* a list of up to KILN_MAX_DIMS integers (dims, sizes): .ints */
     KILN_ARG_OTHER,  /* any other constant ('tanh', a device, a layout, a longer list): .text; a
-                        list of tensors and Nones (index's indices) also fills .values */
+                        list of up to KILN_OP_MAX_LIST tensors and Nones (cat's tensors, index's
+                        indices) also fills .values */
 } kiln_arg_kind;
 
 typedef struct {
@@ -53,7 +55,7 @@ typedef struct {
     int n_ints;
     int64_t ints[KILN_MAX_DIMS];
     int n_values; /* KILN_ARG_OTHER, a list of tensors: .values, None as input -1 and op -1 */
-    kiln_value values[KILN_MAX_DIMS];
+    kiln_value values[KILN_OP_MAX_LIST];
     char text[48]; /* how the argument was written (a name, 'tanh', torch.float32), for messages */
 } kiln_arg;
 

@@ -657,6 +657,31 @@ def test_bf16_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factor
     _one_hit(library, model, x, want, chain, True, atol=0.1, rtol=0.05)
 
 
+DENSE_CAT_SCRIPT = ROOT / "tests" / "data" / "gen" / "dense_cat.py"
+
+
+def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory):
+    """DenseNet's cat -> batch_norm -> relu over the cat of 25 feature maps: one chain of 29 inputs, which `gen`
+    lowers (a cat's inputs share their other dims' axes, so 25 maps fit the axis table) and proves, and whose
+    entry is one op of the compiled block and of kiln's graph mode (a hit each), with eager's output."""
+    run = capture_cpu(DENSE_CAT_SCRIPT, tmp_path_factory.mktemp("dense_cat"))
+    cats = [p for p in (run / "problems").iterdir() if p.name.startswith("chain_cat_batch_norm_relu")]
+    widest = max(cats, key=lambda p: len(json.loads((p / "definition.json").read_text())["inputs"]))
+    assert len(json.loads((widest / "definition.json").read_text())["inputs"]) == 29
+    library = optimize_alone([widest], tmp_path_factory.mktemp("dense_cat_only"))
+    manifest = json.loads((library / "manifest.json").read_text())
+    entry = next(e for e in manifest["entries"] if e["problem"] == widest.name)
+    assert entry["candidate"]["family"] == "gen", entry["candidate"]
+    dc = _script_module(DENSE_CAT_SCRIPT)
+    torch.manual_seed(0)
+    model = dc.Block().eval()
+    x = torch.randn(2, dc.C0, 6, 6)
+    with torch.no_grad():
+        want = model(x)
+    _one_hit(library, model, x, want, widest.name, True)
+    _one_hit(library, model, x, want, widest.name, "graph")
+
+
 EMPTY_CAT_SCRIPT = ROOT / "tests" / "data" / "chains" / "empty_cat_chain.py"
 
 

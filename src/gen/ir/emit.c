@@ -246,12 +246,12 @@ static void temp_name(kg_scope *s, int v) {
 static void map_scope(kg_scope *child, const kg_scope *s, const kir_map *m, const char *indent,
                       char coord[][32], char tap[][32]) {
     kg_scope_child(child, s, indent);
-    uint32_t src = 0;
+    kir_axes src = 0;
     for (int i = 0; i < m->n; i++) {
-        src |= 1u << m->src[i];
+        src |= KIR_BIT(m->src[i]);
         snprintf(child->coord[m->src[i]], sizeof child->coord[0], "%s", coord[i]);
         if (tap && m->tap[i] >= 0) {
-            src |= 1u << m->tap[i];
+            src |= KIR_BIT(m->tap[i]);
             snprintf(child->coord[m->tap[i]], sizeof child->coord[0], "%s", tap[i]);
         }
     }

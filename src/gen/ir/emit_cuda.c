@@ -75,7 +75,7 @@ uint64_t kg_stage_plan(const kg_plan *plan, uint64_t *transposed, int64_t *bytes
     const kir *ir = plan->ir;
     uint64_t staged = 0;
     *transposed = 0;
-    uint32_t taps = 0;
+    kir_axes taps = 0;
     for (int v = 0; v < ir->n_nodes; v++)
         if (plan->live[v])
             taps |= kir_taps(ir, &ir->nodes[v]);
@@ -1025,7 +1025,7 @@ char *kg_emit_cuda(const kiln_family *f, const kiln_problem *p, const kiln_match
         C.staged = kg_stage_plan(plan, &C.staged_t, &C.shared_bytes);
     }
     const kir *ir = plan->ir;
-    uint32_t streamed = red ? ir->red : ir->domain;
+    kir_axes streamed = red ? ir->red : ir->domain;
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
         /* at VEC 1 a kept slice is still loaded into registers (one element a register): without

@@ -77,7 +77,7 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
      * outputs along the vector axis share no taps and are not read as one vector a tap
      * (kg_lane_window: a channels-last depthwise conv's lanes are) */
     int branchy = 0;
-    const uint32_t streamed = plan.kind == KG_POINTWISE ? ir->domain : ir->red;
+    const kir_axes streamed = plan.kind == KG_POINTWISE ? ir->domain : ir->red;
     for (int o = 0; o < ir->n_out; o++)
         streams += plan.kind == KG_POINTWISE || kg_output_full(ir, o);
     for (int v = 0; v < ir->n_nodes; v++) {

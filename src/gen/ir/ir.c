@@ -72,7 +72,7 @@ void kir_mul(char *out, size_t n, const char *a, const char *b) {
     memcpy(out, t, strlen(t) + 1);
 }
 
-void kir_axes_size(const kir *ir, uint32_t set, char *out, size_t n) {
+void kir_axes_size(const kir *ir, kir_axes set, char *out, size_t n) {
     snprintf(out, n, "1");
     for (int a = 0; a < ir->n_axes; a++)
         if (set >> a & 1)
@@ -118,27 +118,27 @@ int kir_axis_find(kir *ir, int a) {
 }
 
 /* The set with every axis replaced by its root. */
-static uint32_t canon(kir *ir, uint32_t set) {
-    uint32_t out = 0;
+static kir_axes canon(kir *ir, kir_axes set) {
+    kir_axes out = 0;
     for (int a = 0; a < ir->n_axes; a++)
         if (set >> a & 1)
-            out |= 1u << kir_axis_find(ir, a);
+            out |= KIR_BIT(kir_axis_find(ir, a));
     return out;
 }
 
-uint32_t kir_axes_expand(kir *ir, uint32_t set) {
-    uint32_t out = 0;
+kir_axes kir_axes_expand(kir *ir, kir_axes set) {
+    kir_axes out = 0;
     for (int a = 0; a < ir->n_axes; a++) {
         if (!(set >> a & 1))
             continue;
         int r = kir_axis_find(ir, a);
         if (ir->axes[r].n_parts == 0) {
-            out |= 1u << r;
+            out |= KIR_BIT(r);
             continue;
         }
-        uint32_t parts = 0; /* kir_axis_compose keeps a composite out of its own parts */
+        kir_axes parts = 0; /* kir_axis_compose keeps a composite out of its own parts */
         for (int i = 0; i < ir->axes[r].n_parts; i++)
-            parts |= 1u << ir->axes[r].part[i];
+            parts |= KIR_BIT(ir->axes[r].part[i]);
         out |= kir_axes_expand(ir, parts);
     }
     return out;
@@ -169,11 +169,11 @@ int kir_axis_compose(kir *ir, int a, const int *parts, int n, char *why, size_t 
     if (ir->axes[a].n_parts)
         return snprintf(why, wn, "a dim split two ways"), 0;
     char size[KIR_EXPR] = "1";
-    uint32_t set = 0;
+    kir_axes set = 0;
     for (int i = 0; i < n; i++) {
         int r = kir_axis_find(ir, parts[i]);
         kir_mul(size, sizeof size, size, ir->axes[r].size);
-        set |= 1u << r;
+        set |= KIR_BIT(r);
     }
     if (kir_axes_expand(ir, set) >> a & 1)
         return snprintf(why, wn, "a dim split into itself"), 0;
@@ -202,7 +202,7 @@ int kir_axis_unify(kir *ir, int a, int b, char *why, size_t n) {
                         ir->axes[b].size),
                0;
     for (int v = 0; v < ir->n_nodes; v++) {
-        uint32_t s = canon(ir, ir->nodes[v].axes | ir->nodes[v].red);
+        kir_axes s = canon(ir, ir->nodes[v].axes | ir->nodes[v].red);
         if ((s >> a & 1) && (s >> b & 1))
             return snprintf(why, n, "a value meets a transpose of itself (a diagonal)"), 0;
     }
@@ -234,8 +234,8 @@ int kir_add(kir *ir, kir_node node) {
             node.axes |= kir_axes_expand(ir, ir->nodes[node.a[1]].axes) &
                          ~kir_axes_expand(ir, kir_taps(ir, &node));
         for (int i = 0; i < m->n; i++)
-            node.axes = (node.axes & ~(1u << m->src[i])) |
-                        (m->index[i] >= 0 ? ir->nodes[m->index[i]].axes : 1u << m->dst[i]);
+            node.axes = (node.axes & ~KIR_BIT(m->src[i])) |
+                        (m->index[i] >= 0 ? ir->nodes[m->index[i]].axes : KIR_BIT(m->dst[i]));
         break;
     }
     default:
@@ -245,13 +245,13 @@ int kir_add(kir *ir, kir_node node) {
     return ir->n_nodes++;
 }
 
-uint32_t kir_taps(const kir *ir, const kir_node *x) {
-    uint32_t t = 0;
+kir_axes kir_taps(const kir *ir, const kir_node *x) {
+    kir_axes t = 0;
     if (x->kind != KIR_WINDOW || x->op != KR_CONV)
         return 0;
     for (int i = 0; i < ir->maps[x->map].n; i++)
         if (ir->maps[x->map].tap[i] >= 0)
-            t |= 1u << ir->maps[x->map].tap[i];
+            t |= KIR_BIT(ir->maps[x->map].tap[i]);
     return t;
 }
 
@@ -355,13 +355,13 @@ static void mark_live(const kir *ir, int *live) {
 
 /* Every live node varies only along axes its context provides: the domain, and inside a window's
  * or a remap's operand the axes it reads at other coordinates. Reductions stay outside windows. */
-static int check_context(const kir *ir, int v, uint32_t allowed, int in_map, char *why, size_t n) {
+static int check_context(const kir *ir, int v, kir_axes allowed, int in_map, char *why, size_t n) {
     const kir_node *x = &ir->nodes[v];
     if (x->axes & ~allowed)
         return snprintf(why, n, "value v%d moves along an axis outside the outputs' domain", v), 0;
     if (in_map && x->kind == KIR_REDUCE)
         return snprintf(why, n, "a reduction inside a window or a gather"), 0;
-    uint32_t inner = allowed;
+    kir_axes inner = allowed;
     if (x->kind == KIR_WINDOW || x->kind == KIR_REMAP) {
         const kir_map *m = &ir->maps[x->map];
         /* a remap at coordinates computed from the result's (a cat's part, padding, upsampling)
@@ -372,7 +372,7 @@ static int check_context(const kir *ir, int v, uint32_t allowed, int in_map, cha
         if (in_map && !affine)
             return snprintf(why, n, "a window or gather inside another"), 0;
         for (int i = 0; i < m->n; i++)
-            inner = (inner & ~(m->index[i] >= 0 ? 0 : 1u << m->dst[i])) | 1u << m->src[i];
+            inner = (inner & ~(m->index[i] >= 0 ? 0 : KIR_BIT(m->dst[i]))) | KIR_BIT(m->src[i]);
         inner |= kir_taps(ir, x);
         /* a gather's indices are read at the result's coordinates, a convolution's weight at the
          * tap's */
@@ -422,20 +422,20 @@ int kir_finish(kir *ir, char *why, size_t n) {
             axes[m].parent = m;
             id[a] = m++;
         }
-    uint32_t leaves[KIR_MAX_AXES];
+    kir_axes leaves[KIR_MAX_AXES];
     for (int a = 0; a < ir->n_axes; a++) {
-        uint32_t e = kir_axes_expand(ir, 1u << a);
+        kir_axes e = kir_axes_expand(ir, KIR_BIT(a));
         leaves[a] = 0;
         for (int b = 0; b < ir->n_axes; b++)
             if (e >> b & 1)
-                leaves[a] |= 1u << id[b];
+                leaves[a] |= KIR_BIT(id[b]);
     }
     for (int a = 0; a < ir->n_axes; a++)
         if (ir->axes[kir_axis_find(ir, a)].n_parts == 0)
             id[a] = id[kir_axis_find(ir, a)];
 #define RENUMBER(set)                                                                              \
     do {                                                                                           \
-        uint32_t s_ = 0;                                                                           \
+        kir_axes s_ = 0;                                                                           \
         for (int a_ = 0; a_ < ir->n_axes; a_++)                                                    \
             if ((set) >> a_ & 1)                                                                   \
                 s_ |= leaves[a_];                                                                  \
@@ -463,7 +463,7 @@ int kir_finish(kir *ir, char *why, size_t n) {
                 return snprintf(why, n, "a convolution's kernel dim a reshape split"), 0;
             *tap = *tap >= 0 ? id[*tap] : -1;
         }
-    uint32_t domain = 0;
+    kir_axes domain = 0;
     for (int k = 0; k < ir->n_acc; k++) {
         kir_access *c = &ir->acc[k];
         for (int a = 0; a < KIR_MAX_AXES; a++)
@@ -511,7 +511,7 @@ int kir_finish(kir *ir, char *why, size_t n) {
         }
         if (x->kind == KIR_WINDOW || x->kind == KIR_REMAP)
             for (int i = 0; i < ir->maps[x->map].n; i++)
-                ir->remapped |= 1u << ir->maps[x->map].src[i];
+                ir->remapped |= KIR_BIT(ir->maps[x->map].src[i]);
         ir->remapped |= kir_taps(ir, x);
     }
     ir->domain |= ir->red;
@@ -556,7 +556,7 @@ double kir_bytes(const kir *ir, int w) {
     return bytes;
 }
 
-static double axes_count(const kir *ir, uint32_t set, int w) {
+static double axes_count(const kir *ir, kir_axes set, int w) {
     double c = 1;
     for (int a = 0; a < ir->n_axes; a++)
         if (set >> a & 1)
@@ -594,7 +594,7 @@ static const char *short_dtype(kiln_dtype t) {
     return names[t] ? names[t] : "?";
 }
 
-static void print_axes(kiln_strbuf *b, uint32_t set) {
+static void print_axes(kiln_strbuf *b, kir_axes set) {
     kiln_strbuf_printf(b, "[");
     for (int a = 0, first = 1; a < KIR_MAX_AXES; a++)
         if (set >> a & 1) {

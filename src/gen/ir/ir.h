@@ -32,10 +32,15 @@
 /* The axis table while lowering: every dim an input or a view creates takes a slot, and keeps it
  * when broadcasting unifies it with another or a reshape makes it a composite, so the table holds
  * several times the domain's leaves (Gemma-4's RoPE joined to the KV cache and repeat_kv at batch
- * 2 takes 20). Sets of axes are uint32_t bit sets: 32 at most. */
-#define KIR_MAX_AXES 32
-#define KIR_MAX_ACCESS 40
-#define KIR_MAX_MAPS 8
+ * 2 takes 20; a cat binds its inputs' other dims to the first's, so DenseNet's cat of 25 feature
+ * maps takes 29). Sets of axes are kir_axes bit sets: 64 at most. */
+#define KIR_MAX_AXES 64
+typedef uint64_t kir_axes;
+#define KIR_BIT(a) ((kir_axes)1 << (a))
+/* an access an input (a cat's inputs each take one) and a map a window or a remap (a cat's
+ * inputs each take one) */
+#define KIR_MAX_ACCESS 72
+#define KIR_MAX_MAPS 64
 #define KIR_MAX_OUT KILN_OPCHAIN_MAX_OUTPUTS
 #define KIR_EXPR 128
 
@@ -167,7 +172,7 @@ typedef enum {
 typedef struct {
     kir_kind kind;
     kiln_dtype dtype; /* eager's dtype: the value is rounded to it */
-    uint32_t axes;    /* the domain axes it varies along */
+    kir_axes axes;    /* the domain axes it varies along */
     int op;
     int n_a;
     int a[3];
@@ -176,7 +181,7 @@ typedef struct {
     int acc;      /* KIR_LOAD; KIR_REDUCE of argmax/argmin: the index's strides; else -1 */
     double value; /* KIR_CONST */
     char expr[KIR_EXPR];
-    uint32_t red; /* KIR_REDUCE */
+    kir_axes red; /* KIR_REDUCE */
     int map;      /* KIR_WINDOW, KIR_REMAP */
 } kir_node;
 
@@ -240,9 +245,9 @@ typedef struct {
     kir_map maps[KIR_MAX_MAPS];
     int n_out;
     kir_output out[KIR_MAX_OUT];
-    uint32_t domain;   /* after kir_finish: the axes the outputs and reductions use */
-    uint32_t red;      /* the axes reduced (every reduction reduces the same set) */
-    uint32_t remapped; /* axes read at other coordinates (windows, remaps): never in the domain */
+    kir_axes domain;   /* after kir_finish: the axes the outputs and reductions use */
+    kir_axes red;      /* the axes reduced (every reduction reduces the same set) */
+    kir_axes remapped; /* axes read at other coordinates (windows, remaps): never in the domain */
     char how[160];     /* one line: what was lowered */
 } kir;
 
@@ -263,12 +268,12 @@ int kir_axis_compose(kir *ir, int a, const int *parts, int n, char *why, size_t 
 /* The root of a composite whose parts are parts[0 .. n) (n >= 2), or -1. */
 int kir_axis_composite_of(kir *ir, const int *parts, int n);
 /* The set with every axis replaced by its root and every composite by its parts, recursively. */
-uint32_t kir_axes_expand(kir *ir, uint32_t set);
+kir_axes kir_axes_expand(kir *ir, kir_axes set);
 /* Appends a node (axes computed from its operands unless it is a load or a reduction); -1 when
  * full. */
 int kir_add(kir *ir, kir_node node);
 /* The axes a convolution window (KR_CONV) reads its weight along at the tap; 0 for other nodes. */
-uint32_t kir_taps(const kir *ir, const kir_node *x);
+kir_axes kir_taps(const kir *ir, const kir_node *x);
 /* A constant node (dtype float32, Python-number priority). */
 int kir_const(kir *ir, double value);
 /* Finishes a lowered IR: canonical axes, strides per axis, the domain, the two-result rewrites
@@ -286,7 +291,7 @@ int kir_same(const kiln_problem *p, const char *a, const char *b);
 /* "a*b" simplified when either is 1 or both are numbers; into out. */
 void kir_mul(char *out, size_t n, const char *a, const char *b);
 /* The number of elements of the axes in set (their sizes multiplied). */
-void kir_axes_size(const kir *ir, uint32_t set, char *out, size_t n);
+void kir_axes_size(const kir *ir, kir_axes set, char *out, size_t n);
 /* 1 when node v depends on node u (u is v or one of its operands' ancestors). */
 int kir_depends(const kir *ir, int v, int u);
 /* Minimum bytes (every input the outputs need read once, every output written once) and useful

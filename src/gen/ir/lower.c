@@ -286,7 +286,7 @@ int lower_reduce(lower_ctx *L, lval x, const int64_t *dims, int n, int keepdim, 
     r.acc = r.map = -1;
     for (int d = 0; d < x.ndim; d++)
         if ((mask >> d & 1) && x.axis[d] >= 0)
-            r.red |= 1u << kir_axis_find(L->ir, x.axis[d]);
+            r.red |= KIR_BIT(kir_axis_find(L->ir, x.axis[d]));
     if (!r.red)
         return lower_fail(L, "a reduction over dims of size 1 only");
     if (red == KR_ARGMAX || red == KR_ARGMIN) {
@@ -377,7 +377,7 @@ static int spatial(lower_ctx *L, lval x, int d0, kir_map m, char out_size[][KIR_
     /* a window's dst axes of size 1 are only coordinates (0): no value moves along them */
     for (int i = 0; i < m.n; i++)
         if (is_one(L, out_size[i]))
-            L->ir->nodes[out->node].axes &= ~(1u << m.dst[i]);
+            L->ir->nodes[out->node].axes &= ~KIR_BIT(m.dst[i]);
     out->prio = 2;
     return 1;
 }
@@ -464,7 +464,7 @@ int lower_position(lower_ctx *L, lval x, int d, lval *out) {
     snprintf(c->dim_stride[0], KIR_EXPR, "1");
     snprintf(c->offset, sizeof c->offset, "0");
     kir_node pos = {.kind = KIR_POS, .dtype = KILN_I64, .acc = L->ir->n_acc++, .map = -1};
-    pos.axes = 1u << kir_axis_find(L->ir, x.axis[d]);
+    pos.axes = KIR_BIT(kir_axis_find(L->ir, x.axis[d]));
     memset(out, 0, sizeof *out); /* x's dims, all of size 1 but d */
     out->ndim = x.ndim;
     for (int e = 0; e < x.ndim; e++)
@@ -722,7 +722,7 @@ static int new_load(lower_ctx *L, int v, const int *axis, char stride[][KIR_EXPR
         c->dim_axis[d] = out->axis[d] = axis[d];
         snprintf(c->dim_stride[d], KIR_EXPR, "%s", stride[d]);
         if (axis[d] >= 0)
-            x.axes |= 1u << kir_axis_find(L->ir, axis[d]);
+            x.axes |= KIR_BIT(kir_axis_find(L->ir, axis[d]));
     }
     out->ndim = ndim;
     out->prio = tensor_prio(ndim);
@@ -873,7 +873,17 @@ int view_slice(lower_ctx *L, lval x, int d, int64_t start, int64_t end, int64_t 
 
 /* ---- the driver ---- */
 
-int lower_bind_input(lower_ctx *L, int i) {
+/* Dim l's axis for input binding: like's (see lower_bind_input) or a new one. */
+static int input_axis(lower_ctx *L, int like, int skip, int l, const char *size, int *axis) {
+    if (like >= 0 && l != skip && l < L->in[like].ndim && L->in[like].axis[l] >= 0 &&
+        kir_same(L->p, L->ir->axes[kir_axis_find(L->ir, L->in[like].axis[l])].size, size)) {
+        *axis = L->in[like].axis[l];
+        return 1;
+    }
+    return new_axis(L, size, axis);
+}
+
+int lower_bind_input(lower_ctx *L, int i, int like, int skip) {
     const kiln_tensor_spec *t = &L->p->inputs[i];
     lval *v = &L->in[i];
     memset(v, 0, sizeof *v);
@@ -906,17 +916,17 @@ int lower_bind_input(lower_ctx *L, int i) {
         if (is_one(L, size) && cJSON_IsNumber(full_size) && full_size->valuedouble > 1) {
             char s[32];
             snprintf(s, sizeof s, "%lld", (long long)full_size->valuedouble);
-            if (!new_axis(L, s, &c->dim_axis[l]))
+            if (!input_axis(L, like, skip, l, s, &c->dim_axis[l]))
                 return 0;
             snprintf(c->dim_stride[l], KIR_EXPR, "0");
             v->axis[l] = c->dim_axis[l];
             continue;
         }
-        if (!new_axis(L, size, &c->dim_axis[l]))
+        if (!input_axis(L, like, skip, l, size, &c->dim_axis[l]))
             return 0;
         v->axis[l] = c->dim_axis[l];
         if (v->axis[l] >= 0)
-            ld.axes |= 1u << v->axis[l];
+            ld.axes |= KIR_BIT(v->axis[l]);
         kir_mul(stride, sizeof stride, stride, size);
     }
     v->prio = tensor_prio(t->ndim);

@@ -37,9 +37,11 @@ typedef struct lower_rule {
 } lower_rule;
 
 /* Input i of the problem as a value (a by-value scalar, or a load through the input's layout; a
- * dim the model broadcast is read with stride 0); output o bound to value v, checked against the
- * problem's shape and dtype and stored through its layout. 0 with the reason in L. */
-int lower_bind_input(lower_ctx *L, int i);
+ * dim the model broadcast is read with stride 0), its dims on axes of their own, or (like >= 0,
+ * bound already) on input like's axes but dim skip (the inputs of a cat); output o bound to value
+ * v, checked against the problem's shape and dtype and stored through its layout. 0 with the
+ * reason in L. */
+int lower_bind_input(lower_ctx *L, int i, int like, int skip);
 int lower_bind_output(lower_ctx *L, int o, lval v);
 
 /* Records why lowering stops (printf style); returns 0 so that rules can `return fail(...)`. */

@@ -183,11 +183,11 @@ static void merge(kg_plan *plan, int a, int b) {
         snprintf(ir->acc[c].stride[b], KIR_EXPR, "0");
     }
     for (int v = 0; v < ir->n_nodes; v++) {
-        ir->nodes[v].axes &= ~(1u << b);
-        ir->nodes[v].red &= ~(1u << b);
+        ir->nodes[v].axes &= ~KIR_BIT(b);
+        ir->nodes[v].red &= ~KIR_BIT(b);
     }
-    ir->domain &= ~(1u << b);
-    ir->red &= ~(1u << b);
+    ir->domain &= ~KIR_BIT(b);
+    ir->red &= ~KIR_BIT(b);
 }
 
 /* Merges runs of the list (outermost first) where it can; the list shrinks. */
@@ -278,7 +278,7 @@ void kg_stream_sizes(const kg_plan *plan, int *max_esize, int *in_bytes, int *in
     const kiln_problem *p = ir->p;
     *max_esize = 1;
     *in_bytes = *in_loads = 0;
-    uint32_t want = plan->kind == KG_POINTWISE ? ir->domain : ir->red;
+    kir_axes want = plan->kind == KG_POINTWISE ? ir->domain : ir->red;
     for (int v = 0; v < ir->n_nodes; v++) {
         const kir_node *x = &ir->nodes[v];
         if (!plan->live[v] || x->kind != KIR_LOAD || !(x->axes & want) || kg_index_load(plan, v))
@@ -409,9 +409,9 @@ int kg_plan_make(const kiln_problem *p, int online, kg_plan *plan, char *why, si
     }
     if (plan->kind == KG_ROWS && plan->full_out) /* columns: not emulated yet (test_gen_ir_cuda) */
         plan_early(plan);
-    uint32_t kept = 0;
+    kir_axes kept = 0;
     for (int i = 0; i < plan->n_kept; i++)
-        kept |= 1u << plan->kept[i];
+        kept |= KIR_BIT(plan->kept[i]);
     kir_axes_size(ir, kept, plan->outer, sizeof plan->outer);
     kir_axes_size(ir, ir->red, plan->red_len, sizeof plan->red_len);
     kir_axes_size(ir, ir->domain, plan->total, sizeof plan->total);

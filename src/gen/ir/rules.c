@@ -1020,8 +1020,8 @@ static int cat(lower_ctx *L, const kiln_op *op, const lower_rule *r, lval *out) 
     double dim = 0;
     if (!a || a->kind != KILN_ARG_OTHER || a->n_values < 1 || !num(L, op, 1, "dim", 0, &dim))
         return lower_fail(L, "tensors that are not a list of tensors");
-    lval in[KILN_MAX_DIMS];
-    int64_t total = 0, size[KILN_MAX_DIMS];
+    lval in[KILN_OP_MAX_LIST];
+    int64_t total = 0, size[KILN_OP_MAX_LIST];
     int n = 0;
     for (int k = 0; k < a->n_values; k++) {
         const kiln_value *v = &a->values[k];
@@ -1265,6 +1265,38 @@ static int lower_op(lower_ctx *L, int k) {
     return 1;
 }
 
+/* The inputs a cat joins share the other dims' axes from the start (like[i]: the input whose axes
+ * input i takes for every dim but skip[i], the joined one; -1 for none): a cat of n feature maps
+ * then takes n + 3 slots of the axis table, not 4n (DenseNet's cat of 25). */
+static void cat_inputs(const kiln_problem *p, const kiln_opchain *c, int *like, int *skip) {
+    for (int i = 0; i < p->n_inputs; i++)
+        like[i] = skip[i] = -1;
+    for (int k = 0; k < c->n_ops; k++) {
+        const kiln_op *op = &c->ops[k];
+        const kiln_arg *a = kiln_op_arg(op, 0, "tensors");
+        if (strcmp(op->name, "cat") && strcmp(op->name, "concat") &&
+            strcmp(op->name, "concatenate"))
+            continue;
+        if (!a || a->kind != KILN_ARG_OTHER)
+            continue;
+        int first = -1;
+        for (int t = 0; t < a->n_values; t++) {
+            const int i = a->values[t].input;
+            if (i < 0 || p->inputs[i].is_scalar)
+                continue;
+            const int nd = p->inputs[i].ndim;
+            const int d = lv_dim((int)kiln_arg_num(kiln_op_arg(op, 1, "dim"), 0), nd);
+            if (first < 0 && like[i] < 0)
+                first = i;
+            else if (first >= 0 && i != first && like[i] < 0 && like[first] < 0 && d >= 0 &&
+                     nd == p->inputs[first].ndim) {
+                like[i] = first;
+                skip[i] = d;
+            }
+        }
+    }
+}
+
 int kir_lower(const kiln_problem *p, kir **out, char *why, size_t n) {
     *out = NULL;
     kiln_opchain *c = NULL;
@@ -1282,8 +1314,13 @@ int kir_lower(const kiln_problem *p, kir **out, char *why, size_t n) {
     int ok = p->n_inputs <= (int)(sizeof L->in / sizeof L->in[0]) && p->n_outputs <= KIR_MAX_OUT;
     if (!ok)
         snprintf(why, n, "too many inputs or outputs");
-    for (int i = 0; ok && i < p->n_inputs; i++)
-        ok = lower_bind_input(L, i);
+    int like[64], skip[64];
+    if (ok)
+        cat_inputs(p, c, like, skip);
+    for (int pass = 0; pass < 2; pass++) /* inputs a cat shares dims with bound first */
+        for (int i = 0; ok && i < p->n_inputs; i++)
+            if ((like[i] >= 0) == pass)
+                ok = lower_bind_input(L, i, like[i], skip[i]);
     for (int k = 0; ok && k < c->n_ops; k++)
         ok = lower_op(L, k);
     for (int o = 0; ok && o < c->n_outputs; o++) {
