@@ -7,7 +7,8 @@
 #   OUT=/tmp/out bash bench/tune_device.sh [EXAMPLE...]
 #   examples: resnet50_fp32 resnet50_bf16_cl vae_fp32 vae_bf16 gemma4 qwen_moe (default: these six),
 #   and torchvision's depthwise CNNs through examples/resnet50.py --model: mobilenet_v2_bf16
-#   convnext_tiny_bf16 efficientnet_b0_bf16; and scripts written as third-party code, not for kiln (bench/unseen):
+#   convnext_tiny_bf16 efficientnet_b0_bf16, and densenet121_bf16 (its cat -> batch norm -> ReLU chains);
+#   and scripts written as third-party code, not for kiln (bench/unseen):
 #   llama_1b_bf16 (a Llama-3.2-1B-shaped prefill) vit_b16_fp16 (torchvision's ViT-B/16, batch 64)
 #   bert_base_fp16 (BERT-base over a padded, masked batch of 32 x 512) t5_encoder_bf16 (T5 v1.1-base encoder, 16 x 512)
 #
@@ -38,6 +39,7 @@ declare -A ARGS=(
   [mobilenet_v2_bf16]="examples/resnet50.py --model mobilenet_v2 --dtype bf16"
   [convnext_tiny_bf16]="examples/resnet50.py --model convnext_tiny --dtype bf16"
   [efficientnet_b0_bf16]="examples/resnet50.py --model efficientnet_b0 --dtype bf16"
+  [densenet121_bf16]="examples/resnet50.py --model densenet121 --dtype bf16"
   [vae_fp32]="examples/vae_decoder.py"
   [vae_bf16]="examples/vae_decoder.py --dtype bf16"
   [gemma4]="examples/gemma4.py"

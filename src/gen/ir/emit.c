@@ -599,6 +599,110 @@ static void emit_remap(kg_scope *s, int v) {
     kiln_strbuf_printf(s->b, "%s%s = %s;\n%s    }\n%s}\n", ind, s->name[v], val, in, in);
 }
 
+/* A cat (rules.c: each part read at dst - its offset, 0 outside, the reads added): node v the sum
+ * of remaps along one axis whose ranges do not overlap, so that at most one is inside at a point.
+ * The parts (leaf[], their ranges [lo, hi) sorted) into the arrays: their count, or 0 when v is
+ * not such a sum. */
+#define KG_CAT_PARTS KILN_OP_MAX_LIST
+static int cat_parts(const kir *ir, int v, int *leaf, int64_t *lo, int64_t *hi) {
+    const kir_node *x = &ir->nodes[v];
+    int n = 0, u = v;
+    while (n < KG_CAT_PARTS - 1) { /* the left spine of the sum */
+        const kir_node *y = &ir->nodes[u];
+        if (y->kind != KIR_OP || y->op != KO_ADD || y->k[0] != 1 || y->dtype != x->dtype)
+            break;
+        leaf[n++] = y->a[1];
+        u = y->a[0];
+    }
+    if (n == 0 || u == v)
+        return 0;
+    leaf[n++] = u;
+    int dst = -1;
+    for (int i = 0; i < n; i++) {
+        const kir_node *r = &ir->nodes[leaf[i]];
+        if (r->kind != KIR_REMAP || r->dtype != x->dtype || r->k[0] != 0)
+            return 0;
+        const kir_map *m = &ir->maps[r->map];
+        if (m->n != 1 || m->index[0] >= 0 || m->mul[0] != 1 || m->den[0] != 1 ||
+            (dst >= 0 && m->dst[0] != dst))
+            return 0;
+        dst = m->dst[0];
+        const char *size = ir->axes[m->src[0]].size;
+        char num[32];
+        snprintf(num, sizeof num, "%lld", (long long)kir_eval(ir->p, size, 0));
+        if (!kir_same(ir->p, size, num))
+            return 0;
+        lo[i] = -m->add[0];
+        hi[i] = lo[i] + kir_eval(ir->p, size, 0);
+    }
+    for (int i = 1; i < n; i++) /* by range; n is small */
+        for (int j = i; j > 0 && lo[j] < lo[j - 1]; j--) {
+            int t = leaf[j];
+            leaf[j] = leaf[j - 1];
+            leaf[j - 1] = t;
+            int64_t a = lo[j], b = hi[j];
+            lo[j] = lo[j - 1], hi[j] = hi[j - 1];
+            lo[j - 1] = a, hi[j - 1] = b;
+        }
+    for (int i = 1; i < n; i++)
+        if (hi[i - 1] > lo[i])
+            return 0;
+    return n;
+}
+
+/* Parts [a, b) of a cat as a binary search on coordinate kg_cat<id>: one part read, log2(parts)
+ * comparisons, where the sum reads every part's bounds. */
+static void cat_search(kg_scope *s, int v, int id, const int *leaf, const int64_t *lo,
+                       const int64_t *hi, int a, int b, const char *in) {
+    const kir *ir = s->plan->ir;
+    char ind[96];
+    snprintf(ind, sizeof ind, "%s    ", in);
+    if (b - a == 1) {
+        const kir_map *m = &ir->maps[ir->nodes[leaf[a]].map];
+        char coord[1][32];
+        snprintf(coord[0], sizeof coord[0], "kg_g%d_%d", id, a);
+        kiln_strbuf_printf(s->b, "%sif (kg_cat%d >= %lld && kg_cat%d < %lld) {\n", in, id,
+                           (long long)lo[a], id, (long long)hi[a]);
+        kiln_strbuf_printf(s->b, "%sconst int64_t %s = kg_cat%d - %lld;\n", ind, coord[0], id,
+                           (long long)lo[a]);
+        kg_scope child;
+        map_scope(&child, s, m, ind, coord, NULL);
+        const char *val = kg_value(&child, ir->nodes[leaf[a]].a[0]);
+        kiln_strbuf_printf(s->b, "%s%s = %s;\n%s}\n", ind, s->name[v], val, in);
+        return;
+    }
+    const int mid = (a + b) / 2;
+    kiln_strbuf_printf(s->b, "%sif (kg_cat%d < %lld) {\n", in, id, (long long)lo[mid]);
+    cat_search(s, v, id, leaf, lo, hi, a, mid, ind);
+    kiln_strbuf_printf(s->b, "%s} else {\n", in);
+    cat_search(s, v, id, leaf, lo, hi, mid, b, ind);
+    kiln_strbuf_printf(s->b, "%s}\n", in);
+}
+
+/* Node v as a cat's search (cat_parts): 1 when it is one. */
+static int emit_cat(kg_scope *s, int v) {
+    const kir *ir = s->plan->ir;
+    int leaf[KG_CAT_PARTS];
+    int64_t lo[KG_CAT_PARTS], hi[KG_CAT_PARTS];
+    const int n = cat_parts(ir, v, leaf, lo, hi);
+    if (n < 2)
+        return 0;
+    const kir_node *x = &ir->nodes[v];
+    const int dst = ir->maps[ir->nodes[leaf[0]].map].dst[0];
+    const int id = (*s->next_id)++;
+    char fill[48], ind[96];
+    constant(0, kir_dtype_is_int(x->dtype), fill, sizeof fill);
+    temp_name(s, v);
+    snprintf(ind, sizeof ind, "%s    ", s->indent);
+    kiln_strbuf_printf(s->b, "%s%s %s = %s;\n%s{ /* cat of %d */\n", s->indent, kg_ctype(x->dtype),
+                       s->name[v], fill, s->indent, n);
+    kiln_strbuf_printf(s->b, "%sconst int64_t kg_cat%d = (int64_t)(%s);\n", ind, id,
+                       s->coord[dst][0] ? s->coord[dst] : "0");
+    cat_search(s, v, id, leaf, lo, hi, 0, n, ind);
+    kiln_strbuf_printf(s->b, "%s}\n", s->indent);
+    return 1;
+}
+
 const char *kg_value(kg_scope *s, int v) {
     if (s->name[v][0])
         return s->name[v];
@@ -633,6 +737,8 @@ const char *kg_value(kg_scope *s, int v) {
         break;
     }
     case KIR_OP: {
+        if (x->op == KO_ADD && emit_cat(s, v))
+            return s->name[v];
         char ops[3][96];
         for (int i = 0; i < x->n_a; i++)
             snprintf(ops[i], sizeof ops[i], "%s", kg_value(s, x->a[i]));

@@ -37,9 +37,9 @@
 #define KIR_MAX_AXES 64
 typedef uint64_t kir_axes;
 #define KIR_BIT(a) ((kir_axes)1 << (a))
-/* an access an input (a cat's inputs each take one) and a map a window or a remap (a cat's
- * inputs each take one) */
-#define KIR_MAX_ACCESS 72
+/* an access an input or output (a cat's inputs each take one; 64 at most: the emitters keep sets
+ * of accesses in a uint64_t), a map a window or a remap (each part of a cat) */
+#define KIR_MAX_ACCESS 64
 #define KIR_MAX_MAPS 64
 #define KIR_MAX_OUT KILN_OPCHAIN_MAX_OUTPUTS
 #define KIR_EXPR 128
