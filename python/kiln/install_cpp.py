@@ -295,6 +295,12 @@ def swap_module_class(module, cuda: bool, forward, cpp_forward, had_forward: boo
     class with its own __call__, or one whose instances cannot change class."""
     import torch
     cls = type(module)
+    fast = module.__dict__.get("_kiln_fast")
+    if fast is not None and cls.__dict__.get("__kiln_swapped__") is not None:
+        # another entry of this module (another shape), bound over the first: ModuleCall calls its forward,
+        # which falls back to the one bound before; a copy is still of the module without kiln
+        module.__dict__["_kiln_fast"] = (forward, cpp_forward, fast[2], fast[3])
+        return None
     if getattr(cls, "__call__", None) is not torch.nn.Module.__call__:
         return None
     sub = swapped.get(cls)

@@ -397,15 +397,15 @@ class _ModuleBinder:
                 self.seen.add(m)
             except TypeError:
                 pass
-            if id(m) in self.bound_ids:
-                continue
             cls = type(m).__name__
+            # every entry of the module's class and path: one a shape (a prefill's and a decode step's), each
+            # binding's forward trying its gate and then the forward bound before it
             for me in self.mentries:
-                if cls == me.entry.module_class and (prefix + name) in me.paths:
+                if cls == me.entry.module_class and (prefix + name) in me.paths and \
+                        (id(m), id(me)) not in self.bound_ids:
                     self.bindings.append(_ModuleBinding(m, me, prefix + name, self.inst))
-                    self.bound_ids.add(id(m))
+                    self.bound_ids.add((id(m), id(me)))
                     me.bound = getattr(me, "bound", 0) + 1
-                    break
 
     def all_bound(self) -> bool:
         return all(getattr(me, "bound", 0) > 0 for me in self.mentries)

@@ -412,6 +412,62 @@ def test_uninstall_restores_eager_bitwise(opened):
     assert torch.equal(again, ref)
 
 
+TWO_SHAPES = os.path.join(ROOT, "tests", "data", "install", "two_shapes.py")
+
+
+@pytest.fixture(scope="module")
+def two_shapes_library(tmp_path_factory):
+    """tests/data/install/two_shapes.py captured and its two module problems (one module, a prefill's shape and
+    a decode step's) optimized on the cpu backend: the library directory."""
+    run = str(tmp_path_factory.mktemp("two_shapes"))
+    cap = subprocess.run([sys.executable, "-m", "kiln.capture", TWO_SHAPES, "--out", run, "--device", "cpu",
+                          "--quiet"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert cap.returncode == 0, cap.stdout[-3000:] + cap.stderr[-3000:]
+    for p in glob.glob(os.path.join(run, "problems", "*")):
+        if not os.path.basename(p).startswith("module_NewGELUActivation"):
+            shutil.rmtree(p)
+    opt = _kiln(["optimize", run, "--backend", "cpu", "--budget", "1", "--time", "300"])
+    assert opt.returncode == 0, opt.stdout[-3000:] + opt.stderr[-3000:]
+    return os.path.join(run, "library")
+
+
+@pytest.mark.parametrize("dispatch,compile", [("python", False), ("cpp", False), ("python", True)])
+def test_one_module_with_an_entry_per_shape(two_shapes_library, dispatch, compile):
+    """Both entries of a module called at two shapes are bound to it (a binding per entry, each falling back to
+    the one bound before, the last to the module's own forward): a prefill-shaped call and a decode-step call
+    each hit their own entry, a third shape misses, and all three give eager's output, in eager (both dispatch
+    paths) and inside torch.compile. One binding a module left the decode step's entry unused (kiln tune on
+    GPT-2's generate: 'the gate did not admit the entry's own captured call')."""
+    sys.path.insert(0, os.path.dirname(TWO_SHAPES))
+    try:
+        import two_shapes as ts
+    finally:
+        sys.path.pop(0)
+    names = sorted(e["problem"] for e in json.load(open(os.path.join(two_shapes_library, "manifest.json")))["entries"])
+    assert names == ["module_NewGELUActivation_2x16x64_f32", "module_NewGELUActivation_2x1x64_f32"], names
+    model = ts.build()
+    prefill, step = ts.inputs()
+    other = torch.randn(ts.BATCH, 3, ts.HIDDEN)
+    with torch.inference_mode():
+        want = [model(x) for x in (prefill, step, other)]
+    torch._dynamo.reset()
+    inst = kiln.install(two_shapes_library, model=model, entries="all", dispatch=dispatch, compile=compile)
+    try:
+        with torch.inference_mode():
+            got = [model(x) for x in (prefill, step, other)]
+        stats = inst.stats()
+        assert [stats["entries"][n]["hits"] for n in names] == [1, 1], stats
+        assert compile or stats["targets"]["module NewGELUActivation"]["misses"] >= 1, stats
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    finally:
+        kiln.uninstall(inst)
+        torch._dynamo.reset()
+    with torch.inference_mode():
+        assert torch.equal(model(step), want[1])
+    assert "forward" not in model.act.__dict__ and type(model.act) is ts.NewGELUActivation
+
+
 def test_modules_found_without_a_model(opened):
     """kiln run's path: no model given; the first forward binds the modules and the hook removes itself."""
     from torch.nn.modules import module as nn_module
