@@ -145,6 +145,10 @@ class Graph:
         p, j = self.producer[tid]
         if not (self.member[p] and self.member[c]):
             return None
+        # a value carried from one forward pass to the next (a KV cache a decode step grows by cat) is state:
+        # two passes never run as one graph, so a chain across them could never be replaced
+        if self.ops[p].pass_index != self.ops[c].pass_index:
+            return None
         readers = self.consumers.get(tid, [])
         if len(readers) > SHARED_CONSUMERS and len({self.ops[r].frame_id for r in readers}) > 1:
             return None

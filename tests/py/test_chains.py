@@ -257,6 +257,21 @@ def test_full_attention_block_reads_its_own_mask(runs, tmp_path):
     assert res["outcome"] == "ok" and res["summary"]["proved"] == res["summary"]["workloads"], res
 
 
+def test_chains_stay_inside_a_forward_pass(tmp_path):
+    """A decode loop's cats read the previous pass's cat (the KV cache): capture joins each pass's pointwise tail
+    and its cat into a chain, but never the cats of two passes (they never run as one graph, so such a chain
+    could not be replaced: GPT-2's generate gave one 'chain_cat_0' of four passes' cats)."""
+    run = capture_cpu(ROOT / "tests" / "data" / "chains" / "kv_cat_steps.py", tmp_path / "run")
+    found = chains(run)
+    assert found, "no chain captured"
+    for p, d in found:
+        cats = [op for op in d["kiln"]["ops"] if op["aten"] == "aten::cat.default"]
+        assert len(cats) <= 1, (p.name, [op["aten"] for op in d["kiln"]["ops"]])
+    assert any(any(op["aten"] == "aten::sigmoid.default" for op in d["kiln"]["ops"]) and
+               any(op["aten"] == "aten::cat.default" for op in d["kiln"]["ops"]) for _, d in found), \
+        [p.name for p, _ in found]
+
+
 def test_model_json_links_chains(runs):
     model = json.loads((runs["gemma4"] / "model.json").read_text())
     written = [c for c in model["chain_groups"] if c["problem"] and not c["is_module"]]
