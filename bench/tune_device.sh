@@ -11,6 +11,7 @@
 #   and scripts written as third-party code, not for kiln (bench/unseen):
 #   llama_1b_bf16 (a Llama-3.2-1B-shaped prefill) vit_b16_fp16 (torchvision's ViT-B/16, batch 64)
 #   bert_base_fp16 (BERT-base over a padded, masked batch of 32 x 512) t5_encoder_bf16 (T5 v1.1-base encoder, 16 x 512)
+#   gpt2_medium_bf16 (GPT-2 medium's generate: 8 prompts of 512 tokens, 32 new tokens each, the KV cache)
 #
 # Each example is one `kiln tune examples/X.py --out $WORK/runs/NAME -- ARGS` under `timeout -s INT` at its
 # budget + 60 s (tune must never need it); the table ($OUT/summary.md, printed last) has per example the wall
@@ -48,6 +49,7 @@ declare -A ARGS=(
   [vit_b16_fp16]="bench/unseen/vit_infer.py"
   [bert_base_fp16]="bench/unseen/bert_encoder.py"
   [t5_encoder_bf16]="bench/unseen/t5_encoder.py"
+  [gpt2_medium_bf16]="bench/unseen/gpt2_generate.py"
 )
 NAMES=("$@")
 [ ${#NAMES[@]} -gt 0 ] || NAMES=(resnet50_fp32 resnet50_bf16_cl vae_fp32 vae_bf16 gemma4 qwen_moe)
