@@ -60,8 +60,6 @@ typedef struct {
                         * SDPA's: True takes part); read as a general mask, never a band */
     int mask_strided;  /* the mask's key dim is not innermost in memory (T5's position bias, stored
                         * with its heads last): read a.mk elements apart */
-    int mask_pairs;    /* ... innermost, and every workload's key count even: each row of the mask
-                        * starts at an even element, so two adjacent keys' elements are one load */
     double scale;      /* the constant the scores are multiplied by */
     int tanh;          /* then a soft cap: tanh of the scaled scores times pre (Gemma-2's logit
                         * soft-capping: 1 / cap; each a rounding of its own in eager) ... */

@@ -682,7 +682,6 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
     a->mask_dtype = a->t[ATT_MASK].input >= 0 ? p->inputs[a->t[ATT_MASK].input].dtype : a->dtype;
     a->mask_strided = a->t[ATT_MASK].input >= 0 &&
                       !innermost(p, &p->inputs[a->t[ATT_MASK].input], a->t[ATT_MASK].pos[3]);
-    a->mask_pairs = a->t[ATT_MASK].input >= 0 && !a->mask_strided;
     for (int wi = 0; wi < p->n_workloads; wi++) {
         const kiln_workload *w = &p->workloads[wi];
         int64_t q[4], k[4], v[4], m[4], os[KILN_MAX_DIMS];
@@ -718,7 +717,6 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
             snprintf(why, wl, "workload %d: the mask does not broadcast to [b, hq, sq, skv]", wi);
             return 0;
         }
-        a->mask_pairs &= k[2] % 2 == 0;
         if (q[2] < 1 || k[2] < 1 || q[3] < 1) {
             snprintf(why, wl, "workload %d: an empty tensor", wi);
             return 0;

@@ -96,7 +96,7 @@ static const expect EXPECTED[] = {
     {ROWS, "attn_causal_4x32x8x4096x128", "attention_causal_gqa", 32, 8, 128, 1, 0, 0,
      0.08838834764831845, 0},
     {ROWS, "attn_dense_16x16x1024x64", "attention", 16, 16, 64, 0, 0, 0, 0.125, 0},
-    /* BERT's boolean padding mask, read: every point fetches its pairs a tile ahead (no spills) */
+    /* BERT's boolean padding mask, read a score at a time */
     {ROWS, "attn_bert_padding_32x12x512x64", "attention_mask", 12, 12, 64, 0, 0, 0, 0.125, 0},
     {ROWS, "attn_decode_64x32x8x4096x128", "attention_gqa", 32, 8, 128, 0, 0, 0,
      0.08838834764831845, 0},

@@ -447,23 +447,6 @@ __device__ __forceinline__ int att_block_of(const att_args &a, att_block &k, int
     return 1;
 }
 
-// A lane's mask elements of one row and one 8-key column of a tile: keys 2t and 2t + 1, the pair its
-// score layout holds. A tile's pairs are fetched before its scores are waited for (att_mask_fetch),
-// so that the loads run under the MMAs instead of after them; where every row of the mask starts at
-// an even key (ATT_MASK_PAIR) a pair is one load.
-#if ATT_HAS_MASK
-struct __align__(2 * sizeof(ATT_TM)) att_mpair {
-    ATT_TM v[2];
-};
-#else
-struct att_mpair {
-    unsigned char v[2];
-};
-#endif
-#ifndef ATT_MASK_PAIR
-#define ATT_MASK_PAIR 0
-#endif
-
 // This lane's two rows (16 warp + lane / 4 and 8 below): valid, their q head and query (rows past
 // the end stand in for the last), and their rows of the mask.
 struct att_lane {
@@ -487,33 +470,6 @@ __device__ __forceinline__ void att_lane_of(const att_args &a, const att_block &
     }
 }
 
-// The mask pairs of the lane's rows in the key tile at n0 (keys past the end are not read).
-__device__ __forceinline__ void att_mask_fetch(att_mpair (&mk)[2][ATT_NT], const att_args &a,
-                                               const att_block &k, const att_lane &l, int64_t n0,
-                                               int t) {
-#if ATT_HAS_MASK
-    const int64_t klim = k.skv - n0;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-#pragma unroll
-        for (int j = 0; j < ATT_NT; j++) {
-            const int c = j * 8 + 2 * t;
-            const ATT_TM *p = l.mrow[r] + ATT_MJ(a, n0 + c);
-#if ATT_MASK_PAIR
-            if (c + 1 < klim) {
-                mk[r][j] = *reinterpret_cast<const att_mpair *>(p);
-                continue;
-            }
-#endif
-            mk[r][j].v[0] = c < klim ? p[0] : ATT_TM();
-            mk[r][j].v[1] = c + 1 < klim ? p[ATT_MJ(a, 1)] : ATT_TM();
-        }
-    }
-#else
-    (void)mk, (void)a, (void)k, (void)l, (void)n0, (void)t;
-#endif
-}
-
 // One key tile's scores of the lane's rows (s[j][e]: row e / 2, key n0 + 8 j + 2 t + e % 2, the
 // layout of an m16n8 accumulator and of a wgmma's) become probabilities: the roundings eager
 // makes, the scale, the mask and band; the rows' running max and sum are updated and alpha[r] is
@@ -524,8 +480,7 @@ __device__ __forceinline__ void att_mask_fetch(att_mpair (&mk)[2][ATT_NT], const
 // p = 2^(x · scale · log2 e - max · log2 e), one fma a score.
 template <bool EDGE>
 __device__ __forceinline__ void att_softmax_tile(float (&s)[ATT_NT][4], const att_args &a,
-                                                 const att_block &k, const att_lane &l,
-                                                 const att_mpair (&mk)[2][ATT_NT], int64_t n0,
+                                                 const att_block &k, const att_lane &l, int64_t n0,
                                                  int t, float *m_run, float *l_run, float *alpha,
                                                  bool dead) {
     // columns are 32-bit offsets in the tile; a dead tile (EDGE only) has no key
@@ -561,7 +516,7 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[ATT_NT][4], const at
 #endif
 #if ATT_HAS_MASK
             if (!EDGE || c < klim) {
-                x += att_lf(mk[r][j].v[e & 1]);
+                x += att_lf(l.mrow[r][ATT_MJ(a, n0 + c)]);
 #if ATT_ROUND_MASKED
                 x = att_rnd(x);
 #endif
@@ -634,14 +589,13 @@ __device__ __forceinline__ bool att_edge(const att_block &k, int64_t n0) {
 }
 
 __device__ __forceinline__ void att_softmax(float (&s)[ATT_NT][4], const att_args &a,
-                                            const att_block &k, const att_lane &l,
-                                            const att_mpair (&mk)[2][ATT_NT], int64_t n0, int t,
-                                            float *m_run, float *l_run, float *alpha,
+                                            const att_block &k, const att_lane &l, int64_t n0,
+                                            int t, float *m_run, float *l_run, float *alpha,
                                             bool dead = false) {
     if (!ATT_SPLIT || dead || att_edge(k, n0))
-        att_softmax_tile<true>(s, a, k, l, mk, n0, t, m_run, l_run, alpha, dead);
+        att_softmax_tile<true>(s, a, k, l, n0, t, m_run, l_run, alpha, dead);
     else
-        att_softmax_tile<false>(s, a, k, l, mk, n0, t, m_run, l_run, alpha, false);
+        att_softmax_tile<false>(s, a, k, l, n0, t, m_run, l_run, alpha, false);
 }
 
 // the accumulated output of the lane's rows times alpha (rows g and g + 8)
@@ -760,9 +714,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         const int64_t n0 = (k.t0 + it) * ATT_BLOCK_N;
         const unsigned kb = s_k + slot * tile_bytes + k_off, vb = s_v + slot * tile_bytes + v_off;
 
-        // S = Q Kᵀ, the tile's mask loaded under it
-        att_mpair mk[2][ATT_NT];
-        att_mask_fetch(mk, a, k, l, n0, t);
+        // S = Q Kᵀ
         float s[ATT_NT][4];
 #pragma unroll
         for (int j = 0; j < ATT_NT; j++)
@@ -779,7 +731,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                 att_mma(s[2 * np + 1], qa, kr[2], kr[3]);
             }
         }
-        att_softmax(s, a, k, l, mk, n0, t, m_run, l_run, alpha);
+        att_softmax(s, a, k, l, n0, t, m_run, l_run, alpha);
         att_rescale(acc, alpha);
 
         // O += P V
@@ -1142,10 +1094,6 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
         att_lane l;
         att_lane_of(a, k, warp, gr, l);
-        // the mask of the tile whose scores come next: fetched a tile ahead, under the MMAs
-        att_mpair mk[2][ATT_NT];
-        if (n > 0)
-            att_mask_fetch(mk, a, k, l, k.t0 * ATT_BLOCK_N, t);
         att_bar_wait_data(q_full, qi++ & 1);
 #if ATT_PP
         if (cw == 1 && n > 0)
@@ -1161,9 +1109,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             att_wg_keep(s);
             if (lane == 0)
                 kiln_mbar_arrive(k_empty + 8 * b0);
-            att_softmax(s, a, k, l, mk, k.t0 * ATT_BLOCK_N, t, m_run, l_run, alpha);
-            if (n > 1)
-                att_mask_fetch(mk, a, k, l, (k.t0 + 1) * ATT_BLOCK_N, t);
+            att_softmax(s, a, k, l, k.t0 * ATT_BLOCK_N, t, m_run, l_run, alpha);
 #pragma unroll
             for (int kk = 0; kk < ATT_NT / 2; kk++)
                 att_pack_p(s, kk, p[kk]);
@@ -1196,10 +1142,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                     kiln_mbar_arrive(q_empty); // the item's last read of Q
             }
             // the last step's scores are a dead tile: every key -inf, so that alpha is 1 and P 0
-            att_softmax(s, a, k, l, mk, (k.t0 + it + 1) * ATT_BLOCK_N, t, m_run, l_run, alpha,
-                        !next);
-            if (it + 2 < n)
-                att_mask_fetch(mk, a, k, l, (k.t0 + it + 2) * ATT_BLOCK_N, t);
+            att_softmax(s, a, k, l, (k.t0 + it + 1) * ATT_BLOCK_N, t, m_run, l_run, alpha, !next);
             att_wg_wait<0>();
             att_wg_keep(o);
             att_wg_keep(p);
