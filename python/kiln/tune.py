@@ -25,7 +25,8 @@ Four steps, each printed as it runs, all within --time (default 10 minutes on a 
 The budget. T is planned at the start: capture runs first; what remains, less a reserve for the install check
 (estimated from the script's own run time, a tenth of the budget and, with torch.compile, two compilations
 guessed from the aten calls of one forward),
-goes to the search; the install check fits its rounds into what is left and stops at the deadline. With
+goes to the search; the install check fits its rounds into what is left and stops at the deadline. A budget
+that leaves the search nothing says which --time would have left it HINT_SEARCH_S (Budget.seconds_for). With
 nothing to optimise (no family matches any hot op) the report still has the eager and torch.compile times and
 each hot op's reason, and tune exits 0. A tune that fails writes RUN/report.failed.{md,json} and leaves the last
 good report in place; reports are written atomically.
@@ -50,6 +51,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import math
 import os
 import signal
 import statistics
@@ -171,6 +173,7 @@ def parse_args(argv: list) -> argparse.Namespace:
 
 MAX_SEARCH_ROUNDS = 4  # kiln optimize runs per tune: the first, then rounds for the problems it left unprepared
 MIN_SEARCH_ROUND_S = 20.0  # a round shorter than this would spend itself on reference data
+HINT_SEARCH_S = 180.0  # the search a budget too small for one is told how to get
 
 
 def _optimize_flags(opts) -> list:
@@ -219,6 +222,9 @@ def _log(line: str) -> None:
 # The budget, and the child processes it is spent in.
 
 
+TAIL_MAX_S = 10.0  # the most Budget.tail stops the work before --time is up
+
+
 class Budget:
     """--time as a deadline, and the reserve the install check is planned to need after the search."""
 
@@ -227,7 +233,7 @@ class Budget:
         self.start = _process_start()
         # the work stops this much before --time is up: the alarm's slack, the report and the exit of a
         # process holding torch come after the deadline (a 120 s tune on the CPU: 3 s after its report)
-        self.tail = min(10.0, 0.05 * seconds)
+        self.tail = min(TAIL_MAX_S, 0.05 * seconds)
         self.deadline = self.start + seconds - self.tail
 
     def left(self) -> float:
@@ -242,10 +248,25 @@ class Budget:
         the install check's one plain run: Gemma-4 on the H200 49 s at capture, 101 s for the whole install
         check with torch.compile timed, when 282 s had been kept) and a start-up, and torch.compile's two
         compilations (compile_seconds); at most six tenths of the budget."""
-        r = 0.1 * self.seconds + 1.5 * max(script_s, 0.0) + 5
-        if compile_too:
-            r += 2 * compile_seconds(ops_per_forward) if ops_per_forward > 0 else 0.25 * self.seconds
-        return min(r, 0.6 * self.seconds)
+        share, fixed = _reserve_terms(script_s, compile_too, ops_per_forward)
+        return min(share * self.seconds + fixed, 0.6 * self.seconds)
+
+    def seconds_for(self, search_s: float, script_s: float, compile_too: bool, ops_per_forward: float = 0.0) -> float:
+        """The --time that would leave search_s for the search after what has run so far, the reserve
+        (check_reserve, uncapped) growing with the budget."""
+        share, fixed = _reserve_terms(script_s, compile_too, ops_per_forward)
+        return (self.elapsed() + TAIL_MAX_S + fixed + search_s) / (1 - share)
+
+
+def _reserve_terms(script_s: float, compile_too: bool, ops_per_forward: float) -> tuple:
+    """Budget.check_reserve's reserve as (share of the budget, seconds): see there."""
+    share, fixed = 0.1, 1.5 * max(script_s, 0.0) + 5
+    if compile_too:
+        if ops_per_forward > 0:
+            fixed += 2 * compile_seconds(ops_per_forward)
+        else:
+            share += 0.25
+    return share, fixed
 
 
 # torch.compile's first call grows with the graph: on the H200 (torch 2.11) 11-17 s for ResNet-50 (174 aten
@@ -373,13 +394,18 @@ def step_optimize(opts, report: dict, budget: Budget) -> None:
     search ends with time left and problems it left unprepared (their reference data did not fit in
     preparing's share of its time), another round takes those, up to MAX_SEARCH_ROUNDS."""
     compile_too = opts.compile if opts.compile is not None else opts.backend == "cuda"
-    reserve = budget.check_reserve(_script_seconds(opts.out), compile_too, _ops_per_forward(opts.out))
+    script_s, ops = _script_seconds(opts.out), _ops_per_forward(opts.out)
+    reserve = budget.check_reserve(script_s, compile_too, ops)
     search_s = budget.left() - reserve
     search = report["search"] = {"planned_s": round(max(search_s, 0), 1), "reserve_s": round(reserve, 1)}
     if search_s < 1:
         search["stopped"] = "no time left"
+        # what --time would have left the search HINT_SEARCH_S, rounded up to a minute
+        search["time_hint_s"] = 60 * math.ceil(budget.seconds_for(HINT_SEARCH_S, script_s, compile_too, ops) / 60)
+        search["time_hint_search_s"] = HINT_SEARCH_S
         _log(f"kiln tune [2/4] search: no time left for it ({budget.left():.0f} s of --time {opts.time:g} s "
-             f"left, {reserve:.0f} s kept for the install check)")
+             f"left, {reserve:.0f} s kept for the install check); --time {search['time_hint_s']} would leave it "
+             f"about {HINT_SEARCH_S:.0f} s")
         return
     logs = os.path.join(opts.out, "logs")
     os.makedirs(logs, exist_ok=True)

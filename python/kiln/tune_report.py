@@ -62,7 +62,9 @@ def _time_section(report: dict) -> list:
     search = report.get("search") or {}
     if search.get("planned_s") is not None:
         lines.append(f"The search was given {search['planned_s']:.0f} s ({search.get('reserve_s', 0):.0f} s kept for "
-                     f"the install check and the report) and ended: {search.get('stopped') or 'done'}.")
+                     f"the install check and the report) and ended: {search.get('stopped') or 'done'}."
+                     + (f" `--time {search['time_hint_s']}` would have left it about "
+                        f"{search.get('time_hint_search_s', 0):.0f} s." if search.get("time_hint_s") else ""))
     elif search.get("stopped"):
         lines.append(f"The search: {search['stopped']}.")
     if report.get("out_of_time"):

@@ -398,6 +398,25 @@ def test_dropping_marks_the_kiln_compile_column_for_a_new_timing(monkeypatch, tm
     assert report["model"]["compile_ms"] == 3.0
 
 
+def test_no_time_for_the_search_says_what_time_would_leave_some(monkeypatch):
+    """A budget that capture and the install check's reserve use up (GPT-2's generate at --time 250: capture
+    130 s, 150 s kept) says which --time would leave the search HINT_SEARCH_S: at that --time, after the same
+    capture, the reserve the budget then keeps leaves at least that much."""
+    from kiln import tune, tune_report
+    b = tune.Budget(250)
+    monkeypatch.setattr(b, "elapsed", lambda: 140.0)
+    script_s, ops = 42.0, 600.0
+    assert b.seconds - 140.0 - b.tail - b.check_reserve(script_s, True, ops) < 1
+    hint = b.seconds_for(tune.HINT_SEARCH_S, script_s, True, ops)
+    big = tune.Budget(hint)
+    left = hint - 140.0 - big.tail - big.check_reserve(script_s, True, ops)
+    assert tune.HINT_SEARCH_S <= left < tune.HINT_SEARCH_S + 1, (hint, left)
+    md = "\n".join(tune_report._time_section({"time_budget_s": 250, "elapsed_s": 229, "steps": {}, "search": {
+        "planned_s": 0, "reserve_s": 150, "stopped": "no time left", "time_hint_s": 660,
+        "time_hint_search_s": tune.HINT_SEARCH_S}}))
+    assert "ended: no time left. `--time 660` would have left it about 180 s." in md, md
+
+
 def test_a_search_cut_by_the_budget_is_not_called_a_failure(tmp_path):
     """A problem whose candidate was made but never evaluated before --time ran out is "not searched" with
     that reason, never "no correct kernel"; one whose candidates were evaluated and all failed is "no
