@@ -317,6 +317,16 @@ def _relaid_layout(graph) -> bool:
         return False
 
 
+LEFT_TO_INDUCTOR = ("left to Inductor in a graph whose convolutions it lays out channels-last: a copy on each side "
+                    "of kiln's op would cost more than the pass Inductor fuses it into")
+
+
+def compile_notes(inst: "Installation") -> list:
+    """The installation's notes of entries that torch.compile's graphs did not get (left to Inductor, or not
+    matched), in order."""
+    return [n for n in inst.notes if LEFT_TO_INDUCTOR in n or f"not matched inside {_WHERE['inductor']}" in n]
+
+
 def _is_conv(node) -> bool:
     import torch
     return getattr(node, "op", None) == "call_function" and node.target is torch.ops.aten.convolution.default
@@ -578,8 +588,7 @@ class InductorPatterns:
             finally:
                 p.relaid, p.left = False, None
         for name in dict.fromkeys(left):
-            note = (f"{name}: left to Inductor in a graph whose convolutions it lays out channels-last: a copy on "
-                    "each side of kiln's op would cost more than the pass Inductor fuses it into")
+            note = f"{name}: {LEFT_TO_INDUCTOR}"
             if note not in self.inst.notes:
                 self.inst.notes.append(note)
         if n and self.guarded and flavor == "inductor":

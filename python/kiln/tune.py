@@ -898,6 +898,7 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
 
     import kiln
     from kiln.install_graph import graph_notes
+    from kiln.install_inductor import compile_notes
     p = "kiln_graph_" if graph else "kiln_compile_"
     what = "kiln's graph mode" if graph else "torch.compile"
     for k in _kiln_way_keys(p):
@@ -933,7 +934,7 @@ def time_kiln_compile(root: RootCall, lib, opts, timer: Timer, out: dict, eager_
                 stats = inst.stats()
                 out[p + "hits_per_forward"] = stats["hits"]
                 out[p + "entry_hits_per_forward"] = {k: e["hits"] for k, e in stats["entries"].items()}
-                notes = graph_notes(inst) if graph else []
+                notes = graph_notes(inst) if graph else compile_notes(inst)
                 if notes:
                     out[p + "notes"] = notes
                 kf = lambda: compiled(*args, **kwargs)  # noqa: E731

@@ -34,6 +34,18 @@ def _spread(v) -> str:
     return f"{v:.1f}%" + ("!" if v > SPREAD_LIMIT_PCT else "")
 
 
+def _compile_notes(notes) -> list:
+    """kiln + torch.compile's notes of entries its graphs did not get: those left to Inductor by layout as one
+    line naming them (DenseNet has dozens), the others as they are."""
+    from kiln.install_inductor import LEFT_TO_INDUCTOR
+    left = [n.split(":", 1)[0] for n in notes if LEFT_TO_INDUCTOR in n]
+    lines = [f"kiln + torch.compile: {n}." for n in notes if LEFT_TO_INDUCTOR not in n]
+    if left:
+        lines.insert(0, f"kiln + torch.compile: {len(left)} entr{'y' if len(left) == 1 else 'ies'} "
+                        f"{LEFT_TO_INDUCTOR} ({', '.join(f'`{n}`' for n in left)}).")
+    return lines
+
+
 def _speedup(eager, eager_spread, other, other_spread) -> str:
     verdict, value, _ = speedup_judge(eager, eager_spread, other, other_spread)
     return speedup_text(verdict, value)
@@ -178,6 +190,7 @@ def _model_section(report: dict) -> list:
             "alone beyond the spreads, so it is torch.compile's own") + ".")
     if m.get("kiln_compile_note"):
         lines.append(f"kiln + torch.compile: {m['kiln_compile_note']}.")
+    lines += _compile_notes(m.get("kiln_compile_notes") or ())
     if m.get("kiln_compile_error") and m.get("kiln_compile_error") != m.get("compile_error"):
         lines.append(f"kiln + torch.compile failed: {m['kiln_compile_error']}")
     if "kiln_graph_ms" in m:

@@ -372,6 +372,12 @@ def test_report_has_the_kiln_compile_column():
     assert row["kiln + torch.compile ms"] == "0.800" and row["kiln + compile speedup"] == "2.50x"
     assert row["max diff kiln + compile"] == "1e-06"
     assert "3 kernel calls per compiled forward, 1.25x against torch.compile alone" in md
+    from kiln.install_inductor import LEFT_TO_INDUCTOR
+    notes = [f"chain_a: {LEFT_TO_INDUCTOR}", "ln_b: not matched inside torch.compile: why",
+             f"chain_c: {LEFT_TO_INDUCTOR}"]
+    md = cells(dict(measured, kiln_compile_notes=notes))[1]
+    assert f"kiln + torch.compile: 2 entries {LEFT_TO_INDUCTOR} (`chain_a`, `chain_c`)." in md
+    assert "kiln + torch.compile: ln_b: not matched inside torch.compile: why." in md
     assert cells(base)[0]["kiln + torch.compile ms"] == "off"
     row, md = cells(dict(base, compile_ms=1.0, kiln_compile_error="RuntimeError: no"))
     assert row["kiln + torch.compile ms"] == "failed" and "kiln + torch.compile failed: RuntimeError: no" in md
