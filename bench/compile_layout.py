@@ -1,16 +1,18 @@
-"""compile_layout.py: kiln + torch.compile on a convolutional network, with and without kiln's pointwise entries
-beside convolutions that Inductor lays out channels-last (python/kiln/install_inductor.py, `_beside_conv`).
+"""compile_layout.py: kiln + torch.compile on a convolutional network, with and without kiln's one-pass entries on
+4-D tensors in graphs whose convolutions Inductor lays out channels-last (python/kiln/install_inductor.py,
+`_relaid_match`).
 
     python3 bench/compile_layout.py RUN/library [--model densenet121] [--dtype bf16] [--batch 32] [--rounds 7]
+                                    [--entries all] [--no-rule-off]
 
 RUN/library is what `kiln tune examples/resnet50.py -- --model M --dtype D` wrote (its install.json decides the
-entries, as kiln.install picks them). The same torchvision model and input as examples/resnet50.py, in inference
-mode. Three ways, each compiled and timed in turn (one installation at a time), its rounds (loops of about a
-second) alternating with eager's: torch.compile, kiln + torch.compile as installed now (those entries left to
-Inductor), and kiln + torch.compile with every entry replaced wherever it matches (the rule switched off: the
-behaviour before 2026-12-06). Prints per way the median ms a forward and the spread of its rounds ((max - min) /
-median), eager's beside it, kiln's hits a forward and the largest difference from eager's output; the table
-last."""
+entries, as kiln.install picks them), or what `kiln optimize` wrote with `--entries all`. The same torchvision
+model and input as examples/resnet50.py, in inference mode. Three ways, each compiled and timed in turn (one
+installation at a time), its rounds (loops of about a second) alternating with eager's: torch.compile, kiln +
+torch.compile as installed now (those entries left to Inductor), and kiln + torch.compile with every entry
+replaced wherever it matches (the rule switched off: the behaviour before 2026-12-06; --no-rule-off leaves it
+out). Prints per way the median ms a forward and the spread of its rounds ((max - min) / median), eager's beside
+it, kiln's hits a forward and the largest difference from eager's output; the table last."""
 
 import argparse
 import os
@@ -40,6 +42,10 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
+    ap.add_argument("--entries", default=None,
+                    help="all: every entry of the library's manifest (a library `kiln optimize` wrote, with no "
+                         "install.json); default: what install.json decided, as kiln.install picks")
+    ap.add_argument("--no-rule-off", action="store_true", help="leave out the way with the rule switched off")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("compile_layout.py: needs a GPU (Inductor's layout choice is the GPU's)")
@@ -53,16 +59,22 @@ def main() -> None:
     torch.manual_seed(0)
     model = getattr(torchvision.models, args.model)().to(dtype).cuda().eval()
     x = torch.randn(args.batch, 3, 224, 224, dtype=dtype, device="cuda")
+    entries = None
+    if args.entries == "all":
+        import json
+        with open(os.path.join(args.library, "manifest.json")) as f:
+            entries = [e["problem"] for e in json.load(f)["entries"]]
     relaid = ii._relaid_layout
     eager = lambda: model(x)  # noqa: E731
     rows = []
     with torch.inference_mode():
         want = model(x)
         n = max(3, int(1.0 / max(per_call_ms(eager, 3) / 1e3, 1e-4)))
-        for name, rule in (("torch.compile", None), ("kiln + compile", True), ("kiln + compile, rule off", False)):
+        ways = [("torch.compile", None), ("kiln + compile", True), ("kiln + compile, rule off", False)]
+        for name, rule in ways[:2] if args.no_rule_off else ways:
             torch._dynamo.reset()  # nothing compiled for another way may be reused
             ii._relaid_layout = relaid if rule is not False else (lambda graph: False)
-            inst = kiln.install(args.library, model, compile=False) if rule is not None else None
+            inst = kiln.install(args.library, model, entries=entries, compile=False) if rule is not None else None
             try:
                 compiled = torch.compile(model)
                 t0 = time.perf_counter()

@@ -676,7 +676,7 @@ def test_bf16_depthwise_conv_chain_replaced_inside_torch_compile(tmp_path_factor
 DENSE_CAT_SCRIPT = ROOT / "tests" / "data" / "gen" / "dense_cat.py"
 
 
-def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory, monkeypatch):
+def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory):
     """DenseNet's cat -> batch_norm -> relu over the cat of 25 feature maps: one chain of 29 inputs, which `gen`
     lowers (a cat's inputs share their other dims' axes, so 25 maps fit the axis table) and proves, and whose
     entry is one op of kiln's graph mode and of the compiled block where Inductor keeps the traced layout (a hit
@@ -713,8 +713,8 @@ def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory, monkeyp
             kiln.uninstall(inst)
             torch._dynamo.reset()
     import torch._inductor.config as inductor_config
-    monkeypatch.setattr(inductor_config, "layout_optimization", False)
-    _one_hit(library, model, x, want, widest.name, True)
+    with inductor_config.patch(layout_optimization=False):
+        _one_hit(library, model, x, want, widest.name, True)
 
 
 EMPTY_CAT_SCRIPT = ROOT / "tests" / "data" / "chains" / "empty_cat_chain.py"
