@@ -681,18 +681,21 @@ def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory):
     lowers (a cat's inputs share their other dims' axes, so 25 maps fit the axis table) and proves, and whose
     entry is one op of kiln's graph mode and of the compiled block where Inductor keeps the traced layout (a hit
     each), with eager's output. Where Inductor lays the convolutions out channels-last (on the CPU it always does,
-    with mkldnn), the chain, one pass of pointwise work between convolutions, is left to Inductor with a note: no
-    hit, eager's output."""
+    with mkldnn), the chain, one pass of pointwise work on 4-D tensors, is left to Inductor with a note, and so is
+    the batch norm entry of the same cat, which no convolution writes or reads: no hit, eager's output."""
     # --top 100: the block's 25 cat chains are 25 signatures, more than the default 20 per kind, and which are
     # the slowest 20 depends on the machine's timing
     run = capture_cpu(DENSE_CAT_SCRIPT, tmp_path_factory.mktemp("dense_cat"), "--top", "100")
     cats = [p for p in (run / "problems").iterdir() if p.name.startswith("chain_cat_batch_norm_relu")]
     widest = max(cats, key=lambda p: len(json.loads((p / "definition.json").read_text())["inputs"]))
     assert len(json.loads((widest / "definition.json").read_text())["inputs"]) == 29
-    library = optimize_alone([widest], tmp_path_factory.mktemp("dense_cat_only"))
+    # the block's last batch norm alone, between the cat and the ReLU: no convolution beside it
+    norm = next(p for p in (run / "problems").iterdir() if p.name.startswith("batch_norm_default_2x104x6x6"))
+    library = optimize_alone([widest, norm], tmp_path_factory.mktemp("dense_cat_only"))
     manifest = json.loads((library / "manifest.json").read_text())
     entry = next(e for e in manifest["entries"] if e["problem"] == widest.name)
     assert entry["candidate"]["family"] == "gen", entry["candidate"]
+    assert any(e["problem"] == norm.name for e in manifest["entries"]), [e["problem"] for e in manifest["entries"]]
     dc = _script_module(DENSE_CAT_SCRIPT)
     torch.manual_seed(0)
     model = dc.Block().eval()
@@ -703,11 +706,12 @@ def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory):
     import kiln
     torch._dynamo.reset()
     with torch.inference_mode():
-        inst = kiln.install(str(library), model, entries=[widest.name], compile=True)
+        inst = kiln.install(str(library), model, entries=[widest.name, norm.name], compile=True)
         try:
             got = model(x)
             assert inst.stats()["hits"] == 0, inst.stats()
-            assert any(n.startswith(widest.name) and "left to Inductor" in n for n in inst.notes), inst.notes
+            for name in (widest.name, norm.name):
+                assert any(n.startswith(name) and "left to Inductor" in n for n in inst.notes), inst.notes
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         finally:
             kiln.uninstall(inst)
