@@ -86,7 +86,7 @@ def main() -> None:
                     inst.reset_stats()
                     compiled(x)
                     hits = inst.stats()["hits"]
-                    left = sum("left to Inductor" in note for note in inst.notes)
+                    left = sum(ii.LEFT_TO_INDUCTOR in note for note in inst.notes)
                 mine, base = [], []
                 for _ in range(args.rounds):  # alternating with eager, which every block times (the drift)
                     base.append(per_call_ms(eager, n))
@@ -112,6 +112,7 @@ def main() -> None:
 
 def spread(ts: list) -> float:
     return 100 * (max(ts) - min(ts)) / statistics.median(ts)
+
 
 if __name__ == "__main__":
     main()

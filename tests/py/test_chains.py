@@ -704,6 +704,7 @@ def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory):
         want = model(x)
     _one_hit(library, model, x, want, widest.name, "graph")
     import kiln
+    from kiln.install_inductor import LEFT_TO_INDUCTOR
     torch._dynamo.reset()
     with torch.inference_mode():
         inst = kiln.install(str(library), model, entries=[widest.name, norm.name], compile=True)
@@ -711,7 +712,7 @@ def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory):
             got = model(x)
             assert inst.stats()["hits"] == 0, inst.stats()
             for name in (widest.name, norm.name):
-                assert any(n.startswith(name) and "left to Inductor" in n for n in inst.notes), inst.notes
+                assert any(n.startswith(name) and LEFT_TO_INDUCTOR in n for n in inst.notes), inst.notes
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         finally:
             kiln.uninstall(inst)
