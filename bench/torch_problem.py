@@ -7,6 +7,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -50,6 +51,7 @@ def main():
     args = ap.parse_args()
     for pdir in args.problems:
         row = {"problem": os.path.basename(os.path.normpath(pdir))}
+        t_row = time.monotonic()
         try:
             problem = load_problem(pdir)
             ref = load_reference(problem)
@@ -78,6 +80,7 @@ def main():
             except Exception as e:  # the floor is a diagnostic: never lose the row for it
                 row["copy_error"] = f"{type(e).__name__}: {str(e)[:200]}"
             for mode in args.modes.split(","):
+                t_mode = time.monotonic()
                 fn = ref.run if mode == "eager" else torch.compile(
                     ref.run, mode=None if mode == "default" else mode)
                 try:
@@ -85,9 +88,11 @@ def main():
                 except Exception as e:  # a compile failure is a figure too
                     row[mode + "_us"] = None
                     row[mode + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                row[mode + "_s"] = round(time.monotonic() - t_mode, 1)  # compile + timing: a run's cost
                 torch._dynamo.reset()
         except Exception as e:
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        row["wall_s"] = round(time.monotonic() - t_row, 1)
         print(json.dumps(row), flush=True)
     return 0
 

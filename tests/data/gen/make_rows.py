@@ -135,10 +135,61 @@ def main():
            "bias": (w, "bfloat16")}, {"out0": (x, "bfloat16"), "out1": (x, "bfloat16")}, ref,
           {"kind": "chain", "ops": ops, "outputs": ["v0", "v2"]})
 
+    # Gemma-4's eager attention: the scores scaled by 1.0, the causal mask added, softmax in float32, back to
+    # bfloat16 (kiln capture's chain of four calls at the real size of bench/problems/softmax_bf16_chain_*)
+    s, m = (1, 8, 4096, 4096), (1, 1, 4096, 4096)
+    ops = [
+        {"aten": "aten::mul.Tensor", "args": [{"ref": "input0"}, 1.0], "out": "v0", "dtypes": ["bfloat16"]},
+        {"aten": "aten::add.Tensor", "args": [{"ref": "v0"}, {"ref": "input1"}], "out": "v1", "dtypes": ["bfloat16"]},
+        {"aten": "aten::softmax.int", "args": [{"ref": "v1"}, -1, "torch.float32"], "out": "v2",
+         "dtypes": ["float32"]},
+        {"aten": "aten::to.dtype", "args": [{"ref": "v2"}, "torch.bfloat16"], "out": "v3", "dtypes": ["bfloat16"]},
+    ]
+    write("gen_gemma4_mask_softmax_bf16_1x8x4096x4096",
+          "Gemma-4's attention probabilities as kiln capture writes the chain: bfloat16 scores [1, 8, 4096, 4096] "
+          "times 1.0, plus the [1, 1, 4096, 4096] mask, softmax in float32, cast back to bfloat16. Minimum "
+          "traffic 268 MB + 33.6 MB + 268 MB, speed of light 134 us.",
+          {"input0": (s, "bfloat16"), "input1": (m, "bfloat16")}, {"out0": (s, "bfloat16")},
+          _reference(["input0", "input1"], ops, "v3"),
+          {"kind": "chain", "ops": ops, "outputs": ["v3"]})
+
+    # Qwen-3.5's gated RMSNorm after its linear attention: 2048 tokens x 32 value heads, head dim 128
+    x, w = (65536, 128), (128,)
+    ops = [
+        {"aten": "aten::to.dtype", "args": [{"ref": "input0"}, "torch.float32"], "out": "v0", "dtypes": ["float32"]},
+        {"aten": "aten::pow.Tensor_Scalar", "args": [{"ref": "v0"}, 2], "out": "v1", "dtypes": ["float32"]},
+        {"aten": "aten::mean.dim", "args": [{"ref": "v1"}, [-1], True], "out": "v2", "dtypes": ["float32"]},
+        {"aten": "aten::add.Tensor", "args": [{"ref": "v2"}, 1e-06], "out": "v3", "dtypes": ["float32"]},
+        {"aten": "aten::rsqrt.default", "args": [{"ref": "v3"}], "out": "v4", "dtypes": ["float32"]},
+        {"aten": "aten::mul.Tensor", "args": [{"ref": "v0"}, {"ref": "v4"}], "out": "v5", "dtypes": ["float32"]},
+        {"aten": "aten::to.dtype", "args": [{"ref": "v5"}, "torch.bfloat16"], "out": "v6", "dtypes": ["bfloat16"]},
+        {"aten": "aten::mul.Tensor", "args": [{"ref": "weight"}, {"ref": "v6"}], "out": "v7", "dtypes": ["bfloat16"]},
+        {"aten": "aten::to.dtype", "args": [{"ref": "input1"}, "torch.float32"], "out": "v8", "dtypes": ["float32"]},
+        {"aten": "aten::silu.default", "args": [{"ref": "v8"}], "out": "v9", "dtypes": ["float32"]},
+        {"aten": "aten::mul.Tensor", "args": [{"ref": "v7"}, {"ref": "v9"}], "out": "v10", "dtypes": ["float32"]},
+        {"aten": "aten::to.dtype", "args": [{"ref": "v10"}, "torch.bfloat16"], "out": "v11", "dtypes": ["bfloat16"]},
+    ]
+    write("gen_rmsnorm_gated_qwen3_5_bf16_65536x128",
+          "Qwen3_5MoeRMSNormGated at Qwen3_5MoeTextConfig() defaults as kiln capture writes the module: 2048 "
+          "tokens x 32 value heads as rows of head dim 128, bfloat16, times the weight, times SiLU of the gate. "
+          "Minimum traffic 16.8 MB + 16.8 MB + 16.8 MB, speed of light 12 us.",
+          {"input0": (x, "bfloat16"), "weight": (w, "bfloat16"), "input1": (x, "bfloat16")},
+          {"out0": (x, "bfloat16")}, _reference(["input0", "weight", "input1"], ops, "v11"),
+          {"kind": "module", "module_class": "Qwen3_5MoeRMSNormGated", "ops": ops, "outputs": ["v11"]})
+
+
+def _reference(params, ops, result):
+    return ("import torch\n\n\n@torch.no_grad()\ndef run(" + ", ".join(params) + "):\n"
+            + "".join(f"    {o['out']} = torch.ops.aten.{o['aten'][6:]}({', '.join(_arg(a) for a in o['args'])})\n"
+                      for o in ops)
+            + f"    return {result}\n")
+
 
 def _arg(a):
     if isinstance(a, dict):
         return a["ref"]
+    if isinstance(a, str) and a.startswith("torch."):
+        return a  # a dtype, as capture writes it
     return repr(a)
 
 
