@@ -722,6 +722,44 @@ def test_dense_cat_chain_replaced_inside_torch_compile(tmp_path_factory):
         _one_hit(library, model, x, want, widest.name, True)
 
 
+CONV_POOL_SCRIPT = ROOT / "tests" / "data" / "gen" / "conv_pool.py"
+
+
+def test_pools_beside_convolutions_left_to_inductor(tmp_path_factory):
+    """A max pool after a convolution's ReLU and an average pool after a 1x1 convolution: where Inductor lays the
+    convolutions out channels-last (on the CPU, with mkldnn, always), each pool entry would cost a copy of its
+    input and of its output, about three times the pool's own bytes, so both are left to Inductor with a note
+    (no hit, eager's output); kiln's graph mode still takes each (a hit)."""
+    run = capture_cpu(CONV_POOL_SCRIPT, tmp_path_factory.mktemp("conv_pool"))
+    pools = [p for p in (run / "problems").iterdir() if p.name.startswith(("max_pool2d", "avg_pool2d"))]
+    assert len(pools) == 2, sorted(p.name for p in (run / "problems").iterdir())
+    library = optimize_alone(pools, tmp_path_factory.mktemp("conv_pool_only"))
+    names = [e["problem"] for e in json.loads((library / "manifest.json").read_text())["entries"]]
+    assert sorted(names) == sorted(p.name for p in pools), names
+    cp = _script_module(CONV_POOL_SCRIPT)
+    torch.manual_seed(0)
+    model = cp.Net().eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        want = model(x)
+    for name in names:
+        _one_hit(library, model, x, want, name, "graph")
+    import kiln
+    from kiln.install_inductor import LEFT_TO_INDUCTOR
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        inst = kiln.install(str(library), model, entries=names, compile=True)
+        try:
+            got = model(x)
+            assert inst.stats()["hits"] == 0, inst.stats()
+            for name in names:
+                assert any(n.startswith(name) and LEFT_TO_INDUCTOR in n for n in inst.notes), inst.notes
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        finally:
+            kiln.uninstall(inst)
+            torch._dynamo.reset()
+
+
 EMPTY_CAT_SCRIPT = ROOT / "tests" / "data" / "chains" / "empty_cat_chain.py"
 
 
