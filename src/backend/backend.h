@@ -63,6 +63,10 @@ typedef struct {
     /* Registers per thread and static shared memory of an entry point (optional; may be NULL). */
     int (*entry_attrs)(kiln_backend *be, kiln_module *m, const char *entry, int *regs,
                        size_t *static_smem, kiln_err *err);
+    /* Puts the module's global variables back as loaded, queued before the next launch, so that a
+     * kernel carries nothing from one run to the next (optional; may be NULL: the sandboxed cpu
+     * runner does it itself before every call). */
+    int (*reset_state)(kiln_backend *be, kiln_module *m, kiln_err *err);
 
     /* Device memory of the kind flags says (KILN_ALLOC_*; 0: plain). */
     int (*alloc)(kiln_backend *be, size_t n_bytes, unsigned flags, kiln_devptr *out, kiln_err *err);

@@ -1,12 +1,13 @@
-/* cubin.c: a kernel's registers and stack frame from its cubin.
+/* cubin.c: a kernel's registers and stack frame from its cubin, and the module's global variables.
  *
  * A cubin is an ELF64 file. ptxas records per-kernel facts as attributes in the section .nv.info
  * (and .nv.info.<kernel>): each attribute starts with a 4-byte header, a format byte and an
  * attribute byte, then either a 16-bit value (formats 1 to 3) or a 16-bit size followed by that
  * many bytes (format 4). Two of them say what `ptxas -v` prints: attribute 0x2f, the register
  * count, and 0x11, the stack frame, each a format-4 payload of (symbol index, value) as two
- * little-endian 32-bit words, where the symbol is the kernel's entry in .symtab. Every offset
- * read from the file is checked against its length. */
+ * little-endian 32-bit words, where the symbol is the kernel's entry in .symtab. A module's
+ * __device__ variables live in the sections .nv.global (zero-initialised, no bytes in the file) and
+ * .nv.global.init. Every offset read from the file is checked against its length. */
 #include "cubin.h"
 
 #include <string.h>
@@ -44,6 +45,7 @@ static uint64_t u64_at(const unsigned char *p) {
 typedef struct {
     uint32_t name, type, link;
     uint64_t off, size, entsize;
+    uint64_t mem_size; /* the size the section takes when loaded (NOBITS ones included) */
 } elf_section;
 
 static int section(const elf_bytes *e, uint64_t shoff, uint16_t shentsize, int i, elf_section *s) {
@@ -55,7 +57,8 @@ static int section(const elf_bytes *e, uint64_t shoff, uint16_t shentsize, int i
                        .off = u64_at(h + 24),
                        .size = u64_at(h + 32),
                        .link = u32_at(h + 40),
-                       .entsize = u64_at(h + 56)};
+                       .entsize = u64_at(h + 56),
+                       .mem_size = u64_at(h + 32)};
     if (s->type == SHT_NOBITS)
         s->size = 0; /* .nv.shared.*: a size in shared memory, no bytes in the file */
     return s->off > e->len || s->size > e->len - s->off ? -1 : 0;
@@ -69,15 +72,47 @@ static const char *str_at(const elf_bytes *e, const elf_section *strs, uint64_t 
     return memchr(s, 0, strs->size - off) ? s : NULL;
 }
 
+/* The header of a cubin: *shoff and friends, or -1 when the bytes are not a little-endian ELF64. */
+static int elf_header(const elf_bytes *e, uint64_t *shoff, uint16_t *shentsize, uint16_t *shnum,
+                      uint16_t *shstrndx) {
+    unsigned char eh[64];
+    if (!e->b || rd(e, 0, 64, eh) || memcmp(eh, "\177ELF", 4) || eh[4] != 2 || eh[5] != 1)
+        return -1;
+    *shoff = u64_at(eh + 0x28);
+    *shentsize = u16_at(eh + 0x3a);
+    *shnum = u16_at(eh + 0x3c);
+    *shstrndx = u16_at(eh + 0x3e);
+    return 0;
+}
+
+int kiln_cubin_global_bytes(const void *cubin, size_t len, uint64_t *bytes, kiln_err *err) {
+    const elf_bytes e = {cubin, len};
+    uint64_t shoff;
+    uint16_t shentsize, shnum, shstrndx;
+    elf_section names;
+    if (elf_header(&e, &shoff, &shentsize, &shnum, &shstrndx))
+        return kiln_errf(err, KILN_ERR_FORMAT, "not a cubin: no little-endian ELF64 header");
+    if (shstrndx >= shnum || section(&e, shoff, shentsize, shstrndx, &names))
+        return kiln_errf(err, KILN_ERR_FORMAT, "cubin: bad section header table");
+    *bytes = 0;
+    for (int i = 0; i < shnum; i++) {
+        elf_section s;
+        if (section(&e, shoff, shentsize, i, &s))
+            return kiln_errf(err, KILN_ERR_FORMAT, "cubin: section %d lies outside the file", i);
+        const char *nm = str_at(&e, &names, s.name);
+        if (nm && strncmp(nm, ".nv.global", 10) == 0)
+            *bytes += s.mem_size;
+    }
+    return 0;
+}
+
 int kiln_cubin_usage_of(const void *cubin, size_t len, const char *name, kiln_cubin_usage *out,
                         kiln_err *err) {
     const elf_bytes e = {cubin, len};
-    unsigned char eh[64];
-    if (!cubin || rd(&e, 0, 64, eh) || memcmp(eh, "\177ELF", 4) || eh[4] != 2 || eh[5] != 1)
+    uint64_t shoff;
+    uint16_t shentsize, shnum, shstrndx;
+    if (elf_header(&e, &shoff, &shentsize, &shnum, &shstrndx))
         return kiln_errf(err, KILN_ERR_FORMAT, "not a cubin: no little-endian ELF64 header");
-    const uint64_t shoff = u64_at(eh + 0x28);
-    const uint16_t shentsize = u16_at(eh + 0x3a), shnum = u16_at(eh + 0x3c),
-                   shstrndx = u16_at(eh + 0x3e);
     elf_section names, symtab = {0}, strtab;
     if (shstrndx >= shnum || section(&e, shoff, shentsize, shstrndx, &names))
         return kiln_errf(err, KILN_ERR_FORMAT, "cubin: bad section header table");

@@ -1,4 +1,4 @@
-/* cubin.h: what ptxas gave a kernel, read from the cubin itself (no GPU needed). */
+/* cubin.h: what ptxas gave a kernel and its module, read from the cubin itself (no GPU needed). */
 #ifndef KILN_CUBIN_H
 #define KILN_CUBIN_H
 
@@ -15,5 +15,10 @@ typedef struct {
  * kernel. A kernel without a frame attribute has a frame of 0. */
 int kiln_cubin_usage_of(const void *cubin, size_t len, const char *name, kiln_cubin_usage *out,
                         kiln_err *err);
+
+/* The bytes of a module's global variables (__device__, static or not, initialised or not: the
+ * sections .nv.global and .nv.global.init), 0 when it has none. Returns 0, or KILN_ERR_FORMAT with
+ * err set when the bytes are not a cubin. */
+int kiln_cubin_global_bytes(const void *cubin, size_t len, uint64_t *bytes, kiln_err *err);
 
 #endif

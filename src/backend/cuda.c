@@ -14,6 +14,7 @@
  *
  * The backend is single-threaded: the context is made current on the thread that calls init. */
 #include "backend.h"
+#include "cubin.h"
 #include "cuda_driver.h"
 #include "lt_call.h"
 #include "nvrtc.h"
@@ -92,6 +93,7 @@ struct kiln_module {
     CUmodule mod;
     int n;
     cuda_entry e[KILN_MAX_LAUNCHES];
+    void *image; /* the cubin, kept when the module has global variables (reset_state reloads it) */
     kiln_lt_call *lt;     /* a `// kiln: library cublaslt` candidate (no CUmodule), else NULL */
     CUdeviceptr lt_space; /* its workspace, 0 when it needs none */
 };
@@ -250,7 +252,12 @@ static int compile_load(cuda_state *st, const char *source, kiln_module **out, c
         return rc;
     kiln_module *m = xcalloc(1, sizeof *m);
     CUresult r = kiln_cuda.ModuleLoadData(&m->mod, cubin);
-    free(cubin);
+    uint64_t globals = 0;
+    if (r == CUDA_SUCCESS && kiln_cubin_global_bytes(cubin, cubin_len, &globals, NULL) == 0 &&
+        globals)
+        m->image = cubin;
+    else
+        free(cubin);
     if (r != CUDA_SUCCESS) {
         free(m);
         if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
@@ -374,10 +381,37 @@ static int cuda_compile_module(cuda_state *st, const char *source, const kiln_si
     if (rc) {
         if (m->mod && !st->dead)
             kiln_cuda.ModuleUnload(m->mod);
+        free(m->image);
         free(m);
         return rc;
     }
     *out = m;
+    return KILN_OK;
+}
+
+/* A module with global variables is loaded afresh before every run: what a kernel left there (a
+ * count of its launches, answers keyed by its inputs' addresses or contents) is gone, and every run
+ * starts as the first did. The reload waits for the runs queued before it; it is not timed. Modules
+ * without globals (every kernel kiln writes) cost nothing. */
+static int cuda_reset_state(kiln_backend *be, kiln_module *m, kiln_err *err) {
+    cuda_state *st = be->impl;
+    if (!m->image)
+        return KILN_OK;
+    if (st->dead)
+        return cu_dead(st, err);
+    CUresult r = kiln_cuda.StreamSynchronize(st->stream);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(st, r, "cuStreamSynchronize (before reloading a module's globals)", err);
+    if ((r = kiln_cuda.ModuleUnload(m->mod)) != CUDA_SUCCESS)
+        return cu_fail(st, r, "cuModuleUnload", err);
+    m->mod = NULL;
+    if ((r = kiln_cuda.ModuleLoadData(&m->mod, m->image)) != CUDA_SUCCESS)
+        return cu_fail(st, r, "cuModuleLoadData (reloading a module's globals)", err);
+    for (int j = 0; j < m->n; j++) {
+        if ((r = kiln_cuda.ModuleGetFunction(&m->e[j].fn, m->mod, m->e[j].name)) != CUDA_SUCCESS)
+            return cu_fail(st, r, "cuModuleGetFunction", err);
+        memset(&m->e[j].limits, 0, sizeof m->e[j].limits); /* a new function: raised again */
+    }
     return KILN_OK;
 }
 
@@ -389,9 +423,10 @@ static void cuda_module_free(kiln_backend *be, kiln_module *m) {
         kiln_lt_call_close(m->lt);
         if (m->lt_space && !st->dead)
             kiln_cuda.MemFree(m->lt_space);
-    } else if (!st->dead) {
+    } else if (!st->dead && m->mod) {
         kiln_cuda.ModuleUnload(m->mod);
     }
+    free(m->image);
     free(m);
 }
 
@@ -869,6 +904,7 @@ const kiln_backend_ops kiln_backend_cuda = {
     .memset8 = cuda_memset8,
     .copy = cuda_copy,
     .host_view = cuda_host_view,
+    .reset_state = cuda_reset_state,
     .launch = cuda_launch,
     .sync = cuda_sync,
     .wait = cuda_wait,

@@ -10,7 +10,10 @@
  * loader does (through the program headers, not the section table) and refuses the object when
  * any of them is there. Candidates are linked with -nostartfiles, so crtbegin's frame_dummy and
  * __do_global_dtors_aux do not put entries there for them; destructors are refused too, because a
- * proven library is later loaded into the user's own process by libkiln_rt. */
+ * proven library is later loaded into the user's own process by libkiln_rt. Thread-local variables
+ * are refused too: the runner puts the candidate's static data back before every call
+ * (sandbox_main.c), so that nothing a call leaves there reaches the next, and a thread's own
+ * storage would escape that. */
 #include "sandbox.h"
 
 #include <elf.h>
@@ -132,9 +135,14 @@ static int check_image(const elf_image *in, kiln_err *err) {
     img.n_ph = eh.e_phnum;
 
     const Elf64_Phdr *dyn = NULL;
-    for (int i = 0; i < img.n_ph; i++)
+    for (int i = 0; i < img.n_ph; i++) {
         if (img.ph[i].p_type == PT_DYNAMIC)
             dyn = &img.ph[i];
+        if (img.ph[i].p_type == PT_TLS) /* the runner resets static data, not a thread's own */
+            return kiln_errf(err, KILN_ERR_COMPILE,
+                             "the candidate has thread-local variables: state that outlives a call "
+                             "is refused (the runner puts static data back before every call)");
+    }
     if (!dyn || dyn->p_offset > img.len || dyn->p_filesz > img.len - dyn->p_offset)
         return kiln_errf(err, KILN_ERR_COMPILE,
                          "the compiled candidate has no dynamic section; kiln cannot check it");

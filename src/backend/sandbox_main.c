@@ -30,6 +30,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <omp.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -222,7 +223,79 @@ done:
     return rc;
 }
 
-/* Loads the candidate and resolves its trampolines; *why gets dlerror() on failure. */
+/* The candidate's writable static data (its .data and .bss: what the loader left writable after
+ * relocation) as dlopen left it, put back before every call. A kernel that keeps anything there
+ * from one call to the next — a count of its calls, the answers it computed keyed by its inputs'
+ * addresses or contents — starts every call as loaded instead, so it does the work on every call or
+ * fails it. (Thread-local storage, the other place such state could live, is refused with the
+ * object: sandbox_elf.c.) */
+typedef struct {
+    unsigned char *at, *copy;
+    size_t n;
+} state_range;
+static state_range state[8];
+static int n_state;
+
+typedef struct {
+    uintptr_t base;
+    const char *name;
+    int found;
+    char *why;
+    size_t cap;
+} state_search;
+
+static int snapshot_object(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    state_search *q = arg;
+    if (info->dlpi_addr != q->base || strcmp(info->dlpi_name, q->name) != 0)
+        return 0;
+    q->found = 1;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), relro_end = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) /* read-only up to its last whole page */
+            relro_end =
+                (q->base + info->dlpi_phdr[i].p_vaddr + info->dlpi_phdr[i].p_memsz) & ~(page - 1);
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || ph->p_memsz == 0)
+            continue;
+        uintptr_t lo = q->base + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (relro_end > lo)
+            lo = relro_end < hi ? relro_end : hi;
+        if (lo == hi)
+            continue;
+        if (n_state == (int)(sizeof state / sizeof state[0]))
+            return snprintf(q->why, q->cap, "more than %d writable segments", n_state), -1;
+        state_range *r = &state[n_state++];
+        r->at = (unsigned char *)lo;
+        r->n = hi - lo;
+        r->copy = malloc(r->n);
+        if (!r->copy)
+            return snprintf(q->why, q->cap, "no memory for a copy of %zu bytes of static data",
+                            r->n),
+                   -1;
+        memcpy(r->copy, r->at, r->n);
+    }
+    return 1;
+}
+
+static int snapshot_state(void *dl, char *why, size_t cap) {
+    struct link_map *lm = NULL;
+    if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+        return snprintf(why, cap, "dlinfo: %s", dlerror()), -1;
+    state_search q = {lm->l_addr, lm->l_name, 0, why, cap};
+    if (dl_iterate_phdr(snapshot_object, &q) < 0)
+        return -1;
+    return q.found ? 0 : (snprintf(why, cap, "the candidate is not among the loaded objects"), -1);
+}
+
+static void restore_state(void) {
+    for (int i = 0; i < n_state; i++)
+        memcpy(state[i].at, state[i].copy, state[i].n);
+}
+
+/* Loads the candidate, resolves its trampolines and copies its static data; *why gets dlerror() on
+ * failure. */
 static int load_candidate(const kiln_sbx_setup *s, char *why, size_t cap) {
     if (memchr(s->so_path, 0, sizeof s->so_path) == NULL || s->n_entries < 1 ||
         s->n_entries > KILN_MAX_LAUNCHES)
@@ -241,7 +314,7 @@ static int load_candidate(const kiln_sbx_setup *s, char *why, size_t cap) {
         memcpy(&calls[k], &f, sizeof f); /* object to function pointer, as POSIX allows */
     }
     n_calls = s->n_entries;
-    return 0;
+    return snapshot_state(dl, why, cap);
 }
 
 /* Every thread OpenMP will hand the candidate, made now: creating one later is refused. */
@@ -261,6 +334,7 @@ static _Noreturn void serve(void) {
         void *params[KILN_MAX_PARAMS];
         for (uint32_t i = 0; i < c.n_params; i++)
             params[i] = &c.value[i];
+        restore_state();
         for (uint32_t l = 0; l < c.n_launches; l++) {
             if (c.entry[l] >= n_calls)
                 _exit(RUNNER_EXIT_BAD_RECORD);

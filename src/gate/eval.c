@@ -155,11 +155,14 @@ static void set_params(ctx *c, int slot, int s) {
     KILN_ASSERT(k == c->sig->n);
 }
 
-/* Readies one run: the slot refilled with set s, the outputs poisoned with fresh patterns, the
- * parameters set. */
+/* Readies one run: the candidate's global variables as loaded, the slot refilled with set s, the
+ * outputs poisoned with fresh patterns, the parameters set. */
 static int prepare_run(ctx *c, int slot, int s, kiln_err *err) {
     kiln_res_workload *w = &c->rp->w[c->w];
-    int rc = kiln_resident_fill_slot(c->g->res, w, slot, s, err);
+    kiln_backend *be = c->g->be;
+    int rc = be->ops->reset_state ? be->ops->reset_state(be, c->mod, err) : KILN_OK;
+    if (rc == KILN_OK)
+        rc = kiln_resident_fill_slot(c->g->res, w, slot, s, err);
     for (int o = 0; o < c->p->n_outputs && rc == KILN_OK; o++) {
         kiln_dtype t = c->p->outputs[o].dtype;
         c->poison[o] = kiln_poison_draw(t, kiln_gate_random(&c->rng));

@@ -78,6 +78,42 @@ static void test_registers_and_frames(void **state) {
     free(cubin);
 }
 
+/* __device__ variables, as a kernel that remembers something from launch to launch declares them: a
+ * zero-initialised counter (.nv.global) and an initialised static table (.nv.global.init). */
+static const char globals_src[] =
+    "__device__ unsigned long long kiln_launches;\n"
+    "static __device__ float kiln_table[1024] = {1.0f};\n"
+    "extern \"C\" __global__ void kiln_counting(float *y) {\n"
+    "    if (threadIdx.x == 0) atomicAdd(&kiln_launches, 1ull);\n"
+    "    y[threadIdx.x] = kiln_table[threadIdx.x] + (float)kiln_launches;\n"
+    "    kiln_table[threadIdx.x] = y[threadIdx.x];\n"
+    "}\n";
+
+/* The gate reloads a module with global variables before every run (cuda.c, reset_state): the
+ * reader must find them, whether zero-initialised or not, and find none in a kernel without. */
+static void test_global_variables(void **state) {
+    (void)state;
+    uint64_t bytes = 1;
+    kiln_err err;
+    assert_int_equal(kiln_cubin_global_bytes("hello", 5, &bytes, &err), KILN_ERR_FORMAT);
+    if (!have_nvrtc())
+        skip();
+    char *cubin;
+    size_t len;
+    compile(small_src, &cubin, &len);
+    assert_int_equal(kiln_cubin_global_bytes(cubin, len, &bytes, &err), 0);
+    assert_int_equal(bytes, 0);
+    free(cubin);
+    compile(frame_src, &cubin, &len); /* local and shared memory are not globals */
+    assert_int_equal(kiln_cubin_global_bytes(cubin, len, &bytes, &err), 0);
+    assert_int_equal(bytes, 0);
+    free(cubin);
+    compile(globals_src, &cubin, &len);
+    assert_int_equal(kiln_cubin_global_bytes(cubin, len, &bytes, &err), 0);
+    assert_true(bytes >= 8 + 4096);
+    free(cubin);
+}
+
 /* Not an ELF, a cut cubin and a cubin with bits flipped: an error or an answer, never a crash.
  * Each cut copy is a buffer of exactly its length, so a missing bounds check reads past it. */
 static void test_bad_bytes(void **state) {
@@ -201,6 +237,7 @@ static void test_start_points(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registers_and_frames),
+        cmocka_unit_test(test_global_variables),
         cmocka_unit_test(test_bad_bytes),
         cmocka_unit_test(test_start_points),
     };

@@ -3,8 +3,9 @@
 Every kernel of tests/kernels/hostile/{cpu,cuda} (written for tests/data/problems/softmax_f32) says in its
 header what it attempts and the outcome a sound gate must give ("Expected outcome: X"). All of a
 backend's kernels go through ONE `kiln eval --json` session, followed by a correct kernel, and the test
-asserts: stdout is exactly one JSON value (whatever the kernels print); not one of them is `ok`; each
-gets its stated outcome; the correct kernel after them is `ok` (the gate survived every one); and the
+asserts: stdout is exactly one JSON value (whatever the kernels print); not one of them is `ok` unless its
+header says the gate neutralises the attack ("ok (neutralised)": state a kernel keeps from call to call,
+which the gate resets before every run, so that it does the work on every run); each gets its stated outcome; the correct kernel after them is `ok` (the gate survived every one); and the
 problem's files and its reference data are byte for byte what they were (the kernels that rewrite them
 are refused).
 
@@ -78,7 +79,9 @@ def run_corpus(backend: str, tmp_path: Path) -> None:
         got = r.get("outcome")
         line = f"{kernel.name}: {got} ({json.dumps(r.get('evidence'))[:300]})"
         print(line)
-        assert got != "ok", f"a hostile kernel passed: {line}"
+        # ok only where the header says the gate neutralises the attack (state carried from call to call,
+        # reset before every run: the kernel did the work on every run)
+        assert got != "ok" or want == {"ok"}, f"a hostile kernel passed: {line}"
         if got not in want:
             wrong.append(f"{line}, expected {' or '.join(sorted(want))}")
     assert not wrong, "\n".join(wrong)

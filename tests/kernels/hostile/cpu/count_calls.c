@@ -5,7 +5,11 @@
  * proof pass). Timed runs become empty calls. A gate that checks every timed run catches the first
  * empty one.
  *
- * Expected outcome: unwritten. */
+ * The runner now puts the candidate's static data back as loaded before every call, so its count of calls
+ * never outlives a call and the kernel does the work every time (before that, the gate's other
+ * checks caught it: unwritten).
+ *
+ * Expected outcome: ok (neutralised). */
 
 // kiln: launch softmax_rows
 

@@ -6,10 +6,15 @@
  * for a compute-bound problem far cheaper). A gate whose input buffers change contents between
  * runs (a pointer never implies the data) makes the copies wrong.
  *
+ * The runner puts the candidate's static data back as loaded before every call (count_calls.c), so
+ * the table lives where that does not reach: an anonymous mapping at a fixed address, found again on
+ * every call (mmap with that address as a hint lands elsewhere once the table holds it).
+ *
  * Expected outcome: mismatch. */
 
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 // kiln: launch softmax_rows
 
@@ -29,26 +34,47 @@ static void softmax_ok(const float *x, float *y, int64_t rows, int64_t cols) {
     }
 }
 
-static struct {
-    const float *x;
-    int64_t n;
-    float *y;
-} cache[64];
-static int n_cached;
+#define TABLE_AT ((void *)((uintptr_t)1 << 46)) /* above every buffer of the sandbox */
+#define TABLE_BYTES ((size_t)8 << 20)
+#define SLOTS 64
+
+typedef struct {
+    struct {
+        const float *x;
+        int64_t n;
+        size_t at; /* of the remembered output, in data */
+    } e[SLOTS];
+    int n;
+    size_t used;
+    float data[];
+} table;
+
+/* The table: made (zeroed) on the first call, found at TABLE_AT on every later one. */
+static table *find_table(void) {
+    void *p = mmap(TABLE_AT, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (p != TABLE_AT)
+        munmap(p, TABLE_BYTES); /* the address is taken: by the table, since an earlier call */
+    return (table *)TABLE_AT;
+}
 
 void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {
     int64_t n = rows * cols;
-    for (int i = 0; i < n_cached; i++)
-        if (cache[i].x == x && cache[i].n == n) {
-            memcpy(y, cache[i].y, (size_t)n * sizeof *y);
+    table *t = find_table();
+    for (int i = 0; t && i < t->n; i++)
+        if (t->e[i].x == x && t->e[i].n == n) {
+            memcpy(y, t->data + t->e[i].at, (size_t)n * sizeof *y);
             return;
         }
     softmax_ok(x, y, rows, cols);
-    if (n_cached < 64) {
-        cache[n_cached].x = x;
-        cache[n_cached].n = n;
-        cache[n_cached].y = malloc((size_t)n * sizeof *y);
-        memcpy(cache[n_cached].y, y, (size_t)n * sizeof *y);
-        n_cached++;
+    size_t room = (TABLE_BYTES - sizeof *t) / sizeof(float);
+    if (t && t->n < SLOTS && t->used + (size_t)n <= room) {
+        t->e[t->n].x = x;
+        t->e[t->n].n = n;
+        t->e[t->n].at = t->used;
+        memcpy(t->data + t->used, y, (size_t)n * sizeof *y);
+        t->used += (size_t)n;
+        t->n++;
     }
 }

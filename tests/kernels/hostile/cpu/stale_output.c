@@ -5,7 +5,11 @@
  * skip the work: the previous run's answer is still there. A gate that poisons outputs before every
  * run sees the poison.
  *
- * Expected outcome: unwritten. */
+ * The runner now puts the candidate's static data back as loaded before every call, so the buffers it has seen
+ * never outlives a call and the kernel does the work every time (before that, the gate's other
+ * checks caught it: unwritten).
+ *
+ * Expected outcome: ok (neutralised). */
 
 // kiln: launch softmax_rows
 

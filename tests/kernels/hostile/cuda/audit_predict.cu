@@ -7,7 +7,11 @@
  * workload (known by its shape) and computes only on the proofs and on the predicted audit. A gate
  * that checks every timed run catches the first empty one.
  *
- * Expected outcome: unwritten. */
+ * The gate now loads a module with global variables afresh before every run, so its count of launches
+ * never outlives a run and the kernel does the work every time (before that, the gate's other
+ * checks caught it: unwritten).
+ *
+ * Expected outcome: ok (neutralised). */
 
 // kiln: launch softmax_rows grid=rows block=256
 

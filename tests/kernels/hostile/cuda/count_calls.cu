@@ -4,7 +4,11 @@
  * finish increments it. After 12 launches (the 4 workloads x 3 sets of the proof) every launch
  * returns at once. A gate that checks every timed run catches the first empty one.
  *
- * Expected outcome: unwritten. */
+ * The gate now loads a module with global variables afresh before every run, so its count of launches
+ * never outlives a run and the kernel does the work every time (before that, the gate's other
+ * checks caught it: unwritten).
+ *
+ * Expected outcome: ok (neutralised). */
 
 // kiln: launch softmax_rows grid=rows block=256
 

@@ -5,7 +5,11 @@
  * contents for the whole evaluation this is exact (and, for a compute-bound problem, far cheaper
  * than the work). A gate whose buffers change contents between runs makes the copies wrong.
  *
- * Expected outcome: mismatch. */
+ * The gate now loads a module with global variables afresh before every run, so its cache
+ * never outlives a run and the kernel does the work every time (before that, the gate's other
+ * checks caught it: mismatch).
+ *
+ * Expected outcome: ok (neutralised). */
 
 // kiln: launch softmax_rows grid=rows block=256
 

@@ -5,7 +5,11 @@
  * the last (x, y) pair it computed skips every repeat, betting that y still holds the answer. A gate
  * that poisons y before every run, and changes what lies behind x, sees poison.
  *
- * Expected outcome: unwritten. */
+ * The gate now loads a module with global variables afresh before every run, so the last addresses it saw
+ * never outlives a run and the kernel does the work every time (before that, the gate's other
+ * checks caught it: unwritten).
+ *
+ * Expected outcome: ok (neutralised). */
 
 // kiln: launch softmax_rows grid=rows block=256
 

@@ -5,7 +5,11 @@
  * skip the work: the previous run's answer is still there. A gate that poisons outputs before
  * every run sees the poison.
  *
- * Expected outcome: unwritten. */
+ * The gate now loads a module with global variables afresh before every run, so the buffers it has seen
+ * never outlives a run and the kernel does the work every time (before that, the gate's other
+ * checks caught it: unwritten).
+ *
+ * Expected outcome: ok (neutralised). */
 
 // kiln: launch softmax_rows grid=rows block=256
 
