@@ -6,8 +6,8 @@ backend's kernels go through ONE `kiln eval --json` session, followed by a corre
 asserts: stdout is exactly one JSON value (whatever the kernels print); not one of them is `ok` unless its
 header says the gate neutralises the attack ("ok (neutralised)": state a kernel keeps from call to call,
 which the gate resets before every run, so that it does the work on every run); each gets its stated
-outcome; the correct kernel after them is `ok` (the gate survived every one); and the problem's files and its reference data are byte for byte what they were (the kernels that rewrite them
-are refused).
+outcome; the correct kernel after them is `ok` (the gate survived every one); and the problem's files
+and its reference data are byte for byte what they were (the kernels that rewrite them are refused).
 
 The problem is a copy in a temporary folder, with its reference data there too: some kernels attack
 the files of the problem they are judged on. cpu runs in CI; cuda skips without a GPU.
