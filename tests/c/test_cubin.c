@@ -1,9 +1,9 @@
-/* test_cubin.c: registers and stack frames read from cubins that NVRTC compiled here (no GPU
- * needed, NVRTC is), and what the reader does with bytes that are not a cubin; then where each
- * family starts (kiln_family_start_index) on GPU rows of bench/problems: the point passes its
- * family's check and compiles without a stack frame (no spills), and the softmax start rule keeps
- * its row in at most 64 registers (its promise: the warp-per-row first point of the table took 165
- * registers and half the bandwidth on the H200). */
+/* test_cubin.c: registers, stack frames and global variables read from cubins that NVRTC compiled
+ * here (no GPU needed, NVRTC is), and what the reader does with bytes that are not a cubin; then
+ * where each family starts (kiln_family_start_index) on GPU rows of bench/problems: the point
+ * passes its family's check and compiles without a stack frame (no spills) or global variables, and
+ * the softmax start rule keeps its row in at most 64 registers (its promise: the warp-per-row first
+ * point of the table took 165 registers and half the bandwidth on the H200). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -222,6 +222,12 @@ static void test_start_points(void **state) {
             if ((softmax && u.regs > 64) || u.frame_bytes != 0)
                 fail_msg("%s start point %s: %d registers, %lld bytes of stack", rows[r], ps,
                          u.regs, (long long)u.frame_bytes);
+            /* no global variables: the gate reloads a module that has some before every run */
+            uint64_t globals = 1;
+            assert_int_equal(kiln_cubin_global_bytes(cubin, len, &globals, &err), 0);
+            if (globals)
+                fail_msg("%s start point %s: %llu bytes of global variables", rows[r], ps,
+                         (unsigned long long)globals);
             free(ps);
             free(name);
             free(cubin);

@@ -172,9 +172,8 @@ template <> struct rn_raw_of<4> { typedef unsigned int type; };
 template <> struct rn_raw_of<2> { typedef unsigned short type; };
 
 template <typename T, int N> struct rn_pack {
-    static constexpr int BYTES = N * (int)sizeof(T);
-    static constexpr int CHUNK = BYTES < 16 ? BYTES : 16;
-    static constexpr int NCHUNK = BYTES / CHUNK;
+    // enumerators, not static members (no storage: see smx_pack in softmax.cu)
+    enum { BYTES = N * (int)sizeof(T), CHUNK = BYTES < 16 ? BYTES : 16, NCHUNK = BYTES / CHUNK };
     typedef typename rn_raw_of<CHUNK>::type raw;
     raw r[NCHUNK];
     __device__ __forceinline__ float get(int k) const {

@@ -175,9 +175,9 @@ template <> struct smx_word<8> { typedef uint2 t; };
 template <> struct smx_word<16> { typedef uint4 t; };
 
 template <typename T, int N> struct smx_pack {
-    static constexpr int BYTES = N * (int)sizeof(T);
-    static constexpr int WB = BYTES > 16 ? 16 : BYTES;
-    static constexpr int NW = BYTES / WB;
+    // enumerators, not static members: NVRTC gives an odr-used static constexpr member storage in
+    // .nv.global.init, and a module with globals is reloaded before every run in the gate
+    enum { BYTES = N * (int)sizeof(T), WB = BYTES > 16 ? 16 : BYTES, NW = BYTES / WB };
     typedef typename smx_word<WB>::t W;
     union {
         W w[NW];
