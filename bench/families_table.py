@@ -51,8 +51,9 @@ def main(argv):
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     swept = {f.stem: f for f in (out / "sweep").glob("*.jsonl")}
+    names = sorted(set(swept) | set(torch_rows))
     over_sol, wins = [], 0
-    for name in sorted(set(swept) | set(torch_rows)):
+    for name in names:
         t = torch_rows.get(name, {})
         mode_us = [t.get(m + "_us") for m in modes]
         comp = [v for m, v in zip(modes, mode_us) if m != "eager" and v]
@@ -75,7 +76,7 @@ def main(argv):
         print("| " + " | ".join(cells) + " |")
     if summary and over_sol:
         g = math.exp(sum(map(math.log, over_sol)) / len(over_sol))
-        print(f"\nrows with a kiln time: {len(over_sol)}/{len(set(swept) | set(torch_rows))}; geomean kiln / speed "
+        print(f"\nrows with a kiln time: {len(over_sol)}/{len(names)}; geomean kiln / speed "
               f"of light {g:.2f}x; faster than the better torch.compile mode on {wins}/{len(over_sol)}")
     return 0
 

@@ -285,19 +285,19 @@ def _same_tensor(val, shape, stride, dtype, device) -> bool:
 
 
 # What Inductor fuses into one pass over the same bytes as kiln's kernel (besides ops tagged pointwise): data
-# movement, dtype conversion, and the inference BatchNorm (a scale and a shift per channel).
+# movement, dtype conversion, the inference BatchNorm (a scale and a shift per channel), and pooling windows (each
+# output reads its window once, in a pass Inductor generates too; a depthwise convolution is not among them:
+# Inductor hands it to cuDNN).
 _ONE_PASS = {"cat", "view", "reshape", "_unsafe_view", "permute", "expand", "slice", "select", "unsqueeze", "squeeze",
              "clone", "_to_copy", "convert_element_type", "_native_batch_norm_legit_no_training", "full",
-             "scalar_tensor", "alias", "t", "transpose", "getitem"}
-# pooling windows: each output reads its window once, in a pass Inductor generates too (a depthwise convolution is
-# not among them: Inductor hands it to cuDNN)
-_POOLS = {f"{p}{d}d{s}" for p in ("max_pool", "avg_pool", "adaptive_avg_pool", "_adaptive_avg_pool",
-                                  "adaptive_max_pool") for d in (1, 2, 3) for s in ("", "_with_indices")} | {
-    "_low_memory_max_pool_with_offsets", "_low_memory_max_pool_offsets_to_indices"}  # Inductor's max_pool2d
+             "scalar_tensor", "alias", "t", "transpose", "getitem",
+             "_low_memory_max_pool_with_offsets", "_low_memory_max_pool_offsets_to_indices"} | {
+    f"{p}{d}d{s}" for p in ("max_pool", "avg_pool", "adaptive_avg_pool", "_adaptive_avg_pool", "adaptive_max_pool")
+    for d in (1, 2, 3) for s in ("", "_with_indices")}
 
 
 def _one_pass(graph) -> bool:
-    """Whether every call of the traced pattern is pointwise, a pooling window or in _ONE_PASS: no reduction,
+    """Whether every call of the traced pattern is pointwise or in _ONE_PASS (pooling windows among them): no reduction,
     convolution or GEMM, so Inductor's own code for it is one pass too (a pooling entry on a relaid tensor costs a
     copy of its input and of its output, ~3x the pool's own bytes, which no kernel of the same pass wins back)."""
     import torch
@@ -306,7 +306,7 @@ def _one_pass(graph) -> bool:
             continue
         tags = getattr(n.target, "tags", ())
         name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
-        if torch.Tag.pointwise not in tags and name not in _ONE_PASS and name not in _POOLS:
+        if torch.Tag.pointwise not in tags and name not in _ONE_PASS:
             return False
     return True
 
