@@ -106,33 +106,56 @@ int kiln_cubin_global_bytes(const void *cubin, size_t len, uint64_t *bytes, kiln
     return 0;
 }
 
+/* The index in .symtab of the symbol called name (*shndx: its section, 0 when undefined), -1 when
+ * there is none, -2 when a section lies outside the file. */
+static int64_t symbol_index(const elf_bytes *e, uint64_t shoff, uint16_t shentsize, uint16_t shnum,
+                            const char *name, uint16_t *shndx) {
+    for (int i = 0; i < shnum; i++) {
+        elf_section symtab, strtab;
+        if (section(e, shoff, shentsize, i, &symtab))
+            return -2;
+        if (symtab.type != SHT_SYMTAB || symtab.entsize < 24 || symtab.link >= shnum ||
+            section(e, shoff, shentsize, (int)symtab.link, &strtab))
+            continue;
+        for (uint64_t k = 0; k < symtab.size / symtab.entsize; k++) {
+            const unsigned char *ent = e->b + symtab.off + k * symtab.entsize;
+            const char *nm = str_at(e, &strtab, u32_at(ent));
+            if (nm && strcmp(nm, name) == 0) {
+                *shndx = u16_at(ent + 6); /* Elf64_Sym: st_name, st_info, st_other, st_shndx */
+                return (int64_t)k;
+            }
+        }
+    }
+    return -1;
+}
+
+int kiln_cubin_undefined(const void *cubin, size_t len, const char *name, int *undefined,
+                         kiln_err *err) {
+    const elf_bytes e = {cubin, len};
+    uint64_t shoff;
+    uint16_t shentsize, shnum, shstrndx, shndx = 0;
+    if (elf_header(&e, &shoff, &shentsize, &shnum, &shstrndx))
+        return kiln_errf(err, KILN_ERR_FORMAT, "not a cubin: no little-endian ELF64 header");
+    int64_t sym = symbol_index(&e, shoff, shentsize, shnum, name, &shndx);
+    if (sym == -2)
+        return kiln_errf(err, KILN_ERR_FORMAT, "cubin: a section lies outside the file");
+    *undefined = sym >= 0 && shndx == 0;
+    return 0;
+}
+
 int kiln_cubin_usage_of(const void *cubin, size_t len, const char *name, kiln_cubin_usage *out,
                         kiln_err *err) {
     const elf_bytes e = {cubin, len};
     uint64_t shoff;
-    uint16_t shentsize, shnum, shstrndx;
+    uint16_t shentsize, shnum, shstrndx, shndx;
     if (elf_header(&e, &shoff, &shentsize, &shnum, &shstrndx))
         return kiln_errf(err, KILN_ERR_FORMAT, "not a cubin: no little-endian ELF64 header");
-    elf_section names, symtab = {0}, strtab;
+    elf_section names;
     if (shstrndx >= shnum || section(&e, shoff, shentsize, shstrndx, &names))
         return kiln_errf(err, KILN_ERR_FORMAT, "cubin: bad section header table");
-    /* the kernel's symbol index */
-    int64_t sym = -1;
-    for (int i = 0; i < shnum && sym < 0; i++) {
-        if (section(&e, shoff, shentsize, i, &symtab))
-            return kiln_errf(err, KILN_ERR_FORMAT, "cubin: section %d lies outside the file", i);
-        if (symtab.type != SHT_SYMTAB || symtab.entsize < 24 || symtab.link >= shnum ||
-            section(&e, shoff, shentsize, (int)symtab.link, &strtab))
-            continue;
-        for (uint64_t k = 0; k < symtab.size / symtab.entsize; k++) {
-            const unsigned char *ent = e.b + symtab.off + k * symtab.entsize;
-            const char *nm = str_at(&e, &strtab, u32_at(ent));
-            if (nm && strcmp(nm, name) == 0) {
-                sym = (int64_t)k;
-                break;
-            }
-        }
-    }
+    int64_t sym = symbol_index(&e, shoff, shentsize, shnum, name, &shndx);
+    if (sym == -2)
+        return kiln_errf(err, KILN_ERR_FORMAT, "cubin: a section lies outside the file");
     if (sym < 0)
         return kiln_errf(err, KILN_ERR_FORMAT, "cubin: no symbol named %s", name);
     int regs = -1;

@@ -21,4 +21,10 @@ int kiln_cubin_usage_of(const void *cubin, size_t len, const char *name, kiln_cu
  * err set when the bytes are not a cubin. */
 int kiln_cubin_global_bytes(const void *cubin, size_t len, uint64_t *bytes, kiln_err *err);
 
+/* Whether a cubin calls name without defining it (*undefined = 1): functions the driver supplies
+ * when it loads the module, such as the device heap's malloc and free. Returns 0, or
+ * KILN_ERR_FORMAT with err set when the bytes are not a cubin. */
+int kiln_cubin_undefined(const void *cubin, size_t len, const char *name, int *undefined,
+                         kiln_err *err);
+
 #endif

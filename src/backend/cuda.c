@@ -238,6 +238,24 @@ static int check_params(const cuda_entry *e, const kiln_signature *sig, int n_tm
     return 0;
 }
 
+/* A compile error when the cubin calls the device heap's malloc or free: what a run leaves in the
+ * heap outlives it (the gate resets a module's globals before every run, not the heap), so a
+ * candidate could find answers there on a later run. Kernels take working memory as the ABI's
+ * declared scratch, which the gate zeroes before every run. */
+static int refuse_device_heap(const char *cubin, size_t cubin_len, kiln_err *err) {
+    static const char *const heap[] = {"malloc", "free"};
+    for (size_t i = 0; i < sizeof heap / sizeof heap[0]; i++) {
+        int undefined = 0;
+        if (kiln_cubin_undefined(cubin, cubin_len, heap[i], &undefined, NULL) == 0 && undefined)
+            return kiln_errf(err, KILN_ERR_COMPILE,
+                             "the candidate calls the device heap's %s: memory a run leaves there "
+                             "outlives it, so no candidate may use the heap; declare scratch "
+                             "memory instead (`// kiln: scratch`, abi.md), which every run gets zeroed",
+                             heap[i]);
+    }
+    return KILN_OK;
+}
+
 /* Compiles source for this device and loads it as a module without entry points yet (*out); a
  * cubin the driver rejects is the candidate's compile error, any other load failure the device's.
  */
@@ -250,6 +268,11 @@ static int compile_load(cuda_state *st, const char *source, kiln_module **out, c
     int rc = kiln_cuda_compile_only(source, arch, &cubin, &cubin_len, log, err);
     if (rc)
         return rc;
+    rc = refuse_device_heap(cubin, cubin_len, err);
+    if (rc) {
+        free(cubin);
+        return rc;
+    }
     kiln_module *m = xcalloc(1, sizeof *m);
     CUresult r = kiln_cuda.ModuleLoadData(&m->mod, cubin);
     uint64_t globals = 0;

@@ -114,6 +114,46 @@ static void test_global_variables(void **state) {
     free(cubin);
 }
 
+static const char heap_src[] = /* the device heap: the gate refuses a cubin that calls it */
+    "extern \"C\" __global__ void kiln_heap(float *y) {\n"
+    "    float *p = (float *)malloc(64);\n"
+    "    p[0] = y[0];\n"
+    "    y[threadIdx.x] = p[0];\n"
+    "    free(p);\n"
+    "}\n";
+
+/* The cuda backend refuses a candidate whose cubin calls the device heap's malloc or free
+ * (cuda.c, refuse_device_heap): the reader must see both undefined there, and neither in a kernel
+ * that does not call them. */
+static void test_undefined_functions(void **state) {
+    (void)state;
+    int undefined = 1;
+    kiln_err err;
+    assert_int_equal(kiln_cubin_undefined("hello", 5, "malloc", &undefined, &err), KILN_ERR_FORMAT);
+    if (!have_nvrtc())
+        skip();
+    char *cubin;
+    size_t len;
+    compile(heap_src, &cubin, &len);
+    const char *const names[] = {"malloc", "free"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(kiln_cubin_undefined(cubin, len, names[i], &undefined, &err), 0);
+        assert_int_equal(undefined, 1);
+    }
+    /* the kernel itself is defined, a name that is not there is not undefined */
+    assert_int_equal(kiln_cubin_undefined(cubin, len, "kiln_heap", &undefined, &err), 0);
+    assert_int_equal(undefined, 0);
+    assert_int_equal(kiln_cubin_undefined(cubin, len, "calloc", &undefined, &err), 0);
+    assert_int_equal(undefined, 0);
+    free(cubin);
+    compile(globals_src, &cubin, &len);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(kiln_cubin_undefined(cubin, len, names[i], &undefined, &err), 0);
+        assert_int_equal(undefined, 0);
+    }
+    free(cubin);
+}
+
 /* Not an ELF, a cut cubin and a cubin with bits flipped: an error or an answer, never a crash.
  * Each cut copy is a buffer of exactly its length, so a missing bounds check reads past it. */
 static void test_bad_bytes(void **state) {
@@ -135,6 +175,8 @@ static void test_bad_bytes(void **state) {
         unsigned char *part = xmalloc(cut);
         memcpy(part, cubin, cut);
         /* the sections that matter may all lie before the cut: then the answer is the same */
+        int undefined;
+        (void)kiln_cubin_undefined(part, cut, "malloc", &undefined, &err); /* never a crash */
         if (kiln_cubin_usage_of(part, cut, "kiln_small", &u, &err) == 0) {
             assert_int_equal(u.regs, whole.regs);
             assert_int_equal(u.frame_bytes, whole.frame_bytes);
@@ -154,6 +196,8 @@ static void test_bad_bytes(void **state) {
         }
         if (kiln_cubin_usage_of(copy, len, "kiln_small", &u, &err) == 0)
             assert_true(u.regs >= 0 && u.regs <= 255);
+        int undefined;
+        (void)kiln_cubin_undefined(copy, len, "malloc", &undefined, &err);
     }
     free(copy);
     free(cubin);
@@ -228,6 +272,11 @@ static void test_start_points(void **state) {
             if (globals)
                 fail_msg("%s start point %s: %llu bytes of global variables", rows[r], ps,
                          (unsigned long long)globals);
+            /* nor the device heap, which the cuda backend refuses */
+            int heap = 0;
+            assert_int_equal(kiln_cubin_undefined(cubin, len, "malloc", &heap, &err), 0);
+            if (heap)
+                fail_msg("%s start point %s calls the device heap's malloc", rows[r], ps);
             free(ps);
             free(name);
             free(cubin);
@@ -244,6 +293,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registers_and_frames),
         cmocka_unit_test(test_global_variables),
+        cmocka_unit_test(test_undefined_functions),
         cmocka_unit_test(test_bad_bytes),
         cmocka_unit_test(test_start_points),
     };
