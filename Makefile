@@ -116,8 +116,11 @@ $(BUILD)/obj/src/backend/sandbox_main.o: $(SANDBOX_MAIN) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fopenmp -c $< -o $@
 
+# The runner's own heap functions, which the candidate (and every library) binds to (sandbox_main.c).
+SANDBOX_EXPORTS := $(foreach f,malloc calloc realloc aligned_alloc posix_memalign free,\
+	-Wl,--export-dynamic-symbol=$(f))
 $(BUILD)/kiln-sandbox: $(BUILD)/obj/src/backend/sandbox_main.o $(BUILD)/lib/libseccomp.so.2
-	$(CC) $(ALL_CFLAGS) -fopenmp -o $@ $< -lseccomp -ldl $(RPATH)
+	$(CC) $(ALL_CFLAGS) -fopenmp -o $@ $< -lseccomp -ldl -lm $(SANDBOX_EXPORTS) $(RPATH)
 
 # The cuBLASLt timing tool for the device (bench/gemm_device.sh): the core library alone.
 $(BUILD)/gemm_bench: bench/gemm_bench.c $(BUILD)/libkiln_core.a $(HEADERS) $(BUILD)/lib/.stamp

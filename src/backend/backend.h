@@ -39,6 +39,10 @@ typedef struct {
     /* cpu: run candidates in a separate, sandboxed process that holds only their buffers (the
      * gate). 0: in this process (libkiln_rt, loading a proven library). Ignored by cuda. */
     int sandbox;
+    /* cpu, with sandbox: refuse a candidate that calls a function outside the list of
+     * sandbox_elf.c (state the C library keeps from one call to the next). The gate sets it; the
+     * sandbox's own tests leave it off, to reach the seccomp filter behind it. */
+    int check_imports;
 } kiln_backend_config;
 
 typedef struct kiln_backend kiln_backend;

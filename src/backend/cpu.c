@@ -54,6 +54,7 @@ typedef struct {
     kiln_device_info info;
     char header_dir[PATH_MAX];
     kiln_sandbox *sbx; /* NULL: candidates run in this process */
+    int check_imports; /* kiln_backend_config's */
     cpu_alloc *allocs; /* plain memory (and, in this process, candidate buffers) */
     unsigned char *flush_buf;
     size_t flush_len;
@@ -191,6 +192,7 @@ static int cpu_init(kiln_backend *be, int device, const kiln_backend_config *cfg
     int rc = cpu_find_header(st->header_dir, sizeof st->header_dir, err);
     if (rc == KILN_OK && cfg->sandbox)
         rc = kiln_sandbox_open(&st->sbx, err);
+    st->check_imports = cfg->check_imports;
     if (rc) {
         free(st);
         return rc;
@@ -519,7 +521,7 @@ static int cpu_load_sandboxed(cpu_state *st, kiln_module *m, const char *dir,
                               kiln_err *err) {
     char *so_path = kiln_path_join(dir, "candidate.so");
     kiln_err lerr = {{0}};
-    int rc = kiln_sandbox_check_elf(so_path, &lerr);
+    int rc = kiln_sandbox_check_elf(so_path, st->check_imports, &lerr);
     free(so_path);
     if (rc) {
         log_append(log, lerr.msg);

@@ -247,11 +247,12 @@ static int refuse_device_heap(const char *cubin, size_t cubin_len, kiln_err *err
     for (size_t i = 0; i < sizeof heap / sizeof heap[0]; i++) {
         int undefined = 0;
         if (kiln_cubin_undefined(cubin, cubin_len, heap[i], &undefined, NULL) == 0 && undefined)
-            return kiln_errf(err, KILN_ERR_COMPILE,
-                             "the candidate calls the device heap's %s: memory a run leaves there "
-                             "outlives it, so no candidate may use the heap; declare scratch "
-                             "memory instead (`// kiln: scratch`, abi.md), which every run gets zeroed",
-                             heap[i]);
+            return kiln_errf(
+                err, KILN_ERR_COMPILE,
+                "the candidate calls the device heap's %s: memory a run leaves there "
+                "outlives it, so no candidate may use the heap; declare scratch "
+                "memory instead (`// kiln: scratch`, abi.md), which every run gets zeroed",
+                heap[i]);
     }
     return KILN_OK;
 }

@@ -19,8 +19,10 @@
  *
  * Calls. The gate sends the call, then SIGCONTs the runner (stopped since its last reply, so no
  * thread of the candidate ran outside a call) and waits for the reply up to the call limit, timing
- * send -> reply on CLOCK_MONOTONIC; then it SIGSTOPs the runner and waits until the kernel reports
- * it stopped, so that nothing of the candidate runs while the gate checks outputs. Anything else
+ * send -> reply on CLOCK_MONOTONIC; then it waits, untimed, for the runner's second reply (ready:
+ * the candidate's state is put back for the next call, sandbox_main.c), SIGSTOPs the runner and
+ * waits until the kernel reports it stopped, so that nothing of the candidate runs while the gate
+ * checks outputs. Anything else
  * — no reply in time, end of file, a reply of the wrong size or seq, bytes nobody asked for, the
  * process gone — ends the runner, and the status says how. */
 #include "sandbox.h"
@@ -643,7 +645,18 @@ int kiln_runner_call(kiln_runner *r, int n_launches, const uint32_t *entry, int 
         return runner_fail(r, KILN_ERR_LAUNCH, err,
                            "the candidate broke the runner's protocol (a reply with status %d)",
                            rep.status);
+    /* the runner puts the candidate's state back for the next call, then says so: not timed */
     double t0 = kiln_now_s();
+    rc = runner_reply(r, c.seq, r->s->call_limit_s, KILN_ERR_LAUNCH, &rep, err);
+    if (rc == KILN_OK && rep.status != KILN_SBX_READY)
+        rc = runner_fail(r, KILN_ERR_LAUNCH, err,
+                         "the candidate broke the runner's protocol (a reply with status %d where "
+                         "the runner's ready was due)",
+                         rep.status);
+    if (rc) {
+        r->s->overhead_s += kiln_now_s() - t0;
+        return rc;
+    }
     rc = runner_pause(r, err);
     r->s->overhead_s += kiln_now_s() - t0;
     return rc;

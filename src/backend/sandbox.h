@@ -37,8 +37,10 @@ int kiln_sandbox_free(kiln_sandbox *s, kiln_devptr p);
 void *kiln_sandbox_view(const kiln_sandbox *s, kiln_devptr p, size_t n);
 
 /* KILN_ERR_COMPILE, saying which rule, when the shared object at so_path holds code the dynamic
- * loader would run by itself (constructors, init functions, IFUNC resolvers, destructors). */
-int kiln_sandbox_check_elf(const char *so_path, kiln_err *err);
+ * loader would run by itself (constructors, init functions, IFUNC resolvers, destructors) or
+ * thread-local variables, or (with check_imports) calls a function outside the list of
+ * sandbox_elf.c. */
+int kiln_sandbox_check_elf(const char *so_path, int check_imports, kiln_err *err);
 
 /* Starts a runner for dir/candidate.so (n_entries trampolines, kiln__call_0..), its stdout and
  * stderr appended to dir/runner.log; the runner then waits, stopped, for its first call. A

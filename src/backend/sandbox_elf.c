@@ -13,11 +13,22 @@
  * proven library is later loaded into the user's own process by libkiln_rt. Thread-local variables
  * are refused too: the runner puts the candidate's static data back before every call
  * (sandbox_main.c), so that nothing a call leaves there reaches the next, and a thread's own
- * storage would escape that. */
+ * storage would escape that.
+ *
+ * For the same reason a candidate may call only functions that keep nothing for it from one call
+ * to the next (import_refused): the math library (libm and its vector twin libmvec, less its
+ * floating-point environment and signgam), OpenMP's parallel regions and queries (not its
+ * setters, allocators or locks), the heap functions the runner defines itself (a heap of the
+ * call's own), memcpy and its kin, abort and assert, and printing. The rest of the C library —
+ * glibc's own heap, the environment, errno, rand's seed, the file positions, the dynamic loader
+ * (dlsym would reach all of them) — is state a later call could find again, and the runner cannot
+ * put it back. */
 #include "sandbox.h"
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -72,9 +83,78 @@ static const char *sym_name(const elf_image *img, const elf_symbols *syms, const
     return memchr(name, 0, syms->strsz - s->st_name) ? name : "?";
 }
 
+/* What the C library holds that a candidate may call besides the math library: the heap functions
+ * the runner defines itself (a heap of the call's own, emptied after it: sandbox_main.c), copies
+ * and compares, stopping, printing (the runner flushes stdout after every call), and the
+ * classification functions glibc keeps in libc rather than libm. */
+static const char *const libc_allowed[] = {
+    "malloc",    "calloc",        "realloc",       "aligned_alloc", "posix_memalign",
+    "free",      "memcpy",        "memmove",       "memset",        "memcmp",
+    "memchr",    "__memcpy_chk",  "__memmove_chk", "__memset_chk",  "__stack_chk_fail",
+    "abort",     "__assert_fail", "printf",        "__printf_chk",  "puts",
+    "putchar",   "fprintf",       "__fprintf_chk", "fputs",         "fputc",
+    "fwrite",    "fflush",        "stdout",        "stderr",        "isnan",
+    "isnanf",    "isinf",         "isinff",        "finite",        "finitef",
+    "__isnan",   "__isnanf",      "__isinf",       "__isinff",      "__finite",
+    "__finitef", "__fpclassify",  "__fpclassifyf", "__signbit",     "__signbitf"};
+
+/* OpenMP: its parallel regions, loops, barriers and sections (GOMP_*, the calls the compiler
+ * emits), less the allocator, and its queries (omp_get_*, omp_in_parallel); its setters change
+ * what the next call sees. */
+static int openmp_allowed(const char *name) {
+    if (strncmp(name, "GOMP_", 5) == 0)
+        return strcmp(name, "GOMP_alloc") != 0 && strcmp(name, "GOMP_free") != 0;
+    return strncmp(name, "omp_get_", 8) == 0 || strcmp(name, "omp_in_parallel") == 0;
+}
+
+static void *libm_handle, *libmvec_handle;
+
+static void open_math_libraries(void) {
+    libm_handle = dlopen("libm.so.6", RTLD_NOW | RTLD_LOCAL);
+    libmvec_handle = dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL);
+}
+
+/* Whether name is a function of the math library itself (not one of libc's that dlsym finds
+ * through libm's dependencies), less its floating-point environment (fe*: rounding modes and
+ * exception flags outlive a call, and would outlive it in the user's process too) and signgam. */
+static int math_allowed(const char *name) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, open_math_libraries);
+    if (strncmp(name, "fe", 2) == 0 || strcmp(name, "signgam") == 0)
+        return 0;
+    void *const handles[] = {libm_handle, libmvec_handle};
+    for (int i = 0; i < 2; i++) {
+        void *addr = handles[i] ? dlsym(handles[i], name) : NULL;
+        Dl_info info;
+        if (!addr || !dladdr(addr, &info) || !info.dli_fname)
+            continue;
+        const char *base = strrchr(info.dli_fname, '/');
+        base = base ? base + 1 : info.dli_fname;
+        if (strncmp(base, "libm.so", 7) == 0 || strncmp(base, "libmvec.so", 10) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* NULL when the candidate may call name, else why not. */
+static const char *import_refused(const char *name) {
+    for (size_t i = 0; i < sizeof libc_allowed / sizeof libc_allowed[0]; i++)
+        if (strcmp(name, libc_allowed[i]) == 0)
+            return NULL;
+    if (openmp_allowed(name) || math_allowed(name))
+        return NULL;
+    if (strstr(name, "alloc"))
+        return "of the heap, a candidate may call malloc, calloc, realloc, aligned_alloc, "
+               "posix_memalign and free (a heap of the call's own, emptied after it)";
+    return "it is not among the functions a candidate may call (abi.md): the math library, "
+           "OpenMP's parallel regions and queries, malloc and free, memcpy/memmove/memset/memcmp, "
+           "abort and printf; the rest of the C library keeps state from one call to the next";
+}
+
 /* Checks n_bytes of relocations at va (RELA when rela, else REL). */
 static int check_relocs(const elf_image *img, const elf_symbols *syms, uint64_t va,
-                        uint64_t n_bytes, int rela, uint32_t irelative, kiln_err *err) {
+                        uint64_t n_bytes, int rela, uint32_t irelative, int check_imports,
+                        kiln_err *err) {
     if (!va || !n_bytes)
         return KILN_OK;
     size_t entsize = rela ? sizeof(Elf64_Rela) : sizeof(Elf64_Rel);
@@ -107,12 +187,21 @@ static int check_relocs(const elf_image *img, const elf_symbols *syms, uint64_t 
                              "the candidate defines '%s' as an IFUNC, whose resolver the loader "
                              "would run: no candidate code may run when it is loaded",
                              sym_name(img, syms, &s));
+        if (check_imports && s.st_shndx == SHN_UNDEF && s.st_name != 0) {
+            const char *name = sym_name(img, syms, &s);
+            const char *why = import_refused(name);
+            if (why)
+                return kiln_errf(err, KILN_ERR_COMPILE,
+                                 "the candidate calls '%s', which it may "
+                                 "not: %s",
+                                 name, why);
+        }
     }
     return KILN_OK;
 }
 
 /* Checks an image in memory (the work of kiln_sandbox_check_elf). */
-static int check_image(const elf_image *in, kiln_err *err) {
+static int check_image(const elf_image *in, int check_imports, kiln_err *err) {
     elf_image img = *in;
     Elf64_Ehdr eh;
     if (img.len < sizeof eh || memcmp(img.data, ELFMAG, SELFMAG) != 0 ||
@@ -205,15 +294,16 @@ static int check_image(const elf_image *in, kiln_err *err) {
             break;
         }
     }
-    int rc = check_relocs(&img, &syms, rela, relasz, 1, irelative, err);
+    int rc = check_relocs(&img, &syms, rela, relasz, 1, irelative, check_imports, err);
     if (rc == KILN_OK)
-        rc = check_relocs(&img, &syms, rel, relsz, 0, irelative, err);
+        rc = check_relocs(&img, &syms, rel, relsz, 0, irelative, check_imports, err);
     if (rc == KILN_OK)
-        rc = check_relocs(&img, &syms, jmprel, pltrelsz, pltrel == DT_RELA, irelative, err);
+        rc = check_relocs(&img, &syms, jmprel, pltrelsz, pltrel == DT_RELA, irelative,
+                          check_imports, err);
     return rc;
 }
 
-int kiln_sandbox_check_elf(const char *so_path, kiln_err *err) {
+int kiln_sandbox_check_elf(const char *so_path, int check_imports, kiln_err *err) {
     int fd = open(so_path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
@@ -230,7 +320,7 @@ int kiln_sandbox_check_elf(const char *so_path, kiln_err *err) {
         return kiln_errf(err, KILN_ERR_COMPILE,
                          "the compiled candidate (%zu bytes) cannot be read as an ELF object", len);
     elf_image img = {data, len, NULL, 0};
-    int rc = check_image(&img, err);
+    int rc = check_image(&img, check_imports, err);
     munmap(data, len);
     return rc;
 }

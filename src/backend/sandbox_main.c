@@ -30,8 +30,10 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fenv.h>
 #include <link.h>
 #include <omp.h>
+#include <pthread.h>
 #include <seccomp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -55,6 +57,7 @@ typedef void (*trampoline)(void **params);
 
 static trampoline calls[KILN_MAX_LAUNCHES];
 static unsigned n_calls;
+static uintptr_t cand_lo, cand_hi; /* the candidate's loaded object (its heap: below) */
 
 static void reply(uint64_t seq, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -257,6 +260,11 @@ static int snapshot_object(struct dl_phdr_info *info, size_t size, void *arg) {
                 (q->base + info->dlpi_phdr[i].p_vaddr + info->dlpi_phdr[i].p_memsz) & ~(page - 1);
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && ph->p_memsz) { /* the object's extent, for the heap */
+            uintptr_t lo = q->base + ph->p_vaddr, hi = lo + ph->p_memsz;
+            cand_lo = cand_lo && cand_lo < lo ? cand_lo : lo;
+            cand_hi = cand_hi > hi ? cand_hi : hi;
+        }
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || ph->p_memsz == 0)
             continue;
         uintptr_t lo = q->base + ph->p_vaddr, hi = lo + ph->p_memsz;
@@ -317,11 +325,194 @@ static int load_candidate(const kiln_sbx_setup *s, char *why, size_t cap) {
     return snapshot_state(dl, why, cap);
 }
 
-/* Every thread OpenMP will hand the candidate, made now: creating one later is refused. */
-static void make_thread_pool(void) {
-    int n = omp_get_max_threads();
-#pragma omp parallel num_threads(n)
-    (void)omp_get_thread_num();
+/* The candidate's heap. A kernel may malloc (kiln's own cpu templates do, for a row or a channel's
+ * working memory), but glibc's heap outlives a call: a chunk freed last comes back, contents and
+ * all, to the next request of its size, so a kernel could find answers there on the next call. So
+ * this runner defines malloc, calloc, realloc, aligned_alloc, posix_memalign and free itself
+ * (exported: the candidate binds to these, and so does every library of the process). A call made
+ * from the candidate's own code (its return address lies in the candidate's loaded object) is
+ * served from an arena of the call's own, a bump allocator over memory reserved at setup, which the
+ * runner empties after every call (the pages dropped: they read as zeros next time); every other
+ * caller — libgomp, stdio, the runner — gets glibc's heap as usual (__libc_malloc). free of an
+ * arena pointer does nothing; the arena's size is the address space the candidate may add
+ * ($KILN_SANDBOX_EXTRA_MB), and a request beyond it is NULL with ENOMEM. The gate allows a
+ * candidate these six and none of the heap's other functions (sandbox_elf.c). */
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
+extern void __libc_free(void *p);
+
+static unsigned char *arena;
+static size_t arena_size, arena_used; /* arena_used: atomically, by every thread of a call */
+
+#define ARENA_HEADER 16 /* before every block: its size (realloc copies that much) */
+
+static int from_candidate(const void *ret) {
+    return (uintptr_t)ret >= cand_lo && (uintptr_t)ret < cand_hi;
+}
+
+static int in_arena(const void *p) {
+    return arena && (const unsigned char *)p >= arena &&
+           (const unsigned char *)p < arena + arena_size;
+}
+
+static void *arena_alloc(size_t n, size_t align) {
+    if (align < ARENA_HEADER)
+        align = ARENA_HEADER;
+    if (align & (align - 1) || n > arena_size) {
+        errno = align & (align - 1) ? EINVAL : ENOMEM;
+        return NULL;
+    }
+    /* room for the header and the alignment, whatever the start */
+    size_t want = (n + ARENA_HEADER + align + 15) & ~(size_t)15;
+    size_t at = __atomic_fetch_add(&arena_used, want, __ATOMIC_RELAXED);
+    if (at > arena_size || want > arena_size - at) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uintptr_t p = ((uintptr_t)arena + at + ARENA_HEADER + align - 1) & ~(uintptr_t)(align - 1);
+    memcpy((void *)(p - sizeof n), &n, sizeof n);
+    return (void *)p;
+}
+
+/* Empties the arena after a call: what the call allocated reads as zeros at the next. */
+static void arena_reset(void) {
+    size_t used = arena_used < arena_size ? arena_used : arena_size;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (used)
+        madvise(arena, (used + page - 1) & ~(page - 1), MADV_DONTNEED);
+    arena_used = 0;
+}
+
+void *malloc(size_t n) {
+    return from_candidate(__builtin_return_address(0)) ? arena_alloc(n, 16) : __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size) {
+    if (!from_candidate(__builtin_return_address(0)))
+        return __libc_calloc(n, size);
+    if (size && n > SIZE_MAX / size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return arena_alloc(n * size, 16); /* never handed out before in this call: zeros */
+}
+
+void *realloc(void *p, size_t n) {
+    if (!in_arena(p) && !(p == NULL && from_candidate(__builtin_return_address(0))))
+        return __libc_realloc(p, n);
+    void *q = arena_alloc(n, 16);
+    if (q && p) {
+        size_t old;
+        memcpy(&old, (unsigned char *)p - sizeof old, sizeof old);
+        memcpy(q, p, old < n ? old : n);
+    }
+    return q;
+}
+
+void *aligned_alloc(size_t align, size_t n) {
+    return from_candidate(__builtin_return_address(0)) ? arena_alloc(n, align)
+                                                       : __libc_memalign(align, n);
+}
+
+int posix_memalign(void **out, size_t align, size_t n) {
+    if (align % sizeof(void *))
+        return EINVAL;
+    void *p = from_candidate(__builtin_return_address(0)) ? arena_alloc(n, align)
+                                                          : __libc_memalign(align, n);
+    if (!p)
+        return errno ? errno : ENOMEM;
+    *out = p;
+    return 0;
+}
+
+void free(void *p) {
+    if (p && !in_arena(p))
+        __libc_free(p);
+}
+
+/* Reserves the arena (address space only: pages come as the candidate touches them). */
+static int make_arena(uint64_t bytes, char *why, size_t cap) {
+    void *a = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (a == MAP_FAILED)
+        return snprintf(why, cap, "cannot reserve the candidate's heap (%llu bytes): %s",
+                        (unsigned long long)bytes, strerror(errno)),
+               -1;
+    arena = a;
+    arena_size = bytes;
+    return 0;
+}
+
+/* What else a call leaves behind in its threads, put back before every call like the static data:
+ * the stack below the frames in use (a kernel's uninitialised local array reads what the last call
+ * left there), errno and the floating-point environment (rounding mode, exception flags, FTZ/DAZ).
+ * Each thread of the pool puts back its own; its stack's lowest address is found while the pool is
+ * made, before the filter (pthread_getattr_np reads /proc for the main thread). */
+typedef struct {
+    pthread_t id;
+    uintptr_t lo;
+} thread_stack;
+static thread_stack *stacks;
+static int n_threads;
+
+#define NEAR_BYTES 32768 /* zeroed by a store, just below the scrubbing frame */
+
+static __attribute__((noinline)) void zero_near(void) {
+    unsigned char pad[NEAR_BYTES];
+    memset(pad, 0, sizeof pad);
+    __asm__ volatile("" : : "r"(pad) : "memory"); /* the stores are not dead */
+}
+
+static __attribute__((noinline)) void scrub_thread(void) {
+    errno = 0;
+    fesetenv(FE_DFL_ENV);
+    uintptr_t lo = 0;
+    for (int i = 0; i < n_threads; i++)
+        if (pthread_equal(stacks[i].id, pthread_self()))
+            lo = stacks[i].lo;
+    zero_near();
+    /* below what zero_near stored: the pages go, and read as zeros when next touched (where the
+     * range holds pages not yet mapped, the rest is still done) */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t top = ((uintptr_t)__builtin_frame_address(0) - NEAR_BYTES / 2) & ~(page - 1);
+    if (lo && top > lo)
+        madvise((void *)lo, top - lo, MADV_DONTNEED);
+}
+
+static void scrub_threads(void) {
+#pragma omp parallel num_threads(n_threads)
+    scrub_thread();
+}
+
+/* Every thread OpenMP will hand the candidate, made now (creating one later is refused), each
+ * recording where its stack lies. */
+static int make_thread_pool(char *why, size_t cap) {
+    n_threads = omp_get_max_threads();
+    stacks = calloc((size_t)n_threads, sizeof *stacks);
+    if (!stacks)
+        return snprintf(why, cap, "no memory for %d threads' stacks", n_threads), -1;
+    int failed = 0;
+#pragma omp parallel num_threads(n_threads)
+    {
+        thread_stack *t = &stacks[omp_get_thread_num()];
+        pthread_attr_t a;
+        void *addr = NULL;
+        size_t size = 0;
+        if (pthread_getattr_np(pthread_self(), &a) == 0) {
+            if (pthread_attr_getstack(&a, &addr, &size) != 0)
+                addr = NULL;
+            pthread_attr_destroy(&a);
+        }
+        t->id = pthread_self();
+        t->lo = (uintptr_t)addr;
+        if (!addr) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    return failed ? (snprintf(why, cap, "cannot find a thread's stack"), -1) : 0;
 }
 
 /* Serves calls until the gate closes the socket (or kills the runner). */
@@ -334,7 +525,6 @@ static _Noreturn void serve(void) {
         void *params[KILN_MAX_PARAMS];
         for (uint32_t i = 0; i < c.n_params; i++)
             params[i] = &c.value[i];
-        restore_state();
         for (uint32_t l = 0; l < c.n_launches; l++) {
             if (c.entry[l] >= n_calls)
                 _exit(RUNNER_EXIT_BAD_RECORD);
@@ -342,7 +532,13 @@ static _Noreturn void serve(void) {
         }
         fflush(stdout);
         fflush(stderr);
-        reply(c.seq, KILN_SBX_OK, NULL);
+        reply(c.seq, KILN_SBX_OK, NULL); /* the gate's timer stops here */
+        /* the next call starts as the first did; done here, after the reply the gate times and
+         * before the one it waits for before it stops the runner, so it is never timed */
+        restore_state();
+        arena_reset();
+        scrub_threads();
+        reply(c.seq, KILN_SBX_READY, NULL);
     }
 }
 
@@ -373,9 +569,9 @@ int main(int argc, char **argv) {
     }
     /* the log is a file: line-buffered, so that a crash loses no more than a line */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    make_thread_pool();
     uint64_t span_end = KILN_SBX_BASE + s.span;
-    if (set_limit(RLIMIT_CORE, 0, "RLIMIT_CORE", why, sizeof why) ||
+    if (make_thread_pool(why, sizeof why) || make_arena(s.extra_bytes, why, sizeof why) ||
+        set_limit(RLIMIT_CORE, 0, "RLIMIT_CORE", why, sizeof why) ||
         set_limit(RLIMIT_FSIZE, s.log_bytes, "RLIMIT_FSIZE", why, sizeof why) ||
         set_limit(RLIMIT_AS, address_space_bytes() + s.extra_bytes, "RLIMIT_AS", why, sizeof why) ||
         install_filter(span_end, why, sizeof why)) {

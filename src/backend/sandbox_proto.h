@@ -32,7 +32,7 @@
 #define KILN_SBX_MAX_SPAN ((uint64_t)1 << 44)
 
 /* Bumped whenever a record changes, so that a runner left from another build refuses to start. */
-#define KILN_SBX_VERSION 1
+#define KILN_SBX_VERSION 2
 #define KILN_SBX_MAGIC_SETUP 0x6b6c6e53u
 #define KILN_SBX_MAGIC_MAP 0x6b6c6e4du
 #define KILN_SBX_MAGIC_CALL 0x6b6c6e43u
@@ -71,6 +71,7 @@ enum {
     KILN_SBX_OK = 0,
     KILN_SBX_LOAD_FAILED = 1,  /* dlopen or dlsym failed: detail has dlerror() */
     KILN_SBX_SETUP_FAILED = 2, /* mapping, limits or the filter failed: detail says which */
+    KILN_SBX_READY = 3,        /* after a call's OK: its state is put back for the next call */
 };
 
 typedef struct {

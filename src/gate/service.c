@@ -59,7 +59,7 @@ static int proc_open(const kiln_gate_options *opt, int fd, kiln_gate_proc *g) {
     kiln_err err;
     memset(g, 0, sizeof *g);
     kiln_gate_send_line(fd, "phase init");
-    kiln_backend_config cfg = {.sandbox = 1};
+    kiln_backend_config cfg = {.sandbox = 1, .check_imports = 1};
     if (kiln_backend_open_with(opt->backend, opt->device, &cfg, &g->be, &err)) {
         kiln_gate_send_fatal(fd, err.msg);
         return -1;

@@ -281,7 +281,10 @@ static const char abi_fallback[] =
     "NAME grid=EXPR block=EXPR [smem=BYTES] [cluster=EXPR]` where EXPR is an integer expression "
     "over the axis names (+ - * / % min max ceil_div; / is floor division; tuples as (x, y)).\n"
     "- CPU: a plain C function `void NAME(...)` (not static), `// kiln: launch NAME`; "
-    "kiln_cpu.h, stdint.h, stdbool.h, math.h and omp.h are included; parallelise with OpenMP.\n";
+    "kiln_cpu.h, stdint.h, stdbool.h, math.h and omp.h are included; parallelise with OpenMP.\n"
+    "- No state from call to call: CUDA kernels may not use the device heap (declare scratch); "
+    "CPU kernels may call only the math library, OpenMP, malloc/calloc/realloc/free (a heap "
+    "emptied after every call), memcpy/memmove/memset/memcmp and printf.\n";
 
 static const char *dtype_name(kiln_dtype t) {
     const char *n = kiln_dtype_name(t);

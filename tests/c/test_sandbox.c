@@ -533,6 +533,59 @@ static void test_load_time_code_refused(void **state) {
     free(log);
 }
 
+/* With check_imports (the gate's backend), a candidate that calls a function of the C library's
+ * state is refused before it is loaded, naming the function; what compute kernels call is not. */
+static void test_imports_checked(void **state) {
+    (void)state;
+    kiln_backend *saved = be, *checked = NULL;
+    kiln_backend_config cfg = {.sandbox = 1, .check_imports = 1};
+    kiln_err err = {{0}};
+    assert_int_equal(kiln_backend_open_with("cpu", 0, &cfg, &checked, &err), KILN_OK);
+    be = checked;
+    static const struct {
+        const char *head, *body, *name;
+    } refused[] = {
+        {"#include <stdlib.h>\n", "y[0] = (int64_t)(intptr_t)valloc(16);", "'valloc'"},
+        {"#include <stdlib.h>\n", "y[0] = getenv(\"HOME\") != 0;", "'getenv'"},
+        {"#include <stdlib.h>\n", "y[0] = rand();", "'rand'"},
+        {"#include <errno.h>\n", "y[0] = errno++;", "'__errno_location'"},
+        {"#include <fenv.h>\n", "y[0] = fesetround(FE_TOWARDZERO);", "'fesetround'"},
+        {"", "omp_set_num_threads(1); y[0] = 1;", "'omp_set_num_threads'"},
+        {"#include <sys/mman.h>\n", "y[0] = (int64_t)(intptr_t)mmap(0, 4096, 3, 0x22, -1, 0);",
+         "'mmap'"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "%s// kiln: launch probe\n"
+                 "void probe(const float *x, int32_t op, int64_t *y, int64_t n) {\n"
+                 "    (void)x; (void)op; (void)n; %s\n}\n",
+                 refused[i].head, refused[i].body);
+        kiln_module *m = NULL;
+        char *log = NULL;
+        assert_int_equal(compile(src, &m, &log, &err), KILN_ERR_COMPILE);
+        assert_null(m);
+        assert_contains(err.msg, refused[i].name);
+        assert_contains(err.msg, "which it may not");
+        free(log);
+    }
+    /* the math library, OpenMP, the runner's heap, memcpy and printing */
+    kiln_module *m = compile_ok("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+                                "// kiln: launch probe\n"
+                                "void probe(const float *x, int32_t op, int64_t *y, int64_t n) {\n"
+                                "    float *t = calloc(4, sizeof *t);\n"
+                                "    memcpy(t, x, 4 * sizeof *t);\n"
+                                "#pragma omp parallel\n"
+                                "    if (omp_get_thread_num() == 0) y[0] = (int64_t)(expf(t[0]) +\n"
+                                "        tanhf(t[1]) + erff(t[2]) + (float)op + (float)n);\n"
+                                "    printf(\"%lld\\n\", (long long)y[0]);\n"
+                                "    free(t);\n"
+                                "}\n");
+    be->ops->module_free(be, m);
+    kiln_backend_close(checked);
+    be = saved;
+}
+
 /* (h) what the candidate prints goes to its log, never to the gate's stdout */
 static void test_output_goes_to_the_log(void **state) {
     (void)state;
@@ -739,6 +792,7 @@ int main(void) {
         cmocka_unit_test(test_infinite_loop_times_out),
         cmocka_unit_test(test_protocol_attacks),
         cmocka_unit_test(test_load_time_code_refused),
+        cmocka_unit_test(test_imports_checked),
         cmocka_unit_test(test_output_goes_to_the_log),
         cmocka_unit_test(test_statics_start_over_every_call),
         cmocka_unit_test(test_new_buffers_restart_the_runner),

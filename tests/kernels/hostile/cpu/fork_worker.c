@@ -9,8 +9,25 @@
  * Expected outcome: unwritten. */
 
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <sys/syscall.h>
+
+/* A system call made directly: the gate refuses a candidate that imports fork (sandbox_elf.c), and
+ * what stands behind that check for one that does not need to is the runner's seccomp filter. */
+static long raw_syscall(long n, long a, long b, long c, long d, long e, long f) {
+#if defined(__x86_64__)
+    long r;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return r;
+#else
+#error "this kernel makes x86-64 system calls"
+#endif
+}
 
 // kiln: launch softmax_rows
 
@@ -32,18 +49,19 @@ static void softmax_ok(const float *x, float *y, int64_t rows, int64_t cols) {
 
 void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {
     size_t n = (size_t)(rows * cols) * sizeof *y;
-    float *shared = mmap(0, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (shared == MAP_FAILED)
+    long at = raw_syscall(SYS_mmap, 0, (long)n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (at < 0 && at > -4096)
         return;
-    pid_t pid = fork();
+    float *shared = (float *)at;
+    long pid = raw_syscall(SYS_fork, 0, 0, 0, 0, 0, 0);
     if (pid == 0) {
         softmax_ok(x, shared, rows, cols);
-        _exit(0);
+        raw_syscall(SYS_exit, 0, 0, 0, 0, 0, 0);
     }
     if (pid > 0) {
-        waitpid(pid, 0, 0);
+        raw_syscall(SYS_wait4, pid, 0, 0, 0, 0, 0);
         for (size_t i = 0; i < n / sizeof *y; i++)
             y[i] = shared[i];
     }
-    munmap(shared, n);
+    raw_syscall(SYS_munmap, (long)shared, (long)n, 0, 0, 0, 0);
 }

@@ -9,9 +9,26 @@
  *
  * Expected outcome: crashed. */
 
-#include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
+#include <sys/syscall.h>
+
+/* A system call made directly: the gate refuses a candidate that imports mmap (sandbox_elf.c), and
+ * what stands behind that check for one that does not need to is the runner's seccomp filter. */
+static long raw_syscall(long n, long a, long b, long c, long d, long e, long f) {
+#if defined(__x86_64__)
+    long r;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return r;
+#else
+#error "this kernel makes x86-64 system calls"
+#endif
+}
 
 // kiln: launch softmax_rows
 
@@ -33,10 +50,11 @@ static void softmax_ok(const float *x, float *y, int64_t rows, int64_t cols) {
 
 void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {
     softmax_ok(x, y, rows, cols);
-    unsigned long page = (unsigned long)sysconf(_SC_PAGESIZE);
+    unsigned long page = 4096;
     char *start = (char *)((unsigned long)x & ~(page - 1));
     size_t len = ((size_t)((char *)(x + rows * cols) - start) + page - 1) & ~(page - 1);
-    mmap(start, len, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    munmap(start, 0); /* a second way in, for a filter that watches only mmap */
+    raw_syscall(SYS_mmap, (long)start, (long)len, PROT_READ | PROT_WRITE,
+                MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    raw_syscall(SYS_munmap, (long)start, 0, 0, 0, 0, 0); /* a second way in, for a filter that watches only mmap */
     ((volatile float *)x)[0] = 1.0f;
 }

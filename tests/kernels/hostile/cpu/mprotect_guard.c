@@ -10,7 +10,25 @@
  * Expected outcome: crashed. */
 
 #include <sys/mman.h>
-#include <unistd.h>
+#include <sys/syscall.h>
+
+/* A system call made directly: the gate refuses a candidate that imports mprotect (sandbox_elf.c), and
+ * what stands behind that check for one that does not need to is the runner's seccomp filter. */
+static long raw_syscall(long n, long a, long b, long c, long d, long e, long f) {
+#if defined(__x86_64__)
+    long r;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return r;
+#else
+#error "this kernel makes x86-64 system calls"
+#endif
+}
 
 // kiln: launch softmax_rows
 
@@ -31,10 +49,10 @@ static void softmax_ok(const float *x, float *y, int64_t rows, int64_t cols) {
 }
 
 void softmax_rows(const float *x, float *y, int64_t rows, int64_t cols) {
-    long page = sysconf(_SC_PAGESIZE);
+    long page = 4096;
     char *end = (char *)(y + rows * cols);
     char *guard = (char *)(((unsigned long)end + (unsigned long)page - 1) & ~((unsigned long)page - 1));
-    mprotect(guard, (size_t)page, PROT_READ | PROT_WRITE);
+    raw_syscall(SYS_mprotect, (long)guard, page, PROT_READ | PROT_WRITE, 0, 0, 0);
     softmax_ok(x, y, rows, cols);
     /* scratch it was never given: a page and a bit past the end */
     volatile char *scratch = guard;

@@ -5,7 +5,11 @@
  * verdict, the reference, the timer). Here it attaches, peeks one word to prove it could, detaches,
  * and computes nothing. A sandbox refuses ptrace.
  *
- * Expected outcome: unwritten. */
+ * The gate refuses it before it runs: it calls ptrace, which no candidate may (sandbox_elf.c:
+ * the C library keeps state from call to call; what the seccomp filter behind that check does
+ * with such calls is test_sandbox's). Before that check: unwritten.
+ *
+ * Expected outcome: compile_error. */
 
 #include <sys/ptrace.h>
 #include <sys/wait.h>

@@ -6,7 +6,11 @@
  * there break the runner's protocol (crashed); and were they not seen, the wall-time limit of the
  * call itself is not fooled by them (timeout).
  *
- * Expected outcome: crashed or timeout. */
+ * The gate refuses it before it runs: it calls write, which no candidate may (sandbox_elf.c:
+ * the C library keeps state from call to call; what the seccomp filter behind that check does
+ * with such calls is test_sandbox's). Before that check: crashed or timeout.
+ *
+ * Expected outcome: compile_error. */
 
 #include <string.h>
 #include <time.h>

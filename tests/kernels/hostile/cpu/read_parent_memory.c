@@ -5,7 +5,11 @@
  * learning its layout from /proc/PPID/maps, and search it for the output that belongs to its x (as
  * scan_memory_for_ref.c does in its own memory). A sandbox refuses process_vm_readv and /proc.
  *
- * Expected outcome: unwritten. */
+ * The gate refuses it before it runs: it calls fclose, which no candidate may (sandbox_elf.c:
+ * the C library keeps state from call to call; what the seccomp filter behind that check does
+ * with such calls is test_sandbox's). Before that check: unwritten.
+ *
+ * Expected outcome: compile_error. */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,11 @@
  * tensors in header order: "input.x" then "output.y"). A candidate run in a fresh process that
  * holds only its own buffers finds only the x it was given, and (without /proc) nothing at all.
  *
- * Expected outcome: unwritten. */
+ * The gate refuses it before it runs: it calls fclose, which no candidate may (sandbox_elf.c:
+ * the C library keeps state from call to call; what the seccomp filter behind that check does
+ * with such calls is test_sandbox's). Before that check: unwritten.
+ *
+ * Expected outcome: compile_error. */
 
 #include <stdio.h>
 #include <string.h>

@@ -6,7 +6,11 @@
  * A sandbox refuses timers (and stops the candidate's process between calls, so nothing of it
  * runs while the gate looks).
  *
- * Expected outcome: unwritten. */
+ * The gate refuses it before it runs: it calls sigaction, which no candidate may (sandbox_elf.c:
+ * the C library keeps state from call to call; what the seccomp filter behind that check does
+ * with such calls is test_sandbox's). Before that check: unwritten.
+ *
+ * Expected outcome: compile_error. */
 
 #include <signal.h>
 #include <string.h>
