@@ -291,10 +291,8 @@ static void test_start_points(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registers_and_frames),
-        cmocka_unit_test(test_global_variables),
-        cmocka_unit_test(test_undefined_functions),
-        cmocka_unit_test(test_bad_bytes),
+        cmocka_unit_test(test_registers_and_frames), cmocka_unit_test(test_global_variables),
+        cmocka_unit_test(test_undefined_functions),  cmocka_unit_test(test_bad_bytes),
         cmocka_unit_test(test_start_points),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
