@@ -84,19 +84,22 @@ static const char *sym_name(const elf_image *img, const elf_symbols *syms, const
 }
 
 /* What the C library holds that a candidate may call besides the math library: the heap functions
- * the runner defines itself (a heap of the call's own, emptied after it: sandbox_main.c), copies
- * and compares, stopping, printing (the runner flushes stdout after every call), and the
- * classification functions glibc keeps in libc rather than libm. */
+ * the runner defines itself (a heap of the call's own, emptied after it: sandbox_main.c), the
+ * clock, copies and compares, stopping, printing (the runner flushes stdout after every call), and
+ * the classification functions glibc keeps in libc rather than libm. */
 static const char *const libc_allowed[] = {
-    "malloc",    "calloc",        "realloc",       "aligned_alloc", "posix_memalign",
-    "free",      "memcpy",        "memmove",       "memset",        "memcmp",
-    "memchr",    "__memcpy_chk",  "__memmove_chk", "__memset_chk",  "__stack_chk_fail",
-    "abort",     "__assert_fail", "printf",        "__printf_chk",  "puts",
-    "putchar",   "fprintf",       "__fprintf_chk", "fputs",         "fputc",
-    "fwrite",    "fflush",        "stdout",        "stderr",        "isnan",
-    "isnanf",    "isinf",         "isinff",        "finite",        "finitef",
-    "__isnan",   "__isnanf",      "__isinf",       "__isinff",      "__finite",
-    "__finitef", "__fpclassify",  "__fpclassifyf", "__signbit",     "__signbitf"};
+    "malloc",           "calloc",       "realloc",       "aligned_alloc",
+    "posix_memalign",   "free",         "clock_gettime", "nanosleep",
+    "memcpy",           "memmove",      "memset",        "memcmp",
+    "memchr",           "__memcpy_chk", "__memmove_chk", "__memset_chk",
+    "__stack_chk_fail", "abort",        "__assert_fail", "printf",
+    "__printf_chk",     "puts",         "putchar",       "fprintf",
+    "__fprintf_chk",    "fputs",        "fputc",         "fwrite",
+    "fflush",           "stdout",       "stderr",        "isnan",
+    "isnanf",           "isinf",        "isinff",        "finite",
+    "finitef",          "__isnan",      "__isnanf",      "__isinf",
+    "__isinff",         "__finite",     "__finitef",     "__fpclassify",
+    "__fpclassifyf",    "__signbit",    "__signbitf"};
 
 /* OpenMP: its parallel regions, loops, barriers and sections (GOMP_*, the calls the compiler
  * emits), less the allocator, and its queries (omp_get_*, omp_in_parallel); its setters change
@@ -148,7 +151,8 @@ static const char *import_refused(const char *name) {
                "posix_memalign and free (a heap of the call's own, emptied after it)";
     return "it is not among the functions a candidate may call (abi.md): the math library, "
            "OpenMP's parallel regions and queries, malloc and free, memcpy/memmove/memset/memcmp, "
-           "abort and printf; the rest of the C library keeps state from one call to the next";
+           "the clock, abort and printf; the rest of the C library keeps state from one call to "
+           "the next";
 }
 
 /* Checks n_bytes of relocations at va (RELA when rela, else REL). */

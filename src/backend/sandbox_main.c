@@ -332,9 +332,10 @@ static int load_candidate(const kiln_sbx_setup *s, char *why, size_t cap) {
  * (exported: the candidate binds to these, and so does every library of the process). A call made
  * from the candidate's own code (its return address lies in the candidate's loaded object) is
  * served from an arena of the call's own, a bump allocator over memory reserved at setup, which the
- * runner empties after every call (the pages dropped: they read as zeros next time); every other
+ * runner empties after every call (arena_reset: it reads as zeros next time); every other
  * caller — libgomp, stdio, the runner — gets glibc's heap as usual (__libc_malloc). free of an
- * arena pointer does nothing; the arena's size is the address space the candidate may add
+ * arena block gives its room back when it was the last handed out; the arena's size is the address
+ * space the candidate may add
  * ($KILN_SANDBOX_EXTRA_MB), and a request beyond it is NULL with ENOMEM. The gate allows a
  * candidate these six and none of the heap's other functions (sandbox_elf.c). */
 extern void *__libc_malloc(size_t n);
@@ -345,8 +346,12 @@ extern void __libc_free(void *p);
 
 static unsigned char *arena;
 static size_t arena_size, arena_used; /* arena_used: atomically, by every thread of a call */
+static size_t arena_high;             /* the most arena_used reached in the call: what to empty */
 
-#define ARENA_HEADER 16 /* before every block: its size (realloc copies that much) */
+/* Before every block: where its room in the arena starts and ends (offsets), for free, which gives
+ * the room back when it is the last handed out (a malloc/free pair in a loop reuses it), and for
+ * realloc, which copies what the old block held. */
+#define ARENA_HEADER 16
 
 static int from_candidate(const void *ret) {
     return (uintptr_t)ret >= cand_lo && (uintptr_t)ret < cand_hi;
@@ -371,18 +376,36 @@ static void *arena_alloc(size_t n, size_t align) {
         errno = ENOMEM;
         return NULL;
     }
+    size_t high = __atomic_load_n(&arena_high, __ATOMIC_RELAXED);
+    while (high < at + want && !__atomic_compare_exchange_n(&arena_high, &high, at + want, 1,
+                                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
     uintptr_t p = ((uintptr_t)arena + at + ARENA_HEADER + align - 1) & ~(uintptr_t)(align - 1);
-    memcpy((void *)(p - sizeof n), &n, sizeof n);
+    const size_t room[2] = {at, at + want};
+    memcpy((void *)(p - sizeof room), room, sizeof room);
     return (void *)p;
 }
 
-/* Empties the arena after a call: what the call allocated reads as zeros at the next. */
+/* The [start, end) offsets of an arena block's room. */
+static void arena_room(const void *p, size_t room[2]) {
+    memcpy(room, (const unsigned char *)p - 2 * sizeof(size_t), 2 * sizeof(size_t));
+}
+
+#define ARENA_ZEROED_BYTES ((size_t)64 << 20) /* up to this, zeroed by stores; beyond, dropped */
+
+/* Empties the arena after a call: what the call allocated reads as zeros at the next. Up to 64 MiB
+ * are zeroed in place, so that the next call finds its pages mapped as glibc's heap would have left
+ * them (a kernel's timed call does not pay page faults for the arena's reset); the rest is dropped.
+ */
 static void arena_reset(void) {
-    size_t used = arena_used < arena_size ? arena_used : arena_size;
+    size_t used = arena_high; /* at most arena_size: arena_alloc refuses past it */
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    if (used)
-        madvise(arena, (used + page - 1) & ~(page - 1), MADV_DONTNEED);
+    size_t zeroed = used < ARENA_ZEROED_BYTES ? used : ARENA_ZEROED_BYTES;
+    memset(arena, 0, zeroed);
+    if (used > zeroed)
+        madvise(arena + zeroed, (used - zeroed + page - 1) & ~(page - 1), MADV_DONTNEED);
     arena_used = 0;
+    arena_high = 0;
 }
 
 void *malloc(size_t n) {
@@ -404,8 +427,9 @@ void *realloc(void *p, size_t n) {
         return __libc_realloc(p, n);
     void *q = arena_alloc(n, 16);
     if (q && p) {
-        size_t old;
-        memcpy(&old, (unsigned char *)p - sizeof old, sizeof old);
+        size_t room[2];
+        arena_room(p, room);
+        size_t old = (size_t)(arena + room[1] - (unsigned char *)p); /* at least what it held */
         memcpy(q, p, old < n ? old : n);
     }
     return q;
@@ -428,8 +452,14 @@ int posix_memalign(void **out, size_t align, size_t n) {
 }
 
 void free(void *p) {
-    if (p && !in_arena(p))
+    if (p && !in_arena(p)) {
         __libc_free(p);
+    } else if (p) { /* the room goes back if nothing was handed out after it */
+        size_t room[2];
+        arena_room(p, room);
+        __atomic_compare_exchange_n(&arena_used, &room[1], room[0], 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    }
 }
 
 /* Reserves the arena (address space only: pages come as the candidate touches them). */

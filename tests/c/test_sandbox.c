@@ -133,6 +133,13 @@ static const char hostile_src[] =
     "    case 103: r = getpid(); break;\n"
     "    case 104: r = ++calls; break;\n"
     "    case 105: r = omp_get_max_threads(); break;\n"
+    /* the heap: what the last call left in a block (a fresh call reads zeros); a freed block's
+     * room is handed out again within a call */
+    "    case 106: { volatile long *p = malloc(4096); r = p[100]; p[100] = 42; free((void *)p);\n"
+    "               break; }\n"
+    "    case 107: { char *p = malloc((size_t)64 << 20); free(p); char *q = malloc((size_t)64 << "
+    "20);\n"
+    "               r = p == q; free(q); break; }\n"
     "    }\n"
     "    y[0] = r;\n"
     "    y[1] = errno;\n"
@@ -634,6 +641,13 @@ static void test_statics_start_over_every_call(void **state) {
     for (int i = 0; i < 3; i++)
         assert_int_equal(call_ok(m, 104, NULL), 1);
     assert_int_equal((long)call_ok(m, 103, NULL), pid); /* one runner throughout */
+    /* the heap too: each call reads zeros where the last one wrote (with glibc's heap the chunk
+     * freed last comes back with its contents) */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(call_ok(m, 106, NULL), 0);
+    assert_int_equal(call_ok(m, 107, NULL), 1); /* a malloc/free pair reuses its room */
+    for (int i = 0; i < 40; i++) /* 64 MiB a call, more than the 2 GiB arena in all */
+        assert_int_equal(call_ok(m, 107, NULL), 1);
     be->ops->module_free(be, m);
 }
 
