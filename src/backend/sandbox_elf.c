@@ -11,7 +11,7 @@
  * any of them is there. Candidates are linked with -nostartfiles, so crtbegin's frame_dummy and
  * __do_global_dtors_aux do not put entries there for them; destructors are refused too, because a
  * proven library is later loaded into the user's own process by libkiln_rt. Thread-local variables
- * are refused too: the runner puts the candidate's static data back before every call
+ * are refused too: the runner puts the candidate's static data back after every call
  * (sandbox_main.c), so that nothing a call leaves there reaches the next, and a thread's own
  * storage would escape that.
  *
@@ -28,8 +28,8 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
-#include <pthread.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
