@@ -9,7 +9,9 @@
 # TORCH_FIRST=1 times PyTorch before the sweeps, so a call cut short still has every torch row (the table of a
 # cut run: python3 bench/families_table.py OUT MODES). REUSE=1 keeps a problem's rows already in
 # $OUT/sweep/NAME.jsonl (another script's sweep of it) instead of sweeping it again. TABLE_OPTS=--summary adds
-# the geomean line.
+# the geomean line. SEARCH=N puts one `kiln optimize` run over all the problems in place of the sweeps (MCTS and the
+# agents at N candidates a problem, what a user's search gets; SEARCH_TIME bounds it, default 400 s); its
+# $OUT/optimize.json gives the kiln column, and $OUT/kiln.db keeps every candidate.
 #   OUT=/tmp/x LIMIT=8 MODES=eager,default,max-autotune-no-cudagraphs bash bench/families_device.sh [DIR...]
 set -u
 cd "$(dirname "$0")/.."
@@ -30,7 +32,17 @@ torch_times() {
     echo "torch exit $? ($(grep -c '^{' "$OUT/torch.jsonl") rows) in $((SECONDS - t0)) s"
 }
 [ "${TORCH_FIRST:-0}" = 1 ] && torch_times
+if [ -n "${SEARCH:-}" ]; then
+    t0=$SECONDS
+    rm -rf /tmp/kiln-families-search
+    timeout -k 30 $((${SEARCH_TIME:-400} + 60)) build/kiln optimize /tmp/kiln-families-search "${problems[@]}" \
+        --backend cuda --budget "$SEARCH" --time "${SEARCH_TIME:-400}" $SWEEP_OPTS --json --quiet \
+        >"$OUT/optimize.json" 2>"$OUT/optimize.log"
+    echo "optimize exit $? in $((SECONDS - t0)) s"
+    cp /tmp/kiln-families-search/kiln.db "$OUT/" 2>/dev/null
+fi
 for p in "${problems[@]}"; do
+    [ -n "${SEARCH:-}" ] && break
     name=$(basename "$p")
     echo "== $name"
     if [ "${REUSE:-0}" = 1 ] && [ -s "$OUT/sweep/$name.jsonl" ]; then

@@ -11,8 +11,9 @@
 # writing their reference data takes most of their time); and any problem directory given.
 # ROWS=hand|gen|all (default all) picks the sets; LIMIT (points per family, default 10), MODES, SWEEP_TIMEOUT (s
 # per row, default 150) and TORCH_FIRST (default 1: PyTorch's times first, so a call cut short keeps them) go to
-# families_device.sh. At the end, $OUT/table.md and a geomean line: kiln over the speed of light, and on how many
-# rows kiln beats the better compile mode.
+# families_device.sh, as do SEARCH=N and SEARCH_TIME (`kiln optimize` at N candidates a problem in place of the
+# sampled sweeps: what a user's search finds). At the end, $OUT/table.md and a geomean line: kiln over the speed
+# of light, and on how many rows kiln beats the better compile mode.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kiln-generator}
