@@ -335,9 +335,9 @@ static int load_candidate(const kiln_sbx_setup *s, char *why, size_t cap) {
  * runner empties after every call (arena_reset: it reads as zeros next time); every other
  * caller — libgomp, stdio, the runner — gets glibc's heap as usual (__libc_malloc). free of an
  * arena block gives its room back when it was the last handed out; the arena's size is the address
- * space the candidate may add
- * ($KILN_SANDBOX_EXTRA_MB), and a request beyond it is NULL with ENOMEM. The gate allows a
- * candidate these six and none of the heap's other functions (sandbox_elf.c). */
+ * space the candidate may add ($KILN_SANDBOX_EXTRA_MB), and a request beyond it is NULL with
+ * ENOMEM. The gate allows a candidate these six and none of the heap's other functions
+ * (sandbox_elf.c). */
 extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *p, size_t n);

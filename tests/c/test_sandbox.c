@@ -137,9 +137,8 @@ static const char hostile_src[] =
      * room is handed out again within a call */
     "    case 106: { volatile long *p = malloc(4096); r = p[100]; p[100] = 42; free((void *)p);\n"
     "               break; }\n"
-    "    case 107: { char *p = malloc((size_t)64 << 20); free(p); char *q = malloc((size_t)64 << "
-    "20);\n"
-    "               r = p == q; free(q); break; }\n"
+    "    case 107: { char *p = malloc(64UL << 20); free(p);\n"
+    "               char *q = malloc(64UL << 20); r = p == q; free(q); break; }\n"
     "    }\n"
     "    y[0] = r;\n"
     "    y[1] = errno;\n"
