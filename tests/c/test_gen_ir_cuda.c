@@ -157,6 +157,16 @@ static const small_case CASES[] = {
      "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") ", 'out1': "
      T("['a', 'b', '5', '6']", "int64") "}, "
      ATEN("aten::max_pool2d_with_indices.default", "[{'tensor': 0}, [3, 3], [2, 2], [1, 1]]") "}"},
+    /* the last windows start at the last row and column (ceil_mode): clamped taps past the end;
+     * values only, and dilated (its taps checked, not clamped) */
+    {"max_pool_ceil", "self",
+     "{'name': 'x', " AXES4(2, 3, 10, 12) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '6', '7']", "float32") "}, "
+     ATEN("aten::max_pool2d.default", "[{'tensor': 0}, [3, 3], [2, 2], [1, 1], [1, 1], true]") "}"},
+    {"max_pool_dil", "self",
+     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
+     "}, 'outputs': {'out0': " T("['a', 'b', '7', '9']", "float32") "}, "
+     ATEN("aten::max_pool2d.default", "[{'tensor': 0}, [3, 3], [1, 1], [1, 1], [2, 2]]") "}"},
     /* depthwise convolutions: strided with a bias, and a 7 x 7 dilated one in bf16 (49 taps) */
     {"dwconv", "input weight bias",
      "{'name': 'x', " AXES4(2, 8, 9, 11) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "float32")
@@ -633,13 +643,25 @@ static void test_emitted_text(void **state) {
     assert_null(strstr(cuda, "kg_sh1"));
     /* its taps are read at positions clamped into the input, counted by a flag, with no branch
      * around the loads (the compiler then merges the taps adjacent lanes share: 288 loads became
-     * 78 in a 3x3 bf16 kernel's PTX); max pooling keeps a check per tap */
+     * 78 in a 3x3 bf16 kernel's PTX) */
     assert_null(strstr(kernel, "continue;"));
     assert_non_null(strstr(kernel, "if (kg_in"));
     free(cuda);
+    /* max pooling without its index, with dilation 1, reads clamped too, with no flag */
+    cuda = emitted("max_pool_ceil", "KG_THREADS=64 KG_VBYTES=4", &kernel);
+    assert_null(strstr(kernel, "continue;"));
+    assert_null(strstr(kernel, "kg_in"));
+    assert_null(strstr(kernel, "kg_arg"));
+    free(cuda);
+    /* with its index, or dilated (a clamped tap may fall between the window's own), each tap is
+     * checked */
     cuda = emitted("max_pool", "KG_THREADS=64 KG_VBYTES=8", &kernel);
     assert_non_null(strstr(kernel, "continue;"));
-    assert_null(strstr(kernel, "if (kg_in"));
+    assert_non_null(strstr(kernel, "kg_arg"));
+    free(cuda);
+    cuda = emitted("max_pool_dil", "KG_THREADS=64 KG_VBYTES=4", &kernel);
+    assert_non_null(strstr(kernel, "continue;"));
+    assert_null(strstr(kernel, "kg_in"));
     free(cuda);
 }
 
@@ -716,6 +738,9 @@ static void test_emulated(void **state) {
         {"gelu_gate_bf16", "KG_THREADS=64 KG_VBYTES=2 KG_UNROLL=1", 0},
         {"max_pool", "KG_THREADS=64 KG_VBYTES=8", 1},
         {"max_pool", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 1},
+        {"max_pool_ceil", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=2", 1},
+        {"max_pool_ceil", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=1", 0},
+        {"max_pool_dil", "KG_THREADS=64 KG_VBYTES=4", 1},
         {"dwconv", "KG_THREADS=64 KG_VBYTES=4", 1},
         {"dwconv", "KG_THREADS=64 KG_VBYTES=8 KG_UNROLL=2", 0},
         {"dwconv7_bf16", "KG_THREADS=64 KG_VBYTES=2", 1},

@@ -157,6 +157,42 @@ def test_variants(ops_problems):
         assert [f["variant"] for f in json.loads(r.stdout)["families"]] == [variant], name
 
 
+MAX_POOLS = {  # values only, as aten::max_pool2d: [H, W] in, its arguments, [H, W] out
+    "ceil": ([10, 12], "[3, 3], [2, 2], [1, 1], [1, 1], True", [6, 7]),  # last windows start at the last row
+    "stride1": ([9, 11], "[3, 3], [1, 1], [1, 1]", [9, 11]),
+    "dilated": ([9, 11], "[3, 3], [1, 1], [1, 1], [2, 2]", [7, 9]),
+}
+
+
+@pytest.mark.parametrize("form", sorted(MAX_POOLS))
+def test_max_pool_values(form, tmp_path):
+    """Max pooling whose index is not read reads its taps clamped into the input, with no check (dilation 1;
+    docs/generator.md): proved against PyTorch where windows hang over either edge."""
+    (h, w), args, (oh, ow) = MAX_POOLS[form]
+    d = tmp_path / f"max_pool2d_{form}"
+    d.mkdir()
+    sizes = {"n": 2, "c": 3, "h": h, "w": w, "oh": oh, "ow": ow}
+    aten_args = json.loads("[" + args.replace("True", "true") + "]")
+    definition_json = {
+        "name": d.name, "description": f"max_pool2d {form}",
+        "axes": {k: {"type": "const", "value": v} for k, v in sizes.items()},
+        "custom_inputs_entrypoint": None,
+        "inputs": {"self": {"shape": ["n", "c", "h", "w"], "dtype": "float32"}},
+        "outputs": {"out0": {"shape": ["n", "c", "oh", "ow"], "dtype": "float32"}},
+        "reference": "import torch\n\n\n@torch.no_grad()\ndef run(self):\n"
+                     f"    return torch.ops.aten.max_pool2d.default(self, {args})\n",
+        "constraints": [],
+        "kiln": {"kind": "aten", "aten": "aten::max_pool2d.default",
+                 "args": {"args": [{"tensor": 0}, *aten_args], "kwargs": {}}},
+    }
+    (d / "definition.json").write_text(json.dumps(definition_json, indent=1))
+    (d / "workload.jsonl").write_text(json.dumps({"uuid": "0", "axes": {}, "inputs": {"self": {"type": "random"}}})
+                                      + "\n")
+    assert prove(d, tmp_path / "src") == ""
+    kernel = next((tmp_path / "src").glob("gen-*.c")).read_text()
+    assert ("continue;" in kernel) == (form == "dilated"), kernel[-3000:]
+
+
 def test_eval_an_emitted_source(ops_problems, tmp_path):
     problem = next(p for p in ops_problems if p.name.startswith("module_LayerNormChannels"))
     assert prove(problem, tmp_path / "src") == ""

@@ -341,7 +341,9 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
     const kir_node *x = &ir->nodes[v];
     const kir_map *m = &ir->maps[x->map];
     const int avg = x->op == KR_AVG, conv = x->op == KR_CONV, id = (*s->next_id)++;
-    const int clamp = !m->adaptive && (avg || conv); /* taps read clamped, counted by a flag */
+    const int clamp =
+        kg_window_clamped(s->plan, v); /* taps read clamped (a sum counts by a flag) */
+    const int index = !avg && !conv && kg_window_index_live(s->plan, v); /* max's index is read */
     const char *in = s->indent;
     char ind[96], coord[3][32], tap[3][32];
     KILN_ASSERT(lanes <= 1 || (s->cuda && clamp)); /* kg_lane_window's sums */
@@ -355,7 +357,7 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
         kiln_strbuf_printf(s->b, "%sfloat %s%s[%lld];\n", in, s->name[v], tdim, (long long)lanes);
     else
         kiln_strbuf_printf(s->b, "%sfloat %s;\n", in, s->name[v]);
-    if (!avg && !conv)
+    if (index)
         kiln_strbuf_printf(s->b, "%sint64_t %s_i;\n", in, s->name[v]);
     kiln_strbuf_printf(s->b, "%s{ /* %s window */\n", in,
                        avg    ? "average"
@@ -400,7 +402,7 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
                                "%s    const %s kg_hi%d_%d = kg_en%d_%d < (%s) ? kg_en%d_%d : "
                                "(%s)(%s);\n",
                                in, pt, id, i, id, i, size, id, i, pt, size);
-        } else if (!conv) { /* max: taps in [lo, hi); the index starts at lo */
+        } else if (!conv && !clamp) { /* max: taps in [lo, hi); the index starts at lo */
             kiln_strbuf_printf(s->b,
                                "%s    const %s kg_hi%d_%d = kg_st%d_%d + %lld < (%s) ? "
                                "kg_st%d_%d + %lld : (%s)(%s);\n",
@@ -418,10 +420,12 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
     } else if (avg || conv) {
         kiln_strbuf_printf(s->b, "%s    %s kg_sum%d = 0;\n", in, s->cuda ? "float" : "double", id);
     } else {
-        kiln_strbuf_printf(
-            s->b, "%s    float kg_best%d = -INFINITY;\n%s    int64_t kg_arg%d = ", in, id, in, id);
-        plane_index(s->b, ir, m, "lo", id);
-        kiln_strbuf_printf(s->b, ";\n");
+        kiln_strbuf_printf(s->b, "%s    float kg_best%d = -INFINITY;\n", in, id);
+        if (index) {
+            kiln_strbuf_printf(s->b, "%s    int64_t kg_arg%d = ", in, id);
+            plane_index(s->b, ir, m, "lo", id);
+            kiln_strbuf_printf(s->b, ";\n");
+        }
     }
     snprintf(ind, sizeof ind, "%s    ", in);
     for (int i = 0; i < m->n; i++) {
@@ -434,13 +438,16 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
         } else {
             /* A fixed window: a constant trip count that the compiler unrolls, so that all of the
              * window's loads are in flight at once, in the same ascending order as a loop from lo
-             * to hi. Max skips each tap outside [lo, hi). A sum counts a tap where it is inside
-             * the input (0 <= s < size: on the window's grid that is [lo, hi)) and reads its
-             * operand at the position clamped into the input whether it counts or not: no branch
-             * around the loads, so the compiler merges the taps that neighbouring outputs of a
-             * thread share (a 3x3 window over 8 outputs of a row reads 10 columns a row, not 24)
-             * and the accumulation is a select. (Max keeps its branches: with every tap of a
-             * vector's lanes and their indices in flight at once, its kernels spilled.) */
+             * to hi. A sum counts a tap where it is inside the input (0 <= s < size: on the
+             * window's grid that is [lo, hi)) and reads its operand at the position clamped into
+             * the input whether it counts or not: no branch around the loads, so the compiler
+             * merges the taps that neighbouring outputs of a thread share (a 3x3 window over 8
+             * outputs of a row reads 10 columns a row, not 24) and the accumulation is a select.
+             * Max reads clamped too where kg_window_clamped allows (dilation 1, no index), with no
+             * flag: a clamped tap repeats an element of its window, which does not change the
+             * maximum (a NaN propagates either way). Elsewhere max skips each tap outside [lo,
+             * hi). (Max is not summed a vector a tap: with every tap
+             * of a vector's lanes and their indices in flight at once, its kernels spilled.) */
             /* With a tile, the outer dims are loops (the taps of a row in flight, not the whole
              * window's for every position) and the positions a loop around the last dim's taps,
              * both unrolled: position t's tap j reads where t + j does. */
@@ -469,15 +476,18 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
                                    "%s        continue;\n",
                                    ind, id, i, id, i, id, i, id, i, ind);
             } else {
-                kiln_strbuf_printf(s->b, "%s    const int kg_in%d_%d = ", ind, id, i);
-                if (i)
-                    kiln_strbuf_printf(s->b, "kg_in%d_%d && ", id, i - 1);
+                if (avg || conv) { /* max needs no flag: its clamped taps are in its window */
+                    kiln_strbuf_printf(s->b, "%s    const int kg_in%d_%d = ", ind, id, i);
+                    if (i)
+                        kiln_strbuf_printf(s->b, "kg_in%d_%d && ", id, i - 1);
+                    kiln_strbuf_printf(s->b, "kg_s%d_%d >= 0 && kg_s%d_%d < (%s);\n", id, i, id, i,
+                                       size);
+                }
                 kiln_strbuf_printf(
                     s->b,
-                    "kg_s%d_%d >= 0 && kg_s%d_%d < (%s);\n"
                     "%s    const %s kg_k%d_%d = kg_s%d_%d < 0 ? 0 : kg_s%d_%d < (%s) ? "
                     "kg_s%d_%d : (%s)(%s) - 1;\n",
-                    id, i, id, i, size, ind, pt, id, i, id, i, id, i, size, id, i, pt, size);
+                    ind, pt, id, i, id, i, id, i, size, id, i, pt, size);
             }
         }
         snprintf(coord[i], sizeof coord[i], clamp ? "kg_k%d_%d" : "kg_s%d_%d", id, i);
@@ -510,10 +520,13 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
         kiln_strbuf_printf(s->b, "%sconst float kg_x%d = %s;\n", ind, id, val);
         kiln_strbuf_printf(s->b, "%sif (kg_x%d > kg_best%d || kg_x%d != kg_x%d) {\n", ind, id, id,
                            id, id);
-        kiln_strbuf_printf(s->b, "%s    kg_best%d = kg_x%d;\n%s    kg_arg%d = ", ind, id, id, ind,
-                           id);
-        plane_index(s->b, ir, m, "s", id);
-        kiln_strbuf_printf(s->b, ";\n%s}\n", ind);
+        kiln_strbuf_printf(s->b, "%s    kg_best%d = kg_x%d;\n", ind, id, id);
+        if (index) {
+            kiln_strbuf_printf(s->b, "%s    kg_arg%d = ", ind, id);
+            plane_index(s->b, ir, m, "s", id);
+            kiln_strbuf_printf(s->b, ";\n");
+        }
+        kiln_strbuf_printf(s->b, "%s}\n", ind);
     }
     for (int i = m->n - 1; i >= 0; i--) {
         ind[strlen(ind) - 4] = 0;
@@ -553,7 +566,7 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
                            in, in, (long long)lanes, in, s->name[v], at, r);
     else
         kiln_strbuf_printf(s->b, "%s    %s = %s;\n", in, s->name[v], r);
-    if (!avg && !conv)
+    if (index)
         kiln_strbuf_printf(s->b, "%s    %s_i = kg_arg%d;\n", in, s->name[v], id);
     kiln_strbuf_printf(s->b, "%s}\n", in);
 }

@@ -73,9 +73,9 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     /* the windows summed a vector a tap (kg_lane_window), their most taps and their kernel along
      * the tile axis (the taps TILE neighbours share) */
     int64_t lane_taps = 0, tile_kernel = 1;
-    /* a window whose taps are behind their own checks (max, adaptive: emit.c), or whose adjacent
-     * outputs along the vector axis share no taps and are not read as one vector a tap
-     * (kg_lane_window: a channels-last depthwise conv's lanes are) */
+    /* a window whose taps are behind their own checks (kg_window_clamped: adaptive, dilated max),
+     * or whose adjacent outputs along the vector axis share no taps and are not read as one vector
+     * a tap (kg_lane_window: a channels-last depthwise conv's lanes are) */
     int branchy = 0;
     const kir_axes streamed = plan.kind == KG_POINTWISE ? ir->domain : ir->red;
     for (int o = 0; o < ir->n_out; o++)
@@ -94,8 +94,7 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
                 shares |= wm->dst[i] == plan.vec_axis;
                 t *= wm->kernel[i];
             }
-            branchy |= wm->adaptive || (x->op != KR_AVG && x->op != KR_CONV) ||
-                       (!shares && !kg_lane_window(&plan, v, 1));
+            branchy |= !kg_window_clamped(&plan, v) || (!shares && !kg_lane_window(&plan, v, 1));
             if (!wm->adaptive)
                 taps = t > taps ? t : taps;
             if (kg_lane_window(&plan, v, 1)) {

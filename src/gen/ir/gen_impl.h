@@ -89,6 +89,15 @@ int kg_vectorizable(const kg_plan *plan, int c, int a, int64_t vec);
  * that leaves the vector axis alone, of a load that moves along it in vectors of vec — a
  * channels-last depthwise convolution's taps, one vector load each instead of vec scalar ones. */
 int kg_lane_window(const kg_plan *plan, int v, int64_t vec);
+/* 1 when max pooling node v's index is read (a live KIR_PART of it). */
+int kg_window_index_live(const kg_plan *plan, int v);
+/* 1 when window node v reads its taps clamped into the input, without a branch around the loads
+ * (emit.c's window_code): a sum over a fixed window (average pooling, a convolution), which counts
+ * only the taps inside by a flag, or max pooling whose index is not read, with dilation 1 along
+ * every axis, where every window of every workload has a tap inside the input: a clamped tap then
+ * repeats an element of its window, which does not change the maximum. (With its index, every
+ * tap's 64-bit index in flight too spilled at 64 threads a block.) */
+int kg_window_clamped(const kg_plan *plan, int v);
 /* 1 when access c's tensor is [V, R...] along the plan's vector axis (size V, stride S: every other
  * axis it walks stays below S and it has V x S elements, in every workload): a shared-memory copy
  * of it can then be laid out with the vector axis innermost, element (r, v) at r * V + v, so that a

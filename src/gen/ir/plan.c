@@ -49,6 +49,38 @@ int kg_lane_window(const kg_plan *plan, int v, int64_t vec) {
     return in->kind == KIR_LOAD && (in->axes >> a & 1) && kg_vectorizable(plan, in->acc, a, vec);
 }
 
+int kg_window_clamped(const kg_plan *plan, int v) {
+    const kir *ir = plan->ir;
+    const kir_node *x = &ir->nodes[v];
+    const kir_map *m = &ir->maps[x->map];
+    if (x->kind != KIR_WINDOW || m->adaptive)
+        return 0;
+    if (x->op != KR_MAXPOOL)
+        return 1;
+    if (kg_window_index_live(plan, v))
+        return 0;
+    for (int i = 0; i < m->n; i++) {
+        /* the first window along axis i reaches position 0, and the last starts before the end */
+        if (m->dilation[i] != 1 || m->pad[i] > m->kernel[i] - 1)
+            return 0;
+        for (int w = 0; w < ir->p->n_workloads; w++) {
+            const int64_t size = kir_eval(ir->p, ir->axes[m->src[i]].size, w),
+                          out = kir_eval(ir->p, ir->axes[m->dst[i]].size, w);
+            if (out > 0 && (out - 1) * m->stride[i] - m->pad[i] > size - 1)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+int kg_window_index_live(const kg_plan *plan, int v) {
+    const kir *ir = plan->ir;
+    for (int u = 0; u < ir->n_nodes; u++)
+        if (plan->live[u] && ir->nodes[u].kind == KIR_PART && ir->nodes[u].a[0] == v)
+            return 1;
+    return 0;
+}
+
 int kg_staged_t(const kg_plan *plan, int c) {
     const kir *ir = plan->ir;
     const kiln_problem *p = ir->p;
