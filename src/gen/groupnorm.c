@@ -26,9 +26,9 @@
 #include <math.h>
 #include <string.h>
 
-enum { GN_X, GN_W, GN_B, GN_EPS };                           /* input roles */
-enum { GN_Y, GN_MEAN, GN_RSTD };                             /* output roles */
-enum { GP_MODE, GP_SPLIT, GP_THREADS, GP_UNROLL, GP_ASYNC }; /* parameter positions */
+enum { GN_X, GN_W, GN_B, GN_EPS };                 /* input roles */
+enum { GN_Y, GN_MEAN, GN_RSTD };                   /* output roles */
+enum { GP_MODE, GP_SPLIT, GP_THREADS, GP_UNROLL }; /* parameter positions */
 
 /* Shared memory mode 0 stages a row in (more would cost CTAs per SM more than it saves). */
 #define GN_ROW_SMEM (96 * 1024)
@@ -359,11 +359,6 @@ static const char *gn_check(const kiln_problem *p, const kiln_match *m, const in
     }
     if (mode != 0 && g.max_per < pt[GP_THREADS] * g.vec)
         return "GN_SPLIT: slices smaller than one vector per thread";
-    if (pt[GP_ASYNC] &&
-        (g.stage == 0 ||
-         g.vec * (int64_t)kiln_dtype_size(p->inputs[m->input_of_role[GN_X]].dtype) < 4))
-        return "GN_ASYNC: nothing is parked in shared memory, or x's vectors are 2 bytes "
-               "(cp.async copies 4, 8 or 16)";
     if ((mode == 2 || mode == 3) && g.smem > CHN_MAX_SMEM)
         return xasprintf("!GN_MODE %lld: a slice of %lld elements does not fit on chip (one tile "
                          "in registers and 200 KiB of shared memory); split the row further",
@@ -506,7 +501,7 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
 const kiln_family kiln_family_groupnorm = {
     .name = "groupnorm",
     .summary = "group norm over [N, C, *] (native_group_norm), fused SiLU; rows split for batch 1",
-    .n_params = 5,
+    .n_params = 4,
     .params =
         {
             {"GN_MODE",
@@ -517,11 +512,6 @@ const kiln_family kiln_family_groupnorm = {
             {"GN_SPLIT", 8, {1, 2, 4, 8, 16, 32, 64, 128}, "CTAs per row (1: mode 0)"},
             {"GN_THREADS", 3, {256, 512, 1024}, "threads per CTA"},
             {"GN_UNROLL", 3, {2, 4, 8}, "16-byte vectors per thread per tile: its loads in flight"},
-            {"GN_ASYNC",
-             2,
-             {0, 1},
-             "1: the tiles parked in shared memory are copied there asynchronously (cp.async), "
-             "the whole slice in flight at once; 0: loaded tile by tile through registers"},
         },
     .match = gn_match,
     .check = gn_check,

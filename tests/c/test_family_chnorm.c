@@ -502,31 +502,23 @@ static void test_groupnorm_constraints(void **state) {
     /* the VAE row: 32 rows of 2^20 fp32 elements */
     kiln_problem *p = gn_aten("float32", "float32", 1, 512, 256, 256, 32, 1e-6, 0, NULL);
     expect_match(f, p, &m, "group_norm");
-    /* GN_MODE, GN_SPLIT, GN_THREADS, GN_UNROLL, GN_ASYNC */
-    check_point(f, p, &m, (int64_t[]){0, 1, 256, 4, 0}, "most SMs idle");
-    check_point(f, p, &m, (int64_t[]){1, 2, 256, 4, 0}, "fewer CTAs than SMs");
-    check_point(f, p, &m, (int64_t[]){0, 2, 256, 4, 0}, "GN_SPLIT");
-    check_point(f, p, &m, (int64_t[]){1, 1, 256, 4, 0}, "GN_SPLIT");
-    check_point(f, p, &m, (int64_t[]){1, 64, 512, 8, 0}, NULL);
-    check_point(f, p, &m, (int64_t[]){2, 2, 512, 4, 0}, "does not fit on chip");
-    check_point(f, p, &m, (int64_t[]){2, 64, 512, 4, 0}, NULL);
-    check_point(f, p, &m, (int64_t[]){3, 16, 512, 8, 0}, NULL);
-    check_point(f, p, &m, (int64_t[]){3, 32, 512, 8, 0}, "at most 16");
-    check_point(f, p, &m, (int64_t[]){2, 64, 1024, 8, 0}, "spill");
-    /* cp.async copies what is parked in shared memory: nothing is in mode 1 */
-    check_point(f, p, &m, (int64_t[]){2, 64, 512, 4, 1}, NULL);
-    check_point(f, p, &m, (int64_t[]){3, 16, 512, 8, 1}, NULL);
-    check_point(f, p, &m, (int64_t[]){1, 64, 512, 8, 1}, "GN_ASYNC");
-    char *asrc = f->emit(p, &m, (int64_t[]){2, 64, 512, 4, 1}, 1);
-    assert_non_null(strstr(asrc, "#define GN_ASYNC 1\n"));
-    free(asrc);
+    /* GN_MODE, GN_SPLIT, GN_THREADS, GN_UNROLL */
+    check_point(f, p, &m, (int64_t[]){0, 1, 256, 4}, "most SMs idle");
+    check_point(f, p, &m, (int64_t[]){1, 2, 256, 4}, "fewer CTAs than SMs");
+    check_point(f, p, &m, (int64_t[]){0, 2, 256, 4}, "GN_SPLIT");
+    check_point(f, p, &m, (int64_t[]){1, 1, 256, 4}, "GN_SPLIT");
+    check_point(f, p, &m, (int64_t[]){1, 64, 512, 8}, NULL);
+    check_point(f, p, &m, (int64_t[]){2, 2, 512, 4}, "does not fit on chip");
+    check_point(f, p, &m, (int64_t[]){2, 64, 512, 4}, NULL);
+    check_point(f, p, &m, (int64_t[]){3, 16, 512, 8}, NULL);
+    check_point(f, p, &m, (int64_t[]){3, 32, 512, 8}, "at most 16");
+    check_point(f, p, &m, (int64_t[]){2, 64, 1024, 8}, "spill");
     kiln_problem_free(p);
     /* odd H*W: scalar access; a small row cannot be split into thread-sized slices */
     p = gn_aten("float32", "float32", 2, 8, 3, 3, 4, 1e-5, 1, NULL);
     expect_match(f, p, &m, "group_norm_stats");
-    check_point(f, p, &m, (int64_t[]){1, 2, 256, 2, 0}, "slices smaller");
-    check_point(f, p, &m, (int64_t[]){0, 1, 256, 2, 1}, "GN_ASYNC"); /* a row fits registers */
-    char *src = f->emit(p, &m, (int64_t[]){0, 1, 256, 2, 0}, 1);
+    check_point(f, p, &m, (int64_t[]){1, 2, 256, 2}, "slices smaller");
+    char *src = f->emit(p, &m, (int64_t[]){0, 1, 256, 2}, 1);
     assert_non_null(strstr(src, "#define GN_VEC 1\n"));
     assert_non_null(strstr(src, "// kiln: launch gn_main grid=(n2)*4 block=256"));
     assert_non_null(strstr(src, "gn_rows_body(input, weight, bias, out0, out1, out2"));
@@ -535,12 +527,12 @@ static void test_groupnorm_constraints(void **state) {
     /* split launches declare scratch and launch twice; the cluster mode declares its cluster */
     p = gn_aten("bfloat16", "bfloat16", 1, 128, 64, 64, 32, 1e-6, 0, NULL);
     expect_match(f, p, &m, "group_norm");
-    src = f->emit(p, &m, (int64_t[]){1, 4, 256, 2, 0}, 1);
+    src = f->emit(p, &m, (int64_t[]){1, 4, 256, 2}, 1);
     assert_non_null(strstr(src, "// kiln: scratch 16*(n1)*32*4\n"));
     assert_non_null(strstr(src, "// kiln: launch gn_partial grid=(n1)*32*4 block=256\n"));
     assert_non_null(strstr(src, "#define GN_VEC 8\n"));
     free(src);
-    src = f->emit(p, &m, (int64_t[]){3, 4, 256, 2, 0}, 1);
+    src = f->emit(p, &m, (int64_t[]){3, 4, 256, 2}, 1);
     assert_non_null(strstr(src, "cluster=4\n"));
     assert_null(strstr(src, "// kiln: scratch"));
     free(src);

@@ -58,10 +58,6 @@
 #ifndef GN_STAGE
 #define GN_STAGE 0
 #endif
-/* 1: the parked tiles are copied to shared memory with cp.async, all at once (see gn_slice) */
-#ifndef GN_ASYNC
-#define GN_ASYNC 0
-#endif
 
 /* ---- the problem's variant (written by the emitter; not tuned) ---- */
 #ifndef GN_TX
@@ -335,10 +331,8 @@ __device__ __forceinline__ void gn_tile_load(gn_tile &t, const GN_TX *xr, unsign
     }
 }
 
-/* Exact two-pass mean and M2 of the thread's valid elements of a tile; vec(u) gives its vector u
- * (from registers, or from the stage in shared memory, read once per pass). */
-template <typename Vec>
-__device__ __forceinline__ gn_stats gn_stats_of(Vec vec, unsigned t0, unsigned hi) {
+/* Exact two-pass mean and M2 of the thread's valid elements of a tile. */
+__device__ __forceinline__ gn_stats gn_tile_stats(const gn_tile &t, unsigned t0, unsigned hi) {
     float sum[GN_VEC];
     int cnt = 0;
 #pragma unroll
@@ -350,7 +344,7 @@ __device__ __forceinline__ gn_stats gn_stats_of(Vec vec, unsigned t0, unsigned h
             cnt += GN_VEC;
 #pragma unroll
             for (int k = 0; k < GN_VEC; k++)
-                sum[k] += gn_f(vec(u).v[k]);
+                sum[k] += gn_f(t.v[u].v[k]);
         }
     float total = 0.f;
 #pragma unroll
@@ -365,16 +359,12 @@ __device__ __forceinline__ gn_stats gn_stats_of(Vec vec, unsigned t0, unsigned h
         if (gn_at(t0, u) < hi) {
 #pragma unroll
             for (int k = 0; k < GN_VEC; k++) {
-                float d = gn_f(vec(u).v[k]) - s.mean;
+                float d = gn_f(t.v[u].v[k]) - s.mean;
                 m2 = fmaf(d, d, m2);
             }
         }
     s.m2 = m2;
     return s;
-}
-
-__device__ __forceinline__ gn_stats gn_tile_stats(const gn_tile &t, unsigned t0, unsigned hi) {
-    return gn_stats_of([&](int u) -> const gn_xvec & { return t.v[u]; }, t0, hi);
 }
 
 /* What normalising needs besides the data. */
@@ -413,89 +403,35 @@ __device__ __forceinline__ void gn_tile_apply(const gn_tile &t, GN_TY *yr, unsig
     }
 }
 
-/* Copies the thread's vectors of the tile at t0 into its places in the stage, asynchronously
- * (cp.async: no registers held, nothing waited for until gn_async_wait). 4-, 8- and 16-byte
- * vectors; the caller keeps 2-byte ones on the synchronous path. */
-__device__ __forceinline__ void gn_async_tile(gn_xvec *dst, const GN_TX *xr, unsigned t0,
-                                              unsigned hi) {
-    constexpr int B = sizeof(gn_xvec);
-#pragma unroll
-    for (int u = 0; u < GN_UNROLL; u++) {
-        unsigned e = gn_at(t0, u);
-        if (e < hi) {
-            unsigned sa = (unsigned)__cvta_generic_to_shared(dst + u * GN_THREADS + threadIdx.x);
-            if constexpr (B == 16)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(xr + e)
-                             : "memory");
-            else
-                asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(sa), "l"(xr + e),
-                             "n"(B)
-                             : "memory");
-        }
-    }
-}
-
-__device__ __forceinline__ void gn_async_wait() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
 /* Normalises the slice [lo, hi) of one row (xr, yr point at the row). finish(partial) turns the
- * CTA's merged statistics of the slice into the row's (mean, rstd); every thread calls it.
- * With GN_ASYNC the tiles parked in shared memory are copied there first, all at once and
- * asynchronously, so that the whole slice is in flight together; without it a tile is loaded,
- * counted and parked before the next is asked for, one tile in flight (a 120 KiB slice in 8 KiB
- * tiles makes 16 round trips to memory). Each thread reads back only what it copied or parked
- * itself, so no barrier is needed. */
+ * CTA's merged statistics of the slice into the row's (mean, rstd); every thread calls it. */
 template <typename Finish>
 __device__ __forceinline__ void gn_slice(const GN_TX *xr, GN_TY *yr, unsigned lo, unsigned hi,
                                          gn_norm &nm, Finish finish) {
 #if GN_STAGE > 0
     extern __shared__ __align__(16) unsigned char gn_smem[];
     gn_xvec *stage = reinterpret_cast<gn_xvec *>(gn_smem);
-    constexpr bool async = GN_ASYNC && sizeof(gn_xvec) >= 4;
 #endif
     const unsigned n_tiles = hi > lo ? (hi - lo + GN_TILE - 1) / GN_TILE : 0;
     /* tiles from keep on stay on chip: the last in registers, up to GN_STAGE before it in smem */
     const unsigned keep = n_tiles > GN_STAGE + 1 ? n_tiles - (GN_STAGE + 1) : 0;
     gn_stats acc = {0.f, 0.f, 0.f};
     gn_tile t;
+    for (unsigned k = 0; k < n_tiles; k++) {
+        unsigned t0 = lo + k * GN_TILE;
+        if (k >= keep)
+            gn_tile_load<GN_STREAM>(t, xr, t0, hi);
+        else
+            gn_tile_load<GN_KEEP>(t, xr, t0, hi);
+        acc = gn_merge(acc, gn_tile_stats(t, t0, hi));
 #if GN_STAGE > 0
-    if constexpr (async) {
-        for (unsigned k = keep; k + 1 < n_tiles; k++)
-            gn_async_tile(stage + (k - keep) * GN_UNROLL * GN_THREADS, xr, lo + k * GN_TILE, hi);
-        /* the tiles read twice: loaded and counted while the copies are in flight */
-        for (unsigned k = 0; k < keep; k++) {
-            gn_tile_load<GN_KEEP>(t, xr, lo + k * GN_TILE, hi);
-            acc = gn_merge(acc, gn_tile_stats(t, lo + k * GN_TILE, hi));
-        }
-        if (n_tiles > 0)
-            gn_tile_load<GN_STREAM>(t, xr, lo + (n_tiles - 1) * GN_TILE, hi);
-        gn_async_wait();
-        for (unsigned k = keep; k + 1 < n_tiles; k++) {
-            const gn_xvec *st = stage + (k - keep) * GN_UNROLL * GN_THREADS + threadIdx.x;
-            acc = gn_merge(acc, gn_stats_of([&](int u) { return st[u * GN_THREADS]; },
-                                            lo + k * GN_TILE, hi));
-        }
-        if (n_tiles > 0)
-            acc = gn_merge(acc, gn_tile_stats(t, lo + (n_tiles - 1) * GN_TILE, hi));
-    } else
-#endif
-    {
-        for (unsigned k = 0; k < n_tiles; k++) {
-            unsigned t0 = lo + k * GN_TILE;
-            if (k >= keep)
-                gn_tile_load<GN_STREAM>(t, xr, t0, hi);
-            else
-                gn_tile_load<GN_KEEP>(t, xr, t0, hi);
-            acc = gn_merge(acc, gn_tile_stats(t, t0, hi));
-#if GN_STAGE > 0
-            if (k >= keep && k + 1 < n_tiles) {
+        if (k >= keep && k + 1 < n_tiles) {
+            /* each thread reads back only what it wrote: no barrier needed */
 #pragma unroll
-                for (int u = 0; u < GN_UNROLL; u++)
-                    stage[((k - keep) * GN_UNROLL + u) * GN_THREADS + threadIdx.x] = t.v[u];
-            }
-#endif
+            for (int u = 0; u < GN_UNROLL; u++)
+                stage[((k - keep) * GN_UNROLL + u) * GN_THREADS + threadIdx.x] = t.v[u];
         }
+#endif
     }
     float2 mr = finish(gn_block_merge(acc));
     nm.mean = mr.x;
