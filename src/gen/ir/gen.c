@@ -73,10 +73,12 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     /* the windows summed a vector a tap (kg_lane_window), their most taps and their kernel along
      * the tile axis (the taps TILE neighbours share) */
     int64_t lane_taps = 0, tile_kernel = 1;
-    /* a window whose taps are behind their own checks (kg_window_clamped: adaptive, dilated max),
-     * or whose adjacent outputs along the vector axis share no taps and are not read as one vector
-     * a tap (kg_lane_window: a channels-last depthwise conv's lanes are) */
-    int branchy = 0;
+    /* a window whose VEC adjacent outputs measured slow above VEC 2 (the cost model below): max
+     * pooling, its taps checked or clamped, a window whose taps are behind their own checks
+     * (kg_window_clamped: adaptive), or one whose adjacent outputs along the vector axis share no
+     * taps and are not read as one vector a tap (kg_lane_window: a channels-last depthwise conv's
+     * lanes are) */
+    int narrow = 0;
     const kir_axes streamed = plan.kind == KG_POINTWISE ? ir->domain : ir->red;
     for (int o = 0; o < ir->n_out; o++)
         streams += plan.kind == KG_POINTWISE || kg_output_full(ir, o);
@@ -94,7 +96,8 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
                 shares |= wm->dst[i] == plan.vec_axis;
                 t *= wm->kernel[i];
             }
-            branchy |= !kg_window_clamped(&plan, v) || (!shares && !kg_lane_window(&plan, v, 1));
+            narrow |= x->op == KR_MAXPOOL || !kg_window_clamped(&plan, v) ||
+                      (!shares && !kg_lane_window(&plan, v, 1));
             if (!wm->adaptive)
                 taps = t > taps ? t : taps;
             if (kg_lane_window(&plan, v, 1)) {
@@ -138,7 +141,7 @@ static int gen_match(const kiln_problem *p, kiln_match *m, char *why, size_t n) 
     kiln_match_set(m, "idx64", biggest >= ((int64_t)1 << 31));
     kiln_match_set(m, "windows", windows);
     kiln_match_set(m, "window_taps", (double)taps);
-    kiln_match_set(m, "window_branches", branchy);
+    kiln_match_set(m, "window_narrow", narrow);
     kiln_match_set(m, "lane_taps", (double)lane_taps);
     kiln_match_set(m, "tile_min", (double)tmin);
     kiln_match_set(m, "tile_kernel", (double)tile_kernel);
@@ -333,8 +336,9 @@ static double model_time(const kiln_match *m, const int64_t *pt, double bytes) {
      * (18 points, 2026-12-04). A sum's taps are read clamped, without checks, and adjacent
      * windows along the vector axis share them: on the H100 a 3x3 depthwise conv bf16
      * [32,144,56,56] was best at VEC 4 (41.3 us), 44.5 at VEC 8 and 56.4 at VEC 2 (385 points,
-     * 2026-12-06) */
-    if (fact(m, "window_branches") && q.vec > 2)
+     * 2026-12-06). Max pooling read clamped stays best at VEC 1 or 2: on the H100 53.2, 53.4 and
+     * 60.3 us at VEC 1, 2 and 4 (285 points, 2026-12-07) */
+    if (fact(m, "window_narrow") && q.vec > 2)
         bw *= 0.65;
     double moved = bytes;
     /* a streaming plan with early outputs (plan_early) stores them in its first pass: its last pass
