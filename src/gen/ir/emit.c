@@ -341,9 +341,9 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
     const kir_node *x = &ir->nodes[v];
     const kir_map *m = &ir->maps[x->map];
     const int avg = x->op == KR_AVG, conv = x->op == KR_CONV, id = (*s->next_id)++;
-    const int clamp =
-        kg_window_clamped(s->plan, v); /* taps read clamped (a sum counts by a flag) */
-    const int index = !avg && !conv && kg_window_index_live(s->plan, v); /* max's index is read */
+    /* taps read clamped into the input (a sum counts them by a flag), and max's index read */
+    const int clamp = kg_window_clamped(s->plan, v);
+    const int index = !avg && !conv && kg_window_index_live(s->plan, v);
     const char *in = s->indent;
     char ind[96], coord[3][32], tap[3][32];
     KILN_ASSERT(lanes <= 1 || (s->cuda && clamp)); /* kg_lane_window's sums */
@@ -445,9 +445,9 @@ static void window_code(kg_scope *s, int v, int64_t lanes, int tile) {
              * outputs of a row reads 10 columns a row, not 24) and the accumulation is a select.
              * Max reads clamped too where kg_window_clamped allows (dilation 1, no index), with no
              * flag: a clamped tap repeats an element of its window, which does not change the
-             * maximum (a NaN propagates either way). Elsewhere max skips each tap outside [lo,
-             * hi). (Max is not summed a vector a tap: with every tap
-             * of a vector's lanes and their indices in flight at once, its kernels spilled.) */
+             * maximum (a NaN propagates either way). Elsewhere max skips each tap outside
+             * [lo, hi). (Max is not summed a vector a tap: with every tap of a vector's lanes and
+             * their indices in flight at once, its kernels spilled.) */
             /* With a tile, the outer dims are loops (the taps of a row in flight, not the whole
              * window's for every position) and the positions a loop around the last dim's taps,
              * both unrolled: position t's tap j reads where t + j does. */
