@@ -224,6 +224,20 @@ static const small_case CASES[] = {
      "{'aten': 'aten::mul.Tensor', 'args': [{'ref': 'v0'}, {'ref': 'g'}], 'out': 'v1'}, "
      "{'aten': 'aten::add.Tensor', 'args': [{'ref': 'v1'}, {'ref': 'bias'}], "
      "'out': 'out'}], 'outputs': ['out']}}"},
+    /* SiLU of an fp32 gate times x, rounded to bf16 at the end (Qwen-3.5's gated RMSNorm's tail),
+     * and the same left in fp32 */
+#define SILU_GATE(out_dtype)                                                                        \
+    "{'name': 'x', " AXES2(17, 64) ", 'inputs': {'x': " T("['a', 'b']", "bfloat16") ", 'g': "       \
+    T("['a', 'b']", "bfloat16") "}, 'outputs': {'out': " T("['a', 'b']", out_dtype) "}, 'kiln': "   \
+    "{'kind': 'chain', 'ops': [{'aten': 'aten::_to_copy.default', 'args': [{'ref': 'g'}], "          \
+    "'kwargs': {'dtype': 'torch.float32'}, 'out': 'v0'}, {'aten': 'aten::silu.default', "           \
+    "'args': [{'ref': 'v0'}], 'out': 'v1'}, {'aten': 'aten::_to_copy.default', 'args': "             \
+    "[{'ref': 'x'}], 'kwargs': {'dtype': 'torch.float32'}, 'out': 'v2'}, {'aten': "                  \
+    "'aten::mul.Tensor', 'args': [{'ref': 'v2'}, {'ref': 'v1'}], 'out': 'v3'}, {'aten': "            \
+    "'aten::_to_copy.default', 'args': [{'ref': 'v3'}], 'kwargs': {'dtype': 'torch." out_dtype       \
+    "'}, 'out': 'out'}], 'outputs': ['out']}}"
+    {"silu_gate_bf16", "x g", SILU_GATE("bfloat16")},
+    {"silu_gate_f32", "x g", SILU_GATE("float32")},
     {"index_rows", "self idx",
      "{'name': 'x', " AXES2(40, 16) ", 'inputs': {'self': " T("['b', 'b']", "bfloat16") ", 'idx': "
      T("['a']", "int64") "}, 'outputs': {'out0': " T("['a', 'b']", "bfloat16") "}, "
@@ -581,7 +595,17 @@ static char *emitted(const char *name, const char *settings, const char **kernel
 static void test_emitted_text(void **state) {
     (void)state;
     const char *kernel;
-    char *cuda = emitted("rmsnorm_channels_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=8", &kernel);
+    /* an fp32 SiLU whose value is rounded to bf16 before any other use: the fast exp and division;
+     * kept in fp32, the IEEE ones */
+    char *cuda = emitted("silu_gate_bf16", "KG_THREADS=64 KG_VBYTES=16", &kernel);
+    assert_non_null(strstr(kernel, "kg_silu_lp("));
+    free(cuda);
+    cuda = emitted("silu_gate_f32", "KG_THREADS=64 KG_VBYTES=16", &kernel);
+    assert_null(strstr(kernel, "kg_silu_lp("));
+    assert_non_null(strstr(kernel, "kg_silu("));
+    free(cuda);
+
+    cuda = emitted("rmsnorm_channels_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_TEAM=8", &kernel);
     assert_int_equal(count_of(kernel, "kg_rsqrt("), 1); /* once, into kh<node>[] */
     assert_non_null(strstr(kernel, "kh10[kg_e] = "));
     assert_non_null(strstr(cuda, "#define KG_MINB 8 "));
@@ -736,6 +760,8 @@ static void test_emulated(void **state) {
         /* pointwise: vectors, scalars, windows, gathers, a persistent grid */
         {"gelu_gate_bf16", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 0},
         {"gelu_gate_bf16", "KG_THREADS=64 KG_VBYTES=2 KG_UNROLL=1", 0},
+        {"silu_gate_bf16", "KG_THREADS=64 KG_VBYTES=16", 1},
+        {"silu_gate_f32", "KG_THREADS=64 KG_VBYTES=8", 1},
         {"max_pool", "KG_THREADS=64 KG_VBYTES=8", 1},
         {"max_pool", "KG_THREADS=64 KG_VBYTES=16 KG_UNROLL=2", 1},
         {"max_pool_ceil", "KG_THREADS=64 KG_VBYTES=4 KG_UNROLL=2", 1},

@@ -178,19 +178,50 @@ static int exact_in(const kir *ir, int v, kiln_dtype t) {
     }
 }
 
-/* The right-hand side of op node x over operand expressions: the table's expression, with the
+static int narrow_dtype(kiln_dtype t) {
+    return t == KILN_BF16 || t == KILN_F16 || t == KILN_F8_E4M3 || t == KILN_F8_E5M2;
+}
+
+/* 1 when node v's value is rounded to 16 or 8 bits before anything else sees it: its own dtype is
+ * that narrow, or every use of it is a multiplication or a cast whose value is (not an output, a
+ * reduction or a window at fp32 itself) — Qwen-3.5's gated RMSNorm: bf16(w * y * silu(fp32 z)).
+ * A few ulp of fp32 there are far below that rounding. */
+static int ends_narrow(const kir *ir, int v, int depth) {
+    if (narrow_dtype(ir->nodes[v].dtype))
+        return 1;
+    if (depth >= 4)
+        return 0;
+    for (int o = 0; o < ir->n_out; o++)
+        if (ir->out[o].node == v)
+            return 0;
+    int used = 0;
+    for (int u = 0; u < ir->n_nodes; u++) {
+        const kir_node *y = &ir->nodes[u];
+        for (int i = 0; i < y->n_a; i++) {
+            if (y->a[i] != v)
+                continue;
+            if (y->kind != KIR_OP || (y->op != KO_MUL && y->op != KO_CAST) ||
+                !ends_narrow(ir, u, depth + 1))
+                return 0;
+            used = 1;
+        }
+    }
+    return used;
+}
+
+/* The right-hand side of op node v over operand expressions: the table's expression, with the
  * exponents PyTorch's pow kernels special-case. */
-static void op_expr(const kir_node *x, const char ops[3][96], char *out, size_t n) {
+static void op_expr(const kir *ir, int v, const char ops[3][96], char *out, size_t n) {
+    const kir_node *x = &ir->nodes[v];
     const char *expr = KIR_OP_INFO[x->op].expr;
     if (x->op == KO_DIV_FLOOR && kir_dtype_is_int(x->dtype))
         expr = "kg_idiv_floor($a, $b)";
     if ((x->op == KO_ADD || x->op == KO_SUB) && x->k[0] == 1)
         expr = x->op == KO_ADD ? "$a + $b" : "$a - $b";
-    /* a result eager stores in 16 or 8 bits: the GPU's fast exp and division (a few ulp of fp32,
-     * far below the rounding that follows) where the IEEE ones take ~20 instructions */
-    const int narrow = x->dtype == KILN_BF16 || x->dtype == KILN_F16 || x->dtype == KILN_F8_E4M3 ||
-                       x->dtype == KILN_F8_E5M2;
-    if (narrow && (x->op == KO_SILU || x->op == KO_SIGMOID))
+    /* a result rounded to 16 or 8 bits before it is used: the GPU's fast exp and division (a few
+     * ulp of fp32, far below the rounding that follows) where the IEEE ones take ~20 instructions
+     */
+    if ((x->op == KO_SILU || x->op == KO_SIGMOID) && ends_narrow(ir, v, 0))
         expr = x->op == KO_SILU ? "kg_silu_lp($a)" : "kg_sigmoid_lp($a)";
     if (x->op == KO_POW_K) {
         static const struct {
@@ -755,7 +786,7 @@ const char *kg_value(kg_scope *s, int v) {
         char ops[3][96];
         for (int i = 0; i < x->n_a; i++)
             snprintf(ops[i], sizeof ops[i], "%s", kg_value(s, x->a[i]));
-        op_expr(x, ops, expr, sizeof expr);
+        op_expr(ir, v, ops, expr, sizeof expr);
         if ((x->dtype == KILN_BF16 || x->dtype == KILN_F16) && exact_in(ir, v, x->dtype))
             kiln_family_fmt(rhs, sizeof rhs, "%s", expr);
         else
