@@ -219,8 +219,7 @@ static void op_expr(const kir *ir, int v, const char ops[3][96], char *out, size
     if ((x->op == KO_ADD || x->op == KO_SUB) && x->k[0] == 1)
         expr = x->op == KO_ADD ? "$a + $b" : "$a - $b";
     /* a result rounded to 16 or 8 bits before it is used: the GPU's fast exp and division (a few
-     * ulp of fp32, far below the rounding that follows) where the IEEE ones take ~20 instructions
-     */
+     * ulp of fp32, far below that rounding) where the IEEE ones take ~20 instructions */
     if ((x->op == KO_SILU || x->op == KO_SIGMOID) && ends_narrow(ir, v, 0))
         expr = x->op == KO_SILU ? "kg_silu_lp($a)" : "kg_sigmoid_lp($a)";
     if (x->op == KO_POW_K) {
