@@ -50,6 +50,11 @@ typedef struct {
 #define T(shape, dt) "{'shape': " shape ", 'dtype': '" dt "'}"
 #define ATEN(label, args)                                                                          \
     "'kiln': {'kind': 'aten', 'aten': '" label "', 'args': {'args': " args ", 'kwargs': {}}}"
+/* one float32 input `self`, one float32 output `out0`, an aten call */
+#define UNARY_F32(axes, in_shape, out_shape, label, args)                                          \
+    "{'name': 'x', " axes                                                                          \
+    ", 'inputs': {'self': " T(in_shape, "float32") "}, 'outputs': {'out0': " T(                    \
+        out_shape, "float32") "}, " ATEN(label, args) "}"
 
 /* the VAE's residual add -> GroupNorm(4 groups) -> SiLU, the sum a second output */
 #define GN_SILU_CHAIN(axes)                                                                                                                                                            \
@@ -78,17 +83,14 @@ typedef struct {
 /* clang-format off */
 static const small_case CASES[] = {
     {"log_softmax_rows", "self",
-     "{'name': 'x', " AXES2(5, 301) ", 'inputs': {'self': " T("['a', 'b']", "float32")
-     "}, 'outputs': {'out0': " T("['a', 'b']", "float32") "}, "
-     ATEN("aten::_log_softmax.default", "[{'tensor': 0}, -1, false]") "}"},
+     UNARY_F32(AXES2(5, 301), "['a', 'b']", "['a', 'b']",
+               "aten::_log_softmax.default", "[{'tensor': 0}, -1, false]")},
     {"softmax_channels", "self",
-     "{'name': 'x', " AXES4(3, 37, 4, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
-     "}, 'outputs': {'out0': " T("['a', 'b', 'c', 'd']", "float32") "}, "
-     ATEN("aten::_softmax.default", "[{'tensor': 0}, 1, false]") "}"},
+     UNARY_F32(AXES4(3, 37, 4, 8), "['a', 'b', 'c', 'd']", "['a', 'b', 'c', 'd']",
+               "aten::_softmax.default", "[{'tensor': 0}, 1, false]")},
     {"sum_columns", "self",
-     "{'name': 'x', " AXES4(4, 300, 2, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
-     "}, 'outputs': {'out0': " T("['a', 'c', 'd']", "float32") "}, "
-     ATEN("aten::sum.dim_IntList", "[{'tensor': 0}, [1]]") "}"},
+     UNARY_F32(AXES4(4, 300, 2, 8), "['a', 'b', 'c', 'd']", "['a', 'c', 'd']",
+               "aten::sum.dim_IntList", "[{'tensor': 0}, [1]]")},
     {"max_dim_rows", "self",
      "{'name': 'x', " AXES2(6, 129) ", 'inputs': {'self': " T("['a', 'b']", "float32")
      "}, 'outputs': {'out0': " T("['a']", "float32") ", 'out1': " T("['a']", "int64") "}, "
@@ -103,13 +105,9 @@ static const small_case CASES[] = {
      "}, 'kiln': {'kind': 'aten', 'aten': 'aten::var_mean.correction', "
      "'args': {'args': [{'tensor': 0}, [1]], 'kwargs': {'correction': 1, 'keepdim': true}}}}"},
     {"many_rows", "self",
-     "{'name': 'x', " AXES2(2200, 12) ", 'inputs': {'self': " T("['a', 'b']", "float32")
-     "}, 'outputs': {'out0': " T("['a']", "float32") "}, "
-     ATEN("aten::logsumexp.default", "[{'tensor': 0}, [1]]") "}"},
+     UNARY_F32(AXES2(2200, 12), "['a', 'b']", "['a']", "aten::logsumexp.default", "[{'tensor': 0}, [1]]")},
     {"logsumexp_rows", "self",
-     "{'name': 'x', " AXES2(9, 77) ", 'inputs': {'self': " T("['a', 'b']", "float32")
-     "}, 'outputs': {'out0': " T("['a']", "float32") "}, "
-     ATEN("aten::logsumexp.default", "[{'tensor': 0}, [1]]") "}"},
+     UNARY_F32(AXES2(9, 77), "['a', 'b']", "['a']", "aten::logsumexp.default", "[{'tensor': 0}, [1]]")},
     {"rmsnorm_channels_bf16", "input0 weight",
      "{'name': 'x', " AXES4(2, 24, 8, 8) ", 'inputs': {'input0': " T("['a', 'b', 'c', 'd']", "bfloat16")
      ", 'weight': " T("['b']", "bfloat16") "}, 'outputs': {'out0': " T("['a', 'b', 'c', 'd']", "bfloat16")
@@ -160,13 +158,11 @@ static const small_case CASES[] = {
     /* the last windows start at the last row and column (ceil_mode): clamped taps past the end;
      * values only, and dilated (its taps checked, not clamped) */
     {"max_pool_ceil", "self",
-     "{'name': 'x', " AXES4(2, 3, 10, 12) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
-     "}, 'outputs': {'out0': " T("['a', 'b', '6', '7']", "float32") "}, "
-     ATEN("aten::max_pool2d.default", "[{'tensor': 0}, [3, 3], [2, 2], [1, 1], [1, 1], true]") "}"},
+     UNARY_F32(AXES4(2, 3, 10, 12), "['a', 'b', 'c', 'd']", "['a', 'b', '6', '7']",
+               "aten::max_pool2d.default", "[{'tensor': 0}, [3, 3], [2, 2], [1, 1], [1, 1], true]")},
     {"max_pool_dil", "self",
-     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
-     "}, 'outputs': {'out0': " T("['a', 'b', '7', '9']", "float32") "}, "
-     ATEN("aten::max_pool2d.default", "[{'tensor': 0}, [3, 3], [1, 1], [1, 1], [2, 2]]") "}"},
+     UNARY_F32(AXES4(2, 3, 9, 11), "['a', 'b', 'c', 'd']", "['a', 'b', '7', '9']",
+               "aten::max_pool2d.default", "[{'tensor': 0}, [3, 3], [1, 1], [1, 1], [2, 2]]")},
     /* depthwise convolutions: strided with a bias, and a 7 x 7 dilated one in bf16 (49 taps) */
     {"dwconv", "input weight bias",
      "{'name': 'x', " AXES4(2, 8, 9, 11) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "float32")
@@ -205,13 +201,11 @@ static const small_case CASES[] = {
      "false], 'kwargs': {}}, 'layouts': {'self': {'stored': 'memory_order', 'permute': [0, 2, 3, 1]}, "
      "'out0': {'stored': 'memory_order', 'permute': [0, 2, 3, 1]}}}}"},
     {"avg_pool_ceil", "self",
-     "{'name': 'x', " AXES4(2, 3, 9, 11) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
-     "}, 'outputs': {'out0': " T("['a', 'b', '5', '6']", "float32") "}, "
-     ATEN("aten::avg_pool2d.default", "[{'tensor': 0}, [2, 2], [2, 2], [1, 1], true, false]") "}"},
+     UNARY_F32(AXES4(2, 3, 9, 11), "['a', 'b', 'c', 'd']", "['a', 'b', '5', '6']",
+               "aten::avg_pool2d.default", "[{'tensor': 0}, [2, 2], [2, 2], [1, 1], true, false]")},
     {"pad", "self",
-     "{'name': 'x', " AXES4(2, 3, 5, 8) ", 'inputs': {'self': " T("['a', 'b', 'c', 'd']", "float32")
-     "}, 'outputs': {'out0': " T("['a', 'b', '8', '12']", "float32") "}, "
-     ATEN("aten::constant_pad_nd.default", "[{'tensor': 0}, [1, 3, 2, 1], 0.5]") "}"},
+     UNARY_F32(AXES4(2, 3, 5, 8), "['a', 'b', 'c', 'd']", "['a', 'b', '8', '12']",
+               "aten::constant_pad_nd.default", "[{'tensor': 0}, [1, 3, 2, 1], 0.5]")},
     {"upsample", "input",
      "{'name': 'x', " AXES4(2, 3, 5, 8) ", 'inputs': {'input': " T("['a', 'b', 'c', 'd']", "float32")
      "}, 'outputs': {'out0': " T("['a', 'b', '10', '16']", "float32") "}, "
