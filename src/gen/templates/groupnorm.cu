@@ -142,15 +142,39 @@ __device__ __forceinline__ float gn_mid(float v) {
 #endif
 }
 
-/* What follows the normalisation (on the fp32 value, before the final rounding). */
-__device__ __forceinline__ float gn_act(float v) {
-    v = gn_mid(v);
-#if GN_SILU == 1
-    v = gn_mid(v / (1.f + __expf(-v)));
-#elif GN_SILU == 2
-    v = gn_mid(v * gn_mid(1.f / (1.f + __expf(-v))));
+/* The SiLU's division. Where its result is rounded to 16 bits at once (GN_MID), __fdividef: the
+ * IEEE division's slow-path branch fences every element off from the next (no two interleave), and
+ * its ~2 ulp of fp32 vanish in the rounding. For a denominator past 2^126 (v below about -88) both
+ * give 0, the limit. */
+#if GN_MID != 0
+#define GN_DIV(a, b) __fdividef(a, b)
+#else
+#define GN_DIV(a, b) ((a) / (b))
 #endif
-    return v;
+
+/* 1 bfloat16, 2 float16, 0 otherwise: GN_MID's codes for a storage type */
+template <typename T> struct gn_code {
+    enum { v = 0 };
+};
+template <> struct gn_code<__nv_bfloat16> {
+    enum { v = 1 };
+};
+template <> struct gn_code<__half> {
+    enum { v = 2 };
+};
+
+/* What follows the normalisation (on the fp32 value, before the final rounding). The last rounding
+ * into GN_MID is left to the store where y has that type: rounding twice to one type is once. */
+__device__ __forceinline__ float gn_act(float v) {
+#if GN_SILU != 0
+    v = gn_mid(v);
+#endif
+#if GN_SILU == 1
+    v = GN_DIV(v, 1.f + __expf(-v));
+#elif GN_SILU == 2
+    v = v * gn_mid(GN_DIV(1.f, 1.f + __expf(-v)));
+#endif
+    return gn_code<GN_TY>::v == GN_MID ? v : gn_mid(v);
 }
 
 /* ---- vectors: N elements moved as one 2-, 4-, 8- or 16-byte access (32 bytes: two) ---- */
@@ -307,6 +331,29 @@ __device__ __forceinline__ float2 gn_final(gn_stats s, float eps, long long row,
     return make_float2(s.mean, rstd);
 }
 
+/* f rounded into a vector of T; 16-bit types two at a time (one packed conversion a pair). */
+template <typename T, int N> __device__ __forceinline__ gn_vec<T, N> gn_round(const float *f) {
+    gn_vec<T, N> o;
+    if constexpr (N % 2 == 0 && gn_code<T>::v == 1) {
+#pragma unroll
+        for (int k = 0; k < N; k += 2) {
+            __nv_bfloat162 p = __floats2bfloat162_rn(f[k], f[k + 1]);
+            o.v[k] = p.x, o.v[k + 1] = p.y;
+        }
+    } else if constexpr (N % 2 == 0 && gn_code<T>::v == 2) {
+#pragma unroll
+        for (int k = 0; k < N; k += 2) {
+            __half2 p = __floats2half2_rn(f[k], f[k + 1]);
+            o.v[k] = p.x, o.v[k + 1] = p.y;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            o.v[k] = gn_to<T>(f[k]);
+    }
+    return o;
+}
+
 /* ---- tiles ---- */
 typedef gn_vec<GN_TX, GN_VEC> gn_xvec;
 typedef gn_vec<GN_TY, GN_VEC> gn_yvec;
@@ -394,11 +441,11 @@ __device__ __forceinline__ void gn_tile_apply(const gn_tile &t, GN_TY *yr, unsig
 #else
             float sh = -a * nm.mean;
 #endif
-            gn_yvec o;
+            float f[GN_VEC];
 #pragma unroll
             for (int k = 0; k < GN_VEC; k++)
-                o.v[k] = gn_to<GN_TY>(gn_act(fmaf(gn_f(t.v[u].v[k]), a, sh)));
-            gn_store<GN_TY, GN_VEC>(yr + e, o);
+                f[k] = gn_act(fmaf(gn_f(t.v[u].v[k]), a, sh));
+            gn_store<GN_TY, GN_VEC>(yr + e, gn_round<GN_TY, GN_VEC>(f));
         }
     }
 }
