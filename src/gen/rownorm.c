@@ -256,12 +256,18 @@ static char *variant_defines(const kiln_problem *p, const kiln_match *m, int cud
                  {"prog_b", "RN_B_PROG(b)", "(b)"},
                  {"prog_g", "RN_G_PROG(g)", "(g)"},
                  {"prog_y", "RN_Y_PROG(n, w, b, g)", "(n)"}};
+    rn_prog pr[4];
     for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
-        rn_prog pr;
         char e[1024];
-        rn_prog_unpack(kiln_match_get(m, progs[i].fact, 0), &pr);
-        rn_prog_render(&pr, progs[i].base, 1, e, sizeof e);
+        rn_prog_unpack(kiln_match_get(m, progs[i].fact, 0), &pr[i]);
+        rn_prog_render(&pr[i], progs[i].base, 1, e, sizeof e);
         off += (size_t)snprintf(s + off, cap - off, "#define %s %s\n", progs[i].macro, e);
+    }
+    if (cuda) {
+        int y = m->output_of_role[OUT_Y];
+        off += (size_t)snprintf(
+            s + off, cap - off, "#define RN_SILU_LP %d\n",
+            y >= 0 && rn_silu_narrow(&pr[0], &pr[1], &pr[2], &pr[3], p->outputs[y].dtype));
     }
     KILN_ASSERT(off < cap);
     return s;

@@ -34,6 +34,12 @@ void rn_prog_unpack(double v, rn_prog *p);
 /* The program as an expression over `base`: C for the templates (c_style), or short text. */
 void rn_prog_render(const rn_prog *p, const char *base, int c_style, char *out, size_t cap);
 
+/* 1 when the programs have a SiLU and every SiLU reaches y's store, y of 16 bits (ydt), only
+ * through products and roundings: its ~2 ulp of fp32 with __expf and __fdividef then vanish in the
+ * rounding (the CUDA emission's RN_SILU_LP). */
+int rn_silu_narrow(const rn_prog *w, const rn_prog *b, const rn_prog *g, const rn_prog *y,
+                   kiln_dtype ydt);
+
 /* Rows and columns (the product of the last k dims of input x_input) of workload w; 0 when empty.
  */
 int rn_geometry(const kiln_problem *p, int x_input, int k, const kiln_workload *w, int64_t *rows,

@@ -47,6 +47,42 @@ void rn_prog_unpack(double v, rn_prog *p) {
     }
 }
 
+static int has_step(const rn_prog *p, int step) {
+    for (int i = 0; i < p->n; i++)
+        if (p->step[i] == step)
+            return 1;
+    return 0;
+}
+
+/* 1 when no step from `from` on adds: only products and roundings. */
+static int only_products_from(const rn_prog *p, int from) {
+    for (int i = from; i < p->n; i++)
+        if (p->step[i] == STEP_ADD_B || p->step[i] == STEP_ADD_ONE || p->step[i] == STEP_SILU)
+            return 0;
+    return 1;
+}
+
+/* First index of step in p after `from`, or p->n. */
+static int step_after(const rn_prog *p, int step, int from) {
+    int i = from;
+    while (i < p->n && p->step[i] != step)
+        i++;
+    return i;
+}
+
+int rn_silu_narrow(const rn_prog *w, const rn_prog *b, const rn_prog *g, const rn_prog *y,
+                   kiln_dtype ydt) {
+    if ((ydt != KILN_BF16 && ydt != KILN_F16) || has_step(w, STEP_SILU) || has_step(b, STEP_SILU))
+        return 0;
+    int gs = step_after(g, STEP_SILU, 0), ys = step_after(y, STEP_SILU, 0);
+    if (gs == g->n && ys == y->n)
+        return 0;
+    if (gs < g->n &&
+        (!only_products_from(g, gs + 1) || !only_products_from(y, step_after(y, STEP_MUL_G, 0))))
+        return 0;
+    return ys == y->n || only_products_from(y, ys + 1);
+}
+
 static int float3(kiln_dtype t) {
     return t == KILN_F32 || t == KILN_BF16 || t == KILN_F16;
 }

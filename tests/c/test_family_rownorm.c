@@ -20,6 +20,7 @@
 
 #include "backend/nvrtc.h"
 #include "gen/family.h"
+#include "gen/rownorm.h"
 
 #define RN_TEST_MAX_COMPILES 4
 
@@ -201,6 +202,47 @@ static void test_programs_in_source(void **state) {
         }
         kiln_problem_free(p);
     }
+}
+
+static rn_prog prog(int n, const unsigned char *steps) {
+    rn_prog p = {n, {0}};
+    memcpy(p.step, steps, (size_t)n);
+    return p;
+}
+
+/* The fast SiLU only where its result reaches a 16-bit y through products and roundings; and the
+ * gated bf16 module's CUDA source asks for it. */
+static void test_silu_narrow(void **state) {
+    (void)state;
+    const unsigned char silu[] = {STEP_SILU},
+                        gate_y[] = {STEP_ROUND_BF16, STEP_MUL_W, STEP_ROUND_BF16, STEP_MUL_G,
+                                    STEP_ROUND_BF16};
+    const unsigned char gate_then_bias[] = {STEP_MUL_W, STEP_MUL_G, STEP_ADD_B};
+    const unsigned char bias_then_gate[] = {STEP_ADD_B, STEP_MUL_G, STEP_ROUND_F16};
+    const unsigned char silu_y[] = {STEP_MUL_W, STEP_SILU, STEP_MUL_G};
+    const unsigned char silu_add[] = {STEP_SILU, STEP_ADD_ONE};
+    rn_prog none = prog(0, silu), g = prog(1, silu), y = prog(5, gate_y);
+    assert_int_equal(rn_silu_narrow(&none, &none, &g, &y, KILN_BF16), 1);
+    assert_int_equal(rn_silu_narrow(&none, &none, &g, &y, KILN_F32), 0);
+    assert_int_equal(rn_silu_narrow(&none, &none, &none, &y, KILN_BF16), 0); /* no SiLU */
+    assert_int_equal(rn_silu_narrow(&g, &none, &g, &y, KILN_BF16), 0);       /* SiLU of w */
+    rn_prog gb = prog(3, gate_then_bias), bg = prog(3, bias_then_gate);
+    assert_int_equal(rn_silu_narrow(&none, &none, &g, &gb, KILN_BF16), 0);
+    assert_int_equal(rn_silu_narrow(&none, &none, &g, &bg, KILN_F16), 1);
+    rn_prog sy = prog(3, silu_y), sa = prog(2, silu_add);
+    assert_int_equal(rn_silu_narrow(&none, &none, &none, &sy, KILN_BF16), 1);
+    assert_int_equal(rn_silu_narrow(&none, &none, &none, &sa, KILN_BF16), 0);
+    assert_int_equal(rn_silu_narrow(&none, &none, &sa, &y, KILN_BF16), 0);
+
+    kiln_problem *p = load_repo("tests/data/families/rownorm/rms_qwen35moe_gated_bf16");
+    kiln_match m;
+    must_match(rms, p, &m);
+    int64_t pt[KILN_FAMILY_MAX_PARAMS];
+    kiln_family_point(rms, 0, pt);
+    char *src = rms->emit(p, &m, pt, 1);
+    assert_non_null(strstr(src, "#define RN_SILU_LP 1\n"));
+    free(src);
+    kiln_problem_free(p);
 }
 
 /* SOL-ExecBench's published rmsnorm_h4096, unmodified (a verbatim copy, and the shared directory
@@ -689,6 +731,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match_repository_problems),
         cmocka_unit_test(test_programs_in_source),
+        cmocka_unit_test(test_silu_narrow),
         cmocka_unit_test(test_match_solbench),
         cmocka_unit_test(test_declines),
         cmocka_unit_test(test_check_reasons),

@@ -158,9 +158,18 @@ __device__ __forceinline__ float rn_round_bf16(float v) {
 __device__ __forceinline__ float rn_round_f16(float v) {
     return __half2float(__float2half_rn(v));
 }
-/* PyTorch's silu in fp32: x / (1 + exp(-x)), with the accurate expf. */
+/* PyTorch's silu in fp32: x / (1 + exp(-x)), with the accurate expf; with __expf and __fdividef
+ * where the result reaches a 16-bit y only through products and roundings (RN_SILU_LP: the IEEE
+ * division's slow-path branch also keeps elements from interleaving). */
+#ifndef RN_SILU_LP
+#define RN_SILU_LP 0
+#endif
 __device__ __forceinline__ float rn_silu(float v) {
+#if RN_SILU_LP
+    return __fdividef(v, 1.0f + __expf(-v));
+#else
     return v / (1.0f + expf(-v));
+#endif
 }
 
 /* ---- vectors: N elements of T as raw words, moved in chunks of at most 16 bytes ---- */
