@@ -18,6 +18,10 @@
  * The vector width and the shared-memory stages are derived from the problem (gn_geometry), not
  * searched: the widest vector dividing H*W and the fewest stages that hold a slice are never worse.
  *
+ * A residual add before the norm (x = a + b, the sum returned too: a VAE block's) is a variant:
+ * the kernel reads a and b where it would read x, writes the rounded sum, and reads the sum where
+ * it would read x again.
+ *
  * Statistics are Chan's merge of exact per-tile (mean, M2) pairs, fp32; rstd = rsqrt(var + eps)
  * with the biased variance, and y = x * a + b' with a = rstd * w[c], b' = b[c] - mean * a, as
  * PyTorch's CUDA kernel writes it. The default tolerances hold with margin. */
@@ -26,8 +30,8 @@
 #include <math.h>
 #include <string.h>
 
-enum { GN_X, GN_W, GN_B, GN_EPS };                 /* input roles */
-enum { GN_Y, GN_MEAN, GN_RSTD };                   /* output roles */
+enum { GN_X, GN_W, GN_B, GN_EPS, GN_X2 };          /* input roles (x = x + x2 with an add) */
+enum { GN_Y, GN_MEAN, GN_RSTD, GN_SUM };           /* output roles */
 enum { GP_MODE, GP_SPLIT, GP_THREADS, GP_UNROLL }; /* parameter positions */
 
 /* Shared memory mode 0 stages a row in (more would cost CTAs per SM more than it saves). */
@@ -77,6 +81,24 @@ static int gn_validate(const kiln_problem *p, kiln_match *m, char *why, size_t w
                      px[d] != d ? x->name : y->name);
             return 0;
         }
+    const int x2 = m->input_of_role[GN_X2], so = m->output_of_role[GN_SUM];
+    if (x2 >= 0) {
+        const kiln_tensor_spec *b = &p->inputs[x2], *sum = &p->outputs[so];
+        int pb[KILN_MAX_DIMS], ps[KILN_MAX_DIMS];
+        if (!kiln_tensor_same_shape(p, x, b) || !kiln_tensor_same_shape(p, x, sum) ||
+            b->dtype != x->dtype || sum->dtype != x->dtype) {
+            snprintf(why, wl, "the add's operands and sum (%s + %s = %s) differ in shape or dtype",
+                     x->name, b->name, sum->name);
+            return 0;
+        }
+        if (!chn_layout_perm(b, pb, why, wl) || !chn_layout_perm(sum, ps, why, wl))
+            return 0;
+        for (int d = 0; d < x->ndim; d++)
+            if (pb[d] != d || ps[d] != d) {
+                snprintf(why, wl, "%s is not stored [N, C, *]", pb[d] != d ? b->name : sum->name);
+                return 0;
+            }
+    }
     for (int r = GN_W; r <= GN_B; r++) {
         int i = m->input_of_role[r];
         if (i < 0)
@@ -123,12 +145,27 @@ static int gn_validate(const kiln_problem *p, kiln_match *m, char *why, size_t w
     return 1;
 }
 
-/* [cast to float] group_norm | native_group_norm [silu | sigmoid, mul] [cast] */
+/* The result of op k is output j: its index, or -1. */
+static int gn_output_of(const kiln_opchain *c, int k) {
+    for (int j = 0; j < c->n_outputs; j++)
+        if (c->outputs[j].input < 0 && c->outputs[j].op == k && c->outputs[j].slot == 0)
+            return j;
+    return -1;
+}
+
+/* [add(a, b) | cast to float] group_norm | native_group_norm [silu | sigmoid, mul] [cast] */
 static int gn_from_chain(const kiln_problem *p, const kiln_opchain *c, kiln_match *m, char *why,
                          size_t wl) {
-    int k = 0, x = -1, mid = -1, silu = 0;
+    int k = 0, x = -1, x2 = -1, mid = -1, silu = 0;
     const kiln_op *op = &c->ops[0];
-    if (c->n_ops > 1 && chn_is_cast(op)) {
+    if (c->n_ops > 1 && kiln_op_is(op, "aten::add.Tensor")) {
+        x = kiln_arg_input(chn_arg(op, "self")), x2 = kiln_arg_input(chn_arg(op, "other"));
+        if (x < 0 || x2 < 0 || kiln_arg_num(chn_arg(op, "alpha"), 1) != 1) {
+            snprintf(why, wl, "the add before the group norm is not input + input (alpha 1)");
+            return 0;
+        }
+        k = 1;
+    } else if (c->n_ops > 1 && chn_is_cast(op)) {
         if ((x = kiln_arg_input(chn_arg(op, "self"))) < 0 || (mid = chn_cast_dtype(op)) < 0) {
             snprintf(why, wl, "the cast before the group norm is not of an input to a float type");
             return 0;
@@ -217,22 +254,31 @@ static int gn_from_chain(const kiln_problem *p, const kiln_opchain *c, kiln_matc
             return 0;
         }
     } else {
-        if (c->n_outputs != 1 || c->outputs[0].input >= 0 || c->outputs[0].op != c->n_ops - 1 ||
-            c->outputs[0].slot != 0) {
-            snprintf(why, wl, "the problem returns something other than the last op's value");
+        const int y = gn_output_of(c, c->n_ops - 1), sum = x2 >= 0 ? gn_output_of(c, 0) : -1;
+        if (x2 >= 0 && sum < 0) {
+            snprintf(why, wl,
+                     "the sum before the group norm is not returned (this kernel stores it and "
+                     "reads it back)");
             return 0;
         }
-        m->output_of_role[GN_Y] = 0;
+        if (y < 0 || c->n_outputs != (x2 >= 0 ? 2 : 1)) {
+            snprintf(why, wl, "the problem returns something other than the last op's value%s",
+                     x2 >= 0 ? " and the sum" : "");
+            return 0;
+        }
+        m->output_of_role[GN_Y] = y, m->output_of_role[GN_SUM] = sum;
     }
     m->input_of_role[GN_X] = x, m->input_of_role[GN_W] = w, m->input_of_role[GN_B] = b;
+    m->input_of_role[GN_X2] = x2;
     kiln_match_set(m, "groups", ag->num);
     kiln_match_set(m, "eps", kiln_arg_num(ae, 1e-5));
     kiln_match_set(m, "silu", silu);
     kiln_match_set(m, "mid", mid >= 0 ? mid : (int)p->inputs[x].dtype);
     const char *cls = kiln_problem_kiln_str(p, "module_class");
-    snprintf(m->how, sizeof m->how, "%s%s%.48s: aten::%.60s, %g groups, eps %g%s%s", c->kind,
-             cls ? " " : "", cls ? cls : "", op->aten + 6, ag->num, kiln_arg_num(ae, 1e-5),
-             silu ? ", fused silu" : "", mid >= 0 ? ", cast to float first" : "");
+    snprintf(m->how, sizeof m->how, "%s%s%.48s: %saten::%.60s, %g groups, eps %g%s%s", c->kind,
+             cls ? " " : "", cls ? cls : "", x2 >= 0 ? "add, " : "", op->aten + 6, ag->num,
+             kiln_arg_num(ae, 1e-5), silu ? ", fused silu" : "",
+             mid >= 0 ? ", cast to float first" : "");
     return 1;
 }
 
@@ -300,7 +346,8 @@ static int gn_match(const kiln_problem *p, kiln_match *m, char *why, size_t wl) 
     if (ok) {
         ok = gn_validate(p, m, why, wl);
         int silu = (int)kiln_match_get(m, "silu", 0);
-        snprintf(m->variant, sizeof m->variant, "group_norm%s%s", silu ? "_silu" : "",
+        snprintf(m->variant, sizeof m->variant, "%sgroup_norm%s%s",
+                 m->input_of_role[GN_X2] >= 0 ? "add_" : "", silu ? "_silu" : "",
                  m->output_of_role[GN_MEAN] >= 0 ? "_stats" : "");
     }
     kiln_opchain_free(c);
@@ -344,11 +391,17 @@ static const char *gn_check(const kiln_problem *p, const kiln_match *m, const in
         return "GN_SPLIT: 1 is mode 0 (a CTA per row), modes 1-3 split rows over 2 or more CTAs";
     if (mode == 3 && split > 16)
         return "GN_MODE 3: a cluster has at most 16 CTAs";
-    if (pt[GP_THREADS] == 1024 &&
-        pt[GP_UNROLL] * g.vec * (int64_t)kiln_dtype_size(p->inputs[m->input_of_role[GN_X]].dtype) >
-            64)
-        return "GN_UNROLL: 128 bytes of tile per thread spill in the 64 registers a 1024-thread "
-               "CTA allows";
+    /* a thread's bytes of tile, and whether it needs more than 64 registers (the template's
+     * GN_WIDE: an add holds a's and b's tiles and the sum at once) */
+    const int add = m->input_of_role[GN_X2] >= 0;
+    const int64_t tile_bytes =
+        pt[GP_UNROLL] * g.vec * (int64_t)kiln_dtype_size(p->inputs[m->input_of_role[GN_X]].dtype);
+    if (add && tile_bytes >= 128)
+        return "GN_UNROLL: with an add, a's and b's tiles of 128 bytes a thread spill in 128 "
+               "registers";
+    if (pt[GP_THREADS] == 1024 && (add ? tile_bytes >= 32 : tile_bytes > 64))
+        return "GN_UNROLL: the tile a thread holds spills in the 64 registers a 1024-thread CTA "
+               "allows";
     int64_t max_rows = 0;
     for (int w = 0; w < p->n_workloads; w++) {
         gn_dims d;
@@ -396,11 +449,13 @@ static void gn_variant_defines(kiln_strbuf *b, const kiln_problem *p, const kiln
         chn_cpu_type_defines(b, "GN", "B", tb, 0);
         chn_cpu_type_defines(b, "GN", "Y", p->outputs[y].dtype, 1);
         chn_cpu_type_defines(b, "GN", "M", tm, 1);
+        chn_cpu_type_defines(b, "GN", "S", p->inputs[x].dtype, 1);
     }
     kiln_strbuf_printf(b,
                        "#define GN_HAS_W %d\n#define GN_HAS_B %d\n#define GN_HAS_STATS %d\n"
-                       "#define GN_SILU %d\n#define GN_MID %d\n",
-                       w >= 0, bi >= 0, mo >= 0, (int)kiln_match_get(m, "silu", 0),
+                       "#define GN_ADD %d\n#define GN_SILU %d\n#define GN_MID %d\n",
+                       w >= 0, bi >= 0, mo >= 0, m->input_of_role[GN_X2] >= 0,
+                       (int)kiln_match_get(m, "silu", 0),
                        chn_mid_code((kiln_dtype)kiln_match_get(m, "mid", KILN_F32)));
 }
 
@@ -427,15 +482,24 @@ static void gn_body_args(kiln_strbuf *b, const kiln_problem *p, const kiln_match
 static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *pt, int cuda) {
     const kiln_family *f = &kiln_family_groupnorm;
     const int mode = (int)pt[GP_MODE], G = (int)kiln_match_get(m, "groups", 1);
+    const int x2 = m->input_of_role[GN_X2];
     const char *x = p->inputs[m->input_of_role[GN_X]].name;
+    const char *sum = x2 >= 0 ? p->outputs[m->output_of_role[GN_SUM]].name : NULL;
     kiln_strbuf b = {0};
     const int scratch = cuda && (mode == 1 || mode == 2);
     if (!cuda) {
         gn_variant_defines(&b, p, m, 0);
         char *proto = kiln_family_prototype(p, 0, 0, NULL, "gn_cpu");
-        kiln_strbuf_printf(&b, "// kiln: launch gn_cpu\n%s\n%s {\n    gn_cpu_run(%s, ",
-                           kiln_family_template("groupnorm_cpu.c"), proto, x);
+        kiln_strbuf_printf(&b, "// kiln: launch gn_cpu\n%s\n%s {\n",
+                           kiln_family_template("groupnorm_cpu.c"), proto);
         free(proto);
+        if (x2 >= 0) {
+            kiln_strbuf_printf(
+                &b, "    gn_cpu_add(%s, %s, %s, (int64_t)%s * (int64_t)%s * (int64_t)%s);\n", x,
+                p->inputs[x2].name, sum, m->rows_expr, m->extra_expr[0], m->cols_expr);
+            x = sum;
+        }
+        kiln_strbuf_printf(&b, "    gn_cpu_run(%s, ", x);
         gn_body_args(&b, p, m, 0);
         kiln_strbuf_printf(&b, ");\n}\n");
         return chn_with_banner(f, m, pt, 0, &b);
@@ -478,6 +542,11 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
         break;
     }
     kiln_strbuf_printf(&b, "%s\n", kiln_family_template("groupnorm.cu"));
+    char in[600];
+    if (x2 >= 0)
+        snprintf(in, sizeof in, "gn_in{%s, %s, %s}", x, p->inputs[x2].name, sum);
+    else
+        snprintf(in, sizeof in, "gn_in{%s, nullptr, nullptr}", x);
     static const char *const body[] = {"gn_rows_body", "gn_apply_body", "gn_coop_body",
                                        "gn_cluster_body"};
     if (mode == 1) {
@@ -486,12 +555,12 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
             &b,
             "%s {\n    gn_partial_body(%s, (long long)%s, (long long)%s, (long long)%s, %d, "
             "kiln_scratch);\n}\n\n",
-            proto, x, m->rows_expr, m->extra_expr[0], m->cols_expr, G);
+            proto, in, m->rows_expr, m->extra_expr[0], m->cols_expr, G);
         free(proto);
     }
     char *proto = kiln_family_prototype(p, scratch, 1, "GN_THREADS, GN_MIN_BLOCKS",
                                         mode == 1 ? "gn_apply" : "gn_main");
-    kiln_strbuf_printf(&b, "%s {\n    %s(%s, ", proto, body[mode], x);
+    kiln_strbuf_printf(&b, "%s {\n    %s(%s, ", proto, body[mode], in);
     free(proto);
     gn_body_args(&b, p, m, 1);
     kiln_strbuf_printf(&b, "%s);\n}\n", mode == 1 || mode == 2 ? ", kiln_scratch" : "");

@@ -154,6 +154,35 @@ static kiln_problem *gn_chain(const char *dtype, int64_t N, int64_t C, int64_t H
     return load_def(finish(&d, "group_norm_silu", kiln));
 }
 
+/* A VAE block's chain: add(a, b) -> group_norm (affine) -> silu, returning the sum and the result
+ * (outputs lists their names: "\"v0\", \"v2\"", or just "\"v2\""); alpha given when not 1. */
+static kiln_problem *gn_add_chain(const char *dtype, int64_t N, int64_t C, int64_t H, int64_t W,
+                                  int G, const char *outputs, double alpha) {
+    def_builder d = {0};
+    add(&d, "\"inputs\": {");
+    tensor(&d, 0, "input0", dtype, N, C, H, W, (int64_t)0);
+    tensor(&d, 1, "input1", dtype, N, C, H, W, (int64_t)0);
+    tensor(&d, 1, "weight", dtype, C, (int64_t)0);
+    tensor(&d, 1, "bias", dtype, C, (int64_t)0);
+    add(&d, "}, \"outputs\": {");
+    tensor(&d, 0, "out0", dtype, N, C, H, W, (int64_t)0);
+    if (strchr(outputs, ','))
+        tensor(&d, 1, "out1", dtype, N, C, H, W, (int64_t)0);
+    add(&d, "}");
+    char kiln[1024], a[32] = "";
+    if (alpha != 1)
+        snprintf(a, sizeof a, ", %g", alpha);
+    snprintf(
+        kiln, sizeof kiln,
+        "{\"kind\": \"chain\", \"ops\": [{\"aten\": \"aten::add.Tensor\", \"args\": "
+        "[{\"ref\": \"input0\"}, {\"ref\": \"input1\"}%s], \"out\": \"v0\"}, {\"aten\": "
+        "\"aten::group_norm.default\", \"args\": [{\"ref\": \"v0\"}, %d, {\"ref\": \"weight\"}, "
+        "{\"ref\": \"bias\"}, 1e-06], \"out\": \"v1\"}, {\"aten\": \"aten::silu.default\", "
+        "\"args\": [{\"ref\": \"v1\"}], \"out\": \"v2\"}], \"outputs\": [%s]}",
+        a, G, outputs);
+    return load_def(finish(&d, "chain", kiln));
+}
+
 /* A captured leaf module: x (bf16) -> to(float32) -> group_norm -> sigmoid/mul SiLU -> to(bf16). */
 static kiln_problem *gn_module(void) {
     static const char def[] =
@@ -450,6 +479,12 @@ static void test_groupnorm_matches(void **state) {
     assert_true(kiln_match_get(&m, "eps", 0) == 1e-3); /* from the reference's EPS = 1e-3 */
     assert_int_equal(m.input_of_role[2], -1);          /* no bias input */
     kiln_problem_free(p);
+    /* the add's sum may be returned first or second */
+    p = gn_add_chain("bfloat16", 1, 32, 4, 4, 8, "\"v2\", \"v0\"", 1);
+    expect_match(f, p, &m, "add_group_norm_silu");
+    assert_int_equal(m.output_of_role[0], 0); /* y */
+    assert_int_equal(m.output_of_role[3], 1); /* the sum */
+    kiln_problem_free(p);
 }
 
 static void test_groupnorm_declines(void **state) {
@@ -472,6 +507,8 @@ static void test_groupnorm_declines(void **state) {
                             "-1], \"out\": \"out0\"}"),
                    "not part of a channel-norm pattern");
     expect_decline(f, gn_handwritten("softmax", "float32", 3), "op_type 'softmax'");
+    expect_decline(f, gn_add_chain("bfloat16", 1, 32, 4, 4, 8, "\"v2\"", 1), "sum");
+    expect_decline(f, gn_add_chain("bfloat16", 1, 32, 4, 4, 8, "\"v0\", \"v2\"", 2), "alpha 1");
     expect_decline(f, gn_handwritten("group_norm", "float32", 1), "1 dimensions");
     /* a reshaped native call (N, C, HxW not the input's) is not ours */
     def_builder d = {0};
@@ -521,7 +558,8 @@ static void test_groupnorm_constraints(void **state) {
     char *src = f->emit(p, &m, (int64_t[]){0, 1, 256, 2}, 1);
     assert_non_null(strstr(src, "#define GN_VEC 1\n"));
     assert_non_null(strstr(src, "// kiln: launch gn_main grid=(n2)*4 block=256"));
-    assert_non_null(strstr(src, "gn_rows_body(input, weight, bias, out0, out1, out2"));
+    assert_non_null(
+        strstr(src, "gn_rows_body(gn_in{input, nullptr, nullptr}, weight, bias, out0, out1, out2"));
     free(src);
     kiln_problem_free(p);
     /* split launches declare scratch and launch twice; the cluster mode declares its cluster */
@@ -536,6 +574,21 @@ static void test_groupnorm_constraints(void **state) {
     assert_non_null(strstr(src, "cluster=4\n"));
     assert_null(strstr(src, "// kiln: scratch"));
     free(src);
+    kiln_problem_free(p);
+    /* an add first: the entry passes both operands and the sum; a and b double the held tile */
+    p = gn_add_chain("bfloat16", 1, 128, 64, 64, 32, "\"v0\", \"v2\"", 1);
+    expect_match(f, p, &m, "add_group_norm_silu");
+    src = f->emit(p, &m, (int64_t[]){2, 8, 512, 4}, 1);
+    assert_non_null(strstr(src, "#define GN_ADD 1\n"));
+    assert_non_null(strstr(src, "gn_coop_body(gn_in{input0, input1, out0}, weight, bias, out1,"));
+    free(src);
+    src = f->emit(p, &m, (int64_t[]){2, 8, 512, 4}, 0);
+    assert_non_null(strstr(src, "gn_cpu_add(input0, input1, out0,"));
+    assert_non_null(strstr(src, "gn_cpu_run(out0, weight, bias, out1,"));
+    free(src);
+    check_point(f, p, &m, (int64_t[]){2, 2, 1024, 2}, "spill");
+    check_point(f, p, &m, (int64_t[]){2, 2, 512, 8}, "spill");
+    check_point(f, p, &m, (int64_t[]){2, 4, 512, 4}, NULL);
     kiln_problem_free(p);
 }
 
@@ -552,6 +605,8 @@ static void test_groupnorm_compiles(void **state) {
         {gn_aten("bfloat16", "float32", 2, 32, 16, 24, 8, 1e-5, 1, NULL), "group_norm_stats"},
         {gn_module(), "group_norm_silu"},
         {gn_handwritten("group_norm_silu", "float16", 3), "group_norm_silu"},
+        {gn_add_chain("bfloat16", 1, 512, 256, 256, 32, "\"v0\", \"v2\"", 1),
+         "add_group_norm_silu"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         expect_match(f, cases[i].p, &m, cases[i].variant);

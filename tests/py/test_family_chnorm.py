@@ -34,6 +34,7 @@ EXPECTED = {
     "gn_silu_bf16": ("groupnorm", "group_norm_silu"),
     "gn_module_cast_bf16": ("groupnorm", "group_norm"),
     "gn_handwritten_f16": ("groupnorm", "group_norm_silu"),
+    "gn_add_silu_bf16": ("groupnorm", "add_group_norm_silu"),
     "bn_f32_nchw": ("batchnorm", "batch_norm"),
     "bn_relu_bf16_cl": ("batchnorm", "batch_norm_relu_channels_last"),
     "bn_add_relu_f32": ("batchnorm", "batch_norm_add_relu"),

@@ -31,7 +31,11 @@
  *
  * Arithmetic is fp32; y = x * a + b' with a = rstd * w[c], b' = bias[c] - mean * a (PyTorch's own
  * form), rounded once into y's type. A fused SiLU rounds where the reference does: the group norm
- * result into GN_MID (its output dtype), the SiLU result again. */
+ * result into GN_MID (its output dtype), the SiLU result again.
+ *
+ * GN_ADD: x is the sum of two inputs a + b (a residual add before the norm, a VAE block's), rounded
+ * into GN_TX as PyTorch's add rounds, and written to the sum output where a tile is first read;
+ * a tile read again (modes 0 and 1) is read from that output, one tensor instead of two. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -89,6 +93,10 @@
 #ifndef GN_SILU
 #define GN_SILU 0
 #endif
+/* 1: x = a + b (the entry passes a, b and the sum output) */
+#ifndef GN_ADD
+#define GN_ADD 0
+#endif
 /* dtype of the group norm's own output in the reference: 0 float32, 1 bfloat16, 2 float16 */
 #ifndef GN_MID
 #define GN_MID 0
@@ -98,7 +106,11 @@
 /* __launch_bounds__ minimum: 1024 threads per SM (at most 64 registers a thread), so that a CTA
  * waiting at a row counter (mode 2) leaves room on its SM for another that streams; 512 when a
  * thread holds 128 bytes of tile (32 registers of data: 64 would spill). */
-#define GN_MIN_BLOCKS_RAW ((GN_UNROLL * GN_VEC * sizeof(GN_TX) > 64 ? 512 : 1024) / GN_THREADS)
+#define GN_TILE_BYTES (GN_UNROLL * GN_VEC * sizeof(GN_TX))
+/* more than 64 registers a thread: over 64 bytes of tile, or with an add (a's and b's tiles and the
+ * sum at once) from 32 bytes on */
+#define GN_WIDE (GN_ADD ? GN_TILE_BYTES >= 32 : GN_TILE_BYTES > 64)
+#define GN_MIN_BLOCKS_RAW ((GN_WIDE ? 512 : 1024) / GN_THREADS)
 #define GN_MIN_BLOCKS (GN_MIN_BLOCKS_RAW > 0 ? GN_MIN_BLOCKS_RAW : 1)
 #define GN_WARPS (GN_THREADS / 32)
 /* Polls of a mode-2 spin before it gives up with a trap (each poll is an L2 round trip, ~0.5 us:
@@ -209,7 +221,9 @@ template <int HINT, typename T, int N> __device__ __forceinline__ gn_vec<T, N> g
     return u.v;
 }
 
-template <typename T, int N> __device__ __forceinline__ void gn_store(T *p, const gn_vec<T, N> &v) {
+/* GN_STREAM: evict-first (nothing reads it again); GN_KEEP: the default policy. */
+template <typename T, int N, int HINT = GN_STREAM>
+__device__ __forceinline__ void gn_store(T *p, const gn_vec<T, N> &v) {
     constexpr int B = sizeof(T) * N;
     if constexpr (B <= 16) {
         typedef typename gn_word<B>::t W;
@@ -218,7 +232,10 @@ template <typename T, int N> __device__ __forceinline__ void gn_store(T *p, cons
             gn_vec<T, N> v;
         } u;
         u.v = v;
-        __stcs(reinterpret_cast<W *>(p), u.w);
+        if constexpr (HINT == GN_STREAM)
+            __stcs(reinterpret_cast<W *>(p), u.w);
+        else
+            *reinterpret_cast<W *>(p) = u.w;
     } else {
         const uint4 *w = reinterpret_cast<const uint4 *>(&v);
 #pragma unroll
@@ -378,6 +395,50 @@ __device__ __forceinline__ void gn_tile_load(gn_tile &t, const GN_TX *xr, unsign
     }
 }
 
+/* Where x comes from: x itself (a), or with GN_ADD a + b and the sum output s. */
+struct gn_in {
+    const GN_TX *a, *b;
+    GN_TX *s;
+    __device__ gn_in at(long long o) const {
+#if GN_ADD
+        return gn_in{a + o, b + o, s + o};
+#else
+        return gn_in{a + o, b, s};
+#endif
+    }
+};
+
+/* The first read of a tile. With GN_ADD, a and b are streamed (never read again) and the rounded
+ * sum is stored where a later read of the tile (HINT GN_KEEP) finds it, in L2 if it is soon. */
+template <int HINT>
+__device__ __forceinline__ void gn_tile_first(gn_tile &t, const gn_in &in, unsigned t0,
+                                              unsigned hi) {
+#if GN_ADD
+    gn_tile o;
+    gn_tile_load<GN_STREAM>(t, in.a, t0, hi);
+    gn_tile_load<GN_STREAM>(o, in.b, t0, hi);
+#pragma unroll
+    for (int u = 0; u < GN_UNROLL; u++) {
+        unsigned e = gn_at(t0, u);
+        if (e < hi) {
+#pragma unroll
+            for (int k = 0; k < GN_VEC; k++)
+                t.v[u].v[k] = gn_to<GN_TX>(gn_f(t.v[u].v[k]) + gn_f(o.v[u].v[k]));
+            gn_store<GN_TX, GN_VEC, HINT>(in.s + e, t.v[u]);
+        }
+    }
+#else
+    gn_tile_load<HINT>(t, in.a, t0, hi);
+#endif
+}
+
+/* A tile read again, for the last time: x, or the sum its first read stored (a coherent load:
+ * this kernel may have written it). */
+__device__ __forceinline__ void gn_tile_again(gn_tile &t, const gn_in &in, unsigned t0,
+                                              unsigned hi) {
+    gn_tile_load<GN_STREAM>(t, GN_ADD ? in.s : in.a, t0, hi);
+}
+
 /* Exact two-pass mean and M2 of the thread's valid elements of a tile. */
 __device__ __forceinline__ gn_stats gn_tile_stats(const gn_tile &t, unsigned t0, unsigned hi) {
     float sum[GN_VEC];
@@ -453,7 +514,7 @@ __device__ __forceinline__ void gn_tile_apply(const gn_tile &t, GN_TY *yr, unsig
 /* Normalises the slice [lo, hi) of one row (xr, yr point at the row). finish(partial) turns the
  * CTA's merged statistics of the slice into the row's (mean, rstd); every thread calls it. */
 template <typename Finish>
-__device__ __forceinline__ void gn_slice(const GN_TX *xr, GN_TY *yr, unsigned lo, unsigned hi,
+__device__ __forceinline__ void gn_slice(const gn_in &xr, GN_TY *yr, unsigned lo, unsigned hi,
                                          gn_norm &nm, Finish finish) {
 #if GN_STAGE > 0
     extern __shared__ __align__(16) unsigned char gn_smem[];
@@ -467,9 +528,9 @@ __device__ __forceinline__ void gn_slice(const GN_TX *xr, GN_TY *yr, unsigned lo
     for (unsigned k = 0; k < n_tiles; k++) {
         unsigned t0 = lo + k * GN_TILE;
         if (k >= keep)
-            gn_tile_load<GN_STREAM>(t, xr, t0, hi);
+            gn_tile_first<GN_STREAM>(t, xr, t0, hi);
         else
-            gn_tile_load<GN_KEEP>(t, xr, t0, hi);
+            gn_tile_first<GN_KEEP>(t, xr, t0, hi);
         acc = gn_merge(acc, gn_tile_stats(t, t0, hi));
 #if GN_STAGE > 0
         if (k >= keep && k + 1 < n_tiles) {
@@ -497,7 +558,7 @@ __device__ __forceinline__ void gn_slice(const GN_TX *xr, GN_TY *yr, unsigned lo
     /* the tiles that did not stay on chip, newest first (the likeliest to still be in L2) */
     for (unsigned k = keep; k-- > 0;) {
         unsigned t0 = lo + k * GN_TILE;
-        gn_tile_load<GN_STREAM>(t, xr, t0, hi);
+        gn_tile_again(t, xr, t0, hi);
         gn_tile_apply(t, yr, t0, hi, nm);
     }
 }
@@ -522,13 +583,13 @@ __device__ __forceinline__ gn_norm gn_norm_for(const GN_TW *w, const GN_TB *b, l
 }
 
 /* ---- GN_MODE 0: one CTA per row ---- */
-__device__ void gn_rows_body(const GN_TX *x, const GN_TW *w, const GN_TB *b, GN_TY *y,
+__device__ void gn_rows_body(gn_in x, const GN_TW *w, const GN_TB *b, GN_TY *y,
                              GN_TM *mean_out, GN_TM *rstd_out, long long N, long long C,
                              long long HW, int G, float eps) {
     gn_geom g(N, C, HW, G);
     const long long row = blockIdx.x;
     gn_norm nm = gn_norm_for(w, b, HW, g, row);
-    gn_slice(x + row * g.M, y + row * g.M, 0u, g.M, nm, [&](gn_stats s) {
+    gn_slice(x.at(row * g.M), y + row * g.M, 0u, g.M, nm, [&](gn_stats s) {
         return gn_final(s, eps, row, true, mean_out, rstd_out);
     });
 }
@@ -542,17 +603,17 @@ __device__ __forceinline__ void gn_split_range(unsigned M, unsigned s, unsigned 
     hi = min(M, lo + per);
 }
 
-__device__ void gn_partial_body(const GN_TX *x, long long N, long long C, long long HW, int G,
+__device__ void gn_partial_body(gn_in x, long long N, long long C, long long HW, int G,
                                 void *scratch) {
     gn_geom g(N, C, HW, G);
     const long long blk = blockIdx.x, row = blk / GN_SPLIT;
     unsigned lo, hi;
     gn_split_range(g.M, (unsigned)(blk % GN_SPLIT), lo, hi);
-    const GN_TX *xr = x + row * g.M;
+    const gn_in xr = x.at(row * g.M);
     gn_stats acc = {0.f, 0.f, 0.f};
     gn_tile t;
     for (unsigned t0 = lo; t0 < hi; t0 += GN_TILE) {
-        gn_tile_load<GN_KEEP>(t, xr, t0, hi);
+        gn_tile_first<GN_KEEP>(t, xr, t0, hi);
         acc = gn_merge(acc, gn_tile_stats(t, t0, hi));
     }
     acc = gn_block_merge(acc);
@@ -560,7 +621,7 @@ __device__ void gn_partial_body(const GN_TX *x, long long N, long long C, long l
         reinterpret_cast<float4 *>(scratch)[blk] = make_float4(acc.n, acc.mean, acc.m2, 0.f);
 }
 
-__device__ void gn_apply_body(const GN_TX *x, const GN_TW *w, const GN_TB *b, GN_TY *y,
+__device__ void gn_apply_body(gn_in x, const GN_TW *w, const GN_TB *b, GN_TY *y,
                               GN_TM *mean_out, GN_TM *rstd_out, long long N, long long C,
                               long long HW, int G, float eps, void *scratch) {
     gn_geom g(N, C, HW, G);
@@ -575,11 +636,11 @@ __device__ void gn_apply_body(const GN_TX *x, const GN_TW *w, const GN_TB *b, GN
     nm.rstd = mr.y;
     unsigned lo, hi;
     gn_split_range(g.M, s, lo, hi);
-    const GN_TX *xr = x + row * g.M;
+    const gn_in xr = x.at(row * g.M);
     GN_TY *yr = y + row * g.M;
     gn_tile t;
     for (unsigned t0 = lo; t0 < hi; t0 += GN_TILE) {
-        gn_tile_load<GN_STREAM>(t, xr, t0, hi);
+        gn_tile_again(t, xr, t0, hi);
         gn_tile_apply(t, yr, t0, hi, nm);
     }
 }
@@ -592,7 +653,7 @@ __device__ __forceinline__ unsigned gn_ld_acquire(const unsigned *p) {
 }
 
 /* kiln_scratch: float4 parts[rows * GN_SPLIT], unsigned count[rows], unsigned ticket. */
-__device__ void gn_coop_body(const GN_TX *x, const GN_TW *w, const GN_TB *b, GN_TY *y,
+__device__ void gn_coop_body(gn_in x, const GN_TW *w, const GN_TB *b, GN_TY *y,
                              GN_TM *mean_out, GN_TM *rstd_out, long long N, long long C,
                              long long HW, int G, float eps, void *scratch) {
     gn_geom g(N, C, HW, G);
@@ -608,7 +669,7 @@ __device__ void gn_coop_body(const GN_TX *x, const GN_TW *w, const GN_TB *b, GN_
     unsigned lo, hi;
     gn_split_range(g.M, s, lo, hi);
     gn_norm nm = gn_norm_for(w, b, HW, g, row);
-    gn_slice(x + row * g.M, y + row * g.M, lo, hi, nm, [&](gn_stats part) {
+    gn_slice(x.at(row * g.M), y + row * g.M, lo, hi, nm, [&](gn_stats part) {
         if (threadIdx.x == 0) {
             parts[row * GN_SPLIT + s] = make_float4(part.n, part.mean, part.m2, 0.f);
             __threadfence();
@@ -651,7 +712,7 @@ __device__ __forceinline__ float4 gn_cluster_load(const float4 *local, unsigned 
     return v;
 }
 
-__device__ void gn_cluster_body(const GN_TX *x, const GN_TW *w, const GN_TB *b, GN_TY *y,
+__device__ void gn_cluster_body(gn_in x, const GN_TW *w, const GN_TB *b, GN_TY *y,
                                 GN_TM *mean_out, GN_TM *rstd_out, long long N, long long C,
                                 long long HW, int G, float eps) {
     gn_geom g(N, C, HW, G);
@@ -662,7 +723,7 @@ __device__ void gn_cluster_body(const GN_TX *x, const GN_TW *w, const GN_TB *b, 
     unsigned lo, hi;
     gn_split_range(g.M, rank, lo, hi);
     gn_norm nm = gn_norm_for(w, b, HW, g, row);
-    gn_slice(x + row * g.M, y + row * g.M, lo, hi, nm, [&](gn_stats part) {
+    gn_slice(x.at(row * g.M), y + row * g.M, lo, hi, nm, [&](gn_stats part) {
         if (threadIdx.x == 0)
             my_part = make_float4(part.n, part.mean, part.m2, 0.f);
         gn_cluster_sync();

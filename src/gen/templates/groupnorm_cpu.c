@@ -27,6 +27,9 @@
 #ifndef GN_HAS_STATS
 #define GN_HAS_STATS 0
 #endif
+#ifndef GN_ADD
+#define GN_ADD 0
+#endif
 #ifndef GN_SILU
 #define GN_SILU 0
 #endif
@@ -58,6 +61,15 @@ static inline float gn_act(float v) {
 #endif
     return v;
 }
+
+#if GN_ADD
+/* s = a + b rounded into s's type, as PyTorch's add: the group norm's x. */
+static void gn_cpu_add(const GN_TX *a, const GN_TX *b, GN_TS *s, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        s[i] = GN_SS(GN_LX(a[i]) + GN_LX(b[i]));
+}
+#endif
 
 typedef struct {
     float n, mean, m2;

@@ -261,6 +261,31 @@ def tests(base: str) -> None:
                  "outputs": ["v2"]},
     }
     write(base, "gn_module_cast_bf16", definition, {"input0": "random", "weight": "random", "bias": "random"}, {})
+    # a VAE block's residual add joined to the next GroupNorm + SiLU, the sum returned first
+    shape = [2, 32, 12, 12]
+    ins = {"input0": (shape, "bfloat16"), "input1": (shape, "bfloat16"), "weight": ([32], "bfloat16"),
+           "bias": ([32], "bfloat16")}
+    outs = {"out0": (shape, "bfloat16"), "out1": (shape, "bfloat16")}
+    definition = {
+        "op_type": "chain",
+        "description": d + "add -> group_norm -> silu chain returning the sum and the result, bf16",
+        "axes": axes_of(shape, [32]),
+        "inputs": tensor_specs(ins),
+        "outputs": tensor_specs(outs),
+        "reference": ("import torch\n\n\n@torch.no_grad()\ndef run(input0, input1, weight, bias):\n"
+                      "    v0 = torch.ops.aten.add.Tensor(input0, input1)\n"
+                      "    v1 = torch.ops.aten.group_norm.default(v0, 8, weight, bias, 1e-06)\n"
+                      "    v2 = torch.ops.aten.silu.default(v1)\n"
+                      "    return v0, v2\n"),
+        "kiln": {"kind": "chain",
+                 "ops": [{"aten": "aten::add.Tensor", "args": [{"ref": "input0"}, {"ref": "input1"}], "out": "v0"},
+                         {"aten": "aten::group_norm.default",
+                          "args": [{"ref": "v0"}, 8, {"ref": "weight"}, {"ref": "bias"}, 1e-06], "out": "v1"},
+                         {"aten": "aten::silu.default", "args": [{"ref": "v1"}], "out": "v2"}],
+                 "outputs": ["v0", "v2"],
+                 "layouts": {k: layout(s) for k, (s, _) in {**ins, **outs}.items()}},
+    }
+    write(base, "gn_add_silu_bf16", definition, {k: "random" for k in ins}, {})
     # hand-written: no "kiln" object, op_type, var axes, a row of 1 element and one of 12*4097
     definition = {
         "op_type": "group_norm_silu",
