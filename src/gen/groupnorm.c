@@ -18,9 +18,9 @@
  * The vector width and the shared-memory stages are derived from the problem (gn_geometry), not
  * searched: the widest vector dividing H*W and the fewest stages that hold a slice are never worse.
  *
- * A residual add before the norm (x = a + b, the sum returned too: a VAE block's) is a variant:
- * the kernel reads a and b where it would read x, writes the rounded sum, and reads the sum where
- * it would read x again.
+ * A residual add before the norm (x = a + b: a VAE block's) is a variant: the kernel reads a and
+ * b where it would read x; where the chain returns the sum too, it writes the rounded sum and reads
+ * the sum where it would read x again, else it reads a and b again.
  *
  * Statistics are Chan's merge of exact per-tile (mean, M2) pairs, fp32; rstd = rsqrt(var + eps)
  * with the biased variance, and y = x * a + b' with a = rstd * w[c], b' = b[c] - mean * a, as
@@ -83,21 +83,23 @@ static int gn_validate(const kiln_problem *p, kiln_match *m, char *why, size_t w
         }
     const int x2 = m->input_of_role[GN_X2], so = m->output_of_role[GN_SUM];
     if (x2 >= 0) {
-        const kiln_tensor_spec *b = &p->inputs[x2], *sum = &p->outputs[so];
-        int pb[KILN_MAX_DIMS], ps[KILN_MAX_DIMS];
-        if (!kiln_tensor_same_shape(p, x, b) || !kiln_tensor_same_shape(p, x, sum) ||
-            b->dtype != x->dtype || sum->dtype != x->dtype) {
-            snprintf(why, wl, "the add's operands and sum (%s + %s = %s) differ in shape or dtype",
-                     x->name, b->name, sum->name);
-            return 0;
-        }
-        if (!chn_layout_perm(b, pb, why, wl) || !chn_layout_perm(sum, ps, why, wl))
-            return 0;
-        for (int d = 0; d < x->ndim; d++)
-            if (pb[d] != d || ps[d] != d) {
-                snprintf(why, wl, "%s is not stored [N, C, *]", pb[d] != d ? b->name : sum->name);
+        /* the sum, where it is returned, is checked like the second operand */
+        const kiln_tensor_spec *ts[2] = {&p->inputs[x2], so >= 0 ? &p->outputs[so] : NULL};
+        for (int i = 0; i < 2 && ts[i]; i++) {
+            int pt[KILN_MAX_DIMS];
+            if (!kiln_tensor_same_shape(p, x, ts[i]) || ts[i]->dtype != x->dtype) {
+                snprintf(why, wl, "%s differs from %s in shape or dtype (the add's %s)",
+                         ts[i]->name, x->name, i ? "sum" : "operands");
                 return 0;
             }
+            if (!chn_layout_perm(ts[i], pt, why, wl))
+                return 0;
+            for (int d = 0; d < x->ndim; d++)
+                if (pt[d] != d) {
+                    snprintf(why, wl, "%s is not stored [N, C, *]", ts[i]->name);
+                    return 0;
+                }
+        }
     }
     for (int r = GN_W; r <= GN_B; r++) {
         int i = m->input_of_role[r];
@@ -255,15 +257,9 @@ static int gn_from_chain(const kiln_problem *p, const kiln_opchain *c, kiln_matc
         }
     } else {
         const int y = gn_output_of(c, c->n_ops - 1), sum = x2 >= 0 ? gn_output_of(c, 0) : -1;
-        if (x2 >= 0 && sum < 0) {
-            snprintf(why, wl,
-                     "the sum before the group norm is not returned (this kernel stores it and "
-                     "reads it back)");
-            return 0;
-        }
-        if (y < 0 || c->n_outputs != (x2 >= 0 ? 2 : 1)) {
+        if (y < 0 || c->n_outputs != (sum >= 0 ? 2 : 1)) {
             snprintf(why, wl, "the problem returns something other than the last op's value%s",
-                     x2 >= 0 ? " and the sum" : "");
+                     x2 >= 0 ? " and the add's sum" : "");
             return 0;
         }
         m->output_of_role[GN_Y] = y, m->output_of_role[GN_SUM] = sum;
@@ -276,8 +272,11 @@ static int gn_from_chain(const kiln_problem *p, const kiln_opchain *c, kiln_matc
     kiln_match_set(m, "mid", mid >= 0 ? mid : (int)p->inputs[x].dtype);
     const char *cls = kiln_problem_kiln_str(p, "module_class");
     snprintf(m->how, sizeof m->how, "%s%s%.48s: %saten::%.60s, %g groups, eps %g%s%s", c->kind,
-             cls ? " " : "", cls ? cls : "", x2 >= 0 ? "add, " : "", op->aten + 6, ag->num,
-             kiln_arg_num(ae, 1e-5), silu ? ", fused silu" : "",
+             cls ? " " : "", cls ? cls : "",
+             x2 < 0                           ? ""
+             : m->output_of_role[GN_SUM] >= 0 ? "add (the sum returned), "
+                                              : "add, ",
+             op->aten + 6, ag->num, kiln_arg_num(ae, 1e-5), silu ? ", fused silu" : "",
              mid >= 0 ? ", cast to float first" : "");
     return 1;
 }
@@ -454,7 +453,10 @@ static void gn_variant_defines(kiln_strbuf *b, const kiln_problem *p, const kiln
     kiln_strbuf_printf(b,
                        "#define GN_HAS_W %d\n#define GN_HAS_B %d\n#define GN_HAS_STATS %d\n"
                        "#define GN_ADD %d\n#define GN_SILU %d\n#define GN_MID %d\n",
-                       w >= 0, bi >= 0, mo >= 0, m->input_of_role[GN_X2] >= 0,
+                       w >= 0, bi >= 0, mo >= 0,
+                       m->input_of_role[GN_X2] < 0      ? 0
+                       : m->output_of_role[GN_SUM] >= 0 ? 1
+                                                        : 2,
                        (int)kiln_match_get(m, "silu", 0),
                        chn_mid_code((kiln_dtype)kiln_match_get(m, "mid", KILN_F32)));
 }
@@ -484,7 +486,8 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     const int mode = (int)pt[GP_MODE], G = (int)kiln_match_get(m, "groups", 1);
     const int x2 = m->input_of_role[GN_X2];
     const char *x = p->inputs[m->input_of_role[GN_X]].name;
-    const char *sum = x2 >= 0 ? p->outputs[m->output_of_role[GN_SUM]].name : NULL;
+    const int so = m->output_of_role[GN_SUM];
+    const char *sum = so >= 0 ? p->outputs[so].name : NULL;
     kiln_strbuf b = {0};
     const int scratch = cuda && (mode == 1 || mode == 2);
     if (!cuda) {
@@ -494,14 +497,21 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                            kiln_family_template("groupnorm_cpu.c"), proto);
         free(proto);
         if (x2 >= 0) {
-            kiln_strbuf_printf(
-                &b, "    gn_cpu_add(%s, %s, %s, (int64_t)%s * (int64_t)%s * (int64_t)%s);\n", x,
-                p->inputs[x2].name, sum, m->rows_expr, m->extra_expr[0], m->cols_expr);
-            x = sum;
+            /* the sum: into its output, or into a buffer of the entry's */
+            kiln_strbuf_printf(&b,
+                               "    const int64_t n = (int64_t)%s * (int64_t)%s * (int64_t)%s;\n",
+                               m->rows_expr, m->extra_expr[0], m->cols_expr);
+            if (!sum)
+                kiln_strbuf_printf(&b,
+                                   "    GN_TS *gn_sum = (GN_TS *)malloc((size_t)(n > 0 ? n : 1) "
+                                   "* sizeof(GN_TS));\n");
+            kiln_strbuf_printf(&b, "    gn_cpu_add(%s, %s, %s, n);\n", x, p->inputs[x2].name,
+                               sum ? sum : "gn_sum");
+            x = sum ? sum : "gn_sum";
         }
         kiln_strbuf_printf(&b, "    gn_cpu_run(%s, ", x);
         gn_body_args(&b, p, m, 0);
-        kiln_strbuf_printf(&b, ");\n}\n");
+        kiln_strbuf_printf(&b, ");\n%s}\n", x2 >= 0 && !sum ? "    free(gn_sum);\n" : "");
         return chn_with_banner(f, m, pt, 0, &b);
     }
     const int64_t threads = pt[GP_THREADS], split = pt[GP_SPLIT];
@@ -544,7 +554,7 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
     kiln_strbuf_printf(&b, "%s\n", kiln_family_template("groupnorm.cu"));
     char in[600];
     if (x2 >= 0)
-        snprintf(in, sizeof in, "gn_in{%s, %s, %s}", x, p->inputs[x2].name, sum);
+        snprintf(in, sizeof in, "gn_in{%s, %s, %s}", x, p->inputs[x2].name, sum ? sum : "nullptr");
     else
         snprintf(in, sizeof in, "gn_in{%s, nullptr, nullptr}", x);
     static const char *const body[] = {"gn_rows_body", "gn_apply_body", "gn_coop_body",

@@ -485,6 +485,20 @@ static void test_groupnorm_matches(void **state) {
     assert_int_equal(m.output_of_role[0], 0); /* y */
     assert_int_equal(m.output_of_role[3], 1); /* the sum */
     kiln_problem_free(p);
+    /* or not returned: the kernel reads a and b again where it would read the sum */
+    p = gn_add_chain("bfloat16", 1, 32, 4, 4, 8, "\"v2\"", 1);
+    expect_match(f, p, &m, "add_group_norm_silu");
+    assert_int_equal(m.output_of_role[3], -1);
+    char *src = f->emit(p, &m, (int64_t[]){0, 1, 256, 2}, 1);
+    assert_non_null(strstr(src, "#define GN_ADD 2\n"));
+    assert_non_null(
+        strstr(src, "gn_rows_body(gn_in{input0, input1, nullptr}, weight, bias, out0,"));
+    free(src);
+    src = f->emit(p, &m, (int64_t[]){0, 1, 256, 2}, 0);
+    assert_non_null(strstr(src, "gn_cpu_add(input0, input1, gn_sum, n);"));
+    assert_non_null(strstr(src, "free(gn_sum);"));
+    free(src);
+    kiln_problem_free(p);
 }
 
 static void test_groupnorm_declines(void **state) {
@@ -507,7 +521,6 @@ static void test_groupnorm_declines(void **state) {
                             "-1], \"out\": \"out0\"}"),
                    "not part of a channel-norm pattern");
     expect_decline(f, gn_handwritten("softmax", "float32", 3), "op_type 'softmax'");
-    expect_decline(f, gn_add_chain("bfloat16", 1, 32, 4, 4, 8, "\"v2\"", 1), "sum");
     expect_decline(f, gn_add_chain("bfloat16", 1, 32, 4, 4, 8, "\"v0\", \"v2\"", 2), "alpha 1");
     expect_decline(f, gn_handwritten("group_norm", "float32", 1), "1 dimensions");
     /* a reshaped native call (N, C, HxW not the input's) is not ours */
@@ -607,6 +620,7 @@ static void test_groupnorm_compiles(void **state) {
         {gn_handwritten("group_norm_silu", "float16", 3), "group_norm_silu"},
         {gn_add_chain("bfloat16", 1, 512, 256, 256, 32, "\"v0\", \"v2\"", 1),
          "add_group_norm_silu"},
+        {gn_add_chain("float32", 2, 256, 64, 64, 8, "\"v2\"", 1), "add_group_norm_silu"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         expect_match(f, cases[i].p, &m, cases[i].variant);

@@ -34,8 +34,9 @@
  * result into GN_MID (its output dtype), the SiLU result again.
  *
  * GN_ADD: x is the sum of two inputs a + b (a residual add before the norm, a VAE block's), rounded
- * into GN_TX as PyTorch's add rounds, and written to the sum output where a tile is first read;
- * a tile read again (modes 0 and 1) is read from that output, one tensor instead of two. */
+ * into GN_TX as PyTorch's add rounds. 1: the sum is an output too, written where a tile is first
+ * read; a tile read again (modes 0 and 1) is read from it, one tensor instead of two. 2: no sum
+ * output; a tile read again is a and b again, added again (bitwise the same x). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -93,7 +94,7 @@
 #ifndef GN_SILU
 #define GN_SILU 0
 #endif
-/* 1: x = a + b (the entry passes a, b and the sum output) */
+/* x = a + b: 1 with the sum an output (the entry passes a, b and it), 2 without */
 #ifndef GN_ADD
 #define GN_ADD 0
 #endif
@@ -395,28 +396,32 @@ __device__ __forceinline__ void gn_tile_load(gn_tile &t, const GN_TX *xr, unsign
     }
 }
 
-/* Where x comes from: x itself (a), or with GN_ADD a + b and the sum output s. */
+/* Where x comes from: x itself (a), or with GN_ADD a + b (and with GN_ADD 1 the sum output s). */
 struct gn_in {
     const GN_TX *a, *b;
     GN_TX *s;
     __device__ gn_in at(long long o) const {
-#if GN_ADD
+#if GN_ADD == 1
         return gn_in{a + o, b + o, s + o};
+#elif GN_ADD == 2
+        return gn_in{a + o, b + o, s};
 #else
         return gn_in{a + o, b, s};
 #endif
     }
 };
 
-/* The first read of a tile. With GN_ADD, a and b are streamed (never read again) and the rounded
- * sum is stored where a later read of the tile (HINT GN_KEEP) finds it, in L2 if it is soon. */
+/* The first read of a tile. With GN_ADD 1, a and b are streamed (never read again) and the rounded
+ * sum is stored where a later read of the tile (HINT GN_KEEP) finds it, in L2 if it is soon; with
+ * GN_ADD 2, a and b are what a later read reads. */
 template <int HINT>
 __device__ __forceinline__ void gn_tile_first(gn_tile &t, const gn_in &in, unsigned t0,
                                               unsigned hi) {
 #if GN_ADD
+    constexpr int AB = GN_ADD == 1 ? GN_STREAM : HINT;
     gn_tile o;
-    gn_tile_load<GN_STREAM>(t, in.a, t0, hi);
-    gn_tile_load<GN_STREAM>(o, in.b, t0, hi);
+    gn_tile_load<AB>(t, in.a, t0, hi);
+    gn_tile_load<AB>(o, in.b, t0, hi);
 #pragma unroll
     for (int u = 0; u < GN_UNROLL; u++) {
         unsigned e = gn_at(t0, u);
@@ -424,7 +429,9 @@ __device__ __forceinline__ void gn_tile_first(gn_tile &t, const gn_in &in, unsig
 #pragma unroll
             for (int k = 0; k < GN_VEC; k++)
                 t.v[u].v[k] = gn_to<GN_TX>(gn_f(t.v[u].v[k]) + gn_f(o.v[u].v[k]));
+#if GN_ADD == 1
             gn_store<GN_TX, GN_VEC, HINT>(in.s + e, t.v[u]);
+#endif
         }
     }
 #else
@@ -432,11 +439,15 @@ __device__ __forceinline__ void gn_tile_first(gn_tile &t, const gn_in &in, unsig
 #endif
 }
 
-/* A tile read again, for the last time: x, or the sum its first read stored (a coherent load:
- * this kernel may have written it). */
+/* A tile read again, for the last time: x, the sum its first read stored (a coherent load: this
+ * kernel may have written it), or a + b again. */
 __device__ __forceinline__ void gn_tile_again(gn_tile &t, const gn_in &in, unsigned t0,
                                               unsigned hi) {
+#if GN_ADD == 2
+    gn_tile_first<GN_STREAM>(t, in, t0, hi);
+#else
     gn_tile_load<GN_STREAM>(t, GN_ADD ? in.s : in.a, t0, hi);
+#endif
 }
 
 /* Exact two-pass mean and M2 of the thread's valid elements of a tile. */

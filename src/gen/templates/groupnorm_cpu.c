@@ -63,7 +63,8 @@ static inline float gn_act(float v) {
 }
 
 #if GN_ADD
-/* s = a + b rounded into s's type, as PyTorch's add: the group norm's x. */
+/* s = a + b rounded into s's type, as PyTorch's add: the group norm's x (the sum output with
+ * GN_ADD 1, a buffer of the entry's with GN_ADD 2). */
 static void gn_cpu_add(const GN_TX *a, const GN_TX *b, GN_TS *s, int64_t n) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
