@@ -426,6 +426,44 @@ static const char *gn_check(const kiln_problem *p, const kiln_match *m, const in
     return NULL;
 }
 
+/* A CTA's slice of a split row that measured best (bench/RESULTS.md, forty-second session): 64 KiB
+ * of x, one tile of 256 threads x 64 bytes in registers and the rest in shared memory; twice as
+ * long with an add (both of the VAE's add rows were best at half the split). */
+#define GN_START_SLICE (64 * 1024)
+
+/* The rule of thumb, from the H100 sweeps of the VAE's rows (32 groups of 1-4 M elements, with and
+ * without the add: mode 2, 256 threads, 64 bytes of tile a thread, slices of 32-64 KiB best or
+ * within 5 % of it): rows that fit a CTA on chip, or enough of them to fill the SMs twice, take a
+ * CTA each (mode 0); else mode 2 with the row split into slices of GN_START_SLICE bytes (at least
+ * one CTA an SM, at most 128 a row); mode 1 where mode 2's slice does not fit on chip. */
+static int gn_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
+    if (p->n_workloads < 1)
+        return -1;
+    int64_t max_m = 0, min_rows = INT64_MAX;
+    for (int w = 0; w < p->n_workloads; w++) {
+        gn_dims d;
+        gn_dims_of(p, m, &p->workloads[w], &d);
+        max_m = d.M > max_m ? d.M : max_m;
+        min_rows = d.rows < min_rows ? d.rows : min_rows;
+    }
+    const int64_t sx = (int64_t)kiln_dtype_size(p->inputs[m->input_of_role[GN_X]].dtype);
+    int64_t vec = 16 / sx > 8 ? 8 : 16 / sx;
+    pt[GP_THREADS] = 256;
+    pt[GP_UNROLL] = 64 / (vec * sx) >= 8 ? 8 : 64 / (vec * sx) >= 4 ? 4 : 2;
+    if (max_m * sx <= GN_ROW_SMEM || min_rows >= 2 * CHN_SMS) {
+        pt[GP_MODE] = 0, pt[GP_SPLIT] = 1;
+        return 0;
+    }
+    const int64_t slice = GN_START_SLICE * (m->input_of_role[GN_X2] >= 0 ? 2 : 1);
+    int64_t split = 2;
+    while (split < 128 && (max_m * sx > split * slice || min_rows * split < CHN_SMS))
+        split *= 2;
+    pt[GP_MODE] = 2, pt[GP_SPLIT] = split;
+    if (!kiln_family_point_ok(&kiln_family_groupnorm, p, m, pt))
+        pt[GP_MODE] = 1;
+    return 0;
+}
+
 /* #defines of the problem's variant (types and flags), for CUDA or C. */
 static void gn_variant_defines(kiln_strbuf *b, const kiln_problem *p, const kiln_match *m,
                                int cuda) {
@@ -595,6 +633,7 @@ const kiln_family kiln_family_groupnorm = {
     .match = gn_match,
     .check = gn_check,
     .emit = gn_emit,
+    .start = gn_start,
     .min_bytes = chn_min_bytes,
     .tolerance = chn_tolerance,
 };

@@ -630,6 +630,44 @@ static void test_groupnorm_compiles(void **state) {
     }
 }
 
+/* The start point is the rule's (the H100 sweeps' bests of the VAE rows), and a CTA per row where
+ * rows are small. */
+static void test_groupnorm_start(void **state) {
+    (void)state;
+    const kiln_family *f = kiln_family_find("groupnorm");
+    static const struct {
+        int add;
+        const char *dtype;
+        int64_t N, C, S;
+        int G;
+        int64_t want[4];
+    } cases[] = {
+        {0, "bfloat16", 1, 512, 256, 32, {2, 32, 256, 4}},
+        {0, "bfloat16", 1, 128, 1024, 32, {2, 128, 256, 4}},
+        {1, "bfloat16", 1, 512, 256, 32, {2, 16, 256, 4}},
+        {1, "bfloat16", 16, 256, 64, 8, {2, 2, 256, 4}},
+        {0, "float32", 2, 8, 3, 4, {0, 1, 256, 4}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_problem *p = cases[i].add
+                              ? gn_add_chain(cases[i].dtype, cases[i].N, cases[i].C, cases[i].S,
+                                             cases[i].S, cases[i].G, "\"v0\", \"v2\"", 1)
+                              : gn_aten(cases[i].dtype, cases[i].dtype, cases[i].N, cases[i].C,
+                                        cases[i].S, cases[i].S, cases[i].G, 1e-6, 0, NULL);
+        kiln_match m;
+        char why[512];
+        assert_true(match(f, p, &m, why, sizeof why));
+        int from_rule = 0;
+        int64_t k = kiln_family_start_index(f, p, &m, 1000, &from_rule), pt[KILN_FAMILY_MAX_PARAMS];
+        assert_true(k >= 0 && from_rule);
+        kiln_family_point(f, k, pt);
+        for (int j = 0; j < 4; j++)
+            if (pt[j] != cases[i].want[j])
+                fail_msg("case %zu: start %s", i, kiln_family_point_str(f, pt));
+        kiln_problem_free(p);
+    }
+}
+
 static void test_batchnorm_matches(void **state) {
     (void)state;
     const kiln_family *f = kiln_family_find("batchnorm");
@@ -766,8 +804,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_groupnorm_matches),     cmocka_unit_test(test_groupnorm_declines),
         cmocka_unit_test(test_groupnorm_constraints), cmocka_unit_test(test_groupnorm_compiles),
-        cmocka_unit_test(test_batchnorm_matches),     cmocka_unit_test(test_batchnorm_declines),
-        cmocka_unit_test(test_batchnorm_constraints), cmocka_unit_test(test_batchnorm_compiles),
+        cmocka_unit_test(test_groupnorm_start),       cmocka_unit_test(test_batchnorm_matches),
+        cmocka_unit_test(test_batchnorm_declines),    cmocka_unit_test(test_batchnorm_constraints),
+        cmocka_unit_test(test_batchnorm_compiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
