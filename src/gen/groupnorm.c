@@ -535,15 +535,16 @@ static char *gn_emit(const kiln_problem *p, const kiln_match *m, const int64_t *
                            kiln_family_template("groupnorm_cpu.c"), proto);
         free(proto);
         if (x2 >= 0) {
-            /* the sum: into its output, or into a buffer of the entry's */
-            kiln_strbuf_printf(&b,
-                               "    const int64_t n = (int64_t)%s * (int64_t)%s * (int64_t)%s;\n",
-                               m->rows_expr, m->extra_expr[0], m->cols_expr);
+            /* the sum: into its output, or into a buffer of the entry's (gn_ names: the entry's
+             * parameters are the problem's names) */
+            kiln_strbuf_printf(
+                &b, "    const int64_t gn_numel = (int64_t)%s * (int64_t)%s * (int64_t)%s;\n",
+                m->rows_expr, m->extra_expr[0], m->cols_expr);
             if (!sum)
                 kiln_strbuf_printf(&b,
-                                   "    GN_TS *gn_sum = (GN_TS *)malloc((size_t)(n > 0 ? n : 1) "
-                                   "* sizeof(GN_TS));\n");
-            kiln_strbuf_printf(&b, "    gn_cpu_add(%s, %s, %s, n);\n", x, p->inputs[x2].name,
+                                   "    GN_TS *gn_sum = (GN_TS *)malloc((size_t)(gn_numel > 0 ? "
+                                   "gn_numel : 1) * sizeof(GN_TS));\n");
+            kiln_strbuf_printf(&b, "    gn_cpu_add(%s, %s, %s, gn_numel);\n", x, p->inputs[x2].name,
                                sum ? sum : "gn_sum");
             x = sum ? sum : "gn_sum";
         }

@@ -495,7 +495,7 @@ static void test_groupnorm_matches(void **state) {
         strstr(src, "gn_rows_body(gn_in{input0, input1, nullptr}, weight, bias, out0,"));
     free(src);
     src = f->emit(p, &m, (int64_t[]){0, 1, 256, 2}, 0);
-    assert_non_null(strstr(src, "gn_cpu_add(input0, input1, gn_sum, n);"));
+    assert_non_null(strstr(src, "gn_cpu_add(input0, input1, gn_sum, gn_numel);"));
     assert_non_null(strstr(src, "free(gn_sum);"));
     free(src);
     kiln_problem_free(p);
