@@ -47,13 +47,6 @@ void rn_prog_unpack(double v, rn_prog *p) {
     }
 }
 
-static int has_step(const rn_prog *p, int step) {
-    for (int i = 0; i < p->n; i++)
-        if (p->step[i] == step)
-            return 1;
-    return 0;
-}
-
 /* 1 when no step from `from` on adds: only products and roundings. */
 static int only_products_from(const rn_prog *p, int from) {
     for (int i = from; i < p->n; i++)
@@ -62,7 +55,7 @@ static int only_products_from(const rn_prog *p, int from) {
     return 1;
 }
 
-/* First index of step in p after `from`, or p->n. */
+/* First index of step in p from `from` on, or p->n. */
 static int step_after(const rn_prog *p, int step, int from) {
     int i = from;
     while (i < p->n && p->step[i] != step)
@@ -72,7 +65,8 @@ static int step_after(const rn_prog *p, int step, int from) {
 
 int rn_silu_narrow(const rn_prog *w, const rn_prog *b, const rn_prog *g, const rn_prog *y,
                    kiln_dtype ydt) {
-    if ((ydt != KILN_BF16 && ydt != KILN_F16) || has_step(w, STEP_SILU) || has_step(b, STEP_SILU))
+    if ((ydt != KILN_BF16 && ydt != KILN_F16) || step_after(w, STEP_SILU, 0) < w->n ||
+        step_after(b, STEP_SILU, 0) < b->n)
         return 0;
     int gs = step_after(g, STEP_SILU, 0), ys = step_after(y, STEP_SILU, 0);
     if (gs == g->n && ys == y->n)
