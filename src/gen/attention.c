@@ -152,8 +152,10 @@ static int64_t threads_of(const int64_t *pt) {
 /* Registers a thread, for ATT_MINB blocks an SM: *launch, what __launch_bounds__(threads, MINB)
  * leaves each thread; where a wgmma block hands the producer's registers to its consumers
  * (setmaxnreg: two consumer warpgroups, or several blocks an SM), *producer and *consumer after
- * that (the producer keeps 40, 56 for a paged cache's page ids, which spilled at 48; the consumers
- * share the rest of the block's launch registers, a multiple of 8), else both 0. */
+ * that (the producer keeps 40, 56 for a paged cache's page ids, which spilled at 48, and 32 beside
+ * three consumer warpgroups, FlashAttention-3's split: 160 each, where 40 left 152 and the
+ * consumers of 192 x 128 tiles at head dim 64 spilled; the consumers share the rest of the
+ * block's launch registers, a multiple of 8), else both 0. */
 static void regs_of(const kiln_match *m, const int64_t *pt, int *launch, int *producer,
                     int *consumer) {
     const int64_t threads = threads_of(pt);
@@ -161,7 +163,7 @@ static void regs_of(const kiln_match *m, const int64_t *pt, int *launch, int *pr
     *launch = (int)(r > ATT_MAX_REGS ? ATT_MAX_REGS : r);
     *producer = *consumer = 0;
     if (pt[P_WG] && (pt[P_BM] > 64 || pt[P_MINB] > 1)) {
-        *producer = kiln_match_get(m, "paged", 0) ? 56 : 40;
+        *producer = kiln_match_get(m, "paged", 0) ? 56 : pt[P_BM] > 128 ? 32 : 40;
         int64_t c = ((int64_t)*launch * threads - *producer * 128) / (threads - 128) / 8 * 8;
         *consumer = (int)(c > 240 ? 240 : c);
     }
@@ -187,10 +189,25 @@ static int split_softmax(const kiln_match *m, const int64_t *pt) {
 static int64_t regs_estimate(const kiln_match *m, const int64_t *pt) {
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64) / dsplit_of(m, pt);
     const int split = split_softmax(m, pt), mask = reads_mask(m);
-    /* + the mask's values, which the second softmax (ATT_SPLIT) keeps live across both versions
-     * (measured: head dim 64 with a mask at BLOCK_N 128 spills at 232 and at 255 registers) */
+    /* + the mask's values, which the second softmax (ATT_SPLIT) keeps live across both versions,
+     * and their addresses (measured with nvcc 13's ptxas, BERT's [32, 12, 512, 64] padding mask:
+     * 64-key tiles compile without spills for 216 and 232 registers, 80-key ones spill at both) */
     return d / 2 + pt[P_BN] / 2 + (pt[P_WG] ? pt[P_BN] / 4 : 0) +
-           (split && mask ? pt[P_BN] / 2 : 0) + 48;
+           (split && mask ? pt[P_BN] + 8 : 0) + 48;
+}
+
+/* The most registers regs_estimate may ask of a thread: what __launch_bounds__ leaves it less 16,
+ * or the consumers' share after setmaxnreg less 8. Three consumer warpgroups of a contiguous cache
+ * without a mask tensor read get 24 more: ptxas fits their accumulators closer (measured, nvcc 13:
+ * at 160 registers, 192 x 128 tiles of head dim 64 and 192 x 80 of head dim 128 compile without
+ * spills, estimates 176 and 172; 192 x 160 and 192 x 96 of those spill, 200 and 184). */
+static int64_t regs_allowed(const kiln_match *m, const int64_t *pt) {
+    int launch, producer, consumer;
+    regs_of(m, pt, &launch, &producer, &consumer);
+    if (!consumer)
+        return launch - 16;
+    const int close = pt[P_BM] > 128 && !reads_mask(m) && !kiln_match_get(m, "paged", 0);
+    return consumer + (close ? 16 : -8);
 }
 
 static const char *att_check(const kiln_problem *p, const kiln_match *m, const int64_t *pt) {
@@ -218,6 +235,10 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "MINB 2 is for wgmma blocks (their producer's registers go to the consumers)";
     if (pt[P_PP] && !(pt[P_WG] && pt[P_BM] == 128))
         return "ping-pong takes two consumer warpgroups: wgmma with BLOCK_M 128";
+    if (pt[P_BM] > 128 && !pt[P_WG])
+        return "BLOCK_M 192 is three consumer warpgroups: wgmma";
+    if ((pt[P_BN] & (pt[P_BN] - 1)) && !pt[P_WG])
+        return "mma.sync takes tiles of 32, 64 or 128 keys (wgmma: any multiple of 16)";
     if (pt[P_BM] != 16 * pt[P_WARPS])
         return "each warp owns 16 query rows: BLOCK_M = 16 * WARPS";
     if (smem_bytes(m, pt) > ATT_MAX_SMEM)
@@ -225,10 +246,10 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
     if (pt[P_MINB] * (smem_bytes(m, pt) + 1024) > ATT_SM_SMEM)
         return "MINB blocks' tiles exceed an SM's 228 KiB of shared memory";
     /* wgmma with setmaxnreg: the consumers' share (232 each for two warpgroups, one block) */
+    if (regs_estimate(m, pt) > regs_allowed(m, pt))
+        return "the output and score accumulators exceed the registers of a thread";
     int launch, producer, consumer;
     regs_of(m, pt, &launch, &producer, &consumer);
-    if (regs_estimate(m, pt) > (consumer ? consumer - 8 : launch - 16))
-        return "the output and score accumulators exceed the registers of a thread";
     /* ptxas places a wgmma's accumulators (d/2 for P·V) and operands within the launch budget,
      * whatever setmaxnreg gives later (measured: head dim 256 needs 158 of them) */
     if (pt[P_WG] && launch < d / dsplit_of(m, pt) / 2 + 32)
@@ -279,18 +300,40 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     /* head dim 64 over short key sequences: two blocks of 64 rows an SM, one's start and end under
      * the other's loop (measured on [16, 16, 1024, 64]: 202 against 224 us for 128 rows) */
     const int paged = (int)kiln_match_get(m, "paged", 0);
+    const int banded = kiln_match_get(m, "band", 0) || kiln_match_get(m, "mask", 0) == 2 || paged;
     if (d <= 64 && kiln_match_get(m, "skv", 1) <= 2048 && !paged)
         pt[P_BM] = 64, pt[P_WARPS] = 4, pt[P_MINB] = 2;
     /* decode (a kv head's queries in one block of 64 rows): two blocks an SM of 32-key tiles in
      * two stages (measured on 64 x 4096, 32/8 heads, 128: 259.7 against 273.2 us, 4.14 TB/s) */
-    if (!big && pt[P_PACK] && !paged)
+    const int decode = !big && pt[P_PACK] && !paged;
+    if (decode)
         pt[P_MINB] = 2, pt[P_BN] = 32, pt[P_STAGES] = 2;
+    /* three consumer warpgroups (measured on an H100, the 43rd session, every wgmma point of each
+     * row): head dim 64 unmasked, 192 x 128 tiles (FlashAttention-3's rows) in a persistent grid,
+     * [16, 16, 1024, 64] 193.7 us against 205.4 at two blocks of 64 rows; head dim 128 under a
+     * causal band, 192 x 80 (the registers leave 80 keys), [4, 32/8, 4096, 128] 959.9 against
+     * 974.7 (955.0 against 980.0 in another call) at 128 x 128 */
+    int64_t keep[P_COUNT];
+    memcpy(keep, pt, sizeof keep);
+    if (big && !paged && !reads_mask(m) && ((d == 64 && !banded) || (d == 128 && banded))) {
+        pt[P_BM] = 192, pt[P_WARPS] = 12, pt[P_MINB] = 1, pt[P_BN] = d == 64 ? 128 : 80;
+        if (att_check(p, m, pt))
+            memcpy(pt, keep, sizeof keep);
+    }
+    /* a persistent grid where the rows' work is even (no band, not decode): the next row tile's Q
+     * and first K/V tiles come while this one ends (measured: [16, 16, 1024, 64] as above, BERT's
+     * padded [32, 12, 512, 64] 214.7 against 222.4 us; under a causal band the static split of
+     * rows lost, twentieth session) */
+    if (!banded && !decode)
+        pt[P_PERSIST] = 1;
     while (att_check(p, m, pt) && pt[P_STAGES] > 2)
         pt[P_STAGES]--;
     while (att_check(p, m, pt) && pt[P_BN] > 64)
         pt[P_BN] = 64;
     if (att_check(p, m, pt) && pt[P_MINB] > 1) /* the tiles of two blocks do not fit */
         pt[P_MINB] = 1;
+    if (att_check(p, m, pt) && pt[P_PERSIST])
+        pt[P_PERSIST] = 0;
     return 0;
 }
 
@@ -750,9 +793,12 @@ const kiln_family kiln_family_attention = {
     .n_params = P_COUNT,
     .params =
         {
-            [P_BM] = {"ATT_BLOCK_M", 2, {64, 128}, "query rows per block (16 per warp)"},
-            [P_BN] = {"ATT_BLOCK_N", 3, {64, 32, 128}, "keys per tile of the inner loop"},
-            [P_WARPS] = {"ATT_WARPS", 2, {4, 8}, "warps per block"},
+            [P_BM] = {"ATT_BLOCK_M", 3, {64, 128, 192}, "query rows per block (16 per warp)"},
+            [P_BN] = {"ATT_BLOCK_N",
+                      7,
+                      {64, 32, 128, 96, 192, 80, 160},
+                      "keys per tile of the inner loop (mma.sync: 32, 64 or 128)"},
+            [P_WARPS] = {"ATT_WARPS", 3, {4, 8, 12}, "warps per block"},
             [P_STAGES] = {"ATT_STAGES", 2, {2, 3}, "K/V tiles in flight (cp.async buffers)"},
             [P_PACK] =
                 {"ATT_PACK",

@@ -324,6 +324,7 @@ static void test_check(void **state) {
     (void)state;
     int64_t pt[KILN_FAMILY_MAX_PARAMS];
     kiln_match m;
+    char *src;
     kiln_problem *p = load(ROWS, "attn_gemma4_sliding512_1x8x4x4096x256");
     match_ok(p, &m);
     assert_true(point_of(64, 64, 4, 2, pt) >= 0);
@@ -339,6 +340,36 @@ static void test_check(void **state) {
     match_ok(p, &m);
     point_of(128, 64, 8, 2, pt);
     check_reason(p, &m, pt, "beyond the queries");
+    kiln_problem_free(p);
+    /* three consumer warpgroups (192 rows) and tiles of 80, 96, 160, 192 keys: wgmma only; their
+     * registers as measured (regs_allowed): 192 x 128 at head dim 64 fits 160 a consumer (the
+     * producer keeps 32), 192 x 160 does not */
+    p = load(ROWS, "attn_dense_16x16x1024x64");
+    match_ok(p, &m);
+    point_of(192, 128, 12, 2, pt);
+    check_reason(p, &m, pt, "three consumer warpgroups");
+    pt[5] = 1;
+    check_reason(p, &m, pt, NULL);
+    src = att->emit(p, &m, pt, 1);
+    if (!strstr(src, "#define ATT_REG_PRODUCER 32\n#define ATT_REG_CONSUMER 160\n") ||
+        !strstr(src, "block=512 "))
+        fail_msg("192 rows are not a producer and three consumer warpgroups:\n%.3000s", src);
+    free(src);
+    pt[1] = 160;
+    check_reason(p, &m, pt, "accumulators exceed");
+    point_of(64, 96, 4, 2, pt);
+    check_reason(p, &m, pt, "mma.sync takes tiles");
+    pt[5] = 1;
+    check_reason(p, &m, pt, NULL);
+    kiln_problem_free(p);
+    /* a mask tensor read: its values stay live through the split softmax (80-key tiles spilled) */
+    p = load(ROWS, "attn_bert_padding_32x12x512x64");
+    match_ok(p, &m);
+    point_of(128, 64, 8, 2, pt);
+    pt[5] = 1;
+    check_reason(p, &m, pt, NULL);
+    pt[1] = 80;
+    check_reason(p, &m, pt, "accumulators exceed");
     kiln_problem_free(p);
     p = load(DATA, "f32_unmasked");
     match_ok(p, &m);
@@ -361,7 +392,7 @@ static void test_check(void **state) {
     assert_int_equal(att->start(p, &m, pt), 0);
     assert_int_equal(pt[1], 32);
     assert_int_equal(pt[5], 1);
-    char *src = att->emit(p, &m, pt, 1);
+    src = att->emit(p, &m, pt, 1);
     if (!strstr(src, "#define ATT_DSPLIT 2\n") || !strstr(src, ",(1)*2) block=384") ||
         !strstr(src, "wgmma.mma_async.sync.aligned.m64n256k16"))
         fail_msg("head dim 512 is not two blocks of 256 output columns a row tile:\n%.3000s", src);
