@@ -233,8 +233,8 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "a persistent grid over a paged cache's tiles spills the producer's registers";
     if (pt[P_MINB] > 1 && !pt[P_WG])
         return "MINB 2 is for wgmma blocks (their producer's registers go to the consumers)";
-    if (pt[P_PP] && !(pt[P_WG] && pt[P_BM] == 128))
-        return "ping-pong takes two consumer warpgroups: wgmma with BLOCK_M 128";
+    if (pt[P_PP] && !(pt[P_WG] && pt[P_BM] > 64))
+        return "ping-pong takes several consumer warpgroups: wgmma with BLOCK_M 128 or 192";
     if (pt[P_BM] > 128 && !pt[P_WG])
         return "BLOCK_M 192 is three consumer warpgroups: wgmma";
     if ((pt[P_BN] & (pt[P_BN] - 1)) && !pt[P_WG])
@@ -824,8 +824,8 @@ const kiln_family kiln_family_attention = {
             [P_PP] = {"ATT_PP",
                       2,
                       {0, 1},
-                      "1: the two consumer warpgroups of a wgmma block issue their MMAs in turns "
-                      "(ping-pong), one's softmax under the other's MMAs"},
+                      "1: the consumer warpgroups of a wgmma block issue their MMAs in turns "
+                      "(ping-pong, round the ring), one's softmax under another's MMAs"},
         },
     .match = att_match,
     .check = att_check,

@@ -355,12 +355,21 @@ static void test_check(void **state) {
         !strstr(src, "block=512 "))
         fail_msg("192 rows are not a producer and three consumer warpgroups:\n%.3000s", src);
     free(src);
+    pt[6] = 1; /* ping-pong round three warpgroups */
+    check_reason(p, &m, pt, NULL);
+    src = att->emit(p, &m, pt, 1);
+    if (!strstr(src, "#define ATT_PP 1\n"))
+        fail_msg("ping-pong not emitted:\n%.2000s", src);
+    free(src);
+    pt[6] = 0;
     pt[1] = 160;
     check_reason(p, &m, pt, "accumulators exceed");
     point_of(64, 96, 4, 2, pt);
     check_reason(p, &m, pt, "mma.sync takes tiles");
     pt[5] = 1;
     check_reason(p, &m, pt, NULL);
+    pt[6] = 1;
+    check_reason(p, &m, pt, "several consumer warpgroups");
     kiln_problem_free(p);
     /* a mask tensor read: its values stay live through the split softmax (80-key tiles spilled) */
     p = load(ROWS, "attn_bert_padding_32x12x512x64");

@@ -70,7 +70,7 @@
 #define ATT_TMA 0 // 1: K and V tiles come by TMA (the emitter writes their tensor maps)
 #endif
 #ifndef ATT_PP
-#define ATT_PP 0 // 1: two consumer warpgroups issue their MMAs in turns (att_pp_take)
+#define ATT_PP 0 // 1: the consumer warpgroups issue their MMAs in turns (att_pp_take)
 #endif
 #ifndef ATT_PERSIST
 #define ATT_PERSIST 0 // 1: wgmma blocks loop over the grid's items (att_item)
@@ -921,11 +921,12 @@ __device__ __forceinline__ void att_paged_tile(unsigned dst, const kiln_tensorma
 
 #define ATT_WGS (ATT_BLOCK_M / 64) // consumer warpgroups
 
-// Ping-pong (ATT_PP, two consumer warpgroups): they issue their MMAs in turns, so that one's
-// softmax runs while the tensor cores serve the other. Named barrier 1 + w is warpgroup w's turn:
-// it waits there (bar.sync: its 128 threads and the other's 128 arrivals) before issuing and lets
-// the other go after (bar.arrive). Both take the same number of turns; warpgroup 1 lets 0 go first
-// and does not pass after its last turn, so that no barrier is left half arrived.
+// Ping-pong (ATT_PP, two or three consumer warpgroups): they issue their MMAs in turns, round the
+// ring, so that one's softmax runs while the tensor cores serve another. Named barrier 1 + w is
+// warpgroup w's turn: it waits there (bar.sync: its 128 threads and the previous one's 128
+// arrivals) before issuing and lets the next go after (bar.arrive). All take the same number of
+// turns; the last lets 0 go first and does not pass after its last turn, so that no barrier is
+// left half arrived.
 __device__ __forceinline__ void att_pp_take(int cw) {
 #if ATT_PP
     asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
@@ -933,11 +934,11 @@ __device__ __forceinline__ void att_pp_take(int cw) {
     (void)cw;
 #endif
 }
-__device__ __forceinline__ void att_pp_pass(int to) {
+__device__ __forceinline__ void att_pp_pass(int cw) {
 #if ATT_PP
-    asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + to) : "memory");
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (cw + 1) % ATT_WGS) : "memory");
 #else
-    (void)to;
+    (void)cw;
 #endif
 }
 
@@ -1096,15 +1097,15 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         att_lane_of(a, k, warp, gr, l);
         att_bar_wait_data(q_full, qi++ & 1);
 #if ATT_PP
-        if (cw == 1 && n > 0)
-            att_pp_pass(0); // warpgroup 0 takes the first turn
+        if (cw == ATT_WGS - 1 && n > 0)
+            att_pp_pass(cw); // warpgroup 0 takes the first turn
 #endif
         if (n > 0) {
             const int b0 = g % ATT_STAGES;
             att_bar_wait_data(k_full + 8 * b0, (g / ATT_STAGES) & 1);
             att_pp_take(cw);
             att_wg_scores(s, q_wg, s_k + (unsigned)b0 * ATT_KBYTES);
-            att_pp_pass(1 - cw);
+            att_pp_pass(cw);
             att_wg_wait<0>();
             att_wg_keep(s);
             if (lane == 0)
@@ -1131,8 +1132,8 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             att_pp_take(cw);
             att_wg_scores(s, q_wg, s_k + (unsigned)(next ? bk : bv) * ATT_KBYTES);
             att_wg_out(o, p, s_v + (unsigned)bv * ATT_VBYTES);
-            if (cw == 0 || next)
-                att_pp_pass(1 - cw); // warpgroup 1's last turn is the last
+            if (cw < ATT_WGS - 1 || next)
+                att_pp_pass(cw); // the last warpgroup's last turn is the item's last
             att_wg_wait<1>();
             att_wg_keep(s);
             if (lane == 0) {
