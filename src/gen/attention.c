@@ -151,9 +151,9 @@ static int64_t threads_of(const int64_t *pt) {
 
 /* Registers a thread, for ATT_MINB blocks an SM: *launch, what __launch_bounds__(threads, MINB)
  * leaves each thread; where a wgmma block hands the producer's registers to its consumers
- * (setmaxnreg: two consumer warpgroups, or several blocks an SM), *producer and *consumer after
- * that (the producer keeps 40, 56 for a paged cache's page ids, which spilled at 48, and 32 beside
- * three consumer warpgroups, FlashAttention-3's split: 160 each, where 40 left 152 and the
+ * (setmaxnreg: two or three consumer warpgroups, or several blocks an SM), *producer and *consumer
+ * after that (the producer keeps 40, 56 for a paged cache's page ids, which spilled at 48, and 32
+ * beside three consumer warpgroups, FlashAttention-3's split: 160 each, where 40 left 152 and the
  * consumers of 192 x 128 tiles at head dim 64 spilled; the consumers share the rest of the
  * block's launch registers, a multiple of 8), else both 0. */
 static void regs_of(const kiln_match *m, const int64_t *pt, int *launch, int *producer,
