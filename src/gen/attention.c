@@ -132,16 +132,30 @@ static int64_t dsplit_of(const kiln_match *m, const int64_t *pt) {
     return pt[P_WG] && kiln_match_get(m, "d", 64) > 256 ? 2 : 1;
 }
 
-static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
+static int64_t smem_of(const kiln_match *m, const int64_t *pt, int64_t qbuf) {
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64), dv = d / dsplit_of(m, pt);
-    /* wgmma: Q and STAGES K and V tiles (V: the block's dv columns) in the 128-byte swizzle,
-     * 1024-aligned (1 KiB of slack), then a full and an empty mbarrier per buffer and a full and an
-     * empty one for Q */
+    /* wgmma: qbuf Q tiles and STAGES K and V tiles (V: the block's dv columns) in the 128-byte
+     * swizzle, 1024-aligned (1 KiB of slack), then a full and an empty mbarrier per buffer */
     if (pt[P_WG])
-        return (pt[P_BM] * d + pt[P_STAGES] * pt[P_BN] * (d + dv)) * 2 + 1024 +
-               8 * (2 + 4 * pt[P_STAGES]);
+        return (qbuf * pt[P_BM] * d + pt[P_STAGES] * pt[P_BN] * (d + dv)) * 2 + 1024 +
+               8 * (2 * qbuf + 4 * pt[P_STAGES]);
     /* rows padded by 16 bytes: ldmatrix's eight row addresses then fall in distinct banks */
     return (pt[P_BM] + 2 * pt[P_STAGES] * pt[P_BN]) * (d + 8) * 2;
+}
+
+/* Q buffers of a wgmma kernel (ATT_QBUF): two in a persistent grid where shared memory holds them,
+ * so that the producer loads the next item's Q while the consumers still read this one's (with one,
+ * the consumers waited for Q at every item: 3.7 % of the warps' samples on [16,16,1024,64], whose
+ * items are eight key tiles; bench/RESULTS.md, 44th session); one otherwise. */
+static int64_t qbuf_of(const kiln_match *m, const int64_t *pt) {
+    if (!pt[P_WG] || !pt[P_PERSIST])
+        return 1;
+    const int64_t two = smem_of(m, pt, 2);
+    return two <= ATT_MAX_SMEM && pt[P_MINB] * (two + 1024) <= ATT_SM_SMEM ? 2 : 1;
+}
+
+static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
+    return smem_of(m, pt, qbuf_of(m, pt));
 }
 
 /* Threads a block: its warps, and with wgmma a producer warpgroup that copies. */
@@ -676,6 +690,7 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     }
     /* a second, test-free softmax for the tiles inside the band and the keys (att_edge) */
     kiln_strbuf_printf(&b, "#define ATT_SPLIT %d\n", split_softmax(m, pt));
+    kiln_strbuf_printf(&b, "#define ATT_QBUF %lld\n", (long long)qbuf_of(m, pt));
     kiln_strbuf_printf(&b, "%s", kiln_family_template("attention.cu"));
     static const char *const maps[] = {"att_tmap_k", "att_tmap_v"};
     char *proto = tma ? kiln_family_prototype_tmaps(p, bounds, "attention_kernel", 2, maps)

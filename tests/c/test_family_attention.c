@@ -409,6 +409,61 @@ static void test_check(void **state) {
     kiln_problem_free(p);
 }
 
+/* The start rule's point of a bench row (BLOCK_M, BLOCK_N, WARPS, STAGES, PACK, WG, PP, MINB,
+ * PERSIST), and the Q buffers and shared memory its source asks for. */
+static void expect_start(const char *row, const int64_t *want, int qbuf, long smem) {
+    kiln_problem *p = load(ROWS, row);
+    kiln_match m;
+    match_ok(p, &m);
+    int64_t pt[KILN_MAX_PARAMS];
+    assert_int_equal(att->start(p, &m, pt), 0);
+    for (int i = 0; i < 9; i++)
+        if (pt[i] != want[i])
+            fail_msg("%s: the start rule's %s is %lld, not %lld", row, att->params[i].name,
+                     (long long)pt[i], (long long)want[i]);
+    char *src = att->emit(p, &m, pt, 1), line[64], launch[64];
+    snprintf(line, sizeof line, "#define ATT_QBUF %d\n", qbuf);
+    snprintf(launch, sizeof launch, " smem=%ld\n", smem);
+    if (!strstr(src, line) || !strstr(src, launch))
+        fail_msg("%s: not %d Q buffers in %ld bytes of shared memory:\n%.1500s", row, qbuf, smem,
+                 src);
+    free(src);
+    kiln_problem_free(p);
+}
+
+/* The start points the 43rd and 44th sessions' sweeps chose (bench/RESULTS.md): head dim 64
+ * unmasked, 192 x 128 in a persistent grid with two Q buffers; causal head dim 128, 192 x 80, one
+ * block a row tile; BERT's padded mask, two blocks of 64 rows an SM, persistent; Gemma-4's head
+ * dim 256, 128 x 64 in two stages; decode, two blocks of 32-key tiles. A persistent grid's second Q
+ * buffer only where shared memory holds it. */
+static void test_start_rule(void **state) {
+    (void)state;
+    expect_start("attn_dense_16x16x1024x64", (int64_t[]){192, 128, 12, 3, 0, 1, 0, 1, 1}, 2,
+                 (2 * 192 * 64 + 3 * 128 * 128) * 2 + 1024 + 8 * (4 + 12));
+    expect_start("attn_causal_4x32x8x4096x128", (int64_t[]){192, 80, 12, 3, 1, 1, 0, 1, 0}, 1,
+                 (192 * 128 + 3 * 80 * 256) * 2 + 1024 + 8 * (2 + 12));
+    expect_start("attn_bert_padding_32x12x512x64", (int64_t[]){64, 64, 4, 3, 0, 1, 0, 2, 1}, 2,
+                 (2 * 64 * 64 + 3 * 64 * 128) * 2 + 1024 + 8 * (4 + 12));
+    expect_start("attn_gemma4_causal_1x8x4x4096x256", (int64_t[]){128, 64, 8, 2, 1, 1, 0, 1, 0}, 1,
+                 (128 * 256 + 2 * 64 * 512) * 2 + 1024 + 8 * (2 + 8));
+    expect_start("attn_decode_64x32x8x4096x128", (int64_t[]){64, 32, 4, 2, 1, 1, 0, 2, 0}, 1,
+                 (64 * 128 + 2 * 32 * 256) * 2 + 1024 + 8 * (2 + 8));
+    /* Gemma-4's point in a persistent grid: two Q tiles of 128 x 256 and the K/V stages are more
+     * than 227 KiB, so one */
+    kiln_problem *p = load(ROWS, "attn_gemma4_causal_1x8x4x4096x256");
+    kiln_match m;
+    match_ok(p, &m);
+    int64_t pt[KILN_MAX_PARAMS];
+    assert_int_equal(att->start(p, &m, pt), 0);
+    pt[8] = 1;
+    check_reason(p, &m, pt, NULL);
+    char *src = att->emit(p, &m, pt, 1);
+    if (!strstr(src, "#define ATT_QBUF 1\n"))
+        fail_msg("Gemma-4's persistent point asks for two Q buffers");
+    free(src);
+    kiln_problem_free(p);
+}
+
 /* Causal rows count half the pairs (and the diagonal); a window of 512 keeps 512 keys a row. */
 static void test_flops(void **state) {
     (void)state;
@@ -956,7 +1011,7 @@ int main(void) {
         cmocka_unit_test(test_declines),    cmocka_unit_test(test_check),
         cmocka_unit_test(test_flops),       cmocka_unit_test(test_compile),
         cmocka_unit_test(test_emulated),    cmocka_unit_test(test_paged),
-        cmocka_unit_test(test_sol_figures),
+        cmocka_unit_test(test_sol_figures), cmocka_unit_test(test_start_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

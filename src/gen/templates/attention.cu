@@ -756,7 +756,10 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 
 // ---- wgmma (sm_90a): the emitter writes att_wg_qk (S = Q·Kᵀ, m64 x BLOCK_N, both operands from
 // shared memory) and att_wg_pv (O += P·V, m64 x D, P from registers, V MN-major) ----
-#define ATT_QBYTES (ATT_BLOCK_M * ATT_D * 2) // the Q tile, swizzled
+#define ATT_QBYTES (ATT_BLOCK_M * ATT_D * 2) // a Q tile, swizzled (ATT_QBUF of them)
+#ifndef ATT_QBUF
+#define ATT_QBUF 1
+#endif
 #define ATT_KBYTES (ATT_BLOCK_N * ATT_D * 2)  // one K tile, swizzled
 #define ATT_VBYTES (ATT_BLOCK_N * ATT_DV * 2) // one V tile (the block's DV columns), swizzled
 
@@ -979,7 +982,8 @@ __device__ __forceinline__ int att_item(const att_args &a, int i, att_block &k, 
 // each with a full and an empty mbarrier: it waits until a buffer is empty, issues its copies (TMA
 // boxes from one thread where ATT_TMA, a paged cache's tail and every other layout by cp.async from
 // all 128) and arrives on the full barrier (with the boxes' bytes, and once the cp.async copies land).
-// Q comes by cp.async (packed heads are not a box) into its buffer, full and empty barriers too. A
+// Q comes by cp.async (packed heads are not a box) into its ATT_QBUF buffers, full and empty
+// barriers too (two in a persistent grid: the next item's Q loads while this one's is read). A
 // consumer issues S(it + 1) = Q K(it + 1)ᵀ and then O += P(it) V(it), waits for the first only,
 // frees K(it + 1)'s buffer and turns S(it + 1) into probabilities while the tensor cores still run
 // the second, then waits for it, frees V(it)'s buffer, rescales O and packs P(it + 1): the softmax
@@ -989,13 +993,15 @@ __device__ __forceinline__ int att_item(const att_args &a, int i, att_block &k, 
 __device__ __forceinline__ void att_fwd(const att_args a) {
     const int wg = threadIdx.x / 128, ct = threadIdx.x - 128; // consumer thread (wg > 0)
     const unsigned s_q = (att_smem_base() + 1023u) & ~1023u;
-    const unsigned s_k = s_q + ATT_QBYTES, s_v = s_k + ATT_STAGES * ATT_KBYTES;
-    const unsigned q_full = s_v + ATT_STAGES * ATT_VBYTES, k_full = q_full + 8,
+    const unsigned s_k = s_q + ATT_QBUF * ATT_QBYTES, s_v = s_k + ATT_STAGES * ATT_KBYTES;
+    const unsigned q_full = s_v + ATT_STAGES * ATT_VBYTES, k_full = q_full + 8 * ATT_QBUF,
                    v_full = k_full + 8 * ATT_STAGES, k_empty = v_full + 8 * ATT_STAGES,
                    v_empty = k_empty + 8 * ATT_STAGES, q_empty = v_empty + 8 * ATT_STAGES;
     if (threadIdx.x == 0) {
-        kiln_mbar_init(q_full, 128);
-        kiln_mbar_init(q_empty, 4 * ATT_WGS);
+        for (int i = 0; i < ATT_QBUF; i++) {
+            kiln_mbar_init(q_full + 8 * i, 128);
+            kiln_mbar_init(q_empty + 8 * i, 4 * ATT_WGS);
+        }
         for (int i = 0; i < ATT_STAGES; i++) {
             // TMA: the producer thread's arrival with the tile's bytes; cp.async: 128 arrivals;
             // paged, both
@@ -1025,9 +1031,10 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             if (!has)
                 continue;
             const int n = k.n_tiles;
-            kiln_mbar_wait(q_empty, (qi++ & 1) ^ 1);
-            att_load_q(s_q, a, k.by, k.qg, k.m0, k.rows);
-            kiln_mbar_cp_arrive(q_full);
+            const int qb = qi % ATT_QBUF;
+            kiln_mbar_wait(q_empty + 8 * qb, ((qi++ / ATT_QBUF) & 1) ^ 1);
+            att_load_q(s_q + (unsigned)qb * ATT_QBYTES, a, k.by, k.qg, k.m0, k.rows);
+            kiln_mbar_cp_arrive(q_full + 8 * qb);
 #if ATT_TMA && ATT_PAGED
             // a tile's page ids (one a part, the part's thread) come in while the buffers are awaited
             int page = n > 0 ? att_part_page(k, k.t0 * ATT_BLOCK_N) : 0;
@@ -1080,7 +1087,6 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(ATT_REG_CONSUMER) : "memory");
 #endif
     const int warp = ct / 32, lane = ct % 32, gr = lane / 4, t = lane % 4;
-    const unsigned q_wg = s_q + (unsigned)(wg - 1) * 64 * 128;
     const int cw = wg - 1;
     int g = 0;
     for (int item = 0, qi = 0; att_item(a, item, k, has); item++) {
@@ -1095,7 +1101,9 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
         float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
         att_lane l;
         att_lane_of(a, k, warp, gr, l);
-        att_bar_wait_data(q_full, qi++ & 1);
+        const int qb = qi % ATT_QBUF;
+        const unsigned q_wg = s_q + (unsigned)qb * ATT_QBYTES + (unsigned)cw * 64 * 128;
+        att_bar_wait_data(q_full + 8 * qb, (qi++ / ATT_QBUF) & 1);
 #if ATT_PP
         if (cw == ATT_WGS - 1 && n > 0)
             att_pp_pass(cw); // warpgroup 0 takes the first turn
@@ -1115,7 +1123,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             for (int kk = 0; kk < ATT_NT / 2; kk++)
                 att_pack_p(s, kk, p[kk]);
         } else if (lane == 0) {
-            kiln_mbar_arrive(q_empty); // no tile: Q is not read
+            kiln_mbar_arrive(q_empty + 8 * qb); // no tile: Q is not read
         }
         // Every step issues the same two groups and waits the same way, so that ptxas sees
         // S(it + 1) complete at the first wait: with a group issued only on some steps, or a last
@@ -1140,7 +1148,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
                 if (next)
                     kiln_mbar_arrive(k_empty + 8 * bk);
                 else
-                    kiln_mbar_arrive(q_empty); // the item's last read of Q
+                    kiln_mbar_arrive(q_empty + 8 * qb); // the item's last read of Q
             }
             // the last step's scores are a dead tile: every key -inf, so that alpha is 1 and P 0
             att_softmax(s, a, k, l, (k.t0 + it + 1) * ATT_BLOCK_N, t, m_run, l_run, alpha, !next);
