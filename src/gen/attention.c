@@ -166,10 +166,11 @@ static int64_t threads_of(const int64_t *pt) {
 /* Registers a thread, for ATT_MINB blocks an SM: *launch, what __launch_bounds__(threads, MINB)
  * leaves each thread; where a wgmma block hands the producer's registers to its consumers
  * (setmaxnreg: two or three consumer warpgroups, or several blocks an SM), *producer and *consumer
- * after that (the producer keeps 40, 56 for a paged cache's page ids, which spilled at 48, and 32
- * beside three consumer warpgroups, FlashAttention-3's split: 160 each, where 40 left 152 and the
- * consumers of 192 x 128 tiles at head dim 64 spilled; the consumers share the rest of the
- * block's launch registers, a multiple of 8), else both 0. */
+ * after that (the producer keeps 40, 56 for a paged cache's page ids, which spilled at 48, 72
+ * for those in a persistent grid, which spilled at 56, and 32 beside three consumer warpgroups,
+ * FlashAttention-3's split: 160 each, where 40 left 152 and the consumers of 192 x 128 tiles at
+ * head dim 64 spilled; the consumers share the rest of the block's launch registers, a multiple of
+ * 8), else both 0. */
 static void regs_of(const kiln_match *m, const int64_t *pt, int *launch, int *producer,
                     int *consumer) {
     const int64_t threads = threads_of(pt);
@@ -177,7 +178,9 @@ static void regs_of(const kiln_match *m, const int64_t *pt, int *launch, int *pr
     *launch = (int)(r > ATT_MAX_REGS ? ATT_MAX_REGS : r);
     *producer = *consumer = 0;
     if (pt[P_WG] && (pt[P_BM] > 64 || pt[P_MINB] > 1)) {
-        *producer = kiln_match_get(m, "paged", 0) ? 56 : pt[P_BM] > 128 ? 32 : 40;
+        *producer = !kiln_match_get(m, "paged", 0) ? (pt[P_BM] > 128 ? 32 : 40)
+                    : pt[P_PERSIST]                ? 72
+                                                   : 56;
         int64_t c = ((int64_t)*launch * threads - *producer * 128) / (threads - 128) / 8 * 8;
         *consumer = (int)(c > 240 ? 240 : c);
     }
@@ -243,10 +246,13 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "head dims over 256: a multiple of 128 (two column blocks of V of 64s), not paged";
     if (pt[P_PERSIST] && !pt[P_WG])
         return "a persistent grid is for wgmma blocks (their producer loads the next item ahead)";
-    if (pt[P_PERSIST] && kiln_match_get(m, "paged", 0))
-        return "a persistent grid over a paged cache's tiles spills the producer's registers";
     if (pt[P_MINB] > 1 && !pt[P_WG])
         return "MINB 2 is for wgmma blocks (their producer's registers go to the consumers)";
+    /* measured with nvcc 13: a paged cache's producer in a persistent grid spills 4 bytes (its
+     * last page's cp.async tail) at 72 and at 80 registers but with 128-key tiles */
+    if (pt[P_PERSIST] && kiln_match_get(m, "paged", 0) && pt[P_BN] != 128 &&
+        (pt[P_BM] > 64 || pt[P_MINB] > 1))
+        return "a paged cache's producer in a persistent grid spills but with 128-key tiles";
     if (pt[P_PP] && !(pt[P_WG] && pt[P_BM] > 64))
         return "ping-pong takes several consumer warpgroups: wgmma with BLOCK_M 128 or 192";
     if (pt[P_BM] > 128 && !pt[P_WG])
@@ -340,6 +346,11 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
      * rows lost, twentieth session) */
     if (!banded && !decode)
         pt[P_PERSIST] = 1;
+    /* a paged prefill too, in two stages so that its two Q buffers fit (ATT_QBUF; measured on the
+     * H200, 8 x 2048 tokens, 32/8 heads, 128, pages of 16: 727.6 us against 788.4 for one block a
+     * row tile in three stages; bench/RESULTS.md, 44th session) */
+    if (paged && big && !kiln_match_get(m, "decode", 0))
+        pt[P_PERSIST] = 1;
     while (att_check(p, m, pt) && pt[P_STAGES] > 2)
         pt[P_STAGES]--;
     while (att_check(p, m, pt) && pt[P_BN] > 64)
@@ -348,6 +359,11 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
         pt[P_MINB] = 1;
     if (att_check(p, m, pt) && pt[P_PERSIST])
         pt[P_PERSIST] = 0;
+    if (paged && pt[P_PERSIST] && qbuf_of(m, pt) == 1 && pt[P_STAGES] > 2) {
+        pt[P_STAGES]--;
+        if (qbuf_of(m, pt) == 1 || att_check(p, m, pt))
+            pt[P_STAGES]++;
+    }
     return 0;
 }
 

@@ -411,8 +411,9 @@ static void test_check(void **state) {
 
 /* The start rule's point of a bench row (BLOCK_M, BLOCK_N, WARPS, STAGES, PACK, WG, PP, MINB,
  * PERSIST), and the Q buffers and shared memory its source asks for. */
-static void expect_start(const char *row, const int64_t *want, int qbuf, long smem) {
-    kiln_problem *p = load(ROWS, row);
+static void expect_start(const char *dir, const char *row, const int64_t *want, int qbuf,
+                         long smem) {
+    kiln_problem *p = load(dir, row);
     kiln_match m;
     match_ok(p, &m);
     int64_t pt[KILN_MAX_PARAMS];
@@ -434,20 +435,25 @@ static void expect_start(const char *row, const int64_t *want, int qbuf, long sm
 /* The start points the 43rd and 44th sessions' sweeps chose (bench/RESULTS.md): head dim 64
  * unmasked, 192 x 128 in a persistent grid with two Q buffers; causal head dim 128, 192 x 80, one
  * block a row tile; BERT's padded mask, two blocks of 64 rows an SM, persistent; Gemma-4's head
- * dim 256, 128 x 64 in two stages; decode, two blocks of 32-key tiles. A persistent grid's second Q
- * buffer only where shared memory holds it. */
+ * dim 256, 128 x 64 in two stages; decode, two blocks of 32-key tiles; a paged prefill, 128 x 128
+ * persistent. A persistent grid's second Q buffer only where shared memory holds it. */
 static void test_start_rule(void **state) {
     (void)state;
-    expect_start("attn_dense_16x16x1024x64", (int64_t[]){192, 128, 12, 3, 0, 1, 0, 1, 1}, 2,
+    expect_start(ROWS, "attn_dense_16x16x1024x64", (int64_t[]){192, 128, 12, 3, 0, 1, 0, 1, 1}, 2,
                  (2 * 192 * 64 + 3 * 128 * 128) * 2 + 1024 + 8 * (4 + 12));
-    expect_start("attn_causal_4x32x8x4096x128", (int64_t[]){192, 80, 12, 3, 1, 1, 0, 1, 0}, 1,
+    expect_start(ROWS, "attn_causal_4x32x8x4096x128", (int64_t[]){192, 80, 12, 3, 1, 1, 0, 1, 0}, 1,
                  (192 * 128 + 3 * 80 * 256) * 2 + 1024 + 8 * (2 + 12));
-    expect_start("attn_bert_padding_32x12x512x64", (int64_t[]){64, 64, 4, 3, 0, 1, 0, 2, 1}, 2,
-                 (2 * 64 * 64 + 3 * 64 * 128) * 2 + 1024 + 8 * (4 + 12));
-    expect_start("attn_gemma4_causal_1x8x4x4096x256", (int64_t[]){128, 64, 8, 2, 1, 1, 0, 1, 0}, 1,
+    expect_start(ROWS, "attn_bert_padding_32x12x512x64", (int64_t[]){64, 64, 4, 3, 0, 1, 0, 2, 1},
+                 2, (2 * 64 * 64 + 3 * 64 * 128) * 2 + 1024 + 8 * (4 + 12));
+    expect_start(ROWS, "attn_gemma4_causal_1x8x4x4096x256",
+                 (int64_t[]){128, 64, 8, 2, 1, 1, 0, 1, 0}, 1,
                  (128 * 256 + 2 * 64 * 512) * 2 + 1024 + 8 * (2 + 8));
-    expect_start("attn_decode_64x32x8x4096x128", (int64_t[]){64, 32, 4, 2, 1, 1, 0, 2, 0}, 1,
+    expect_start(ROWS, "attn_decode_64x32x8x4096x128", (int64_t[]){64, 32, 4, 2, 1, 1, 0, 2, 0}, 1,
                  (64 * 128 + 2 * 32 * 256) * 2 + 1024 + 8 * (2 + 8));
+    /* a paged prefill (SOL-ExecBench's form): persistent, in two stages so that two Q tiles fit */
+    expect_start(SOLBENCH, "gqa_paged_prefill_causal_h4_kv2_d64_ps16",
+                 (int64_t[]){128, 128, 8, 2, 1, 1, 0, 1, 1}, 2,
+                 (2 * 128 * 64 + 2 * 128 * 128) * 2 + 1024 + 8 * (4 + 8));
     /* Gemma-4's point in a persistent grid: two Q tiles of 128 x 256 and the K/V stages are more
      * than 227 KiB, so one */
     kiln_problem *p = load(ROWS, "attn_gemma4_causal_1x8x4x4096x256");

@@ -963,9 +963,11 @@ __device__ __forceinline__ int64_t att_grid_x(const att_args &a) {
 // none left; k gets the item's block (att_block_of; has = 0 where it has no work).
 __device__ __forceinline__ int att_item(const att_args &a, int i, att_block &k, int &has) {
 #if ATT_PERSIST
-    const int64_t gx = att_grid_x(a), gy = ATT_PACK ? a.hkv : a.hq;
-    const int64_t gz = ATT_PAGED && !ATT_PAGED_DECODE ? 1 : a.b * ATT_DSPLIT;
-    const int64_t w = (int64_t)blockIdx.x + (int64_t)i * gridDim.x;
+    // 32-bit: 2^32 items would be 32 TiB of Q (at 64 rows of 64 16-bit values an item), and the
+    // 64-bit divisions spilled a paged producer's registers (at 72)
+    const unsigned gx = (unsigned)att_grid_x(a), gy = (unsigned)(ATT_PACK ? a.hkv : a.hq);
+    const unsigned gz = ATT_PAGED && !ATT_PAGED_DECODE ? 1u : (unsigned)(a.b * ATT_DSPLIT);
+    const unsigned w = blockIdx.x + (unsigned)i * gridDim.x;
     if (w >= gx * gy * gz)
         return 0;
     has = att_block_of(a, k, w % gx, w / gx % gy, w / (gx * gy), gx);
