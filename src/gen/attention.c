@@ -249,10 +249,10 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
     if (pt[P_MINB] > 1 && !pt[P_WG])
         return "MINB 2 is for wgmma blocks (their producer's registers go to the consumers)";
     /* measured with nvcc 13: a paged cache's producer in a persistent grid spills 4 bytes (its
-     * last page's cp.async tail) at 72 and at 80 registers but with 128-key tiles */
+     * last page's cp.async tail) at 72 and at 80 registers, except with 128-key tiles */
     if (pt[P_PERSIST] && kiln_match_get(m, "paged", 0) && pt[P_BN] != 128 &&
         (pt[P_BM] > 64 || pt[P_MINB] > 1))
-        return "a paged cache's producer in a persistent grid spills but with 128-key tiles";
+        return "a paged cache's producer in a persistent grid spills except with 128-key tiles";
     if (pt[P_PP] && !(pt[P_WG] && pt[P_BM] > 64))
         return "ping-pong takes several consumer warpgroups: wgmma with BLOCK_M 128 or 192";
     if (pt[P_BM] > 128 && !pt[P_WG])
