@@ -24,7 +24,10 @@ done
 OUT=${OUT:-/tmp/kiln-ab}
 ROUNDS=${ROUNDS:-2}
 for b in "${OLD:-}" "${NEW:-}"; do
-    [ -n "$b" ] && [ -x "$b/kiln" ] || { echo "ab_device: OLD and NEW must be copies of build/ (with kiln)" >&2; exit 2; }
+    if [ -z "$b" ] || [ ! -x "$b/kiln" ]; then
+        echo "ab_device: OLD and NEW must be copies of build/ (with kiln)" >&2
+        exit 2
+    fi
 done
 for p in "${problems[@]}"; do
     [ -d "$p" ] || { echo "ab_device: $p: not a problem directory" >&2; exit 2; }
@@ -47,8 +50,9 @@ for r in $(seq 1 "$ROUNDS"); do
         if [ $b = old ]; then use "$OLD"; else use "$NEW"; fi
         for p in "${problems[@]}"; do
             name=$(basename "$p")
-            timeout "${SWEEP_TIMEOUT:-150}" build/kiln sweep "$p" --backend "${BACKEND:-cuda}" --sets 1 --iters 20 "$@" \
-                --jsonl "$OUT/ab/$b.$r.$name.jsonl" --out "$OUT/src/$b.$name" >/dev/null 2>"$OUT/ab/$b.$r.$name.log"
+            timeout "${SWEEP_TIMEOUT:-150}" build/kiln sweep "$p" --backend "${BACKEND:-cuda}" --sets 1 \
+                --iters 20 "$@" --jsonl "$OUT/ab/$b.$r.$name.jsonl" --out "$OUT/src/$b.$name" \
+                >/dev/null 2>"$OUT/ab/$b.$r.$name.log"
             echo "round $r $b $name: exit $?, $(grep -c ' ok' "$OUT/ab/$b.$r.$name.log") ok"
         done
     done

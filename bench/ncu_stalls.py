@@ -6,8 +6,9 @@
 Prints the share of all warp-stall samples each stall reason took, then the N instructions with the most
 samples (their index in the SASS, share, text and top three reasons). A branch on the predicate an
 mbarrier's try-wait (`SYNCS.PHASECHK.TRANS64.TRYWAIT`) set just above it is where a warp spins on that
-barrier, so it is labelled with the barrier's shared-memory operand: kiln's kernels lay their full and empty barriers out in a row
-(docs/families/attention.md), so the offset says which one. The file may be gzipped (.gz).
+barrier, so it is labelled with the barrier's shared-memory operand: kiln's kernels lay their full and
+empty barriers out in a row (docs/families/attention.md), so the offset says which one. The file may be
+gzipped (.gz).
 """
 
 from __future__ import annotations
