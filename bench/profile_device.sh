@@ -10,7 +10,7 @@
 #   OUT=/tmp/p bash bench/profile_device.sh bench/attention/attn_dense_16x16x1024x64 \
 #       [--family attention] [--where 'ATT_BLOCK_M=192 ...']
 # Any arguments after the problem go to `kiln sweep` (pick the family and point there; default: the
-# start point of the first family that matches).
+# start point of the first family that matches). NCU and BACKEND (default cuda) may be set.
 set -u
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
@@ -29,10 +29,10 @@ export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUT"
 [ -x build/kiln ] || make -j"$(nproc)" all >"$OUT/build.log" 2>&1 || { echo "build failed" >&2; exit 1; }
 rm -rf "$OUT/src"
-sweep=(build/kiln sweep "$PROBLEM" --backend cuda --limit 1 --sets 1 --iters 5 --out "$OUT/src" "$@")
+sweep=(build/kiln sweep "$PROBLEM" --backend "${BACKEND:-cuda}" --limit 1 --sets 1 --iters 5 --out "$OUT/src" "$@")
 "${sweep[@]}" >"$OUT/sweep.log" 2>&1 || { echo "the candidate did not run:" >&2; tail -5 "$OUT/sweep.log" >&2; exit 1; }
 tail -1 "$OUT/sweep.log"
-names=$(grep -ho '// kiln: launch [A-Za-z_0-9]*' "$OUT"/src/*.cu | awk '{print $4}' | sort -u)
+names=$(grep -ho '// kiln: launch [A-Za-z_0-9]*' "$OUT"/src/* | awk '{print $4}' | sort -u)
 [ -n "$names" ] || { echo "profile_device: no '// kiln: launch' line in $OUT/src" >&2; exit 1; }
 regex="regex:^($(echo "$names" | paste -sd'|'))\$"
 echo "profiling $regex"
