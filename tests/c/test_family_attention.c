@@ -409,7 +409,7 @@ static void test_check(void **state) {
     kiln_problem_free(p);
 }
 
-/* The start rule's point of a bench row (BLOCK_M, BLOCK_N, WARPS, STAGES, PACK, WG, PP, MINB,
+/* The start rule's point of a problem in dir (BLOCK_M, BLOCK_N, WARPS, STAGES, PACK, WG, PP, MINB,
  * PERSIST), and the Q buffers and shared memory its source asks for. */
 static void expect_start(const char *dir, const char *row, const int64_t *want, int qbuf,
                          long smem) {
