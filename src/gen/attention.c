@@ -132,6 +132,16 @@ static int64_t dsplit_of(const kiln_match *m, const int64_t *pt) {
     return pt[P_WG] && kiln_match_get(m, "d", 64) > 256 ? 2 : 1;
 }
 
+/* What a block of `bytes` of shared memory exceeds: a block's 227 KiB, or with MINB blocks an SM,
+ * the SM's 228 KiB (1 KiB of it reserved per block); NULL when it fits. */
+static const char *smem_over(const int64_t *pt, int64_t bytes) {
+    if (bytes > ATT_MAX_SMEM)
+        return "Q and STAGES K/V tiles exceed 227 KiB of shared memory";
+    if (pt[P_MINB] * (bytes + 1024) > ATT_SM_SMEM)
+        return "MINB blocks' tiles exceed an SM's 228 KiB of shared memory";
+    return NULL;
+}
+
 static int64_t smem_of(const kiln_match *m, const int64_t *pt, int64_t qbuf) {
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64), dv = d / dsplit_of(m, pt);
     /* wgmma: qbuf Q tiles and STAGES K and V tiles (V: the block's dv columns) in the 128-byte
@@ -148,10 +158,7 @@ static int64_t smem_of(const kiln_match *m, const int64_t *pt, int64_t qbuf) {
  * the consumers waited for Q at every item: 3.7 % of the warps' samples on [16,16,1024,64], whose
  * items are eight key tiles; bench/RESULTS.md, 44th session); one otherwise. */
 static int64_t qbuf_of(const kiln_match *m, const int64_t *pt) {
-    if (!pt[P_WG] || !pt[P_PERSIST])
-        return 1;
-    const int64_t two = smem_of(m, pt, 2);
-    return two <= ATT_MAX_SMEM && pt[P_MINB] * (two + 1024) <= ATT_SM_SMEM ? 2 : 1;
+    return pt[P_WG] && pt[P_PERSIST] && !smem_over(pt, smem_of(m, pt, 2)) ? 2 : 1;
 }
 
 static int64_t smem_bytes(const kiln_match *m, const int64_t *pt) {
@@ -261,10 +268,9 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return "mma.sync takes tiles of 32, 64 or 128 keys (wgmma: any multiple of 16)";
     if (pt[P_BM] != 16 * pt[P_WARPS])
         return "each warp owns 16 query rows: BLOCK_M = 16 * WARPS";
-    if (smem_bytes(m, pt) > ATT_MAX_SMEM)
-        return "Q and STAGES K/V tiles exceed 227 KiB of shared memory";
-    if (pt[P_MINB] * (smem_bytes(m, pt) + 1024) > ATT_SM_SMEM)
-        return "MINB blocks' tiles exceed an SM's 228 KiB of shared memory";
+    const char *smem = smem_over(pt, smem_bytes(m, pt));
+    if (smem)
+        return smem;
     /* wgmma with setmaxnreg: the consumers' share (232 each for two warpgroups, one block) */
     if (regs_estimate(m, pt) > regs_allowed(m, pt))
         return "the output and score accumulators exceed the registers of a thread";
@@ -346,9 +352,9 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
      * rows lost, twentieth session) */
     if (!banded && !decode)
         pt[P_PERSIST] = 1;
-    /* a paged prefill too, in two stages so that its two Q buffers fit (ATT_QBUF; measured on the
-     * H200, 8 x 2048 tokens, 32/8 heads, 128, pages of 16: 727.6 us against 788.4 for one block a
-     * row tile in three stages; bench/RESULTS.md, 44th session) */
+    /* a paged prefill too (measured on the H200, 8 x 2048 tokens, 32/8 heads, 128, pages of 16:
+     * 727.6 us persistent in two stages against 788.4 for one block a row tile in three; bench/
+     * RESULTS.md, 44th session) */
     if (paged && big && !kiln_match_get(m, "decode", 0))
         pt[P_PERSIST] = 1;
     while (att_check(p, m, pt) && pt[P_STAGES] > 2)
@@ -359,7 +365,10 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
         pt[P_MINB] = 1;
     if (att_check(p, m, pt) && pt[P_PERSIST])
         pt[P_PERSIST] = 0;
-    if (paged && pt[P_PERSIST] && qbuf_of(m, pt) == 1 && pt[P_STAGES] > 2) {
+    /* a persistent grid takes two Q buffers over a third stage where both do not fit (the same
+     * rows: paged 727.6 us against 747.7 in three stages with one Q buffer; [4, 32/8, 4096, 128]
+     * causal at 128 x 128, H100, 930.5 against 964.3) */
+    if (pt[P_PERSIST] && qbuf_of(m, pt) == 1 && pt[P_STAGES] > 2) {
         pt[P_STAGES]--;
         if (qbuf_of(m, pt) == 1 || att_check(p, m, pt))
             pt[P_STAGES]++;
