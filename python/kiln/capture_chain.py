@@ -15,6 +15,7 @@ CHAIN_MAX_OPS = 32  # a chain stops growing here: the generator plans one kernel
 SHARED_CONSUMERS = 2
 SOFTMAX_NAMES = frozenset({"softmax", "_softmax"})
 MATMUL_NAMES = frozenset({"matmul", "bmm"})
+SCORE_NAMES = MATMUL_NAMES | {"baddbmm"}  # q.kT: baddbmm scales it and may add a mask (beta 1)
 # GEMMs whose output cuBLASLt can put through an epilogue, and the activations it offers there
 GEMM_NAMES = frozenset({"linear", "addmm", "mm", "matmul"})
 EPILOGUE_ACTIVATIONS = frozenset({"relu", "gelu"})
@@ -222,7 +223,7 @@ def attention_block(g: Graph, chain: list) -> Optional[list]:
     for i in chain:
         for _, tid, _ in g.ops[i].inputs:
             p = g.producer.get(tid, (None,))[0]
-            if p is not None and p not in members and g.ops[p].func._opname in MATMUL_NAMES \
+            if p is not None and p not in members and g.ops[p].func._opname in SCORE_NAMES \
                     and set(g.consumers[tid]) <= members:
                 heads.add(p)
     if len(heads) != 1:

@@ -34,6 +34,7 @@ typedef struct {
     int role;  /* R_* */
     int input; /* the problem input it views (q, k, v, mask), else -1 */
     int swap;  /* its last two dims are swapped relative to that input */
+    int rank;  /* its dims (4 where the walk cannot tell) */
 } att_val;
 
 #define ATT_MAX_VALS (KILN_OPCHAIN_MAX_OPS + 1)
@@ -59,12 +60,12 @@ static const char *const SCALES[] = {"aten::mul.Tensor", "aten::mul.Scalar", "at
                                      "aten::div.Scalar", NULL};
 
 /* What a tensor argument is: an input starts as itself, an op's result as the walk recorded. */
-static att_val val_of(const kiln_arg *a, const att_val *vals) {
-    att_val none = {R_NONE, -1, 0};
+static att_val val_of(const kiln_problem *p, const kiln_arg *a, const att_val *vals) {
+    att_val none = {R_NONE, -1, 0, 4};
     if (!a || a->kind != KILN_ARG_TENSOR)
         return none;
     if (a->value.input >= 0) {
-        att_val v = {R_NONE, a->value.input, 0};
+        att_val v = {R_NONE, a->value.input, 0, p->inputs[a->value.input].ndim};
         return v;
     }
     if (a->value.slot != 0)
@@ -72,22 +73,40 @@ static att_val val_of(const kiln_arg *a, const att_val *vals) {
     return vals[a->value.op];
 }
 
-/* A transpose of the last two dims of a 4-d value: dims {-1, -2} or {2, 3}. */
-static int swaps_last_two(const kiln_op *op) {
+/* The rank of a view's result: the size it names (expand, reshape, view), one more (unsqueeze), or
+ * its operand's. */
+static int view_rank(const kiln_op *op, int rank) {
+    if (kiln_op_is(op, "aten::unsqueeze.default"))
+        return rank + 1;
+    const kiln_arg *size =
+        kiln_op_arg(op, 1, kiln_op_is(op, "aten::reshape.default") ? "shape" : "size");
+    if (!kiln_op_is(op, "aten::clone.default") && size && size->kind == KILN_ARG_INTS)
+        return size->n_ints;
+    return rank;
+}
+
+/* Dim d of a rank-dim value, counted from the front. */
+static double dim_index(double d, int rank) {
+    return d < 0 ? d + rank : d;
+}
+
+/* A transpose of the last two dims of a rank-dim value (3: [b·h, s, d] as bmm reads it; 4: [b, h,
+ * s, d]): 1, a permutation that keeps every dim: 0, anything else -1. */
+static int swaps_last_two(const kiln_op *op, int rank) {
     if (kiln_op_is(op, "aten::transpose.int")) {
-        double a = kiln_arg_num(kiln_op_arg(op, 1, "dim0"), 99),
-               b = kiln_arg_num(kiln_op_arg(op, 2, "dim1"), 99);
-        if (a < 0)
-            a += 4;
-        if (b < 0)
-            b += 4;
-        return (a == 2 && b == 3) || (a == 3 && b == 2) ? 1 : -1;
+        double a = dim_index(kiln_arg_num(kiln_op_arg(op, 1, "dim0"), 99), rank),
+               b = dim_index(kiln_arg_num(kiln_op_arg(op, 2, "dim1"), 99), rank);
+        return (a == rank - 2 && b == rank - 1) || (a == rank - 1 && b == rank - 2) ? 1 : -1;
     }
     if (kiln_op_is(op, "aten::permute.default")) {
         const kiln_arg *d = kiln_op_arg(op, 1, "dims");
-        if (!d || d->kind != KILN_ARG_INTS || d->n_ints != 4 || d->ints[0] != 0 || d->ints[1] != 1)
+        if (!d || d->kind != KILN_ARG_INTS || d->n_ints != rank)
             return -1;
-        return d->ints[2] == 2 ? 0 : d->ints[2] == 3 || d->ints[2] == -1 ? 1 : -1;
+        for (int i = 0; i < rank - 2; i++)
+            if (d->ints[i] != i)
+                return -1;
+        double last = dim_index((double)d->ints[rank - 2], rank);
+        return last == rank - 2 ? 0 : last == rank - 1 ? 1 : -1;
     }
     return -1;
 }
@@ -107,14 +126,20 @@ static int innermost(const kiln_problem *p, const kiln_tensor_spec *t, int j) {
  * captured tensor for b, h, s, d); the head dim innermost. */
 static int dims_of(const kiln_problem *p, const kiln_tensor_spec *t, const int order[4],
                    att_operand *o, char *why, size_t wl) {
-    if (t->ndim != 4) {
-        snprintf(why, wl, "%s has %d dims (attention wants [b, h, s, d])", t->name, t->ndim);
+    if (t->ndim != 4 && t->ndim != 3) {
+        snprintf(why, wl, "%s has %d dims (attention wants [b, h, s, d] or [b·h, s, d])", t->name,
+                 t->ndim);
         return 0;
     }
+    /* 3 dims: bmm's [b·h, s, d], read as [b·h, 1, s, d] (one head a batch entry) */
+    const int three = t->ndim == 3;
     for (int l = 0; l < 4; l++) {
         o->pos[l] = -1;
-        for (int j = 0; j < 4; j++)
-            if (t->layout.perm[j] == order[l])
+        const int logical = !three ? order[l] : l == 0 ? 0 : l == 1 ? -1 : order[l] - 1;
+        if (logical < 0)
+            continue;
+        for (int j = 0; j < t->ndim; j++)
+            if (t->layout.perm[j] == logical)
                 o->pos[l] = j;
         if (o->pos[l] < 0) {
             snprintf(why, wl, "layout of %s does not name every dim", t->name);
@@ -135,16 +160,18 @@ static int operand_of(const kiln_problem *p, int i, const int order[4], att_oper
     return dims_of(p, &p->inputs[i], order, o, why, wl);
 }
 
-static int mask_operand(const kiln_problem *p, int i, att_operand *o, char *why, size_t wl) {
+/* The mask of scores of `rank` dims (4: [b, h, sq, skv]; 3: bmm's [b·h, sq, skv]). */
+static int mask_operand(const kiln_problem *p, int i, int rank, att_operand *o, char *why,
+                        size_t wl) {
     const kiln_tensor_spec *t = &p->inputs[i];
     o->input = i;
-    if (t->ndim < 2 || t->ndim > 4) {
-        snprintf(why, wl, "mask %s has %d dims", t->name, t->ndim);
+    if (t->ndim < 2 || t->ndim > rank) {
+        snprintf(why, wl, "mask %s has %d dims (the scores %d)", t->name, t->ndim, rank);
         return 0;
     }
-    /* logical dims right-aligned on [b, h, sq, skv]; pos[3] is the key dim here */
+    /* logical dims right-aligned on the scores' dims; pos[3] is the key dim here */
     for (int l = 0; l < 4; l++) {
-        int logical = l - (4 - t->ndim);
+        int logical = rank == 4 ? l - (4 - t->ndim) : l == 1 ? -1 : l - (l > 1) - (3 - t->ndim);
         o->pos[l] = -1;
         for (int j = 0; logical >= 0 && j < t->ndim; j++)
             if (t->layout.perm[j] == logical)
@@ -169,21 +196,23 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
     att_val vals[ATT_MAX_VALS];
     int q = -1, k = -1, v = -1, mask = -1, qs = 0, ks = 0, vs = 0, o_swap = 0;
     int saw_scale = 0, saw_mask = 0, saw_softmax = 0, saw_where = 0, o_op = -1;
+    int s_rank = 4, fused = 0; /* the scores' dims; q·kᵀ by baddbmm (scaled before its rounding) */
     kiln_dtype s_dtype = KILN_DTYPE_COUNT;
     a->scale = a->pre = a->post = 1.0;
     for (int n = 0; n < c->n_ops; n++) {
         const kiln_op *op = &c->ops[n];
-        att_val x = val_of(kiln_op_arg(op, 0, NULL), vals), r = x;
+        att_val x = val_of(p, kiln_op_arg(op, 0, NULL), vals), r = x;
         kiln_dtype rd = op->n_results ? op->result_dtype[0] : KILN_DTYPE_COUNT;
         if (is_any(op, VIEWS)) {
             if (x.role != R_NONE && x.role != R_O) {
                 snprintf(why, wl, "%s of the %s", op->aten, x.role == R_S ? "scores" : "weights");
                 return 0;
             }
+            r.rank = view_rank(op, x.rank);
         } else if (kiln_op_is(op, "aten::transpose.int") ||
                    kiln_op_is(op, "aten::permute.default")) {
-            int sw = swaps_last_two(op);
-            if (sw < 0 && x.role == R_O && kiln_op_is(op, "aten::transpose.int")) {
+            int sw = swaps_last_two(op, x.rank);
+            if (sw < 0 && x.role == R_O && x.rank == 4 && kiln_op_is(op, "aten::transpose.int")) {
                 double d0 = kiln_arg_num(kiln_op_arg(op, 1, "dim0"), 0),
                        d1 = kiln_arg_num(kiln_op_arg(op, 2, "dim1"), 0);
                 if (!((d0 == 1 && d1 == 2) || (d0 == 2 && d1 == 1))) {
@@ -196,13 +225,41 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
                 return 0;
             } else
                 r.swap ^= sw;
+        } else if (kiln_op_is(op, "aten::baddbmm.default")) {
+            /* beta · self + alpha · (q · kᵀ), rounded once (diffusers' attention processor: beta 0
+             * and an empty self without a mask; BLOOM's: the ALiBi bias as self): the scaled
+             * scores, and with beta 1 an additive mask */
+            att_val m = x, b1 = val_of(p, kiln_op_arg(op, 1, "batch1"), vals),
+                    b2 = val_of(p, kiln_op_arg(op, 2, "batch2"), vals);
+            double beta = kiln_arg_num(kiln_op_arg(op, 3, "beta"), 1),
+                   alpha = kiln_arg_num(kiln_op_arg(op, 4, "alpha"), 1);
+            if (q >= 0 || b1.input < 0 || b2.input < 0 || b1.role != R_NONE || b2.role != R_NONE ||
+                isnan(alpha) || alpha == 0 || (beta != 0 && beta != 1) ||
+                (beta == 1 && (m.input < 0 || m.role != R_NONE || m.swap))) {
+                snprintf(why, wl,
+                         "aten::baddbmm.default is not q·kᵀ scaled, with beta 0 or an "
+                         "additive mask");
+                return 0;
+            }
+            q = b1.input, qs = b1.swap, k = b2.input, ks = b2.swap;
+            s_dtype = rd, s_rank = b1.rank, fused = 1;
+            a->scale *= alpha;
+            saw_scale = alpha != 1;
+            a->round_scaled = beta == 0 && rd != KILN_F32;
+            if (beta == 1) {
+                mask = m.input;
+                a->round_masked = rd != KILN_F32;
+                saw_mask = 1;
+            }
+            r = b1;
+            r.role = R_S, r.input = -1, r.swap = 0;
         } else if (is_any(op, MATMULS)) {
-            att_val y = val_of(kiln_op_arg(op, 1, NULL), vals);
+            att_val y = val_of(p, kiln_op_arg(op, 1, NULL), vals);
             if (!saw_softmax && o_op < 0 && x.input >= 0 && y.input >= 0 && x.role == R_NONE &&
                 y.role == R_NONE && q < 0) {
                 q = x.input, qs = x.swap, k = y.input, ks = y.swap;
                 r.role = R_S, r.input = -1, r.swap = 0;
-                s_dtype = rd;
+                s_dtype = rd, s_rank = x.rank;
             } else if (x.role == R_P && y.input >= 0 && y.role == R_NONE && v < 0) {
                 v = y.input, vs = y.swap, o_op = n;
                 r.role = R_O, r.input = -1, r.swap = 0;
@@ -238,7 +295,7 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
             }
             a->tanh = 1;
         } else if (kiln_op_is(op, "aten::add.Tensor")) {
-            att_val y = val_of(kiln_op_arg(op, 1, NULL), vals);
+            att_val y = val_of(p, kiln_op_arg(op, 1, NULL), vals);
             if (x.role == R_NONE && x.input >= 0 && y.role == R_S) /* mask + scores */
                 y = x;
             if ((x.role != R_S && y.role != R_S) || saw_mask || saw_softmax || y.input < 0 ||
@@ -262,8 +319,8 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
              * fill of -1e4 or below is -inf to the softmax (exp underflows to 0) but for a row
              * masked everywhere, which eager makes uniform: the gate decides. */
             const int fill_op = kiln_op_is(op, "aten::masked_fill.Scalar");
-            att_val s = fill_op ? x : val_of(kiln_op_arg(op, 1, "self"), vals);
-            att_val m = fill_op ? val_of(kiln_op_arg(op, 1, "mask"), vals) : x;
+            att_val s = fill_op ? x : val_of(p, kiln_op_arg(op, 1, "self"), vals);
+            att_val m = fill_op ? val_of(p, kiln_op_arg(op, 1, "mask"), vals) : x;
             double fill = kiln_arg_num(kiln_op_arg(op, 2, fill_op ? "value" : "other"), NAN);
             if (s.role != R_S || saw_mask || saw_softmax || m.input < 0 || m.role != R_NONE ||
                 m.swap || p->inputs[m.input].dtype != KILN_BOOL || !(fill <= -1e4)) {
@@ -285,7 +342,7 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
         } else if (kiln_op_is(op, "aten::_softmax.default") ||
                    kiln_op_is(op, "aten::softmax.int")) {
             double d = kiln_arg_num(kiln_op_arg(op, 1, "dim"), 0);
-            if (x.role != R_S || saw_softmax || (d != -1 && d != 3)) {
+            if (x.role != R_S || saw_softmax || (d != -1 && d != s_rank - 1)) {
                 snprintf(why, wl, "%s is not over the keys of the scores", op->aten);
                 return 0;
             }
@@ -326,10 +383,11 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
         !operand_of(p, v, vs ? swapped : plain, &a->t[ATT_V], why, wl))
         return 0;
     a->t[ATT_MASK].input = -1;
-    if (mask >= 0 && !mask_operand(p, mask, &a->t[ATT_MASK], why, wl))
+    if (mask >= 0 && !mask_operand(p, mask, s_rank, &a->t[ATT_MASK], why, wl))
         return 0;
     a->mask = mask >= 0 ? ATT_MASK_TENSOR : ATT_MASK_NONE;
-    a->round_qk = s_dtype != KILN_F32; /* unknown: eager's matmul gives the input dtype */
+    /* unknown: eager's matmul gives the input dtype */
+    a->round_qk = !fused && s_dtype != KILN_F32;
     if (o_swap) {
         snprintf(why, wl, "an output transposed after the matmul with v (not yet supported)");
         return 0;
@@ -394,7 +452,7 @@ static int from_sdpa(const kiln_problem *p, const kiln_opchain *c, att_info *a, 
         const kiln_arg *m = kiln_op_arg(op, SDPA[s].mask_pos, SDPA[s].mask_name);
         if (m && m->kind != KILN_ARG_NONE) {
             int mi = kiln_arg_input(m);
-            if (mi < 0 || !mask_operand(p, mi, &a->t[ATT_MASK], why, wl)) {
+            if (mi < 0 || !mask_operand(p, mi, p->inputs[in[0]].ndim, &a->t[ATT_MASK], why, wl)) {
                 if (mi < 0)
                     snprintf(why, wl, "%s: the mask is not an input tensor", op->aten);
                 return 0;
@@ -456,7 +514,7 @@ static int from_op_type(const kiln_problem *p, att_info *a, char *why, size_t wl
     a->t[ATT_MASK].input = -1;
     a->mask = ATT_MASK_NONE;
     if (mi >= 0) {
-        if (!mask_operand(p, mi, &a->t[ATT_MASK], why, wl))
+        if (!mask_operand(p, mi, 4, &a->t[ATT_MASK], why, wl))
             return 0;
         a->mask = ATT_MASK_TENSOR;
     }
@@ -706,8 +764,10 @@ static int check_shapes(const kiln_problem *p, att_info *a, char *why, size_t wl
                      (long long)q[1], (long long)k[1]);
             return 0;
         }
-        if (os[a->out.pos[0]] != q[0] || os[a->out.pos[1]] != q[1] || os[a->out.pos[2]] != q[2] ||
-            os[a->out.pos[3]] != q[3]) {
+        int out_ok = 1;
+        for (int l = 0; l < 4; l++)
+            out_ok &= (a->out.pos[l] < 0 ? 1 : os[a->out.pos[l]]) == q[l];
+        if (!out_ok) {
             snprintf(why, wl, "workload %d: the output is not [b, hq, sq, d]", wi);
             return 0;
         }

@@ -402,3 +402,38 @@ def test_gemma2_soft_cap(tmp_path: Path):
     assert "#define ATT_POST ((float)50)" in src and "a.scale = (float)0.25" in src, src[:3000]
     out = optimize_and_run_graph(run, p, "eager_softcap.py")
     assert re.search(r"tanh\.default .* hits +2 +misses +0", out), out[-2000:]
+
+
+def test_attention_over_batch_times_heads(tmp_path: Path):
+    """Attention over [b·h, s, d] (tests/data/attention/eager_bmm3d.py: latent-diffusion's bmm of q and kᵀ, a
+    scale, softmax, bmm with v; diffusers' baddbmm of q and kᵀ with alpha the scale, beta 0 over an empty tensor,
+    and beta 1 over a [b·h, 1, s_kv] padding mask): each block is captured as one problem (baddbmm starts one
+    now), matched with one head a batch entry, proved, and graph mode replaces all three. It was declined
+    before: "input0 has 3 dims (attention wants [b, h, s, d])". baddbmm rounds once, after the scale (beta 0)
+    or after the mask (beta 1), and never the bare product."""
+    need_kiln()
+    run = captured("eager_bmm3d.py", tmp_path)
+    problems = sorted(p for p in (run / "problems").iterdir() if p.name.startswith("attention_"))
+    assert len(problems) == 3, problems
+    rounds = {}
+    for p in problems:
+        d = json.loads((p / "definition.json").read_text())
+        assert all(len(i["shape"]) == 3 for i in d["inputs"].values()), d["inputs"]
+        out, rows = sweep(p, tmp_path / p.name)
+        assert "matches family attention" in out.stderr, out.stderr[-2000:]
+        result = rows[0]["result"]
+        assert result["outcome"] == "ok", json.dumps(result.get("evidence"))[:2000]
+        src = Path(rows[0]["file"]).read_text()
+        assert "a.hq = 1;" in src and "a.scale = (float)0.25" in src, src[:3000]
+        atens = [op["aten"] for op in d["kiln"]["ops"]]
+        flags = tuple(int(re.search(rf"#define ATT_ROUND_{f} (\d)", src).group(1)) for f in ("QK", "SCALED", "MASKED"))
+        rounds[("aten::baddbmm.default" in atens, "#define ATT_HAS_MASK 1" in src)] = flags
+        r = subprocess.run([str(KILN), "optimize", str(run), str(p), "--backend", "cpu", "--budget", "1"],
+                           cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert rounds == {(False, False): (1, 1, 0), (True, False): (0, 1, 0), (True, True): (0, 0, 1)}, rounds
+    r = subprocess.run([str(KILN), "run", "--library", str(run), "--graph", "--entries", "all", "--stats",
+                        str(ROOT / "tests" / "data" / "attention" / "eager_bmm3d.py")], cwd=ROOT, env=kiln_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "3 kernel calls by kiln, 0 fell back to PyTorch" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
