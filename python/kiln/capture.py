@@ -447,11 +447,18 @@ class Capture:
         eager attention block around a softmax chain is a chain group of its own ("pattern": "attention"), and
         so is a GEMM with the pointwise epilogue cuBLASLt fuses after it ("pattern": "gemm_epilogue"), and the
         front of a GeGLU/SwiGLU MLP, act(x @ wgᵀ) * (x @ wuᵀ) ("pattern": "gemm_gated")."""
-        from kiln.capture_chain import Graph, attention_block, chain_key, find_chains, gated_pair, gemm_epilogue
+        from kiln.capture_chain import (SOFTMAX_NAMES, Graph, attention_block, chain_key, find_chains, gated_pair,
+                                        gemm_epilogue)
         self.graph = g = Graph(self.ops)
         modules = {tuple(sorted(ids)) for m in self.module_groups for ids in m["calls"]}
         groups: dict = {}
         blocks = [(chain, None) for chain in find_chains(self.ops)]
+        # a softmax joined to nothing (bmm or baddbmm, softmax, bmm: diffusers' attention processor) is an
+        # attention block's whole chain
+        chained = {i for chain, _ in blocks for i in chain}
+        alone = (attention_block(g, [i]) for i, op in enumerate(self.ops)
+                 if i not in chained and g.member[i] and op.func._opname in SOFTMAX_NAMES)
+        blocks += [(b, "attention") for b in alone if b]
         blocks += [(b, "gemm_epilogue") for b in (gemm_epilogue(g, i) for i in range(len(self.ops))) if b]
         blocks += [(b, "gemm_gated") for b in (gated_pair(g, i) for i in range(len(self.ops))) if b]
         for chain, pattern in blocks:

@@ -408,7 +408,8 @@ def test_attention_over_batch_times_heads(tmp_path: Path):
     """Attention over [b·h, s, d] (tests/data/attention/eager_bmm3d.py: latent-diffusion's bmm of q and kᵀ, a
     scale, softmax, bmm with v; diffusers' baddbmm of q and kᵀ with alpha the scale, beta 0 over an empty tensor,
     and beta 1 over a [b·h, 1, s_kv] padding mask): each block is captured as one problem (baddbmm starts one
-    now), matched with one head a batch entry, proved, and graph mode replaces all three. It was declined
+    now, and a softmax joined to no other call is a block's chain), matched with one head a batch entry,
+    proved, and graph mode replaces all three. It was declined
     before: "input0 has 3 dims (attention wants [b, h, s, d])". baddbmm rounds once, after the scale (beta 0)
     or after the mask (beta 1), and never the bare product."""
     need_kiln()

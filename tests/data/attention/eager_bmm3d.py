@@ -1,8 +1,8 @@
 """Attention over [b·h, s, d] as older diffusion code writes it, bfloat16, under torch.no_grad, for kiln capture
 (tests/py/test_family_attention.py): latent-diffusion's CrossAttention (bmm of q and kᵀ, a scale, softmax, bmm with
 v) on self-attention, and diffusers' AttnProcessor on cross-attention (baddbmm of q and kᵀ with alpha the scale:
-beta 0 over an empty tensor without a mask, beta 1 over a padding mask of [b·h, 1, s_kv] with one; softmax in fp32
-cast back). Each block is one attention problem."""
+beta 0 over an empty tensor without a mask, then a softmax alone, a chain of one call; beta 1 over a padding mask of
+[b·h, 1, s_kv] with one, then softmax in fp32 cast back). Each block is one attention problem."""
 import argparse
 import torch
 import torch.nn as nn
@@ -31,7 +31,7 @@ class Attn(nn.Module):
                 e = torch.empty(q.shape[0], q.shape[1], k.shape[1], dtype=q.dtype, device=q.device)
             s = torch.baddbmm(e if mask is None else mask, q, k.transpose(-1, -2), beta=0 if mask is None else 1,
                               alpha=self.scale)
-            p = s.float().softmax(dim=-1).to(q.dtype)
+            p = s.softmax(dim=-1) if mask is None else s.float().softmax(dim=-1).to(q.dtype)
         else:
             s = torch.bmm(q, k.transpose(1, 2)) * self.scale
             p = s.softmax(dim=-1)
