@@ -176,10 +176,16 @@ def _trace_aten_pattern(fn, args, device=None):
 # How a pattern is traced for each kind of graph it is matched in: "inductor", the post-grad graph of
 # torch.compile's default backend; "aten", kiln's graph mode (kiln.install_graph).
 _TRACERS = {"inductor": _trace_pattern, "aten": _trace_aten_pattern}
+
+# Composites whose decomposition the device chooses: SDPA is one fused backend call in a graph of the model
+# (_scaled_dot_product_flash_attention_for_cpu on the CPU; flash, efficient or cuDNN attention on a GPU, by
+# the inputs), and its math form on meta tensors, which no graph holds. Their graph-mode patterns are traced
+# on fake tensors of the model's device, as the model's graph is.
+_DEVICE_CHOSEN = frozenset({"aten::scaled_dot_product_attention"})
 _WHERE = {"inductor": "torch.compile", "aten": "kiln's graph mode"}
 
 
-def _examples(specs, device) -> list:
+def _examples(specs, device, fake: bool = False) -> list:
     """Tensors of the gate's inputs to trace a pattern with, on the model's device: CPU ones for the CPU
     (allocated, not written), fake ones for a GPU (no memory: a gate's inputs at real size may not fit beside
     the model), or meta ones where device is meta (kiln's graph mode). Not meta for a GPU's Inductor
@@ -187,10 +193,10 @@ def _examples(specs, device) -> list:
     rewrite nodes on meta (pointless_convert skips an unsupported device) nor leave them (constant folding
     took a whole depthwise-conv chain on meta for one empty tensor): no chain matched inside torch.compile on
     the GPU. Some decompositions differ by device too (native_group_norm's CPU form folds the weight into a
-    scale and a shift)."""
+    scale and a shift). fake: fake ones on any device (_DEVICE_CHOSEN)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    if device.type in ("cpu", "meta"):
+    if device.type in ("cpu", "meta") and not fake:
         return [torch.empty_strided(s, st, dtype=d, device=device) for s, st, d in specs]
     with FakeTensorMode(allow_non_fake_inputs=True):
         return [torch.empty_strided(s, st, dtype=d, device=device) for s, st, d in specs]
@@ -541,15 +547,17 @@ class InductorPatterns:
 
         import torch
         from torch._inductor import pattern_matcher as pm
-        tracer = _TRACERS[flavor]
-        if flavor == "aten":  # one path on every device: meta tensors, the calls put on the model's device
-            tracer = functools.partial(tracer, device=self.device)
         for p in self.patterns:
             gate = p.ae.gate
+            tracer = _TRACERS[flavor]
+            chosen = flavor == "aten" and p.aten_op is not None and p.aten_op.name() in _DEVICE_CHOSEN
+            if flavor == "aten" and not chosen:  # one path on every device: meta tensors, the calls put on the
+                tracer = functools.partial(tracer, device=self.device)  # model's device
             try:
                 search = _search_fn(p.aten_op, p.entry, len(gate.inputs)) if p.aten_op is not None \
                     else _chain_search_fn(p.entry, len(gate.inputs))
-                examples = _examples(gate.inputs, self.device if flavor == "inductor" else torch.device("meta"))
+                examples = _examples(gate.inputs, self.device if flavor == "inductor" or chosen
+                                     else torch.device("meta"), fake=chosen)
                 with _tracing(examples):
                     traced = tracer(search, examples)
                     p.traced_keys[flavor] = _node_keys(traced.graph.nodes)

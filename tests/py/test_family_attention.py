@@ -187,6 +187,25 @@ def test_sdpa_without_dropout_is_captured(tmp_path: Path):
     assert d["kiln"]["args"]["kwargs"] == {"enable_gqa": True}
 
 
+def test_sdpa_entry_in_graph_mode(tmp_path: Path):
+    """A captured SDPA call, proved and installed, is kiln's in eager (the dispatcher sees the composite call)
+    and in graph mode too, where the model's graph holds the fused backend call the device chose
+    (_scaled_dot_product_flash_attention_for_cpu here) rather than SDPA: the entry's pattern is traced on the
+    model's device, not on meta tensors, whose math decomposition no graph holds (graph mode had no hit)."""
+    need_kiln()
+    run = captured("sdpa_model.py", tmp_path)
+    (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("scaled_dot_product_attention")]
+    r = subprocess.run([str(KILN), "optimize", str(run), str(p), "--backend", "cpu", "--budget", "1"],
+                       cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for mode in ("--mode=eager", "--graph"):
+        r = subprocess.run([str(KILN), "run", "--library", str(run), mode, "--entries", "all", "--stats",
+                            str(ROOT / "tests" / "data" / "attention" / "sdpa_model.py")], cwd=ROOT, env=kiln_env(),
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert re.search(r"scaled_dot_product_attention +hits +2 ", r.stdout + r.stderr), (r.stdout + r.stderr)[-2000:]
+
+
 def test_sdpa_with_dropout_is_random(tmp_path: Path):
     run = capture_sdpa(tmp_path, "--dropout")
     groups = json.loads((run / "model.json").read_text())["groups"]
