@@ -757,6 +757,11 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 // ---- wgmma (sm_90a): the emitter writes att_wg_qk (S = Q·Kᵀ, m64 x BLOCK_N, both operands from
 // shared memory) and att_wg_pv (O += P·V, m64 x D, P from registers, V MN-major) ----
 #define ATT_QBYTES (ATT_BLOCK_M * ATT_D * 2) // a Q tile, swizzled (ATT_QBUF of them)
+// The producer's order (wgmma): 0, each tile's K then its V; 1, K(j + 1) before V(j). Not in the
+// search space: 1 was written but not yet measured on a device (docs/families/attention.md).
+#ifndef ATT_KFIRST
+#define ATT_KFIRST 0
+#endif
 #ifndef ATT_QBUF
 #define ATT_QBUF 1
 #endif
@@ -1037,47 +1042,69 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
             kiln_mbar_wait(q_empty + 8 * qb, ((qi++ / ATT_QBUF) & 1) ^ 1);
             att_load_q(s_q + (unsigned)qb * ATT_QBYTES, a, k.by, k.qg, k.m0, k.rows);
             kiln_mbar_cp_arrive(q_full + 8 * qb);
+            // V(j - ATT_KFIRST) after K(j): with ATT_KFIRST 1 the next K tile goes before the current
+            // V (FlashAttention-3's order, the order the consumers wait in: the scores of tile j + 1
+            // before P · V(j)); with 0 a tile's K then its V, where K(j + 1) waits behind V(j)'s free
+            // buffer, which a consumer step frees at its end
+            constexpr int lag = ATT_KFIRST;
 #if ATT_TMA && ATT_PAGED
             // a tile's page ids (one a part, the part's thread) come in while the buffers are awaited
-            int page = n > 0 ? att_part_page(k, k.t0 * ATT_BLOCK_N) : 0;
-            for (int j = 0; j < n; j++) {
-                const int b = (g + j) % ATT_STAGES;
-                const unsigned free_parity = (((g + j) / ATT_STAGES) & 1) ^ 1;
-                const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-                const int next = j + 1 < n ? att_part_page(k, n0 + ATT_BLOCK_N) : 0;
-                kiln_mbar_wait(k_empty + 8 * b, free_parity);
-                att_paged_tile(s_k + (unsigned)b * ATT_KBYTES, a.tk, k.kg, a.ks, n0, k,
-                               k_full + 8 * b, page);
-                kiln_mbar_wait(v_empty + 8 * b, free_parity);
-                att_paged_tile(s_v + (unsigned)b * ATT_VBYTES, a.tv, k.vg, a.vs, n0, k,
-                               v_full + 8 * b, page);
-                page = next;
+            int page = n > 0 ? att_part_page(k, k.t0 * ATT_BLOCK_N) : 0, v_page = 0;
+            for (int j = 0; j < n + lag; j++) {
+                const int k_page = page; // tile j's
+                if (j < n) {
+                    const int b = (g + j) % ATT_STAGES;
+                    const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
+                    const int next = j + 1 < n ? att_part_page(k, n0 + ATT_BLOCK_N) : 0;
+                    kiln_mbar_wait(k_empty + 8 * b, (((g + j) / ATT_STAGES) & 1) ^ 1);
+                    att_paged_tile(s_k + (unsigned)b * ATT_KBYTES, a.tk, k.kg, a.ks, n0, k,
+                                   k_full + 8 * b, page);
+                    page = next;
+                }
+                if (j >= lag) {
+                    const int b = (g + j - lag) % ATT_STAGES;
+                    kiln_mbar_wait(v_empty + 8 * b, (((g + j - lag) / ATT_STAGES) & 1) ^ 1);
+                    att_paged_tile(s_v + (unsigned)b * ATT_VBYTES, a.tv, k.vg, a.vs,
+                                   (k.t0 + j - lag) * ATT_BLOCK_N, k, v_full + 8 * b,
+                                   lag ? v_page : k_page);
+                }
+                v_page = k_page;
             }
 #elif ATT_TMA
-            for (int j = 0; j < n && threadIdx.x == 0; j++) {
-                const int b = (g + j) % ATT_STAGES;
-                const unsigned free_parity = (((g + j) / ATT_STAGES) & 1) ^ 1;
-                const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-                kiln_mbar_wait(k_empty + 8 * b, free_parity);
-                att_tma_tile<ATT_K_RANK, ATT_K_DIM_S, ATT_K_DIM_H, ATT_K_DIM_B, ATT_D>(
-                    s_k + (unsigned)b * ATT_KBYTES, a.tk, 0, n0, k, a.kb, k_full + 8 * b);
-                kiln_mbar_wait(v_empty + 8 * b, free_parity);
-                att_tma_tile<ATT_V_RANK, ATT_V_DIM_S, ATT_V_DIM_H, ATT_V_DIM_B, ATT_DV>(
-                    s_v + (unsigned)b * ATT_VBYTES, a.tv, (int)k.dv0, n0, k, a.vb, v_full + 8 * b);
+            for (int j = 0; j < n + lag && threadIdx.x == 0; j++) {
+                if (j < n) {
+                    const int b = (g + j) % ATT_STAGES;
+                    kiln_mbar_wait(k_empty + 8 * b, (((g + j) / ATT_STAGES) & 1) ^ 1);
+                    att_tma_tile<ATT_K_RANK, ATT_K_DIM_S, ATT_K_DIM_H, ATT_K_DIM_B, ATT_D>(
+                        s_k + (unsigned)b * ATT_KBYTES, a.tk, 0, (k.t0 + j) * ATT_BLOCK_N, k, a.kb,
+                        k_full + 8 * b);
+                }
+                if (j >= lag) {
+                    const int b = (g + j - lag) % ATT_STAGES;
+                    kiln_mbar_wait(v_empty + 8 * b, (((g + j - lag) / ATT_STAGES) & 1) ^ 1);
+                    att_tma_tile<ATT_V_RANK, ATT_V_DIM_S, ATT_V_DIM_H, ATT_V_DIM_B, ATT_DV>(
+                        s_v + (unsigned)b * ATT_VBYTES, a.tv, (int)k.dv0,
+                        (k.t0 + j - lag) * ATT_BLOCK_N, k, a.vb, v_full + 8 * b);
+                }
             }
 #else
-            for (int j = 0; j < n; j++) {
-                const int b = (g + j) % ATT_STAGES;
-                const unsigned free_parity = (((g + j) / ATT_STAGES) & 1) ^ 1;
-                const int64_t n0 = (k.t0 + j) * ATT_BLOCK_N;
-                kiln_mbar_wait(k_empty + 8 * b, free_parity);
-                att_load_tile<ATT_CHUNKS>(s_k + (unsigned)b * ATT_KBYTES, k.kg, a.ks, n0,
-                                          ATT_BLOCK_N, k.skv, k.pages, k.page_size);
-                kiln_mbar_cp_arrive(k_full + 8 * b);
-                kiln_mbar_wait(v_empty + 8 * b, free_parity);
-                att_load_tile<ATT_DV / 8>(s_v + (unsigned)b * ATT_VBYTES, k.vg, a.vs, n0,
-                                          ATT_BLOCK_N, k.skv, k.pages, k.page_size);
-                kiln_mbar_cp_arrive(v_full + 8 * b);
+            for (int j = 0; j < n + lag; j++) {
+                if (j < n) {
+                    const int b = (g + j) % ATT_STAGES;
+                    kiln_mbar_wait(k_empty + 8 * b, (((g + j) / ATT_STAGES) & 1) ^ 1);
+                    att_load_tile<ATT_CHUNKS>(s_k + (unsigned)b * ATT_KBYTES, k.kg, a.ks,
+                                              (k.t0 + j) * ATT_BLOCK_N, ATT_BLOCK_N, k.skv, k.pages,
+                                              k.page_size);
+                    kiln_mbar_cp_arrive(k_full + 8 * b);
+                }
+                if (j >= lag) {
+                    const int b = (g + j - lag) % ATT_STAGES;
+                    kiln_mbar_wait(v_empty + 8 * b, (((g + j - lag) / ATT_STAGES) & 1) ^ 1);
+                    att_load_tile<ATT_DV / 8>(s_v + (unsigned)b * ATT_VBYTES, k.vg, a.vs,
+                                              (k.t0 + j - lag) * ATT_BLOCK_N, ATT_BLOCK_N, k.skv,
+                                              k.pages, k.page_size);
+                    kiln_mbar_cp_arrive(v_full + 8 * b);
+                }
             }
 #endif
             g += n;
