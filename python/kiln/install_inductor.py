@@ -551,8 +551,9 @@ class InductorPatterns:
             gate = p.ae.gate
             tracer = _TRACERS[flavor]
             chosen = flavor == "aten" and p.aten_op is not None and p.aten_op.name() in _DEVICE_CHOSEN
-            if flavor == "aten" and not chosen:  # one path on every device: meta tensors, the calls put on the
-                tracer = functools.partial(tracer, device=self.device)  # model's device
+            if flavor == "aten" and not chosen:
+                # one path on every device: meta tensors, the calls put on the model's device
+                tracer = functools.partial(tracer, device=self.device)
             try:
                 search = _search_fn(p.aten_op, p.entry, len(gate.inputs)) if p.aten_op is not None \
                     else _chain_search_fn(p.entry, len(gate.inputs))
