@@ -195,15 +195,10 @@ def test_sdpa_entry_in_graph_mode(tmp_path: Path):
     need_kiln()
     run = captured("sdpa_model.py", tmp_path)
     (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("scaled_dot_product_attention")]
-    r = subprocess.run([str(KILN), "optimize", str(run), str(p), "--backend", "cpu", "--budget", "1"],
-                       cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
+    optimize(run, p)
     for mode in ("--mode=eager", "--graph"):
-        r = subprocess.run([str(KILN), "run", "--library", str(run), mode, "--entries", "all", "--stats",
-                            str(ROOT / "tests" / "data" / "attention" / "sdpa_model.py")], cwd=ROOT, env=kiln_env(),
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-2000:]
-        assert re.search(r"scaled_dot_product_attention +hits +2 ", r.stdout + r.stderr), (r.stdout + r.stderr)[-2000:]
+        out = run_script(run, "sdpa_model.py", mode)
+        assert re.search(r"scaled_dot_product_attention +hits +2 ", out), out[-2000:]
 
 
 def test_sdpa_with_dropout_is_random(tmp_path: Path):
@@ -290,17 +285,27 @@ def captured(script: str, tmp_path: Path) -> Path:
     return run
 
 
-def optimize_and_run_graph(run: Path, problem: Path, script: str) -> str:
-    """`kiln optimize` of one problem of run (a candidate), then `kiln run --graph --stats` of
-    tests/data/attention/SCRIPT with that library: its stdout and stderr."""
+def optimize(run: Path, problem: Path) -> None:
+    """`kiln optimize` of one problem of run (a candidate) into run's library."""
     r = subprocess.run([str(KILN), "optimize", str(run), str(problem), "--backend", "cpu", "--budget", "1"],
                        cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run([str(KILN), "run", "--library", str(run), "--graph", "--entries", "all", "--stats",
+
+
+def run_script(run: Path, script: str, mode: str = "--graph") -> str:
+    """`kiln run MODE --entries all --stats` of tests/data/attention/SCRIPT with run's library: its stdout and
+    stderr."""
+    r = subprocess.run([str(KILN), "run", "--library", str(run), mode, "--entries", "all", "--stats",
                         str(ROOT / "tests" / "data" / "attention" / script)], cwd=ROOT, env=kiln_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout + r.stderr
+
+
+def optimize_and_run_graph(run: Path, problem: Path, script: str) -> str:
+    """optimize one problem of run, then run_script in graph mode."""
+    optimize(run, problem)
+    return run_script(run, script)
 
 
 def test_boolean_masks_captured_and_proved(tmp_path: Path):
@@ -428,8 +433,8 @@ def test_attention_over_batch_times_heads(tmp_path: Path):
     scale, softmax, bmm with v; diffusers' baddbmm of q and kᵀ with alpha the scale, beta 0 over an empty tensor,
     and beta 1 over a [b·h, 1, s_kv] padding mask): each block is captured as one problem (baddbmm starts one
     now, and a softmax joined to no other call is a block's chain), matched with one head a batch entry,
-    proved, and graph mode replaces all three. It was declined
-    before: "input0 has 3 dims (attention wants [b, h, s, d])". baddbmm rounds once, after the scale (beta 0)
+    proved, and graph mode replaces all three. It was declined before: "input0 has 3 dims (attention wants
+    [b, h, s, d])". baddbmm rounds once, after the scale (beta 0)
     or after the mask (beta 1), and never the bare product."""
     need_kiln()
     run = captured("eager_bmm3d.py", tmp_path)
@@ -446,14 +451,10 @@ def test_attention_over_batch_times_heads(tmp_path: Path):
         src = Path(rows[0]["file"]).read_text()
         assert "a.hq = 1;" in src and "a.scale = (float)0.25" in src, src[:3000]
         atens = [op["aten"] for op in d["kiln"]["ops"]]
-        flags = tuple(int(re.search(rf"#define ATT_ROUND_{f} (\d)", src).group(1)) for f in ("QK", "SCALED", "MASKED"))
+        flags = tuple(int(re.search(rf"#define ATT_ROUND_{f} (\d)", src).group(1))
+                      for f in ("QK", "SCALED", "MASKED"))
         rounds[("aten::baddbmm.default" in atens, "#define ATT_HAS_MASK 1" in src)] = flags
-        r = subprocess.run([str(KILN), "optimize", str(run), str(p), "--backend", "cpu", "--budget", "1"],
-                           cwd=ROOT, env=kiln_env(), capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-2000:]
+        optimize(run, p)
     assert rounds == {(False, False): (1, 1, 0), (True, False): (0, 1, 0), (True, True): (0, 0, 1)}, rounds
-    r = subprocess.run([str(KILN), "run", "--library", str(run), "--graph", "--entries", "all", "--stats",
-                        str(ROOT / "tests" / "data" / "attention" / "eager_bmm3d.py")], cwd=ROOT, env=kiln_env(),
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "3 kernel calls by kiln, 0 fell back to PyTorch" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    out = run_script(run, "eager_bmm3d.py")
+    assert "3 kernel calls by kiln, 0 fell back to PyTorch" in out, out[-3000:]
