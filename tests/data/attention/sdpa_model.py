@@ -31,10 +31,11 @@ def build():
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--dropout", action="store_true")
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    m = build()
+    m = build().to(args.device)
     m.dropout = 0.5 if args.dropout else 0.0
-    x = torch.randn(B, S, HQ * D, dtype=torch.bfloat16)
+    x = torch.randn(B, S, HQ * D, dtype=torch.bfloat16, device=args.device)
     with torch.no_grad():
         for _ in range(2):
             m(x)
