@@ -240,6 +240,13 @@ def main(root):
     sdpa(root, "attn_decode_64x32x8x4096x128", 64, 32, 8, 1, 4096, 128, False,
          "decode: one query per sequence over 4096 cached tokens (SDPA)")
     paged_prefill(root, "attn_paged_prefill_causal_8x2048_h32_kv8_d128_ps16", 8, 2048, 32, 8, 128, 16)
+    # head dims that are not multiples of 16 or 64: the kernels pad them with zero columns
+    sdpa(root, "attn_sd15_self_2x8x4096x40", 2, 8, 8, 4096, 4096, 40, False,
+         "Stable Diffusion 1.5's first self-attention (64 x 64 latents, two for guidance): head dim 40 (SDPA)")
+    sdpa(root, "attn_sd15_cross_2x8x4096x77x40", 2, 8, 8, 4096, 77, 40, False,
+         "Stable Diffusion 1.5's first cross-attention, over 77 text tokens: head dim 40 (SDPA)")
+    sdpa(root, "attn_phi2_causal_4x32x2048x80", 4, 32, 32, 2048, 2048, 80, True,
+         "Phi-2's prefill: head dim 80, causal (SDPA)")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,16 @@ static int64_t dsplit_of(const kiln_match *m, const int64_t *pt) {
     return pt[P_WG] && kiln_match_get(m, "d", 64) > 256 ? 2 : 1;
 }
 
+/* The head dim a 16-bit CUDA kernel computes over (ATT_D): the problem's (ATT_DR) padded with zero
+ * columns to its MMAs' granule, a multiple of 16 for mma.sync (k16 steps) and of 64 for wgmma
+ * (128-byte swizzled column blocks), so that Stable Diffusion 1.5's 40 or DiT's 72 take the tensor
+ * cores too: the loads fill the padding with zeros (nothing added to q·kᵀ; V's zero columns give
+ * output columns that the stores skip). float32's kernel takes any head dim. */
+static int64_t dk_of(const kiln_match *m, const int64_t *pt) {
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64), g = pt[P_WG] ? 64 : 16;
+    return kiln_match_get(m, "f32", 0) ? d : (d + g - 1) / g * g;
+}
+
 /* What a block of `bytes` of shared memory exceeds: a block's 227 KiB, or with MINB blocks an SM,
  * the SM's 228 KiB (1 KiB of it reserved per block); NULL when it fits. */
 static const char *smem_over(const int64_t *pt, int64_t bytes) {
@@ -143,7 +153,7 @@ static const char *smem_over(const int64_t *pt, int64_t bytes) {
 }
 
 static int64_t smem_of(const kiln_match *m, const int64_t *pt, int64_t qbuf) {
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64), dv = d / dsplit_of(m, pt);
+    const int64_t d = dk_of(m, pt), dv = d / dsplit_of(m, pt);
     /* wgmma: qbuf Q tiles and STAGES K and V tiles (V: the block's dv columns) in the 128-byte
      * swizzle, 1024-aligned (1 KiB of slack), then a full and an empty mbarrier per buffer */
     if (pt[P_WG])
@@ -203,7 +213,7 @@ static int reads_mask(const kiln_match *m) {
  * output accumulators leave it few registers (with a mask tensor read, none; without, it compiles
  * and was measured 3 % slower on Gemma-4's rows: 219.6 against 212.6 us full causal). */
 static int split_softmax(const kiln_match *m, const int64_t *pt) {
-    return pt[P_WG] && kiln_match_get(m, "d", 64) <= 128;
+    return pt[P_WG] && dk_of(m, pt) <= 128;
 }
 
 /* Registers per thread: the output accumulators (dv/2 floats per thread of a warp's 16 rows), the
@@ -211,7 +221,7 @@ static int split_softmax(const kiln_match *m, const int64_t *pt) {
  * also holds the probabilities of the previous tile (BLOCK_N/4) while the next one's scores come.
  */
 static int64_t regs_estimate(const kiln_match *m, const int64_t *pt) {
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64) / dsplit_of(m, pt);
+    const int64_t d = dk_of(m, pt) / dsplit_of(m, pt);
     const int split = split_softmax(m, pt), mask = reads_mask(m);
     /* + the mask's values, which the second softmax (ATT_SPLIT) keeps live across both versions,
      * and their addresses (measured with nvcc 13's ptxas, BERT's [32, 12, 512, 64] padding mask:
@@ -243,10 +253,6 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
         return NULL;
     }
     const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
-    if (d % 16)
-        return "mma.sync needs a head dim that is a multiple of 16";
-    if (pt[P_WG] && d % 64)
-        return "wgmma's swizzled tiles need a head dim that is a multiple of 64";
     if (d > 256 && !pt[P_WG])
         return "head dims over 256 take wgmma (a row tile's output columns split over two blocks)";
     if (d > 256 && (d % 128 || kiln_match_get(m, "paged", 0)))
@@ -278,7 +284,7 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
     regs_of(m, pt, &launch, &producer, &consumer);
     /* ptxas places a wgmma's accumulators (d/2 for P·V) and operands within the launch budget,
      * whatever setmaxnreg gives later (measured: head dim 256 needs 158 of them) */
-    if (pt[P_WG] && launch < d / dsplit_of(m, pt) / 2 + 32)
+    if (pt[P_WG] && launch < dk_of(m, pt) / dsplit_of(m, pt) / 2 + 32)
         return "the registers MINB blocks leave a thread do not hold a wgmma's accumulators";
     const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
     if (pt[P_PACK] && ratio == 1)
@@ -475,8 +481,9 @@ static void emit_paged_args(kiln_strbuf *b, const kiln_problem *p, const att_inf
         kiln_strbuf_printf(b, "    a.scale = (float)%.17g;\n", a->scale);
 }
 
-/* The facts every emission shares: types, head dim, mask, band, roundings. */
-static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
+/* The facts every emission shares: types, head dim (d, padded to dk: dk_of), mask, band,
+ * roundings. */
+static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int64_t dk, int cuda) {
     kiln_kernel_type t = kiln_dtype_kernel_type(a->dtype, cuda),
                      tm = kiln_dtype_kernel_type(a->mask_dtype, cuda);
     if (cuda)
@@ -503,12 +510,13 @@ static void emit_facts(kiln_strbuf *b, const att_info *a, int64_t d, int cuda) {
      * bound as is_causal's diagonal, its lower one by ATT_LO_GEN; the cpu kernel reads the mask */
     const int gen = cuda && narrow && a->band_exact;
     kiln_strbuf_printf(b,
-                       "#define ATT_D %lld\n#define ATT_HAS_MASK %d\n#define ATT_CAUSAL_GEN %d\n"
+                       "#define ATT_D %lld\n#define ATT_DR %lld\n#define ATT_HAS_MASK %d\n"
+                       "#define ATT_CAUSAL_GEN %d\n"
                        "#define ATT_LO_GEN %d\n#define ATT_BAND %d\n#define ATT_HAS_LO %d\n"
                        "#define ATT_LO (%lld)\n#define ATT_HI (%lld)\n#define ATT_ROUND_QK %d\n"
                        "#define ATT_ROUND_SCALED %d\n#define ATT_ROUND_MASKED %d\n#define "
                        "ATT_ROUND_P %d\n",
-                       (long long)d, a->mask == ATT_MASK_TENSOR && !gen,
+                       (long long)dk, (long long)d, a->mask == ATT_MASK_TENSOR && !gen,
                        a->mask == ATT_MASK_CAUSAL || gen, gen && a->has_lo, a->band, a->has_lo,
                        (long long)a->lo, (long long)a->hi, narrow && a->round_qk,
                        narrow && a->round_scaled, narrow && a->round_masked, narrow);
@@ -601,7 +609,8 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     char why[256];
     int ok = kiln_attention_analyse(p, &a, why, sizeof why);
     KILN_ASSERT(ok); /* match accepted p */
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64), dsplit = cuda ? dsplit_of(m, pt) : 1;
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64), dsplit = cuda ? dsplit_of(m, pt) : 1,
+                  dk = cuda ? dk_of(m, pt) : d;
     kiln_strbuf b = {0};
     char q_s[96], hq[96], bt[200], hkv[96]; /* bt: room for "(batch)*dsplit" */
     size_expr(p, &a.t[ATT_Q], 2, q_s, sizeof q_s);
@@ -624,7 +633,7 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     }
     if (!cuda) {
         kiln_strbuf_printf(&b, "// cpu: the GPU parameters do not apply\n");
-        emit_facts(&b, &a, d, 0);
+        emit_facts(&b, &a, d, d, 0);
         kiln_strbuf_printf(&b, "%s", kiln_family_template("attention_cpu.c"));
         char *proto = kiln_family_prototype(p, 0, 0, NULL, "attention_kernel");
         kiln_strbuf_printf(&b, "\n// kiln: launch attention_kernel\n%s {\n", proto);
@@ -643,7 +652,7 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
     char *defs = kiln_family_defines(&kiln_family_attention, pt);
     kiln_strbuf_printf(&b, "%s", defs);
     free(defs);
-    emit_facts(&b, &a, d, 1);
+    emit_facts(&b, &a, d, dk, 1);
     /* grid z: the batch times the blocks a row tile's columns are split over (dsplit_of) */
     kiln_strbuf_printf(&b, "#define ATT_DSPLIT %lld\n", (long long)dsplit);
     if (dsplit > 1) {
@@ -711,7 +720,7 @@ static char *att_emit(const kiln_problem *p, const kiln_match *m, const int64_t 
          * MN-major; the block's d / dsplit columns) */
         kiln_strbuf_printf(&b, "%s", kiln_family_template("mbarrier.cuh"));
         kiln_family_emit_wgmma(&b, "att_wg_qk", pt[P_BN], a.dtype, 0, 0);
-        kiln_family_emit_wgmma(&b, "att_wg_pv", d / dsplit, a.dtype, 1, 1);
+        kiln_family_emit_wgmma(&b, "att_wg_pv", dk / dsplit, a.dtype, 1, 1);
     }
     /* a second, test-free softmax for the tiles inside the band and the keys (att_edge) */
     kiln_strbuf_printf(&b, "#define ATT_SPLIT %d\n", split_softmax(m, pt));

@@ -100,6 +100,13 @@ static const expect EXPECTED[] = {
     {ROWS, "attn_bert_padding_32x12x512x64", "attention_mask", 12, 12, 64, 0, 0, 0, 0.125, 0},
     {ROWS, "attn_decode_64x32x8x4096x128", "attention_gqa", 32, 8, 128, 0, 0, 0,
      0.08838834764831845, 0},
+    /* head dims the kernels pad with zero columns: 40 (to 48, or 64 with wgmma), 80 (128 with
+       wgmma) */
+    {ROWS, "attn_sd15_self_2x8x4096x40", "attention", 8, 8, 40, 0, 0, 0, 0.15811388300841897, 0},
+    {ROWS, "attn_sd15_cross_2x8x4096x77x40", "attention", 8, 8, 40, 0, 0, 0, 0.15811388300841897,
+     0},
+    {ROWS, "attn_phi2_causal_4x32x2048x80", "attention_causal", 32, 32, 80, 1, 0, 0,
+     0.11180339887498948, 0},
 };
 #define N_EXPECTED (sizeof EXPECTED / sizeof EXPECTED[0])
 

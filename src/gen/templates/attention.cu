@@ -98,6 +98,9 @@
 #define ATT_ROUND_MASKED 0
 #define ATT_ROUND_P 1
 #endif
+#ifndef ATT_DR
+#define ATT_DR ATT_D // the problem's head dim: ATT_D pads it with zero columns (attention.c's dk_of)
+#endif
 #ifndef ATT_TANH
 #define ATT_TANH 0 // a soft cap: tanh of the scaled scores times ATT_PRE, times ATT_POST
 #define ATT_PRE 1.f
@@ -271,6 +274,7 @@ __device__ __forceinline__ unsigned att_pack(float lo, float hi) {
 #define ATT_NT (ATT_BLOCK_N / 8)   // score n-tiles per warp
 #define ATT_DV (ATT_D / ATT_DSPLIT) // V's and O's columns a block computes
 #define ATT_DT (ATT_DV / 8)         // output n-tiles per warp
+static_assert(ATT_DR == ATT_D || ATT_DSPLIT == 1, "a padded head dim is one block's columns");
 #define ATT_THREADS (ATT_WARPS * 32)
 // threads that copy tiles: every thread (mma.sync), the producer warpgroup (wgmma)
 #define ATT_COPIERS (ATT_WG ? 128 : ATT_THREADS)
@@ -297,16 +301,16 @@ __device__ __forceinline__ void att_load_tile(unsigned dst, const ATT_T *src, in
 #pragma unroll 2
     for (int c = threadIdx.x; c < rows * CHUNKS; c += ATT_COPIERS) {
         const int r = c / CHUNKS, ch = c % CHUNKS;
-        const int ok = row0 + r < limit;
+        const int ok = row0 + r < limit && ch * 8 < ATT_DR; // zeros past the keys and the head dim
 #if ATT_PAGED
         // 32-bit: a sequence's keys and a page's rows fit, and a 64-bit division is a call
         const unsigned j = (unsigned)(row0 + r), ps = (unsigned)page_size;
         const ATT_T *g =
-            src + (ok ? ((int64_t)pages[j / ps] * page_size + j % ps) * stride : 0) + ch * 8;
+            src + (ok ? ((int64_t)pages[j / ps] * page_size + j % ps) * stride + ch * 8 : 0);
 #else
         (void)pages;
         (void)page_size;
-        const ATT_T *g = src + (ok ? (row0 + r) * stride : 0) + ch * 8;
+        const ATT_T *g = src + (ok ? (row0 + r) * stride + ch * 8 : 0);
 #endif
         att_cp16(dst + att_soff(r, ch, rows), g, ok ? 16 : 0);
     }
@@ -334,10 +338,10 @@ __device__ __forceinline__ void att_load_q(unsigned dst, const att_args &a, int6
 #pragma unroll 2
     for (int c = threadIdx.x; c < ATT_BLOCK_M * ATT_CHUNKS; c += ATT_COPIERS) {
         const int r = c / ATT_CHUNKS, ch = c % ATT_CHUNKS;
-        const int ok = m0 + r < rows;
+        const int ok = m0 + r < rows && ch * 8 < ATT_DR;
         int64_t head, query;
         att_row(a, by, ok ? m0 + r : 0, &head, &query);
-        const ATT_T *g = qg + head * a.qh + query * a.qs + ch * 8;
+        const ATT_T *g = qg + head * a.qh + query * a.qs + (ok ? ch * 8 : 0);
         att_cp16(dst + att_soff(r, ch, ATT_BLOCK_M), g, ok ? 16 : 0);
     }
 }
@@ -645,6 +649,8 @@ __device__ __forceinline__ void att_store(const att_args &a, const att_block &k,
 #endif
 #pragma unroll
         for (int i = 0; i < ATT_DT; i++) {
+            if (ATT_DR < ATT_D && i * 8 >= ATT_DR)
+                break; // the head dim's padding
             const unsigned v = att_pack(acc[i][2 * r] * inv, acc[i][2 * r + 1] * inv);
             *reinterpret_cast<unsigned *>(orow + i * 8 + 2 * t) = v;
         }
@@ -915,9 +921,9 @@ __device__ __forceinline__ void att_paged_tile(unsigned dst, const kiln_tensorma
             if (n0 + (r / ATT_TMA_ROWS + 1) * ATT_TMA_ROWS <= k.skv)
                 continue; // its part came by TMA
             const unsigned j = (unsigned)(n0 + r);
-            const int ok = n0 + r < k.skv;
+            const int ok = n0 + r < k.skv && ch * 8 < ATT_DR;
             const ATT_T *g =
-                src + (ok ? ((int64_t)k.pages[j / ps] * k.page_size + j % ps) * stride : 0) + ch * 8;
+                src + (ok ? ((int64_t)k.pages[j / ps] * k.page_size + j % ps) * stride + ch * 8 : 0);
             att_cp16(dst + att_soff(r, ch, ATT_BLOCK_N), g, ok ? 16 : 0);
         }
     }
