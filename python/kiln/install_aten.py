@@ -238,6 +238,8 @@ class _AtenOverride:
         keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, self.key))
         numbers = self.number_positions if (self.number_positions[0] or self.number_positions[1]) else None
 
+        traced = _traced_tensor_type()
+
         def kiln_kernel(*args, **kwargs):
             if inst.active:
                 for bind, hit in gates:
@@ -260,7 +262,8 @@ class _AtenOverride:
                     if dropped is not None:
                         return _with_dropped(outs, dropped)
                     return outs[0] if single else outs
-            counts[1] += 1
+            if not (traced and args and isinstance(args[0], traced)):  # a trace's call is no miss
+                counts[1] += 1
             if numbers is not None and _has_number(args, kwargs):
                 self_arg = args[0] if inplace else None
                 args, kwargs, finish = _boxable(args, kwargs, *numbers)
@@ -290,6 +293,21 @@ class _AtenOverride:
             return kiln_kernel(*args, **kwargs)
 
         return kiln_autograd_kernel
+
+
+def _traced_tensor_type():
+    """The tensor types graph and compile mode trace with (dynamo's FakeTensor, AOTAutograd's FunctionalTensor
+    around it), or None where this torch has neither: their calls reach the backend kernel while a module is
+    traced, once, and are not the model's calls, so they count as no miss."""
+    types = []
+    try:
+        from torch._subclasses.fake_tensor import FakeTensor
+        types.append(FakeTensor)
+        from torch._subclasses.functional_tensor import FunctionalTensor
+        types.append(FunctionalTensor)
+    except ImportError:
+        pass
+    return tuple(types) or None
 
 
 def _dropped_outputs(entries: list, n_written: int):
