@@ -243,8 +243,27 @@ def attention_block(g: Graph, chain: list) -> Optional[list]:
     if len(readers) != 1 or g.ops[readers[0]].func._opname not in MATMUL_NAMES \
             or g.ops[readers[0]].inputs[0][1] != outs[0]:
         return None
-    block = sorted(members | heads | {readers[0]})
+    block = sorted(members | heads | {readers[0]} | set(_upcasts(g, heads.pop())))
     return block if g.convex(set(block)) else None
+
+
+def _upcasts(g: Graph, head: int) -> list:
+    """The casts of 16-bit q or k to float32 that q.kT (call head) alone reads, through views view_steps
+    writes (GPT-J's and GPT-Neo's `query.to(torch.float32)` before the scores): members of the block, so that
+    its q and k are the 16-bit tensors, as its v is; a float32 matmul of 16-bit values is what the tensor
+    cores compute with a float32 accumulator."""
+    casts = []
+    for _, tid, meta in g.ops[head].inputs:
+        p = g.producer.get(tid)
+        if p is None or g.consumers.get(tid) != [head] or not g.member[p[0]]:
+            continue
+        op = g.ops[p[0]]
+        src = [m for _, _, m in op.inputs]
+        if op.func._opname in ("_to_copy", "to") and len(src) == 1 and len(op.outputs) == 1 \
+                and src[0].dtype in (torch.bfloat16, torch.float16) and meta.dtype == torch.float32 \
+                and view_steps(op.outputs[0][1], meta) is not None:
+            casts.append(p[0])
+    return casts
 
 
 def _arg(op, pos: int, name: str, default=None):

@@ -77,6 +77,29 @@ def scalar_constants(graph) -> int:
     return n
 
 
+def transposes_as_permutes(graph) -> int:
+    """Rewrites each `transpose.int(x, d0, d1)` of a graph as the `permute.default` of x that swaps d0 and d1:
+    the same view, in the form capture writes a view between a chain's calls (kiln.capture_chain view_steps),
+    so that an entry whose pattern holds one (GPT-J's `key.to(float32).transpose(-1, -2)` inside its attention
+    block) matches a model that spelled it as a transpose. The rewrites."""
+    import torch
+    aten = torch.ops.aten
+    n = 0
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is not aten.transpose.int or len(node.args) != 3:
+            continue
+        x, d0, d1 = node.args
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or not isinstance(d0, int) or not isinstance(d1, int):
+            continue
+        perm = list(range(val.dim()))
+        d0, d1 = d0 % max(val.dim(), 1), d1 % max(val.dim(), 1)
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        node.target, node.args = aten.permute.default, (x, perm)
+        n += 1
+    return n
+
+
 def graph_backend(inst: "Installation"):
     """The torch.compile backend of graph mode for this installation (torch.compile(model, backend=...))."""
     from functorch.compile import make_boxed_func
@@ -95,6 +118,7 @@ def graph_backend(inst: "Installation"):
         try:
             remove_noop_ops(gm.graph)  # what the patterns' traces had removed (a dropout of p=0's clone)
             scalar_constants(gm.graph)  # 0-dim constants as the entries' traces have them
+            transposes_as_permutes(gm.graph)  # views as capture writes them
             if patterns.apply(gm.graph, "aten"):
                 # a chain with two outputs goes in before the first, and its later calls may read a node
                 # defined after that one (Qwen-3.5's add -> mul): ordered again, as Inductor's post-grad does

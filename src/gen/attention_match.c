@@ -334,6 +334,14 @@ static int from_chain(const kiln_problem *p, const kiln_opchain *c, att_info *a,
             a->round_masked = 0; /* the kept scores are copied, not rounded again */
             r = s, r.input = -1;
             saw_mask = 1;
+        } else if (is_any(op, CASTS) && x.role == R_NONE) {
+            /* q or k upcast to float32 before the scores (GPT-J, GPT-Neo): the 16-bit tensor is the
+             * operand, and the float32 matmul of its values what the MMAs compute */
+            if (x.input < 0 || q >= 0 || rd != KILN_F32 ||
+                (p->inputs[x.input].dtype != KILN_BF16 && p->inputs[x.input].dtype != KILN_F16)) {
+                snprintf(why, wl, "%s of q or k other than a 16-bit one to float32", op->aten);
+                return 0;
+            }
         } else if (is_any(op, CASTS)) {
             if (x.role != R_S && x.role != R_P) {
                 snprintf(why, wl, "%s of something other than the scores or the weights", op->aten);

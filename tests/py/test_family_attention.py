@@ -459,3 +459,24 @@ def test_attention_over_batch_times_heads(tmp_path: Path):
     assert rounds == {(False, False): (1, 1, 0), (True, False): (0, 1, 0), (True, True): (0, 0, 1)}, rounds
     out = run_script(run, "eager_bmm3d.py")
     assert "3 kernel calls by kiln, 0 fell back to PyTorch" in out, out[-3000:]
+
+
+def test_q_and_k_upcast_inside_the_block(tmp_path: Path):
+    """GPT-J's and GPT-Neo's eager attention upcasts q and k to float32 before the scores
+    (tests/data/attention/eager_upcast.py): the casts are members of the block, so its q, k and v are the
+    bfloat16 tensors (the block was declined before: "q, k, v and the output must share one of float32,
+    bfloat16, float16"), the scores are not rounded, and graph mode replaces both layers' blocks although the
+    model spells kᵀ as a transpose where capture writes a permute (kiln.install_graph transposes_as_permutes)."""
+    need_kiln()
+    run = captured("eager_upcast.py", tmp_path)
+    (p,) = [p for p in (run / "problems").iterdir() if p.name.startswith("attention_")]
+    d = json.loads((p / "definition.json").read_text())
+    assert {i["dtype"] for i in d["inputs"].values()} == {"bfloat16"}, d["inputs"]
+    assert [op["aten"] for op in d["kiln"]["ops"]].count("aten::_to_copy.default") == 3, d["kiln"]["ops"]
+    out, rows = sweep(p, tmp_path / "sweep")
+    assert "matches family attention (attention_causal_mask)" in out.stderr, out.stderr[-2000:]
+    assert rows[0]["result"]["outcome"] == "ok", json.dumps(rows[0]["result"].get("evidence"))[:2000]
+    src = Path(rows[0]["file"]).read_text()
+    assert "#define ATT_ROUND_QK 0" in src and "#define ATT_ROUND_SCALED 0" in src, src[:3000]
+    out = optimize_and_run_graph(run, p, "eager_upcast.py")
+    assert "2 kernel calls by kiln, 0 fell back to PyTorch" in out, out[-3000:]
