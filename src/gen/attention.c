@@ -305,19 +305,26 @@ static const char *att_check(const kiln_problem *p, const kiln_match *m, const i
  * at head dim 256, whose accumulators take 128 registers a thread, or with a mask tensor), the q
  * heads of a kv head packed into a block (GQA: each K and V tile read once for the group), three
  * stages where shared memory holds them (measured on the H200, bench/RESULTS.md: packed heads
- * 2-10 % faster, 128-key tiles and three stages 5-15 % on decode and head dim 64). Other head dims
- * take mma.sync (FlashAttention-2's rule: 128 x 64 with 8 warps; at head dim 256 that is 198 KiB of
+ * 2-10 % faster, 128-key tiles and three stages 5-15 % on decode and head dim 64); other head dims
+ * too, padded (dk_of), over more than one key tile. The rest take mma.sync (FlashAttention-2's
+ * rule: 128 x 64 with 8 warps; at head dim 256 that is 198 KiB of
  * shared memory, one block an SM, still 8 warps where 64 x 64 would leave 4; 64 rows with 4 warps
  * when there are no more rows than that; packed heads only for fewer than 64 queries). */
 static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     const int64_t sq = (int64_t)kiln_match_get(m, "sq", 1);
-    const int64_t d = (int64_t)kiln_match_get(m, "d", 64);
+    const int64_t d = (int64_t)kiln_match_get(m, "d", 64),
+                  skv = (int64_t)kiln_match_get(m, "skv", 1);
     for (int i = 0; i < P_COUNT; i++)
         pt[i] = kiln_family_attention.params[i].values[0];
     if (kiln_match_get(m, "f32", 0))
         return 0;
     const int64_t ratio = (int64_t)(kiln_match_get(m, "hq", 1) / kiln_match_get(m, "hkv", 1));
-    pt[P_WG] = d % 64 == 0;
+    /* other head dims padded to wgmma's 64 too, but over one key tile (measured on an H100, the
+     * 46th session: Stable Diffusion 1.5's [2, 8, 4096, 40] 203.5 us on wgmma, its best mma.sync
+     * point 244.5; Phi-2's causal [4, 32, 2048, 80] 295.2 against 440.4; its cross-attention over
+     * 77 keys 14.9 on mma.sync, 20.3 on wgmma); the rules below read the padded dim */
+    pt[P_WG] = d % 64 == 0 || (d <= 256 && skv > 128);
+    const int64_t dk = dk_of(m, pt);
     /* the q heads of a kv head share a block and read its K and V once */
     pt[P_PACK] = ratio > 1 && (pt[P_WG] || sq < 64);
     const int big = sq * (pt[P_PACK] ? ratio : 1) > 64;
@@ -327,13 +334,13 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_STAGES] = 2;
     if (!pt[P_WG])
         return 0;
-    pt[P_BN] = d <= 128 && !reads_mask(m) ? 128 : d <= 256 ? 64 : 32;
+    pt[P_BN] = dk <= 128 && !reads_mask(m) ? 128 : dk <= 256 ? 64 : 32;
     pt[P_STAGES] = 3;
     /* head dim 64 over short key sequences: two blocks of 64 rows an SM, one's start and end under
      * the other's loop (measured on [16, 16, 1024, 64]: 202 against 224 us for 128 rows) */
     const int paged = (int)kiln_match_get(m, "paged", 0);
     const int banded = kiln_match_get(m, "band", 0) || kiln_match_get(m, "mask", 0) == 2 || paged;
-    if (d <= 64 && kiln_match_get(m, "skv", 1) <= 2048 && !paged)
+    if (dk <= 64 && skv <= 2048 && !paged)
         pt[P_BM] = 64, pt[P_WARPS] = 4, pt[P_MINB] = 2;
     /* decode (a kv head's queries in one block of 64 rows): two blocks an SM of 32-key tiles in
      * two stages (measured on 64 x 4096, 32/8 heads, 128: 259.7 against 273.2 us, 4.14 TB/s) */
@@ -347,8 +354,8 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
      * 974.7 (955.0 against 980.0 in another call) at 128 x 128 */
     int64_t keep[P_COUNT];
     memcpy(keep, pt, sizeof keep);
-    if (big && !paged && !reads_mask(m) && ((d == 64 && !banded) || (d == 128 && banded))) {
-        pt[P_BM] = 192, pt[P_WARPS] = 12, pt[P_MINB] = 1, pt[P_BN] = d == 64 ? 128 : 80;
+    if (big && !paged && !reads_mask(m) && ((dk == 64 && !banded) || (dk == 128 && banded))) {
+        pt[P_BM] = 192, pt[P_WARPS] = 12, pt[P_MINB] = 1, pt[P_BN] = dk == 64 ? 128 : 80;
         if (att_check(p, m, pt))
             memcpy(pt, keep, sizeof keep);
     }
