@@ -443,7 +443,8 @@ static void expect_start(const char *dir, const char *row, const int64_t *want, 
  * unmasked, 192 x 128 in a persistent grid with two Q buffers; causal head dim 128, 192 x 80, one
  * block a row tile; BERT's padded mask, two blocks of 64 rows an SM, persistent; Gemma-4's head
  * dim 256, 128 x 64 in two stages; decode, two blocks of 32-key tiles; a paged prefill, 128 x 128
- * persistent. A persistent grid's second Q buffer only where shared memory holds it. */
+ * persistent; head dims padded to the MMAs' granule (the 46th session). A persistent grid's second
+ * Q buffer only where shared memory holds it. */
 static void test_start_rule(void **state) {
     (void)state;
     expect_start(ROWS, "attn_dense_16x16x1024x64", (int64_t[]){192, 128, 12, 3, 0, 1, 0, 1, 1}, 2,
@@ -457,6 +458,14 @@ static void test_start_rule(void **state) {
                  (128 * 256 + 2 * 64 * 512) * 2 + 1024 + 8 * (2 + 8));
     expect_start(ROWS, "attn_decode_64x32x8x4096x128", (int64_t[]){64, 32, 4, 2, 1, 1, 0, 2, 0}, 1,
                  (64 * 128 + 2 * 32 * 256) * 2 + 1024 + 8 * (2 + 8));
+    /* padded head dims (dk_of): SD 1.5's 40 as 64 on wgmma, the head dim 64 rule; over its 77 text
+     * tokens mma.sync, padded to 48; Phi-2's causal 80 as 128, the causal head dim 128 rule */
+    expect_start(ROWS, "attn_sd15_self_2x8x4096x40", (int64_t[]){192, 128, 12, 3, 0, 1, 0, 1, 1}, 2,
+                 (2 * 192 * 64 + 3 * 128 * 128) * 2 + 1024 + 8 * (4 + 12));
+    expect_start(ROWS, "attn_sd15_cross_2x8x4096x77x40", (int64_t[]){128, 64, 8, 2, 0, 0, 0, 1, 0},
+                 1, (128 + 2 * 2 * 64) * (48 + 8) * 2);
+    expect_start(ROWS, "attn_phi2_causal_4x32x2048x80", (int64_t[]){192, 80, 12, 3, 0, 1, 0, 1, 0},
+                 1, (192 * 128 + 3 * 80 * 256) * 2 + 1024 + 8 * (2 + 12));
     /* a paged prefill (SOL-ExecBench's form): persistent, in two stages so that two Q tiles fit */
     expect_start(SOLBENCH, "gqa_paged_prefill_causal_h4_kv2_d64_ps16",
                  (int64_t[]){128, 128, 8, 2, 1, 1, 0, 1, 1}, 2,
