@@ -332,6 +332,13 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
     pt[P_WARPS] = big ? 8 : 4;
     pt[P_BN] = 64;
     pt[P_STAGES] = 2;
+    /* mma.sync over at most 128 keys: one tile of them (SD 1.5's cross-attention over 77 text
+     * tokens, H100, the 46th session: 14.9 us at 128 x 128 against 17.7 at 128 x 64) */
+    if (!pt[P_WG] && skv <= 128) {
+        pt[P_BN] = 128;
+        if (att_check(p, m, pt))
+            pt[P_BN] = 64;
+    }
     if (!pt[P_WG])
         return 0;
     pt[P_BN] = dk <= 128 && !reads_mask(m) ? 128 : dk <= 256 ? 64 : 32;
@@ -351,10 +358,14 @@ static int att_start(const kiln_problem *p, const kiln_match *m, int64_t *pt) {
      * row): head dim 64 unmasked, 192 x 128 tiles (FlashAttention-3's rows) in a persistent grid,
      * [16, 16, 1024, 64] 193.7 us against 205.4 at two blocks of 64 rows; head dim 128 under a
      * causal band, 192 x 80 (the registers leave 80 keys), [4, 32/8, 4096, 128] 959.9 against
-     * 974.7 (955.0 against 980.0 in another call) at 128 x 128 */
+     * 974.7 (955.0 against 980.0 in another call) at 128 x 128; not over 2048 keys: Phi-2's causal
+     * [4, 32, 2048, 80], padded to 128, 311.2 against 295.2 at 128 x 128, 46th session; SD 1.5's
+     * [2, 8, 4096, 40] padded to 64 took 167.8 us persistent at 192 x 128 against 203.5 at 128 x
+     * 128 */
     int64_t keep[P_COUNT];
     memcpy(keep, pt, sizeof keep);
-    if (big && !paged && !reads_mask(m) && ((dk == 64 && !banded) || (dk == 128 && banded))) {
+    if (big && !paged && !reads_mask(m) &&
+        ((dk == 64 && !banded) || (dk == 128 && banded && skv >= 4096))) {
         pt[P_BM] = 192, pt[P_WARPS] = 12, pt[P_MINB] = 1, pt[P_BN] = dk == 64 ? 128 : 80;
         if (att_check(p, m, pt))
             memcpy(pt, keep, sizeof keep);

@@ -764,7 +764,7 @@ __device__ __forceinline__ void att_fwd(const att_args a) {
 // shared memory) and att_wg_pv (O += P·V, m64 x D, P from registers, V MN-major) ----
 #define ATT_QBYTES (ATT_BLOCK_M * ATT_D * 2) // a Q tile, swizzled (ATT_QBUF of them)
 // The producer's order (wgmma): 0, each tile's K then its V; 1, K(j + 1) before V(j). Not in the
-// search space: 1 was written but not yet measured on a device (docs/families/attention.md).
+// search space: 1 measured no faster on an H100 (docs/families/attention.md, 46th session).
 #ifndef ATT_KFIRST
 #define ATT_KFIRST 0
 #endif
