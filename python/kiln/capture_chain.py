@@ -243,7 +243,7 @@ def attention_block(g: Graph, chain: list) -> Optional[list]:
     if len(readers) != 1 or g.ops[readers[0]].func._opname not in MATMUL_NAMES \
             or g.ops[readers[0]].inputs[0][1] != outs[0]:
         return None
-    block = sorted(members | heads | {readers[0]} | set(_upcasts(g, heads.pop())))
+    block = sorted(members | heads | {readers[0]} | set(_upcasts(g, next(iter(heads)))))
     return block if g.convex(set(block)) else None
 
 
