@@ -2,8 +2,7 @@
 scores scaled, divided by the cap, tanh, times the cap, an additive causal mask, softmax in fp32 cast back, dropout
 (eval), `weights @ v`, with grouped-query heads through repeat_kv; bfloat16, two layers, under torch.no_grad, for kiln
 capture (tests/py/test_family_attention.py): the block is one attention problem with a soft cap."""
-import argparse
-
+import causal_stack
 import torch
 import torch.nn as nn
 
@@ -38,30 +37,5 @@ class SoftcapAttention(nn.Module):
         return self.o_proj(y)
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList([SoftcapAttention(), SoftcapAttention()])
-
-    def forward(self, x):
-        t = x.shape[1]
-        mask = torch.full((t, t), torch.finfo(x.dtype).min, dtype=x.dtype, device=x.device).triu(1)[None, None]
-        for layer in self.layers:
-            x = x + layer(x, mask)
-        return x
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    device = parser.parse_args().device
-    torch.manual_seed(0)
-    model = Net().to(device, torch.bfloat16).eval()
-    x = torch.randn(B, T, C, dtype=torch.bfloat16, device=device)
-    with torch.no_grad():
-        y = model(x)
-    print(tuple(y.shape), float(y.float().sum()))
-
-
 if __name__ == "__main__":
-    main()
+    causal_stack.main(SoftcapAttention, __doc__, (B, T, C))

@@ -3,8 +3,7 @@ query and key (16-bit, after rotary embeddings) `.to(torch.float32)`, `query @ k
 divided by sqrt(d), an additive causal mask, softmax, cast back to v's dtype, `weights @ v`; bfloat16, two layers,
 under torch.no_grad, for kiln capture (tests/py/test_family_attention.py): the casts are part of the block, whose
 q, k and v are then all bfloat16 (without them: "q, k, v and the output must share one dtype")."""
-import argparse
-
+import causal_stack
 import torch
 import torch.nn as nn
 
@@ -32,30 +31,5 @@ class UpcastAttention(nn.Module):
         return self.out(y)
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList([UpcastAttention(), UpcastAttention()])
-
-    def forward(self, x):
-        t = x.shape[1]
-        mask = torch.full((t, t), torch.finfo(x.dtype).min, dtype=x.dtype, device=x.device).triu(1)[None, None]
-        for layer in self.layers:
-            x = x + layer(x, mask)
-        return x
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    device = parser.parse_args().device
-    torch.manual_seed(0)
-    model = Net().to(device, torch.bfloat16).eval()
-    x = torch.randn(B, T, C, dtype=torch.bfloat16, device=device)
-    with torch.no_grad():
-        y = model(x)
-    print(tuple(y.shape), float(y.float().sum()))
-
-
 if __name__ == "__main__":
-    main()
+    causal_stack.main(UpcastAttention, __doc__, (B, T, C))
